@@ -1,0 +1,2 @@
+//! tc facade.
+pub use tc_core as core;

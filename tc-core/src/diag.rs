@@ -1,0 +1,175 @@
+//! Diagnostics: what the checker reports, independent of `proc_macro`.
+//!
+//! Spans are opaque [`SpanId`]s chosen by whoever builds the IR (the macro maps
+//! them back to token spans; tests use small integers), so the whole checker is
+//! testable with plain `#[test]`.
+
+use std::fmt;
+
+/// An opaque source location handed in by the front end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct SpanId(pub u32);
+
+/// A concrete assignment of shape variables under which an obligation fails,
+/// in declaration order, minimised per variable (Section 2 notation).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Counterexample(pub Vec<(String, i64)>);
+
+impl Counterexample {
+    /// Value of one variable, if the counterexample assigns it.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
+
+impl fmt::Display for Counterexample {
+    /// `B = 1, S = 2`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<_> = self.0.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// A secondary message attached to a span.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    /// Where.
+    pub span: SpanId,
+    /// What about it.
+    pub message: String,
+}
+
+/// One error found by the checker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Stable machine-readable code, e.g. `E0201`; see [`codes`].
+    pub code: &'static str,
+    /// The rule that was broken, e.g. `matmul (Section 2 §7)`.
+    pub rule: &'static str,
+    /// The primary span: the smallest offending tokens.
+    pub span: SpanId,
+    /// Lowercase, "expected … found …" style.
+    pub message: String,
+    /// Secondary spans.
+    pub labels: Vec<Label>,
+    /// The failing assignment, when the solver produced one.
+    pub counterexample: Option<Counterexample>,
+    /// Extra facts worth knowing.
+    pub notes: Vec<String>,
+    /// How to fix it.
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic with only the required parts.
+    pub fn new(code: &'static str, rule: &'static str, span: SpanId, message: impl Into<String>) -> Self {
+        Diagnostic {
+            code,
+            rule,
+            span,
+            message: message.into(),
+            labels: Vec::new(),
+            counterexample: None,
+            notes: Vec::new(),
+            help: None,
+        }
+    }
+
+    /// Attach a counterexample.
+    pub fn with_cex(mut self, cex: Option<Counterexample>) -> Self {
+        self.counterexample = cex;
+        self
+    }
+
+    /// Attach a note.
+    pub fn note(mut self, n: impl Into<String>) -> Self {
+        self.notes.push(n.into());
+        self
+    }
+
+    /// Attach help.
+    pub fn help(mut self, h: impl Into<String>) -> Self {
+        self.help = Some(h.into());
+        self
+    }
+
+    /// Attach a secondary label.
+    pub fn label(mut self, span: SpanId, m: impl Into<String>) -> Self {
+        self.labels.push(Label { span, message: m.into() });
+        self
+    }
+
+    /// The one-line headline: `[E0201] matmul (Section 2 §7): … ; fails when K = 1`.
+    pub fn headline(&self) -> String {
+        let mut s = format!("{}: {}", self.rule, self.message);
+        if let Some(c) = &self.counterexample {
+            if !c.0.is_empty() {
+                s.push_str(&format!("\n  fails when {c}"));
+            }
+        }
+        s
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "error[{}]: {}", self.code, self.headline())?;
+        for n in &self.notes {
+            write!(f, "\n  note: {n}")?;
+        }
+        if let Some(h) = &self.help {
+            write!(f, "\n  help: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The stable diagnostic codes.
+pub mod codes {
+    /// A refinement set is unsatisfiable: the type is empty (Section 1 §4).
+    pub const EMPTY_TYPE: &str = "E0101";
+    /// A dim uses an unbound shape variable (Section 1 §4 var-shape).
+    pub const UNBOUND_VAR: &str = "E0102";
+    /// A dim or predicate leaves Presburger arithmetic (Section 1 §3).
+    pub const NON_LINEAR: &str = "E0103";
+    /// Division/mod by a variable without a proof of divisibility (Section 2 §13).
+    pub const DIV_BY_VAR: &str = "E0104";
+    /// A literal 0 dim, or a dim that may be negative or zero, where not admitted (Section 2 §16).
+    pub const BAD_DIM: &str = "E0105";
+    /// Dtypes differ (Section 3 §3.3, §9).
+    pub const DTYPE_MISMATCH: &str = "E0201";
+    /// An operation is not admissible at a dtype class (Section 2 §3).
+    pub const DTYPE_CLASS: &str = "E0202";
+    /// Ranks differ (Section 3 §8.5).
+    pub const RANK_MISMATCH: &str = "E0203";
+    /// A dim cannot be proven equal (Section 2 §2).
+    pub const SHAPE_MISMATCH: &str = "E0204";
+    /// A refinement is not implied (Section 3 §3.3).
+    pub const REFINEMENT: &str = "E0205";
+    /// Kind mismatch: tensor vs scalar vs function (Section 3 §5 step 1).
+    pub const KIND_MISMATCH: &str = "E0206";
+    /// Matmul contraction dims differ (Section 2 §7).
+    pub const CONTRACTION: &str = "E0301";
+    /// Bad axis / axis set (Section 2 §8, §12).
+    pub const AXIS: &str = "E0302";
+    /// Reduction over a possibly-empty axis (Section 2 §8).
+    pub const EMPTY_REDUCTION: &str = "E0303";
+    /// Not a permutation (Section 2 §9).
+    pub const PERMUTATION: &str = "E0304";
+    /// Reshape volume not provable (Section 2 §10).
+    pub const RESHAPE_VOLUME: &str = "E0305";
+    /// Broadcast of a dim that is neither 1 nor equal (Section 2 §11).
+    pub const BROADCAST: &str = "E0306";
+    /// Slice bounds not provable (Section 2 §12).
+    pub const SLICE_BOUNDS: &str = "E0307";
+    /// Concat operands disagree (Section 2 §12).
+    pub const CONCAT: &str = "E0308";
+    /// A call's arity, unification or `requires` fails (Section 2 §17).
+    pub const CALL: &str = "E0401";
+    /// Unknown function or variable in a body.
+    pub const UNKNOWN_NAME: &str = "E0402";
+    /// The solver ran out of budget (Section 3 §5 step 4: unknown = reject).
+    pub const SOLVER_UNKNOWN: &str = "E0501";
+    /// The IR itself is malformed (verifier).
+    pub const MALFORMED_IR: &str = "E0601";
+}
