@@ -10,6 +10,7 @@ pub mod ctx;
 pub mod diag;
 pub mod dim;
 pub mod dtype;
+pub mod ir;
 pub mod pred;
 pub mod solver;
 pub mod types;

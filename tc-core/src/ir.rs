@@ -1,0 +1,701 @@
+//! The core IR of a tensor function body (Section 2 §4–§13, §17).
+//!
+//! Cranelift-style: values are typed ids (`v12`); parameters are `v0 … vₙ₋₁`
+//! and every instruction defines the next id. [`verify`] checks structural
+//! well-formedness (the checker assigns types); [`Function`]'s `Display` is the
+//! textual form used in tests and error notes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::ctx::ShapeVar;
+use crate::diag::{codes, Diagnostic, SpanId};
+use crate::dim::Dim;
+use crate::dtype::Dtype;
+use crate::pred::Pred;
+use crate::types::{shape_string, Type};
+
+/// An SSA value id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Value(pub u32);
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}", self.0)
+    }
+}
+
+/// Elementwise unary operations (Section 2 §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x` (Numeric)
+    Neg,
+    /// `|x|` (Numeric)
+    Abs,
+    /// `max(x, 0)` (Numeric)
+    Relu,
+    /// `eˣ` (Float)
+    Exp,
+    /// `ln x` (Float)
+    Log,
+    /// `√x` (Float)
+    Sqrt,
+    /// `1/√x` (Float)
+    Rsqrt,
+    /// `tanh x` (Float)
+    Tanh,
+    /// `1/(1+e⁻ˣ)` (Float)
+    Sigmoid,
+    /// `x·Φ(x)`, erf form (Float)
+    Gelu,
+    /// `sin x` (Float)
+    Sin,
+    /// `cos x` (Float)
+    Cos,
+    /// `erf x` (Float)
+    Erf,
+    /// `1/x` (Float)
+    Recip,
+    /// `⌊x⌋` (Float)
+    Floor,
+    /// `⌈x⌉` (Float)
+    Ceil,
+    /// round half to even (Float)
+    Round,
+    /// logical not (Bool)
+    Not,
+}
+
+impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 18] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Relu,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Gelu,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Erf,
+        UnaryOp::Recip,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Not,
+    ];
+
+    /// The surface / IR name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Not => "not",
+        }
+    }
+
+    /// Look up by name.
+    pub fn from_name(s: &str) -> Option<UnaryOp> {
+        UnaryOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    /// Admissible at `dt`? (Section 2 §4.)
+    pub fn admits(self, dt: Dtype) -> bool {
+        match self {
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => dt.is_numeric(),
+            UnaryOp::Not => dt.is_bool(),
+            _ => dt.is_float(),
+        }
+    }
+
+    /// The class it needs, for diagnostics.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => "numeric",
+            UnaryOp::Not => "bool",
+            _ => "float",
+        }
+    }
+}
+
+/// Elementwise binary operations (Section 2 §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `+` (Numeric)
+    Add,
+    /// `-` (Numeric)
+    Sub,
+    /// `*` (Numeric)
+    Mul,
+    /// `/` (Numeric; int: truncating, ÷0 = 0)
+    Div,
+    /// maximum (Numeric)
+    Max,
+    /// minimum (Numeric)
+    Min,
+    /// `aᵇ` (Float)
+    Pow,
+    /// remainder, truncating (signed int; ÷0 = 0)
+    Rem,
+    /// logical and (Bool)
+    And,
+    /// logical or (Bool)
+    Or,
+    /// logical xor (Bool)
+    Xor,
+    /// `==` → Bool (Numeric or Bool)
+    Eq,
+    /// `!=` → Bool
+    Ne,
+    /// `<` → Bool
+    Lt,
+    /// `<=` → Bool
+    Le,
+    /// `>` → Bool
+    Gt,
+    /// `>=` → Bool
+    Ge,
+}
+
+impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 17] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Pow,
+        BinaryOp::Rem,
+        BinaryOp::And,
+        BinaryOp::Or,
+        BinaryOp::Xor,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+    ];
+
+    /// The surface / IR name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "maximum",
+            BinaryOp::Min => "minimum",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Rem => "rem",
+            BinaryOp::And => "and",
+            BinaryOp::Or => "or",
+            BinaryOp::Xor => "xor",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+        }
+    }
+
+    /// Look up by name.
+    pub fn from_name(s: &str) -> Option<BinaryOp> {
+        BinaryOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    /// Comparisons produce Bool.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+
+    /// Admissible at operand dtype `dt`? (Section 2 §6.)
+    pub fn admits(self, dt: Dtype) -> bool {
+        match self {
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min => {
+                dt.is_numeric()
+            }
+            BinaryOp::Pow => dt.is_float(),
+            BinaryOp::Rem => dt.is_int(),
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => dt.is_bool(),
+            _ => true,
+        }
+    }
+
+    /// The class it needs, for diagnostics.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            BinaryOp::Pow => "float",
+            BinaryOp::Rem => "signed int",
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => "bool",
+            o if o.is_comparison() => "numeric or bool",
+            _ => "numeric",
+        }
+    }
+
+    /// Result dtype for operands of dtype `dt`.
+    pub fn result_dtype(self, dt: Dtype) -> Dtype {
+        if self.is_comparison() {
+            Dtype::Bool
+        } else {
+            dt
+        }
+    }
+}
+
+/// Reductions (Section 2 §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Σ (Numeric; empty = 0)
+    Sum,
+    /// Π (Numeric; empty = 1)
+    Prod,
+    /// max (Numeric; non-empty axis)
+    Max,
+    /// min (Numeric; non-empty axis)
+    Min,
+    /// mean (Float; non-empty axis)
+    Mean,
+    /// ∃ (Bool)
+    Any,
+    /// ∀ (Bool)
+    All,
+}
+
+impl ReduceOp {
+    /// Every reduction.
+    pub const ALL: [ReduceOp; 7] =
+        [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean, ReduceOp::Any, ReduceOp::All];
+
+    /// The surface / IR name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Any => "any",
+            ReduceOp::All => "all",
+        }
+    }
+
+    /// Look up by name.
+    pub fn from_name(s: &str) -> Option<ReduceOp> {
+        ReduceOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    /// Admissible at `dt`?
+    pub fn admits(self, dt: Dtype) -> bool {
+        match self {
+            ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => dt.is_numeric(),
+            ReduceOp::Mean => dt.is_float(),
+            ReduceOp::Any | ReduceOp::All => dt.is_bool(),
+        }
+    }
+
+    /// The class it needs, for diagnostics.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            ReduceOp::Mean => "float",
+            ReduceOp::Any | ReduceOp::All => "bool",
+            _ => "numeric",
+        }
+    }
+
+    /// Needs every reduced axis non-empty (`Γ ⊨ dᵢ ≥ 1`).
+    pub fn needs_nonempty(self) -> bool {
+        matches!(self, ReduceOp::Max | ReduceOp::Min | ReduceOp::Mean)
+    }
+}
+
+/// A scalar operand of a scalar-parameterised elementwise op or a fill.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    /// A float literal (class Float).
+    Float(f64),
+    /// An integer literal (class SignedInt).
+    Int(i64),
+    /// A bool literal.
+    Bool(bool),
+    /// The function's parameter with this index, of type `Scalar[dt]`.
+    Param(usize),
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Float(x) => write!(f, "{x:?}"),
+            Scalar::Int(i) => write!(f, "{i}"),
+            Scalar::Bool(b) => write!(f, "{b}"),
+            Scalar::Param(i) => write!(f, "v{i}"),
+        }
+    }
+}
+
+/// One operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// §4 elementwise unary.
+    Unary(UnaryOp, Value),
+    /// §5 cast to a dtype.
+    Cast(Dtype, Value),
+    /// §6 elementwise binary on two tensors.
+    Binary(BinaryOp, Value, Value),
+    /// §4/§6 with a scalar operand: `op(x, s)` (or `op(s, x)` when `scalar_left`):
+    /// `scale` = mul, `add_scalar` = add, comparison with a constant, …
+    ScalarBinary {
+        /// The operation.
+        op: BinaryOp,
+        /// The tensor operand.
+        x: Value,
+        /// The scalar operand.
+        s: Scalar,
+        /// `op(s, x)` instead of `op(x, s)`.
+        scalar_left: bool,
+    },
+    /// §6 `select c a b`.
+    Select(Value, Value, Value),
+    /// §7 batched matmul.
+    Matmul(Value, Value),
+    /// §8 reduce.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Reduced axes (static, non-empty, distinct).
+        axes: Vec<usize>,
+        /// Keep reduced axes as size 1.
+        keepdims: bool,
+        /// Operand.
+        x: Value,
+    },
+    /// §8 argmax / argmin → I64.
+    ArgReduce {
+        /// argmax when true, argmin otherwise.
+        max: bool,
+        /// The axis.
+        axis: usize,
+        /// Keep the axis as size 1.
+        keepdims: bool,
+        /// Operand.
+        x: Value,
+    },
+    /// §9 transpose: output axis j is input axis `perm[j]`.
+    Transpose(Vec<usize>, Value),
+    /// §10 reshape.
+    Reshape(Vec<Dim>, Value),
+    /// §11 explicit broadcast.
+    Broadcast(Vec<Dim>, Value),
+    /// §12 slice along one axis.
+    Slice {
+        /// The axis.
+        axis: usize,
+        /// First index (inclusive).
+        start: Dim,
+        /// Last index (exclusive).
+        stop: Dim,
+        /// Operand.
+        x: Value,
+    },
+    /// §12 concat (k ≥ 2).
+    Concat(usize, Vec<Value>),
+    /// A tensor of one repeated scalar (a literal in tensor position).
+    Fill(Dtype, Vec<Dim>, Scalar),
+    /// Index along `axis` as a value (`iota`), for masks such as a causal one.
+    Iota(Dtype, Vec<Dim>, usize),
+    /// §17 call of another tensor fn.
+    Call(String, Vec<Value>),
+}
+
+impl Op {
+    /// The values this op reads, in order.
+    pub fn operands(&self) -> Vec<Value> {
+        match self {
+            Op::Unary(_, x) | Op::Cast(_, x) | Op::Transpose(_, x) | Op::Reshape(_, x) | Op::Broadcast(_, x) => {
+                vec![*x]
+            }
+            Op::ScalarBinary { x, .. } | Op::Reduce { x, .. } | Op::ArgReduce { x, .. } | Op::Slice { x, .. } => {
+                vec![*x]
+            }
+            Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
+            Op::Select(c, a, b) => vec![*c, *a, *b],
+            Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
+            Op::Fill(..) | Op::Iota(..) => vec![],
+        }
+    }
+
+    /// Scalar parameters this op reads.
+    pub fn scalar_params(&self) -> Vec<usize> {
+        match self {
+            Op::ScalarBinary { s: Scalar::Param(i), .. } | Op::Fill(_, _, Scalar::Param(i)) => vec![*i],
+            _ => vec![],
+        }
+    }
+}
+
+fn dims(s: &[Dim]) -> String {
+    shape_string(s)
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Unary(o, x) => write!(f, "{} {x}", o.name()),
+            Op::Cast(d, x) => write!(f, "cast[{d}] {x}"),
+            Op::Binary(o, a, b) => write!(f, "{} {a}, {b}", o.name()),
+            Op::ScalarBinary { op, x, s, scalar_left } => {
+                if *scalar_left {
+                    write!(f, "{}.scalar {s}, {x}", op.name())
+                } else {
+                    write!(f, "{}.scalar {x}, {s}", op.name())
+                }
+            }
+            Op::Select(c, a, b) => write!(f, "select {c}, {a}, {b}"),
+            Op::Matmul(a, b) => write!(f, "matmul {a}, {b}"),
+            Op::Reduce { op, axes, keepdims, x } => {
+                write!(f, "reduce.{}[axes={axes:?}, keepdims={keepdims}] {x}", op.name())
+            }
+            Op::ArgReduce { max, axis, keepdims, x } => {
+                write!(f, "{}[axis={axis}, keepdims={keepdims}] {x}", if *max { "argmax" } else { "argmin" })
+            }
+            Op::Transpose(p, x) => write!(f, "transpose{p:?} {x}"),
+            Op::Reshape(s, x) => write!(f, "reshape{} {x}", dims(s)),
+            Op::Broadcast(s, x) => write!(f, "broadcast{} {x}", dims(s)),
+            Op::Slice { axis, start, stop, x } => write!(f, "slice[axis={axis}, {start}..{stop}] {x}"),
+            Op::Concat(axis, xs) => {
+                let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
+                write!(f, "concat[axis={axis}] {}", xs.join(", "))
+            }
+            Op::Fill(d, s, v) => write!(f, "fill[{d}; {}] {v}", dims(s)),
+            Op::Iota(d, s, a) => write!(f, "iota[{d}; {}, axis={a}]", dims(s)),
+            Op::Call(n, xs) => {
+                let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
+                write!(f, "call {n}({})", xs.join(", "))
+            }
+        }
+    }
+}
+
+/// One instruction: `result = op`, optionally checked against an annotation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inst {
+    /// The value defined.
+    pub result: Value,
+    /// What computes it.
+    pub op: Op,
+    /// `let x: T = …`: a check boundary (Section 3 §7).
+    pub annot: Option<Type>,
+    /// The whole expression.
+    pub span: SpanId,
+    /// One span per operand/argument, for errors about a particular one.
+    pub arg_spans: Vec<SpanId>,
+    /// Spans of the static attributes (axis, shape dims, …), when the front end has them.
+    pub attr_spans: Vec<SpanId>,
+    /// Spans of the annotation's dims (for errors on a particular dim).
+    pub annot_span: SpanId,
+}
+
+impl Inst {
+    /// An instruction with all spans set to `span`.
+    pub fn new(result: Value, op: Op, span: SpanId) -> Inst {
+        Inst { result, op, annot: None, span, arg_spans: Vec::new(), attr_spans: Vec::new(), annot_span: span }
+    }
+
+    /// Span of operand `i`, falling back to the instruction's.
+    pub fn arg_span(&self, i: usize) -> SpanId {
+        self.arg_spans.get(i).copied().unwrap_or(self.span)
+    }
+
+    /// Span of attribute `i`, falling back to the instruction's.
+    pub fn attr_span(&self, i: usize) -> SpanId {
+        self.attr_spans.get(i).copied().unwrap_or(self.span)
+    }
+}
+
+/// A local dim binding `let n = dim(x, axis)` (Section 1 §6 binding site 2),
+/// placed before instruction `before`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DimBinding {
+    /// The new shape variable.
+    pub name: String,
+    /// Whose dim.
+    pub of: Value,
+    /// Which axis.
+    pub axis: usize,
+    /// Index of the first instruction that can see it.
+    pub before: usize,
+    /// Where.
+    pub span: SpanId,
+}
+
+/// A parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    /// Its Rust name.
+    pub name: String,
+    /// Its type (a tensor or a scalar).
+    pub ty: Type,
+    /// The whole type.
+    pub span: SpanId,
+    /// One span per dim of a tensor type.
+    pub dim_spans: Vec<SpanId>,
+    /// One span per refinement of a tensor type.
+    pub ref_spans: Vec<SpanId>,
+}
+
+/// A predicate with where it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spanned<T> {
+    /// The thing.
+    pub node: T,
+    /// Where.
+    pub span: SpanId,
+}
+
+/// A tensor function's signature: `∀ ᾱ. requires P. T₁ → … → Tₙ → U` (Section 2 §17).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Signature {
+    /// Its name.
+    pub name: String,
+    /// Shape variables bound by the signature, in order of first appearance.
+    pub vars: Vec<ShapeVar>,
+    /// Module constants it may mention.
+    pub consts: Vec<(String, i64)>,
+    /// Parameters.
+    pub params: Vec<Param>,
+    /// `requires` predicates.
+    pub requires: Vec<Spanned<Pred>>,
+    /// Axioms (Section 2 §14).
+    pub axioms: Vec<Spanned<Pred>>,
+    /// Return type.
+    pub ret: Type,
+    /// Span of the return type.
+    pub ret_span: SpanId,
+    /// One span per dim of the return type.
+    pub ret_dim_spans: Vec<SpanId>,
+    /// Span of the name.
+    pub span: SpanId,
+}
+
+/// A tensor function: signature plus body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    /// The signature.
+    pub sig: Signature,
+    /// Instructions; `body[i].result` is `Value(params.len() + i)`.
+    pub body: Vec<Inst>,
+    /// Local dim bindings.
+    pub dim_bindings: Vec<DimBinding>,
+    /// The returned value.
+    pub ret: Value,
+    /// Span of the returned expression.
+    pub ret_span: SpanId,
+}
+
+impl Function {
+    /// The id the next instruction will define.
+    pub fn next_value(&self) -> Value {
+        Value((self.sig.params.len() + self.body.len()) as u32)
+    }
+}
+
+/// A set of signatures visible to calls (a `#[tensor_module]`).
+pub type Signatures = BTreeMap<String, Signature>;
+
+impl fmt::Display for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let vars: Vec<_> = self
+            .vars
+            .iter()
+            .map(|v| if v.allow_zero { format!("{} >= 0", v.name) } else { v.name.clone() })
+            .collect();
+        let params: Vec<_> = self.params.iter().enumerate().map(|(i, p)| format!("v{i}: {}", p.ty)).collect();
+        write!(f, "fn {}[{}]({}) -> {}", self.name, vars.join(", "), params.join(", "), self.ret)?;
+        for r in &self.requires {
+            write!(f, "\n  requires {}", r.node)?;
+        }
+        for a in &self.axioms {
+            write!(f, "\n  axiom {}", a.node)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Function {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} {{", self.sig)?;
+        for (i, inst) in self.body.iter().enumerate() {
+            for b in self.dim_bindings.iter().filter(|b| b.before == i) {
+                writeln!(f, "  {} = dim {}, {}", b.name, b.of, b.axis)?;
+            }
+            match &inst.annot {
+                Some(t) => writeln!(f, "  {}: {} = {}", inst.result, t, inst.op)?,
+                None => writeln!(f, "  {} = {}", inst.result, inst.op)?,
+            }
+        }
+        writeln!(f, "  return {}", self.ret)?;
+        f.write_str("}")
+    }
+}
+
+/// Structural well-formedness: sequential ids, operands defined before use,
+/// scalar operands are scalar parameters, dim bindings refer to defined values,
+/// the returned value exists. Type errors are the checker's business.
+pub fn verify(func: &Function) -> Result<(), Diagnostic> {
+    let n_params = func.sig.params.len() as u32;
+    let bad = |span: SpanId, msg: String| Err(Diagnostic::new(codes::MALFORMED_IR, "IR verifier", span, msg));
+    for (i, inst) in func.body.iter().enumerate() {
+        let expect = Value(n_params + i as u32);
+        if inst.result != expect {
+            return bad(inst.span, format!("instruction {i} defines {} but should define {expect}", inst.result));
+        }
+        for v in inst.op.operands() {
+            if v >= inst.result {
+                return bad(inst.span, format!("{} uses {v} before it is defined", inst.result));
+            }
+        }
+        for p in inst.op.scalar_params() {
+            match func.sig.params.get(p) {
+                Some(Param { ty: Type::Scalar(_), .. }) => {}
+                _ => return bad(inst.span, format!("{} reads v{p} as a scalar, but it is not a scalar parameter", inst.result)),
+            }
+        }
+        if let Op::Concat(_, xs) = &inst.op {
+            if xs.len() < 2 {
+                return bad(inst.span, format!("concat needs at least 2 operands, found {}", xs.len()));
+            }
+        }
+    }
+    for b in &func.dim_bindings {
+        let limit = n_params + b.before as u32;
+        if b.of.0 >= limit || b.before > func.body.len() {
+            return bad(b.span, format!("dim binding `{}` reads {} before it is defined", b.name, b.of));
+        }
+    }
+    if func.ret.0 >= func.next_value().0 {
+        return bad(func.ret_span, format!("return of undefined value {}", func.ret));
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The runtime's one error type. Every failure on user input lands here;
+//! nothing in tc-runtime panics on user data.
+
+use tc_core::dim::EvalError;
+use tc_core::Dtype;
+
+/// A runtime failure, naming the parameter, dimension, expected and actual values.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// Wrong number of arguments for a tensor fn.
+    #[error("`{func}` takes {expected} arguments, found {found}")]
+    Arity {
+        /// The function.
+        func: String,
+        /// Parameters declared.
+        expected: usize,
+        /// Arguments given.
+        found: usize,
+    },
+    /// An argument has the wrong dtype.
+    #[error("parameter `{param}`: expected dtype {expected}, found {found}")]
+    Dtype {
+        /// The parameter.
+        param: String,
+        /// Declared dtype.
+        expected: Dtype,
+        /// Actual dtype.
+        found: Dtype,
+    },
+    /// An argument has the wrong rank.
+    #[error("parameter `{param}`: expected rank {expected}, found rank {found} (shape {shape:?})")]
+    Rank {
+        /// The parameter.
+        param: String,
+        /// Declared rank.
+        expected: usize,
+        /// Actual rank.
+        found: usize,
+        /// Actual shape.
+        shape: Vec<usize>,
+    },
+    /// A tensor was given where a scalar was declared, or the reverse.
+    #[error("parameter `{param}`: expected {expected}, found {found}")]
+    Kind {
+        /// The parameter.
+        param: String,
+        /// What the signature declares.
+        expected: String,
+        /// What was passed.
+        found: String,
+    },
+    /// A dimension disagrees with the binding of σ so far.
+    #[error("parameter `{param}`, dimension {axis} (`{dim}`): expected {expected}, found {found} (σ = {sigma})")]
+    Dim {
+        /// The parameter.
+        param: String,
+        /// The axis.
+        axis: usize,
+        /// The declared symbolic dim.
+        dim: String,
+        /// Its value under σ.
+        expected: i64,
+        /// The actual size.
+        found: usize,
+        /// The substitution bound so far.
+        sigma: String,
+    },
+    /// A refinement, `requires` or axiom is false under σ.
+    #[error("{kind} `{pred}` is false (σ = {sigma})")]
+    Predicate {
+        /// "refinement of parameter `x`", "requires", "axiom".
+        kind: String,
+        /// The predicate.
+        pred: String,
+        /// The substitution.
+        sigma: String,
+    },
+    /// Reshape volumes disagree at run time (the Section 4 §7.0 backstop).
+    #[error("reshape of shape {from:?} to {to:?}: volumes {from_volume} and {to_volume} differ")]
+    ReshapeVolume {
+        /// Input shape.
+        from: Vec<usize>,
+        /// Requested shape.
+        to: Vec<i64>,
+        /// Input volume.
+        from_volume: i64,
+        /// Requested volume.
+        to_volume: i64,
+    },
+    /// A dim expression could not be evaluated (unbound variable, bad divisor, overflow).
+    #[error("{context}: {source}")]
+    Eval {
+        /// Where.
+        context: String,
+        /// Why.
+        source: EvalError,
+    },
+    /// A dim evaluated to a negative size.
+    #[error("{context}: dimension `{dim}` evaluates to {value}, which is negative")]
+    NegativeDim {
+        /// Where.
+        context: String,
+        /// The dim expression.
+        dim: String,
+        /// Its value.
+        value: i64,
+    },
+    /// Data length does not match the shape's volume.
+    #[error("shape {shape:?} holds {expected} elements, but {found} were given")]
+    DataLength {
+        /// The shape.
+        shape: Vec<usize>,
+        /// Its volume.
+        expected: usize,
+        /// Elements supplied.
+        found: usize,
+    },
+    /// A typed accessor was used with the wrong element type.
+    #[error("tensor has dtype {found}, but {expected} was requested")]
+    WrongElementType {
+        /// The requested dtype.
+        expected: Dtype,
+        /// The tensor's dtype.
+        found: Dtype,
+    },
+    /// A safetensors file could not be read or a tensor in it does not match.
+    #[error("safetensors: {0}")]
+    Safetensors(String),
+    /// A call of an unknown tensor fn.
+    #[error("unknown tensor fn `{0}`")]
+    UnknownFunction(String),
+    /// The IR handed to the runtime is malformed (a bug upstream, reported, not panicked).
+    #[error("malformed IR: {0}")]
+    Malformed(String),
+    /// An operation failed on concrete data (index out of range, shape mismatch found at run time).
+    #[error("{op}: {message}")]
+    Op {
+        /// The operation.
+        op: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Result with the runtime's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
