@@ -38,7 +38,11 @@ impl Ctx {
     /// Bind a shape variable with the default `α ≥ 1`, unless already bound.
     pub fn declare(&mut self, name: &str) -> &mut Self {
         if !self.is_bound(name) {
-            self.vars.push(ShapeVar { name: name.to_string(), allow_zero: false, fresh: false });
+            self.vars.push(ShapeVar {
+                name: name.to_string(),
+                allow_zero: false,
+                fresh: false,
+            });
         }
         self
     }
@@ -55,7 +59,11 @@ impl Ctx {
     /// Bind a fresh variable (hidden from counterexamples), returning its name.
     pub fn fresh(&mut self, hint: &str) -> String {
         let name = format!("{hint}#{}", self.vars.iter().filter(|v| v.fresh).count());
-        self.vars.push(ShapeVar { name: name.clone(), allow_zero: false, fresh: true });
+        self.vars.push(ShapeVar {
+            name: name.clone(),
+            allow_zero: false,
+            fresh: true,
+        });
         name
     }
 
@@ -116,7 +124,11 @@ impl Ctx {
     /// Everything the solver may assume: defaults, constants, facts and axioms.
     pub fn all_facts(&self) -> Vec<Pred> {
         let mut out = self.default_facts();
-        out.extend(self.consts.iter().map(|(n, v)| Pred::eq(Dim::var(n.clone()), *v)));
+        out.extend(
+            self.consts
+                .iter()
+                .map(|(n, v)| Pred::eq(Dim::var(n.clone()), *v)),
+        );
         out.extend(self.facts.iter().cloned());
         out.extend(self.axioms.iter().cloned());
         out
@@ -124,7 +136,11 @@ impl Ctx {
 
     /// User-visible variable names in declaration order (counterexample order).
     pub fn visible_vars(&self) -> Vec<String> {
-        self.vars.iter().filter(|v| !v.fresh).map(|v| v.name.clone()).collect()
+        self.vars
+            .iter()
+            .filter(|v| !v.fresh)
+            .map(|v| v.name.clone())
+            .collect()
     }
 }
 
@@ -179,7 +195,11 @@ mod tests {
 
     #[test]
     fn defaults_and_opt_in() {
-        let refs = vec![Pred::ge("B", 0), Pred::eq(Dim::var("D").rem(&Dim::c(8)), 0), Pred::lt(-1, "S")];
+        let refs = vec![
+            Pred::ge("B", 0),
+            Pred::eq(Dim::var("D").rem(&Dim::c(8)), 0),
+            Pred::lt(-1, "S"),
+        ];
         let z = zero_opt_ins(&refs);
         assert!(z.contains("B") && z.contains("S") && !z.contains("D"));
         let mut g = Ctx::new();

@@ -62,7 +62,12 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// A diagnostic with only the required parts.
-    pub fn new(code: &'static str, rule: &'static str, span: SpanId, message: impl Into<String>) -> Self {
+    pub fn new(
+        code: &'static str,
+        rule: &'static str,
+        span: SpanId,
+        message: impl Into<String>,
+    ) -> Self {
         Diagnostic {
             code,
             rule,
@@ -95,7 +100,10 @@ impl Diagnostic {
 
     /// Attach a secondary label.
     pub fn label(mut self, span: SpanId, m: impl Into<String>) -> Self {
-        self.labels.push(Label { span, message: m.into() });
+        self.labels.push(Label {
+            span,
+            message: m.into(),
+        });
         self
     }
 

@@ -109,9 +109,7 @@ impl Dim {
             m.len() <= 1
                 && m.iter().all(|a| match a {
                     Atom::Var(_) => true,
-                    Atom::Div(x, y) | Atom::Mod(x, y) => {
-                        x.is_linear() && y.as_const().is_some()
-                    }
+                    Atom::Div(x, y) | Atom::Mod(x, y) => x.is_linear() && y.as_const().is_some(),
                 })
         })
     }
@@ -422,9 +420,24 @@ impl fmt::Display for Dim {
             return f.write_str("0");
         }
         let mut ordered: Vec<(&Monomial, i64)> = Vec::new();
-        ordered.extend(self.terms.iter().filter(|(m, c)| !m.is_empty() && **c > 0).map(|(m, c)| (m, *c)));
-        ordered.extend(self.terms.iter().filter(|(m, c)| !m.is_empty() && **c < 0).map(|(m, c)| (m, *c)));
-        ordered.extend(self.terms.iter().filter(|(m, _)| m.is_empty()).map(|(m, c)| (m, *c)));
+        ordered.extend(
+            self.terms
+                .iter()
+                .filter(|(m, c)| !m.is_empty() && **c > 0)
+                .map(|(m, c)| (m, *c)),
+        );
+        ordered.extend(
+            self.terms
+                .iter()
+                .filter(|(m, c)| !m.is_empty() && **c < 0)
+                .map(|(m, c)| (m, *c)),
+        );
+        ordered.extend(
+            self.terms
+                .iter()
+                .filter(|(m, _)| m.is_empty())
+                .map(|(m, c)| (m, *c)),
+        );
         for (i, (m, c)) in ordered.into_iter().enumerate() {
             let mag = c.unsigned_abs();
             let body = if m.is_empty() {
@@ -487,9 +500,15 @@ mod tests {
         assert_eq!((v("D") * v("H") - 1).eval(&s), Ok(768 * 12 - 1));
         assert!(matches!(v("X").eval(&s), Err(EvalError::Unbound(_))));
         s.insert("Z".into(), 0);
-        assert!(matches!(v("D").rem(&v("Z")).eval(&s), Err(EvalError::BadDivisor { .. })));
+        assert!(matches!(
+            v("D").rem(&v("Z")).eval(&s),
+            Err(EvalError::BadDivisor { .. })
+        ));
         s.insert("Big".into(), i64::MAX);
-        assert!(matches!((v("Big") * 2).eval(&s), Err(EvalError::Overflow(_))));
+        assert!(matches!(
+            (v("Big") * 2).eval(&s),
+            Err(EvalError::Overflow(_))
+        ));
     }
 
     #[test]

@@ -228,15 +228,21 @@ impl BinaryOp {
 
     /// Comparisons produce Bool.
     pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
     }
 
     /// Admissible at operand dtype `dt`? (Section 2 §6.)
     pub fn admits(self, dt: Dtype) -> bool {
         match self {
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min => {
-                dt.is_numeric()
-            }
+            BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::Max
+            | BinaryOp::Min => dt.is_numeric(),
             BinaryOp::Pow => dt.is_float(),
             BinaryOp::Rem => dt.is_int(),
             BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => dt.is_bool(),
@@ -286,8 +292,15 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// Every reduction.
-    pub const ALL: [ReduceOp; 7] =
-        [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean, ReduceOp::Any, ReduceOp::All];
+    pub const ALL: [ReduceOp; 7] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Mean,
+        ReduceOp::Any,
+        ReduceOp::All,
+    ];
 
     /// The surface / IR name.
     pub fn name(self) -> &'static str {
@@ -433,10 +446,17 @@ impl Op {
     /// The values this op reads, in order.
     pub fn operands(&self) -> Vec<Value> {
         match self {
-            Op::Unary(_, x) | Op::Cast(_, x) | Op::Transpose(_, x) | Op::Reshape(_, x) | Op::Broadcast(_, x) => {
+            Op::Unary(_, x)
+            | Op::Cast(_, x)
+            | Op::Transpose(_, x)
+            | Op::Reshape(_, x)
+            | Op::Broadcast(_, x) => {
                 vec![*x]
             }
-            Op::ScalarBinary { x, .. } | Op::Reduce { x, .. } | Op::ArgReduce { x, .. } | Op::Slice { x, .. } => {
+            Op::ScalarBinary { x, .. }
+            | Op::Reduce { x, .. }
+            | Op::ArgReduce { x, .. }
+            | Op::Slice { x, .. } => {
                 vec![*x]
             }
             Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
@@ -449,7 +469,11 @@ impl Op {
     /// Scalar parameters this op reads.
     pub fn scalar_params(&self) -> Vec<usize> {
         match self {
-            Op::ScalarBinary { s: Scalar::Param(i), .. } | Op::Fill(_, _, Scalar::Param(i)) => vec![*i],
+            Op::ScalarBinary {
+                s: Scalar::Param(i),
+                ..
+            }
+            | Op::Fill(_, _, Scalar::Param(i)) => vec![*i],
             _ => vec![],
         }
     }
@@ -465,7 +489,12 @@ impl fmt::Display for Op {
             Op::Unary(o, x) => write!(f, "{} {x}", o.name()),
             Op::Cast(d, x) => write!(f, "cast[{d}] {x}"),
             Op::Binary(o, a, b) => write!(f, "{} {a}, {b}", o.name()),
-            Op::ScalarBinary { op, x, s, scalar_left } => {
+            Op::ScalarBinary {
+                op,
+                x,
+                s,
+                scalar_left,
+            } => {
                 if *scalar_left {
                     write!(f, "{}.scalar {s}, {x}", op.name())
                 } else {
@@ -474,16 +503,39 @@ impl fmt::Display for Op {
             }
             Op::Select(c, a, b) => write!(f, "select {c}, {a}, {b}"),
             Op::Matmul(a, b) => write!(f, "matmul {a}, {b}"),
-            Op::Reduce { op, axes, keepdims, x } => {
-                write!(f, "reduce.{}[axes={axes:?}, keepdims={keepdims}] {x}", op.name())
+            Op::Reduce {
+                op,
+                axes,
+                keepdims,
+                x,
+            } => {
+                write!(
+                    f,
+                    "reduce.{}[axes={axes:?}, keepdims={keepdims}] {x}",
+                    op.name()
+                )
             }
-            Op::ArgReduce { max, axis, keepdims, x } => {
-                write!(f, "{}[axis={axis}, keepdims={keepdims}] {x}", if *max { "argmax" } else { "argmin" })
+            Op::ArgReduce {
+                max,
+                axis,
+                keepdims,
+                x,
+            } => {
+                write!(
+                    f,
+                    "{}[axis={axis}, keepdims={keepdims}] {x}",
+                    if *max { "argmax" } else { "argmin" }
+                )
             }
             Op::Transpose(p, x) => write!(f, "transpose{p:?} {x}"),
             Op::Reshape(s, x) => write!(f, "reshape{} {x}", dims(s)),
             Op::Broadcast(s, x) => write!(f, "broadcast{} {x}", dims(s)),
-            Op::Slice { axis, start, stop, x } => write!(f, "slice[axis={axis}, {start}..{stop}] {x}"),
+            Op::Slice {
+                axis,
+                start,
+                stop,
+                x,
+            } => write!(f, "slice[axis={axis}, {start}..{stop}] {x}"),
             Op::Concat(axis, xs) => {
                 let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
                 write!(f, "concat[axis={axis}] {}", xs.join(", "))
@@ -520,7 +572,15 @@ pub struct Inst {
 impl Inst {
     /// An instruction with all spans set to `span`.
     pub fn new(result: Value, op: Op, span: SpanId) -> Inst {
-        Inst { result, op, annot: None, span, arg_spans: Vec::new(), attr_spans: Vec::new(), annot_span: span }
+        Inst {
+            result,
+            op,
+            annot: None,
+            span,
+            arg_spans: Vec::new(),
+            attr_spans: Vec::new(),
+            annot_span: span,
+        }
     }
 
     /// Span of operand `i`, falling back to the instruction's.
@@ -629,10 +689,28 @@ impl fmt::Display for Signature {
         let vars: Vec<_> = self
             .vars
             .iter()
-            .map(|v| if v.allow_zero { format!("{} >= 0", v.name) } else { v.name.clone() })
+            .map(|v| {
+                if v.allow_zero {
+                    format!("{} >= 0", v.name)
+                } else {
+                    v.name.clone()
+                }
+            })
             .collect();
-        let params: Vec<_> = self.params.iter().enumerate().map(|(i, p)| format!("v{i}: {}", p.ty)).collect();
-        write!(f, "fn {}[{}]({}) -> {}", self.name, vars.join(", "), params.join(", "), self.ret)?;
+        let params: Vec<_> = self
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("v{i}: {}", p.ty))
+            .collect();
+        write!(
+            f,
+            "fn {}[{}]({}) -> {}",
+            self.name,
+            vars.join(", "),
+            params.join(", "),
+            self.ret
+        )?;
         for r in &self.requires {
             write!(f, "\n  requires {}", r.node)?;
         }
@@ -665,37 +743,76 @@ impl fmt::Display for Function {
 /// the returned value exists. Type errors are the checker's business.
 pub fn verify(func: &Function) -> Result<(), Diagnostic> {
     let n_params = func.sig.params.len() as u32;
-    let bad = |span: SpanId, msg: String| Err(Diagnostic::new(codes::MALFORMED_IR, "IR verifier", span, msg));
+    let bad = |span: SpanId, msg: String| {
+        Err(Diagnostic::new(
+            codes::MALFORMED_IR,
+            "IR verifier",
+            span,
+            msg,
+        ))
+    };
     for (i, inst) in func.body.iter().enumerate() {
         let expect = Value(n_params + i as u32);
         if inst.result != expect {
-            return bad(inst.span, format!("instruction {i} defines {} but should define {expect}", inst.result));
+            return bad(
+                inst.span,
+                format!(
+                    "instruction {i} defines {} but should define {expect}",
+                    inst.result
+                ),
+            );
         }
         for v in inst.op.operands() {
             if v >= inst.result {
-                return bad(inst.span, format!("{} uses {v} before it is defined", inst.result));
+                return bad(
+                    inst.span,
+                    format!("{} uses {v} before it is defined", inst.result),
+                );
             }
         }
         for p in inst.op.scalar_params() {
             match func.sig.params.get(p) {
-                Some(Param { ty: Type::Scalar(_), .. }) => {}
-                _ => return bad(inst.span, format!("{} reads v{p} as a scalar, but it is not a scalar parameter", inst.result)),
+                Some(Param {
+                    ty: Type::Scalar(_),
+                    ..
+                }) => {}
+                _ => {
+                    return bad(
+                        inst.span,
+                        format!(
+                            "{} reads v{p} as a scalar, but it is not a scalar parameter",
+                            inst.result
+                        ),
+                    )
+                }
             }
         }
         if let Op::Concat(_, xs) = &inst.op {
             if xs.len() < 2 {
-                return bad(inst.span, format!("concat needs at least 2 operands, found {}", xs.len()));
+                return bad(
+                    inst.span,
+                    format!("concat needs at least 2 operands, found {}", xs.len()),
+                );
             }
         }
     }
     for b in &func.dim_bindings {
         let limit = n_params + b.before as u32;
         if b.of.0 >= limit || b.before > func.body.len() {
-            return bad(b.span, format!("dim binding `{}` reads {} before it is defined", b.name, b.of));
+            return bad(
+                b.span,
+                format!(
+                    "dim binding `{}` reads {} before it is defined",
+                    b.name, b.of
+                ),
+            );
         }
     }
     if func.ret.0 >= func.next_value().0 {
-        return bad(func.ret_span, format!("return of undefined value {}", func.ret));
+        return bad(
+            func.ret_span,
+            format!("return of undefined value {}", func.ret),
+        );
     }
     Ok(())
 }

@@ -6,6 +6,8 @@
 //! [`diag::SpanId`]s, so every rule is testable with plain `#[test]`.
 #![deny(missing_docs)]
 
+pub mod build;
+pub mod check;
 pub mod ctx;
 pub mod diag;
 pub mod dim;
@@ -13,6 +15,7 @@ pub mod dtype;
 pub mod ir;
 pub mod pred;
 pub mod solver;
+pub mod subtype;
 pub mod types;
 
 pub use ctx::Ctx;

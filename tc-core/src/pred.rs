@@ -81,7 +81,11 @@ impl Pred {
     /// `a op b`, folded to `True`/`False` when `a - b` is constant.
     pub fn cmp(a: Dim, op: CmpOp, b: Dim) -> Pred {
         if let Some(d) = (a.clone() - b.clone()).as_const() {
-            return if op.holds(d, 0) { Pred::True } else { Pred::False };
+            return if op.holds(d, 0) {
+                Pred::True
+            } else {
+                Pred::False
+            };
         }
         Pred::Cmp(a, op, b)
     }
@@ -260,7 +264,10 @@ pub fn refset_string(r: &[Pred]) -> String {
     if r.is_empty() {
         "true".to_string()
     } else {
-        r.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+        r.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -276,7 +283,11 @@ mod tests {
         let p = Pred::eq(Dim::var("D").rem(&Dim::var("H")), 0);
         assert_eq!(p.to_string(), "D % H == 0");
         assert_eq!(Pred::not(Pred::ge("B", 16)).to_string(), "B < 16");
-        let q = Pred::and([Pred::ge("B", 1), Pred::True, Pred::or([Pred::eq("S", 2), Pred::eq("S", 4)])]);
+        let q = Pred::and([
+            Pred::ge("B", 1),
+            Pred::True,
+            Pred::or([Pred::eq("S", 2), Pred::eq("S", 4)]),
+        ]);
         assert_eq!(q.to_string(), "B >= 1 && (S == 2 || S == 4)");
         assert_eq!(Pred::and([Pred::ge("B", 1), Pred::False]), Pred::False);
     }
@@ -286,7 +297,10 @@ mod tests {
         let mut s = Sigma::new();
         s.insert("B".into(), 3);
         assert_eq!(Pred::ge("B", 16).eval(&s), Ok(false));
-        assert_eq!(Pred::not(Pred::and([Pred::ge("B", 16), Pred::True])).eval(&s), Ok(true));
+        assert_eq!(
+            Pred::not(Pred::and([Pred::ge("B", 16), Pred::True])).eval(&s),
+            Ok(true)
+        );
         assert!(Pred::ge("X", 1).eval(&s).is_err());
     }
 }

@@ -93,7 +93,13 @@ impl State {
             .unwrap_or(DEFAULT_RLIMIT);
         let solver = Solver::new();
         apply_rlimit(&solver, rlimit);
-        State { solver, rlimit, cache_enabled: true, cache: HashMap::new(), stats: Stats::default() }
+        State {
+            solver,
+            rlimit,
+            cache_enabled: true,
+            cache: HashMap::new(),
+            stats: Stats::default(),
+        }
     }
 }
 
@@ -310,7 +316,12 @@ fn relevant_vars(ctx: &Ctx, facts: &[Pred], goal: &Pred) -> Vec<String> {
 }
 
 /// Lexicographically minimal model of `asserts` over `shown`.
-fn minimise(enc: &mut Encoder, asserts: &[Bool], shown: &[String], rlimit: u32) -> Option<Counterexample> {
+fn minimise(
+    enc: &mut Encoder,
+    asserts: &[Bool],
+    shown: &[String],
+    rlimit: u32,
+) -> Option<Counterexample> {
     let opt = Optimize::new();
     let mut p = Params::new();
     p.set_u32("rlimit", rlimit.saturating_mul(4));
@@ -361,7 +372,11 @@ impl Encoder {
             for a in m {
                 factors.push(self.atom(a));
             }
-            terms.push(if factors.len() == 1 { factors.remove(0) } else { Int::mul(&factors) });
+            terms.push(if factors.len() == 1 {
+                factors.remove(0)
+            } else {
+                Int::mul(&factors)
+            });
         }
         match terms.len() {
             0 => Int::from_i64(0),
@@ -488,7 +503,11 @@ mod tests {
         // A non-linear query that needs real search: x·y·z = 2^30 + 1 with factors ≥ 2
         // together with a contradiction buried under many products.
         let mut g = ctx(&["X", "Y", "Z"]);
-        g.assume(Pred::eq(Dim::var("X") * Dim::var("Y") * Dim::var("Z") - Dim::var("X") * Dim::var("X") * Dim::var("Y"), 1_073_741_827));
+        g.assume(Pred::eq(
+            Dim::var("X") * Dim::var("Y") * Dim::var("Z")
+                - Dim::var("X") * Dim::var("X") * Dim::var("Y"),
+            1_073_741_827,
+        ));
         g.assume(Pred::ge("X", 2));
         set_rlimit(1);
         let r = entails(&g, &Pred::ge("Y", 5));

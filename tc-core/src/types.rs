@@ -21,7 +21,11 @@ pub struct TensorType {
 impl TensorType {
     /// A tensor type with no refinements.
     pub fn new(dtype: Dtype, shape: Vec<Dim>) -> TensorType {
-        TensorType { dtype, shape, refs: Vec::new() }
+        TensorType {
+            dtype,
+            shape,
+            refs: Vec::new(),
+        }
     }
 
     /// Add refinements (builder style).
@@ -116,7 +120,13 @@ impl Type {
 
 /// Prints a shape as `[B, S, D / H]`.
 pub fn shape_string(s: &[Dim]) -> String {
-    format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        s.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 impl fmt::Display for TensorType {
@@ -155,8 +165,11 @@ mod tests {
 
     #[test]
     fn display_and_volume() {
-        let t = TensorType::new(Dtype::F32, vec![Dim::var("B"), Dim::var("S"), Dim::var("D")])
-            .with_refs([Pred::eq(Dim::var("D").rem(&Dim::c(8)), 0)]);
+        let t = TensorType::new(
+            Dtype::F32,
+            vec![Dim::var("B"), Dim::var("S"), Dim::var("D")],
+        )
+        .with_refs([Pred::eq(Dim::var("D").rem(&Dim::c(8)), 0)]);
         assert_eq!(t.to_string(), "Tensor[f32; B, S, D where D % 8 == 0]");
         assert_eq!(t.volume(), Dim::var("D") * Dim::var("S") * Dim::var("B"));
         assert_eq!(volume(&[]).as_const(), Some(1));

@@ -1,0 +1,1477 @@
+//! Type formation (Section 1 §4), operation typing (Section 2 §4–§13, §17)
+//! and the bidirectional checker (Section 3 §7) over the IR.
+//!
+//! Every instruction synthesises its type; annotated lets, the return and
+//! call arguments are check boundaries where subsumption applies. All errors
+//! are collected; a value whose instruction failed is *poisoned* and later
+//! uses of it are skipped, so one mistake yields one diagnostic.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ctx::{zero_opt_ins, Ctx};
+use crate::diag::{codes, Counterexample, Diagnostic, SpanId};
+use crate::dim::{Atom, Dim};
+use crate::dtype::Dtype;
+use crate::ir::{verify, BinaryOp, Function, Inst, Op, Scalar, Signature, Signatures, Value};
+use crate::pred::Pred;
+use crate::solver::{self, Entailment, Satisfiability};
+use crate::subtype::{dims_equal, subtype, DimEq, SubtypeError};
+use crate::types::{shape_string, TensorType, Type};
+
+const R_FORM: &str = "type formation (Section 1 §4)";
+const R_DIVVAR: &str = "division by a variable (Section 2 §13)";
+const R_DIM: &str = "dimension formation (Section 2 §16)";
+const R_SUB: &str = "subtyping (Section 3 §3.3)";
+const R_UNARY: &str = "unary (Section 2 §4)";
+const R_BINARY: &str = "binary (Section 2 §6)";
+const R_SELECT: &str = "select (Section 2 §6)";
+const R_MATMUL: &str = "matmul (Section 2 §7)";
+const R_REDUCE: &str = "reduce (Section 2 §8)";
+const R_ARG: &str = "argmax/argmin (Section 2 §8)";
+const R_TRANSPOSE: &str = "transpose (Section 2 §9)";
+const R_RESHAPE: &str = "reshape (Section 2 §10)";
+const R_BROADCAST: &str = "broadcast (Section 2 §11)";
+const R_SLICE: &str = "slice (Section 2 §12)";
+const R_CONCAT: &str = "concat (Section 2 §12)";
+const R_CALL: &str = "call (Section 2 §17)";
+const R_LITERAL: &str = "literal (Section 2 §4)";
+const R_BIND: &str = "dim binding (Section 1 §6)";
+
+/// A function that passed the checker.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// The function as given.
+    pub func: Function,
+    /// The type of every value, indexed by value id (parameters first).
+    pub types: Vec<Type>,
+    /// Γ after the body (signature facts, local dim bindings).
+    pub ctx: Ctx,
+}
+
+/// Γ of a signature: its variables (with their `≥ 0` opt-ins), constants,
+/// refinements, `requires` and axioms. No checking.
+pub fn signature_ctx(sig: &Signature) -> Ctx {
+    let mut ctx = Ctx::new();
+    let mut preds: Vec<Pred> = sig.requires.iter().map(|r| r.node.clone()).collect();
+    for p in &sig.params {
+        if let Type::Tensor(t) = &p.ty {
+            preds.extend(t.refs.iter().cloned());
+        }
+    }
+    let zero = zero_opt_ins(&preds);
+    for (n, v) in &sig.consts {
+        ctx.constant(n, *v);
+    }
+    for v in &sig.vars {
+        if v.allow_zero || zero.contains(&v.name) {
+            ctx.declare_allow_zero(&v.name);
+        } else {
+            ctx.declare(&v.name);
+        }
+    }
+    for p in preds {
+        ctx.assume(p);
+    }
+    for a in &sig.axioms {
+        ctx.axiom(a.node.clone());
+    }
+    ctx
+}
+
+/// Formation of a signature (Section 1 §4): every name bound, dims and
+/// predicates Presburger (axioms excepted), divisions by a variable justified
+/// (Section 2 §13), compound dims positive (§16), and every refinement set
+/// satisfiable (an unsatisfiable one is an empty type).
+pub fn check_signature(sig: &Signature) -> Vec<Diagnostic> {
+    let ctx = signature_ctx(sig);
+    let mut ck = Checker::new(ctx, None);
+    ck.check_sig(sig);
+    ck.diags
+}
+
+/// Check a whole function against the visible signatures.
+pub fn check_function(func: &Function, sigs: &Signatures) -> Result<Checked, Vec<Diagnostic>> {
+    if let Err(d) = verify(func) {
+        return Err(vec![d]);
+    }
+    let ctx = signature_ctx(&func.sig);
+    let mut ck = Checker::new(ctx, Some(sigs));
+    ck.check_sig(&func.sig);
+    if !ck.diags.is_empty() {
+        // A malformed signature makes every body judgment meaningless.
+        return Err(ck.diags);
+    }
+    let types = ck.check_body(func);
+    if ck.diags.is_empty() {
+        let types = types.into_iter().map(|t| t.unwrap_or(Type::Unit)).collect();
+        Ok(Checked {
+            func: func.clone(),
+            types,
+            ctx: ck.ctx,
+        })
+    } else {
+        Err(ck.diags)
+    }
+}
+
+/// The checker's state: Γ, the visible signatures and the errors so far.
+struct Checker<'a> {
+    ctx: Ctx,
+    sigs: Option<&'a Signatures>,
+    diags: Vec<Diagnostic>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(ctx: Ctx, sigs: Option<&'a Signatures>) -> Self {
+        Checker {
+            ctx,
+            sigs,
+            diags: Vec::new(),
+        }
+    }
+
+    fn err(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    /// Prove `goal` or report: `Invalid` → `code` with the counterexample,
+    /// `Unknown` → the fixed budget message. Returns whether it was proven.
+    fn prove(
+        &mut self,
+        goal: &Pred,
+        code: &'static str,
+        rule: &'static str,
+        span: SpanId,
+        msg: impl FnOnce() -> String,
+    ) -> bool {
+        match solver::entails(&self.ctx, goal) {
+            Entailment::Valid => true,
+            Entailment::Invalid(cex) => {
+                self.err(Diagnostic::new(code, rule, span, msg()).with_cex(Some(cex)));
+                false
+            }
+            Entailment::Unknown => {
+                self.err(unknown_diag(rule, span, goal));
+                false
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- formation
+
+    fn check_sig(&mut self, sig: &Signature) {
+        let rule_preds: Vec<(Pred, SpanId)> = sig
+            .params
+            .iter()
+            .flat_map(|p| match &p.ty {
+                Type::Tensor(t) => t
+                    .refs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.clone(), p.ref_spans.get(i).copied().unwrap_or(p.span)))
+                    .collect::<Vec<_>>(),
+                _ => vec![],
+            })
+            .chain(sig.requires.iter().map(|r| (r.node.clone(), r.span)))
+            .collect();
+        for (p, span) in &rule_preds {
+            self.pred_formed(p, *span, false);
+        }
+        for a in &sig.axioms {
+            self.pred_formed(&a.node, a.span, true);
+        }
+        // Sat of each tensor's own refinement set, then of the whole Γ.
+        let before = self.diags.len();
+        for p in &sig.params {
+            if let Type::Tensor(t) = &p.ty {
+                if !t.refs.is_empty() {
+                    let span = p.ref_spans.first().copied().unwrap_or(p.span);
+                    self.sat_or_empty(&t.refs, span, &format!("the refinements of `{}`", p.name));
+                }
+            }
+        }
+        if self.diags.len() == before {
+            let span = sig.requires.first().map(|r| r.span).unwrap_or(sig.span);
+            self.sat_or_empty(
+                &[],
+                span,
+                "the signature's refinements, requires and axioms together",
+            );
+        }
+        if self.diags.len() > before {
+            return;
+        }
+        for p in &sig.params {
+            if let Type::Tensor(t) = &p.ty {
+                for (i, d) in t.shape.iter().enumerate() {
+                    let span = p.dim_spans.get(i).copied().unwrap_or(p.span);
+                    self.dim_formed(d, span);
+                }
+            }
+        }
+        if let Type::Tensor(t) = &sig.ret {
+            for (i, d) in t.shape.iter().enumerate() {
+                let span = sig.ret_dim_spans.get(i).copied().unwrap_or(sig.ret_span);
+                self.dim_formed(d, span);
+            }
+            for r in &t.refs {
+                self.pred_formed(r, sig.ret_span, false);
+            }
+        }
+    }
+
+    /// `Sat(Γ ∧ extra)`, or an "empty type" error.
+    fn sat_or_empty(&mut self, extra: &[Pred], span: SpanId, what: &str) {
+        match solver::satisfiable(&self.ctx, extra) {
+            Satisfiability::Sat => {}
+            Satisfiability::Unsat => self.err(
+                Diagnostic::new(
+                    codes::EMPTY_TYPE,
+                    R_FORM,
+                    span,
+                    format!("{what} are unsatisfiable: the type is empty"),
+                )
+                .note("with the default `α >= 1` for every shape variable not opted into `>= 0` (Section 2 §16)")
+                .help("remove the contradictory predicate"),
+            ),
+            Satisfiability::Unknown => self.err(
+                Diagnostic::new(
+                    codes::SOLVER_UNKNOWN,
+                    R_FORM,
+                    span,
+                    format!("could not decide whether {what} are satisfiable within the solver budget"),
+                )
+                .help("add a refinement or an axiom"),
+            ),
+        }
+    }
+
+    /// Names bound; Presburger unless an axiom; divisions by variables justified.
+    fn pred_formed(&mut self, p: &Pred, span: SpanId, is_axiom: bool) {
+        for d in p.dims() {
+            self.names_bound(d, span);
+            if !is_axiom {
+                self.linear_or_error(d, span);
+            }
+        }
+    }
+
+    fn names_bound(&mut self, d: &Dim, span: SpanId) -> bool {
+        let unbound = self.ctx.unbound_in(d);
+        if unbound.is_empty() {
+            return true;
+        }
+        self.err(
+            Diagnostic::new(
+                codes::UNBOUND_VAR,
+                R_FORM,
+                span,
+                format!("shape variable `{}` is not bound here", unbound[0]),
+            )
+            .help("shape variables are bound by the signature's tensor types, by `let n = dim(&x, axis)`, or by a module constant"),
+        );
+        false
+    }
+
+    /// Products of variables are outside Presburger (Section 1 §3); quotients
+    /// by a variable are admitted through Section 2 §13.
+    fn linear_or_error(&mut self, d: &Dim, span: SpanId) -> bool {
+        for (m, _) in d.terms() {
+            if m.len() > 1 {
+                let prod: Vec<String> = m.iter().map(|a| a.to_string()).collect();
+                self.err(
+                    Diagnostic::new(
+                        codes::NON_LINEAR,
+                        R_FORM,
+                        span,
+                        format!("`{}` multiplies shape variables, which is outside Presburger arithmetic", prod.join(" * ")),
+                    )
+                    .help(format!(
+                        "introduce a variable for the product and state it as an axiom, e.g. `axiom(P == {})`",
+                        prod.join(" * ")
+                    )),
+                );
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A dim in a type or op attribute: bound, Presburger, quotients by a
+    /// variable exact (§13), and at least the least admitted size (§16).
+    fn dim_formed(&mut self, d: &Dim, span: SpanId) -> bool {
+        if !self.names_bound(d, span) || !self.linear_or_error(d, span) {
+            return false;
+        }
+        for atom in d.variable_divisions() {
+            if let Atom::Div(x, y) = &atom {
+                let goal = Pred::eq(x.rem(y), 0);
+                let ok = self.prove(&goal, codes::DIV_BY_VAR, R_DIVVAR, span, || {
+                    format!("`{atom}` divides by a shape variable, but `{goal}` is not implied")
+                });
+                if !ok {
+                    if let Some(last) = self.diags.last_mut() {
+                        last.help = Some(format!(
+                            "add `requires({goal})` or the refinement `where {goal}`"
+                        ));
+                    }
+                    return false;
+                }
+            }
+        }
+        if d.as_var().is_some() {
+            // Variables carry their own default (α ≥ 1 or the opt-in α ≥ 0).
+            return true;
+        }
+        let least = self.least_size(d);
+        if let Some(c) = d.as_const() {
+            if c < least {
+                self.err(
+                    Diagnostic::new(codes::BAD_DIM, R_DIM, span, format!("dimension `{c}` is not a valid size here; expected at least {least}"))
+                        .note("a zero-sized dim is admitted only through a shape variable opted into `>= 0`"),
+                );
+                return false;
+            }
+            return true;
+        }
+        let goal = Pred::ge(d.clone(), least);
+        self.prove(&goal, codes::BAD_DIM, R_DIM, span, || {
+            format!("dimension `{d}` may be smaller than {least}: `{goal}` is not implied")
+        })
+    }
+
+    /// 0 when some variable of `d` is opted into `≥ 0`, else 1 (Section 2 §16).
+    fn least_size(&self, d: &Dim) -> i64 {
+        let vs = d.vars();
+        if self
+            .ctx
+            .vars
+            .iter()
+            .any(|v| v.allow_zero && vs.contains(&v.name))
+        {
+            0
+        } else {
+            1
+        }
+    }
+
+    // --------------------------------------------------------------------- body
+
+    fn check_body(&mut self, func: &Function) -> Vec<Option<Type>> {
+        let mut types: Vec<Option<Type>> =
+            func.sig.params.iter().map(|p| Some(p.ty.clone())).collect();
+        for (i, inst) in func.body.iter().enumerate() {
+            for b in func.dim_bindings.iter().filter(|b| b.before == i) {
+                self.bind_dim(b, &types);
+            }
+            let synth = self.synth(func, inst, &types);
+            let ty = match (synth, &inst.annot) {
+                (Some(t), Some(annot)) => {
+                    // Check boundary (Section 3 §7): the annotation is checked by
+                    // subsumption and becomes the value's type.
+                    if self.annot_formed(annot, inst.annot_span) {
+                        self.check_sub(
+                            &t,
+                            annot,
+                            inst.annot_span,
+                            "the annotated type of this `let`",
+                        );
+                    }
+                    Some(annot.clone())
+                }
+                (t, _) => t,
+            };
+            types.push(ty);
+        }
+        for b in func
+            .dim_bindings
+            .iter()
+            .filter(|b| b.before >= func.body.len())
+        {
+            self.bind_dim(b, &types);
+        }
+        if let Some(Some(t)) = types.get(func.ret.0 as usize) {
+            let t = t.clone();
+            self.check_sub(&t, &func.sig.ret, func.ret_span, "the declared return type");
+        }
+        types
+    }
+
+    fn annot_formed(&mut self, t: &Type, span: SpanId) -> bool {
+        match t {
+            Type::Tensor(tt) => {
+                let mut ok = true;
+                for d in &tt.shape {
+                    ok &= self.dim_formed(d, span);
+                }
+                for r in &tt.refs {
+                    ok &= self.names_bound_pred(r, span);
+                }
+                ok
+            }
+            _ => true,
+        }
+    }
+
+    fn names_bound_pred(&mut self, p: &Pred, span: SpanId) -> bool {
+        p.dims().into_iter().all(|d| self.names_bound(d, span))
+    }
+
+    fn check_sub(&mut self, found: &Type, expected: &Type, span: SpanId, what: &str) {
+        if let Err(e) = subtype(&self.ctx, found, expected) {
+            self.err(sub_diag(&e, span, what, found, expected));
+        }
+    }
+
+    fn bind_dim(&mut self, b: &crate::ir::DimBinding, types: &[Option<Type>]) {
+        let Some(Some(t)) = types.get(b.of.0 as usize) else {
+            return;
+        };
+        let Type::Tensor(t) = t else {
+            self.err(Diagnostic::new(
+                codes::KIND_MISMATCH,
+                R_BIND,
+                b.span,
+                format!("`dim` needs a tensor, found a {}", t.kind_name()),
+            ));
+            return;
+        };
+        let Some(d) = t.shape.get(b.axis) else {
+            self.err(Diagnostic::new(
+                codes::AXIS,
+                R_BIND,
+                b.span,
+                format!(
+                    "axis {} is out of range for a tensor of rank {}",
+                    b.axis,
+                    t.rank()
+                ),
+            ));
+            return;
+        };
+        if self.ctx.is_bound(&b.name) {
+            self.err(Diagnostic::new(
+                codes::UNBOUND_VAR,
+                R_BIND,
+                b.span,
+                format!(
+                    "`{}` is already a shape variable or constant; pick a fresh name",
+                    b.name
+                ),
+            ));
+            return;
+        }
+        let d = d.clone();
+        let least = self.least_size(&d);
+        if least == 0 {
+            self.ctx.declare_allow_zero(&b.name);
+        } else {
+            self.ctx.declare(&b.name);
+        }
+        self.ctx.assume(Pred::eq(Dim::var(b.name.clone()), d));
+    }
+
+    /// Synthesise the type of one instruction (Section 3 §7: internal nodes synthesise).
+    fn synth(&mut self, func: &Function, inst: &Inst, types: &[Option<Type>]) -> Option<Type> {
+        // Poisoned operands: their error was already reported.
+        let mut operands = Vec::new();
+        for v in inst.op.operands() {
+            operands.push(types.get(v.0 as usize)?.clone()?);
+        }
+        match &inst.op {
+            Op::Unary(op, _) => {
+                let t = self.tensor_arg(&operands[0], inst, 0, R_UNARY)?;
+                if !op.admits(t.dtype) {
+                    self.err(class_diag(
+                        R_UNARY,
+                        inst.span,
+                        op.name(),
+                        op.class_name(),
+                        t.dtype,
+                    ));
+                    return None;
+                }
+                Some(Type::Tensor(t))
+            }
+            Op::Cast(dt, _) => {
+                let t = self.tensor_arg(&operands[0], inst, 0, "cast (Section 2 §5)")?;
+                Some(Type::Tensor(TensorType { dtype: *dt, ..t }))
+            }
+            Op::Binary(op, _, _) => self.binary(*op, inst, &operands),
+            Op::ScalarBinary { op, s, .. } => {
+                let t = self.tensor_arg(&operands[0], inst, 0, R_BINARY)?;
+                if !op.admits(t.dtype) {
+                    self.err(class_diag(
+                        R_BINARY,
+                        inst.span,
+                        op.name(),
+                        op.class_name(),
+                        t.dtype,
+                    ));
+                    return None;
+                }
+                self.scalar_matches(func, s, t.dtype, inst.arg_span(1))?;
+                Some(Type::Tensor(TensorType {
+                    dtype: op.result_dtype(t.dtype),
+                    ..t
+                }))
+            }
+            Op::Select(..) => self.select(inst, &operands),
+            Op::Matmul(..) => self.matmul(inst, &operands),
+            Op::Reduce {
+                op, axes, keepdims, ..
+            } => {
+                let t = self.tensor_arg(&operands[0], inst, 0, R_REDUCE)?;
+                if !op.admits(t.dtype) {
+                    self.err(class_diag(
+                        R_REDUCE,
+                        inst.span,
+                        op.name(),
+                        op.class_name(),
+                        t.dtype,
+                    ));
+                    return None;
+                }
+                self.axes_ok(axes, t.rank(), inst, R_REDUCE)?;
+                if op.needs_nonempty() {
+                    for &a in axes {
+                        self.nonempty_axis(&t.shape[a], a, inst, R_REDUCE, op.name())?;
+                    }
+                }
+                Some(Type::Tensor(reduced(&t, axes, *keepdims, t.dtype)))
+            }
+            Op::ArgReduce {
+                max,
+                axis,
+                keepdims,
+                ..
+            } => {
+                let t = self.tensor_arg(&operands[0], inst, 0, R_ARG)?;
+                let name = if *max { "argmax" } else { "argmin" };
+                if !t.dtype.is_numeric() {
+                    self.err(class_diag(R_ARG, inst.span, name, "numeric", t.dtype));
+                    return None;
+                }
+                self.axes_ok(&[*axis], t.rank(), inst, R_ARG)?;
+                self.nonempty_axis(&t.shape[*axis], *axis, inst, R_ARG, name)?;
+                Some(Type::Tensor(reduced(&t, &[*axis], *keepdims, Dtype::I64)))
+            }
+            Op::Transpose(perm, _) => {
+                let t = self.tensor_arg(&operands[0], inst, 0, R_TRANSPOSE)?;
+                let mut sorted = perm.clone();
+                sorted.sort_unstable();
+                if sorted != (0..t.rank()).collect::<Vec<_>>() {
+                    self.err(Diagnostic::new(
+                        codes::PERMUTATION,
+                        R_TRANSPOSE,
+                        inst.attr_span(0),
+                        format!("expected a permutation of 0..{} for a tensor of rank {}, found {perm:?}", t.rank(), t.rank()),
+                    ));
+                    return None;
+                }
+                let shape = perm.iter().map(|&p| t.shape[p].clone()).collect();
+                Some(Type::Tensor(TensorType { shape, ..t }))
+            }
+            Op::Reshape(shape, _) => self.reshape(shape, inst, &operands),
+            Op::Broadcast(shape, _) => self.broadcast(shape, inst, &operands),
+            Op::Slice {
+                axis, start, stop, ..
+            } => self.slice(*axis, start, stop, inst, &operands),
+            Op::Concat(axis, _) => self.concat(*axis, inst, &operands),
+            Op::Fill(dt, shape, s) => {
+                let mut ok = true;
+                for (i, d) in shape.iter().enumerate() {
+                    ok &= self.dim_formed(d, inst.attr_span(i));
+                }
+                self.scalar_matches(func, s, *dt, inst.arg_span(0))?;
+                ok.then(|| Type::tensor(*dt, shape.clone()))
+            }
+            Op::Iota(dt, shape, axis) => {
+                let mut ok = true;
+                for (i, d) in shape.iter().enumerate() {
+                    ok &= self.dim_formed(d, inst.attr_span(i));
+                }
+                if !dt.is_numeric() {
+                    self.err(class_diag(R_LITERAL, inst.span, "iota", "numeric", *dt));
+                    return None;
+                }
+                if *axis >= shape.len() {
+                    self.err(Diagnostic::new(
+                        codes::AXIS,
+                        R_LITERAL,
+                        inst.span,
+                        format!("axis {axis} is out of range for rank {}", shape.len()),
+                    ));
+                    return None;
+                }
+                ok.then(|| Type::tensor(*dt, shape.clone()))
+            }
+            Op::Call(name, _) => self.call(name, inst, &operands),
+        }
+    }
+
+    fn tensor_arg(
+        &mut self,
+        t: &Type,
+        inst: &Inst,
+        i: usize,
+        rule: &'static str,
+    ) -> Option<TensorType> {
+        match t {
+            Type::Tensor(t) => Some(t.clone()),
+            other => {
+                self.err(Diagnostic::new(
+                    codes::KIND_MISMATCH,
+                    rule,
+                    inst.arg_span(i),
+                    format!("expected a tensor, found a {} ({other})", other.kind_name()),
+                ));
+                None
+            }
+        }
+    }
+
+    /// Literal class or scalar parameter dtype must match (no promotion, Section 3 §9).
+    fn scalar_matches(
+        &mut self,
+        func: &Function,
+        s: &Scalar,
+        dt: Dtype,
+        span: SpanId,
+    ) -> Option<()> {
+        let found: String = match s {
+            Scalar::Float(_) if dt.is_float() => return Some(()),
+            Scalar::Int(_) if dt.is_int() => return Some(()),
+            Scalar::Bool(_) if dt.is_bool() => return Some(()),
+            Scalar::Float(x) => format!("the float literal `{x:?}`"),
+            Scalar::Int(x) => format!("the integer literal `{x}`"),
+            Scalar::Bool(x) => format!("the bool literal `{x}`"),
+            Scalar::Param(i) => match func.sig.params.get(*i).map(|p| &p.ty) {
+                Some(Type::Scalar(sd)) if *sd == dt => return Some(()),
+                Some(t) => format!("`{}: {t}`", func.sig.params[*i].name),
+                None => format!("parameter {i}"),
+            },
+        };
+        self.err(
+            Diagnostic::new(
+                codes::DTYPE_MISMATCH,
+                R_LITERAL,
+                span,
+                format!(
+                    "expected a scalar of dtype {dt} (class {}), found {found}",
+                    dt.class()
+                ),
+            )
+            .help("scalars take the tensor's dtype exactly: no implicit promotion (Section 3 §9)"),
+        );
+        None
+    }
+
+    fn same_dtype(
+        &mut self,
+        a: &TensorType,
+        b: &TensorType,
+        span: SpanId,
+        rule: &'static str,
+        what: &str,
+    ) -> Option<()> {
+        if a.dtype == b.dtype {
+            return Some(());
+        }
+        self.err(
+            Diagnostic::new(
+                codes::DTYPE_MISMATCH,
+                rule,
+                span,
+                format!("expected dtype {} ({what}), found {}", a.dtype, b.dtype),
+            )
+            .help(format!(
+                "no implicit promotion (Section 3 §9): insert `.cast::<{}>()`",
+                a.dtype
+            )),
+        );
+        None
+    }
+
+    /// Dimension-wise `≡` with a rank check; `first` names the reference operand.
+    fn same_shape(
+        &mut self,
+        a: &TensorType,
+        b: &TensorType,
+        span: SpanId,
+        rule: &'static str,
+        code: &'static str,
+        first: &str,
+        skip_axis: Option<usize>,
+    ) -> Option<()> {
+        if a.rank() != b.rank() {
+            self.err(
+                Diagnostic::new(
+                    codes::RANK_MISMATCH,
+                    rule,
+                    span,
+                    format!("expected rank {} ({first} is {}), found rank {} ({})", a.rank(), shape_string(&a.shape), b.rank(), shape_string(&b.shape)),
+                )
+                .help("no implicit broadcasting (Section 2 §11): use `broadcast(x, [..])` or `reshape`"),
+            );
+            return None;
+        }
+        for (axis, (da, db)) in a.shape.iter().zip(&b.shape).enumerate() {
+            if Some(axis) == skip_axis {
+                continue;
+            }
+            match dims_equal(&self.ctx, da, db) {
+                Ok(()) => {}
+                Err(DimEq::Differs(cex)) => {
+                    let mut d = Diagnostic::new(
+                        code,
+                        rule,
+                        span,
+                        format!("dimension {axis}: expected `{da}` ({first}), found `{db}`"),
+                    )
+                    .with_cex(Some(cex));
+                    if code == codes::SHAPE_MISMATCH {
+                        d = d.help("shapes must be provably equal: no implicit broadcasting (Section 2 §11); use `broadcast` explicitly");
+                    }
+                    self.err(d);
+                    return None;
+                }
+                Err(DimEq::Unknown(goal)) => {
+                    self.err(unknown_diag(rule, span, &goal));
+                    return None;
+                }
+            }
+        }
+        Some(())
+    }
+
+    fn binary(&mut self, op: BinaryOp, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let a = self.tensor_arg(&operands[0], inst, 0, R_BINARY)?;
+        let b = self.tensor_arg(&operands[1], inst, 1, R_BINARY)?;
+        self.same_dtype(&a, &b, inst.arg_span(1), R_BINARY, "the left operand's")?;
+        if !op.admits(a.dtype) {
+            self.err(class_diag(
+                R_BINARY,
+                inst.span,
+                op.name(),
+                op.class_name(),
+                a.dtype,
+            ));
+            return None;
+        }
+        self.same_shape(
+            &a,
+            &b,
+            inst.arg_span(1),
+            R_BINARY,
+            codes::SHAPE_MISMATCH,
+            "the left operand",
+            None,
+        )?;
+        let mut refs = a.refs.clone();
+        refs.extend(b.refs.iter().filter(|p| !a.refs.contains(p)).cloned());
+        Some(Type::Tensor(TensorType {
+            dtype: op.result_dtype(a.dtype),
+            shape: a.shape,
+            refs,
+        }))
+    }
+
+    fn select(&mut self, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let c = self.tensor_arg(&operands[0], inst, 0, R_SELECT)?;
+        let a = self.tensor_arg(&operands[1], inst, 1, R_SELECT)?;
+        let b = self.tensor_arg(&operands[2], inst, 2, R_SELECT)?;
+        if c.dtype != Dtype::Bool {
+            self.err(
+                Diagnostic::new(
+                    codes::DTYPE_MISMATCH,
+                    R_SELECT,
+                    inst.arg_span(0),
+                    format!("expected a bool condition, found dtype {}", c.dtype),
+                )
+                .help("compare to get a bool tensor, e.g. `gt(x, 0.0)`"),
+            );
+            return None;
+        }
+        self.same_dtype(&a, &b, inst.arg_span(2), R_SELECT, "the `then` branch's")?;
+        self.same_shape(
+            &a,
+            &c,
+            inst.arg_span(0),
+            R_SELECT,
+            codes::SHAPE_MISMATCH,
+            "the `then` branch",
+            None,
+        )?;
+        self.same_shape(
+            &a,
+            &b,
+            inst.arg_span(2),
+            R_SELECT,
+            codes::SHAPE_MISMATCH,
+            "the `then` branch",
+            None,
+        )?;
+        let mut refs = a.refs.clone();
+        for p in b.refs.iter().chain(&c.refs) {
+            if !refs.contains(p) {
+                refs.push(p.clone());
+            }
+        }
+        Some(Type::Tensor(TensorType { refs, ..a }))
+    }
+
+    fn matmul(&mut self, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let a = self.tensor_arg(&operands[0], inst, 0, R_MATMUL)?;
+        let b = self.tensor_arg(&operands[1], inst, 1, R_MATMUL)?;
+        for (i, t) in [&a, &b].into_iter().enumerate() {
+            if t.rank() < 2 {
+                self.err(Diagnostic::new(
+                    codes::RANK_MISMATCH,
+                    R_MATMUL,
+                    inst.arg_span(i),
+                    format!(
+                        "expected rank at least 2, found rank {} ({})",
+                        t.rank(),
+                        shape_string(&t.shape)
+                    ),
+                ));
+                return None;
+            }
+        }
+        self.same_dtype(&a, &b, inst.arg_span(1), R_MATMUL, "the left operand's")?;
+        if !a.dtype.is_numeric() {
+            self.err(class_diag(
+                R_MATMUL, inst.span, "matmul", "numeric", a.dtype,
+            ));
+            return None;
+        }
+        if a.rank() != b.rank() {
+            self.err(
+                Diagnostic::new(
+                    codes::RANK_MISMATCH,
+                    R_MATMUL,
+                    inst.arg_span(1),
+                    format!(
+                        "expected rank {} (the left operand is {}), found rank {} ({})",
+                        a.rank(),
+                        shape_string(&a.shape),
+                        b.rank(),
+                        shape_string(&b.shape)
+                    ),
+                )
+                .help("batch dims are matched one to one; use `broadcast` to add them"),
+            );
+            return None;
+        }
+        let n = a.rank();
+        for i in 0..n - 2 {
+            match dims_equal(&self.ctx, &a.shape[i], &b.shape[i]) {
+                Ok(()) => {}
+                Err(DimEq::Differs(cex)) => {
+                    self.err(
+                        Diagnostic::new(
+                            codes::SHAPE_MISMATCH,
+                            R_MATMUL,
+                            inst.arg_span(1),
+                            format!(
+                                "batch dimension {i}: expected `{}`, found `{}`",
+                                a.shape[i], b.shape[i]
+                            ),
+                        )
+                        .with_cex(Some(cex)),
+                    );
+                    return None;
+                }
+                Err(DimEq::Unknown(goal)) => {
+                    self.err(unknown_diag(R_MATMUL, inst.arg_span(1), &goal));
+                    return None;
+                }
+            }
+        }
+        let (k, k2) = (&a.shape[n - 1], &b.shape[n - 2]);
+        match dims_equal(&self.ctx, k, k2) {
+            Ok(()) => {}
+            Err(DimEq::Differs(cex)) => {
+                self.err(
+                    Diagnostic::new(
+                        codes::CONTRACTION,
+                        R_MATMUL,
+                        inst.arg_span(1),
+                        format!(
+                            "contraction dimension mismatch: expected `{k}` (last dim of the left operand), found `{k2}` (dim {} of the right operand)",
+                            n - 2
+                        ),
+                    )
+                    .with_cex(Some(cex)),
+                );
+                return None;
+            }
+            Err(DimEq::Unknown(goal)) => {
+                self.err(unknown_diag(R_MATMUL, inst.arg_span(1), &goal));
+                return None;
+            }
+        }
+        let mut shape = a.shape[..n - 1].to_vec();
+        shape.push(b.shape[n - 1].clone());
+        let mut refs = a.refs.clone();
+        refs.extend(b.refs.iter().filter(|p| !a.refs.contains(p)).cloned());
+        Some(Type::Tensor(TensorType {
+            dtype: a.dtype,
+            shape,
+            refs,
+        }))
+    }
+
+    fn axes_ok(
+        &mut self,
+        axes: &[usize],
+        rank: usize,
+        inst: &Inst,
+        rule: &'static str,
+    ) -> Option<()> {
+        let mut seen = BTreeSet::new();
+        let msg = if axes.is_empty() {
+            Some("expected at least one axis, found none".to_string())
+        } else if let Some(a) = axes.iter().find(|&&a| a >= rank) {
+            Some(format!(
+                "axis {a} is out of range for a tensor of rank {rank}"
+            ))
+        } else {
+            axes.iter()
+                .find(|a| !seen.insert(**a))
+                .map(|a| format!("axis {a} is listed twice"))
+        };
+        match msg {
+            None => Some(()),
+            Some(m) => {
+                self.err(Diagnostic::new(codes::AXIS, rule, inst.attr_span(0), m));
+                None
+            }
+        }
+    }
+
+    fn nonempty_axis(
+        &mut self,
+        d: &Dim,
+        axis: usize,
+        inst: &Inst,
+        rule: &'static str,
+        op: &str,
+    ) -> Option<()> {
+        let goal = Pred::ge(d.clone(), 1);
+        self.prove(
+            &goal,
+            codes::EMPTY_REDUCTION,
+            rule,
+            inst.attr_span(0),
+            || format!("`{op}` over axis {axis} needs a non-empty axis, but `{d}` may be 0"),
+        )
+        .then_some(())
+        .or_else(|| {
+            if let Some(last) = self.diags.last_mut() {
+                last.help = Some(format!(
+                    "add `{d} >= 1`, or use `sum`, which is defined on empty axes"
+                ));
+            }
+            None
+        })
+    }
+
+    fn reshape(&mut self, shape: &[Dim], inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_RESHAPE)?;
+        let mut ok = true;
+        for (i, d) in shape.iter().enumerate() {
+            ok &= self.dim_formed(d, inst.attr_span(i));
+        }
+        if !ok {
+            return None;
+        }
+        let (v1, v2) = (t.volume(), crate::types::volume(shape));
+        // §10 step 1: equal polynomials over the shape atoms prove it; step 2: Z3
+        // with Γ's non-linear facts; step 3: an error naming both volumes.
+        if v1 != v2 && !self.volumes_match_modulo_division(&v1, &v2) {
+            let goal = Pred::eq(v1.clone(), v2.clone());
+            match solver::entails(&self.ctx, &goal) {
+                Entailment::Valid => {}
+                Entailment::Invalid(cex) => {
+                    self.err(
+                        Diagnostic::new(
+                            codes::RESHAPE_VOLUME,
+                            R_RESHAPE,
+                            inst.attr_span(0),
+                            format!("cannot prove the volumes equal: expected `{v1}` (the volume of {}), found `{v2}` (the volume of {})", shape_string(&t.shape), shape_string(shape)),
+                        )
+                        .with_cex(Some(cex))
+                        .help("state the relationship as an axiom, e.g. `axiom(P == X * Y)`, or reshape to a provably equal volume"),
+                    );
+                    return None;
+                }
+                Entailment::Unknown => {
+                    self.err(unknown_diag(R_RESHAPE, inst.attr_span(0), &goal));
+                    return None;
+                }
+            }
+        }
+        Some(Type::Tensor(TensorType {
+            shape: shape.to_vec(),
+            ..t
+        }))
+    }
+
+    /// §10 step 1 extended by §13: with `x % y == 0` in Γ, `(x / y) * y` is `x`.
+    /// Rewrites such products in both volumes and compares the polynomials.
+    fn volumes_match_modulo_division(&self, v1: &Dim, v2: &Dim) -> bool {
+        let diff = v1.clone() - v2.clone();
+        let mut map = BTreeMap::new();
+        let mut divs = diff.variable_divisions();
+        for d in v1
+            .variable_divisions()
+            .into_iter()
+            .chain(v2.variable_divisions())
+        {
+            if !divs.contains(&d) {
+                divs.push(d);
+            }
+        }
+        for atom in &divs {
+            if let Atom::Div(x, y) = atom {
+                let fact = Pred::eq(x.rem(y), 0);
+                if self.ctx.facts.contains(&fact) || self.ctx.axioms.contains(&fact) {
+                    if let Some(v) = y.as_var() {
+                        map.insert(atom.clone(), (v.to_string(), (**x).clone()));
+                    }
+                }
+            }
+        }
+        if map.is_empty() {
+            return false;
+        }
+        // Substitute y := x / q for each justified quotient q = x / y by treating
+        // q·y as x: expand each monomial, cancelling a y against a q.
+        let rewrite = |d: &Dim| -> Dim {
+            let mut out = Dim::c(0);
+            for (m, c) in d.terms() {
+                let mut atoms: Vec<Atom> = m.to_vec();
+                let mut extra = Dim::c(1);
+                loop {
+                    let hit = atoms.iter().position(|a| {
+                        map.get(a)
+                            .is_some_and(|(y, _)| atoms.contains(&Atom::Var(y.clone())))
+                    });
+                    let Some(qi) = hit else { break };
+                    let q = atoms.remove(qi);
+                    let (y, x) = &map[&q];
+                    if let Some(yi) = atoms.iter().position(|a| *a == Atom::Var(y.clone())) {
+                        atoms.remove(yi);
+                    }
+                    extra = extra * x.clone();
+                }
+                let mut term = Dim::c(c) * extra;
+                for a in atoms {
+                    term = term * atom_dim(a);
+                }
+                out = out + term;
+            }
+            out
+        };
+        rewrite(v1) == rewrite(v2)
+    }
+
+    fn broadcast(&mut self, shape: &[Dim], inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_BROADCAST)?;
+        let mut ok = true;
+        for (i, d) in shape.iter().enumerate() {
+            ok &= self.dim_formed(d, inst.attr_span(i));
+        }
+        if !ok {
+            return None;
+        }
+        if t.rank() > shape.len() {
+            self.err(Diagnostic::new(
+                codes::RANK_MISMATCH,
+                R_BROADCAST,
+                inst.attr_span(0),
+                format!(
+                    "expected a target of rank at least {} (the operand is {}), found rank {}",
+                    t.rank(),
+                    shape_string(&t.shape),
+                    shape.len()
+                ),
+            ));
+            return None;
+        }
+        let off = shape.len() - t.rank();
+        for (i, d) in t.shape.iter().enumerate() {
+            let target = &shape[off + i];
+            if d == target || d.as_const() == Some(1) {
+                continue;
+            }
+            let eq = Pred::eq(d.clone(), target.clone());
+            let one = Pred::eq(d.clone(), 1);
+            match (
+                solver::entails(&self.ctx, &eq),
+                solver::entails(&self.ctx, &one),
+            ) {
+                (Entailment::Valid, _) | (_, Entailment::Valid) => {}
+                (Entailment::Unknown, _) | (_, Entailment::Unknown) => {
+                    self.err(unknown_diag(R_BROADCAST, inst.attr_span(off + i), &eq));
+                    return None;
+                }
+                (Entailment::Invalid(cex), Entailment::Invalid(_)) => {
+                    self.err(
+                        Diagnostic::new(
+                            codes::BROADCAST,
+                            R_BROADCAST,
+                            inst.attr_span(off + i),
+                            format!("cannot broadcast dimension {i} of the operand: expected `1` or `{target}`, found `{d}`"),
+                        )
+                        .with_cex(Some(cex)),
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(Type::Tensor(TensorType {
+            shape: shape.to_vec(),
+            ..t
+        }))
+    }
+
+    fn slice(
+        &mut self,
+        axis: usize,
+        start: &Dim,
+        stop: &Dim,
+        inst: &Inst,
+        operands: &[Type],
+    ) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_SLICE)?;
+        self.axes_ok(&[axis], t.rank(), inst, R_SLICE)?;
+        let (s_span, e_span) = (inst.attr_span(1), inst.attr_span(2));
+        for (d, sp) in [(start, s_span), (stop, e_span)] {
+            if !self.names_bound(d, sp) || !self.linear_or_error(d, sp) {
+                return None;
+            }
+        }
+        let d = t.shape[axis].clone();
+        let checks = [
+            (
+                Pred::ge(start.clone(), 0),
+                s_span,
+                format!("start `{start}` may be negative"),
+            ),
+            (
+                Pred::le(start.clone(), stop.clone()),
+                e_span,
+                format!("stop `{stop}` may be before start `{start}`"),
+            ),
+            (
+                Pred::le(stop.clone(), d.clone()),
+                e_span,
+                format!("stop `{stop}` may exceed the dimension `{d}` of axis {axis}"),
+            ),
+        ];
+        for (goal, span, msg) in checks {
+            if !self.prove(&goal, codes::SLICE_BOUNDS, R_SLICE, span, || msg) {
+                return None;
+            }
+        }
+        let len = stop.clone() - start.clone();
+        let mut vs = len.vars();
+        vs.extend(d.vars());
+        let least = if self
+            .ctx
+            .vars
+            .iter()
+            .any(|v| v.allow_zero && vs.contains(&v.name))
+        {
+            0
+        } else {
+            1
+        };
+        if least == 1 {
+            let goal = Pred::ge(len.clone(), 1);
+            if !self.prove(&goal, codes::SLICE_BOUNDS, R_SLICE, e_span, || {
+                format!("the slice `{start}..{stop}` may be empty; its length `{len}` must be at least 1")
+            }) {
+                return None;
+            }
+        }
+        let mut shape = t.shape.clone();
+        shape[axis] = len;
+        Some(Type::Tensor(TensorType { shape, ..t }))
+    }
+
+    fn concat(&mut self, axis: usize, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let mut ts = Vec::new();
+        for (i, o) in operands.iter().enumerate() {
+            ts.push(self.tensor_arg(o, inst, i, R_CONCAT)?);
+        }
+        let first = ts[0].clone();
+        self.axes_ok(&[axis], first.rank(), inst, R_CONCAT)?;
+        let mut total = first.shape[axis].clone();
+        let mut refs = first.refs.clone();
+        for (i, t) in ts.iter().enumerate().skip(1) {
+            self.same_dtype(&first, t, inst.arg_span(i), R_CONCAT, "the first operand's")?;
+            if t.rank() != first.rank() {
+                self.err(Diagnostic::new(
+                    codes::CONCAT,
+                    R_CONCAT,
+                    inst.arg_span(i),
+                    format!(
+                        "expected rank {} (the first operand is {}), found rank {} ({})",
+                        first.rank(),
+                        shape_string(&first.shape),
+                        t.rank(),
+                        shape_string(&t.shape)
+                    ),
+                ));
+                return None;
+            }
+            self.same_shape(
+                &first,
+                t,
+                inst.arg_span(i),
+                R_CONCAT,
+                codes::CONCAT,
+                "the first operand",
+                Some(axis),
+            )?;
+            total = total + t.shape[axis].clone();
+            refs.extend(t.refs.iter().filter(|p| !first.refs.contains(p)).cloned());
+        }
+        let mut shape = first.shape.clone();
+        shape[axis] = total;
+        Some(Type::Tensor(TensorType {
+            dtype: first.dtype,
+            shape,
+            refs,
+        }))
+    }
+
+    /// Section 2 §17: unify, discharge `requires` and argument subtyping.
+    fn call(&mut self, name: &str, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let Some(sig) = self.sigs.and_then(|s| s.get(name)).cloned() else {
+            self.err(
+                Diagnostic::new(
+                    codes::UNKNOWN_NAME,
+                    R_CALL,
+                    inst.span,
+                    format!("no tensor fn `{name}` is visible here"),
+                )
+                .help("calls between tensor fns are checked inside one `#[tensor_module]`"),
+            );
+            return None;
+        };
+        if sig.params.len() != operands.len() {
+            self.err(Diagnostic::new(
+                codes::CALL,
+                R_CALL,
+                inst.span,
+                format!(
+                    "`{name}` takes {} arguments, found {}",
+                    sig.params.len(),
+                    operands.len()
+                ),
+            ));
+            return None;
+        }
+        // Unification: bare-variable dims bind; everything else is an obligation.
+        let callee_ctx = signature_ctx(&sig);
+        let mut theta: BTreeMap<String, Dim> = BTreeMap::new();
+        for (n, v) in &sig.consts {
+            theta.insert(n.clone(), Dim::c(*v));
+        }
+        for (i, (p, a)) in sig.params.iter().zip(operands).enumerate() {
+            match (&p.ty, a) {
+                (Type::Tensor(pt), Type::Tensor(at)) => {
+                    if pt.dtype != at.dtype {
+                        self.err(
+                            Diagnostic::new(
+                                codes::DTYPE_MISMATCH,
+                                R_CALL,
+                                inst.arg_span(i),
+                                format!(
+                                    "argument `{}` of `{name}`: expected dtype {}, found {}",
+                                    p.name, pt.dtype, at.dtype
+                                ),
+                            )
+                            .help(format!("insert `.cast::<{}>()`", pt.dtype)),
+                        );
+                        return None;
+                    }
+                    if pt.rank() != at.rank() {
+                        self.err(Diagnostic::new(
+                            codes::RANK_MISMATCH,
+                            R_CALL,
+                            inst.arg_span(i),
+                            format!("argument `{}` of `{name}`: expected rank {} ({}), found rank {} ({})", p.name, pt.rank(), pt, at.rank(), shape_string(&at.shape)),
+                        ));
+                        return None;
+                    }
+                    for (pd, ad) in pt.shape.iter().zip(&at.shape) {
+                        if let Some(v) = pd.as_var() {
+                            if !theta.contains_key(v) {
+                                theta.insert(v.to_string(), ad.clone());
+                            }
+                        }
+                    }
+                }
+                (Type::Scalar(pd), Type::Scalar(ad)) if pd == ad => {}
+                (pt, at) => {
+                    self.err(Diagnostic::new(
+                        codes::KIND_MISMATCH,
+                        R_CALL,
+                        inst.arg_span(i),
+                        format!(
+                            "argument `{}` of `{name}`: expected {pt}, found {at}",
+                            p.name
+                        ),
+                    ));
+                    return None;
+                }
+            }
+        }
+        for v in &sig.vars {
+            if !theta.contains_key(&v.name) {
+                self.err(Diagnostic::new(
+                    codes::CALL,
+                    R_CALL,
+                    inst.span,
+                    format!(
+                        "cannot infer shape variable `{}` of `{name}` from the arguments",
+                        v.name
+                    ),
+                ));
+                return None;
+            }
+        }
+        // Each argument against its parameter by subtyping (Section 3 §3.3).
+        for (i, (p, a)) in sig.params.iter().zip(operands).enumerate() {
+            let expected = p.ty.subst(&theta);
+            if let Err(e) = subtype(&self.ctx, a, &expected) {
+                let mut d = sub_diag(
+                    &e,
+                    inst.arg_span(i),
+                    &format!("parameter `{}` of `{name}`", p.name),
+                    a,
+                    &expected,
+                );
+                d.rule = R_CALL;
+                if !e.is_unknown() {
+                    d.code = codes::CALL;
+                }
+                self.err(d);
+                return None;
+            }
+        }
+        // The callee's defaults (α ≥ 1 unless opted in) and its requires.
+        let mut obligations: Vec<Pred> = callee_ctx
+            .vars
+            .iter()
+            .filter(|v| !v.fresh)
+            .map(|v| {
+                Pred::ge(Dim::var(v.name.clone()), if v.allow_zero { 0 } else { 1 }).subst(&theta)
+            })
+            .collect();
+        obligations.extend(sig.requires.iter().map(|r| r.node.subst(&theta)));
+        for (k, goal) in obligations.iter().enumerate() {
+            let orig = if k >= callee_ctx.vars.len() {
+                sig.requires[k - callee_ctx.vars.len()].node.to_string()
+            } else {
+                format!("{} >= 1", callee_ctx.vars[k].name)
+            };
+            if !self.prove(goal, codes::CALL, R_CALL, inst.span, || {
+                format!("`{name}` requires `{orig}`, i.e. `{goal}` here, which the caller's facts do not imply")
+            }) {
+                return None;
+            }
+        }
+        Some(sig.ret.subst(&theta))
+    }
+}
+
+fn atom_dim(a: Atom) -> Dim {
+    match a {
+        Atom::Var(v) => Dim::var(v),
+        Atom::Div(x, y) => x.div(&y),
+        Atom::Mod(x, y) => x.rem(&y),
+    }
+}
+
+fn reduced(t: &TensorType, axes: &[usize], keepdims: bool, dtype: Dtype) -> TensorType {
+    let shape = t
+        .shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (axes.contains(&i), keepdims) {
+            (true, true) => Some(Dim::c(1)),
+            (true, false) => None,
+            (false, _) => Some(d.clone()),
+        })
+        .collect();
+    TensorType {
+        dtype,
+        shape,
+        refs: t.refs.clone(),
+    }
+}
+
+fn class_diag(rule: &'static str, span: SpanId, op: &str, class: &str, found: Dtype) -> Diagnostic {
+    Diagnostic::new(
+        codes::DTYPE_CLASS,
+        rule,
+        span,
+        format!(
+            "`{op}` expects a {class} tensor, found dtype {found} (class {})",
+            found.class()
+        ),
+    )
+    .help("insert an explicit `.cast::<..>()` (Section 3 §9: no implicit promotion)")
+}
+
+fn unknown_diag(rule: &'static str, span: SpanId, goal: &Pred) -> Diagnostic {
+    Diagnostic::new(
+        codes::SOLVER_UNKNOWN,
+        rule,
+        span,
+        format!("could not prove `{goal}` within the solver budget"),
+    )
+    .help("add a refinement or an axiom that makes the obligation easier")
+}
+
+fn sub_diag(
+    e: &SubtypeError,
+    span: SpanId,
+    what: &str,
+    found: &Type,
+    expected: &Type,
+) -> Diagnostic {
+    if let SubtypeError::Unknown { goal } = e {
+        return unknown_diag(R_SUB, span, goal);
+    }
+    let code = match e {
+        SubtypeError::Kind { .. } => codes::KIND_MISMATCH,
+        SubtypeError::Dtype { .. } => codes::DTYPE_MISMATCH,
+        SubtypeError::Rank { .. } => codes::RANK_MISMATCH,
+        SubtypeError::Dim { .. } => codes::SHAPE_MISMATCH,
+        _ => codes::REFINEMENT,
+    };
+    Diagnostic::new(code, R_SUB, span, format!("{what}: {}", e.describe()))
+        .with_cex(e.cex().cloned())
+        .note(format!("expected `{expected}`\n     found `{found}`"))
+}
+
+/// The counterexample of a diagnostic rendered as `fails when …` (for tests).
+pub fn cex_string(d: &Diagnostic) -> String {
+    d.counterexample
+        .as_ref()
+        .map(Counterexample::to_string)
+        .unwrap_or_default()
+}
+
+/// Convenience for tests and the macro: the value ids of a function's parameters.
+pub fn param_values(func: &Function) -> Vec<Value> {
+    (0..func.sig.params.len() as u32).map(Value).collect()
+}
