@@ -195,7 +195,7 @@ pub fn entails_with(ctx: &Ctx, extra: &[Pred], goal: &Pred) -> Entailment {
                 Entailment::Unknown
             }
             SatResult::Sat => {
-                let shown = relevant_vars(ctx, &facts, goal);
+                let shown = relevant_vars(ctx, goal);
                 let mut all = fact_asts.clone();
                 all.extend(enc.side.iter().cloned());
                 all.push(neg);
@@ -283,22 +283,10 @@ fn cache_key(kind: &str, facts: &[Pred], goal: Option<&Pred>, rlimit: u32) -> St
     format!("{kind}|{rlimit}|{}|{g}", fs.join(";"))
 }
 
-/// Variables worth printing: those of the goal, closed under sharing a fact,
-/// restricted to user-visible ones, in declaration order.
-fn relevant_vars(ctx: &Ctx, facts: &[Pred], goal: &Pred) -> Vec<String> {
-    let mut set: BTreeSet<String> = goal.vars();
-    loop {
-        let before = set.len();
-        for f in facts {
-            let vs = f.vars();
-            if vs.iter().any(|v| set.contains(v)) {
-                set.extend(vs);
-            }
-        }
-        if set.len() == before {
-            break;
-        }
-    }
+/// Variables worth printing: those of the goal (the others are unconstrained
+/// by the failure), restricted to user-visible ones, in declaration order.
+fn relevant_vars(ctx: &Ctx, goal: &Pred) -> Vec<String> {
+    let set: BTreeSet<String> = goal.vars();
     let consts: BTreeSet<&str> = ctx.consts.iter().map(|(n, _)| n.as_str()).collect();
     let mut out: Vec<String> = ctx
         .visible_vars()
