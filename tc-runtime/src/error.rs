@@ -140,6 +140,78 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// Raw storage has the wrong number of bytes for the dtype and shape (Section 2 §5 layout).
+    #[error("{dtype} tensor of shape {shape:?} needs {expected} bytes, but {found} were given")]
+    ByteLength {
+        /// The dtype.
+        dtype: Dtype,
+        /// The shape.
+        shape: Vec<usize>,
+        /// Bytes the layout needs.
+        expected: usize,
+        /// Bytes supplied.
+        found: usize,
+    },
+    /// Raw Bool storage holds a byte other than 0 or 1.
+    #[error("bool element {index} is stored as byte {byte:#04x}; only 0 and 1 are valid")]
+    InvalidBool {
+        /// Flat index of the element.
+        index: usize,
+        /// The offending byte.
+        byte: u8,
+    },
+    /// The number of elements of a shape overflows `usize`.
+    #[error("the volume of shape {0:?} overflows usize")]
+    ShapeOverflow(Vec<usize>),
+    /// A tensor's shape differs from the one the caller asked for.
+    #[error("{context}: expected shape {expected:?}, found {found:?}")]
+    ShapeMismatch {
+        /// What was checked (e.g. the safetensors entry).
+        context: String,
+        /// The shape asked for.
+        expected: Vec<usize>,
+        /// The actual shape.
+        found: Vec<usize>,
+    },
+    /// The storage layout of this dtype cannot be viewed in place as the requested element type
+    /// (packed I4, or a big-endian host).
+    #[error("a {dtype} tensor cannot be viewed in place (its storage is not a plain array of elements)")]
+    NoZeroCopyView {
+        /// The tensor's dtype.
+        dtype: Dtype,
+    },
+    /// A shape variable that does not opt into `α ≥ 0` was bound to 0 (Section 2 §16).
+    #[error("parameter `{param}`, dimension {axis}: shape variable `{var}` = 0, but `{var}` has the default `{var} >= 1` (opt in with `{var} >= 0`) (σ = {sigma})")]
+    ZeroDim {
+        /// The parameter.
+        param: String,
+        /// The axis.
+        axis: usize,
+        /// The shape variable bound to 0.
+        var: String,
+        /// The substitution bound so far.
+        sigma: String,
+    },
+    /// A scalar argument's value is not in its declared dtype's value set.
+    #[error("parameter `{param}`: value {value} is not a {dtype} value")]
+    ScalarValue {
+        /// The parameter.
+        param: String,
+        /// The declared dtype.
+        dtype: Dtype,
+        /// The value passed.
+        value: String,
+    },
+    /// The well-typed heap invariant (Section 4 §3.3) failed after a step: an interpreter bug, reported.
+    #[error("heap invariant ({rule}) violated at handle τ{handle}: {message}")]
+    HeapInvariant {
+        /// The handle.
+        handle: u32,
+        /// Which clause: "coverage", "agreement" or "inhabitation".
+        rule: String,
+        /// What was found.
+        message: String,
+    },
 }
 
 /// Result with the runtime's error.

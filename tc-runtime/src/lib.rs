@@ -5,3 +5,18 @@
 pub mod error;
 
 pub use error::{Error, Result};
+pub mod cast;
+pub mod elem;
+pub mod safetensors_io;
+pub mod tensor;
+
+pub use cast::convert;
+pub use elem::{Elem, Element, F8E4M3, F8E5M2, I4};
+pub use safetensors_io::{load_safetensors, load_tensor, save_safetensors};
+pub use tensor::Tensor;
+pub mod contract;
+pub mod exec;
+pub mod interp;
+
+pub use contract::{bind, Arg};
+pub use interp::{Handle, Heap, Interpreter};

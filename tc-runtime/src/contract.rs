@@ -1,0 +1,337 @@
+//! The runtime contract of a tensor fn: binding σ from concrete arguments and
+//! re-checking everything the checker assumed.
+//!
+//! At a call, the signature `∀ ᾱ. requires P. T₁ → … → Tₙ → U` (Section 2 §17)
+//! meets concrete arguments. [`bind`] computes the substitution σ of Section 4
+//! §2.2 from the arguments' shapes and checks, in this order:
+//!
+//! 1. arity;
+//! 2. for each parameter in order: kind (tensor vs scalar), dtype, rank, then
+//!    each dimension: a bare variable not yet bound binds σ (module constants
+//!    are pre-bound), an already-bound variable or a constant is compared;
+//!    compound dims (`S - K + 1`, `D / H`) are deferred;
+//! 3. every deferred compound dim, evaluated under the now complete σ (so
+//!    `x: [S], y: [S - K + 1]` works whatever the parameter order);
+//! 4. every tensor refinement, every `requires`, and every axiom under σ
+//!    (Section 2 §14: axioms are assumed statically and MUST be checked here).
+//!
+//! The default `α ≥ 1` (Section 2 §16) is enforced when a variable is bound:
+//! binding 0 to a variable that does not opt into `α ≥ 0` is an error.
+//!
+//! Every failure is a typed [`Error`] naming the parameter, the axis, the
+//! expected and actual values and σ (formatted `B = 2, S = 5` by
+//! [`format_sigma`]). Nothing here panics on any input.
+
+use std::collections::BTreeSet;
+
+use tc_core::ctx::zero_opt_ins;
+use tc_core::ir::Signature;
+use tc_core::{Dtype, Pred, Sigma, Type};
+
+use crate::cast;
+use crate::elem::Elem;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// One concrete argument of a tensor fn call.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// A tensor, for a `Tensor[…]` parameter.
+    Tensor(Tensor),
+    /// A scalar, for a `Scalar[dt]` parameter. A float element is accepted for
+    /// any float dtype (and rounded to it), an integer for any int dtype (it
+    /// must lie in the dtype's range), a bool for `bool`.
+    Scalar(Elem),
+}
+
+impl Arg {
+    /// "tensor" or "scalar", for [`Error::Kind`].
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Arg::Tensor(_) => "tensor",
+            Arg::Scalar(_) => "scalar",
+        }
+    }
+}
+
+impl From<Tensor> for Arg {
+    fn from(t: Tensor) -> Arg {
+        Arg::Tensor(t)
+    }
+}
+
+impl From<&Tensor> for Arg {
+    fn from(t: &Tensor) -> Arg {
+        Arg::Tensor(t.clone())
+    }
+}
+
+impl From<Elem> for Arg {
+    fn from(e: Elem) -> Arg {
+        Arg::Scalar(e)
+    }
+}
+
+impl From<f32> for Arg {
+    fn from(x: f32) -> Arg {
+        Arg::Scalar(Elem::F(x))
+    }
+}
+
+impl From<i64> for Arg {
+    fn from(x: i64) -> Arg {
+        Arg::Scalar(Elem::I(x))
+    }
+}
+
+impl From<i32> for Arg {
+    fn from(x: i32) -> Arg {
+        Arg::Scalar(Elem::I(x as i64))
+    }
+}
+
+impl From<bool> for Arg {
+    fn from(x: bool) -> Arg {
+        Arg::Scalar(Elem::B(x))
+    }
+}
+
+/// Format σ as `B = 2, S = 5`: the signature's (non-fresh) variables in
+/// declaration order, then any other bound names (local dim bindings) in
+/// name order. Module constants are left out (they never vary). The empty
+/// substitution prints as `∅`.
+pub fn format_sigma(sig: &Signature, sigma: &Sigma) -> String {
+    let mut parts = Vec::new();
+    let mut seen = BTreeSet::new();
+    for v in &sig.vars {
+        seen.insert(v.name.as_str());
+        if v.fresh {
+            continue;
+        }
+        if let Some(x) = sigma.get(&v.name) {
+            parts.push(format!("{} = {x}", v.name));
+        }
+    }
+    for (name, x) in sigma {
+        if seen.contains(name.as_str()) || sig.consts.iter().any(|(c, _)| c == name) {
+            continue;
+        }
+        if name.contains('#') {
+            continue; // fresh (Section 2 §13), never shown
+        }
+        parts.push(format!("{name} = {x}"));
+    }
+    if parts.is_empty() {
+        "∅".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The dtype an [`Elem`] naturally carries (for [`Error::Dtype`] on scalars).
+fn natural_dtype(e: &Elem) -> Dtype {
+    match e {
+        Elem::F(_) => Dtype::F32,
+        Elem::I(_) => Dtype::I64,
+        Elem::B(_) => Dtype::Bool,
+    }
+}
+
+/// Check a scalar argument against `Scalar[dt]` and convert it into `dt`'s
+/// value set: floats are rounded to the dtype (Section 2 §5 float → float),
+/// integers must already be in range (no silent wrap of an argument).
+pub fn scalar_value(param: &str, dt: Dtype, e: Elem) -> Result<Elem> {
+    let class_ok = match e {
+        Elem::F(_) => dt.is_float(),
+        Elem::I(_) => dt.is_int(),
+        Elem::B(_) => dt.is_bool(),
+    };
+    if !class_ok {
+        return Err(Error::Dtype { param: param.to_string(), expected: dt, found: natural_dtype(&e) });
+    }
+    match e {
+        Elem::I(x) => {
+            let (lo, hi) = dt.int_range().unwrap_or((i64::MIN, i64::MAX));
+            if x < lo || x > hi {
+                return Err(Error::ScalarValue { param: param.to_string(), dtype: dt, value: x.to_string() });
+            }
+            Ok(Elem::I(x))
+        }
+        Elem::F(x) => Ok(cast::convert(Elem::F(x), dt)),
+        b => Ok(b),
+    }
+}
+
+/// The variables that admit 0: those marked `allow_zero`, plus those whose
+/// refinements or `requires` state `α ≥ 0` (Section 2 §16; placement is syntax
+/// only, Section 2 §15).
+fn zero_ok(sig: &Signature) -> BTreeSet<String> {
+    let mut preds: Vec<Pred> = sig.requires.iter().map(|r| r.node.clone()).collect();
+    for p in &sig.params {
+        if let Type::Tensor(t) = &p.ty {
+            preds.extend(t.refs.iter().cloned());
+        }
+    }
+    let mut out = zero_opt_ins(&preds);
+    out.extend(sig.vars.iter().filter(|v| v.allow_zero).map(|v| v.name.clone()));
+    out
+}
+
+/// What [`bind_args`] produces: σ and the argument values converted into
+/// their parameters' value sets.
+#[derive(Clone, Debug)]
+pub struct Bound {
+    /// The substitution (module constants included).
+    pub sigma: Sigma,
+    /// One entry per parameter: `Some((value, dtype))` for a scalar parameter.
+    pub scalars: Vec<Option<(Elem, Dtype)>>,
+}
+
+/// Bind σ from the arguments and check the whole contract (see the module
+/// docs for the order). Returns σ, module constants included.
+pub fn bind(sig: &Signature, args: &[Arg]) -> Result<Sigma> {
+    bind_args(sig, args).map(|b| b.sigma)
+}
+
+/// [`bind`], also returning each scalar argument converted to its declared dtype.
+pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
+    if args.len() != sig.params.len() {
+        return Err(Error::Arity { func: sig.name.clone(), expected: sig.params.len(), found: args.len() });
+    }
+    let mut sigma: Sigma = sig.consts.iter().cloned().collect();
+    let zero_ok = zero_ok(sig);
+    let mut scalars = Vec::with_capacity(args.len());
+    // (param index, axis) of compound dims, checked once every bare variable is bound.
+    let mut deferred: Vec<(usize, usize)> = Vec::new();
+
+    // Pass 1: kind, dtype, rank, bare variables and constants (Section 2 §17).
+    for (pi, (p, a)) in sig.params.iter().zip(args).enumerate() {
+        match (&p.ty, a) {
+            (Type::Tensor(tt), Arg::Tensor(t)) => {
+                scalars.push(None);
+                if t.dtype() != tt.dtype {
+                    return Err(Error::Dtype { param: p.name.clone(), expected: tt.dtype, found: t.dtype() });
+                }
+                let shape = t.shape();
+                if shape.len() != tt.shape.len() {
+                    return Err(Error::Rank {
+                        param: p.name.clone(),
+                        expected: tt.shape.len(),
+                        found: shape.len(),
+                        shape: shape.to_vec(),
+                    });
+                }
+                for (axis, (d, &actual)) in tt.shape.iter().zip(shape).enumerate() {
+                    if let Some(v) = d.as_var() {
+                        match sigma.get(v) {
+                            Some(&expected) => {
+                                if expected < 0 || expected as u64 != actual as u64 {
+                                    return Err(Error::Dim {
+                                        param: p.name.clone(),
+                                        axis,
+                                        dim: d.to_string(),
+                                        expected,
+                                        found: actual,
+                                        sigma: format_sigma(sig, &sigma),
+                                    });
+                                }
+                            }
+                            None => {
+                                // Section 2 §16: the default α ≥ 1.
+                                if actual == 0 && !zero_ok.contains(v) {
+                                    return Err(Error::ZeroDim {
+                                        param: p.name.clone(),
+                                        axis,
+                                        var: v.to_string(),
+                                        sigma: format_sigma(sig, &sigma),
+                                    });
+                                }
+                                let Ok(val) = i64::try_from(actual) else {
+                                    return Err(Error::Op {
+                                        op: "bind".into(),
+                                        message: format!("dimension {actual} does not fit in an i64"),
+                                    });
+                                };
+                                sigma.insert(v.to_string(), val);
+                            }
+                        }
+                    } else if let Some(expected) = d.as_const() {
+                        if expected < 0 || expected as u64 != actual as u64 {
+                            return Err(Error::Dim {
+                                param: p.name.clone(),
+                                axis,
+                                dim: d.to_string(),
+                                expected,
+                                found: actual,
+                                sigma: format_sigma(sig, &sigma),
+                            });
+                        }
+                    } else {
+                        deferred.push((pi, axis));
+                    }
+                }
+            }
+            (Type::Scalar(dt), Arg::Scalar(e)) => {
+                scalars.push(Some((scalar_value(&p.name, *dt, *e)?, *dt)));
+            }
+            (ty, a) => {
+                return Err(Error::Kind {
+                    param: p.name.clone(),
+                    expected: ty.kind_name().to_string(),
+                    found: a.kind_name().to_string(),
+                });
+            }
+        }
+    }
+
+    // Pass 2: compound dims under the complete σ.
+    for (pi, axis) in deferred {
+        let p = &sig.params[pi];
+        let (Type::Tensor(tt), Arg::Tensor(t)) = (&p.ty, &args[pi]) else { continue };
+        let d = &tt.shape[axis];
+        let actual = t.shape()[axis];
+        let context = || format!("parameter `{}`, dimension {axis} (`{d}`)", p.name);
+        let expected = d.eval(&sigma).map_err(|source| Error::Eval { context: context(), source })?;
+        if expected < 0 {
+            return Err(Error::NegativeDim { context: context(), dim: d.to_string(), value: expected });
+        }
+        if expected as u64 != actual as u64 {
+            return Err(Error::Dim {
+                param: p.name.clone(),
+                axis,
+                dim: d.to_string(),
+                expected,
+                found: actual,
+                sigma: format_sigma(sig, &sigma),
+            });
+        }
+    }
+
+    // Pass 3: refinements, requires, axioms (Section 2 §14, §15).
+    for p in &sig.params {
+        if let Type::Tensor(tt) = &p.ty {
+            for r in &tt.refs {
+                check_pred(sig, &sigma, r, &format!("refinement of parameter `{}`", p.name))?;
+            }
+        }
+    }
+    for r in &sig.requires {
+        check_pred(sig, &sigma, &r.node, "requires")?;
+    }
+    for a in &sig.axioms {
+        check_pred(sig, &sigma, &a.node, "axiom")?;
+    }
+    Ok(Bound { sigma, scalars })
+}
+
+/// Evaluate one predicate under σ: false → [`Error::Predicate`], not
+/// evaluable → [`Error::Eval`].
+fn check_pred(sig: &Signature, sigma: &Sigma, p: &Pred, kind: &str) -> Result<()> {
+    match p.eval(sigma) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            Err(Error::Predicate { kind: kind.to_string(), pred: p.to_string(), sigma: format_sigma(sig, sigma) })
+        }
+        Err(source) => Err(Error::Eval { context: format!("{kind} `{p}`"), source }),
+    }
+}

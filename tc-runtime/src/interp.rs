@@ -1,0 +1,1323 @@
+//! The Section 4 reference interpreter.
+//!
+//! A configuration is `(H, e)` (Section 4 §4): a grow-only [`Heap`] of
+//! handles `τ` → typed tensor data (§3.2) and the rest of a function body.
+//! Evaluation is call-by-value, left to right: each instruction of a
+//! [`Function`] body is one `op-apply` step (§4.2) whose operands are already
+//! values; it applies the operation's denotation ⟦op⟧ (§5) and allocates a
+//! fresh handle. [`Machine::step`] is exactly that step.
+//!
+//! Denotations are written as *index functions* (§5): each output element is
+//! computed from its multi-index by reading the input elements it denotes; no
+//! blocking, no clever kernels. The public [`denote`] module exposes each one
+//! on plain [`Tensor`]s, so compiled kernels can be compared against it.
+//!
+//! Numerics follow Section 2 §3 (see [`denote`] for the exact choices): F32
+//! computes in f32; F16/BF16/F8 compute as F32 and round after every op;
+//! matmul and sum/prod/mean accumulate in f32 and round once; integer
+//! arithmetic wraps at the dtype's width, `x / 0 = x % 0 = 0`.
+//!
+//! The well-typed heap invariant of §3.3 (coverage, agreement, inhabitation)
+//! is checked after every step when [`Interpreter::check_heap`] is on (the
+//! default when the environment variable `TC_CHECK_HEAP` is set to anything
+//! but `0`; the test suite turns it on explicitly).
+
+use tc_core::ir::{DimBinding, Function, Op, Scalar, Value};
+use tc_core::{Dim, Dtype, Sigma, TensorType, Type};
+
+use crate::cast;
+use crate::contract::{self, format_sigma, Arg};
+use crate::elem::Elem;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The reference interpreter refuses tensors with more elements than this
+/// (it holds every element decoded); larger requests are an [`Error::Op`].
+pub const MAX_ELEMS: usize = 1 << 31;
+
+/// Calls nest at most this deep (Phase 0 has no recursion, Section 4 §7.3: a
+/// recursive call chain is reported, not a stack overflow).
+pub const MAX_CALL_DEPTH: usize = 64;
+
+/// An opaque tensor handle `τ` (Section 4 §3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Handle(pub u32);
+
+impl std::fmt::Display for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "τ{}", self.0)
+    }
+}
+
+/// A value (Section 4 §3.1): a tensor handle or a scalar literal.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Val {
+    /// `〈τ : T〉`.
+    Tensor(Handle),
+    /// A scalar of a dtype (always in that dtype's value set).
+    Scalar(Elem, Dtype),
+}
+
+/// `H(τ) = (T_τ, f_τ)`: the metadata stored beside the data, and the data.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    /// `dtype(T_τ)`.
+    pub dtype: Dtype,
+    /// `shape(T_τ)` under σ.
+    pub shape: Vec<usize>,
+    /// `f_τ`, as a row-major tensor.
+    pub data: Tensor,
+}
+
+/// `Γ_heap(τ)`: the type the static context assigns to a handle (Section 4
+/// §3.3 clause 1), kept apart from the heap so agreement can be checked.
+#[derive(Clone, Debug)]
+pub struct CellType {
+    /// The dtype the operation's typing rule gives.
+    pub dtype: Dtype,
+    /// The concrete shape the typing rule gives under σ.
+    pub shape: Vec<usize>,
+    /// The declared type, when there is one: a parameter's type or an
+    /// instruction's `let x: T` annotation (dims and refinements under `sigma`).
+    pub declared: Option<TensorType>,
+    /// The σ of the frame that allocated the handle.
+    pub sigma: Sigma,
+}
+
+/// The grow-only heap `H` (Section 4 §3.2) with its `Γ_heap`.
+#[derive(Clone, Debug, Default)]
+pub struct Heap {
+    cells: Vec<Cell>,
+    types: Vec<CellType>,
+}
+
+impl Heap {
+    /// The empty heap.
+    pub fn new() -> Heap {
+        Heap::default()
+    }
+
+    /// Number of handles allocated so far.
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// True when nothing was allocated.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// `H(τ)`.
+    pub fn get(&self, h: Handle) -> Option<&Cell> {
+        self.cells.get(h.0 as usize)
+    }
+
+    /// `Γ_heap(τ)`.
+    pub fn type_of(&self, h: Handle) -> Option<&CellType> {
+        self.types.get(h.0 as usize)
+    }
+
+    /// Every handle, in allocation order.
+    pub fn handles(&self) -> impl Iterator<Item = Handle> + '_ {
+        (0..self.cells.len() as u32).map(Handle)
+    }
+
+    /// Allocate a fresh handle (never reused: the heap is grow-only).
+    pub fn alloc(&mut self, data: Tensor, declared: Option<TensorType>, sigma: &Sigma) -> Result<Handle> {
+        let Ok(id) = u32::try_from(self.cells.len()) else {
+            return Err(Error::Op { op: "alloc".into(), message: "heap exhausted (2³² handles)".into() });
+        };
+        let shape = data.shape().to_vec();
+        let dtype = data.dtype();
+        self.types.push(CellType { dtype, shape: shape.clone(), declared, sigma: sigma.clone() });
+        self.cells.push(Cell { dtype, shape, data });
+        Ok(Handle(id))
+    }
+
+    /// The whole well-typed-heap predicate of Section 4 §3.3, cell by cell.
+    pub fn check(&self) -> Result<()> {
+        if self.cells.len() != self.types.len() {
+            return Err(Error::HeapInvariant {
+                handle: self.cells.len().min(self.types.len()) as u32,
+                rule: "coverage".into(),
+                message: format!("{} cells but {} recorded types", self.cells.len(), self.types.len()),
+            });
+        }
+        for h in self.handles() {
+            self.check_cell(h)?;
+        }
+        Ok(())
+    }
+
+    /// §3.3 for one handle: coverage, agreement, inhabitation.
+    pub fn check_cell(&self, h: Handle) -> Result<()> {
+        let bad = |rule: &str, message: String| Error::HeapInvariant { handle: h.0, rule: rule.into(), message };
+        // 1. Coverage: the context records a type for τ.
+        let (Some(cell), Some(ty)) = (self.get(h), self.type_of(h)) else {
+            return Err(bad("coverage", "no recorded type".into()));
+        };
+        // 2. Agreement: metadata = data = recorded type (= declared type under σ).
+        if cell.dtype != ty.dtype || cell.shape != ty.shape {
+            return Err(bad(
+                "agreement",
+                format!("stored {} {:?}, context says {} {:?}", cell.dtype, cell.shape, ty.dtype, ty.shape),
+            ));
+        }
+        if cell.data.dtype() != cell.dtype || cell.data.shape() != cell.shape.as_slice() {
+            return Err(bad(
+                "agreement",
+                format!(
+                    "metadata {} {:?}, data {} {:?}",
+                    cell.dtype,
+                    cell.shape,
+                    cell.data.dtype(),
+                    cell.data.shape()
+                ),
+            ));
+        }
+        if let Some(decl) = &ty.declared {
+            if decl.dtype != ty.dtype || decl.shape.len() != ty.shape.len() {
+                return Err(bad("agreement", format!("declared {decl}, found {} {:?}", ty.dtype, ty.shape)));
+            }
+            for (axis, (d, &n)) in decl.shape.iter().zip(&ty.shape).enumerate() {
+                match d.eval(&ty.sigma) {
+                    Ok(v) if v >= 0 && v as u64 == n as u64 => {}
+                    Ok(v) => {
+                        return Err(bad(
+                            "agreement",
+                            format!("declared dim {axis} `{d}` = {v} under σ, found {n} (declared {decl})"),
+                        ))
+                    }
+                    // A dim over a variable the frame never bound (a fresh
+                    // variable of Section 2 §13) cannot be evaluated; skip it.
+                    Err(tc_core::dim::EvalError::Unbound(_)) => {}
+                    Err(e) => return Err(bad("agreement", format!("declared dim {axis} `{d}`: {e}"))),
+                }
+            }
+        }
+        // 3. Inhabitation: f_τ is total on ⟦shape⟧_σ, lands in ⟦dtype⟧, σ ⊨ R.
+        let vol = cell.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if vol != Some(cell.data.numel()) {
+            return Err(bad(
+                "inhabitation",
+                format!("shape {:?} has volume {vol:?}, data holds {}", cell.shape, cell.data.numel()),
+            ));
+        }
+        let elems = cell.data.to_elems();
+        if elems.len() != cell.data.numel() {
+            return Err(bad("inhabitation", format!("{} elements decoded, {} expected", elems.len(), cell.data.numel())));
+        }
+        for (i, e) in elems.iter().enumerate() {
+            if !in_dtype(*e, cell.dtype) {
+                return Err(bad("inhabitation", format!("element {i} = {e:?} is not a {} value", cell.dtype)));
+            }
+        }
+        if let Some(decl) = &ty.declared {
+            for r in &decl.refs {
+                match r.eval(&ty.sigma) {
+                    Ok(true) | Err(tc_core::dim::EvalError::Unbound(_)) => {}
+                    Ok(false) => return Err(bad("inhabitation", format!("refinement `{r}` is false under σ"))),
+                    Err(e) => return Err(bad("inhabitation", format!("refinement `{r}`: {e}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `e ∈ ⟦dt⟧` (Section 4 §2.1): the right kind of element, in range, and for
+/// a narrow float exactly representable (NaN allowed; F8E4M3 has no ±∞).
+pub fn in_dtype(e: Elem, dt: Dtype) -> bool {
+    match e {
+        Elem::F(x) => {
+            dt.is_float()
+                && (x.is_nan()
+                    || dt == Dtype::F32
+                    || (!(dt == Dtype::F8E4M3 && x.is_infinite()) && cast::round_to(x, dt).to_bits() == x.to_bits()))
+        }
+        Elem::I(x) => dt.int_range().is_some_and(|(lo, hi)| lo <= x && x <= hi),
+        Elem::B(_) => dt.is_bool(),
+    }
+}
+
+/// How a run went: the value, the final heap and σ, and the number of steps.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The returned tensor.
+    pub value: Tensor,
+    /// Its handle (`None` when a scalar parameter was returned as a rank-0 tensor).
+    pub handle: Option<Handle>,
+    /// The final heap.
+    pub heap: Heap,
+    /// The final σ of the called function (with its local dim bindings).
+    pub sigma: Sigma,
+    /// `op-apply` steps taken, nested calls' steps included.
+    pub steps: usize,
+}
+
+/// The interpreter's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interpreter {
+    /// Check the well-typed heap invariant (Section 4 §3.3) after every step.
+    pub check_heap: bool,
+}
+
+impl Default for Interpreter {
+    /// [`Interpreter::from_env`].
+    fn default() -> Interpreter {
+        Interpreter::from_env()
+    }
+}
+
+impl Interpreter {
+    /// `check_heap` on when `TC_CHECK_HEAP` is set to anything but `0` or empty.
+    pub fn from_env() -> Interpreter {
+        let on = std::env::var("TC_CHECK_HEAP").is_ok_and(|v| !v.is_empty() && v != "0");
+        Interpreter { check_heap: on }
+    }
+
+    /// An interpreter that checks the heap invariant after every step.
+    pub fn checked() -> Interpreter {
+        Interpreter { check_heap: true }
+    }
+
+    /// Bind the contract, interpret to a value, return it.
+    pub fn run<'f>(
+        &self,
+        func: &Function,
+        args: &[Arg],
+        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    ) -> Result<Tensor> {
+        self.run_outcome(func, args, resolve).map(|o| o.value)
+    }
+
+    /// [`Interpreter::run`], also returning the heap, σ and the step count.
+    pub fn run_outcome<'f>(
+        &self,
+        func: &Function,
+        args: &[Arg],
+        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    ) -> Result<Outcome> {
+        let mut m = self.machine(func, args, resolve)?;
+        while m.step()? {}
+        m.finish()
+    }
+
+    /// The initial configuration `(H₀, body)`: the contract is bound and each
+    /// tensor argument is allocated a handle carrying its parameter's type.
+    pub fn machine<'a, 'f>(
+        &self,
+        func: &'a Function,
+        args: &[Arg],
+        resolve: &'a dyn Fn(&str) -> Option<&'f Function>,
+    ) -> Result<Machine<'a, 'f>> {
+        tc_core::ir::verify(func).map_err(|d| Error::Malformed(format!("`{}`: {}", func.sig.name, d.message)))?;
+        let bound = contract::bind_args(&func.sig, args)?;
+        let mut heap = Heap::new();
+        let mut env = Vec::with_capacity(func.sig.params.len() + func.body.len());
+        for ((p, a), s) in func.sig.params.iter().zip(args).zip(&bound.scalars) {
+            match (a, s) {
+                (_, Some((e, dt))) => env.push(Val::Scalar(*e, *dt)),
+                (Arg::Tensor(t), None) => {
+                    let h = heap.alloc(t.clone(), p.ty.as_tensor().cloned(), &bound.sigma)?;
+                    env.push(Val::Tensor(h));
+                }
+                (Arg::Scalar(_), None) => return Err(Error::Malformed("scalar argument without a binding".into())),
+            }
+        }
+        let m = Machine { interp: *self, func, resolve, heap, sigma: bound.sigma, env, pc: 0, depth: 0, steps: 0 };
+        if self.check_heap {
+            m.check()?;
+        }
+        Ok(m)
+    }
+}
+
+/// Bind the contract and interpret `func` on `args` (with the heap check of
+/// [`Interpreter::from_env`]); calls resolve through `resolve`.
+pub fn run<'f>(func: &Function, args: &[Arg], resolve: &dyn Fn(&str) -> Option<&'f Function>) -> Result<Tensor> {
+    Interpreter::from_env().run(func, args, resolve)
+}
+
+/// A resolver with no functions (for bodies without calls).
+pub fn no_calls<'f>(_: &str) -> Option<&'f Function> {
+    None
+}
+
+/// A configuration `(H, e)` mid-evaluation: the heap, σ, the values bound so
+/// far (`v0 … v_{pc+n-1}`) and the instructions still to reduce.
+pub struct Machine<'a, 'f> {
+    interp: Interpreter,
+    func: &'a Function,
+    resolve: &'a dyn Fn(&str) -> Option<&'f Function>,
+    heap: Heap,
+    sigma: Sigma,
+    env: Vec<Val>,
+    pc: usize,
+    depth: usize,
+    steps: usize,
+}
+
+impl<'a, 'f> Machine<'a, 'f> {
+    /// The heap.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// The current σ (signature variables, constants, local dim bindings so far).
+    pub fn sigma(&self) -> &Sigma {
+        &self.sigma
+    }
+
+    /// The values bound so far: parameters, then one per reduced instruction.
+    pub fn values(&self) -> &[Val] {
+        &self.env
+    }
+
+    /// Index of the next instruction to reduce.
+    pub fn pc(&self) -> usize {
+        self.pc
+    }
+
+    /// True when the body is fully reduced (the expression is a value).
+    pub fn is_value(&self) -> bool {
+        self.pc >= self.func.body.len()
+    }
+
+    /// §3.3 for this configuration: the heap predicate, plus coverage of
+    /// every value bound in the frame.
+    pub fn check(&self) -> Result<()> {
+        self.heap.check()?;
+        for v in &self.env {
+            match v {
+                Val::Tensor(h) if self.heap.get(*h).is_none() => {
+                    return Err(Error::HeapInvariant {
+                        handle: h.0,
+                        rule: "coverage".into(),
+                        message: "a bound value refers to an unallocated handle".into(),
+                    })
+                }
+                Val::Scalar(e, dt) if !in_dtype(*e, *dt) => {
+                    return Err(Error::HeapInvariant {
+                        handle: u32::MAX,
+                        rule: "inhabitation".into(),
+                        message: format!("scalar {e:?} is not a {dt} value"),
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// One `op-apply` step (Section 4 §4.2): apply the dim bindings placed
+    /// before the next instruction, compute ⟦op⟧ of its (already evaluated)
+    /// operands, allocate a fresh handle. Returns `false` when there was
+    /// nothing left to reduce.
+    pub fn step(&mut self) -> Result<bool> {
+        let Some(inst) = self.func.body.get(self.pc) else {
+            return Ok(false);
+        };
+        self.apply_dim_bindings(self.pc)?;
+        let (data, callee_steps) = match &inst.op {
+            Op::Call(name, xs) => self.call(name, xs)?,
+            op => (self.apply(op)?, 0),
+        };
+        let declared = match &inst.annot {
+            Some(Type::Tensor(t)) => Some(t.clone()),
+            _ => None,
+        };
+        let h = self.heap.alloc(data, declared, &self.sigma)?;
+        self.env.push(Val::Tensor(h));
+        self.pc += 1;
+        self.steps += 1 + callee_steps;
+        if self.interp.check_heap {
+            self.check()?;
+        }
+        Ok(true)
+    }
+
+    /// Reduce to the end and return the outcome; the result is checked
+    /// against the signature's return type under σ.
+    pub fn finish(mut self) -> Result<Outcome> {
+        while self.step()? {}
+        self.apply_dim_bindings(self.func.body.len())?;
+        let ret = self.func.ret;
+        let (value, handle) = match self.env.get(ret.0 as usize) {
+            Some(Val::Tensor(h)) => match self.heap.get(*h) {
+                Some(c) => (c.data.clone(), Some(*h)),
+                None => return Err(Error::Malformed(format!("return of unallocated handle {h}"))),
+            },
+            Some(Val::Scalar(e, dt)) => (Tensor::from_elems(*dt, &[], &[*e])?, None),
+            None => return Err(Error::Malformed(format!("return of undefined value {ret}"))),
+        };
+        self.check_return(&value)?;
+        Ok(Outcome { value, handle, heap: self.heap, sigma: self.sigma, steps: self.steps })
+    }
+
+    fn check_return(&self, value: &Tensor) -> Result<()> {
+        let sig = &self.func.sig;
+        let op = || format!("return of `{}`", sig.name);
+        let (dt, shape): (Dtype, &[Dim]) = match &sig.ret {
+            Type::Tensor(t) => (t.dtype, &t.shape),
+            Type::Scalar(dt) => (*dt, &[]),
+            _ => return Ok(()),
+        };
+        let ok_dims = shape.len() == value.shape().len()
+            && shape.iter().zip(value.shape()).all(|(d, &n)| match d.eval(&self.sigma) {
+                Ok(v) => v >= 0 && v as u64 == n as u64,
+                Err(tc_core::dim::EvalError::Unbound(_)) => true,
+                Err(_) => false,
+            });
+        if dt != value.dtype() || !ok_dims {
+            return Err(Error::Op {
+                op: op(),
+                message: format!(
+                    "declared {}, produced {} {:?} (σ = {})",
+                    sig.ret,
+                    value.dtype(),
+                    value.shape(),
+                    format_sigma(sig, &self.sigma)
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// `let n = dim(x, axis)` extends σ before instruction `before`.
+    fn apply_dim_bindings(&mut self, before: usize) -> Result<()> {
+        let bindings: Vec<&DimBinding> = self.func.dim_bindings.iter().filter(|b| b.before == before).collect();
+        for b in bindings {
+            let t = self.tensor(b.of)?;
+            let Some(&n) = t.shape().get(b.axis) else {
+                return Err(Error::Malformed(format!(
+                    "dim binding `{}` reads axis {} of {} (rank {})",
+                    b.name,
+                    b.axis,
+                    b.of,
+                    t.shape().len()
+                )));
+            };
+            let n = i64::try_from(n).map_err(|_| Error::Malformed("dimension does not fit in i64".into()))?;
+            self.sigma.insert(b.name.clone(), n);
+        }
+        Ok(())
+    }
+
+    fn tensor(&self, v: Value) -> Result<&Tensor> {
+        match self.env.get(v.0 as usize) {
+            Some(Val::Tensor(h)) => self
+                .heap
+                .get(*h)
+                .map(|c| &c.data)
+                .ok_or_else(|| Error::Malformed(format!("{v} refers to unallocated handle {h}"))),
+            Some(Val::Scalar(..)) => Err(Error::Malformed(format!("{v} is a scalar where a tensor is needed"))),
+            None => Err(Error::Malformed(format!("{v} is not defined"))),
+        }
+    }
+
+    /// The scalar operand as an element of `dt` (literals convert by the cast
+    /// rules of Section 2 §5).
+    fn scalar(&self, s: &Scalar, dt: Dtype) -> Result<Elem> {
+        let e = match s {
+            Scalar::Float(x) => Elem::F(*x as f32),
+            Scalar::Int(i) => Elem::I(*i),
+            Scalar::Bool(b) => Elem::B(*b),
+            Scalar::Param(i) => match self.env.get(*i) {
+                Some(Val::Scalar(e, _)) => *e,
+                _ => return Err(Error::Malformed(format!("v{i} is not a scalar parameter"))),
+            },
+        };
+        Ok(cast::convert(e, dt))
+    }
+
+    fn dims(&self, ds: &[Dim], what: &str) -> Result<Vec<usize>> {
+        ds.iter().enumerate().map(|(i, d)| eval_dim(d, &self.sigma, &format!("{what}, dimension {i}"))).collect()
+    }
+
+    /// ⟦op⟧ of the instruction's operands (every op but a call).
+    fn apply(&self, op: &Op) -> Result<Tensor> {
+        let t = match op {
+            Op::Unary(u, x) => denote::unary(*u, self.tensor(*x)?)?,
+            Op::Cast(dt, x) => denote::cast(*dt, self.tensor(*x)?)?,
+            Op::Binary(b, x, y) => denote::binary(*b, self.tensor(*x)?, self.tensor(*y)?)?,
+            Op::ScalarBinary { op, x, s, scalar_left } => {
+                let x = self.tensor(*x)?;
+                let s = self.scalar(s, x.dtype())?;
+                denote::scalar_binary(*op, x, s, *scalar_left)?
+            }
+            Op::Select(c, a, b) => denote::select(self.tensor(*c)?, self.tensor(*a)?, self.tensor(*b)?)?,
+            Op::Matmul(a, b) => denote::matmul(self.tensor(*a)?, self.tensor(*b)?)?,
+            Op::Reduce { op, axes, keepdims, x } => denote::reduce(*op, axes, *keepdims, self.tensor(*x)?)?,
+            Op::ArgReduce { max, axis, keepdims, x } => denote::arg_reduce(*max, *axis, *keepdims, self.tensor(*x)?)?,
+            Op::Transpose(perm, x) => denote::transpose(perm, self.tensor(*x)?)?,
+            Op::Reshape(s, x) => {
+                let x = self.tensor(*x)?;
+                let to = eval_dims_signed(s, &self.sigma, "reshape")?;
+                denote::reshape(&to, x)?
+            }
+            Op::Broadcast(s, x) => denote::broadcast(&self.dims(s, "broadcast")?, self.tensor(*x)?)?,
+            Op::Slice { axis, start, stop, x } => {
+                let a = start.eval(&self.sigma).map_err(|source| Error::Eval { context: "slice start".into(), source })?;
+                let b = stop.eval(&self.sigma).map_err(|source| Error::Eval { context: "slice stop".into(), source })?;
+                denote::slice(*axis, a, b, self.tensor(*x)?)?
+            }
+            Op::Concat(axis, xs) => {
+                let ts = xs.iter().map(|v| self.tensor(*v)).collect::<Result<Vec<_>>>()?;
+                denote::concat(*axis, &ts)?
+            }
+            Op::Fill(dt, s, v) => denote::fill(*dt, &self.dims(s, "fill")?, self.scalar(v, *dt)?)?,
+            Op::Iota(dt, s, axis) => denote::iota(*dt, &self.dims(s, "iota")?, *axis)?,
+            Op::Call(name, _) => return Err(Error::Malformed(format!("call of `{name}` outside a step"))),
+        };
+        Ok(t)
+    }
+
+    /// §17: resolve the callee, run it through the contract on the shared
+    /// heap (its arguments are the caller's handles), return its value.
+    fn call(&mut self, name: &str, xs: &[Value]) -> Result<(Tensor, usize)> {
+        let callee = (self.resolve)(name).ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
+        if self.depth + 1 >= MAX_CALL_DEPTH {
+            return Err(Error::Malformed(format!(
+                "call of `{name}` nests deeper than {MAX_CALL_DEPTH} (recursion is not part of Phase 0)"
+            )));
+        }
+        tc_core::ir::verify(callee).map_err(|d| Error::Malformed(format!("`{name}`: {}", d.message)))?;
+        let mut args = Vec::with_capacity(xs.len());
+        let mut vals = Vec::with_capacity(xs.len());
+        for v in xs {
+            match self.env.get(v.0 as usize) {
+                Some(Val::Tensor(h)) => {
+                    args.push(Arg::Tensor(self.tensor(*v)?.clone()));
+                    vals.push(Val::Tensor(*h));
+                }
+                Some(Val::Scalar(e, _)) => {
+                    args.push(Arg::Scalar(*e));
+                    vals.push(Val::Scalar(*e, Dtype::Bool)); // dtype fixed below
+                }
+                None => return Err(Error::Malformed(format!("{v} is not defined"))),
+            }
+        }
+        let bound = contract::bind_args(&callee.sig, &args)?;
+        for (v, s) in vals.iter_mut().zip(&bound.scalars) {
+            if let Some((e, dt)) = s {
+                *v = Val::Scalar(*e, *dt);
+            }
+        }
+        // The callee runs on the caller's heap (grow-only, shared): lend it.
+        let heap = std::mem::take(&mut self.heap);
+        let m = Machine {
+            interp: self.interp,
+            func: callee,
+            resolve: self.resolve,
+            heap,
+            sigma: bound.sigma,
+            env: vals,
+            pc: 0,
+            depth: self.depth + 1,
+            steps: 0,
+        };
+        let out = m.finish();
+        match out {
+            Ok(out) => {
+                self.heap = out.heap;
+                Ok((out.value, out.steps))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Evaluate a dim to a size: eval errors → [`Error::Eval`], negative →
+/// [`Error::NegativeDim`].
+fn eval_dim(d: &Dim, sigma: &Sigma, context: &str) -> Result<usize> {
+    let v = d.eval(sigma).map_err(|source| Error::Eval { context: context.to_string(), source })?;
+    if v < 0 {
+        return Err(Error::NegativeDim { context: context.to_string(), dim: d.to_string(), value: v });
+    }
+    usize::try_from(v).map_err(|_| Error::Op { op: context.into(), message: format!("dimension {v} is too large") })
+}
+
+fn eval_dims_signed(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<i64>> {
+    ds.iter()
+        .enumerate()
+        .map(|(i, d)| {
+            d.eval(sigma).map_err(|source| Error::Eval { context: format!("{what}, dimension {i}"), source })
+        })
+        .collect()
+}
+
+/// Denotations ⟦op⟧ of Section 4 §5 as index functions on concrete tensors,
+/// with the numerics of Section 2 §3.
+///
+/// Choices made here (documented because the spec leaves them open):
+/// - Basic float arithmetic (`+ − × ÷`, `√`, `1/x`, floor/ceil/round, abs,
+///   neg) is computed in f32. Transcendentals (`exp, log, rsqrt, tanh,
+///   sigmoid, gelu, sin, cos, erf, pow`) are evaluated in f64 and rounded
+///   once to f32, which gives the (nearly always) correctly rounded f32
+///   result: this is a reference, accuracy over speed.
+/// - `erf` is [`erf64`]: a positive-term series for |x| < 3 and a continued
+///   fraction for erfc beyond, both accurate to a few f64 ulps.
+///   `gelu(x) = x·½·(1 + erf(x/√2))`, evaluated as `x·½·erfc(−x/√2)` (the
+///   same function, without the cancellation for very negative x).
+/// - F16/BF16/F8: every op computes as F32 then rounds with
+///   [`cast::round_to`]; matmul and sum/prod/mean accumulate in f32 and round
+///   once at the end.
+/// - `max`/`min` (binary and reduce) on floats propagate NaN: if either
+///   operand is NaN the result is NaN. `relu(NaN) = NaN`.
+/// - Integers compute in i64 with wrapping ops, then wrap to the dtype
+///   ([`cast::wrap_int`]); `÷0` and `%0` give 0; `MIN / −1` wraps to `MIN`.
+/// - argmax/argmin: ties pick the first index; NaN is greater than every
+///   number for argmax and smaller for argmin (so the first NaN wins both).
+pub mod denote {
+    use super::*;
+    use tc_core::ir::{BinaryOp, ReduceOp, UnaryOp};
+
+    fn malformed(op: &str, msg: String) -> Error {
+        Error::Malformed(format!("{op}: {msg}"))
+    }
+
+    fn op_err(op: &str, message: String) -> Error {
+        Error::Op { op: op.to_string(), message }
+    }
+
+    /// The volume of a shape, refusing overflow and tensors over [`MAX_ELEMS`].
+    pub fn volume(op: &str, shape: &[usize]) -> Result<usize> {
+        match shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
+            Some(v) if v <= MAX_ELEMS => Ok(v),
+            _ => Err(op_err(op, format!("shape {shape:?} has more than {MAX_ELEMS} elements"))),
+        }
+    }
+
+    /// Row-major strides.
+    fn strides(shape: &[usize]) -> Vec<usize> {
+        let mut s = vec![1usize; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            s[i] = s[i + 1] * shape[i + 1];
+        }
+        s
+    }
+
+    /// Linear index → multi-index (row-major).
+    fn unravel(mut lin: usize, shape: &[usize], idx: &mut [usize]) {
+        for i in (0..shape.len()).rev() {
+            let d = shape[i].max(1);
+            idx[i] = lin % d;
+            lin /= d;
+        }
+    }
+
+    fn ravel(idx: &[usize], strides: &[usize]) -> usize {
+        idx.iter().zip(strides).map(|(i, s)| i * s).sum()
+    }
+
+    /// Build the output by evaluating `f` at every multi-index of `shape`.
+    fn tabulate(op: &str, dt: Dtype, shape: &[usize], mut f: impl FnMut(&[usize]) -> Result<Elem>) -> Result<Tensor> {
+        let n = volume(op, shape)?;
+        let mut out = Vec::with_capacity(n);
+        let mut idx = vec![0usize; shape.len()];
+        for lin in 0..n {
+            unravel(lin, shape, &mut idx);
+            out.push(f(&idx)?);
+        }
+        Tensor::from_elems(dt, shape, &out)
+    }
+
+    /// A float result in dtype `dt`: F32 as is, narrower floats rounded (§3).
+    pub fn fl(dt: Dtype, x: f32) -> Elem {
+        Elem::F(if dt == Dtype::F32 { x } else { cast::round_to(x, dt) })
+    }
+
+    /// An integer result in dtype `dt`, wrapped at its width (§3).
+    pub fn int(dt: Dtype, x: i64) -> Elem {
+        Elem::I(cast::wrap_int(x, dt))
+    }
+
+    fn f64_to(dt: Dtype, x: f64) -> Elem {
+        fl(dt, x as f32)
+    }
+
+    /// `erf` in f64: for |x| < 3 the series
+    /// `erf x = 2/√π · e^{−x²} · Σₙ 2ⁿ x^{2n+1} / (1·3·…·(2n+1))` (all terms
+    /// positive: no cancellation), beyond that `1 − erfc x` with erfc's
+    /// continued fraction ([`erfc64`]). Accurate to a few f64 ulps, far
+    /// below f32 resolution.
+    pub fn erf64(x: f64) -> f64 {
+        if x.is_nan() {
+            return x;
+        }
+        let a = x.abs();
+        let r = if a < 3.0 { erf_series(a) } else { 1.0 - erfc_cf(a) };
+        r.copysign(x)
+    }
+
+    /// `erfc` in f64, accurate in the tail: the continued fraction
+    /// `erfc x = e^{−x²}/√π · 1/(x + ½/(x + 1/(x + (3/2)/(x + …))))` for
+    /// x ≥ 3, `2 − erfc(−x)` for x ≤ −3, `1 − erf x` between.
+    pub fn erfc64(x: f64) -> f64 {
+        if x.is_nan() {
+            x
+        } else if x >= 3.0 {
+            erfc_cf(x)
+        } else if x <= -3.0 {
+            2.0 - erfc_cf(-x)
+        } else {
+            1.0 - erf64(x)
+        }
+    }
+
+    fn erf_series(a: f64) -> f64 {
+        let x2 = a * a;
+        let mut term = a;
+        let mut sum = a;
+        for n in 1..400 {
+            term *= 2.0 * x2 / (2 * n + 1) as f64;
+            sum += term;
+            if term < sum * 1e-17 {
+                break;
+            }
+        }
+        std::f64::consts::FRAC_2_SQRT_PI * (-x2).exp() * sum
+    }
+
+    fn erfc_cf(a: f64) -> f64 {
+        if a > 27.3 {
+            return 0.0; // e^{−x²} underflows f64
+        }
+        let mut f = a;
+        for n in (1..=120).rev() {
+            f = a + (n as f64 * 0.5) / f;
+        }
+        (-a * a).exp() / (f * std::f64::consts::PI.sqrt())
+    }
+
+    /// `gelu x = x·½·(1 + erf(x/√2))`, evaluated as `x·½·erfc(−x/√2)` in f64.
+    pub fn gelu64(x: f64) -> f64 {
+        x * 0.5 * erfc64(-x * std::f64::consts::FRAC_1_SQRT_2)
+    }
+
+    /// The scalar version of a unary op at dtype `dt` (Section 4 §5.1).
+    pub fn unary_elem(op: UnaryOp, dt: Dtype, x: Elem) -> Result<Elem> {
+        let bad = || malformed(op.name(), format!("not admissible at {dt}"));
+        if !op.admits(dt) {
+            return Err(bad());
+        }
+        Ok(match x {
+            Elem::F(x) if dt.is_float() => {
+                let d = x as f64;
+                match op {
+                    UnaryOp::Neg => fl(dt, -x),
+                    UnaryOp::Abs => fl(dt, x.abs()),
+                    UnaryOp::Relu => fl(dt, if x.is_nan() { x } else if x > 0.0 { x } else { 0.0 }),
+                    UnaryOp::Exp => f64_to(dt, d.exp()),
+                    UnaryOp::Log => f64_to(dt, d.ln()),
+                    UnaryOp::Sqrt => fl(dt, x.sqrt()),
+                    UnaryOp::Rsqrt => f64_to(dt, 1.0 / d.sqrt()),
+                    UnaryOp::Tanh => f64_to(dt, d.tanh()),
+                    UnaryOp::Sigmoid => f64_to(dt, 1.0 / (1.0 + (-d).exp())),
+                    UnaryOp::Gelu => f64_to(dt, gelu64(d)),
+                    UnaryOp::Sin => f64_to(dt, d.sin()),
+                    UnaryOp::Cos => f64_to(dt, d.cos()),
+                    UnaryOp::Erf => f64_to(dt, erf64(d)),
+                    UnaryOp::Recip => fl(dt, 1.0 / x),
+                    UnaryOp::Floor => fl(dt, x.floor()),
+                    UnaryOp::Ceil => fl(dt, x.ceil()),
+                    UnaryOp::Round => fl(dt, x.round_ties_even()),
+                    UnaryOp::Not => return Err(bad()),
+                }
+            }
+            Elem::I(x) if dt.is_int() => match op {
+                UnaryOp::Neg => int(dt, x.wrapping_neg()),
+                UnaryOp::Abs => int(dt, x.wrapping_abs()),
+                UnaryOp::Relu => int(dt, x.max(0)),
+                _ => return Err(bad()),
+            },
+            Elem::B(b) if dt.is_bool() && op == UnaryOp::Not => Elem::B(!b),
+            other => return Err(malformed(op.name(), format!("element {other:?} is not a {dt} value"))),
+        })
+    }
+
+    /// The scalar version of a binary op on two elements of dtype `dt`
+    /// (Section 4 §5.3); comparisons give a Bool element.
+    pub fn binary_elem(op: BinaryOp, dt: Dtype, a: Elem, b: Elem) -> Result<Elem> {
+        let bad = || malformed(op.name(), format!("not admissible at {dt}"));
+        if !op.admits(dt) {
+            return Err(bad());
+        }
+        Ok(match (a, b) {
+            (Elem::F(x), Elem::F(y)) if dt.is_float() => match op {
+                BinaryOp::Add => fl(dt, x + y),
+                BinaryOp::Sub => fl(dt, x - y),
+                BinaryOp::Mul => fl(dt, x * y),
+                BinaryOp::Div => fl(dt, x / y),
+                BinaryOp::Max => fl(dt, if x.is_nan() || y.is_nan() { f32::NAN } else { x.max(y) }),
+                BinaryOp::Min => fl(dt, if x.is_nan() || y.is_nan() { f32::NAN } else { x.min(y) }),
+                BinaryOp::Pow => f64_to(dt, (x as f64).powf(y as f64)),
+                BinaryOp::Eq => Elem::B(x == y),
+                BinaryOp::Ne => Elem::B(x != y),
+                BinaryOp::Lt => Elem::B(x < y),
+                BinaryOp::Le => Elem::B(x <= y),
+                BinaryOp::Gt => Elem::B(x > y),
+                BinaryOp::Ge => Elem::B(x >= y),
+                _ => return Err(bad()),
+            },
+            (Elem::I(x), Elem::I(y)) if dt.is_int() => match op {
+                BinaryOp::Add => int(dt, x.wrapping_add(y)),
+                BinaryOp::Sub => int(dt, x.wrapping_sub(y)),
+                BinaryOp::Mul => int(dt, x.wrapping_mul(y)),
+                BinaryOp::Div => int(dt, if y == 0 { 0 } else { x.wrapping_div(y) }),
+                BinaryOp::Rem => int(dt, if y == 0 { 0 } else { x.wrapping_rem(y) }),
+                BinaryOp::Max => Elem::I(x.max(y)),
+                BinaryOp::Min => Elem::I(x.min(y)),
+                BinaryOp::Eq => Elem::B(x == y),
+                BinaryOp::Ne => Elem::B(x != y),
+                BinaryOp::Lt => Elem::B(x < y),
+                BinaryOp::Le => Elem::B(x <= y),
+                BinaryOp::Gt => Elem::B(x > y),
+                BinaryOp::Ge => Elem::B(x >= y),
+                _ => return Err(bad()),
+            },
+            (Elem::B(x), Elem::B(y)) if dt.is_bool() => match op {
+                BinaryOp::And => Elem::B(x & y),
+                BinaryOp::Or => Elem::B(x | y),
+                BinaryOp::Xor => Elem::B(x ^ y),
+                BinaryOp::Eq => Elem::B(x == y),
+                BinaryOp::Ne => Elem::B(x != y),
+                BinaryOp::Lt => Elem::B(!x & y),
+                BinaryOp::Le => Elem::B(x <= y),
+                BinaryOp::Gt => Elem::B(x & !y),
+                BinaryOp::Ge => Elem::B(x >= y),
+                _ => return Err(bad()),
+            },
+            (a, b) => return Err(malformed(op.name(), format!("elements {a:?}, {b:?} are not {dt} values"))),
+        })
+    }
+
+    /// §5.1 elementwise unary.
+    pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+        let dt = x.dtype();
+        let xs = x.to_elems();
+        let st = strides(x.shape());
+        tabulate(op.name(), dt, x.shape(), |i| unary_elem(op, dt, xs[ravel(i, &st)]))
+    }
+
+    /// §5.2 cast: `λ i. convert(f(i))` (Section 2 §5 value semantics).
+    pub fn cast(to: Dtype, x: &Tensor) -> Result<Tensor> {
+        let xs = x.to_elems();
+        let st = strides(x.shape());
+        tabulate("cast", to, x.shape(), |i| Ok(cast::convert(xs[ravel(i, &st)], to)))
+    }
+
+    fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
+        if a.dtype() != b.dtype() {
+            return Err(malformed(op, format!("operand dtypes {} and {} differ", a.dtype(), b.dtype())));
+        }
+        if a.shape() != b.shape() {
+            return Err(op_err(op, format!("operand shapes {:?} and {:?} differ", a.shape(), b.shape())));
+        }
+        Ok(())
+    }
+
+    /// §5.3 elementwise binary: `λ i. op(f(i), g(i))`.
+    pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        same_shape(op.name(), a, b)?;
+        let dt = a.dtype();
+        let (xs, ys) = (a.to_elems(), b.to_elems());
+        let st = strides(a.shape());
+        tabulate(op.name(), op.result_dtype(dt), a.shape(), |i| {
+            let k = ravel(i, &st);
+            binary_elem(op, dt, xs[k], ys[k])
+        })
+    }
+
+    /// `op(x, s)` (or `op(s, x)`) with a scalar `s` already in `x`'s dtype.
+    pub fn scalar_binary(op: BinaryOp, x: &Tensor, s: Elem, scalar_left: bool) -> Result<Tensor> {
+        let dt = x.dtype();
+        let xs = x.to_elems();
+        let st = strides(x.shape());
+        tabulate(op.name(), op.result_dtype(dt), x.shape(), |i| {
+            let e = xs[ravel(i, &st)];
+            if scalar_left {
+                binary_elem(op, dt, s, e)
+            } else {
+                binary_elem(op, dt, e, s)
+            }
+        })
+    }
+
+    /// `select c a b`: `λ i. if c(i) then a(i) else b(i)`.
+    pub fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if c.dtype() != Dtype::Bool {
+            return Err(malformed("select", format!("condition has dtype {}", c.dtype())));
+        }
+        same_shape("select", a, b)?;
+        if c.shape() != a.shape() {
+            return Err(op_err("select", format!("condition shape {:?} ≠ {:?}", c.shape(), a.shape())));
+        }
+        let (cs, xs, ys) = (c.to_elems(), a.to_elems(), b.to_elems());
+        let st = strides(a.shape());
+        tabulate("select", a.dtype(), a.shape(), |i| {
+            let k = ravel(i, &st);
+            Ok(if matches!(cs[k], Elem::B(true)) { xs[k] } else { ys[k] })
+        })
+    }
+
+    /// §5.4 batched matmul: `p ++ [M, K] × p ++ [K, N] → p ++ [M, N]`,
+    /// `λ (b, i, j). Σ_l a(b, i, l) · b(b, l, j)`, summed in order of l.
+    pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let dt = a.dtype();
+        if dt != b.dtype() || !dt.is_numeric() {
+            return Err(malformed("matmul", format!("operand dtypes {} and {}", dt, b.dtype())));
+        }
+        let (sa, sb) = (a.shape(), b.shape());
+        let r = sa.len();
+        if r < 2 || sb.len() != r {
+            return Err(op_err("matmul", format!("operand shapes {sa:?} and {sb:?}: ranks must be equal and ≥ 2")));
+        }
+        if sa[..r - 2] != sb[..r - 2] {
+            return Err(op_err("matmul", format!("batch dims {:?} and {:?} differ", &sa[..r - 2], &sb[..r - 2])));
+        }
+        let (k, k2) = (sa[r - 1], sb[r - 2]);
+        if k != k2 {
+            return Err(op_err("matmul", format!("contraction dimension K (={k}) ≠ K' (={k2})")));
+        }
+        let mut out_shape = sa[..r - 2].to_vec();
+        out_shape.extend([sa[r - 2], sb[r - 1]]);
+        let (xs, ys) = (a.to_elems(), b.to_elems());
+        let (sta, stb) = (strides(sa), strides(sb));
+        let mut ia = vec![0usize; r];
+        let mut ib = vec![0usize; r];
+        tabulate("matmul", dt, &out_shape, |o| {
+            ia[..r - 2].copy_from_slice(&o[..r - 2]);
+            ib[..r - 2].copy_from_slice(&o[..r - 2]);
+            ia[r - 2] = o[r - 2];
+            ib[r - 1] = o[r - 1];
+            let mut facc = 0f32;
+            let mut iacc = 0i64;
+            for l in 0..k {
+                ia[r - 1] = l;
+                ib[r - 2] = l;
+                match (xs[ravel(&ia, &sta)], ys[ravel(&ib, &stb)]) {
+                    (Elem::F(x), Elem::F(y)) => facc += x * y,
+                    (Elem::I(x), Elem::I(y)) => iacc = iacc.wrapping_add(x.wrapping_mul(y)),
+                    (x, y) => return Err(malformed("matmul", format!("elements {x:?}, {y:?}"))),
+                }
+            }
+            Ok(if dt.is_float() { fl(dt, facc) } else { int(dt, iacc) })
+        })
+    }
+
+    fn check_axes(op: &str, axes: &[usize], rank: usize) -> Result<()> {
+        if axes.is_empty() {
+            return Err(malformed(op, "no axes".into()));
+        }
+        for (i, &a) in axes.iter().enumerate() {
+            if a >= rank {
+                return Err(malformed(op, format!("axis {a} out of range for rank {rank}")));
+            }
+            if axes[..i].contains(&a) {
+                return Err(malformed(op, format!("axis {a} repeated")));
+            }
+        }
+        Ok(())
+    }
+
+    /// §5.5 reduce over an axis set: `λ idx. fold_op { f(idx with the reduced
+    /// axes set to d) | d }`, folded in row-major order of the reduced axes.
+    pub fn reduce(op: ReduceOp, axes: &[usize], keepdims: bool, x: &Tensor) -> Result<Tensor> {
+        let name = format!("reduce.{}", op.name());
+        let dt = x.dtype();
+        if !op.admits(dt) {
+            return Err(malformed(&name, format!("not admissible at {dt}")));
+        }
+        let shape = x.shape();
+        check_axes(&name, axes, shape.len())?;
+        let red_shape: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+        let count = volume(&name, &red_shape)?;
+        if count == 0 && op.needs_nonempty() {
+            return Err(op_err(&name, format!("reduced axes {axes:?} of shape {shape:?} are empty")));
+        }
+        let kept: Vec<usize> = (0..shape.len()).filter(|i| !axes.contains(i)).collect();
+        let out_shape: Vec<usize> = if keepdims {
+            (0..shape.len()).map(|i| if axes.contains(&i) { 1 } else { shape[i] }).collect()
+        } else {
+            kept.iter().map(|&i| shape[i]).collect()
+        };
+        let xs = x.to_elems();
+        let st = strides(shape);
+        let mut src = vec![0usize; shape.len()];
+        let mut ridx = vec![0usize; axes.len()];
+        tabulate(&name, dt, &out_shape, |o| {
+            for (j, &a) in kept.iter().enumerate() {
+                src[a] = if keepdims { o[a] } else { o[j] };
+            }
+            let mut fsum = 0f32;
+            let mut fprod = 1f32;
+            let mut isum = 0i64;
+            let mut iprod = 1i64;
+            let mut best: Option<Elem> = None;
+            let mut any = false;
+            let mut all = true;
+            for r in 0..count {
+                unravel(r, &red_shape, &mut ridx);
+                for (q, &a) in axes.iter().enumerate() {
+                    src[a] = ridx[q];
+                }
+                let e = xs[ravel(&src, &st)];
+                match e {
+                    Elem::F(v) => {
+                        fsum += v;
+                        fprod *= v;
+                    }
+                    Elem::I(v) => {
+                        isum = isum.wrapping_add(v);
+                        iprod = iprod.wrapping_mul(v);
+                    }
+                    Elem::B(b) => {
+                        any |= b;
+                        all &= b;
+                    }
+                }
+                if matches!(op, ReduceOp::Max | ReduceOp::Min) {
+                    let bop = if op == ReduceOp::Max { BinaryOp::Max } else { BinaryOp::Min };
+                    best = Some(match best {
+                        None => e,
+                        // Not rounded in between: max/min of dtype values is a dtype value.
+                        Some(b) => binary_elem(bop, dt, b, e)?,
+                    });
+                }
+            }
+            Ok(match (op, dt.is_float()) {
+                (ReduceOp::Sum, true) => fl(dt, fsum),
+                (ReduceOp::Sum, false) => int(dt, isum),
+                (ReduceOp::Prod, true) => fl(dt, fprod),
+                (ReduceOp::Prod, false) => int(dt, iprod),
+                (ReduceOp::Mean, _) => fl(dt, fsum / count as f32),
+                (ReduceOp::Max | ReduceOp::Min, _) => best.ok_or_else(|| op_err(&name, "empty axis".into()))?,
+                (ReduceOp::Any, _) => Elem::B(any),
+                (ReduceOp::All, _) => Elem::B(all),
+            })
+        })
+    }
+
+    /// Is `a` strictly better than `b` for argmax (`max`) / argmin? NaN is
+    /// above every number for argmax and below every number for argmin, so
+    /// in both cases the first NaN wins; equal elements keep the first.
+    fn arg_better(max: bool, a: Elem, b: Elem) -> bool {
+        match (a, b) {
+            (Elem::F(x), Elem::F(y)) => {
+                if y.is_nan() {
+                    false
+                } else if x.is_nan() {
+                    true
+                } else if max {
+                    x > y
+                } else {
+                    x < y
+                }
+            }
+            (Elem::I(x), Elem::I(y)) => {
+                if max {
+                    x > y
+                } else {
+                    x < y
+                }
+            }
+            (Elem::B(x), Elem::B(y)) => {
+                if max {
+                    x & !y
+                } else {
+                    !x & y
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// argmax / argmin along one axis → I64 indices.
+    pub fn arg_reduce(max: bool, axis: usize, keepdims: bool, x: &Tensor) -> Result<Tensor> {
+        let name = if max { "argmax" } else { "argmin" };
+        let shape = x.shape();
+        check_axes(name, &[axis], shape.len())?;
+        let n = shape[axis];
+        if n == 0 {
+            return Err(op_err(name, format!("axis {axis} of shape {shape:?} is empty")));
+        }
+        let out_shape: Vec<usize> = if keepdims {
+            shape.iter().enumerate().map(|(i, &d)| if i == axis { 1 } else { d }).collect()
+        } else {
+            shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).collect()
+        };
+        let xs = x.to_elems();
+        let st = strides(shape);
+        let mut src = vec![0usize; shape.len()];
+        tabulate(name, Dtype::I64, &out_shape, |o| {
+            let mut j = 0;
+            for (i, s) in src.iter_mut().enumerate() {
+                if i == axis {
+                    if keepdims {
+                        j += 1;
+                    }
+                    continue;
+                }
+                *s = o[j];
+                j += 1;
+            }
+            let mut best = 0usize;
+            src[axis] = 0;
+            let mut bv = xs[ravel(&src, &st)];
+            for d in 1..n {
+                src[axis] = d;
+                let e = xs[ravel(&src, &st)];
+                if arg_better(max, e, bv) {
+                    best = d;
+                    bv = e;
+                }
+            }
+            Ok(Elem::I(best as i64))
+        })
+    }
+
+    /// §5.6 transpose: output axis j is input axis `perm[j]` (Section 2 §9),
+    /// so `out(j₀, …) = f(i)` with `i[perm[j]] = j`-th output index.
+    pub fn transpose(perm: &[usize], x: &Tensor) -> Result<Tensor> {
+        let shape = x.shape();
+        let r = shape.len();
+        let mut seen = vec![false; r];
+        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+            return Err(malformed("transpose", format!("{perm:?} is not a permutation of 0..{r}")));
+        }
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let xs = x.to_elems();
+        let st = strides(shape);
+        let mut src = vec![0usize; r];
+        tabulate("transpose", x.dtype(), &out_shape, |o| {
+            for (j, &p) in perm.iter().enumerate() {
+                src[p] = o[j];
+            }
+            Ok(xs[ravel(&src, &st)])
+        })
+    }
+
+    /// §5.7 reshape: `λ idx'. f(unflatten(flatten(idx', s'), s))`. The volume
+    /// equality the checker assumed (Section 2 §10) is re-checked here: a
+    /// mismatch is [`Error::ReshapeVolume`] (the §7.0 backstop).
+    pub fn reshape(to: &[i64], x: &Tensor) -> Result<Tensor> {
+        let from = x.shape();
+        let from_volume = from.iter().try_fold(1i64, |a, &d| a.checked_mul(d as i64));
+        let to_volume = to.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
+        let mismatch = || Error::ReshapeVolume {
+            from: from.to_vec(),
+            to: to.to_vec(),
+            from_volume: from_volume.unwrap_or(i64::MAX),
+            to_volume: to_volume.unwrap_or(i64::MAX),
+        };
+        if to.iter().any(|&d| d < 0) || from_volume.is_none() || to_volume.is_none() || from_volume != to_volume {
+            return Err(mismatch());
+        }
+        let shape: Vec<usize> = to.iter().map(|&d| d as usize).collect();
+        let xs = x.to_elems();
+        let (st_in, st_out) = (strides(from), strides(&shape));
+        let mut src = vec![0usize; from.len()];
+        tabulate("reshape", x.dtype(), &shape, |o| {
+            unravel(ravel(o, &st_out), from, &mut src);
+            Ok(xs[ravel(&src, &st_in)])
+        })
+    }
+
+    /// §5.8 broadcast to `target`: align trailing dims; a source dim of 1
+    /// reads index 0, an equal dim reads the same index (Section 2 §11).
+    pub fn broadcast(target: &[usize], x: &Tensor) -> Result<Tensor> {
+        let shape = x.shape();
+        let (n, m) = (shape.len(), target.len());
+        if n > m {
+            return Err(op_err("broadcast", format!("cannot broadcast rank {n} {shape:?} to rank {m} {target:?}")));
+        }
+        for (i, &d) in shape.iter().enumerate() {
+            let t = target[m - n + i];
+            if d != 1 && d != t {
+                return Err(op_err(
+                    "broadcast",
+                    format!("source dim {i} (={d}) is neither 1 nor the target's {} (={t})", m - n + i),
+                ));
+            }
+        }
+        let xs = x.to_elems();
+        let st = strides(shape);
+        let mut src = vec![0usize; n];
+        tabulate("broadcast", x.dtype(), target, |o| {
+            for i in 0..n {
+                src[i] = if shape[i] == 1 { 0 } else { o[m - n + i] };
+            }
+            Ok(xs[ravel(&src, &st)])
+        })
+    }
+
+    /// §5.9 slice `[start, stop)` along `axis`: `λ j. f(j with j[axis] + start)`.
+    pub fn slice(axis: usize, start: i64, stop: i64, x: &Tensor) -> Result<Tensor> {
+        let shape = x.shape();
+        check_axes("slice", &[axis], shape.len())?;
+        let d = shape[axis] as i64;
+        if !(0 <= start && start <= stop && stop <= d) {
+            return Err(op_err("slice", format!("range {start}..{stop} is not within 0..{d} on axis {axis}")));
+        }
+        let mut out_shape = shape.to_vec();
+        out_shape[axis] = (stop - start) as usize;
+        let xs = x.to_elems();
+        let st = strides(shape);
+        let mut src = vec![0usize; shape.len()];
+        tabulate("slice", x.dtype(), &out_shape, |o| {
+            src.copy_from_slice(o);
+            src[axis] += start as usize;
+            Ok(xs[ravel(&src, &st)])
+        })
+    }
+
+    /// §5.10 concat along `axis` (k ≥ 2 operands): an index reads the operand
+    /// whose range along `axis` contains it, shifted down by the sizes before.
+    pub fn concat(axis: usize, xs: &[&Tensor]) -> Result<Tensor> {
+        let Some(first) = xs.first() else {
+            return Err(malformed("concat", "no operands".into()));
+        };
+        let shape = first.shape();
+        check_axes("concat", &[axis], shape.len())?;
+        let mut total = 0usize;
+        for t in xs {
+            if t.dtype() != first.dtype() {
+                return Err(malformed("concat", format!("dtypes {} and {} differ", first.dtype(), t.dtype())));
+            }
+            let s = t.shape();
+            if s.len() != shape.len() || s.iter().zip(shape).enumerate().any(|(i, (a, b))| i != axis && a != b) {
+                return Err(op_err("concat", format!("shapes {shape:?} and {s:?} differ off axis {axis}")));
+            }
+            total = total
+                .checked_add(s[axis])
+                .ok_or_else(|| op_err("concat", "concatenated dimension overflows".into()))?;
+        }
+        let mut out_shape = shape.to_vec();
+        out_shape[axis] = total;
+        let data: Vec<Vec<Elem>> = xs.iter().map(|t| t.to_elems()).collect();
+        let sts: Vec<Vec<usize>> = xs.iter().map(|t| strides(t.shape())).collect();
+        let mut src = vec![0usize; shape.len()];
+        tabulate("concat", first.dtype(), &out_shape, |o| {
+            src.copy_from_slice(o);
+            let mut k = 0;
+            while src[axis] >= xs[k].shape()[axis] {
+                src[axis] -= xs[k].shape()[axis];
+                k += 1;
+            }
+            Ok(data[k][ravel(&src, &sts[k])])
+        })
+    }
+
+    /// A tensor of one repeated value (already in `dt`'s value set).
+    pub fn fill(dt: Dtype, shape: &[usize], v: Elem) -> Result<Tensor> {
+        tabulate("fill", dt, shape, |_| Ok(v))
+    }
+
+    /// `iota`: each element is its index along `axis`, converted to `dt`.
+    pub fn iota(dt: Dtype, shape: &[usize], axis: usize) -> Result<Tensor> {
+        check_axes("iota", &[axis], shape.len())?;
+        tabulate("iota", dt, shape, |i| Ok(cast::convert(Elem::I(i[axis] as i64), dt)))
+    }
+}

@@ -1,0 +1,205 @@
+//! Reading and writing tensors in the safetensors format.
+//!
+//! Dtype mapping: F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, BOOL
+//! map to the tc dtype of the same name. I4 has no safetensors dtype (saving
+//! it is an error); safetensors dtypes without a tc dtype (U8, F64, ...) are
+//! an error when loaded. Every failure is an [`Error`], never a panic.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
+use tc_core::Dtype;
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The safetensors dtype storing `d`; `None` for I4.
+pub fn to_safetensors_dtype(d: Dtype) -> Option<StDtype> {
+    Some(match d {
+        Dtype::F32 => StDtype::F32,
+        Dtype::F16 => StDtype::F16,
+        Dtype::BF16 => StDtype::BF16,
+        Dtype::F8E4M3 => StDtype::F8_E4M3,
+        Dtype::F8E5M2 => StDtype::F8_E5M2,
+        Dtype::I64 => StDtype::I64,
+        Dtype::I32 => StDtype::I32,
+        Dtype::I16 => StDtype::I16,
+        Dtype::I8 => StDtype::I8,
+        Dtype::Bool => StDtype::BOOL,
+        Dtype::I4 => return None,
+    })
+}
+
+/// The tc dtype of a safetensors dtype; `None` for those tc lacks (U8, F64, ...).
+pub fn from_safetensors_dtype(d: StDtype) -> Option<Dtype> {
+    Some(match d {
+        StDtype::F32 => Dtype::F32,
+        StDtype::F16 => Dtype::F16,
+        StDtype::BF16 => Dtype::BF16,
+        StDtype::F8_E4M3 => Dtype::F8E4M3,
+        StDtype::F8_E5M2 => Dtype::F8E5M2,
+        StDtype::I64 => Dtype::I64,
+        StDtype::I32 => Dtype::I32,
+        StDtype::I16 => Dtype::I16,
+        StDtype::I8 => Dtype::I8,
+        StDtype::BOOL => Dtype::Bool,
+        _ => return None,
+    })
+}
+
+fn st_err(context: &str, e: impl std::fmt::Display) -> Error {
+    Error::Safetensors(format!("{context}: {e}"))
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| st_err(&path.display().to_string(), e))
+}
+
+/// Convert one safetensors entry.
+fn convert_view(name: &str, view: &safetensors::tensor::TensorView<'_>) -> Result<Tensor> {
+    let dtype = from_safetensors_dtype(view.dtype()).ok_or_else(|| {
+        Error::Safetensors(format!(
+            "tensor `{name}` has dtype {:?}, which tc does not support",
+            view.dtype()
+        ))
+    })?;
+    Tensor::from_raw_slice(dtype, view.shape(), view.data())
+}
+
+/// Every tensor in a safetensors buffer, by name.
+pub fn load_safetensors_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| st_err("invalid file", e))?;
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let t = convert_view(&name, &view)?;
+            Ok((name, t))
+        })
+        .collect()
+}
+
+/// Every tensor in a safetensors file, by name.
+pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>> {
+    let path = path.as_ref();
+    load_safetensors_bytes(&read_file(path)?)
+        .map_err(|e| with_context(e, &path.display().to_string()))
+}
+
+fn with_context(e: Error, context: &str) -> Error {
+    match e {
+        Error::Safetensors(m) => Error::Safetensors(format!("{context}: {m}")),
+        other => other,
+    }
+}
+
+/// One named tensor from a safetensors buffer, checked against the dtype (and,
+/// when given, the shape) the caller expects.
+///
+/// Errors: `Safetensors` (bad buffer, no such name, unsupported dtype),
+/// `Dtype` (the stored dtype differs; `param` is the tensor name),
+/// `ShapeMismatch` (the stored shape differs).
+pub fn load_tensor_from_bytes(
+    bytes: &[u8],
+    name: &str,
+    expected_dtype: Dtype,
+    expected_shape: Option<&[usize]>,
+) -> Result<Tensor> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| st_err("invalid file", e))?;
+    let view = st.tensor(name).map_err(|e| match e {
+        safetensors::SafeTensorError::TensorNotFound(_) => {
+            let mut names: Vec<&String> = st.names();
+            names.sort();
+            Error::Safetensors(format!("no tensor named `{name}` (found {names:?})"))
+        }
+        other => st_err(name, other),
+    })?;
+    let found = from_safetensors_dtype(view.dtype());
+    if found != Some(expected_dtype) {
+        return match found {
+            Some(found) => Err(Error::Dtype {
+                param: name.to_string(),
+                expected: expected_dtype,
+                found,
+            }),
+            None => Err(Error::Safetensors(format!(
+                "tensor `{name}` has dtype {:?}, expected {expected_dtype}",
+                view.dtype()
+            ))),
+        };
+    }
+    if let Some(shape) = expected_shape {
+        if view.shape() != shape {
+            return Err(Error::ShapeMismatch {
+                context: format!("safetensors tensor `{name}`"),
+                expected: shape.to_vec(),
+                found: view.shape().to_vec(),
+            });
+        }
+    }
+    convert_view(name, &view)
+}
+
+/// One named tensor from a safetensors file; see [`load_tensor_from_bytes`].
+pub fn load_tensor(
+    path: impl AsRef<Path>,
+    name: &str,
+    expected_dtype: Dtype,
+    expected_shape: Option<&[usize]>,
+) -> Result<Tensor> {
+    let path = path.as_ref();
+    load_tensor_from_bytes(&read_file(path)?, name, expected_dtype, expected_shape)
+        .map_err(|e| with_context(e, &path.display().to_string()))
+}
+
+/// A tensor as a safetensors [`View`].
+struct StView<'a> {
+    tensor: &'a Tensor,
+    dtype: StDtype,
+}
+
+impl View for StView<'_> {
+    fn dtype(&self) -> StDtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        self.tensor.shape()
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self.tensor.bytes())
+    }
+    fn data_len(&self) -> usize {
+        self.tensor.bytes().len()
+    }
+}
+
+fn views<'a, I>(tensors: I) -> Result<Vec<(String, StView<'a>)>>
+where
+    I: IntoIterator<Item = (&'a String, &'a Tensor)>,
+{
+    tensors
+        .into_iter()
+        .map(|(name, t)| {
+            let dtype = to_safetensors_dtype(t.dtype()).ok_or_else(|| {
+                Error::Safetensors(format!(
+                    "tensor `{name}`: dtype {} has no safetensors encoding",
+                    t.dtype()
+                ))
+            })?;
+            Ok((name.clone(), StView { tensor: t, dtype }))
+        })
+        .collect()
+}
+
+/// Serialise named tensors into a safetensors buffer (I4 → `Safetensors` error).
+pub fn save_safetensors_bytes(tensors: &BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
+    safetensors::serialize(views(tensors)?, &None).map_err(|e| st_err("serialize", e))
+}
+
+/// Write named tensors to a safetensors file (I4 → `Safetensors` error).
+pub fn save_safetensors(path: impl AsRef<Path>, tensors: &BTreeMap<String, Tensor>) -> Result<()> {
+    let path = path.as_ref();
+    safetensors::serialize_to_file(views(tensors)?, &None, path)
+        .map_err(|e| st_err(&path.display().to_string(), e))
+}

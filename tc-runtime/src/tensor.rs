@@ -1,0 +1,531 @@
+//! Dense tensors of all eleven dtypes, stored in the Section 2 §5 layout.
+//!
+//! Storage is contiguous, row-major (C order) and immutable once built; a
+//! [`Tensor`] shares it through an `Arc`, so `Clone` and [`Tensor::reshape`]
+//! are cheap. Layout per dtype: F32/ints little-endian, F16/BF16 two bytes
+//! little-endian, F8 one byte, I4 packed two per byte (low nibble first; the
+//! unused high nibble of an odd-length tensor is 0), Bool one byte (0 or 1).
+
+use std::fmt;
+use std::sync::Arc;
+
+use ndarray::{ArrayBase, ArrayD, ArrayViewD, Data, Dimension, IxDyn};
+use tc_core::Dtype;
+
+use crate::cast;
+use crate::elem::{Elem, Element};
+use crate::error::{Error, Result};
+
+/// How many elements `Display`/`Debug` print before eliding the rest with `...`.
+const PREVIEW: usize = 16;
+
+/// A dense, immutable tensor of one of the eleven dtypes.
+///
+/// `Send + Sync`; `Clone` shares the storage. Equality (`==`) is bitwise: same
+/// dtype, same shape, same storage bytes (so a NaN equals the same NaN and
+/// `-0.0 != 0.0`).
+#[derive(Clone)]
+pub struct Tensor {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    numel: usize,
+    nbytes: usize,
+    /// `nbytes` bytes of storage, 8-byte aligned, zero-padded to a whole word.
+    words: Arc<Vec<u64>>,
+}
+
+/// Product of `shape`, or `ShapeOverflow`.
+fn volume(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))
+}
+
+/// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes.
+fn zeroed_words(nbytes: usize) -> Vec<u64> {
+    vec![0u64; nbytes.div_ceil(8)]
+}
+
+/// The first `nbytes` bytes of `words`.
+fn word_bytes(words: &[u64], nbytes: usize) -> &[u8] {
+    debug_assert!(nbytes <= words.len() * 8);
+    // SAFETY: u64 has no padding and every byte of it is initialised; u8 has
+    // alignment 1; `nbytes` is within the allocation (checked by construction).
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), nbytes) }
+}
+
+/// Mutable form of [`word_bytes`].
+fn word_bytes_mut(words: &mut [u64], nbytes: usize) -> &mut [u8] {
+    debug_assert!(nbytes <= words.len() * 8);
+    // SAFETY: as in `word_bytes`; every byte pattern is a valid u64.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), nbytes) }
+}
+
+/// Write element `i` of a `dtype` buffer with the value of `cast[dtype] e`.
+/// The buffer must be zero where I4 nibbles are written.
+fn store(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
+    if dtype.is_float() {
+        let x = match e {
+            Elem::F(x) => x,
+            Elem::I(v) => cast::int_to_float(v, dtype),
+            Elem::B(b) => b as u8 as f32,
+        };
+        match dtype {
+            Dtype::F32 => buf[4 * i..4 * i + 4].copy_from_slice(&x.to_le_bytes()),
+            Dtype::F16 => {
+                buf[2 * i..2 * i + 2].copy_from_slice(&cast::f16_from_f32(x).to_le_bytes())
+            }
+            Dtype::BF16 => {
+                buf[2 * i..2 * i + 2].copy_from_slice(&cast::bf16_from_f32(x).to_le_bytes())
+            }
+            Dtype::F8E4M3 => buf[i] = cast::f8e4m3_from_f32(x),
+            _ => buf[i] = cast::f8e5m2_from_f32(x),
+        }
+        return;
+    }
+    match cast::convert(e, dtype) {
+        Elem::I(v) => match dtype {
+            Dtype::I64 => buf[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes()),
+            Dtype::I32 => buf[4 * i..4 * i + 4].copy_from_slice(&(v as i32).to_le_bytes()),
+            Dtype::I16 => buf[2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+            Dtype::I8 => buf[i] = v as i8 as u8,
+            _ => buf[i / 2] |= ((v as u8) & 0x0F) << (4 * (i % 2)),
+        },
+        Elem::B(b) => buf[i] = b as u8,
+        Elem::F(_) => {} // unreachable: convert to a non-float dtype gives I or B
+    }
+}
+
+/// Decode element `i` of a `dtype` buffer (the index must be in range).
+fn load(buf: &[u8], dtype: Dtype, i: usize) -> Elem {
+    fn arr<const N: usize>(b: &[u8], i: usize) -> [u8; N] {
+        let mut a = [0u8; N];
+        a.copy_from_slice(&b[N * i..N * i + N]);
+        a
+    }
+    match dtype {
+        Dtype::F32 => Elem::F(f32::from_le_bytes(arr(buf, i))),
+        Dtype::F16 => Elem::F(cast::f16_to_f32(u16::from_le_bytes(arr(buf, i)))),
+        Dtype::BF16 => Elem::F(cast::bf16_to_f32(u16::from_le_bytes(arr(buf, i)))),
+        Dtype::F8E4M3 => Elem::F(cast::f8e4m3_to_f32(buf[i])),
+        Dtype::F8E5M2 => Elem::F(cast::f8e5m2_to_f32(buf[i])),
+        Dtype::I64 => Elem::I(i64::from_le_bytes(arr(buf, i))),
+        Dtype::I32 => Elem::I(i32::from_le_bytes(arr(buf, i)) as i64),
+        Dtype::I16 => Elem::I(i16::from_le_bytes(arr(buf, i)) as i64),
+        Dtype::I8 => Elem::I(buf[i] as i8 as i64),
+        Dtype::I4 => {
+            let nib = (buf[i / 2] >> (4 * (i % 2))) & 0x0F;
+            Elem::I(cast::wrap_int(nib as i64, Dtype::I4))
+        }
+        Dtype::Bool => Elem::B(buf[i] != 0),
+    }
+}
+
+impl Tensor {
+    /// Build from finished storage (length already checked).
+    fn from_words(dtype: Dtype, shape: &[usize], numel: usize, words: Vec<u64>) -> Tensor {
+        Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            numel,
+            nbytes: dtype.storage_bytes(numel),
+            words: Arc::new(words),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// The shape (row-major; `[]` for a scalar).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements (1 for a scalar, 0 when a dimension is 0).
+    pub fn numel(&self) -> usize {
+        self.numel
+    }
+
+    /// The raw storage in the Section 2 §5 layout (`dtype.storage_bytes(numel)` bytes).
+    pub fn bytes(&self) -> &[u8] {
+        word_bytes(&self.words, self.nbytes)
+    }
+
+    /// A tensor of zeros (`0.0`, `0` or `false`).
+    ///
+    /// # Panics
+    /// Like `vec![0; n]`, when the volume of `shape` overflows `usize` or the
+    /// allocation fails; use [`Tensor::try_zeros`] to get an error instead of
+    /// the overflow panic.
+    pub fn zeros(dtype: Dtype, shape: &[usize]) -> Tensor {
+        match Tensor::try_zeros(dtype, shape) {
+            Ok(t) => t,
+            Err(e) => panic!("Tensor::zeros: {e}"),
+        }
+    }
+
+    /// A tensor of zeros; `ShapeOverflow` when the volume overflows `usize`.
+    pub fn try_zeros(dtype: Dtype, shape: &[usize]) -> Result<Tensor> {
+        let numel = volume(shape)?;
+        let nbytes = numel
+            .checked_mul(dtype.bits() as usize)
+            .map(|b| b.div_ceil(8))
+            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        Ok(Tensor::from_words(
+            dtype,
+            shape,
+            numel,
+            zeroed_words(nbytes),
+        ))
+    }
+
+    /// A tensor with every element equal to `cast[dtype] value`.
+    pub fn full(dtype: Dtype, shape: &[usize], value: Elem) -> Result<Tensor> {
+        let numel = volume(shape)?;
+        let nbytes = numel
+            .checked_mul(dtype.bits() as usize)
+            .map(|b| b.div_ceil(8))
+            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        let mut words = zeroed_words(nbytes);
+        let buf = word_bytes_mut(&mut words, nbytes);
+        for i in 0..numel {
+            store(buf, dtype, i, value);
+        }
+        Ok(Tensor::from_words(dtype, shape, numel, words))
+    }
+
+    /// A rank-0 tensor holding `cast[dtype] value`.
+    pub fn scalar(dtype: Dtype, value: Elem) -> Tensor {
+        let mut words = zeroed_words(8);
+        store(word_bytes_mut(&mut words, 8), dtype, 0, value);
+        Tensor::from_words(dtype, &[], 1, words)
+    }
+
+    /// Build from decoded elements in row-major order. Each element is
+    /// converted with [`cast::convert`] semantics (floats rounded RNE to
+    /// `dtype`, ints wrapped, etc.) and encoded.
+    ///
+    /// `DataLength` when `elems.len()` is not the volume of `shape`.
+    pub fn from_elems(dtype: Dtype, shape: &[usize], elems: &[Elem]) -> Result<Tensor> {
+        let numel = volume(shape)?;
+        if elems.len() != numel {
+            return Err(Error::DataLength {
+                shape: shape.to_vec(),
+                expected: numel,
+                found: elems.len(),
+            });
+        }
+        let nbytes = dtype.storage_bytes(numel);
+        let mut words = zeroed_words(nbytes);
+        let buf = word_bytes_mut(&mut words, nbytes);
+        for (i, &e) in elems.iter().enumerate() {
+            store(buf, dtype, i, e);
+        }
+        Ok(Tensor::from_words(dtype, shape, numel, words))
+    }
+
+    /// Build from raw storage in the Section 2 §5 layout.
+    ///
+    /// `ByteLength` unless `bytes.len() == dtype.storage_bytes(volume)`;
+    /// `InvalidBool` when a Bool byte is not 0 or 1. For I4 with an odd number
+    /// of elements the unused high nibble of the last byte is cleared.
+    pub fn from_raw(dtype: Dtype, shape: &[usize], bytes: Vec<u8>) -> Result<Tensor> {
+        Tensor::from_raw_slice(dtype, shape, &bytes)
+    }
+
+    /// As [`Tensor::from_raw`], from a borrowed slice (copied).
+    pub fn from_raw_slice(dtype: Dtype, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        let numel = volume(shape)?;
+        let expected = numel
+            .checked_mul(dtype.bits() as usize)
+            .map(|b| b.div_ceil(8))
+            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        if bytes.len() != expected {
+            return Err(Error::ByteLength {
+                dtype,
+                shape: shape.to_vec(),
+                expected,
+                found: bytes.len(),
+            });
+        }
+        if dtype == Dtype::Bool {
+            if let Some((index, &byte)) = bytes.iter().enumerate().find(|(_, &b)| b > 1) {
+                return Err(Error::InvalidBool { index, byte });
+            }
+        }
+        let mut words = zeroed_words(expected);
+        let buf = word_bytes_mut(&mut words, expected);
+        buf.copy_from_slice(bytes);
+        if dtype == Dtype::I4 && numel % 2 == 1 {
+            buf[expected - 1] &= 0x0F;
+        }
+        Ok(Tensor::from_words(dtype, shape, numel, words))
+    }
+
+    /// Build from typed data in row-major order; the dtype is `T::DTYPE`.
+    /// Bits are copied verbatim (NaN payloads included).
+    ///
+    /// `DataLength` when `data.len()` is not the volume of `shape`.
+    pub fn from_vec<T: Element>(shape: &[usize], data: Vec<T>) -> Result<Tensor> {
+        Tensor::from_slice(shape, &data)
+    }
+
+    /// As [`Tensor::from_vec`], from a borrowed slice.
+    pub fn from_slice<T: Element>(shape: &[usize], data: &[T]) -> Result<Tensor> {
+        let dtype = T::DTYPE;
+        let numel = volume(shape)?;
+        if data.len() != numel {
+            return Err(Error::DataLength {
+                shape: shape.to_vec(),
+                expected: numel,
+                found: data.len(),
+            });
+        }
+        let nbytes = dtype.storage_bytes(numel);
+        let mut words = zeroed_words(nbytes);
+        let buf = word_bytes_mut(&mut words, nbytes);
+        if plain_layout::<T>() {
+            // SAFETY: every `Element` marked PLAIN (f32, f16, bf16, F8 newtypes,
+            // i64..i8, bool) is a padding-free type of `storage_bytes(1)` bytes
+            // whose little-endian memory image is its §5 encoding.
+            let src = unsafe {
+                std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
+            };
+            buf.copy_from_slice(src);
+        } else {
+            for (i, &x) in data.iter().enumerate() {
+                store(buf, dtype, i, x.to_elem());
+            }
+        }
+        Ok(Tensor::from_words(dtype, shape, numel, words))
+    }
+
+    /// A rank-0 tensor holding `v`.
+    pub fn from_scalar<T: Element>(v: T) -> Tensor {
+        Tensor::scalar(T::DTYPE, v.to_elem())
+    }
+
+    /// Decode element `flat_index` (row-major); `None` when out of range.
+    pub fn get(&self, flat_index: usize) -> Option<Elem> {
+        (flat_index < self.numel).then(|| load(self.bytes(), self.dtype, flat_index))
+    }
+
+    /// Decode element `flat_index` (row-major). Never panics: an index out of
+    /// range yields [`Elem::zero`] of the dtype — use [`Tensor::get`] to detect it.
+    pub fn elem(&self, flat_index: usize) -> Elem {
+        self.get(flat_index)
+            .unwrap_or_else(|| Elem::zero(self.dtype))
+    }
+
+    /// Decode element at a multi-index; `None` when the rank or an index is out of range.
+    pub fn get_at(&self, index: &[usize]) -> Option<Elem> {
+        if index.len() != self.shape.len() {
+            return None;
+        }
+        let mut flat = 0usize;
+        for (&i, &d) in index.iter().zip(&self.shape) {
+            if i >= d {
+                return None;
+            }
+            flat = flat * d + i;
+        }
+        self.get(flat)
+    }
+
+    /// All elements, decoded, in row-major order.
+    pub fn to_elems(&self) -> Vec<Elem> {
+        let buf = self.bytes();
+        (0..self.numel).map(|i| load(buf, self.dtype, i)).collect()
+    }
+
+    /// All elements as `T` (row-major); `WrongElementType` unless `T::DTYPE == dtype`.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_type::<T>()?;
+        if plain_layout::<T>() {
+            return Ok(self.typed_slice::<T>().to_vec());
+        }
+        let buf = self.bytes();
+        Ok((0..self.numel)
+            .map(|i| T::from_elem(load(buf, self.dtype, i)))
+            .collect())
+    }
+
+    /// The same storage with a new shape of equal volume (metadata only).
+    ///
+    /// `ReshapeVolume` when the volumes differ, `ShapeOverflow` when the new
+    /// volume overflows `usize`.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let to_volume = volume(shape)?;
+        if to_volume != self.numel {
+            return Err(Error::ReshapeVolume {
+                from: self.shape.clone(),
+                to: shape.iter().map(|&d| d as i64).collect(),
+                from_volume: self.numel as i64,
+                to_volume: to_volume as i64,
+            });
+        }
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            ..self.clone()
+        })
+    }
+
+    /// `cast[to]` of the whole tensor (Section 2 §5).
+    pub fn cast(&self, to: Dtype) -> Tensor {
+        let buf = self.bytes();
+        let nbytes = to.storage_bytes(self.numel);
+        let mut words = zeroed_words(nbytes);
+        let out = word_bytes_mut(&mut words, nbytes);
+        for i in 0..self.numel {
+            store(out, to, i, load(buf, self.dtype, i));
+        }
+        Tensor::from_words(to, &self.shape, self.numel, words)
+    }
+
+    /// Copy into an owned `ndarray` of `T` (`WrongElementType` on a dtype mismatch).
+    pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
+        let v = self.to_vec::<T>()?;
+        ArrayD::from_shape_vec(IxDyn(&self.shape), v).map_err(|e| Error::Op {
+            op: "to_ndarray".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// A zero-copy `ndarray` view of the storage. `WrongElementType` unless
+    /// `T::DTYPE == dtype`; `NoZeroCopyView` for packed I4 (and on big-endian hosts).
+    pub fn as_array_view<T: Element>(&self) -> Result<ArrayViewD<'_, T>> {
+        self.check_type::<T>()?;
+        if !plain_layout::<T>() {
+            return Err(Error::NoZeroCopyView { dtype: self.dtype });
+        }
+        ArrayViewD::from_shape(IxDyn(&self.shape), self.typed_slice::<T>()).map_err(|e| Error::Op {
+            op: "as_array_view".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// A zero-copy flat slice of the elements (same conditions as [`Tensor::as_array_view`]).
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        self.check_type::<T>()?;
+        if !plain_layout::<T>() {
+            return Err(Error::NoZeroCopyView { dtype: self.dtype });
+        }
+        Ok(self.typed_slice::<T>())
+    }
+
+    fn check_type<T: Element>(&self) -> Result<()> {
+        if T::DTYPE == self.dtype {
+            Ok(())
+        } else {
+            Err(Error::WrongElementType {
+                expected: T::DTYPE,
+                found: self.dtype,
+            })
+        }
+    }
+
+    /// The storage as `[T]`; callers have checked `T::DTYPE == dtype` and `plain_layout::<T>()`.
+    fn typed_slice<T: Element>(&self) -> &[T] {
+        assert!(T::DTYPE == self.dtype && plain_layout::<T>());
+        // SAFETY: the storage is 8-byte aligned (a Vec<u64>), ≥ align_of::<T>()
+        // for every Element; it holds `numel` encodings of `size_of::<T>()`
+        // bytes each (checked by `plain_layout`), all initialised; every byte
+        // pattern is a valid value of the numeric element types, and Bool
+        // storage only ever holds 0 or 1 (enforced by every constructor).
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<T>(), self.numel) }
+    }
+
+    fn fmt_preview(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor[{}", self.dtype)?;
+        if !self.shape.is_empty() {
+            f.write_str(";")?;
+            for (k, d) in self.shape.iter().enumerate() {
+                write!(f, "{}{d}", if k == 0 { " " } else { ", " })?;
+            }
+        }
+        f.write_str("] ")?;
+        let mut printed = 0usize;
+        self.fmt_axis(f, 0, 0, &mut printed)
+    }
+
+    fn fmt_axis(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        axis: usize,
+        offset: usize,
+        printed: &mut usize,
+    ) -> fmt::Result {
+        if axis == self.shape.len() {
+            *printed += 1;
+            return write!(f, "{}", self.elem(offset));
+        }
+        let stride: usize = self.shape[axis + 1..].iter().product();
+        f.write_str("[")?;
+        for i in 0..self.shape[axis] {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if *printed >= PREVIEW {
+                f.write_str("...")?;
+                break;
+            }
+            self.fmt_axis(f, axis + 1, offset + i * stride, printed)?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// True when `[T]` has the §5 layout of `T::DTYPE` on this host.
+fn plain_layout<T: Element>() -> bool {
+    T::PLAIN
+        && cfg!(target_endian = "little")
+        && std::mem::size_of::<T>() == T::DTYPE.storage_bytes(1)
+        && std::mem::align_of::<T>() <= 8
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.dtype == other.dtype && self.shape == other.shape && self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for Tensor {}
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_preview(f)
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_preview(f)
+    }
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> TryFrom<ArrayBase<S, D>> for Tensor {
+    type Error = Error;
+    /// Copy an `ndarray` (any layout; elements taken in logical row-major order).
+    fn try_from(a: ArrayBase<S, D>) -> Result<Tensor> {
+        Tensor::try_from(&a)
+    }
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> TryFrom<&ArrayBase<S, D>> for Tensor {
+    type Error = Error;
+    /// Copy an `ndarray` (any layout; elements taken in logical row-major order).
+    fn try_from(a: &ArrayBase<S, D>) -> Result<Tensor> {
+        match a.as_slice() {
+            Some(s) => Tensor::from_slice(a.shape(), s),
+            None => Tensor::from_vec(a.shape(), a.iter().copied().collect()),
+        }
+    }
+}
