@@ -147,13 +147,21 @@ pub fn scalar_value(param: &str, dt: Dtype, e: Elem) -> Result<Elem> {
         Elem::B(_) => dt.is_bool(),
     };
     if !class_ok {
-        return Err(Error::Dtype { param: param.to_string(), expected: dt, found: natural_dtype(&e) });
+        return Err(Error::Dtype {
+            param: param.to_string(),
+            expected: dt,
+            found: natural_dtype(&e),
+        });
     }
     match e {
         Elem::I(x) => {
             let (lo, hi) = dt.int_range().unwrap_or((i64::MIN, i64::MAX));
             if x < lo || x > hi {
-                return Err(Error::ScalarValue { param: param.to_string(), dtype: dt, value: x.to_string() });
+                return Err(Error::ScalarValue {
+                    param: param.to_string(),
+                    dtype: dt,
+                    value: x.to_string(),
+                });
             }
             Ok(Elem::I(x))
         }
@@ -173,7 +181,12 @@ fn zero_ok(sig: &Signature) -> BTreeSet<String> {
         }
     }
     let mut out = zero_opt_ins(&preds);
-    out.extend(sig.vars.iter().filter(|v| v.allow_zero).map(|v| v.name.clone()));
+    out.extend(
+        sig.vars
+            .iter()
+            .filter(|v| v.allow_zero)
+            .map(|v| v.name.clone()),
+    );
     out
 }
 
@@ -196,7 +209,11 @@ pub fn bind(sig: &Signature, args: &[Arg]) -> Result<Sigma> {
 /// [`bind`], also returning each scalar argument converted to its declared dtype.
 pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
     if args.len() != sig.params.len() {
-        return Err(Error::Arity { func: sig.name.clone(), expected: sig.params.len(), found: args.len() });
+        return Err(Error::Arity {
+            func: sig.name.clone(),
+            expected: sig.params.len(),
+            found: args.len(),
+        });
     }
     let mut sigma: Sigma = sig.consts.iter().cloned().collect();
     let zero_ok = zero_ok(sig);
@@ -210,7 +227,11 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
             (Type::Tensor(tt), Arg::Tensor(t)) => {
                 scalars.push(None);
                 if t.dtype() != tt.dtype {
-                    return Err(Error::Dtype { param: p.name.clone(), expected: tt.dtype, found: t.dtype() });
+                    return Err(Error::Dtype {
+                        param: p.name.clone(),
+                        expected: tt.dtype,
+                        found: t.dtype(),
+                    });
                 }
                 let shape = t.shape();
                 if shape.len() != tt.shape.len() {
@@ -249,7 +270,9 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
                                 let Ok(val) = i64::try_from(actual) else {
                                     return Err(Error::Op {
                                         op: "bind".into(),
-                                        message: format!("dimension {actual} does not fit in an i64"),
+                                        message: format!(
+                                            "dimension {actual} does not fit in an i64"
+                                        ),
                                     });
                                 };
                                 sigma.insert(v.to_string(), val);
@@ -287,13 +310,22 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
     // Pass 2: compound dims under the complete σ.
     for (pi, axis) in deferred {
         let p = &sig.params[pi];
-        let (Type::Tensor(tt), Arg::Tensor(t)) = (&p.ty, &args[pi]) else { continue };
+        let (Type::Tensor(tt), Arg::Tensor(t)) = (&p.ty, &args[pi]) else {
+            continue;
+        };
         let d = &tt.shape[axis];
         let actual = t.shape()[axis];
         let context = || format!("parameter `{}`, dimension {axis} (`{d}`)", p.name);
-        let expected = d.eval(&sigma).map_err(|source| Error::Eval { context: context(), source })?;
+        let expected = d.eval(&sigma).map_err(|source| Error::Eval {
+            context: context(),
+            source,
+        })?;
         if expected < 0 {
-            return Err(Error::NegativeDim { context: context(), dim: d.to_string(), value: expected });
+            return Err(Error::NegativeDim {
+                context: context(),
+                dim: d.to_string(),
+                value: expected,
+            });
         }
         if expected as u64 != actual as u64 {
             return Err(Error::Dim {
@@ -311,7 +343,12 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
     for p in &sig.params {
         if let Type::Tensor(tt) = &p.ty {
             for r in &tt.refs {
-                check_pred(sig, &sigma, r, &format!("refinement of parameter `{}`", p.name))?;
+                check_pred(
+                    sig,
+                    &sigma,
+                    r,
+                    &format!("refinement of parameter `{}`", p.name),
+                )?;
             }
         }
     }
@@ -329,9 +366,14 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
 fn check_pred(sig: &Signature, sigma: &Sigma, p: &Pred, kind: &str) -> Result<()> {
     match p.eval(sigma) {
         Ok(true) => Ok(()),
-        Ok(false) => {
-            Err(Error::Predicate { kind: kind.to_string(), pred: p.to_string(), sigma: format_sigma(sig, sigma) })
-        }
-        Err(source) => Err(Error::Eval { context: format!("{kind} `{p}`"), source }),
+        Ok(false) => Err(Error::Predicate {
+            kind: kind.to_string(),
+            pred: p.to_string(),
+            sigma: format_sigma(sig, sigma),
+        }),
+        Err(source) => Err(Error::Eval {
+            context: format!("{kind} `{p}`"),
+            source,
+        }),
     }
 }

@@ -13,7 +13,11 @@ use crate::tensor::Tensor;
 /// Bind `func`'s contract on `args` (Section 2 §14, §16, §17), interpret its
 /// body (Section 4) and return its value. Calls in the body resolve through
 /// `resolve`. The heap invariant is checked when `TC_CHECK_HEAP` is set.
-pub fn call<'f>(func: &Function, args: &[Arg], resolve: &dyn Fn(&str) -> Option<&'f Function>) -> Result<Tensor> {
+pub fn call<'f>(
+    func: &Function,
+    args: &[Arg],
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+) -> Result<Tensor> {
     Interpreter::from_env().run(func, args, resolve)
 }
 
@@ -27,7 +31,10 @@ pub struct Module {
 impl Module {
     /// A module of these functions, keyed by their signatures' names.
     pub fn new(fns: impl IntoIterator<Item = Function>) -> Module {
-        Module { fns: fns.into_iter().map(|f| (f.sig.name.clone(), f)).collect(), interp: None }
+        Module {
+            fns: fns.into_iter().map(|f| (f.sig.name.clone(), f)).collect(),
+            interp: None,
+        }
     }
 
     /// Use these interpreter settings instead of [`Interpreter::from_env`].
@@ -48,7 +55,9 @@ impl Module {
 
     /// Call `name` on `args`.
     pub fn call(&self, name: &str, args: &[Arg]) -> Result<Tensor> {
-        let f = self.get(name).ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
+        let f = self
+            .get(name)
+            .ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
         let interp = self.interp.unwrap_or_else(Interpreter::from_env);
         interp.run(f, args, &|n| self.fns.get(n))
     }

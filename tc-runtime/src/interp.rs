@@ -123,13 +123,26 @@ impl Heap {
     }
 
     /// Allocate a fresh handle (never reused: the heap is grow-only).
-    pub fn alloc(&mut self, data: Tensor, declared: Option<TensorType>, sigma: &Sigma) -> Result<Handle> {
+    pub fn alloc(
+        &mut self,
+        data: Tensor,
+        declared: Option<TensorType>,
+        sigma: &Sigma,
+    ) -> Result<Handle> {
         let Ok(id) = u32::try_from(self.cells.len()) else {
-            return Err(Error::Op { op: "alloc".into(), message: "heap exhausted (2³² handles)".into() });
+            return Err(Error::Op {
+                op: "alloc".into(),
+                message: "heap exhausted (2³² handles)".into(),
+            });
         };
         let shape = data.shape().to_vec();
         let dtype = data.dtype();
-        self.types.push(CellType { dtype, shape: shape.clone(), declared, sigma: sigma.clone() });
+        self.types.push(CellType {
+            dtype,
+            shape: shape.clone(),
+            declared,
+            sigma: sigma.clone(),
+        });
         self.cells.push(Cell { dtype, shape, data });
         Ok(Handle(id))
     }
@@ -140,7 +153,11 @@ impl Heap {
             return Err(Error::HeapInvariant {
                 handle: self.cells.len().min(self.types.len()) as u32,
                 rule: "coverage".into(),
-                message: format!("{} cells but {} recorded types", self.cells.len(), self.types.len()),
+                message: format!(
+                    "{} cells but {} recorded types",
+                    self.cells.len(),
+                    self.types.len()
+                ),
             });
         }
         for h in self.handles() {
@@ -151,7 +168,11 @@ impl Heap {
 
     /// §3.3 for one handle: coverage, agreement, inhabitation.
     pub fn check_cell(&self, h: Handle) -> Result<()> {
-        let bad = |rule: &str, message: String| Error::HeapInvariant { handle: h.0, rule: rule.into(), message };
+        let bad = |rule: &str, message: String| Error::HeapInvariant {
+            handle: h.0,
+            rule: rule.into(),
+            message,
+        };
         // 1. Coverage: the context records a type for τ.
         let (Some(cell), Some(ty)) = (self.get(h), self.type_of(h)) else {
             return Err(bad("coverage", "no recorded type".into()));
@@ -160,7 +181,10 @@ impl Heap {
         if cell.dtype != ty.dtype || cell.shape != ty.shape {
             return Err(bad(
                 "agreement",
-                format!("stored {} {:?}, context says {} {:?}", cell.dtype, cell.shape, ty.dtype, ty.shape),
+                format!(
+                    "stored {} {:?}, context says {} {:?}",
+                    cell.dtype, cell.shape, ty.dtype, ty.shape
+                ),
             ));
         }
         if cell.data.dtype() != cell.dtype || cell.data.shape() != cell.shape.as_slice() {
@@ -177,7 +201,10 @@ impl Heap {
         }
         if let Some(decl) = &ty.declared {
             if decl.dtype != ty.dtype || decl.shape.len() != ty.shape.len() {
-                return Err(bad("agreement", format!("declared {decl}, found {} {:?}", ty.dtype, ty.shape)));
+                return Err(bad(
+                    "agreement",
+                    format!("declared {decl}, found {} {:?}", ty.dtype, ty.shape),
+                ));
             }
             for (axis, (d, &n)) in decl.shape.iter().zip(&ty.shape).enumerate() {
                 match d.eval(&ty.sigma) {
@@ -185,13 +212,17 @@ impl Heap {
                     Ok(v) => {
                         return Err(bad(
                             "agreement",
-                            format!("declared dim {axis} `{d}` = {v} under σ, found {n} (declared {decl})"),
+                            format!(
+                            "declared dim {axis} `{d}` = {v} under σ, found {n} (declared {decl})"
+                        ),
                         ))
                     }
                     // A dim over a variable the frame never bound (a fresh
                     // variable of Section 2 §13) cannot be evaluated; skip it.
                     Err(tc_core::dim::EvalError::Unbound(_)) => {}
-                    Err(e) => return Err(bad("agreement", format!("declared dim {axis} `{d}`: {e}"))),
+                    Err(e) => {
+                        return Err(bad("agreement", format!("declared dim {axis} `{d}`: {e}")))
+                    }
                 }
             }
         }
@@ -200,23 +231,42 @@ impl Heap {
         if vol != Some(cell.data.numel()) {
             return Err(bad(
                 "inhabitation",
-                format!("shape {:?} has volume {vol:?}, data holds {}", cell.shape, cell.data.numel()),
+                format!(
+                    "shape {:?} has volume {vol:?}, data holds {}",
+                    cell.shape,
+                    cell.data.numel()
+                ),
             ));
         }
         let elems = cell.data.to_elems();
         if elems.len() != cell.data.numel() {
-            return Err(bad("inhabitation", format!("{} elements decoded, {} expected", elems.len(), cell.data.numel())));
+            return Err(bad(
+                "inhabitation",
+                format!(
+                    "{} elements decoded, {} expected",
+                    elems.len(),
+                    cell.data.numel()
+                ),
+            ));
         }
         for (i, e) in elems.iter().enumerate() {
             if !in_dtype(*e, cell.dtype) {
-                return Err(bad("inhabitation", format!("element {i} = {e:?} is not a {} value", cell.dtype)));
+                return Err(bad(
+                    "inhabitation",
+                    format!("element {i} = {e:?} is not a {} value", cell.dtype),
+                ));
             }
         }
         if let Some(decl) = &ty.declared {
             for r in &decl.refs {
                 match r.eval(&ty.sigma) {
                     Ok(true) | Err(tc_core::dim::EvalError::Unbound(_)) => {}
-                    Ok(false) => return Err(bad("inhabitation", format!("refinement `{r}` is false under σ"))),
+                    Ok(false) => {
+                        return Err(bad(
+                            "inhabitation",
+                            format!("refinement `{r}` is false under σ"),
+                        ))
+                    }
                     Err(e) => return Err(bad("inhabitation", format!("refinement `{r}`: {e}"))),
                 }
             }
@@ -233,7 +283,8 @@ pub fn in_dtype(e: Elem, dt: Dtype) -> bool {
             dt.is_float()
                 && (x.is_nan()
                     || dt == Dtype::F32
-                    || (!(dt == Dtype::F8E4M3 && x.is_infinite()) && cast::round_to(x, dt).to_bits() == x.to_bits()))
+                    || (!(dt == Dtype::F8E4M3 && x.is_infinite())
+                        && cast::round_to(x, dt).to_bits() == x.to_bits()))
         }
         Elem::I(x) => dt.int_range().is_some_and(|(lo, hi)| lo <= x && x <= hi),
         Elem::B(_) => dt.is_bool(),
@@ -311,7 +362,8 @@ impl Interpreter {
         args: &[Arg],
         resolve: &'a dyn Fn(&str) -> Option<&'f Function>,
     ) -> Result<Machine<'a, 'f>> {
-        tc_core::ir::verify(func).map_err(|d| Error::Malformed(format!("`{}`: {}", func.sig.name, d.message)))?;
+        tc_core::ir::verify(func)
+            .map_err(|d| Error::Malformed(format!("`{}`: {}", func.sig.name, d.message)))?;
         let bound = contract::bind_args(&func.sig, args)?;
         let mut heap = Heap::new();
         let mut env = Vec::with_capacity(func.sig.params.len() + func.body.len());
@@ -322,10 +374,22 @@ impl Interpreter {
                     let h = heap.alloc(t.clone(), p.ty.as_tensor().cloned(), &bound.sigma)?;
                     env.push(Val::Tensor(h));
                 }
-                (Arg::Scalar(_), None) => return Err(Error::Malformed("scalar argument without a binding".into())),
+                (Arg::Scalar(_), None) => {
+                    return Err(Error::Malformed("scalar argument without a binding".into()))
+                }
             }
         }
-        let m = Machine { interp: *self, func, resolve, heap, sigma: bound.sigma, env, pc: 0, depth: 0, steps: 0 };
+        let m = Machine {
+            interp: *self,
+            func,
+            resolve,
+            heap,
+            sigma: bound.sigma,
+            env,
+            pc: 0,
+            depth: 0,
+            steps: 0,
+        };
         if self.check_heap {
             m.check()?;
         }
@@ -335,7 +399,11 @@ impl Interpreter {
 
 /// Bind the contract and interpret `func` on `args` (with the heap check of
 /// [`Interpreter::from_env`]); calls resolve through `resolve`.
-pub fn run<'f>(func: &Function, args: &[Arg], resolve: &dyn Fn(&str) -> Option<&'f Function>) -> Result<Tensor> {
+pub fn run<'f>(
+    func: &Function,
+    args: &[Arg],
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+) -> Result<Tensor> {
     Interpreter::from_env().run(func, args, resolve)
 }
 
@@ -440,19 +508,35 @@ impl<'a, 'f> Machine<'a, 'f> {
     /// Reduce to the end and return the outcome; the result is checked
     /// against the signature's return type under σ.
     pub fn finish(mut self) -> Result<Outcome> {
+        let (value, handle) = self.reduce_to_value()?;
+        Ok(Outcome {
+            value,
+            handle,
+            heap: self.heap,
+            sigma: self.sigma,
+            steps: self.steps,
+        })
+    }
+
+    /// Step until the body is a value, then read the returned value.
+    fn reduce_to_value(&mut self) -> Result<(Tensor, Option<Handle>)> {
         while self.step()? {}
         self.apply_dim_bindings(self.func.body.len())?;
         let ret = self.func.ret;
         let (value, handle) = match self.env.get(ret.0 as usize) {
             Some(Val::Tensor(h)) => match self.heap.get(*h) {
                 Some(c) => (c.data.clone(), Some(*h)),
-                None => return Err(Error::Malformed(format!("return of unallocated handle {h}"))),
+                None => {
+                    return Err(Error::Malformed(format!(
+                        "return of unallocated handle {h}"
+                    )))
+                }
             },
             Some(Val::Scalar(e, dt)) => (Tensor::from_elems(*dt, &[], &[*e])?, None),
             None => return Err(Error::Malformed(format!("return of undefined value {ret}"))),
         };
         self.check_return(&value)?;
-        Ok(Outcome { value, handle, heap: self.heap, sigma: self.sigma, steps: self.steps })
+        Ok((value, handle))
     }
 
     fn check_return(&self, value: &Tensor) -> Result<()> {
@@ -464,11 +548,14 @@ impl<'a, 'f> Machine<'a, 'f> {
             _ => return Ok(()),
         };
         let ok_dims = shape.len() == value.shape().len()
-            && shape.iter().zip(value.shape()).all(|(d, &n)| match d.eval(&self.sigma) {
-                Ok(v) => v >= 0 && v as u64 == n as u64,
-                Err(tc_core::dim::EvalError::Unbound(_)) => true,
-                Err(_) => false,
-            });
+            && shape
+                .iter()
+                .zip(value.shape())
+                .all(|(d, &n)| match d.eval(&self.sigma) {
+                    Ok(v) => v >= 0 && v as u64 == n as u64,
+                    Err(tc_core::dim::EvalError::Unbound(_)) => true,
+                    Err(_) => false,
+                });
         if dt != value.dtype() || !ok_dims {
             return Err(Error::Op {
                 op: op(),
@@ -486,7 +573,12 @@ impl<'a, 'f> Machine<'a, 'f> {
 
     /// `let n = dim(x, axis)` extends σ before instruction `before`.
     fn apply_dim_bindings(&mut self, before: usize) -> Result<()> {
-        let bindings: Vec<&DimBinding> = self.func.dim_bindings.iter().filter(|b| b.before == before).collect();
+        let bindings: Vec<&DimBinding> = self
+            .func
+            .dim_bindings
+            .iter()
+            .filter(|b| b.before == before)
+            .collect();
         for b in bindings {
             let t = self.tensor(b.of)?;
             let Some(&n) = t.shape().get(b.axis) else {
@@ -498,7 +590,8 @@ impl<'a, 'f> Machine<'a, 'f> {
                     t.shape().len()
                 )));
             };
-            let n = i64::try_from(n).map_err(|_| Error::Malformed("dimension does not fit in i64".into()))?;
+            let n = i64::try_from(n)
+                .map_err(|_| Error::Malformed("dimension does not fit in i64".into()))?;
             self.sigma.insert(b.name.clone(), n);
         }
         Ok(())
@@ -506,12 +599,14 @@ impl<'a, 'f> Machine<'a, 'f> {
 
     fn tensor(&self, v: Value) -> Result<&Tensor> {
         match self.env.get(v.0 as usize) {
-            Some(Val::Tensor(h)) => self
-                .heap
-                .get(*h)
-                .map(|c| &c.data)
-                .ok_or_else(|| Error::Malformed(format!("{v} refers to unallocated handle {h}"))),
-            Some(Val::Scalar(..)) => Err(Error::Malformed(format!("{v} is a scalar where a tensor is needed"))),
+            Some(Val::Tensor(h)) => {
+                self.heap.get(*h).map(|c| &c.data).ok_or_else(|| {
+                    Error::Malformed(format!("{v} refers to unallocated handle {h}"))
+                })
+            }
+            Some(Val::Scalar(..)) => Err(Error::Malformed(format!(
+                "{v} is a scalar where a tensor is needed"
+            ))),
             None => Err(Error::Malformed(format!("{v} is not defined"))),
         }
     }
@@ -532,7 +627,10 @@ impl<'a, 'f> Machine<'a, 'f> {
     }
 
     fn dims(&self, ds: &[Dim], what: &str) -> Result<Vec<usize>> {
-        ds.iter().enumerate().map(|(i, d)| eval_dim(d, &self.sigma, &format!("{what}, dimension {i}"))).collect()
+        ds.iter()
+            .enumerate()
+            .map(|(i, d)| eval_dim(d, &self.sigma, &format!("{what}, dimension {i}")))
+            .collect()
     }
 
     /// ⟦op⟧ of the instruction's operands (every op but a call).
@@ -541,34 +639,69 @@ impl<'a, 'f> Machine<'a, 'f> {
             Op::Unary(u, x) => denote::unary(*u, self.tensor(*x)?)?,
             Op::Cast(dt, x) => denote::cast(*dt, self.tensor(*x)?)?,
             Op::Binary(b, x, y) => denote::binary(*b, self.tensor(*x)?, self.tensor(*y)?)?,
-            Op::ScalarBinary { op, x, s, scalar_left } => {
+            Op::ScalarBinary {
+                op,
+                x,
+                s,
+                scalar_left,
+            } => {
                 let x = self.tensor(*x)?;
                 let s = self.scalar(s, x.dtype())?;
                 denote::scalar_binary(*op, x, s, *scalar_left)?
             }
-            Op::Select(c, a, b) => denote::select(self.tensor(*c)?, self.tensor(*a)?, self.tensor(*b)?)?,
+            Op::Select(c, a, b) => {
+                denote::select(self.tensor(*c)?, self.tensor(*a)?, self.tensor(*b)?)?
+            }
             Op::Matmul(a, b) => denote::matmul(self.tensor(*a)?, self.tensor(*b)?)?,
-            Op::Reduce { op, axes, keepdims, x } => denote::reduce(*op, axes, *keepdims, self.tensor(*x)?)?,
-            Op::ArgReduce { max, axis, keepdims, x } => denote::arg_reduce(*max, *axis, *keepdims, self.tensor(*x)?)?,
+            Op::Reduce {
+                op,
+                axes,
+                keepdims,
+                x,
+            } => denote::reduce(*op, axes, *keepdims, self.tensor(*x)?)?,
+            Op::ArgReduce {
+                max,
+                axis,
+                keepdims,
+                x,
+            } => denote::arg_reduce(*max, *axis, *keepdims, self.tensor(*x)?)?,
             Op::Transpose(perm, x) => denote::transpose(perm, self.tensor(*x)?)?,
             Op::Reshape(s, x) => {
                 let x = self.tensor(*x)?;
                 let to = eval_dims_signed(s, &self.sigma, "reshape")?;
                 denote::reshape(&to, x)?
             }
-            Op::Broadcast(s, x) => denote::broadcast(&self.dims(s, "broadcast")?, self.tensor(*x)?)?,
-            Op::Slice { axis, start, stop, x } => {
-                let a = start.eval(&self.sigma).map_err(|source| Error::Eval { context: "slice start".into(), source })?;
-                let b = stop.eval(&self.sigma).map_err(|source| Error::Eval { context: "slice stop".into(), source })?;
+            Op::Broadcast(s, x) => {
+                denote::broadcast(&self.dims(s, "broadcast")?, self.tensor(*x)?)?
+            }
+            Op::Slice {
+                axis,
+                start,
+                stop,
+                x,
+            } => {
+                let a = start.eval(&self.sigma).map_err(|source| Error::Eval {
+                    context: "slice start".into(),
+                    source,
+                })?;
+                let b = stop.eval(&self.sigma).map_err(|source| Error::Eval {
+                    context: "slice stop".into(),
+                    source,
+                })?;
                 denote::slice(*axis, a, b, self.tensor(*x)?)?
             }
             Op::Concat(axis, xs) => {
-                let ts = xs.iter().map(|v| self.tensor(*v)).collect::<Result<Vec<_>>>()?;
+                let ts = xs
+                    .iter()
+                    .map(|v| self.tensor(*v))
+                    .collect::<Result<Vec<_>>>()?;
                 denote::concat(*axis, &ts)?
             }
             Op::Fill(dt, s, v) => denote::fill(*dt, &self.dims(s, "fill")?, self.scalar(v, *dt)?)?,
             Op::Iota(dt, s, axis) => denote::iota(*dt, &self.dims(s, "iota")?, *axis)?,
-            Op::Call(name, _) => return Err(Error::Malformed(format!("call of `{name}` outside a step"))),
+            Op::Call(name, _) => {
+                return Err(Error::Malformed(format!("call of `{name}` outside a step")))
+            }
         };
         Ok(t)
     }
@@ -576,13 +709,15 @@ impl<'a, 'f> Machine<'a, 'f> {
     /// §17: resolve the callee, run it through the contract on the shared
     /// heap (its arguments are the caller's handles), return its value.
     fn call(&mut self, name: &str, xs: &[Value]) -> Result<(Tensor, usize)> {
-        let callee = (self.resolve)(name).ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
+        let callee =
+            (self.resolve)(name).ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
         if self.depth + 1 >= MAX_CALL_DEPTH {
             return Err(Error::Malformed(format!(
                 "call of `{name}` nests deeper than {MAX_CALL_DEPTH} (recursion is not part of Phase 0)"
             )));
         }
-        tc_core::ir::verify(callee).map_err(|d| Error::Malformed(format!("`{name}`: {}", d.message)))?;
+        tc_core::ir::verify(callee)
+            .map_err(|d| Error::Malformed(format!("`{name}`: {}", d.message)))?;
         let mut args = Vec::with_capacity(xs.len());
         let mut vals = Vec::with_capacity(xs.len());
         for v in xs {
@@ -604,9 +739,10 @@ impl<'a, 'f> Machine<'a, 'f> {
                 *v = Val::Scalar(*e, *dt);
             }
         }
-        // The callee runs on the caller's heap (grow-only, shared): lend it.
+        // The callee runs on the caller's heap (grow-only, shared): lend it,
+        // and take it back whatever happens.
         let heap = std::mem::take(&mut self.heap);
-        let m = Machine {
+        let mut m = Machine {
             interp: self.interp,
             func: callee,
             resolve: self.resolve,
@@ -617,32 +753,41 @@ impl<'a, 'f> Machine<'a, 'f> {
             depth: self.depth + 1,
             steps: 0,
         };
-        let out = m.finish();
-        match out {
-            Ok(out) => {
-                self.heap = out.heap;
-                Ok((out.value, out.steps))
-            }
-            Err(e) => Err(e),
-        }
+        let r = m.reduce_to_value();
+        self.heap = std::mem::take(&mut m.heap);
+        let (value, _) = r?;
+        Ok((value, m.steps))
     }
 }
 
 /// Evaluate a dim to a size: eval errors → [`Error::Eval`], negative →
 /// [`Error::NegativeDim`].
 fn eval_dim(d: &Dim, sigma: &Sigma, context: &str) -> Result<usize> {
-    let v = d.eval(sigma).map_err(|source| Error::Eval { context: context.to_string(), source })?;
+    let v = d.eval(sigma).map_err(|source| Error::Eval {
+        context: context.to_string(),
+        source,
+    })?;
     if v < 0 {
-        return Err(Error::NegativeDim { context: context.to_string(), dim: d.to_string(), value: v });
+        return Err(Error::NegativeDim {
+            context: context.to_string(),
+            dim: d.to_string(),
+            value: v,
+        });
     }
-    usize::try_from(v).map_err(|_| Error::Op { op: context.into(), message: format!("dimension {v} is too large") })
+    usize::try_from(v).map_err(|_| Error::Op {
+        op: context.into(),
+        message: format!("dimension {v} is too large"),
+    })
 }
 
 fn eval_dims_signed(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<i64>> {
     ds.iter()
         .enumerate()
         .map(|(i, d)| {
-            d.eval(sigma).map_err(|source| Error::Eval { context: format!("{what}, dimension {i}"), source })
+            d.eval(sigma).map_err(|source| Error::Eval {
+                context: format!("{what}, dimension {i}"),
+                source,
+            })
         })
         .collect()
 }
@@ -656,7 +801,7 @@ fn eval_dims_signed(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<i64>> {
 ///   sigmoid, gelu, sin, cos, erf, pow`) are evaluated in f64 and rounded
 ///   once to f32, which gives the (nearly always) correctly rounded f32
 ///   result: this is a reference, accuracy over speed.
-/// - `erf` is [`erf64`]: a positive-term series for |x| < 3 and a continued
+/// - `erf` is [`denote::erf64`]: a positive-term series for |x| < 3 and a continued
 ///   fraction for erfc beyond, both accurate to a few f64 ulps.
 ///   `gelu(x) = x·½·(1 + erf(x/√2))`, evaluated as `x·½·erfc(−x/√2)` (the
 ///   same function, without the cancellation for very negative x).
@@ -678,14 +823,20 @@ pub mod denote {
     }
 
     fn op_err(op: &str, message: String) -> Error {
-        Error::Op { op: op.to_string(), message }
+        Error::Op {
+            op: op.to_string(),
+            message,
+        }
     }
 
     /// The volume of a shape, refusing overflow and tensors over [`MAX_ELEMS`].
     pub fn volume(op: &str, shape: &[usize]) -> Result<usize> {
         match shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
             Some(v) if v <= MAX_ELEMS => Ok(v),
-            _ => Err(op_err(op, format!("shape {shape:?} has more than {MAX_ELEMS} elements"))),
+            _ => Err(op_err(
+                op,
+                format!("shape {shape:?} has more than {MAX_ELEMS} elements"),
+            )),
         }
     }
 
@@ -712,7 +863,12 @@ pub mod denote {
     }
 
     /// Build the output by evaluating `f` at every multi-index of `shape`.
-    fn tabulate(op: &str, dt: Dtype, shape: &[usize], mut f: impl FnMut(&[usize]) -> Result<Elem>) -> Result<Tensor> {
+    fn tabulate(
+        op: &str,
+        dt: Dtype,
+        shape: &[usize],
+        mut f: impl FnMut(&[usize]) -> Result<Elem>,
+    ) -> Result<Tensor> {
         let n = volume(op, shape)?;
         let mut out = Vec::with_capacity(n);
         let mut idx = vec![0usize; shape.len()];
@@ -725,7 +881,11 @@ pub mod denote {
 
     /// A float result in dtype `dt`: F32 as is, narrower floats rounded (§3).
     pub fn fl(dt: Dtype, x: f32) -> Elem {
-        Elem::F(if dt == Dtype::F32 { x } else { cast::round_to(x, dt) })
+        Elem::F(if dt == Dtype::F32 {
+            x
+        } else {
+            cast::round_to(x, dt)
+        })
     }
 
     /// An integer result in dtype `dt`, wrapped at its width (§3).
@@ -747,7 +907,11 @@ pub mod denote {
             return x;
         }
         let a = x.abs();
-        let r = if a < 3.0 { erf_series(a) } else { 1.0 - erfc_cf(a) };
+        let r = if a < 3.0 {
+            erf_series(a)
+        } else {
+            1.0 - erfc_cf(a)
+        };
         r.copysign(x)
     }
 
@@ -808,7 +972,8 @@ pub mod denote {
                 match op {
                     UnaryOp::Neg => fl(dt, -x),
                     UnaryOp::Abs => fl(dt, x.abs()),
-                    UnaryOp::Relu => fl(dt, if x.is_nan() { x } else if x > 0.0 { x } else { 0.0 }),
+                    // max(x, 0) with NaN propagating (like `max`).
+                    UnaryOp::Relu => fl(dt, if x.is_nan() || x > 0.0 { x } else { 0.0 }),
                     UnaryOp::Exp => f64_to(dt, d.exp()),
                     UnaryOp::Log => f64_to(dt, d.ln()),
                     UnaryOp::Sqrt => fl(dt, x.sqrt()),
@@ -833,7 +998,12 @@ pub mod denote {
                 _ => return Err(bad()),
             },
             Elem::B(b) if dt.is_bool() && op == UnaryOp::Not => Elem::B(!b),
-            other => return Err(malformed(op.name(), format!("element {other:?} is not a {dt} value"))),
+            other => {
+                return Err(malformed(
+                    op.name(),
+                    format!("element {other:?} is not a {dt} value"),
+                ))
+            }
         })
     }
 
@@ -850,8 +1020,22 @@ pub mod denote {
                 BinaryOp::Sub => fl(dt, x - y),
                 BinaryOp::Mul => fl(dt, x * y),
                 BinaryOp::Div => fl(dt, x / y),
-                BinaryOp::Max => fl(dt, if x.is_nan() || y.is_nan() { f32::NAN } else { x.max(y) }),
-                BinaryOp::Min => fl(dt, if x.is_nan() || y.is_nan() { f32::NAN } else { x.min(y) }),
+                BinaryOp::Max => fl(
+                    dt,
+                    if x.is_nan() || y.is_nan() {
+                        f32::NAN
+                    } else {
+                        x.max(y)
+                    },
+                ),
+                BinaryOp::Min => fl(
+                    dt,
+                    if x.is_nan() || y.is_nan() {
+                        f32::NAN
+                    } else {
+                        x.min(y)
+                    },
+                ),
                 BinaryOp::Pow => f64_to(dt, (x as f64).powf(y as f64)),
                 BinaryOp::Eq => Elem::B(x == y),
                 BinaryOp::Ne => Elem::B(x != y),
@@ -889,7 +1073,12 @@ pub mod denote {
                 BinaryOp::Ge => Elem::B(x >= y),
                 _ => return Err(bad()),
             },
-            (a, b) => return Err(malformed(op.name(), format!("elements {a:?}, {b:?} are not {dt} values"))),
+            (a, b) => {
+                return Err(malformed(
+                    op.name(),
+                    format!("elements {a:?}, {b:?} are not {dt} values"),
+                ))
+            }
         })
     }
 
@@ -898,22 +1087,32 @@ pub mod denote {
         let dt = x.dtype();
         let xs = x.to_elems();
         let st = strides(x.shape());
-        tabulate(op.name(), dt, x.shape(), |i| unary_elem(op, dt, xs[ravel(i, &st)]))
+        tabulate(op.name(), dt, x.shape(), |i| {
+            unary_elem(op, dt, xs[ravel(i, &st)])
+        })
     }
 
     /// §5.2 cast: `λ i. convert(f(i))` (Section 2 §5 value semantics).
     pub fn cast(to: Dtype, x: &Tensor) -> Result<Tensor> {
         let xs = x.to_elems();
         let st = strides(x.shape());
-        tabulate("cast", to, x.shape(), |i| Ok(cast::convert(xs[ravel(i, &st)], to)))
+        tabulate("cast", to, x.shape(), |i| {
+            Ok(cast::convert(xs[ravel(i, &st)], to))
+        })
     }
 
     fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
         if a.dtype() != b.dtype() {
-            return Err(malformed(op, format!("operand dtypes {} and {} differ", a.dtype(), b.dtype())));
+            return Err(malformed(
+                op,
+                format!("operand dtypes {} and {} differ", a.dtype(), b.dtype()),
+            ));
         }
         if a.shape() != b.shape() {
-            return Err(op_err(op, format!("operand shapes {:?} and {:?} differ", a.shape(), b.shape())));
+            return Err(op_err(
+                op,
+                format!("operand shapes {:?} and {:?} differ", a.shape(), b.shape()),
+            ));
         }
         Ok(())
     }
@@ -948,17 +1147,27 @@ pub mod denote {
     /// `select c a b`: `λ i. if c(i) then a(i) else b(i)`.
     pub fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         if c.dtype() != Dtype::Bool {
-            return Err(malformed("select", format!("condition has dtype {}", c.dtype())));
+            return Err(malformed(
+                "select",
+                format!("condition has dtype {}", c.dtype()),
+            ));
         }
         same_shape("select", a, b)?;
         if c.shape() != a.shape() {
-            return Err(op_err("select", format!("condition shape {:?} ≠ {:?}", c.shape(), a.shape())));
+            return Err(op_err(
+                "select",
+                format!("condition shape {:?} ≠ {:?}", c.shape(), a.shape()),
+            ));
         }
         let (cs, xs, ys) = (c.to_elems(), a.to_elems(), b.to_elems());
         let st = strides(a.shape());
         tabulate("select", a.dtype(), a.shape(), |i| {
             let k = ravel(i, &st);
-            Ok(if matches!(cs[k], Elem::B(true)) { xs[k] } else { ys[k] })
+            Ok(if matches!(cs[k], Elem::B(true)) {
+                xs[k]
+            } else {
+                ys[k]
+            })
         })
     }
 
@@ -967,19 +1176,35 @@ pub mod denote {
     pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let dt = a.dtype();
         if dt != b.dtype() || !dt.is_numeric() {
-            return Err(malformed("matmul", format!("operand dtypes {} and {}", dt, b.dtype())));
+            return Err(malformed(
+                "matmul",
+                format!("operand dtypes {} and {}", dt, b.dtype()),
+            ));
         }
         let (sa, sb) = (a.shape(), b.shape());
         let r = sa.len();
         if r < 2 || sb.len() != r {
-            return Err(op_err("matmul", format!("operand shapes {sa:?} and {sb:?}: ranks must be equal and ≥ 2")));
+            return Err(op_err(
+                "matmul",
+                format!("operand shapes {sa:?} and {sb:?}: ranks must be equal and ≥ 2"),
+            ));
         }
         if sa[..r - 2] != sb[..r - 2] {
-            return Err(op_err("matmul", format!("batch dims {:?} and {:?} differ", &sa[..r - 2], &sb[..r - 2])));
+            return Err(op_err(
+                "matmul",
+                format!(
+                    "batch dims {:?} and {:?} differ",
+                    &sa[..r - 2],
+                    &sb[..r - 2]
+                ),
+            ));
         }
         let (k, k2) = (sa[r - 1], sb[r - 2]);
         if k != k2 {
-            return Err(op_err("matmul", format!("contraction dimension K (={k}) ≠ K' (={k2})")));
+            return Err(op_err(
+                "matmul",
+                format!("contraction dimension K (={k}) ≠ K' (={k2})"),
+            ));
         }
         let mut out_shape = sa[..r - 2].to_vec();
         out_shape.extend([sa[r - 2], sb[r - 1]]);
@@ -1003,7 +1228,11 @@ pub mod denote {
                     (x, y) => return Err(malformed("matmul", format!("elements {x:?}, {y:?}"))),
                 }
             }
-            Ok(if dt.is_float() { fl(dt, facc) } else { int(dt, iacc) })
+            Ok(if dt.is_float() {
+                fl(dt, facc)
+            } else {
+                int(dt, iacc)
+            })
         })
     }
 
@@ -1013,7 +1242,10 @@ pub mod denote {
         }
         for (i, &a) in axes.iter().enumerate() {
             if a >= rank {
-                return Err(malformed(op, format!("axis {a} out of range for rank {rank}")));
+                return Err(malformed(
+                    op,
+                    format!("axis {a} out of range for rank {rank}"),
+                ));
             }
             if axes[..i].contains(&a) {
                 return Err(malformed(op, format!("axis {a} repeated")));
@@ -1035,11 +1267,16 @@ pub mod denote {
         let red_shape: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
         let count = volume(&name, &red_shape)?;
         if count == 0 && op.needs_nonempty() {
-            return Err(op_err(&name, format!("reduced axes {axes:?} of shape {shape:?} are empty")));
+            return Err(op_err(
+                &name,
+                format!("reduced axes {axes:?} of shape {shape:?} are empty"),
+            ));
         }
         let kept: Vec<usize> = (0..shape.len()).filter(|i| !axes.contains(i)).collect();
         let out_shape: Vec<usize> = if keepdims {
-            (0..shape.len()).map(|i| if axes.contains(&i) { 1 } else { shape[i] }).collect()
+            (0..shape.len())
+                .map(|i| if axes.contains(&i) { 1 } else { shape[i] })
+                .collect()
         } else {
             kept.iter().map(|&i| shape[i]).collect()
         };
@@ -1079,7 +1316,11 @@ pub mod denote {
                     }
                 }
                 if matches!(op, ReduceOp::Max | ReduceOp::Min) {
-                    let bop = if op == ReduceOp::Max { BinaryOp::Max } else { BinaryOp::Min };
+                    let bop = if op == ReduceOp::Max {
+                        BinaryOp::Max
+                    } else {
+                        BinaryOp::Min
+                    };
                     best = Some(match best {
                         None => e,
                         // Not rounded in between: max/min of dtype values is a dtype value.
@@ -1093,7 +1334,9 @@ pub mod denote {
                 (ReduceOp::Prod, true) => fl(dt, fprod),
                 (ReduceOp::Prod, false) => int(dt, iprod),
                 (ReduceOp::Mean, _) => fl(dt, fsum / count as f32),
-                (ReduceOp::Max | ReduceOp::Min, _) => best.ok_or_else(|| op_err(&name, "empty axis".into()))?,
+                (ReduceOp::Max | ReduceOp::Min, _) => {
+                    best.ok_or_else(|| op_err(&name, "empty axis".into()))?
+                }
                 (ReduceOp::Any, _) => Elem::B(any),
                 (ReduceOp::All, _) => Elem::B(all),
             })
@@ -1141,12 +1384,24 @@ pub mod denote {
         check_axes(name, &[axis], shape.len())?;
         let n = shape[axis];
         if n == 0 {
-            return Err(op_err(name, format!("axis {axis} of shape {shape:?} is empty")));
+            return Err(op_err(
+                name,
+                format!("axis {axis} of shape {shape:?} is empty"),
+            ));
         }
         let out_shape: Vec<usize> = if keepdims {
-            shape.iter().enumerate().map(|(i, &d)| if i == axis { 1 } else { d }).collect()
+            shape
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| if i == axis { 1 } else { d })
+                .collect()
         } else {
-            shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).collect()
+            shape
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != axis)
+                .map(|(_, &d)| d)
+                .collect()
         };
         let xs = x.to_elems();
         let st = strides(shape);
@@ -1184,8 +1439,15 @@ pub mod denote {
         let shape = x.shape();
         let r = shape.len();
         let mut seen = vec![false; r];
-        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
-            return Err(malformed("transpose", format!("{perm:?} is not a permutation of 0..{r}")));
+        if perm.len() != r
+            || perm
+                .iter()
+                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(malformed(
+                "transpose",
+                format!("{perm:?} is not a permutation of 0..{r}"),
+            ));
         }
         let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
         let xs = x.to_elems();
@@ -1212,7 +1474,11 @@ pub mod denote {
             from_volume: from_volume.unwrap_or(i64::MAX),
             to_volume: to_volume.unwrap_or(i64::MAX),
         };
-        if to.iter().any(|&d| d < 0) || from_volume.is_none() || to_volume.is_none() || from_volume != to_volume {
+        if to.iter().any(|&d| d < 0)
+            || from_volume.is_none()
+            || to_volume.is_none()
+            || from_volume != to_volume
+        {
             return Err(mismatch());
         }
         let shape: Vec<usize> = to.iter().map(|&d| d as usize).collect();
@@ -1231,14 +1497,20 @@ pub mod denote {
         let shape = x.shape();
         let (n, m) = (shape.len(), target.len());
         if n > m {
-            return Err(op_err("broadcast", format!("cannot broadcast rank {n} {shape:?} to rank {m} {target:?}")));
+            return Err(op_err(
+                "broadcast",
+                format!("cannot broadcast rank {n} {shape:?} to rank {m} {target:?}"),
+            ));
         }
         for (i, &d) in shape.iter().enumerate() {
             let t = target[m - n + i];
             if d != 1 && d != t {
                 return Err(op_err(
                     "broadcast",
-                    format!("source dim {i} (={d}) is neither 1 nor the target's {} (={t})", m - n + i),
+                    format!(
+                        "source dim {i} (={d}) is neither 1 nor the target's {} (={t})",
+                        m - n + i
+                    ),
                 ));
             }
         }
@@ -1259,7 +1531,10 @@ pub mod denote {
         check_axes("slice", &[axis], shape.len())?;
         let d = shape[axis] as i64;
         if !(0 <= start && start <= stop && stop <= d) {
-            return Err(op_err("slice", format!("range {start}..{stop} is not within 0..{d} on axis {axis}")));
+            return Err(op_err(
+                "slice",
+                format!("range {start}..{stop} is not within 0..{d} on axis {axis}"),
+            ));
         }
         let mut out_shape = shape.to_vec();
         out_shape[axis] = (stop - start) as usize;
@@ -1284,11 +1559,22 @@ pub mod denote {
         let mut total = 0usize;
         for t in xs {
             if t.dtype() != first.dtype() {
-                return Err(malformed("concat", format!("dtypes {} and {} differ", first.dtype(), t.dtype())));
+                return Err(malformed(
+                    "concat",
+                    format!("dtypes {} and {} differ", first.dtype(), t.dtype()),
+                ));
             }
             let s = t.shape();
-            if s.len() != shape.len() || s.iter().zip(shape).enumerate().any(|(i, (a, b))| i != axis && a != b) {
-                return Err(op_err("concat", format!("shapes {shape:?} and {s:?} differ off axis {axis}")));
+            if s.len() != shape.len()
+                || s.iter()
+                    .zip(shape)
+                    .enumerate()
+                    .any(|(i, (a, b))| i != axis && a != b)
+            {
+                return Err(op_err(
+                    "concat",
+                    format!("shapes {shape:?} and {s:?} differ off axis {axis}"),
+                ));
             }
             total = total
                 .checked_add(s[axis])
@@ -1318,6 +1604,8 @@ pub mod denote {
     /// `iota`: each element is its index along `axis`, converted to `dt`.
     pub fn iota(dt: Dtype, shape: &[usize], axis: usize) -> Result<Tensor> {
         check_axes("iota", &[axis], shape.len())?;
-        tabulate("iota", dt, shape, |i| Ok(cast::convert(Elem::I(i[axis] as i64), dt)))
+        tabulate("iota", dt, shape, |i| {
+            Ok(cast::convert(Elem::I(i[axis] as i64), dt))
+        })
     }
 }

@@ -66,7 +66,11 @@ impl FnBuilder {
         }
         match self.sig.vars.iter_mut().find(|v| v.name == name) {
             Some(v) => v.allow_zero |= allow_zero,
-            None => self.sig.vars.push(ShapeVar { name: name.to_string(), allow_zero, fresh: false }),
+            None => self.sig.vars.push(ShapeVar {
+                name: name.to_string(),
+                allow_zero,
+                fresh: false,
+            }),
         }
     }
 
@@ -88,12 +92,18 @@ impl FnBuilder {
     }
 
     pub fn requires(&mut self, p: Pred) -> &mut Self {
-        self.sig.requires.push(Spanned { node: p, span: SpanId(0) });
+        self.sig.requires.push(Spanned {
+            node: p,
+            span: SpanId(0),
+        });
         self
     }
 
     pub fn axiom(&mut self, p: Pred) -> &mut Self {
-        self.sig.axioms.push(Spanned { node: p, span: SpanId(0) });
+        self.sig.axioms.push(Spanned {
+            node: p,
+            span: SpanId(0),
+        });
         self
     }
 
@@ -123,7 +133,10 @@ impl FnBuilder {
 
     /// A tensor parameter with refinements.
     pub fn tensor_refs(&mut self, name: &str, dt: Dtype, dims: Vec<Dim>, refs: Vec<Pred>) -> Value {
-        self.param_ty(name, Type::Tensor(TensorType::new(dt, dims).with_refs(refs)))
+        self.param_ty(
+            name,
+            Type::Tensor(TensorType::new(dt, dims).with_refs(refs)),
+        )
     }
 
     /// A scalar parameter.
@@ -151,14 +164,26 @@ impl FnBuilder {
 
     /// `let name = dim(of, axis)` before the next instruction.
     pub fn dim(&mut self, name: &str, of: Value, axis: usize) -> &mut Self {
-        self.binds.push(DimBinding { name: name.to_string(), of, axis, before: self.body.len(), span: SpanId(0) });
+        self.binds.push(DimBinding {
+            name: name.to_string(),
+            of,
+            axis,
+            before: self.body.len(),
+            span: SpanId(0),
+        });
         self
     }
 
     /// Finish with a return type.
     pub fn ret(mut self, v: Value, ty: Type) -> Function {
         self.sig.ret = ty;
-        Function { sig: self.sig, body: self.body, dim_bindings: self.binds, ret: v, ret_span: SpanId(0) }
+        Function {
+            sig: self.sig,
+            body: self.body,
+            dim_bindings: self.binds,
+            ret: v,
+            ret_span: SpanId(0),
+        }
     }
 
     /// Finish without a declared return type (the return check is skipped).
@@ -201,7 +226,12 @@ pub fn apply2(x: &Tensor, y: &Tensor, op: impl FnOnce(Value, Value) -> Op) -> Re
 }
 
 /// One op on three tensors.
-pub fn apply3(x: &Tensor, y: &Tensor, z: &Tensor, op: impl FnOnce(Value, Value, Value) -> Op) -> Result<Tensor> {
+pub fn apply3(
+    x: &Tensor,
+    y: &Tensor,
+    z: &Tensor,
+    op: impl FnOnce(Value, Value, Value) -> Op,
+) -> Result<Tensor> {
     let mut b = FnBuilder::new("f");
     let u = b.tensor("x", x.dtype(), cs(x.shape()));
     let v = b.tensor("y", y.dtype(), cs(y.shape()));
@@ -229,22 +259,34 @@ pub fn bt(shape: &[usize], v: &[bool]) -> Tensor {
 }
 
 pub fn fv(t: &Tensor) -> Vec<f32> {
-    t.to_elems().into_iter().map(|e| e.as_f32().expect("float")).collect()
+    t.to_elems()
+        .into_iter()
+        .map(|e| e.as_f32().expect("float"))
+        .collect()
 }
 
 pub fn iv(t: &Tensor) -> Vec<i64> {
-    t.to_elems().into_iter().map(|e| e.as_i64().expect("int")).collect()
+    t.to_elems()
+        .into_iter()
+        .map(|e| e.as_i64().expect("int"))
+        .collect()
 }
 
 pub fn bv(t: &Tensor) -> Vec<bool> {
-    t.to_elems().into_iter().map(|e| e.as_bool().expect("bool")).collect()
+    t.to_elems()
+        .into_iter()
+        .map(|e| e.as_bool().expect("bool"))
+        .collect()
 }
 
 /// Bit-level equality of two tensors (dtype, shape, every element).
 pub fn same(a: &Tensor, b: &Tensor) -> bool {
     a.dtype() == b.dtype()
         && a.shape() == b.shape()
-        && a.to_elems().iter().zip(b.to_elems()).all(|(x, y)| x.bit_eq(y))
+        && a.to_elems()
+            .iter()
+            .zip(b.to_elems())
+            .all(|(x, y)| x.bit_eq(y))
 }
 
 /// Element `k` of a small counting sequence, as a value of `dt`.
