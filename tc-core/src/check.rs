@@ -987,7 +987,18 @@ impl<'a> Checker<'a> {
         if !ok {
             return None;
         }
-        let (v1, v2) = (t.volume(), crate::types::volume(shape));
+        // Module constants are known values: substitute them so that
+        // `B * S * HIDDEN` and `B * S * HEADS * HEAD_DIM` compare as polynomials.
+        let consts: BTreeMap<String, Dim> = self
+            .ctx
+            .consts
+            .iter()
+            .map(|(n, v)| (n.clone(), Dim::c(*v)))
+            .collect();
+        let (v1, v2) = (
+            t.volume().subst(&consts),
+            crate::types::volume(shape).subst(&consts),
+        );
         // §10 step 1: equal polynomials over the shape atoms prove it; step 2: Z3
         // with Γ's non-linear facts; step 3: an error naming both volumes.
         if v1 != v2 && !self.volumes_match_modulo_division(&v1, &v2) {
@@ -1119,6 +1130,14 @@ impl<'a> Checker<'a> {
                     return None;
                 }
                 (Entailment::Invalid(cex), Entailment::Invalid(_)) => {
+                    // Show an assignment that breaks both `d = 1` and `d = d'`
+                    // (the eq witness alone may have d = 1, where broadcasting
+                    // is fine); when none exists, fall back to the eq witness.
+                    let either = Pred::or([eq.clone(), one.clone()]);
+                    let cex = match solver::entails(&self.ctx, &either) {
+                        Entailment::Invalid(both) => both,
+                        _ => cex,
+                    };
                     self.err(
                         Diagnostic::new(
                             codes::BROADCAST,

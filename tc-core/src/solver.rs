@@ -170,7 +170,10 @@ pub fn entails_with(ctx: &Ctx, extra: &[Pred], goal: &Pred) -> Entailment {
             s.stats.syntactic += 1;
             return Entailment::Valid;
         }
-        let key = cache_key("ent", &facts, Some(goal), s.rlimit);
+        // The counterexample depends on the declaration order (it is printed
+        // and minimised in that order), so the order is part of the key.
+        let order = format!("ent[{}]", ctx.visible_vars().join(","));
+        let key = cache_key(&order, &facts, Some(goal), s.rlimit);
         if s.cache_enabled {
             if let Some(Answer::Ent(e)) = s.cache.get(&key) {
                 s.stats.cache_hits += 1;
