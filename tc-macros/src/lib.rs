@@ -1,1 +1,55 @@
-//! placeholder
+//! `#[tensor_fn]` and `#[tensor_module]`: tensor programs whose shapes are
+//! proven at compile time.
+//!
+//! The attribute parses the signature (`Tensor![dt; dims where preds]`,
+//! `requires(...)`, `axiom(...)`) and the body into the tc IR, runs the
+//! tc-core checker (Z3, one solver per thread reused across invocations) and
+//! either expands to a normal Rust fn over `tc::Tensor` that runs the checked
+//! IR, or reports every violation as a compile error at the offending tokens
+//! with a counterexample. See `docs/syntax.md` in the repository.
+#![deny(missing_docs)]
+
+use proc_macro::TokenStream;
+
+mod check;
+mod codegen;
+pub(crate) mod expand;
+mod lower;
+mod parse;
+mod spans;
+
+#[cfg(test)]
+mod tests;
+
+/// Run an expansion, turning a panic (a bug) into a compile error instead of
+/// an ICE-like "proc macro panicked".
+fn guarded(f: impl FnOnce() -> proc_macro2::TokenStream) -> proc_macro2::TokenStream {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(ts) => ts,
+        Err(_) => syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "internal error in tc-macros (please report): the expansion panicked",
+        )
+        .into_compile_error(),
+    }
+}
+
+/// Check a tensor function's shapes at compile time and expand it to a Rust
+/// fn over `tc::Tensor` returning `Result<tc::Tensor, tc::Error>`.
+///
+/// Arguments: `requires(pred, …)` (facts across parameters) and
+/// `axiom(pred, …)` (assumed statically, re-checked at every call).
+#[proc_macro_attribute]
+pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let (attr, item) = (attr.into(), item.into());
+    guarded(|| expand::tensor_fn(attr, item)).into()
+}
+
+/// Check every `#[tensor_fn]` of an inline module together, so that calls
+/// between them are checked (Section 2 §17), and make its integer `const`s
+/// visible to their shapes.
+#[proc_macro_attribute]
+pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let (attr, item) = (attr.into(), item.into());
+    guarded(|| expand::tensor_module(attr, item)).into()
+}

@@ -1,0 +1,51 @@
+//! Sentence embeddings with all-MiniLM-L6-v2 written as tensor fns.
+//!
+//! `cargo run --release --example minilm -- "sentence one" "sentence two" …`
+//! prints the embedding dimension, the cosine-similarity matrix (4 decimals)
+//! and the time per sentence. The weights are fetched on first use by
+//! `scripts/fetch-minilm.sh` into `models/all-MiniLM-L6-v2/`.
+
+#[path = "minilm/model.rs"]
+mod model;
+
+use std::time::Instant;
+
+use model::{cosine, model_dir, BoxError, MiniLm};
+
+fn main() -> Result<(), BoxError> {
+    let mut sentences: Vec<String> = std::env::args().skip(1).collect();
+    if sentences.is_empty() {
+        sentences = [
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "A man is riding a horse.",
+            "A woman is playing violin.",
+        ]
+        .map(String::from)
+        .to_vec();
+    }
+    let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    let model = MiniLm::load(&model_dir()?)?;
+
+    let t0 = Instant::now();
+    let emb = model.embed(&refs)?;
+    let first = t0.elapsed();
+    let t1 = Instant::now();
+    let again = model.embed(&refs)?;
+    let second = t1.elapsed();
+    assert_eq!(emb, again, "embedding is deterministic");
+
+    println!("embedding dimension: {}", emb[0].len());
+    println!("cosine similarity:");
+    for (i, a) in emb.iter().enumerate() {
+        let row: Vec<String> = emb.iter().map(|b| format!("{:7.4}", cosine(a, b))).collect();
+        println!("  [{i}] {}   {}", row.join(" "), refs[i]);
+    }
+    let n = refs.len() as f64;
+    println!(
+        "time per sentence: {:.1} ms (first call, includes kernel compilation), {:.1} ms (second call)",
+        first.as_secs_f64() * 1e3 / n,
+        second.as_secs_f64() * 1e3 / n
+    );
+    Ok(())
+}

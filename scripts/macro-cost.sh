@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build cost of #[tensor_fn]: a generated crate of N (default 50) tensor fns,
+# built with the attribute and, as the baseline, the same fns as plain Rust
+# (same parameters and return type, trivial body). Only the crate itself is
+# rebuilt in the timed runs (dependencies are built once by a warm-up), so the
+# difference is the macro's work (parse, Z3 checks, expansion) plus compiling
+# the generated IR constructors.
+#
+# usage: scripts/macro-cost.sh [N] [RUNS]
+set -euo pipefail
+N=${1:-50}
+RUNS=${2:-3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${MACRO_COST_DIR:-$(mktemp -d /tmp/tc-macro-cost.XXXXXX)}
+export CARGO_TARGET_DIR=${MACRO_COST_TARGET:-$ROOT/target-macro-cost}
+
+mkdir -p "$WORK/src"
+cat > "$WORK/Cargo.toml" <<TOML
+[package]
+name = "tc-macro-cost"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+tc = { path = "$ROOT" }
+
+[workspace]
+
+[profile.dev.package."*"]
+opt-level = 1
+TOML
+
+# Five templates of increasing size, cycled: name, signature, attribute, body.
+gen() { # $1 = annotated|plain
+    local mode=$1 i
+    echo "#![allow(unused, clippy::all)]"
+    echo "use tc::{tensor_fn, Tensor};"
+    for ((i = 0; i < N; i++)); do
+        local attr sig body psig
+        case $((i % 5)) in
+        0)
+            attr="#[tensor_fn]"
+            sig="(x: Tensor![f32; B, I], w: Tensor![f32; I, O], b: Tensor![f32; O]) -> Tensor![f32; B, O]"
+            psig="(x: tc::Tensor, w: tc::Tensor, b: tc::Tensor)"
+            body="matmul(x, w) + broadcast(b, [B, O])" ;;
+        1)
+            attr="#[tensor_fn]"
+            sig="(x: Tensor![f32; B, S, D], g: Tensor![f32; D], eps: f32) -> Tensor![f32; B, S, D]"
+            psig="(x: tc::Tensor, g: tc::Tensor, eps: f32)"
+            body="let mu = mean_keepdims(x, [2]); let xc = x - broadcast(mu, [B, S, D]); let var = mean_keepdims(xc * xc, [2]); xc * broadcast(rsqrt(var + eps), [B, S, D]) * broadcast(g, [B, S, D])" ;;
+        2)
+            attr="#[tensor_fn]"
+            sig="(x: Tensor![f32; B, N]) -> Tensor![f32; B, N]"
+            psig="(x: tc::Tensor)"
+            body="let m = max_keepdims(x, [1]); let e = exp(x - broadcast(m, [B, N])); e / broadcast(sum_keepdims(e, [1]), [B, N])" ;;
+        3)
+            attr="#[tensor_fn(requires(D % H == 0))]"
+            sig="(x: Tensor![f32; B, S, D], gate: Tensor![f32; H]) -> Tensor![f32; B, S, D]"
+            psig="(x: tc::Tensor, gate: tc::Tensor)"
+            body="let q = transpose(reshape(x, [B, S, H, D / H]), [0, 2, 1, 3]); let k = transpose(reshape(x, [B, S, H, D / H]), [0, 2, 3, 1]); let p = matmul(q, k); let c = matmul(p, q); reshape(transpose(c, [0, 2, 1, 3]), [B, S, D])" ;;
+        4)
+            attr="#[tensor_fn(requires(S >= K))]"
+            sig="(x: Tensor![f32; B, S], w: Tensor![f32; K]) -> Tensor![f32; B, S - K + 1]"
+            psig="(x: tc::Tensor, w: tc::Tensor)"
+            body="let a = slice(x, 1, 0, S - K + 1); let b = slice(x, 1, K - 1, S); a + b" ;;
+        esac
+        if [[ $mode == annotated ]]; then
+            echo "$attr pub fn f$i$sig { $body }"
+        else
+            echo "pub fn f$i$psig -> Result<tc::Tensor, tc::Error> { Err(tc::Error::UnknownFunction(String::new())) }"
+        fi
+    done
+}
+
+gen annotated > "$WORK/annotated.rs"
+gen plain > "$WORK/plain.rs"
+
+build() { # $1 = variant; prints seconds
+    cp "$WORK/$1.rs" "$WORK/src/lib.rs"
+    touch "$WORK/src/lib.rs"
+    local t0 t1
+    t0=$(date +%s.%N)
+    (cd "$WORK" && cargo build -q 2>"$WORK/$1.err") || { cat "$WORK/$1.err" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    echo "$t1 - $t0" | bc -l
+}
+
+echo "warm-up (dependencies)..." >&2
+build plain >/dev/null
+build annotated >/dev/null
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+P=$(for ((r = 0; r < RUNS; r++)); do build plain; done | median)
+A=$(for ((r = 0; r < RUNS; r++)); do build annotated; done | median)
+PER=$(echo "($A - $P) * 1000 / $N" | bc -l)
+printf 'fns: %d  runs: %d (median)\nplain:     %.3f s\nannotated: %.3f s\nadded:     %.3f s total, %.1f ms per fn\n' \
+    "$N" "$RUNS" "$P" "$A" "$(echo "$A - $P" | bc -l)" "$PER"

@@ -1,0 +1,299 @@
+//! Compiled functions: planning + codegen + JIT at compile time, buffers,
+//! thread splitting and steps at run time.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use tc_core::ir::{Function, Value};
+use tc_core::{Dtype, Sigma};
+use tc_runtime::contract::{self, Arg, Bound};
+use tc_runtime::elem::Elem;
+use tc_runtime::{cast, Tensor};
+
+use crate::codegen::{self, extent, KernelShape, QKey};
+use crate::jit::JitModule;
+use crate::plan::{self, Step, Structure, ValInfo, VKind};
+use crate::{Error, JitOptions};
+
+/// Below this many elements of work a kernel runs on the calling thread:
+/// a tiny tensor never pays for waking the pool.
+pub const PAR_MIN_WORK: usize = 1 << 16;
+
+type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u64, i64, i64);
+
+/// A function compiled for one σ (or, when generic, for every σ).
+pub struct CompiledFn {
+    func: Arc<Function>,
+    st: Structure,
+    vals: Vec<ValInfo>,
+    sigma: Sigma,
+    generic: bool,
+    opts: JitOptions,
+    kernels: Vec<(KernelFn, KernelShape)>,
+    qkeys: Vec<QKey>,
+    _module: Option<JitModule>,
+    /// Milliseconds spent compiling (planning, codegen, O3, MCJIT).
+    pub compile_ms: f64,
+    ir: String,
+}
+
+impl std::fmt::Debug for CompiledFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledFn")
+            .field("func", &self.func.sig.name)
+            .field("sigma", &self.sigma)
+            .field("generic", &self.generic)
+            .field("steps", &self.st.steps)
+            .field("compile_ms", &self.compile_ms)
+            .finish()
+    }
+}
+
+/// Compile `func` for σ (the output of `tc_runtime::contract::bind`).
+/// With `generic`, the kernels read every shape quantity at run time and
+/// the result serves any σ.
+pub fn compile_with<'f>(
+    func: &Function,
+    sigma: &Sigma,
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    opts: JitOptions,
+    generic: bool,
+) -> Result<CompiledFn, Error> {
+    let t0 = std::time::Instant::now();
+    tc_core::ir::verify(func).map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
+    let (vals, sigma_ext) = plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?;
+    let st = plan::structure(func);
+    let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
+    let (module, kernels) = if code.exports.is_empty() {
+        (None, Vec::new())
+    } else {
+        let m = JitModule::compile(&code.ir, &crate::rt::symbols(), &code.exports)?;
+        let mut ks = Vec::new();
+        for (i, name) in code.exports.iter().enumerate() {
+            let a = m.addr(name).ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
+            // SAFETY: every `k{id}` is defined with the `KernelFn` signature (codegen::finish_fn).
+            let f: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(a) };
+            ks.push((f, code.shapes[i].clone()));
+        }
+        (Some(m), ks)
+    };
+    if st.steps.iter().any(|s| matches!(s, Step::Matmul { .. })) {
+        crate::matmul::warm_up()?;
+    }
+    Ok(CompiledFn {
+        func: Arc::new(func.clone()),
+        st,
+        vals,
+        sigma: sigma.clone(),
+        generic,
+        opts,
+        kernels,
+        qkeys: code.qkeys,
+        _module: module,
+        compile_ms: t0.elapsed().as_secs_f64() * 1e3,
+        ir: code.ir,
+    })
+}
+
+/// Compile `func` specialised to σ (calls in the body are not resolvable:
+/// use [`compile_with`] for those).
+pub fn compile(func: &Function, sigma: &Sigma, opts: JitOptions) -> Result<CompiledFn, Error> {
+    compile_with(func, sigma, &|_| None, opts, false)
+}
+
+#[derive(Clone, Copy)]
+struct Ptrs(*const *mut u8, *const i64, *const u64);
+// SAFETY: the kernel chunks write disjoint ranges of the output buffer and
+// only read the inputs.
+unsafe impl Send for Ptrs {}
+unsafe impl Sync for Ptrs {}
+
+impl CompiledFn {
+    /// The generated (unoptimised) IR text.
+    pub fn ir(&self) -> &str {
+        &self.ir
+    }
+
+    /// True for a shape-generic compilation.
+    pub fn is_generic(&self) -> bool {
+        self.generic
+    }
+
+    /// The σ it was compiled for.
+    pub fn sigma(&self) -> &Sigma {
+        &self.sigma
+    }
+
+    /// Number of fused kernels.
+    pub fn kernel_count(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// The planned steps.
+    pub fn steps(&self) -> &[Step] {
+        &self.st.steps
+    }
+
+    /// Bind the contract and run (the body must not call other functions).
+    pub fn run(&self, args: &[Arg]) -> Result<Tensor, tc_runtime::Error> {
+        self.run_with(args, &|_| None)
+    }
+
+    /// Bind the contract and run, resolving calls through `resolve`.
+    pub fn run_with<'f>(&self, args: &[Arg], resolve: &dyn Fn(&str) -> Option<&'f Function>) -> Result<Tensor, tc_runtime::Error> {
+        let bound = contract::bind_args(&self.func.sig, args)?;
+        if !self.generic && bound.sigma != self.sigma {
+            return Err(tc_runtime::Error::Op {
+                op: format!("compiled `{}`", self.func.sig.name),
+                message: format!("compiled for σ = {:?}, called with σ = {:?}", self.sigma, bound.sigma),
+            });
+        }
+        self.exec(&bound, args, resolve)
+    }
+
+    /// Run on arguments already bound to `bound`.
+    pub(crate) fn exec<'f>(
+        &self,
+        bound: &Bound,
+        args: &[Arg],
+        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    ) -> Result<Tensor, tc_runtime::Error> {
+        let func = &*self.func;
+        let owned;
+        let (vals, sigma_ext): (&[ValInfo], Option<Sigma>) = if self.generic {
+            let (v, s) = plan::shapes(func, &bound.sigma, resolve)?;
+            owned = v;
+            (&owned, Some(s))
+        } else {
+            (&self.vals, None)
+        };
+        let n = vals.len();
+        let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); n];
+        let mut owned_bufs: Vec<Option<Vec<u8>>> = (0..n).map(|_| None).collect();
+        for (i, a) in args.iter().enumerate() {
+            if let Arg::Tensor(t) = a {
+                ptrs[i] = t.bytes().as_ptr() as *mut u8;
+            }
+        }
+        // Scalar slots.
+        let slots: Vec<u64> = self
+            .st
+            .slots
+            .iter()
+            .map(|(p, dt)| match bound.scalars.get(*p).and_then(|s| *s) {
+                Some((e, _)) => match cast::convert(e, *dt) {
+                    Elem::F(x) => x.to_bits() as u64,
+                    Elem::I(i) => i as u64,
+                    Elem::B(b) => b as u64,
+                },
+                None => 0,
+            })
+            .collect();
+        // Shape table (generic kernels).
+        let shp: Vec<i64> = match &sigma_ext {
+            Some(s) => self.qkeys.iter().map(|k| k.value(vals, func, s)).collect(),
+            None => Vec::new(),
+        };
+        let threads = self.opts.threads;
+        for step in &self.st.steps {
+            match step {
+                Step::Kernel { id, out, inputs } => {
+                    let o = &vals[out.0 as usize];
+                    let mut buf = vec![0u8; o.dtype.storage_bytes(o.numel())];
+                    ptrs[out.0 as usize] = buf.as_mut_ptr();
+                    let (f, shape) = &self.kernels[*id];
+                    let (outer, work) = extent(func, vals, *out, shape);
+                    let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
+                    list.push(ptrs[out.0 as usize]);
+                    for v in inputs {
+                        list.push(ptrs[v.0 as usize]);
+                    }
+                    let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
+                    let serial = threads == 1 || o.dtype == Dtype::I4 || outer < 2 || outer.saturating_mul(work.max(1)) < PAR_MIN_WORK;
+                    // SAFETY: buffers hold the storage of their planned shapes; chunks are disjoint.
+                    unsafe {
+                        if serial {
+                            if outer > 0 {
+                                f(p.0, p.1, p.2, 0, outer as i64);
+                            }
+                        } else {
+                            let nt = rayon::current_num_threads().max(1);
+                            let chunks = (nt * 4).min(outer);
+                            let align = if matches!(shape, KernelShape::Flat) { 64 } else { 1 };
+                            let bound_at = |c: usize| -> usize {
+                                if c >= chunks {
+                                    outer
+                                } else {
+                                    (outer * c / chunks) / align * align
+                                }
+                            };
+                            (0..chunks).into_par_iter().for_each(|c| {
+                                let p = p;
+                                let (lo, hi) = (bound_at(c), bound_at(c + 1));
+                                if hi > lo {
+                                    f(p.0, p.1, p.2, lo as i64, hi as i64);
+                                }
+                            });
+                        }
+                    }
+                    owned_bufs[out.0 as usize] = Some(buf);
+                }
+                Step::Matmul { out, a, b } => {
+                    let o = &vals[out.0 as usize];
+                    let mut buf = vec![0u8; o.dtype.storage_bytes(o.numel())];
+                    ptrs[out.0 as usize] = buf.as_mut_ptr();
+                    let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
+                    // SAFETY: operand buffers hold their planned shapes.
+                    unsafe {
+                        crate::matmul::matmul(o.dtype, ptrs[a.0 as usize], ptrs[b.0 as usize], buf.as_mut_ptr(), sa, sb, threads)
+                            .map_err(|e| tc_runtime::Error::Op { op: "matmul".into(), message: e.to_string() })?;
+                    }
+                    owned_bufs[out.0 as usize] = Some(buf);
+                }
+                Step::Call { out, name, args: cargs } => {
+                    let callee = resolve(name).ok_or_else(|| tc_runtime::Error::UnknownFunction(name.clone()))?;
+                    let mut call_args = Vec::with_capacity(cargs.len());
+                    for v in cargs {
+                        call_args.push(self.arg_of(*v, vals, &ptrs, args, bound)?);
+                    }
+                    let t = crate::cache::Jit::global().call(callee, &call_args, resolve)?;
+                    let mut buf = t.bytes().to_vec();
+                    ptrs[out.0 as usize] = buf.as_mut_ptr();
+                    owned_bufs[out.0 as usize] = Some(buf);
+                }
+            }
+        }
+        let ret = func.ret;
+        let rv = &vals[ret.0 as usize];
+        match rv.kind {
+            VKind::TensorParam(i) => match &args[i] {
+                Arg::Tensor(t) => Ok(t.clone()),
+                _ => Err(tc_runtime::Error::Malformed("return of a scalar".into())),
+            },
+            _ => {
+                let buf = owned_bufs[ret.0 as usize]
+                    .take()
+                    .ok_or_else(|| tc_runtime::Error::Malformed("returned value was not computed".into()))?;
+                Tensor::from_raw(rv.dtype, &rv.shape, buf)
+            }
+        }
+    }
+
+    fn arg_of(&self, v: Value, vals: &[ValInfo], ptrs: &[*mut u8], args: &[Arg], bound: &Bound) -> Result<Arg, tc_runtime::Error> {
+        let info = &vals[v.0 as usize];
+        match info.kind {
+            VKind::TensorParam(i) | VKind::ScalarParam(i) if (v.0 as usize) < args.len() => {
+                if let (VKind::ScalarParam(_), Some(Some((e, _)))) = (&info.kind, bound.scalars.get(i)) {
+                    return Ok(Arg::Scalar(*e));
+                }
+                Ok(args[i].clone())
+            }
+            _ => {
+                let nbytes = info.dtype.storage_bytes(info.numel());
+                // SAFETY: the buffer of a computed value holds `nbytes` bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(ptrs[v.0 as usize], nbytes) }.to_vec();
+                Ok(Arg::Tensor(Tensor::from_raw(info.dtype, &info.shape, bytes)?))
+            }
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! Planning a function under a concrete σ: every value's dtype and shape,
+//! which values get a buffer ("materialized") and which are fused into their
+//! consumers, and the sequence of steps (kernels, matmuls, calls).
+//!
+//! Fusion rule (issue 5, "Lowering"): unary, binary, scalar-binary, select,
+//! cast, fill, iota and the layout ops (broadcast, transpose, slice, reshape,
+//! concat: Section 4 §5.6–§5.10, pure index functions) are *inlinable*. An
+//! inlinable value is computed inside each consumer's loop nest as an
+//! expression of the output index, with no buffer, when it has one consumer,
+//! or when it has several but its fused expression is cheap (cost ≤
+//! [`RECOMPUTE_MAX`]): recomputing `exp(x - m)` in the sum pass and in the
+//! output pass of a softmax costs less than writing and re-reading it, so a
+//! row softmax runs in three passes (max, sum, output) and a layer norm in
+//! three (mean, variance, output) with no intermediate buffers. Reductions
+//! fuse their producer into the reduction loop. Matmul operands, call
+//! arguments and the returned value are materialized.
+//!
+//! The structure (which values are materialized, the steps) depends only on
+//! the IR, never on σ; that is what lets the shape-generic path
+//! ([`crate::codegen`] with dims as runtime arguments) reuse one compiled
+//! module for every σ.
+
+use std::collections::BTreeMap;
+
+use tc_core::ir::{Function, Op, Value};
+use tc_core::{Dim, Dtype, Sigma, Type};
+use tc_runtime::Error;
+
+/// Fused expressions costlier than this are materialized when they have more
+/// than one consumer.
+pub const RECOMPUTE_MAX: u32 = 24;
+/// A fused expression tree is cut (materialized) beyond this cost, bounding
+/// kernel size.
+pub const TREE_MAX: u32 = 200;
+
+/// Where a value comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum VKind {
+    /// Tensor parameter `i`.
+    TensorParam(usize),
+    /// Scalar parameter `i`.
+    ScalarParam(usize),
+    /// Instruction `i` of the body.
+    Inst(usize),
+}
+
+/// A value's concrete type under σ.
+#[derive(Clone, Debug)]
+pub struct ValInfo {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Concrete shape.
+    pub shape: Vec<usize>,
+    /// Origin.
+    pub kind: VKind,
+}
+
+impl ValInfo {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// One step of a compiled function.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// A fused loop nest writing `out` (symbol `k{id}`).
+    Kernel {
+        /// Kernel number.
+        id: usize,
+        /// The value written.
+        out: Value,
+        /// Buffers read, in argument order after the output.
+        inputs: Vec<Value>,
+    },
+    /// Matmul of two materialized operands.
+    Matmul {
+        /// Result.
+        out: Value,
+        /// Left operand.
+        a: Value,
+        /// Right operand.
+        b: Value,
+    },
+    /// A call of another tensor fn (run through [`crate::call`]).
+    Call {
+        /// Result.
+        out: Value,
+        /// Callee.
+        name: String,
+        /// Arguments.
+        args: Vec<Value>,
+    },
+}
+
+/// The σ-independent structure of a function: which values are
+/// materialized and the steps.
+#[derive(Clone, Debug)]
+pub struct Structure {
+    /// Per value: has a buffer.
+    pub mat: Vec<bool>,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+    /// Scalar slots `(param, dtype)` read by kernels.
+    pub slots: Vec<(usize, Dtype)>,
+}
+
+fn op_err(op: &str, message: String) -> Error {
+    Error::Op { op: op.to_string(), message }
+}
+
+fn eval(d: &Dim, sigma: &Sigma, what: &str) -> Result<usize, Error> {
+    let v = d
+        .eval(sigma)
+        .map_err(|source| Error::Eval { context: what.to_string(), source })?;
+    if v < 0 {
+        return Err(Error::NegativeDim { context: what.to_string(), dim: d.to_string(), value: v });
+    }
+    Ok(v as usize)
+}
+
+/// Concrete dtypes and shapes of every value under σ (extended by the local
+/// dim bindings), with the interpreter's run-time checks; also the extended σ.
+pub fn shapes<'f>(
+    func: &Function,
+    sigma: &Sigma,
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+) -> Result<(Vec<ValInfo>, Sigma), Error> {
+    let mut sigma = sigma.clone();
+    let mut vals: Vec<ValInfo> = Vec::with_capacity(func.sig.params.len() + func.body.len());
+    for (i, p) in func.sig.params.iter().enumerate() {
+        match &p.ty {
+            Type::Tensor(t) => {
+                let shape = t
+                    .shape
+                    .iter()
+                    .map(|d| eval(d, &sigma, &format!("parameter `{}`", p.name)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                vals.push(ValInfo { dtype: t.dtype, shape, kind: VKind::TensorParam(i) });
+            }
+            Type::Scalar(dt) => vals.push(ValInfo { dtype: *dt, shape: vec![], kind: VKind::ScalarParam(i) }),
+            _ => return Err(Error::Malformed(format!("parameter `{}` is neither a tensor nor a scalar", p.name))),
+        }
+    }
+    for (ii, inst) in func.body.iter().enumerate() {
+        for b in func.dim_bindings.iter().filter(|b| b.before == ii) {
+            let n = vals
+                .get(b.of.0 as usize)
+                .and_then(|v| v.shape.get(b.axis))
+                .ok_or_else(|| Error::Malformed(format!("dim binding `{}`", b.name)))?;
+            sigma.insert(b.name.clone(), *n as i64);
+        }
+        let get = |v: &Value| -> Result<&ValInfo, Error> {
+            vals.get(v.0 as usize).ok_or_else(|| Error::Malformed(format!("{v} is not defined")))
+        };
+        let tensor = |v: &Value| -> Result<&ValInfo, Error> {
+            let x = get(v)?;
+            if let VKind::ScalarParam(_) = x.kind {
+                return Err(Error::Malformed(format!("{v} is a scalar where a tensor is needed")));
+            }
+            Ok(x)
+        };
+        let (dtype, shape) = match &inst.op {
+            Op::Unary(o, x) => {
+                let x = tensor(x)?;
+                if !o.admits(x.dtype) {
+                    return Err(Error::Malformed(format!("{} at {}", o.name(), x.dtype)));
+                }
+                (x.dtype, x.shape.clone())
+            }
+            Op::Cast(dt, x) => (*dt, tensor(x)?.shape.clone()),
+            Op::Binary(o, a, b) => {
+                let (a, b) = (tensor(a)?, tensor(b)?);
+                if a.dtype != b.dtype || !o.admits(a.dtype) {
+                    return Err(Error::Malformed(format!("{} at {} and {}", o.name(), a.dtype, b.dtype)));
+                }
+                if a.shape != b.shape {
+                    return Err(op_err(o.name(), format!("operand shapes {:?} and {:?} differ", a.shape, b.shape)));
+                }
+                (o.result_dtype(a.dtype), a.shape.clone())
+            }
+            Op::ScalarBinary { op, x, .. } => {
+                let x = tensor(x)?;
+                if !op.admits(x.dtype) {
+                    return Err(Error::Malformed(format!("{} at {}", op.name(), x.dtype)));
+                }
+                (op.result_dtype(x.dtype), x.shape.clone())
+            }
+            Op::Select(c, a, b) => {
+                let (c, a, b) = (tensor(c)?, tensor(a)?, tensor(b)?);
+                if c.dtype != Dtype::Bool || a.dtype != b.dtype {
+                    return Err(Error::Malformed("select operand dtypes".into()));
+                }
+                if a.shape != b.shape || c.shape != a.shape {
+                    return Err(op_err("select", format!("shapes {:?}, {:?}, {:?}", c.shape, a.shape, b.shape)));
+                }
+                (a.dtype, a.shape.clone())
+            }
+            Op::Matmul(a, b) => {
+                let (a, b) = (tensor(a)?, tensor(b)?);
+                let r = a.shape.len();
+                if a.dtype != b.dtype || !a.dtype.is_numeric() {
+                    return Err(Error::Malformed("matmul operand dtypes".into()));
+                }
+                if r < 2 || b.shape.len() != r || a.shape[..r - 2] != b.shape[..r - 2] || a.shape[r - 1] != b.shape[r - 2] {
+                    return Err(op_err("matmul", format!("operand shapes {:?} and {:?}", a.shape, b.shape)));
+                }
+                let mut s = a.shape[..r - 2].to_vec();
+                s.extend([a.shape[r - 2], b.shape[r - 1]]);
+                (a.dtype, s)
+            }
+            Op::Reduce { op, axes, keepdims, x } => {
+                let x = tensor(x)?;
+                let r = x.shape.len();
+                if !op.admits(x.dtype) || axes.is_empty() || axes.iter().enumerate().any(|(i, a)| *a >= r || axes[..i].contains(a)) {
+                    return Err(Error::Malformed(format!("reduce.{} axes {axes:?}", op.name())));
+                }
+                if op.needs_nonempty() && axes.iter().any(|&a| x.shape[a] == 0) {
+                    return Err(op_err(&format!("reduce.{}", op.name()), "empty axis".into()));
+                }
+                let s = if *keepdims {
+                    (0..r).map(|i| if axes.contains(&i) { 1 } else { x.shape[i] }).collect()
+                } else {
+                    (0..r).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).collect()
+                };
+                (x.dtype, s)
+            }
+            Op::ArgReduce { axis, keepdims, x, .. } => {
+                let x = tensor(x)?;
+                if *axis >= x.shape.len() || x.shape[*axis] == 0 {
+                    return Err(op_err("argmax", format!("axis {axis} of {:?}", x.shape)));
+                }
+                let s = if *keepdims {
+                    x.shape.iter().enumerate().map(|(i, &d)| if i == *axis { 1 } else { d }).collect()
+                } else {
+                    x.shape.iter().enumerate().filter(|(i, _)| i != axis).map(|(_, &d)| d).collect()
+                };
+                (Dtype::I64, s)
+            }
+            Op::Transpose(perm, x) => {
+                let x = tensor(x)?;
+                let r = x.shape.len();
+                let mut seen = vec![false; r];
+                if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+                    return Err(Error::Malformed(format!("transpose {perm:?}")));
+                }
+                (x.dtype, perm.iter().map(|&p| x.shape[p]).collect())
+            }
+            Op::Reshape(s, x) => {
+                let x = tensor(x)?;
+                let to: Vec<i64> = s
+                    .iter()
+                    .map(|d| d.eval(&sigma).map_err(|source| Error::Eval { context: "reshape".into(), source }))
+                    .collect::<Result<_, _>>()?;
+                let fv = x.shape.iter().try_fold(1i64, |a, &d| a.checked_mul(d as i64));
+                let tv = to.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
+                if to.iter().any(|&d| d < 0) || fv.is_none() || fv != tv {
+                    return Err(Error::ReshapeVolume {
+                        from: x.shape.clone(),
+                        to,
+                        from_volume: fv.unwrap_or(i64::MAX),
+                        to_volume: tv.unwrap_or(i64::MAX),
+                    });
+                }
+                (x.dtype, to.iter().map(|&d| d as usize).collect())
+            }
+            Op::Broadcast(s, x) => {
+                let x = tensor(x)?;
+                let t = s.iter().map(|d| eval(d, &sigma, "broadcast")).collect::<Result<Vec<_>, _>>()?;
+                let (n, m) = (x.shape.len(), t.len());
+                if n > m || x.shape.iter().enumerate().any(|(i, &d)| d != 1 && d != t[m - n + i]) {
+                    return Err(op_err("broadcast", format!("cannot broadcast {:?} to {t:?}", x.shape)));
+                }
+                (x.dtype, t)
+            }
+            Op::Slice { axis, start, stop, x } => {
+                let x = tensor(x)?;
+                let a = start.eval(&sigma).map_err(|source| Error::Eval { context: "slice start".into(), source })?;
+                let b = stop.eval(&sigma).map_err(|source| Error::Eval { context: "slice stop".into(), source })?;
+                if *axis >= x.shape.len() || !(0 <= a && a <= b && b <= x.shape[*axis] as i64) {
+                    return Err(op_err("slice", format!("range {a}..{b} on axis {axis} of {:?}", x.shape)));
+                }
+                let mut s = x.shape.clone();
+                s[*axis] = (b - a) as usize;
+                (x.dtype, s)
+            }
+            Op::Concat(axis, xs) => {
+                let first = tensor(xs.first().ok_or_else(|| Error::Malformed("concat".into()))?)?;
+                let mut s = first.shape.clone();
+                if *axis >= s.len() {
+                    return Err(Error::Malformed("concat axis".into()));
+                }
+                let mut total = 0;
+                for v in xs {
+                    let t = tensor(v)?;
+                    if t.dtype != first.dtype
+                        || t.shape.len() != s.len()
+                        || t.shape.iter().zip(&first.shape).enumerate().any(|(i, (a, b))| i != *axis && a != b)
+                    {
+                        return Err(op_err("concat", format!("shapes {:?} and {:?}", first.shape, t.shape)));
+                    }
+                    total += t.shape[*axis];
+                }
+                s[*axis] = total;
+                (first.dtype, s)
+            }
+            Op::Fill(dt, s, _) => (*dt, s.iter().map(|d| eval(d, &sigma, "fill")).collect::<Result<_, _>>()?),
+            Op::Iota(dt, s, axis) => {
+                let s: Vec<usize> = s.iter().map(|d| eval(d, &sigma, "iota")).collect::<Result<_, _>>()?;
+                if *axis >= s.len() {
+                    return Err(Error::Malformed("iota axis".into()));
+                }
+                (*dt, s)
+            }
+            Op::Call(name, xs) => {
+                let callee = resolve(name).ok_or_else(|| Error::UnknownFunction(name.clone()))?;
+                let mut cs: Sigma = callee.sig.consts.iter().cloned().collect();
+                for (p, v) in callee.sig.params.iter().zip(xs) {
+                    if let (Type::Tensor(t), Some(x)) = (&p.ty, vals.get(v.0 as usize)) {
+                        for (d, &n) in t.shape.iter().zip(&x.shape) {
+                            if let Some(var) = d.as_var() {
+                                cs.entry(var.to_string()).or_insert(n as i64);
+                            }
+                        }
+                    }
+                }
+                match &callee.sig.ret {
+                    Type::Tensor(t) => (t.dtype, t.shape.iter().map(|d| eval(d, &cs, "call")).collect::<Result<_, _>>()?),
+                    Type::Scalar(dt) => (*dt, vec![]),
+                    _ => return Err(Error::Malformed(format!("`{name}` returns no tensor"))),
+                }
+            }
+        };
+        vals.push(ValInfo { dtype, shape, kind: VKind::Inst(ii) });
+    }
+    for b in func.dim_bindings.iter().filter(|b| b.before >= func.body.len()) {
+        if let Some(n) = vals.get(b.of.0 as usize).and_then(|v| v.shape.get(b.axis)) {
+            sigma.insert(b.name.clone(), *n as i64);
+        }
+    }
+    // The declared return type, checked like the interpreter does.
+    let ret = vals.get(func.ret.0 as usize).ok_or_else(|| Error::Malformed("return".into()))?;
+    if let VKind::ScalarParam(_) = ret.kind {
+        return Err(Error::Malformed("a scalar parameter is returned".into()));
+    }
+    if let Type::Tensor(t) = &func.sig.ret {
+        let ok = t.dtype == ret.dtype
+            && t.shape.len() == ret.shape.len()
+            && t.shape.iter().zip(&ret.shape).all(|(d, &n)| match d.eval(&sigma) {
+                Ok(v) => v >= 0 && v as usize == n,
+                Err(tc_core::dim::EvalError::Unbound(_)) => true,
+                Err(_) => false,
+            });
+        if !ok {
+            return Err(op_err(
+                &format!("return of `{}`", func.sig.name),
+                format!("declared {}, produced {} {:?}", func.sig.ret, ret.dtype, ret.shape),
+            ));
+        }
+    }
+    Ok((vals, sigma))
+}
+
+/// Is this op computed inside its consumers' loops?
+pub fn inlinable(op: &Op) -> bool {
+    !matches!(op, Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..))
+}
+
+/// The cost of one op in a fused expression (transcendentals weigh more).
+fn own_cost(op: &Op) -> u32 {
+    use tc_core::ir::UnaryOp as U;
+    match op {
+        Op::Unary(u, _) => match u {
+            U::Neg | U::Abs | U::Relu | U::Not | U::Floor | U::Ceil | U::Round => 1,
+            U::Sqrt | U::Recip | U::Rsqrt => 3,
+            _ => 10,
+        },
+        Op::Binary(..) | Op::ScalarBinary { .. } | Op::Select(..) | Op::Cast(..) => 1,
+        Op::Concat(_, xs) => xs.len() as u32,
+        Op::Reshape(..) => 2,
+        _ => 0,
+    }
+}
+
+/// Decide materialization and form the steps (σ-independent).
+pub fn structure(func: &Function) -> Structure {
+    let np = func.sig.params.len();
+    let n = np + func.body.len();
+    let mut consumers = vec![0u32; n];
+    let mut forced = vec![false; n];
+    for inst in &func.body {
+        let mut ops = inst.op.operands();
+        ops.dedup();
+        let mut seen = Vec::new();
+        for v in ops {
+            if seen.contains(&v) {
+                continue;
+            }
+            seen.push(v);
+            if let Some(c) = consumers.get_mut(v.0 as usize) {
+                *c += 1;
+            }
+            if matches!(inst.op, Op::Matmul(..) | Op::Call(..)) {
+                if let Some(f) = forced.get_mut(v.0 as usize) {
+                    *f = true;
+                }
+            }
+        }
+    }
+    let mut mat = vec![true; n];
+    let mut cost = vec![1u32; n];
+    for (i, inst) in func.body.iter().enumerate() {
+        let v = np + i;
+        if !inlinable(&inst.op) {
+            continue;
+        }
+        let c = own_cost(&inst.op)
+            + inst.op.operands().iter().map(|o| if mat[o.0 as usize] { 1 } else { cost[o.0 as usize] }).sum::<u32>();
+        cost[v] = c;
+        let keep = v == func.ret.0 as usize
+            || forced[v]
+            || consumers[v] == 0
+            || c > TREE_MAX
+            || (consumers[v] > 1 && c > RECOMPUTE_MAX);
+        mat[v] = keep;
+        if keep {
+            cost[v] = 1;
+        }
+    }
+    // Steps.
+    let mut steps = Vec::new();
+    let mut kid = 0;
+    for (i, inst) in func.body.iter().enumerate() {
+        let v = np + i;
+        if !mat[v] {
+            continue;
+        }
+        let out = Value(v as u32);
+        match &inst.op {
+            Op::Matmul(a, b) => steps.push(Step::Matmul { out, a: *a, b: *b }),
+            Op::Call(name, args) => steps.push(Step::Call { out, name: name.clone(), args: args.clone() }),
+            _ => {
+                let mut inputs = Vec::new();
+                leaves(func, &mat, np, out, true, &mut inputs);
+                steps.push(Step::Kernel { id: kid, out, inputs });
+                kid += 1;
+            }
+        }
+    }
+    let mut slots = Vec::new();
+    for (i, inst) in func.body.iter().enumerate() {
+        if !inlinable(&inst.op) && !matches!(inst.op, Op::Reduce { .. } | Op::ArgReduce { .. }) {
+            continue;
+        }
+        let _ = i;
+        for p in inst.op.scalar_params() {
+            let dt = match &inst.op {
+                Op::Fill(dt, ..) => *dt,
+                Op::ScalarBinary { x, .. } => operand_dtype(func, *x),
+                _ => continue,
+            };
+            if !slots.contains(&(p, dt)) {
+                slots.push((p, dt));
+            }
+        }
+    }
+    Structure { mat, steps, slots }
+}
+
+/// The dtype of a value, from the IR alone (σ-independent).
+pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
+    let np = func.sig.params.len();
+    let i = v.0 as usize;
+    if i < np {
+        return match &func.sig.params[i].ty {
+            Type::Tensor(t) => t.dtype,
+            Type::Scalar(dt) => *dt,
+            _ => Dtype::F32,
+        };
+    }
+    match &func.body[i - np].op {
+        Op::Unary(_, x) | Op::Transpose(_, x) | Op::Reshape(_, x) | Op::Broadcast(_, x) | Op::Slice { x, .. } => {
+            operand_dtype(func, *x)
+        }
+        Op::Reduce { x, .. } => operand_dtype(func, *x),
+        Op::Cast(dt, _) | Op::Fill(dt, ..) | Op::Iota(dt, ..) => *dt,
+        Op::Binary(o, a, _) => o.result_dtype(operand_dtype(func, *a)),
+        Op::ScalarBinary { op, x, .. } => op.result_dtype(operand_dtype(func, *x)),
+        Op::Select(_, a, _) | Op::Matmul(a, _) => operand_dtype(func, *a),
+        Op::ArgReduce { .. } => Dtype::I64,
+        Op::Concat(_, xs) => operand_dtype(func, xs[0]),
+        Op::Call(..) => Dtype::F32,
+    }
+}
+
+/// Materialized values read by the fused expression of `v` (the root is
+/// expanded even though it is materialized).
+fn leaves(func: &Function, mat: &[bool], np: usize, v: Value, root: bool, out: &mut Vec<Value>) {
+    let i = v.0 as usize;
+    if i < np || (mat[i] && !root) {
+        if i < np && matches!(func.sig.params[i].ty, Type::Scalar(_)) {
+            return;
+        }
+        if !out.contains(&v) {
+            out.push(v);
+        }
+        return;
+    }
+    for o in func.body[i - np].op.operands() {
+        leaves(func, mat, np, o, false, out);
+    }
+}
+
+/// The consumers count per value, for tests and diagnostics.
+pub fn describe(func: &Function) -> BTreeMap<u32, bool> {
+    let s = structure(func);
+    s.mat.iter().enumerate().map(|(i, m)| (i as u32, *m)).collect()
+}

@@ -1,0 +1,175 @@
+//! The kernel cache: concurrency (≥ 16 threads, mixed σ, one compilation per
+//! σ), LRU eviction, statistics, the shape-generic path and the explicit
+//! interpreter fallback.
+mod util;
+
+use std::sync::Arc;
+
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, UnaryOp};
+use tc_core::{Dim, Dtype};
+use tc_llvm::{CacheConfig, Jit, JitOptions};
+use tc_runtime::contract::Arg;
+use tc_runtime::Tensor;
+use util::*;
+
+fn f() -> Function {
+    let mut b = builder("cached");
+    let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+    let y = b.param("y", tt(Dtype::F32, &["C"]));
+    b.returns(tt(Dtype::F32, &["R"]));
+    let yb = b.op(Op::Broadcast(vec![Dim::var("R"), Dim::var("C")], y));
+    let p = b.op(Op::Binary(BinaryOp::Mul, x, yb));
+    let t = b.op(Op::Unary(UnaryOp::Tanh, p));
+    let r = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdims: false, x: t });
+    b.finish(r)
+}
+
+fn case(seed: u64, r: usize, c: usize) -> (Vec<Arg>, Tensor) {
+    let mut rng = Rng(seed);
+    let args: Vec<Arg> = vec![random(&mut rng, Dtype::F32, &[r, c], false).into(), random(&mut rng, Dtype::F32, &[c], false).into()];
+    let want = interp(&f(), &args).unwrap();
+    (args, want)
+}
+
+#[test]
+fn sixteen_threads_mixed_sigma_compile_once_per_sigma() {
+    let jit = Arc::new(Jit::new(CacheConfig { capacity: 64, specialize_after: 1, options: JitOptions::default() }));
+    let func = Arc::new(f());
+    let shapes = [(3usize, 5usize), (4, 9), (17, 2), (1, 64), (8, 8)];
+    let cases: Arc<Vec<_>> = Arc::new(shapes.iter().enumerate().map(|(i, &(r, c))| case(i as u64 + 1, r, c)).collect());
+    let barrier = Arc::new(std::sync::Barrier::new(20));
+    let hs: Vec<_> = (0..20)
+        .map(|t| {
+            let (jit, func, cases, barrier) = (jit.clone(), func.clone(), cases.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for i in 0..15 {
+                    let (args, want) = &cases[(t + i) % cases.len()];
+                    let got = jit.call(&func, args, &|_| None).unwrap();
+                    assert_close("cached", &got, want, 1e-5, 1e-5);
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let s = jit.stats();
+    assert_eq!(s.compiles, shapes.len() as u64, "{s:?}");
+    assert_eq!(s.misses, shapes.len() as u64, "{s:?}");
+    assert_eq!(s.hits + s.misses, 300, "{s:?}");
+    assert_eq!(s.fallbacks, 0);
+    assert_eq!(s.evictions, 0);
+    assert!(s.compile_ms > 0.0);
+}
+
+#[test]
+fn lru_eviction() {
+    let jit = Jit::new(CacheConfig { capacity: 2, specialize_after: 1, options: JitOptions::default() });
+    let func = f();
+    let cs = [case(1, 2, 3), case(2, 3, 3), case(3, 4, 3)];
+    for (args, want) in &cs {
+        assert_close("lru", &jit.call(&func, args, &|_| None).unwrap(), want, 1e-5, 1e-5);
+    }
+    assert_eq!(jit.len(), 2);
+    assert_eq!(jit.stats().evictions, 1);
+    // σ₂ and σ₃ are cached; σ₁ was evicted and compiles again.
+    jit.call(&func, &cs[2].0, &|_| None).unwrap();
+    jit.call(&func, &cs[1].0, &|_| None).unwrap();
+    assert_eq!(jit.stats().compiles, 3);
+    jit.call(&func, &cs[0].0, &|_| None).unwrap();
+    let s = jit.stats();
+    assert_eq!(s.compiles, 4);
+    assert_eq!(s.evictions, 2);
+    assert_eq!(s.hits, 2);
+}
+
+#[test]
+fn generic_path_serves_new_shapes_without_compiling() {
+    let jit = Jit::new(CacheConfig { capacity: 16, specialize_after: 3, options: JitOptions::default() });
+    let func = f();
+    let cs: Vec<_> = (0..6).map(|i| case(10 + i as u64, 1 + i * 3, 2 + i * 5)).collect();
+    for (args, want) in &cs {
+        let got = jit.call(&func, args, &|_| None).unwrap();
+        assert_close("generic", &got, want, 1e-5, 1e-5);
+    }
+    let s = jit.stats();
+    assert_eq!(s.generic_compiles, 1, "{s:?}");
+    assert_eq!(s.compiles, 0);
+    assert_eq!(s.generic_runs, 6);
+    // The third call with one σ specialises it.
+    for _ in 0..2 {
+        let got = jit.call(&func, &cs[2].0, &|_| None).unwrap();
+        assert_close("generic→special", &got, &cs[2].1, 1e-5, 1e-5);
+    }
+    let s = jit.stats();
+    assert_eq!(s.compiles, 1, "{s:?}");
+    assert_eq!(s.generic_runs, 7);
+    assert_eq!(s.misses, 1);
+}
+
+#[test]
+fn generic_kernels_every_op_kind() {
+    // Layout ops, slices, concat and reductions with dims read at run time.
+    let mut b = builder("g");
+    let x = b.param("x", tt(Dtype::BF16, &["A", "B"]));
+    let y = b.param("y", tt(Dtype::BF16, &["B"]));
+    b.returns(tt(Dtype::BF16, &["B", "D"]));
+    let t = b.op(Op::Transpose(vec![1, 0], x));
+    let yr = b.op(Op::Reshape(vec![Dim::var("B"), Dim::c(1)], y));
+    let yb = b.op(Op::Broadcast(vec![Dim::var("B"), Dim::var("A")], yr));
+    let s = b.op(Op::Binary(BinaryOp::Add, t, yb));
+    let sl = b.op(Op::Slice { axis: 1, start: Dim::c(1), stop: Dim::var("A"), x: s });
+    let m = b.op(Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdims: true, x: s });
+    let c = b.op(Op::Concat(1, vec![sl, m, yr]));
+    let func = b.finish(c);
+    let jit = Jit::new(CacheConfig { capacity: 16, specialize_after: 100, options: JitOptions { fast_math: false, deterministic: true, threads: 0 } });
+    let mut rng = Rng(77);
+    for (a, bb) in [(2usize, 3usize), (5, 1), (1, 7), (9, 4)] {
+        let args: Vec<Arg> = vec![random(&mut rng, Dtype::BF16, &[a, bb], true).into(), random(&mut rng, Dtype::BF16, &[bb], true).into()];
+        let want = interp(&func, &args).unwrap();
+        let got = jit.call(&func, &args, &|_| None).unwrap();
+        assert_bits(&format!("generic {a}x{bb}"), &got, &want, false);
+    }
+    assert_eq!(jit.stats().generic_compiles, 1);
+    assert_eq!(jit.stats().compiles, 0);
+}
+
+#[test]
+fn contract_errors_and_explicit_fallback() {
+    let jit = Jit::default();
+    let func = f();
+    // Contract violations are the runtime's errors, before any compilation.
+    let bad: Vec<Arg> = vec![Tensor::from_vec(&[2, 3], vec![0f32; 6]).unwrap().into(), Tensor::from_vec(&[4], vec![0f32; 4]).unwrap().into()];
+    let e = jit.call(&func, &bad, &|_| None).unwrap_err();
+    assert_eq!(e, interp(&func, &bad).unwrap_err());
+    assert_eq!(jit.stats().compiles, 0);
+    // An ill-typed body (unchecked IR): planning fails, the interpreter reports the error.
+    let mut b = builder("bad");
+    let x = b.param("x", tt(Dtype::F32, &["N"]));
+    b.returns(tt(Dtype::F32, &["N"]));
+    let r = b.op(Op::Broadcast(vec![Dim::c(3)], x));
+    let g = b.finish(r);
+    let args: Vec<Arg> = vec![Tensor::from_vec(&[2], vec![1f32, 2.0]).unwrap().into()];
+    let e = jit.call(&g, &args, &|_| None).unwrap_err();
+    assert_eq!(e, interp(&g, &args).unwrap_err());
+    assert_eq!(jit.stats().fallbacks, 1);
+    assert!(jit.last_fallback().is_some());
+}
+
+#[test]
+fn threads_do_not_change_results() {
+    let mut b = builder("big");
+    let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+    b.returns(tt(Dtype::F32, &["R"]));
+    let e = b.op(Op::Unary(UnaryOp::Exp, x));
+    let r = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdims: false, x: e });
+    let func = b.finish(r);
+    let mut rng = Rng(8);
+    let args: Vec<Arg> = vec![random(&mut rng, Dtype::F32, &[512, 300], false).into()];
+    let one = Jit::new(CacheConfig { options: JitOptions { threads: 1, ..Default::default() }, ..Default::default() });
+    let all = Jit::new(CacheConfig::default());
+    let a = one.call(&func, &args, &|_| None).unwrap();
+    let b2 = all.call(&func, &args, &|_| None).unwrap();
+    assert_bits("1 thread vs pool", &a, &b2, false);
+}

@@ -1,0 +1,338 @@
+//! Differential tests: every op × admissible dtype, JIT vs the reference
+//! interpreter. Bit-identical where Section 2 fixes the bits (integers,
+//! bools, casts, elementwise ops on every float dtype in exact mode, and on
+//! narrow floats always); float reductions and matmul within the documented
+//! bound (see the crate docs), and bit-identical in deterministic mode.
+mod util;
+
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
+use tc_core::{Dim, Dtype};
+use tc_runtime::contract::Arg;
+use tc_llvm::JitOptions;
+use util::*;
+
+const EXACT: JitOptions = JitOptions { fast_math: false, deterministic: false, threads: 1 };
+const DET: JitOptions = JitOptions { fast_math: false, deterministic: true, threads: 0 };
+
+fn unary_fn(op: UnaryOp, dt: Dtype) -> Function {
+    let mut b = builder("u");
+    let x = b.param("x", tt(dt, &["A", "B"]));
+    b.returns(tt(dt, &["A", "B"]));
+    let r = b.op(Op::Unary(op, x));
+    b.finish(r)
+}
+
+#[test]
+fn unary_every_dtype() {
+    let mut rng = Rng(11);
+    for op in UnaryOp::ALL {
+        for dt in Dtype::ALL {
+            if !op.admits(dt) {
+                continue;
+            }
+            let f = unary_fn(op, dt);
+            let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 37], true).into()];
+            let want = interp(&f, &args).unwrap();
+            let got = jit(&f, &args, EXACT);
+            assert_bits(&format!("{} at {dt} (exact)", op.name()), &got, &want, false);
+            if dt == Dtype::F32 {
+                let fast = jit(&f, &args, JitOptions::default());
+                let (r, a) = tc_llvm::TOLERANCE;
+                assert_close(&format!("{} at f32 (fast)", op.name()), &fast, &want, r, a);
+            } else if dt.is_float() {
+                // Narrow floats are exact whatever the mode.
+                let fast = jit(&f, &args, JitOptions::default());
+                assert_bits(&format!("{} at {dt} (fast)", op.name()), &fast, &want, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn fast_transcendentals_dense_f32() {
+    // A dense sweep (including tails) of the polynomial paths.
+    let mut xs: Vec<f32> = (0..20000).map(|i| (i as f32 - 10000.0) * 0.01).collect();
+    xs.extend([0.0, -0.0, 1e-30, -1e-30, 1e-5, 88.0, -87.0, -100.0, 100.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, 3e-39]);
+    let n = xs.len();
+    let t = tc_runtime::Tensor::from_vec(&[1, n], xs).unwrap();
+    for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Erf, UnaryOp::Gelu] {
+        let f = unary_fn(op, Dtype::F32);
+        let args: Vec<Arg> = vec![t.clone().into()];
+        let want = interp(&f, &args).unwrap();
+        let fast = jit(&f, &args, JitOptions::default());
+        let (r, a) = tc_llvm::TOLERANCE;
+        assert_close(&format!("{} fast sweep", op.name()), &fast, &want, r, a);
+    }
+}
+
+fn binary_fn(op: BinaryOp, dt: Dtype) -> Function {
+    let mut b = builder("b");
+    let x = b.param("x", tt(dt, &["A", "B"]));
+    let y = b.param("y", tt(dt, &["A", "B"]));
+    b.returns(tt(op.result_dtype(dt), &["A", "B"]));
+    let r = b.op(Op::Binary(op, x, y));
+    b.finish(r)
+}
+
+#[test]
+fn binary_every_dtype() {
+    let mut rng = Rng(12);
+    for op in BinaryOp::ALL {
+        for dt in Dtype::ALL {
+            if !op.admits(dt) {
+                continue;
+            }
+            let f = binary_fn(op, dt);
+            let args: Vec<Arg> = vec![random(&mut rng, dt, &[4, 33], true).into(), random(&mut rng, dt, &[4, 33], true).into()];
+            let want = interp(&f, &args).unwrap();
+            let got = jit(&f, &args, EXACT);
+            assert_bits(&format!("{} at {dt}", op.name()), &got, &want, false);
+        }
+    }
+}
+
+#[test]
+fn scalar_binary_literal_and_param() {
+    let mut rng = Rng(13);
+    for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Sub, BinaryOp::Div, BinaryOp::Max, BinaryOp::Lt, BinaryOp::Rem, BinaryOp::And] {
+        for dt in Dtype::ALL {
+            if !op.admits(dt) {
+                continue;
+            }
+            for left in [false, true] {
+                let lit = if dt.is_float() {
+                    Scalar::Float(1.5)
+                } else if dt.is_int() {
+                    Scalar::Int(3)
+                } else {
+                    Scalar::Bool(true)
+                };
+                // literal
+                let mut b = builder("s");
+                let x = b.param("x", tt(dt, &["N"]));
+                b.returns(tt(op.result_dtype(dt), &["N"]));
+                let r = b.op(Op::ScalarBinary { op, x, s: lit, scalar_left: left });
+                let f = b.finish(r);
+                let args: Vec<Arg> = vec![random(&mut rng, dt, &[41], true).into()];
+                assert_bits(&format!("{}.scalar lit at {dt}", op.name()), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+                // parameter
+                let mut b = builder("sp");
+                let x = b.param("x", tt(dt, &["N"]));
+                let s = b.param("s", tc_core::Type::Scalar(dt));
+                b.returns(tt(op.result_dtype(dt), &["N"]));
+                let r = b.op(Op::ScalarBinary { op, x, s: Scalar::Param(s.0 as usize), scalar_left: left });
+                let f = b.finish(r);
+                let sv: Arg = if dt.is_float() {
+                    (-2.25f32).into()
+                } else if dt.is_int() {
+                    (-3i64).into()
+                } else {
+                    false.into()
+                };
+                let args: Vec<Arg> = vec![random(&mut rng, dt, &[41], true).into(), sv];
+                assert_bits(&format!("{}.scalar param at {dt}", op.name()), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+            }
+        }
+    }
+}
+
+#[test]
+fn casts_every_pair() {
+    let mut rng = Rng(14);
+    for from in Dtype::ALL {
+        let src = random(&mut rng, from, &[5, 51], true);
+        for to in Dtype::ALL {
+            let mut b = builder("c");
+            let x = b.param("x", tt(from, &["A", "B"]));
+            b.returns(tt(to, &["A", "B"]));
+            let r = b.op(Op::Cast(to, x));
+            let f = b.finish(r);
+            let args: Vec<Arg> = vec![src.clone().into()];
+            assert_bits(&format!("cast {from} → {to}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+        }
+    }
+}
+
+#[test]
+fn casts_exhaustive_16bit_patterns() {
+    // Every F16 and BF16 bit pattern through decode, then to each narrower float.
+    for from in [Dtype::F16, Dtype::BF16] {
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        let src = tc_runtime::Tensor::from_raw(from, &[65536], bytes).unwrap();
+        for to in [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::F8E4M3, Dtype::F8E5M2, Dtype::I32, Dtype::I4] {
+            let mut b = builder("c");
+            let x = b.param("x", tt(from, &["N"]));
+            b.returns(tt(to, &["N"]));
+            let r = b.op(Op::Cast(to, x));
+            let f = b.finish(r);
+            let args: Vec<Arg> = vec![src.clone().into()];
+            assert_bits(&format!("cast {from} → {to} (all patterns)"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+        }
+    }
+    // f32 values around every rounding boundary of the narrow formats.
+    let mut rng = Rng(99);
+    let xs: Vec<f32> = (0..200000).map(|_| f32::from_bits(rng.next() as u32)).collect();
+    let src = tc_runtime::Tensor::from_vec(&[xs.len()], xs).unwrap();
+    for to in [Dtype::F16, Dtype::BF16, Dtype::F8E4M3, Dtype::F8E5M2, Dtype::I64, Dtype::I8, Dtype::Bool] {
+        let mut b = builder("c");
+        let x = b.param("x", tt(Dtype::F32, &["N"]));
+        b.returns(tt(to, &["N"]));
+        let r = b.op(Op::Cast(to, x));
+        let f = b.finish(r);
+        let args: Vec<Arg> = vec![src.clone().into()];
+        assert_bits(&format!("cast f32 → {to} (random bits)"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+    }
+}
+
+#[test]
+fn select_fill_iota() {
+    let mut rng = Rng(15);
+    for dt in Dtype::ALL {
+        let mut b = builder("sel");
+        let c = b.param("c", tt(Dtype::Bool, &["A", "B"]));
+        let x = b.param("x", tt(dt, &["A", "B"]));
+        let y = b.param("y", tt(dt, &["A", "B"]));
+        b.returns(tt(dt, &["A", "B"]));
+        let r = b.op(Op::Select(c, x, y));
+        let f = b.finish(r);
+        let args: Vec<Arg> =
+            vec![random(&mut rng, Dtype::Bool, &[3, 7], false).into(), random(&mut rng, dt, &[3, 7], true).into(), random(&mut rng, dt, &[3, 7], true).into()];
+        assert_bits(&format!("select {dt}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+
+        let lit = if dt.is_float() { Scalar::Float(-0.7) } else if dt.is_int() { Scalar::Int(-5) } else { Scalar::Bool(true) };
+        let mut b = builder("fi");
+        let x = b.param("x", tt(dt, &["A", "B"]));
+        b.returns(tt(dt, &["A", "B"]));
+        let fl = b.op(Op::Fill(dt, vec![Dim::var("A"), Dim::var("B")], lit));
+        let io = b.op(Op::Iota(dt, vec![Dim::var("A"), Dim::var("B")], 1));
+        let c = b.op(Op::Binary(BinaryOp::Eq, x, fl));
+        let s = b.op(Op::Select(c, fl, io));
+        let f = b.finish(s);
+        let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 19], true).into()];
+        assert_bits(&format!("fill/iota {dt}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+    }
+}
+
+#[test]
+fn layout_ops_every_dtype() {
+    let mut rng = Rng(16);
+    for dt in Dtype::ALL {
+        // transpose + broadcast + slice + reshape + concat, fused with an elementwise op.
+        let mut b = builder("lay");
+        let x = b.param("x", tt(dt, &["A", "B", "C"]));
+        let y = b.param("y", tt(dt, &["C"]));
+        b.returns(tt(dt, &["C", "B", "A"]));
+        let t = b.op(Op::Transpose(vec![2, 1, 0], x));
+        let r = b.op(Op::Reshape(vec![Dim::var("C"), Dim::var("B") * Dim::var("A")], t));
+        let r2 = b.op(Op::Reshape(vec![Dim::var("C"), Dim::var("B"), Dim::var("A")], r));
+        let yb = b.op(Op::Reshape(vec![Dim::var("C"), Dim::c(1), Dim::c(1)], y));
+        let bb = b.op(Op::Broadcast(vec![Dim::var("C"), Dim::var("B"), Dim::var("A")], yb));
+        let z = b.op(Op::Cast(Dtype::Bool, bb));
+        let s = b.op(Op::Select(z, r2, bb));
+        let f = b.finish(s);
+        let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 4, 5], true).into(), random(&mut rng, dt, &[5], true).into()];
+        assert_bits(&format!("layout chain {dt}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+
+        let mut b = builder("slc");
+        let x = b.param("x", tt(dt, &["A", "B"]));
+        let y = b.param("y", tt(dt, &["A", "C"]));
+        b.returns(tt(dt, &["A", "D"]));
+        let sl = b.op(Op::Slice { axis: 1, start: Dim::c(1), stop: Dim::var("B") - Dim::c(1), x });
+        let cc = b.op(Op::Concat(1, vec![y, sl, x]));
+        let f = b.finish(cc);
+        let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 7], true).into(), random(&mut rng, dt, &[3, 2], true).into()];
+        // D is not in the signature's inputs: the return check skips unbound dims.
+        let want = interp(&f, &args).unwrap();
+        assert_bits(&format!("slice+concat {dt}"), &jit(&f, &args, EXACT), &want, false);
+    }
+}
+
+fn reduce_fn(op: ReduceOp, dt: Dtype, axes: Vec<usize>, keep: bool, shape: &[&str], out: &[&str]) -> Function {
+    let mut b = builder("r");
+    let x = b.param("x", tt(dt, shape));
+    b.returns(tt(dt, out));
+    let r = b.op(Op::Reduce { op, axes, keepdims: keep, x });
+    b.finish(r)
+}
+
+#[test]
+fn reductions_every_dtype() {
+    let mut rng = Rng(17);
+    let cases: Vec<(Vec<usize>, bool, Vec<&str>)> = vec![
+        (vec![1], false, vec!["A"]),
+        (vec![0], true, vec!["1", "B"]),
+        (vec![1, 0], false, vec![]),
+    ];
+    for op in ReduceOp::ALL {
+        for dt in Dtype::ALL {
+            if !op.admits(dt) {
+                continue;
+            }
+            for (axes, keep, out) in &cases {
+                let f = reduce_fn(op, dt, axes.clone(), *keep, &["A", "B"], out);
+                let specials = !matches!(op, ReduceOp::Prod);
+                let args: Vec<Arg> = vec![random(&mut rng, dt, &[6, 45], specials).into()];
+                let want = interp(&f, &args).unwrap();
+                let what = format!("reduce.{} {axes:?} keep={keep} at {dt}", op.name());
+                if dt.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Mean) {
+                    // Reassociated: |Σ| ≤ 45·4 ·… relative bound (crate docs); narrow: + 1 ulp of the dtype.
+                    let got = jit(&f, &args, EXACT);
+                    let ulp = match dt { Dtype::F32 => 1e-5, Dtype::F16 => 2e-3, Dtype::BF16 => 1.6e-2, _ => 0.26 };
+                    assert_close(&what, &got, &want, ulp, 1e-3);
+                    assert_bits(&format!("{what} deterministic"), &jit(&f, &args, DET), &want, false);
+                } else {
+                    assert_bits(&what, &jit(&f, &args, EXACT), &want, true);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn argmax_argmin_every_dtype() {
+    let mut rng = Rng(18);
+    for dt in Dtype::ALL {
+        for max in [true, false] {
+            for (axis, keep) in [(1usize, false), (0, true)] {
+                let mut b = builder("am");
+                let x = b.param("x", tt(dt, &["A", "B"]));
+                let out: Vec<&str> = if axis == 1 { vec!["A"] } else { vec!["1", "B"] };
+                b.returns(tt(Dtype::I64, &out));
+                let r = b.op(Op::ArgReduce { max, axis, keepdims: keep, x });
+                let f = b.finish(r);
+                let args: Vec<Arg> = vec![random(&mut rng, dt, &[5, 29], true).into()];
+                assert_bits(&format!("arg{} {dt}", if max { "max" } else { "min" }), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_every_numeric_dtype() {
+    let mut rng = Rng(19);
+    for dt in Dtype::ALL {
+        if !dt.is_numeric() {
+            continue;
+        }
+        for (m, k, n) in [(1usize, 1usize, 1usize), (7, 13, 5), (33, 70, 65), (2, 300, 40)] {
+            let mut b = builder("mm");
+            let x = b.param("x", tt(dt, &["P", "M", "K"]));
+            let y = b.param("y", tt(dt, &["P", "K", "N"]));
+            b.returns(tt(dt, &["P", "M", "N"]));
+            let r = b.op(Op::Matmul(x, y));
+            let f = b.finish(r);
+            let args: Vec<Arg> = vec![random(&mut rng, dt, &[2, m, k], false).into(), random(&mut rng, dt, &[2, k, n], false).into()];
+            let want = interp(&f, &args).unwrap();
+            let got = jit(&f, &args, JitOptions::default());
+            let what = format!("matmul {m}x{k}x{n} at {dt}");
+            if dt.is_float() {
+                // |a|,|b| ≤ 4: Σ|ab| ≤ 16k; bound 2(k+2)2⁻²⁴·16k, plus one ulp of the narrow dtype.
+                let atol = 2.0 * (k as f32 + 2.0) * 16.0 * k as f32 / 16777216.0;
+                let rtol = match dt { Dtype::F32 => 0.0, Dtype::F16 => 1e-3, Dtype::BF16 => 8e-3, _ => 0.13 };
+                assert_close(&what, &got, &want, rtol, atol);
+            } else {
+                assert_bits(&what, &got, &want, false);
+            }
+        }
+    }
+}

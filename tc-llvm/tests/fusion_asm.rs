@@ -1,0 +1,129 @@
+//! Fusion structure, vectorized assembly, library-style functions (softmax,
+//! layer norm) against the interpreter.
+mod util;
+
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
+use tc_core::{Dim, Dtype};
+use tc_runtime::contract::Arg;
+use tc_llvm::plan::Step;
+use tc_llvm::JitOptions;
+use util::*;
+
+pub fn softmax() -> Function {
+    let mut b = builder("softmax");
+    let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+    b.returns(tt(Dtype::F32, &["R", "C"]));
+    let rc = vec![Dim::var("R"), Dim::var("C")];
+    let m = b.op(Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdims: true, x });
+    let mb = b.op(Op::Broadcast(rc.clone(), m));
+    let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
+    let e = b.op(Op::Unary(UnaryOp::Exp, d));
+    let s = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdims: true, x: e });
+    let sb = b.op(Op::Broadcast(rc, s));
+    let r = b.op(Op::Binary(BinaryOp::Div, e, sb));
+    b.finish(r)
+}
+
+pub fn layernorm() -> Function {
+    let mut b = builder("layernorm");
+    let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+    let g = b.param("g", tt(Dtype::F32, &["C"]));
+    let be = b.param("b", tt(Dtype::F32, &["C"]));
+    b.returns(tt(Dtype::F32, &["R", "C"]));
+    let rc = vec![Dim::var("R"), Dim::var("C")];
+    let mean = b.op(Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdims: true, x });
+    let mb = b.op(Op::Broadcast(rc.clone(), mean));
+    let xc = b.op(Op::Binary(BinaryOp::Sub, x, mb));
+    let sq = b.op(Op::Binary(BinaryOp::Mul, xc, xc));
+    let var = b.op(Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdims: true, x: sq });
+    let ve = b.op(Op::ScalarBinary { op: BinaryOp::Add, x: var, s: Scalar::Float(1e-5), scalar_left: false });
+    let rs = b.op(Op::Unary(UnaryOp::Rsqrt, ve));
+    let rb = b.op(Op::Broadcast(rc.clone(), rs));
+    let n = b.op(Op::Binary(BinaryOp::Mul, xc, rb));
+    let gb = b.op(Op::Broadcast(rc.clone(), g));
+    let bb = b.op(Op::Broadcast(rc, be));
+    let y = b.op(Op::Binary(BinaryOp::Mul, n, gb));
+    let z = b.op(Op::Binary(BinaryOp::Add, y, bb));
+    b.finish(z)
+}
+
+#[test]
+fn softmax_is_three_passes_and_matches() {
+    let f = softmax();
+    let sigma = [("R".to_string(), 64), ("C".to_string(), 100)].into_iter().collect();
+    let c = tc_llvm::compile(&f, &sigma, JitOptions::default()).unwrap();
+    // max, sum(exp(x − m)), exp(x − m)/s: three kernels, no intermediate buffer for exp.
+    assert_eq!(c.kernel_count(), 3, "{:?}", c.steps());
+    let mut rng = Rng(3);
+    let args: Vec<Arg> = vec![random(&mut rng, Dtype::F32, &[64, 100], false).into()];
+    let want = interp(&f, &args).unwrap();
+    let got = c.run(&args).unwrap();
+    assert_close("softmax", &got, &want, 1e-5, 1e-7);
+}
+
+#[test]
+fn layernorm_is_three_passes_and_matches() {
+    let f = layernorm();
+    let sigma = [("R".to_string(), 33), ("C".to_string(), 77)].into_iter().collect();
+    let c = tc_llvm::compile(&f, &sigma, JitOptions::default()).unwrap();
+    assert_eq!(c.kernel_count(), 3, "{:?}", c.steps());
+    let mut rng = Rng(4);
+    let args: Vec<Arg> = vec![
+        random(&mut rng, Dtype::F32, &[33, 77], false).into(),
+        random(&mut rng, Dtype::F32, &[77], false).into(),
+        random(&mut rng, Dtype::F32, &[77], false).into(),
+    ];
+    let want = interp(&f, &args).unwrap();
+    let got = c.run(&args).unwrap();
+    assert_close("layernorm", &got, &want, 1e-4, 1e-5);
+    let det = tc_llvm::compile(&f, &sigma, JitOptions { deterministic: true, fast_math: false, threads: 0 }).unwrap();
+    assert_bits("layernorm deterministic", &det.run(&args).unwrap(), &want, false);
+}
+
+#[test]
+fn fused_elementwise_kernel_uses_vector_registers() {
+    let mut b = builder("fused");
+    let x = b.param("a", tt(Dtype::F32, &["N"]));
+    let y = b.param("b", tt(Dtype::F32, &["N"]));
+    let z = b.param("c", tt(Dtype::F32, &["N"]));
+    b.returns(tt(Dtype::F32, &["N"]));
+    let m = b.op(Op::Binary(BinaryOp::Mul, x, y));
+    let s = b.op(Op::Binary(BinaryOp::Add, m, z));
+    let r = b.op(Op::Unary(UnaryOp::Relu, s));
+    let f = b.finish(r);
+    let sigma = [("N".to_string(), 1 << 16)].into_iter().collect();
+    let c = tc_llvm::compile(&f, &sigma, JitOptions::default()).unwrap();
+    assert_eq!(c.kernel_count(), 1);
+    assert!(matches!(c.steps()[0], Step::Kernel { .. }));
+    let asm = tc_llvm::jit::assembly(c.ir()).unwrap();
+    let host = tc_llvm::jit::host();
+    let reg = if host.has_avx512() { "zmm" } else { "ymm" };
+    assert!(asm.contains(reg), "no {reg} register in the fused kernel:\n{asm}");
+    // The attributes the issue requires are on the kernel functions.
+    assert!(c.ir().contains("\"prefer-vector-width\"="));
+    assert!(c.ir().contains(&format!("\"target-cpu\"=\"{}\"", host.cpu)));
+    assert!(c.ir().contains("noalias"));
+}
+
+#[test]
+fn call_of_another_function() {
+    let inner = {
+        let mut b = builder("inner");
+        let x = b.param("x", tt(Dtype::F32, &["N"]));
+        b.returns(tt(Dtype::F32, &["N"]));
+        let r = b.op(Op::Unary(UnaryOp::Neg, x));
+        b.finish(r)
+    };
+    let mut b = builder("outer");
+    let x = b.param("x", tt(Dtype::F32, &["N"]));
+    b.returns(tt(Dtype::F32, &["N"]));
+    let c = b.op(Op::Call("inner".into(), vec![x]));
+    let r = b.op(Op::Binary(BinaryOp::Add, c, x));
+    let f = b.finish(r);
+    let mut rng = Rng(5);
+    let args: Vec<Arg> = vec![random(&mut rng, Dtype::F32, &[10], true).into()];
+    let resolve = |n: &str| if n == "inner" { Some(&inner) } else { None };
+    let want = tc_runtime::exec::call(&f, &args, &resolve).unwrap();
+    let got = tc_llvm::call(&f, &args, &resolve).unwrap();
+    assert_bits("call", &got, &want, false);
+}

@@ -1,0 +1,117 @@
+//! Shared helpers for the differential tests.
+#![allow(dead_code)]
+
+use tc_core::build::FnBuilder;
+use tc_core::ir::Function;
+use tc_core::{Dim, Dtype, Type};
+use tc_runtime::contract::Arg;
+use tc_runtime::elem::Elem;
+use tc_runtime::{cast, Tensor};
+use tc_llvm::{CacheConfig, Jit, JitOptions};
+
+/// A small deterministic generator.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// A tensor of dtype `dt` with random values (specials included for floats).
+pub fn random(rng: &mut Rng, dt: Dtype, shape: &[usize], specials: bool) -> Tensor {
+    let n: usize = shape.iter().product();
+    let elems: Vec<Elem> = (0..n)
+        .map(|_| {
+            if dt.is_float() {
+                let r = rng.next() % 64;
+                let x = if specials && r == 0 {
+                    f32::NAN
+                } else if specials && r == 1 {
+                    -0.0
+                } else if specials && r == 2 {
+                    0.0
+                } else if specials && r == 3 {
+                    f32::INFINITY
+                } else if specials && r == 4 {
+                    -1e30
+                } else {
+                    (rng.unit() - 0.5) * 8.0
+                };
+                Elem::F(cast::round_to(x, dt))
+            } else if dt.is_int() {
+                let (lo, hi) = dt.int_range().unwrap();
+                let v = if rng.next() % 8 == 0 {
+                    [lo, hi, 0, -1, 1][(rng.next() % 5) as usize]
+                } else {
+                    (rng.next() % 21) as i64 - 10
+                };
+                Elem::I(v.clamp(lo, hi))
+            } else {
+                Elem::B(rng.next() % 2 == 0)
+            }
+        })
+        .collect();
+    Tensor::from_elems(dt, shape, &elems).unwrap()
+}
+
+pub fn tt(dt: Dtype, shape: &[&str]) -> Type {
+    Type::tensor(dt, shape.iter().map(|s| s.parse::<i64>().map(Dim::c).unwrap_or_else(|_| Dim::var(*s))).collect())
+}
+
+pub fn interp(f: &Function, args: &[Arg]) -> Result<Tensor, tc_runtime::Error> {
+    tc_runtime::exec::call(f, args, &|_| None)
+}
+
+pub fn jit_with(opts: JitOptions) -> Jit {
+    Jit::new(CacheConfig { capacity: 64, specialize_after: 1, options: opts })
+}
+
+pub fn jit(f: &Function, args: &[Arg], opts: JitOptions) -> Tensor {
+    let j = jit_with(opts);
+    let r = j.call(f, args, &|_| None).expect("jit run");
+    assert_eq!(j.stats().fallbacks, 0, "fell back: {:?}", j.last_fallback());
+    r
+}
+
+/// Bit-identical (NaN payloads included, except that any NaN matches any NaN
+/// when `nan_any`).
+pub fn assert_bits(what: &str, a: &Tensor, b: &Tensor, nan_any: bool) {
+    assert_eq!(a.dtype(), b.dtype(), "{what}: dtype");
+    assert_eq!(a.shape(), b.shape(), "{what}: shape");
+    if a.bytes() == b.bytes() {
+        return;
+    }
+    let (ea, eb) = (a.to_elems(), b.to_elems());
+    for (i, (x, y)) in ea.iter().zip(&eb).enumerate() {
+        let same = match (x, y) {
+            (Elem::F(p), Elem::F(q)) => p.to_bits() == q.to_bits() || (nan_any && p.is_nan() && q.is_nan()),
+            _ => x == y,
+        };
+        assert!(same, "{what}: element {i}: jit {x:?} vs interpreter {y:?}");
+    }
+}
+
+/// `|a − b| ≤ rtol·|b| + atol`, NaN matches NaN, equal infinities match.
+pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, rtol: f32, atol: f32) {
+    assert_eq!(a.dtype(), b.dtype(), "{what}: dtype");
+    assert_eq!(a.shape(), b.shape(), "{what}: shape");
+    for (i, (x, y)) in a.to_elems().iter().zip(b.to_elems()).enumerate() {
+        match (x, y) {
+            (Elem::F(p), Elem::F(q)) => {
+                let ok = (p.is_nan() && q.is_nan()) || p == &q || (p - q).abs() <= rtol * q.abs() + atol;
+                assert!(ok, "{what}: element {i}: jit {p:?} vs interpreter {q:?}");
+            }
+            _ => assert_eq!(x, &y, "{what}: element {i}"),
+        }
+    }
+}
+
+pub fn builder(name: &str) -> FnBuilder {
+    FnBuilder::new(name)
+}

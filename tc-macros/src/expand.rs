@@ -1,0 +1,376 @@
+//! The two entry points as `proc_macro2` functions (so they are testable
+//! without a compiler): parse → lower → check → expand.
+//!
+//! Whatever goes wrong, the output still contains every tensor fn with its
+//! signature rewritten as the successful expansion would have it (body
+//! replaced), so callers see only the real errors, never secondary ones.
+
+use std::collections::BTreeSet;
+
+use proc_macro2::{Ident, TokenStream};
+use quote::{format_ident, quote, ToTokens};
+use syn::{FnArg, Item, ItemFn, Pat};
+use tc_core::ir::{Function, Signature, Signatures};
+use tc_core::Dtype;
+
+use crate::parse::{self, Consts, FnAttr, ParamKind};
+use crate::spans::{combine, SpanTable};
+use crate::{check, codegen, lower};
+
+/// Is this attribute `#[tensor_fn]` (any path ending in `tensor_fn`)?
+fn is_tensor_fn_attr(a: &syn::Attribute) -> bool {
+    a.path()
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "tensor_fn")
+}
+
+/// The Rust type a scalar parameter of dtype `dt` takes in the expansion.
+fn scalar_rust_type(dt: Dtype) -> TokenStream {
+    match dt {
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F8E4M3 | Dtype::F8E5M2 => quote!(f32),
+        Dtype::I64 => quote!(i64),
+        Dtype::I32 => quote!(i32),
+        Dtype::I16 => quote!(i16),
+        Dtype::I8 | Dtype::I4 => quote!(i8),
+        Dtype::Bool => quote!(bool),
+    }
+}
+
+/// `Arg` from a parameter.
+fn arg_expr(name: &Ident, kind: Option<ParamKind>) -> TokenStream {
+    match kind {
+        Some(ParamKind::Scalar(Dtype::I32 | Dtype::I16 | Dtype::I8 | Dtype::I4)) => {
+            quote!(::tc::runtime::contract::Arg::from(::core::primitive::i64::from(#name)))
+        }
+        _ => quote!(::tc::runtime::contract::Arg::from(#name)),
+    }
+}
+
+/// The parameters of the expanded fn and the names bound by them.
+struct RustSig {
+    params: Vec<TokenStream>,
+    names: Vec<(Ident, Option<ParamKind>)>,
+}
+
+fn rust_sig(item: &ItemFn) -> RustSig {
+    let mut params = Vec::new();
+    let mut names = Vec::new();
+    for arg in &item.sig.inputs {
+        let FnArg::Typed(pt) = arg else { continue };
+        let kind = parse::param_kind(&pt.ty);
+        let ty = match kind {
+            // Kept as written: `Tensor![…]` expands (macro_rules) to `tc::Tensor`,
+            // so the user's import of the macro is used and IDEs see it.
+            Some(ParamKind::Tensor) => pt.ty.to_token_stream(),
+            Some(ParamKind::Scalar(dt)) => scalar_rust_type(dt),
+            None => pt.ty.to_token_stream(),
+        };
+        let pat = match &*pt.pat {
+            Pat::Ident(pi) => {
+                names.push((pi.ident.clone(), kind));
+                let id = &pi.ident;
+                quote!(#id)
+            }
+            other => other.to_token_stream(),
+        };
+        params.push(quote!(#pat: #ty));
+    }
+    RustSig { params, names }
+}
+
+/// How a fn's body becomes tokens.
+enum Body {
+    /// Checked: run the IR.
+    Run {
+        /// Expression of type `&'static Function`.
+        ir: TokenStream,
+        /// Expression usable as `&dyn Fn(&str) -> Option<&Function>`.
+        resolve: TokenStream,
+    },
+    /// Errors were reported elsewhere: a body that type-checks and never runs.
+    Stub,
+}
+
+fn emit_fn(item: &ItemFn, sig_doc: Option<&Signature>, body: Body) -> TokenStream {
+    let attrs = item.attrs.iter().filter(|a| !is_tensor_fn_attr(a));
+    let vis = &item.vis;
+    let name = &item.sig.ident;
+    let rs = rust_sig(item);
+    let params = &rs.params;
+    let doc = sig_doc.map(|s| {
+        let text = format!(" ```text\n {}\n ```", s.to_string().replace('\n', "\n "));
+        quote!(#[doc = ""] #[doc = " **Shape contract** (checked by `tc` at compile time, enforced at every call):"] #[doc = ""] #[doc = #text])
+    });
+    let body = match body {
+        Body::Run { ir, resolve } => {
+            let args = rs.names.iter().map(|(n, k)| arg_expr(n, *k));
+            quote!({
+                ::tc::runtime::exec::call(#ir, &[#(#args),*], #resolve)
+            })
+        }
+        Body::Stub => {
+            let names = rs.names.iter().map(|(n, _)| n);
+            quote!({
+                let _ = (#(&#names,)*);
+                ::core::panic!("tc: this tensor_fn did not type-check")
+            })
+        }
+    };
+    let ret = match &item.sig.output {
+        syn::ReturnType::Type(_, t) if parse::tensor_macro(t).is_some() => t.to_token_stream(),
+        _ => quote!(::tc::Tensor),
+    };
+    quote! {
+        #(#attrs)*
+        #doc
+        #[allow(clippy::all)]
+        #vis fn #name(#(#params),*) -> ::core::result::Result<#ret, ::tc::Error> #body
+    }
+}
+
+/// A `static` `OnceLock` holding the IR, as the body of an `fn() -> &'static Function`.
+fn ir_cell(func: &Function) -> TokenStream {
+    let ctor = codegen::function(func);
+    quote!({
+        static IR: ::std::sync::OnceLock<::tc::core::ir::Function> = ::std::sync::OnceLock::new();
+        IR.get_or_init(|| #ctor)
+    })
+}
+
+/// One tensor fn as the front end sees it.
+struct Unit {
+    item: ItemFn,
+    sig: Option<Signature>,
+    errors: Vec<syn::Error>,
+    checked: Option<Function>,
+}
+
+fn build_sig(
+    item: &ItemFn,
+    consts: &Consts,
+    spans: &mut SpanTable,
+    attr: syn::Result<FnAttr>,
+) -> Unit {
+    let mut errors = Vec::new();
+    let attr = match attr {
+        Ok(a) => a,
+        Err(e) => {
+            errors.push(e);
+            FnAttr::default()
+        }
+    };
+    let sig = match parse::signature(&item.sig, &attr, consts, spans) {
+        Ok(s) if errors.is_empty() => Some(s),
+        Ok(_) => None,
+        Err(es) => {
+            errors.extend(es);
+            None
+        }
+    };
+    Unit {
+        item: item.clone(),
+        sig,
+        errors,
+        checked: None,
+    }
+}
+
+fn check_unit(u: &mut Unit, sigs: &Signatures, broken: &BTreeSet<String>, spans: &mut SpanTable) {
+    let Some(sig) = u.sig.clone() else { return };
+    match lower::function(sig, &u.item.block, sigs, broken, spans) {
+        Ok(f) => match check::function(&f, sigs, spans) {
+            Ok(c) => u.checked = Some(c.func),
+            Err(es) => u.errors.extend(es),
+        },
+        Err(lower::LowerError::Errors(es)) => u.errors.extend(es),
+        Err(lower::LowerError::BrokenCallee) => {}
+    }
+}
+
+fn errors_tokens(errors: Vec<syn::Error>) -> TokenStream {
+    combine(errors)
+        .map(|e| e.into_compile_error())
+        .unwrap_or_default()
+}
+
+/// `#[tensor_fn(...)] fn …` on its own.
+pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item: ItemFn = match syn::parse2(item) {
+        Ok(i) => i,
+        Err(e) => return e.into_compile_error(),
+    };
+    let fn_attr = syn::parse2::<FnAttr>(attr);
+    let mut spans = SpanTable::default();
+    let mut u = build_sig(&item, &Consts::new(), &mut spans, fn_attr);
+    let sigs = Signatures::new();
+    check_unit(&mut u, &sigs, &BTreeSet::new(), &mut spans);
+    let errs = errors_tokens(std::mem::take(&mut u.errors));
+    let out = match &u.checked {
+        Some(f) => {
+            let cell = ir_cell(f);
+            let ir = quote!({
+                fn __tc_ir() -> &'static ::tc::core::ir::Function #cell
+                __tc_ir()
+            });
+            let resolve = quote!(&|_: &str| ::core::option::Option::None);
+            emit_fn(&u.item, u.sig.as_ref(), Body::Run { ir, resolve })
+        }
+        None => emit_fn(&u.item, None, Body::Stub),
+    };
+    quote!(#errs #out)
+}
+
+/// `#[tensor_module] mod m { … }`.
+pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Vec::new();
+    if !attr.is_empty() {
+        errors.push(crate::spans::err_at(
+            &attr,
+            "`#[tensor_module]` takes no arguments",
+        ));
+    }
+    let mut module: syn::ItemMod = match syn::parse2(item.clone()) {
+        Ok(m) => m,
+        Err(_) => {
+            let e = syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "`#[tensor_module]` applies to an inline module: `#[tensor_module] mod name { … }`",
+            );
+            return quote!(#item)
+                .into_iter()
+                .chain(e.into_compile_error())
+                .collect();
+        }
+    };
+    let Some((_, items)) = module.content.take() else {
+        errors.push(crate::spans::err_at(
+            &module,
+            "`#[tensor_module]` needs an inline module `mod name { … }`: on stable Rust a macro on a file module \
+             (`mod name;`) sees only that line, not the file's items",
+        ));
+        return errors_tokens(errors);
+    };
+    // Module constants (Section 1 §6 binding site 3), in order.
+    let mut consts = Consts::new();
+    for it in &items {
+        if let Item::Const(c) = it {
+            if parse::is_int_type(&c.ty) {
+                if let Some(v) = parse::eval_const(&c.expr, &consts) {
+                    consts.insert(c.ident.to_string(), v);
+                }
+            }
+        }
+    }
+    let mut spans = SpanTable::default();
+    // Pass 1: every signature, so calls see each other.
+    let mut units: Vec<(usize, Unit)> = Vec::new();
+    for (idx, it) in items.iter().enumerate() {
+        if let Item::Fn(f) = it {
+            let Some(a) = f.attrs.iter().find(|a| is_tensor_fn_attr(a)) else {
+                continue;
+            };
+            let attr_res = match &a.meta {
+                syn::Meta::Path(_) => Ok(FnAttr::default()),
+                syn::Meta::List(l) => syn::parse2::<FnAttr>(l.tokens.clone()),
+                syn::Meta::NameValue(nv) => {
+                    Err(crate::spans::err_at(nv, "expected `#[tensor_fn(...)]`"))
+                }
+            };
+            units.push((idx, build_sig(f, &consts, &mut spans, attr_res)));
+        }
+    }
+    let mut sigs = Signatures::new();
+    let mut broken = BTreeSet::new();
+    for (_, u) in &units {
+        match &u.sig {
+            Some(s) => {
+                if sigs.insert(s.name.clone(), s.clone()).is_some() {
+                    errors.push(crate::spans::err_at(
+                        &u.item.sig.ident,
+                        "a tensor fn of this name is already defined",
+                    ));
+                }
+            }
+            None => {
+                broken.insert(u.item.sig.ident.to_string());
+            }
+        }
+    }
+    // Pass 2: bodies.
+    for (_, u) in units.iter_mut() {
+        check_unit(u, &sigs, &broken, &mut spans);
+    }
+    let ok: Vec<Function> = units
+        .iter()
+        .filter_map(|(_, u)| u.checked.clone())
+        .collect();
+    let resolve_arms: Vec<TokenStream> = ok
+        .iter()
+        .map(|f| {
+            let n = &f.sig.name;
+            let ir = format_ident!("__tc_ir_{}", n);
+            quote!(#n => ::core::option::Option::Some(#ir()),)
+        })
+        .collect();
+    let cells: Vec<TokenStream> = ok
+        .iter()
+        .map(|f| {
+            let ir = format_ident!("__tc_ir_{}", f.sig.name);
+            let cell = ir_cell(f);
+            quote!(
+                #[doc(hidden)]
+                #[allow(non_snake_case, dead_code)]
+                fn #ir() -> &'static ::tc::core::ir::Function #cell
+            )
+        })
+        .collect();
+    let mut out_items: Vec<TokenStream> = Vec::new();
+    let mut unit_iter = units.into_iter().peekable();
+    for (idx, it) in items.into_iter().enumerate() {
+        match unit_iter.peek() {
+            Some((i, _)) if *i == idx => {
+                let (_, u) = unit_iter.next().expect("peeked");
+                let errs = errors_tokens(u.errors);
+                let f = match &u.checked {
+                    Some(f) => {
+                        let irf = format_ident!("__tc_ir_{}", f.sig.name);
+                        emit_fn(
+                            &u.item,
+                            u.sig.as_ref(),
+                            Body::Run {
+                                ir: quote!(#irf()),
+                                resolve: quote!(&|n: &str| __tc_resolve(n)),
+                            },
+                        )
+                    }
+                    None => emit_fn(&u.item, None, Body::Stub),
+                };
+                out_items.push(quote!(#errs #f));
+            }
+            _ => out_items.push(it.into_token_stream()),
+        }
+    }
+    let attrs = &module.attrs;
+    let vis = &module.vis;
+    let unsafety = &module.unsafety;
+    let mod_tok = &module.mod_token;
+    let ident = &module.ident;
+    let errs = errors_tokens(errors);
+    quote! {
+        #errs
+        #(#attrs)*
+        #vis #unsafety #mod_tok #ident {
+            #(#out_items)*
+            #(#cells)*
+            #[doc(hidden)]
+            #[allow(dead_code)]
+            fn __tc_resolve(name: &str) -> ::core::option::Option<&'static ::tc::core::ir::Function> {
+                match name {
+                    #(#resolve_arms)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+        }
+    }
+}

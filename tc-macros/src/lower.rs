@@ -1,0 +1,939 @@
+//! Bodies: Rust statements and expressions → the instructions of
+//! [`tc_core::ir::Function`], with a [`SpanId`] for every instruction, operand
+//! and static attribute.
+//!
+//! Lowering does no typing (that is the checker's job); it only rejects what
+//! has no meaning in a tensor body. Errors do not stop it: a failed `let`
+//! binds a poisoned name so later uses report nothing more, and every
+//! unsupported construct in the body is reported in one build.
+
+use std::collections::{BTreeSet, HashMap};
+
+use proc_macro2::Ident;
+use quote::ToTokens;
+use syn::{BinOp, Block, Expr, GenericArgument, Lit, Pat, PathArguments, Stmt, UnOp};
+use tc_core::ir::{
+    BinaryOp, DimBinding, Function, Inst, Op, ReduceOp, Scalar, Signature, Signatures, UnaryOp,
+    Value,
+};
+use tc_core::{Dim, Dtype, SpanId, Type};
+
+use crate::parse::{self, ident_of, int_lit, unparen, DimNames};
+use crate::spans::{err_at, SpanTable};
+
+/// What a name in the body refers to.
+#[derive(Clone, Debug)]
+enum Local {
+    /// A tensor value (parameter or `let`).
+    Tensor(Value),
+    /// A scalar: a scalar parameter (`Scalar::Param`) or a `let` of a literal.
+    Scalar(Scalar, Option<Value>),
+    /// A local dim binding `let n = dim(&x, 0)`.
+    Dim,
+    /// A binding whose initialiser had an error.
+    Poison,
+}
+
+/// The result of lowering an expression.
+#[derive(Clone, Debug)]
+enum Operand {
+    Tensor(Value),
+    /// A scalar; for a scalar parameter, also its value id (for calls).
+    Scalar(Scalar, Option<Value>),
+    Poison,
+}
+
+/// Why lowering could not finish.
+pub enum LowerError {
+    /// User errors, already spanned.
+    Errors(Vec<syn::Error>),
+    /// A call to a tensor fn whose own signature failed: reported there; stay quiet here.
+    BrokenCallee,
+}
+
+struct Lowerer<'a> {
+    spans: &'a mut SpanTable,
+    sigs: &'a Signatures,
+    broken: &'a BTreeSet<String>,
+    n_params: usize,
+    body: Vec<Inst>,
+    dim_bindings: Vec<DimBinding>,
+    env: HashMap<String, Local>,
+    errors: Vec<syn::Error>,
+    broken_callee: bool,
+}
+
+/// Body dims: names of tensors and scalars are not dims.
+struct BodyNames<'a>(&'a HashMap<String, Local>);
+
+impl DimNames for BodyNames<'_> {
+    fn check(&self, name: &Ident) -> Result<(), String> {
+        match self.0.get(&name.to_string()) {
+            Some(Local::Tensor(_)) => Err(format!(
+                "`{name}` is a tensor, not a dim: bind one of its sizes with `let n = dim(&{name}, axis);`"
+            )),
+            Some(Local::Scalar(..)) => Err(format!("`{name}` is a scalar, not a dim")),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn unsupported(e: &dyn ToTokens, what: &str) -> syn::Error {
+    err_at(e, format!("not supported in a tensor_fn body: {what}"))
+}
+
+fn expr_kind(e: &Expr) -> &'static str {
+    match e {
+        Expr::Array(_) => "array literal (only as an axis list or shape argument)",
+        Expr::Assign(_) => "assignment",
+        Expr::Async(_) => "async block",
+        Expr::Await(_) => "`.await`",
+        Expr::Block(_) => "block expression",
+        Expr::Break(_) => "`break`",
+        Expr::Closure(_) => "closure",
+        Expr::Const(_) => "const block",
+        Expr::Continue(_) => "`continue`",
+        Expr::Field(_) => "field access",
+        Expr::ForLoop(_) => "`for` loop",
+        Expr::If(_) => "`if` expression (use `select(cond, a, b)` for an elementwise choice)",
+        Expr::Index(_) => "indexing (use `slice(x, axis, start, stop)`)",
+        Expr::Infer(_) => "`_`",
+        Expr::Let(_) => "`let` expression",
+        Expr::Loop(_) => "`loop`",
+        Expr::Macro(_) => "macro invocation",
+        Expr::Match(_) => "`match`",
+        Expr::Range(_) => "range expression",
+        Expr::RawAddr(_) => "raw address",
+        Expr::Repeat(_) => "array repeat expression",
+        Expr::Return(_) => "`return` before the end of the body",
+        Expr::Struct(_) => "struct literal",
+        Expr::Try(_) => "`?` operator",
+        Expr::TryBlock(_) => "try block",
+        Expr::Tuple(_) => "tuple",
+        Expr::Unsafe(_) => "unsafe block",
+        Expr::While(_) => "`while` loop",
+        Expr::Yield(_) => "`yield`",
+        Expr::Cast(_) => "`as` cast (use `x.cast::<dtype>()`)",
+        _ => "this expression",
+    }
+}
+
+/// The one dtype generic argument of `name::<dt>`.
+fn turbofish_dtype(
+    args: Option<&syn::AngleBracketedGenericArguments>,
+    at: &dyn ToTokens,
+    name: &str,
+) -> syn::Result<(Dtype, syn::Type)> {
+    let Some(args) = args else {
+        return Err(err_at(
+            at,
+            format!("`{name}` needs its dtype: `{name}::<f32>(…)`"),
+        ));
+    };
+    if args.args.len() != 1 {
+        return Err(err_at(
+            args,
+            format!("`{name}` takes exactly one dtype argument"),
+        ));
+    }
+    match &args.args[0] {
+        GenericArgument::Type(t) => match parse::scalar_dtype(t) {
+            Some(d) => Ok((d, t.clone())),
+            None => Err(err_at(
+                t,
+                "unknown dtype (expected one of f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, i4, bool)",
+            )),
+        },
+        other => Err(err_at(other, "expected a dtype")),
+    }
+}
+
+fn reduce_from(name: &str) -> Option<(ReduceOp, bool)> {
+    let (base, keep) = match name.strip_suffix("_keepdims") {
+        Some(b) => (b, true),
+        None => (name, false),
+    };
+    ReduceOp::from_name(base).map(|r| (r, keep))
+}
+
+fn binary_from(name: &str) -> Option<BinaryOp> {
+    Some(match name {
+        "add" => BinaryOp::Add,
+        "sub" => BinaryOp::Sub,
+        "mul" => BinaryOp::Mul,
+        "div" => BinaryOp::Div,
+        "maximum" => BinaryOp::Max,
+        "minimum" => BinaryOp::Min,
+        other => return BinaryOp::from_name(other),
+    })
+}
+
+impl Lowerer<'_> {
+    fn push(
+        &mut self,
+        op: Op,
+        whole: &dyn ToTokens,
+        arg_spans: Vec<SpanId>,
+        attr_spans: Vec<SpanId>,
+    ) -> Operand {
+        let span = self.spans.alloc(whole);
+        let result = Value((self.n_params + self.body.len()) as u32);
+        let mut inst = Inst::new(result, op, span);
+        inst.arg_spans = arg_spans;
+        inst.attr_spans = attr_spans;
+        self.body.push(inst);
+        Operand::Tensor(result)
+    }
+
+    fn fail(&mut self, e: syn::Error) -> Operand {
+        self.errors.push(e);
+        Operand::Poison
+    }
+
+    /// Lower `e` and require a tensor.
+    fn tensor(&mut self, e: &Expr) -> Option<(Value, SpanId)> {
+        let span = self.spans.alloc(e);
+        match self.expr(e) {
+            Operand::Tensor(v) => Some((v, span)),
+            Operand::Scalar(..) => {
+                self.errors.push(err_at(
+                    e,
+                    "expected a tensor, found a scalar (make a tensor with `full::<dtype>([dims], value)`)",
+                ));
+                None
+            }
+            Operand::Poison => None,
+        }
+    }
+
+    fn dim(&mut self, e: &Expr) -> Option<(Dim, SpanId)> {
+        let span = self.spans.alloc(e);
+        match parse::dim_expr(e, &BodyNames(&self.env)) {
+            Ok(d) => Some((d, span)),
+            Err(err) => {
+                self.errors.push(err);
+                None
+            }
+        }
+    }
+
+    fn dim_list(&mut self, e: &Expr) -> Option<(Vec<Dim>, Vec<SpanId>)> {
+        let Expr::Array(arr) = unparen(e) else {
+            self.errors
+                .push(err_at(e, "expected a shape: `[d₀, d₁, …]`"));
+            return None;
+        };
+        let mut dims = Vec::new();
+        let mut spans = Vec::new();
+        let mut ok = true;
+        for x in &arr.elems {
+            match self.dim(x) {
+                Some((d, s)) => {
+                    dims.push(d);
+                    spans.push(s);
+                }
+                None => ok = false,
+            }
+        }
+        ok.then_some((dims, spans))
+    }
+
+    fn axis(&mut self, e: &Expr) -> Option<(usize, SpanId)> {
+        let span = self.spans.alloc(e);
+        match int_lit(e) {
+            Some(v) if v >= 0 => Some((v as usize, span)),
+            Some(_) => {
+                self.errors
+                    .push(err_at(e, "an axis is a non-negative integer literal"));
+                None
+            }
+            None => {
+                self.errors.push(err_at(
+                    e,
+                    "expected an axis: a non-negative integer literal",
+                ));
+                None
+            }
+        }
+    }
+
+    fn axis_list(&mut self, e: &Expr) -> Option<(Vec<usize>, Vec<SpanId>)> {
+        match unparen(e) {
+            Expr::Array(arr) => {
+                let mut axes = Vec::new();
+                let mut spans = Vec::new();
+                let mut ok = true;
+                for x in &arr.elems {
+                    match self.axis(x) {
+                        Some((a, s)) => {
+                            axes.push(a);
+                            spans.push(s);
+                        }
+                        None => ok = false,
+                    }
+                }
+                ok.then_some((axes, spans))
+            }
+            _ => self.axis(e).map(|(a, s)| (vec![a], vec![s])),
+        }
+    }
+
+    fn scalar_literal(&mut self, e: &Expr) -> Option<Scalar> {
+        match unparen(e) {
+            Expr::Lit(l) => match &l.lit {
+                Lit::Float(f) => f.base10_parse::<f64>().ok().map(Scalar::Float),
+                Lit::Int(i) => i.base10_parse::<i64>().ok().map(Scalar::Int),
+                Lit::Bool(b) => Some(Scalar::Bool(b.value)),
+                _ => None,
+            },
+            Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match self.scalar_literal(&u.expr)? {
+                Scalar::Float(x) => Some(Scalar::Float(-x)),
+                Scalar::Int(i) => i.checked_neg().map(Scalar::Int),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> Operand {
+        match e {
+            Expr::Paren(p) => self.expr(&p.expr),
+            Expr::Group(g) => self.expr(&g.expr),
+            Expr::Reference(r) if r.mutability.is_none() => self.expr(&r.expr),
+            Expr::Path(_) => {
+                let Some(id) = ident_of(e) else {
+                    return self.fail(err_at(e, "expected a local name"));
+                };
+                match self.env.get(&id.to_string()).cloned() {
+                    Some(Local::Tensor(v)) => Operand::Tensor(v),
+                    Some(Local::Scalar(s, v)) => Operand::Scalar(s, v),
+                    Some(Local::Poison) => Operand::Poison,
+                    Some(Local::Dim) => self.fail(err_at(
+                        e,
+                        format!("`{id}` is a dim, not a tensor (use it in a shape, e.g. `full::<f32>([{id}], 0.0)`)"),
+                    )),
+                    None => self.fail(err_at(e, format!("unknown name `{id}` in a tensor_fn body"))),
+                }
+            }
+            Expr::Lit(_) => match self.scalar_literal(e) {
+                Some(s) => Operand::Scalar(s, None),
+                None => self.fail(err_at(e, "not supported in a tensor_fn body: this literal")),
+            },
+            Expr::Unary(u) => match u.op {
+                UnOp::Neg(_) => {
+                    if let Some(s) = self.scalar_literal(e) {
+                        return Operand::Scalar(s, None);
+                    }
+                    self.unary(UnaryOp::Neg, &u.expr, e)
+                }
+                UnOp::Not(_) => self.unary(UnaryOp::Not, &u.expr, e),
+                _ => self.fail(unsupported(e, "dereference")),
+            },
+            Expr::Binary(b) => {
+                let op = match b.op {
+                    BinOp::Add(_) => BinaryOp::Add,
+                    BinOp::Sub(_) => BinaryOp::Sub,
+                    BinOp::Mul(_) => BinaryOp::Mul,
+                    BinOp::Div(_) => BinaryOp::Div,
+                    BinOp::Rem(_) => BinaryOp::Rem,
+                    BinOp::And(_) | BinOp::BitAnd(_) => BinaryOp::And,
+                    BinOp::Or(_) | BinOp::BitOr(_) => BinaryOp::Or,
+                    BinOp::BitXor(_) => BinaryOp::Xor,
+                    BinOp::Eq(_) => BinaryOp::Eq,
+                    BinOp::Ne(_) => BinaryOp::Ne,
+                    BinOp::Lt(_) => BinaryOp::Lt,
+                    BinOp::Le(_) => BinaryOp::Le,
+                    BinOp::Gt(_) => BinaryOp::Gt,
+                    BinOp::Ge(_) => BinaryOp::Ge,
+                    _ => return self.fail(unsupported(&b.op, "this operator")),
+                };
+                self.binary(op, &b.left, &b.right, e)
+            }
+            Expr::Call(c) => {
+                let Expr::Path(p) = unparen(&c.func) else {
+                    return self.fail(unsupported(&c.func, "call of a computed function"));
+                };
+                if p.qself.is_some() || p.path.segments.len() != 1 {
+                    return self.fail(unsupported(
+                        &c.func,
+                        "path call (call ops and tensor fns of the same module by their bare name)",
+                    ));
+                }
+                let seg = &p.path.segments[0];
+                let generics = match &seg.arguments {
+                    PathArguments::AngleBracketed(a) => Some(a),
+                    PathArguments::None => None,
+                    PathArguments::Parenthesized(x) => {
+                        return self.fail(unsupported(x, "parenthesized arguments"))
+                    }
+                };
+                let args: Vec<&Expr> = c.args.iter().collect();
+                self.call(&seg.ident, generics, &args, e)
+            }
+            Expr::MethodCall(m) => {
+                let generics = m.turbofish.as_ref();
+                let mut args: Vec<&Expr> = vec![&m.receiver];
+                args.extend(m.args.iter());
+                if m.method == "clone" && m.args.is_empty() {
+                    return self.expr(&m.receiver);
+                }
+                self.call(&m.method, generics, &args, e)
+            }
+            other => self.fail(unsupported(other, expr_kind(other))),
+        }
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: &Expr, whole: &Expr) -> Operand {
+        let Some((v, s)) = self.tensor(x) else {
+            return Operand::Poison;
+        };
+        self.push(Op::Unary(op, v), whole, vec![s], vec![])
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr, whole: &Expr) -> Operand {
+        let sa = self.spans.alloc(a);
+        let sb = self.spans.alloc(b);
+        let la = self.expr(a);
+        let lb = self.expr(b);
+        match (la, lb) {
+            (Operand::Tensor(x), Operand::Tensor(y)) => self.push(Op::Binary(op, x, y), whole, vec![sa, sb], vec![]),
+            (Operand::Tensor(x), Operand::Scalar(s, _)) => {
+                self.push(Op::ScalarBinary { op, x, s, scalar_left: false }, whole, vec![sa, sb], vec![])
+            }
+            (Operand::Scalar(s, _), Operand::Tensor(x)) => {
+                self.push(Op::ScalarBinary { op, x, s, scalar_left: true }, whole, vec![sb, sa], vec![])
+            }
+            (Operand::Scalar(..), Operand::Scalar(..)) => self.fail(err_at(
+                whole,
+                "not supported in a tensor_fn body: arithmetic between two scalars (one operand must be a tensor)",
+            )),
+            _ => Operand::Poison,
+        }
+    }
+
+    fn arity(&mut self, name: &Ident, args: &[&Expr], n: usize, whole: &Expr, usage: &str) -> bool {
+        if args.len() == n {
+            true
+        } else {
+            self.errors.push(err_at(
+                whole,
+                format!(
+                    "`{name}` takes {n} argument{} (`{usage}`), found {}",
+                    if n == 1 { "" } else { "s" },
+                    args.len()
+                ),
+            ));
+            false
+        }
+    }
+
+    fn call(
+        &mut self,
+        name: &Ident,
+        generics: Option<&syn::AngleBracketedGenericArguments>,
+        args: &[&Expr],
+        whole: &Expr,
+    ) -> Operand {
+        let n = name.to_string();
+        // Tensor fns of the module shadow the built-in ops.
+        if self.sigs.contains_key(&n) || self.broken.contains(&n) {
+            return self.module_call(name, args, whole);
+        }
+        if n != "cast" && n != "full" && n != "iota" {
+            if let Some(g) = generics {
+                return self.fail(err_at(g, format!("`{n}` takes no generic arguments")));
+            }
+        }
+        if let Some(op) = UnaryOp::from_name(&n) {
+            if !self.arity(name, args, 1, whole, &format!("{n}(x)` or `x.{n}()")) {
+                return Operand::Poison;
+            }
+            return self.unary(op, args[0], whole);
+        }
+        if let Some(op) = binary_from(&n) {
+            if !self.arity(name, args, 2, whole, &format!("{n}(a, b)")) {
+                return Operand::Poison;
+            }
+            return self.binary(op, args[0], args[1], whole);
+        }
+        if let Some((op, keepdims)) = reduce_from(&n) {
+            if !self.arity(name, args, 2, whole, &format!("{n}(x, [axes])")) {
+                return Operand::Poison;
+            }
+            let x = self.tensor(args[0]);
+            let axes = self.axis_list(args[1]);
+            let (Some((x, xs)), Some((axes, _))) = (x, axes) else {
+                return Operand::Poison;
+            };
+            // One attribute span: the whole axis list.
+            let attr = vec![self.spans.alloc(args[1])];
+            return self.push(
+                Op::Reduce {
+                    op,
+                    axes,
+                    keepdims,
+                    x,
+                },
+                whole,
+                vec![xs],
+                attr,
+            );
+        }
+        match n.as_str() {
+            "scale" | "add_scalar" => {
+                if !self.arity(name, args, 2, whole, &format!("x.{n}(c)")) {
+                    return Operand::Poison;
+                }
+                let op = if n == "scale" { BinaryOp::Mul } else { BinaryOp::Add };
+                let sx = self.spans.alloc(args[0]);
+                let sc = self.spans.alloc(args[1]);
+                let x = self.tensor(args[0]);
+                let c = self.expr(args[1]);
+                match (x, c) {
+                    (Some((x, _)), Operand::Scalar(s, _)) => {
+                        self.push(Op::ScalarBinary { op, x, s, scalar_left: false }, whole, vec![sx, sc], vec![])
+                    }
+                    (Some(_), Operand::Tensor(_)) => self.fail(err_at(
+                        args[1],
+                        format!("`{n}` takes a scalar (a literal or a scalar parameter), found a tensor"),
+                    )),
+                    _ => Operand::Poison,
+                }
+            }
+            "cast" => {
+                if !self.arity(name, args, 1, whole, "x.cast::<dtype>()") {
+                    return Operand::Poison;
+                }
+                let dt = turbofish_dtype(generics, name, "cast");
+                let x = self.tensor(args[0]);
+                match (dt, x) {
+                    (Ok((dt, t)), Some((x, xs))) => {
+                        let ts = self.spans.alloc(&t);
+                        self.push(Op::Cast(dt, x), whole, vec![xs], vec![ts])
+                    }
+                    (Err(e), _) => self.fail(e),
+                    _ => Operand::Poison,
+                }
+            }
+            "select" => {
+                if !self.arity(name, args, 3, whole, "select(cond, a, b)") {
+                    return Operand::Poison;
+                }
+                let c = self.tensor(args[0]);
+                let a = self.tensor(args[1]);
+                let b = self.tensor(args[2]);
+                match (c, a, b) {
+                    (Some((c, cs)), Some((a, as_)), Some((b, bs))) => {
+                        self.push(Op::Select(c, a, b), whole, vec![cs, as_, bs], vec![])
+                    }
+                    _ => Operand::Poison,
+                }
+            }
+            "matmul" => {
+                if !self.arity(name, args, 2, whole, "matmul(a, b)") {
+                    return Operand::Poison;
+                }
+                let a = self.tensor(args[0]);
+                let b = self.tensor(args[1]);
+                match (a, b) {
+                    (Some((a, sa)), Some((b, sb))) => self.push(Op::Matmul(a, b), whole, vec![sa, sb], vec![]),
+                    _ => Operand::Poison,
+                }
+            }
+            "argmax" | "argmin" | "argmax_keepdims" | "argmin_keepdims" => {
+                if !self.arity(name, args, 2, whole, &format!("{n}(x, axis)")) {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let axis = self.axis(args[1]);
+                let (Some((x, xs)), Some((axis, asp))) = (x, axis) else { return Operand::Poison };
+                let max = n.starts_with("argmax");
+                let keepdims = n.ends_with("_keepdims");
+                self.push(Op::ArgReduce { max, axis, keepdims, x }, whole, vec![xs], vec![asp])
+            }
+            "transpose" => {
+                if !self.arity(name, args, 2, whole, "transpose(x, [permutation])") {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let perm = match unparen(args[1]) {
+                    Expr::Array(_) => self.axis_list(args[1]),
+                    _ => {
+                        self.errors.push(err_at(args[1], "expected a permutation: `[1, 0]`"));
+                        None
+                    }
+                };
+                let (Some((x, xs)), Some((perm, _))) = (x, perm) else { return Operand::Poison };
+                let attr = vec![self.spans.alloc(args[1])];
+                self.push(Op::Transpose(perm, x), whole, vec![xs], attr)
+            }
+            "reshape" | "broadcast" => {
+                if !self.arity(name, args, 2, whole, &format!("{n}(x, [dims])")) {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let dims = self.dim_list(args[1]);
+                let (Some((x, xs)), Some((dims, mut attr))) = (x, dims) else { return Operand::Poison };
+                // Per-dim spans, then the whole shape list at index `dims.len()`.
+                attr.push(self.spans.alloc(args[1]));
+                let op = if n == "reshape" { Op::Reshape(dims, x) } else { Op::Broadcast(dims, x) };
+                self.push(op, whole, vec![xs], attr)
+            }
+            "slice" => {
+                if !self.arity(name, args, 4, whole, "slice(x, axis, start, stop)") {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let axis = self.axis(args[1]);
+                let start = self.dim(args[2]);
+                let stop = self.dim(args[3]);
+                let (Some((x, xs)), Some((axis, a)), Some((start, s1)), Some((stop, s2))) = (x, axis, start, stop)
+                else {
+                    return Operand::Poison;
+                };
+                self.push(Op::Slice { axis, start, stop, x }, whole, vec![xs], vec![a, s1, s2])
+            }
+            "concat" => {
+                if !self.arity(name, args, 2, whole, "concat([a, b, …], axis)") {
+                    return Operand::Poison;
+                }
+                let Expr::Array(arr) = unparen(args[0]) else {
+                    return self.fail(err_at(args[0], "expected the tensors to concatenate: `[a, b, …]`"));
+                };
+                let mut xs = Vec::new();
+                let mut ss = Vec::new();
+                let mut ok = true;
+                for t in &arr.elems {
+                    match self.tensor(t) {
+                        Some((v, s)) => {
+                            xs.push(v);
+                            ss.push(s);
+                        }
+                        None => ok = false,
+                    }
+                }
+                let axis = self.axis(args[1]);
+                let Some((axis, asp)) = axis else { return Operand::Poison };
+                if !ok {
+                    return Operand::Poison;
+                }
+                if xs.len() < 2 {
+                    return self.fail(err_at(args[0], "concat needs at least two tensors"));
+                }
+                self.push(Op::Concat(axis, xs), whole, ss, vec![asp])
+            }
+            "full" => {
+                if !self.arity(name, args, 2, whole, "full::<dtype>([dims], value)") {
+                    return Operand::Poison;
+                }
+                let dt = turbofish_dtype(generics, name, "full");
+                let dims = self.dim_list(args[0]);
+                let sv = self.spans.alloc(args[1]);
+                let v = self.expr(args[1]);
+                match (dt, dims, v) {
+                    (Ok((dt, t)), Some((dims, mut attr)), Operand::Scalar(s, _)) => {
+                        attr.push(self.spans.alloc(args[0]));
+                        attr.push(self.spans.alloc(&t));
+                        self.push(Op::Fill(dt, dims, s), whole, vec![sv], attr)
+                    }
+                    (Err(e), ..) => self.fail(e),
+                    (_, _, Operand::Tensor(_)) => self.fail(err_at(
+                        args[1],
+                        "`full` takes a scalar fill value (a literal or a scalar parameter), found a tensor",
+                    )),
+                    _ => Operand::Poison,
+                }
+            }
+            "iota" => {
+                if !self.arity(name, args, 2, whole, "iota::<dtype>([dims], axis)") {
+                    return Operand::Poison;
+                }
+                let dt = turbofish_dtype(generics, name, "iota");
+                let dims = self.dim_list(args[0]);
+                let axis = self.axis(args[1]);
+                match (dt, dims, axis) {
+                    (Ok((dt, t)), Some((dims, mut attr)), Some((axis, asp))) => {
+                        attr.push(asp);
+                        attr.push(self.spans.alloc(&t));
+                        self.push(Op::Iota(dt, dims, axis), whole, vec![], attr)
+                    }
+                    (Err(e), ..) => self.fail(e),
+                    _ => Operand::Poison,
+                }
+            }
+            "dim" => self.fail(err_at(
+                whole,
+                "`dim(&x, axis)` binds a shape variable: write `let n = dim(&x, axis);` and use `n` in shapes",
+            )),
+            _ => self.fail(err_at(
+                name,
+                format!(
+                    "unknown function `{n}`: not a tensor op, and no `#[tensor_fn] fn {n}` in this `#[tensor_module]`"
+                ),
+            )),
+        }
+    }
+
+    fn module_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        let n = name.to_string();
+        if self.broken.contains(&n) {
+            self.broken_callee = true;
+            for a in args {
+                let _ = self.expr(a);
+            }
+            return Operand::Poison;
+        }
+        let mut vals = Vec::new();
+        let mut ss = Vec::new();
+        let mut ok = true;
+        for a in args {
+            let s = self.spans.alloc(*a);
+            match self.expr(a) {
+                Operand::Tensor(v) => vals.push(v),
+                Operand::Scalar(_, Some(v)) => vals.push(v),
+                Operand::Scalar(_, None) => {
+                    self.errors.push(err_at(
+                        *a,
+                        "a scalar argument of a tensor fn call must be a scalar parameter of the caller, not a literal",
+                    ));
+                    ok = false;
+                }
+                Operand::Poison => ok = false,
+            }
+            ss.push(s);
+        }
+        if !ok {
+            return Operand::Poison;
+        }
+        self.push(Op::Call(n, vals), whole, ss, vec![])
+    }
+
+    fn let_stmt(&mut self, l: &syn::Local) {
+        let (pat, annot) = match &l.pat {
+            Pat::Type(pt) => (&*pt.pat, Some(&*pt.ty)),
+            p => (p, None),
+        };
+        let name = match pat {
+            Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                if let Some(m) = &pi.mutability {
+                    self.errors.push(unsupported(
+                        m,
+                        "`mut` binding (a tensor_fn body is single-assignment)",
+                    ));
+                }
+                pi.ident.to_string()
+            }
+            other => {
+                self.errors
+                    .push(unsupported(other, "this pattern (bind one name per `let`)"));
+                return;
+            }
+        };
+        let Some(init) = &l.init else {
+            self.errors
+                .push(unsupported(l, "`let` without an initialiser"));
+            self.env.insert(name, Local::Poison);
+            return;
+        };
+        if let Some((_, diverge)) = &init.diverge {
+            self.errors.push(unsupported(&**diverge, "`let … else`"));
+        }
+        // `let n = dim(&x, axis);`
+        if let Expr::Call(c) = unparen(&init.expr) {
+            if let Expr::Path(p) = unparen(&c.func) {
+                if p.path.is_ident("dim") && !self.sigs.contains_key("dim") {
+                    if let Some(t) = annot {
+                        self.errors
+                            .push(unsupported(t, "a type annotation on a dim binding"));
+                    }
+                    let args: Vec<&Expr> = c.args.iter().collect();
+                    let id = if let Pat::Ident(pi) = pat {
+                        pi.ident.clone()
+                    } else {
+                        return;
+                    };
+                    if !self.arity(&id, &args, 2, &init.expr, "let n = dim(&x, axis)") {
+                        self.env.insert(name, Local::Poison);
+                        return;
+                    }
+                    let x = self.tensor(args[0]);
+                    let axis = self.axis(args[1]);
+                    match (x, axis) {
+                        (Some((of, _)), Some((axis, _))) => {
+                            let sp = self.spans.alloc(&*init.expr);
+                            self.dim_bindings.push(DimBinding {
+                                name: name.clone(),
+                                of,
+                                axis,
+                                before: self.body.len(),
+                                span: sp,
+                            });
+                            self.env.insert(name, Local::Dim);
+                        }
+                        _ => {
+                            self.env.insert(name, Local::Poison);
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+        let before = self.body.len();
+        let v = self.expr(&init.expr);
+        let local = match v {
+            Operand::Tensor(v) => Local::Tensor(v),
+            Operand::Scalar(s, v) => Local::Scalar(s, v),
+            Operand::Poison => Local::Poison,
+        };
+        let local = match (annot, local) {
+            (Some(t), Local::Tensor(v)) => Local::Tensor(self.annotate(v, before, t, &init.expr)),
+            (_, l) => l,
+        };
+        if let (Some(t), Local::Scalar(..)) = (annot, &local) {
+            if parse::scalar_dtype(t).is_none() {
+                self.errors.push(err_at(
+                    t,
+                    "a scalar `let` may only be annotated with a scalar dtype",
+                ));
+            }
+        }
+        self.env.insert(name, local);
+    }
+
+    /// `let y: Tensor![…] = e;`: a check boundary on the instruction defining `v`.
+    fn annotate(&mut self, v: Value, before: usize, ty: &syn::Type, init: &Expr) -> Value {
+        let Some(toks) = parse::tensor_macro(ty) else {
+            self.errors.push(err_at(
+                ty,
+                "a tensor `let` may only be annotated with `Tensor![dtype; dims…]`",
+            ));
+            return v;
+        };
+        let env = std::mem::take(&mut self.env);
+        let parsed = parse::tensor_type(toks, &BodyNames(&env), self.spans);
+        self.env = env;
+        let t = match parsed {
+            Ok(t) => t,
+            Err(e) => {
+                self.errors.push(e);
+                return v;
+            }
+        };
+        let annot_span = self.spans.alloc(ty);
+        let fresh = self.body.len() > before && self.body.last().is_some_and(|i| i.result == v);
+        if !fresh {
+            // `let y: T = x;` re-views an existing value: an identity transpose
+            // carries the check boundary (no data movement after lowering).
+            let rank = t.ty.shape.len();
+            let xs = self.spans.alloc(init);
+            let _ = self.push(
+                Op::Transpose((0..rank).collect(), v),
+                init,
+                vec![xs],
+                vec![],
+            );
+        }
+        if let Some(inst) = self.body.last_mut() {
+            inst.annot = Some(Type::Tensor(t.ty));
+            inst.annot_span = annot_span;
+        }
+        self.body.last().map(|i| i.result).unwrap_or(v)
+    }
+}
+
+/// Lower a whole function body against its (already built) signature.
+pub fn function(
+    sig: Signature,
+    block: &Block,
+    sigs: &Signatures,
+    broken: &BTreeSet<String>,
+    spans: &mut SpanTable,
+) -> Result<Function, LowerError> {
+    let mut env = HashMap::new();
+    for (i, p) in sig.params.iter().enumerate() {
+        let local = match &p.ty {
+            Type::Scalar(_) => Local::Scalar(Scalar::Param(i), Some(Value(i as u32))),
+            _ => Local::Tensor(Value(i as u32)),
+        };
+        env.insert(p.name.clone(), local);
+    }
+    let mut lw = Lowerer {
+        spans,
+        sigs,
+        broken,
+        n_params: sig.params.len(),
+        body: Vec::new(),
+        dim_bindings: Vec::new(),
+        env,
+        errors: Vec::new(),
+        broken_callee: false,
+    };
+    let mut ret: Option<(Operand, SpanId, &Expr)> = None;
+    let n = block.stmts.len();
+    for (i, stmt) in block.stmts.iter().enumerate() {
+        let last = i + 1 == n;
+        match stmt {
+            Stmt::Local(l) => lw.let_stmt(l),
+            Stmt::Expr(e, semi) => {
+                let e = match (e, last) {
+                    (Expr::Return(r), true) => match &r.expr {
+                        Some(x) => &**x,
+                        None => {
+                            lw.errors
+                                .push(err_at(r, "a tensor_fn must return a tensor"));
+                            continue;
+                        }
+                    },
+                    (e, true) if semi.is_none() => e,
+                    (e, _) => {
+                        lw.errors.push(match e {
+                            Expr::Return(_) => unsupported(e, expr_kind(e)),
+                            _ if semi.is_some() => {
+                                unsupported(e, "expression statement (bind it with `let`)")
+                            }
+                            _ => unsupported(e, expr_kind(e)),
+                        });
+                        continue;
+                    }
+                };
+                let span = lw.spans.alloc(e);
+                let v = lw.expr(e);
+                ret = Some((v, span, e));
+            }
+            Stmt::Item(it) => lw.errors.push(unsupported(it, "item declaration")),
+            Stmt::Macro(m) => lw.errors.push(unsupported(m, "macro invocation")),
+        }
+    }
+    if lw.broken_callee {
+        return Err(LowerError::BrokenCallee);
+    }
+    let (ret, ret_span) = match ret {
+        Some((Operand::Tensor(v), s, _)) => (v, s),
+        Some((Operand::Scalar(..), _, e)) => {
+            lw.errors.push(err_at(
+                e,
+                "a tensor_fn must return a tensor, found a scalar",
+            ));
+            (Value(0), SpanId(0))
+        }
+        Some((Operand::Poison, ..)) => (Value(0), SpanId(0)),
+        None => {
+            let close = block.brace_token.span.close();
+            lw.errors.push(syn::Error::new(
+                close,
+                "a tensor_fn body must end with the tensor it returns",
+            ));
+            (Value(0), SpanId(0))
+        }
+    };
+    if !lw.errors.is_empty() {
+        return Err(LowerError::Errors(lw.errors));
+    }
+    Ok(Function {
+        sig,
+        body: lw.body,
+        dim_bindings: lw.dim_bindings,
+        ret,
+        ret_span,
+    })
+}

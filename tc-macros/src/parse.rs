@@ -1,0 +1,574 @@
+//! Signatures: Rust syntax → [`tc_core::ir::Signature`] plus the span table.
+//!
+//! * `Tensor![dt; d₀, d₁, … where p₁, p₂]` in a parameter or return type is a
+//!   tensor type (dims are dim expressions, `where` refinements are predicates);
+//! * `f32`, `bf16`, `i64`, `bool`, … as a parameter type is `Scalar[dt]`;
+//! * `#[tensor_fn(requires(p, …), axiom(p, …))]` carries the cross-parameter
+//!   facts (Section 2 §14, §15).
+
+use std::collections::BTreeMap;
+
+use proc_macro2::{Ident, TokenStream};
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{BinOp, Expr, FnArg, Lit, Pat, ReturnType, Token, Type, UnOp};
+use tc_core::ctx::{zero_opt_ins, ShapeVar};
+use tc_core::ir::{Param, Signature, Spanned};
+use tc_core::{CmpOp, Dim, Dtype, Pred, TensorType};
+
+use crate::spans::{err_at, SpanTable};
+
+/// Arguments of `#[tensor_fn(...)]`.
+#[derive(Default)]
+pub struct FnAttr {
+    /// `requires(...)` predicates.
+    pub requires: Vec<Expr>,
+    /// `axiom(...)` predicates.
+    pub axioms: Vec<Expr>,
+}
+
+impl Parse for FnAttr {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut out = FnAttr::default();
+        while !input.is_empty() {
+            let key: Ident = input.call(Ident::parse_any)?;
+            let content;
+            syn::parenthesized!(content in input);
+            let preds = Punctuated::<Expr, Token![,]>::parse_terminated(&content)?;
+            match key.to_string().as_str() {
+                "requires" => out.requires.extend(preds),
+                "axiom" | "axioms" => out.axioms.extend(preds),
+                other => {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        format!("unknown tensor_fn argument `{other}` (expected `requires(...)` or `axiom(...)`)"),
+                    ))
+                }
+            }
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The tokens of a `Tensor![...]` type, split up.
+pub struct TensorSyntax {
+    /// The dtype identifier.
+    pub dtype: Ident,
+    /// Dim expressions.
+    pub dims: Vec<Expr>,
+    /// `where` predicates.
+    pub refs: Vec<Expr>,
+}
+
+impl Parse for TensorSyntax {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let dtype: Ident = input.call(Ident::parse_any)?;
+        let mut dims = Vec::new();
+        let mut refs = Vec::new();
+        if input.peek(Token![;]) {
+            input.parse::<Token![;]>()?;
+            while !input.is_empty() && !input.peek(Token![where]) {
+                dims.push(input.parse::<Expr>()?);
+                if input.peek(Token![,]) {
+                    input.parse::<Token![,]>()?;
+                } else {
+                    break;
+                }
+            }
+        }
+        if input.peek(Token![where]) {
+            input.parse::<Token![where]>()?;
+            refs.extend(Punctuated::<Expr, Token![,]>::parse_terminated(input)?);
+        }
+        if !input.is_empty() {
+            return Err(input.error("expected `,`, `where` or the end of the tensor type"));
+        }
+        Ok(TensorSyntax { dtype, dims, refs })
+    }
+}
+
+/// If `ty` is `Tensor![...]` (any path ending in `Tensor`), its tokens.
+pub fn tensor_macro(ty: &Type) -> Option<&TokenStream> {
+    match ty {
+        Type::Macro(m)
+            if m.mac
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "Tensor") =>
+        {
+            Some(&m.mac.tokens)
+        }
+        Type::Group(g) => tensor_macro(&g.elem),
+        Type::Paren(p) => tensor_macro(&p.elem),
+        _ => None,
+    }
+}
+
+/// The dtype named by an identifier.
+pub fn dtype_of(id: &Ident) -> syn::Result<Dtype> {
+    id.to_string()
+        .parse::<Dtype>()
+        .map_err(|e| syn::Error::new(id.span(), e.to_string()))
+}
+
+/// A scalar parameter type (`f32`, `bf16`, `i64`, `bool`, …).
+pub fn scalar_dtype(ty: &Type) -> Option<Dtype> {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => {
+            let id = p.path.get_ident()?;
+            id.to_string().parse::<Dtype>().ok()
+        }
+        Type::Group(g) => scalar_dtype(&g.elem),
+        _ => None,
+    }
+}
+
+/// Strip parentheses and invisible groups.
+pub fn unparen(mut e: &Expr) -> &Expr {
+    loop {
+        match e {
+            Expr::Paren(p) => e = &p.expr,
+            Expr::Group(g) => e = &g.expr,
+            _ => return e,
+        }
+    }
+}
+
+/// A single identifier, if `e` is one.
+pub fn ident_of(e: &Expr) -> Option<&Ident> {
+    match unparen(e) {
+        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p.path.get_ident(),
+        _ => None,
+    }
+}
+
+/// An integer literal (possibly negated) as i64.
+pub fn int_lit(e: &Expr) -> Option<i64> {
+    match unparen(e) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => i.base10_parse::<i64>().ok(),
+            _ => None,
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
+            int_lit(&u.expr).and_then(|v| v.checked_neg())
+        }
+        _ => None,
+    }
+}
+
+/// How identifiers inside a dim expression resolve.
+pub trait DimNames {
+    /// `Err(message)` when `name` may not appear in a dim here.
+    fn check(&self, name: &Ident) -> Result<(), String>;
+}
+
+/// Every identifier is a shape variable (signatures).
+pub struct AnyName;
+
+impl DimNames for AnyName {
+    fn check(&self, _: &Ident) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A dim expression (Section 1 §2 `e`): integer literals, shape variables,
+/// constants, `+ - * / %`, unary minus, parentheses.
+pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
+    match e {
+        Expr::Paren(p) => dim_expr(&p.expr, names),
+        Expr::Group(g) => dim_expr(&g.expr, names),
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => match i.base10_parse::<i64>() {
+                Ok(v) => Ok(Dim::c(v)),
+                Err(_) => Err(err_at(e, "dim literal does not fit in i64")),
+            },
+            _ => Err(err_at(
+                e,
+                "expected a dim expression (integer literal, shape variable, + - * / %)",
+            )),
+        },
+        Expr::Path(_) => match ident_of(e) {
+            Some(id) => {
+                names.check(id).map_err(|m| err_at(e, m))?;
+                Ok(Dim::var(id.to_string()))
+            }
+            None => Err(err_at(e, "expected a shape variable: a single identifier")),
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => Ok(-dim_expr(&u.expr, names)?),
+        Expr::Binary(b) => {
+            let l = dim_expr(&b.left, names)?;
+            let r = dim_expr(&b.right, names)?;
+            match b.op {
+                BinOp::Add(_) => Ok(l + r),
+                BinOp::Sub(_) => Ok(l - r),
+                BinOp::Mul(_) => Ok(l * r),
+                BinOp::Div(_) => Ok(l.div(&r)),
+                BinOp::Rem(_) => Ok(l.rem(&r)),
+                _ => Err(err_at(
+                    &b.op,
+                    "expected a dim operator (`+`, `-`, `*`, `/`, `%`)",
+                )),
+            }
+        }
+        _ => Err(err_at(
+            e,
+            "expected a dim expression (integer literal, shape variable, + - * / %)",
+        )),
+    }
+}
+
+/// A predicate: comparisons of dims combined with `&&`, `||`, `!`.
+pub fn pred_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Pred> {
+    match e {
+        Expr::Paren(p) => pred_expr(&p.expr, names),
+        Expr::Group(g) => pred_expr(&g.expr, names),
+        Expr::Lit(l) => match &l.lit {
+            Lit::Bool(b) => Ok(if b.value { Pred::True } else { Pred::False }),
+            _ => Err(err_at(e, "expected a predicate such as `D % H == 0`")),
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Not(_)) => Ok(Pred::not(pred_expr(&u.expr, names)?)),
+        Expr::Binary(b) => {
+            let cmp = match b.op {
+                BinOp::Eq(_) => Some(CmpOp::Eq),
+                BinOp::Ne(_) => Some(CmpOp::Ne),
+                BinOp::Le(_) => Some(CmpOp::Le),
+                BinOp::Lt(_) => Some(CmpOp::Lt),
+                BinOp::Ge(_) => Some(CmpOp::Ge),
+                BinOp::Gt(_) => Some(CmpOp::Gt),
+                _ => None,
+            };
+            if let Some(op) = cmp {
+                return Ok(Pred::cmp(
+                    dim_expr(&b.left, names)?,
+                    op,
+                    dim_expr(&b.right, names)?,
+                ));
+            }
+            match b.op {
+                BinOp::And(_) => Ok(Pred::and([
+                    pred_expr(&b.left, names)?,
+                    pred_expr(&b.right, names)?,
+                ])),
+                BinOp::Or(_) => Ok(Pred::or([
+                    pred_expr(&b.left, names)?,
+                    pred_expr(&b.right, names)?,
+                ])),
+                _ => Err(err_at(
+                    &b.op,
+                    "expected a comparison (`==`, `!=`, `<`, `<=`, `>`, `>=`) or `&&`, `||`",
+                )),
+            }
+        }
+        _ => Err(err_at(e, "expected a predicate such as `D % H == 0`")),
+    }
+}
+
+/// Identifiers of an expression in source order (first appearance).
+pub fn idents_in_order(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::Paren(p) => idents_in_order(&p.expr, out),
+        Expr::Group(g) => idents_in_order(&g.expr, out),
+        Expr::Unary(u) => idents_in_order(&u.expr, out),
+        Expr::Binary(b) => {
+            idents_in_order(&b.left, out);
+            idents_in_order(&b.right, out);
+        }
+        Expr::Path(_) => {
+            if let Some(id) = ident_of(e) {
+                let s = id.to_string();
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A parsed tensor type with spans.
+pub struct ParsedTensor {
+    /// The type.
+    pub ty: TensorType,
+    /// One span per dim.
+    pub dim_spans: Vec<tc_core::SpanId>,
+    /// One span per refinement.
+    pub ref_spans: Vec<tc_core::SpanId>,
+    /// The dim expressions (for variable order).
+    pub dim_exprs: Vec<Expr>,
+}
+
+/// Parse the tokens of `Tensor![...]`.
+pub fn tensor_type(
+    tokens: &TokenStream,
+    names: &dyn DimNames,
+    spans: &mut SpanTable,
+) -> syn::Result<ParsedTensor> {
+    let syn_t: TensorSyntax = TensorSyntax::parse.parse2(tokens.clone())?;
+    let dtype = dtype_of(&syn_t.dtype)?;
+    let mut errors = Vec::new();
+    let mut shape = Vec::new();
+    let mut dim_spans = Vec::new();
+    for d in &syn_t.dims {
+        match dim_expr(d, names) {
+            Ok(x) => shape.push(x),
+            Err(e) => errors.push(e),
+        }
+        dim_spans.push(spans.alloc(d));
+    }
+    let mut refs = Vec::new();
+    let mut ref_spans = Vec::new();
+    for r in &syn_t.refs {
+        match pred_expr(r, names) {
+            Ok(p) => refs.push(p),
+            Err(e) => errors.push(e),
+        }
+        ref_spans.push(spans.alloc(r));
+    }
+    if let Some(e) = crate::spans::combine(errors) {
+        return Err(e);
+    }
+    Ok(ParsedTensor {
+        ty: TensorType { dtype, shape, refs },
+        dim_spans,
+        ref_spans,
+        dim_exprs: syn_t.dims,
+    })
+}
+
+/// Module constants: name → value.
+pub type Consts = BTreeMap<String, i64>;
+
+/// Evaluate a constant's initialiser: integer literals, earlier constants,
+/// `+ - * / %`, parentheses. `None` when it is anything else.
+pub fn eval_const(e: &Expr, consts: &Consts) -> Option<i64> {
+    match unparen(e) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => i.base10_parse::<i64>().ok(),
+            _ => None,
+        },
+        Expr::Path(_) => consts.get(&ident_of(e)?.to_string()).copied(),
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
+            eval_const(&u.expr, consts)?.checked_neg()
+        }
+        Expr::Binary(b) => {
+            let l = eval_const(&b.left, consts)?;
+            let r = eval_const(&b.right, consts)?;
+            match b.op {
+                BinOp::Add(_) => l.checked_add(r),
+                BinOp::Sub(_) => l.checked_sub(r),
+                BinOp::Mul(_) => l.checked_mul(r),
+                BinOp::Div(_) => l.checked_div(r),
+                BinOp::Rem(_) => l.checked_rem(r),
+                _ => None,
+            }
+        }
+        Expr::Cast(c) => eval_const(&c.expr, consts),
+        _ => None,
+    }
+}
+
+/// The integer type names a module constant may have.
+pub fn is_int_type(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) => p.path.get_ident().is_some_and(|i| {
+            matches!(
+                i.to_string().as_str(),
+                "usize"
+                    | "isize"
+                    | "u8"
+                    | "u16"
+                    | "u32"
+                    | "u64"
+                    | "u128"
+                    | "i8"
+                    | "i16"
+                    | "i32"
+                    | "i64"
+                    | "i128"
+            )
+        }),
+        _ => false,
+    }
+}
+
+/// What a parameter is, syntactically.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// `Tensor![...]`.
+    Tensor,
+    /// A scalar dtype.
+    Scalar(Dtype),
+}
+
+/// Classify a parameter type without parsing the tensor's contents (used to
+/// rewrite the signature even when it has errors).
+pub fn param_kind(ty: &Type) -> Option<ParamKind> {
+    if tensor_macro(ty).is_some() {
+        Some(ParamKind::Tensor)
+    } else {
+        scalar_dtype(ty).map(ParamKind::Scalar)
+    }
+}
+
+/// Build the IR signature of `sig` with its attribute.
+pub fn signature(
+    sig: &syn::Signature,
+    attr: &FnAttr,
+    consts: &Consts,
+    spans: &mut SpanTable,
+) -> Result<Signature, Vec<syn::Error>> {
+    let mut errors: Vec<syn::Error> = Vec::new();
+    if let Some(c) = &sig.constness {
+        errors.push(err_at(c, "a tensor_fn cannot be `const`"));
+    }
+    if let Some(a) = &sig.asyncness {
+        errors.push(err_at(a, "a tensor_fn cannot be `async`"));
+    }
+    if let Some(u) = &sig.unsafety {
+        errors.push(err_at(u, "a tensor_fn cannot be `unsafe`"));
+    }
+    if let Some(a) = &sig.abi {
+        errors.push(err_at(a, "a tensor_fn cannot have an ABI"));
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push(err_at(
+            &sig.generics,
+            "a tensor_fn takes no generics: shape variables are the identifiers of its `Tensor![...]` dims",
+        ));
+    }
+    if let Some(v) = &sig.variadic {
+        errors.push(err_at(v, "a tensor_fn cannot be variadic"));
+    }
+    let mut params = Vec::new();
+    let mut var_order: Vec<String> = Vec::new();
+    let mut all_refs: Vec<Pred> = Vec::new();
+    for arg in &sig.inputs {
+        let FnArg::Typed(pt) = arg else {
+            errors.push(err_at(arg, "a tensor_fn cannot take `self`"));
+            continue;
+        };
+        let name = match &*pt.pat {
+            Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.to_string(),
+            other => {
+                errors.push(err_at(
+                    other,
+                    "a tensor_fn parameter must be a plain identifier",
+                ));
+                continue;
+            }
+        };
+        let span = spans.alloc(&pt.ty);
+        if let Some(toks) = tensor_macro(&pt.ty) {
+            match tensor_type(toks, &AnyName, spans) {
+                Ok(t) => {
+                    for d in &t.dim_exprs {
+                        idents_in_order(d, &mut var_order);
+                    }
+                    all_refs.extend(t.ty.refs.iter().cloned());
+                    params.push(Param {
+                        name,
+                        ty: tc_core::Type::Tensor(t.ty),
+                        span,
+                        dim_spans: t.dim_spans,
+                        ref_spans: t.ref_spans,
+                    });
+                }
+                Err(e) => errors.push(e),
+            }
+        } else if let Some(dt) = scalar_dtype(&pt.ty) {
+            params.push(Param {
+                name,
+                ty: tc_core::Type::Scalar(dt),
+                span,
+                dim_spans: vec![],
+                ref_spans: vec![],
+            });
+        } else {
+            errors.push(err_at(
+                &pt.ty,
+                "a tensor_fn parameter must be `Tensor![dtype; dims…]` or a scalar dtype \
+                 (f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, i4, bool)",
+            ));
+        }
+    }
+    let (ret, ret_span, ret_dim_spans) = match &sig.output {
+        ReturnType::Type(_, ty) => match tensor_macro(ty) {
+            Some(toks) => {
+                let span = spans.alloc(ty);
+                match tensor_type(toks, &AnyName, spans) {
+                    Ok(t) => {
+                        all_refs.extend(t.ty.refs.iter().cloned());
+                        (tc_core::Type::Tensor(t.ty), span, t.dim_spans)
+                    }
+                    Err(e) => {
+                        errors.push(e);
+                        (tc_core::Type::Unit, span, vec![])
+                    }
+                }
+            }
+            None => {
+                errors.push(err_at(
+                    ty,
+                    "a tensor_fn must return `Tensor![dtype; dims…]`",
+                ));
+                (tc_core::Type::Unit, spans.alloc(ty), vec![])
+            }
+        },
+        ReturnType::Default => {
+            errors.push(syn::Error::new(
+                sig.paren_token.span.close(),
+                "a tensor_fn must declare its return type `-> Tensor![dtype; dims…]`",
+            ));
+            (tc_core::Type::Unit, spans.alloc(&sig.ident), vec![])
+        }
+    };
+    let mut requires = Vec::new();
+    for r in &attr.requires {
+        let span = spans.alloc(r);
+        match pred_expr(r, &AnyName) {
+            Ok(p) => {
+                all_refs.push(p.clone());
+                requires.push(Spanned { node: p, span });
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut axioms = Vec::new();
+    for r in &attr.axioms {
+        let span = spans.alloc(r);
+        match pred_expr(r, &AnyName) {
+            Ok(p) => axioms.push(Spanned { node: p, span }),
+            Err(e) => errors.push(e),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let zero = zero_opt_ins(&all_refs);
+    let vars: Vec<ShapeVar> = var_order
+        .into_iter()
+        .filter(|v| !consts.contains_key(v))
+        .map(|v| ShapeVar {
+            allow_zero: zero.contains(&v),
+            name: v,
+            fresh: false,
+        })
+        .collect();
+    Ok(Signature {
+        name: sig.ident.to_string(),
+        vars,
+        consts: consts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        params,
+        requires,
+        axioms,
+        ret,
+        ret_span,
+        ret_dim_spans,
+        span: spans.alloc(&sig.ident),
+    })
+}

@@ -1,0 +1,19 @@
+use tc::tensor_module;
+
+#[tensor_module]
+mod m {
+    use tc::Tensor;
+
+    // `N` appears only inside a compound dim: a call cannot bind it.
+    #[tensor_fn]
+    pub fn shifted(x: Tensor![f32; N + 1]) -> Tensor![f32; N + 1] {
+        x
+    }
+
+    #[tensor_fn]
+    pub fn caller(x: Tensor![f32; M]) -> Tensor![f32; M] {
+        shifted(x)
+    }
+}
+
+fn main() {}

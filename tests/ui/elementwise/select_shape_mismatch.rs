@@ -1,0 +1,8 @@
+use tc::{tensor_fn, Tensor};
+
+#[tensor_fn]
+pub fn f(c: Tensor![bool; N], a: Tensor![f32; N], b: Tensor![f32; M]) -> Tensor![f32; N] {
+    select(c, a, b)
+}
+
+fn main() {}

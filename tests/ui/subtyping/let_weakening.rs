@@ -1,0 +1,10 @@
+use tc::{tensor_fn, Tensor};
+
+// Section 3 §8.2: B >= 1 does not imply B >= 16.
+#[tensor_fn]
+pub fn f(x: Tensor![f32; B, S]) -> Tensor![f32; B, S] {
+    let y: Tensor![f32; B, S where B >= 16] = relu(x);
+    y
+}
+
+fn main() {}

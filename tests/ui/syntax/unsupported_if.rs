@@ -1,0 +1,9 @@
+use tc::{tensor_fn, Tensor};
+
+#[tensor_fn]
+pub fn f(x: Tensor![f32; B, S]) -> Tensor![f32; B, S] {
+    let y = if true { relu(x) } else { x };
+    y
+}
+
+fn main() {}

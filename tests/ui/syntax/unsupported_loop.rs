@@ -1,0 +1,9 @@
+use tc::{tensor_fn, Tensor};
+
+#[tensor_fn]
+pub fn f(x: Tensor![f32; N]) -> Tensor![f32; N] {
+    for _ in 0..3 {}
+    x
+}
+
+fn main() {}
