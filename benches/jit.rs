@@ -21,7 +21,16 @@ use tc_runtime::contract::Arg;
 use tc_runtime::Tensor;
 
 fn tt(dt: Dtype, dims: &[&str]) -> Type {
-    Type::tensor(dt, dims.iter().map(|d| d.parse::<i64>().map(Dim::c).unwrap_or_else(|_| Dim::var(*d))).collect())
+    Type::tensor(
+        dt,
+        dims.iter()
+            .map(|d| {
+                d.parse::<i64>()
+                    .map(Dim::c)
+                    .unwrap_or_else(|_| Dim::var(*d))
+            })
+            .collect(),
+    )
 }
 
 fn quick() -> bool {
@@ -35,7 +44,11 @@ struct Peer<'a> {
 }
 
 fn peer<'a>(name: &str, f: impl FnMut() + 'a) -> Peer<'a> {
-    Peer { name: name.to_string(), f: Box::new(f), times: Vec::new() }
+    Peer {
+        name: name.to_string(),
+        f: Box::new(f),
+        times: Vec::new(),
+    }
 }
 
 /// Run every peer once per round, interleaved; print medians and ratios
@@ -64,7 +77,11 @@ fn table(title: &str, rounds: usize, mut peers: Vec<Peer>) -> Vec<(String, f64)>
     for (p, m) in peers.iter().zip(&med) {
         println!("| {} | {} | {:.2}× |", p.name, fmt(*m), m / med[0]);
     }
-    peers.iter().zip(med).map(|(p, m)| (p.name.clone(), m)).collect()
+    peers
+        .iter()
+        .zip(med)
+        .map(|(p, m)| (p.name.clone(), m))
+        .collect()
 }
 
 fn fmt(s: f64) -> String {
@@ -90,7 +107,13 @@ fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn jit(threads: usize) -> Jit {
-    Jit::new(CacheConfig { options: JitOptions { threads, ..Default::default() }, ..Default::default() })
+    Jit::new(CacheConfig {
+        options: JitOptions {
+            threads,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -110,8 +133,15 @@ fn fused_fn() -> Function {
 fn bench_fused(c: &mut Criterion) {
     let n = 16 << 20;
     let (av, bv, cv) = (rand_vec(n, 1), rand_vec(n, 2), rand_vec(n, 3));
-    let (a, b, cc) = (Array1::from(av.clone()), Array1::from(bv.clone()), Array1::from(cv.clone()));
-    let args: Vec<Arg> = [&av, &bv, &cv].iter().map(|v| Tensor::from_slice(&[n], v).unwrap().into()).collect();
+    let (a, b, cc) = (
+        Array1::from(av.clone()),
+        Array1::from(bv.clone()),
+        Array1::from(cv.clone()),
+    );
+    let args: Vec<Arg> = [&av, &bv, &cv]
+        .iter()
+        .map(|v| Tensor::from_slice(&[n], v).unwrap().into())
+        .collect();
     let f = fused_fn();
     let (j1, jp) = (jit(1), jit(0));
     let rounds = if quick() { 5 } else { 15 };
@@ -129,7 +159,12 @@ fn bench_fused(c: &mut Criterion) {
                 black_box(((&a * &b) + &cc).mapv_into(|x| x.max(0.0)));
             }),
             peer("ndarray Zip", || {
-                black_box(Zip::from(&a).and(&b).and(&cc).map_collect(|&x, &y, &z| (x * y + z).max(0.0)));
+                black_box(
+                    Zip::from(&a)
+                        .and(&b)
+                        .and(&cc)
+                        .map_collect(|&x, &y, &z| (x * y + z).max(0.0)),
+                );
             }),
             peer("plain Rust loop", || {
                 let mut out = Vec::with_capacity(n);
@@ -140,7 +175,9 @@ fn bench_fused(c: &mut Criterion) {
             }),
         ],
     );
-    c.bench_function("tc fused relu(a*b+c) 16M", |bch| bch.iter(|| black_box(j1.call(&f, &args, &|_| None).unwrap())));
+    c.bench_function("tc fused relu(a*b+c) 16M", |bch| {
+        bch.iter(|| black_box(j1.call(&f, &args, &|_| None).unwrap()))
+    });
 }
 
 fn softmax_fn() -> Function {
@@ -148,11 +185,21 @@ fn softmax_fn() -> Function {
     let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
     b.returns(tt(Dtype::F32, &["R", "C"]));
     let rc = vec![Dim::var("R"), Dim::var("C")];
-    let m = b.op(Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdims: true, x });
+    let m = b.op(Op::Reduce {
+        op: ReduceOp::Max,
+        axes: vec![1],
+        keepdims: true,
+        x,
+    });
     let mb = b.op(Op::Broadcast(rc.clone(), m));
     let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
     let e = b.op(Op::Unary(UnaryOp::Exp, d));
-    let s = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdims: true, x: e });
+    let s = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![1],
+        keepdims: true,
+        x: e,
+    });
     let sb = b.op(Op::Broadcast(rc, s));
     let r = b.op(Op::Binary(BinaryOp::Div, e, sb));
     b.finish(r)
@@ -199,7 +246,9 @@ fn bench_softmax(c: &mut Criterion) {
             }),
         ],
     );
-    c.bench_function("tc softmax 4096x1024", |bch| bch.iter(|| black_box(j1.call(&f, &args, &|_| None).unwrap())));
+    c.bench_function("tc softmax 4096x1024", |bch| {
+        bch.iter(|| black_box(j1.call(&f, &args, &|_| None).unwrap()))
+    });
 }
 
 fn layernorm_fn() -> Function {
@@ -209,12 +258,27 @@ fn layernorm_fn() -> Function {
     let be = b.param("b", tt(Dtype::F32, &["C"]));
     b.returns(tt(Dtype::F32, &["R", "C"]));
     let rc = vec![Dim::var("R"), Dim::var("C")];
-    let mean = b.op(Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdims: true, x });
+    let mean = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![1],
+        keepdims: true,
+        x,
+    });
     let mb = b.op(Op::Broadcast(rc.clone(), mean));
     let xc = b.op(Op::Binary(BinaryOp::Sub, x, mb));
     let sq = b.op(Op::Binary(BinaryOp::Mul, xc, xc));
-    let var = b.op(Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdims: true, x: sq });
-    let ve = b.op(Op::ScalarBinary { op: BinaryOp::Add, x: var, s: Scalar::Float(1e-5), scalar_left: false });
+    let var = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![1],
+        keepdims: true,
+        x: sq,
+    });
+    let ve = b.op(Op::ScalarBinary {
+        op: BinaryOp::Add,
+        x: var,
+        s: Scalar::Float(1e-5),
+        scalar_left: false,
+    });
     let rs = b.op(Op::Unary(UnaryOp::Rsqrt, ve));
     let rb = b.op(Op::Broadcast(rc.clone(), rs));
     let nrm = b.op(Op::Binary(BinaryOp::Mul, xc, rb));
@@ -270,7 +334,9 @@ fn bench_layernorm(c: &mut Criterion) {
             }),
         ],
     );
-    c.bench_function("tc layernorm 4096x768", |bch| bch.iter(|| black_box(j1.call(&f, &args, &|_| None).unwrap())));
+    c.bench_function("tc layernorm 4096x768", |bch| {
+        bch.iter(|| black_box(j1.call(&f, &args, &|_| None).unwrap()))
+    });
 }
 
 fn matmul_fn() -> Function {
@@ -284,17 +350,36 @@ fn matmul_fn() -> Function {
 
 fn bench_matmul(c: &mut Criterion) {
     let f = matmul_fn();
-    let sizes: &[usize] = if quick() { &[128, 512, 1024] } else { &[128, 256, 512, 1024, 2048] };
+    let sizes: &[usize] = if quick() {
+        &[128, 512, 1024]
+    } else {
+        &[128, 256, 512, 1024, 2048]
+    };
     let mut summary = Vec::new();
     for &threads in &[1usize, 2] {
         let j = jit(if threads == 1 { 1 } else { 0 });
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         for &n in sizes {
             let (av, bv) = (rand_vec(n * n, 8), rand_vec(n * n, 9));
-            let (a, b) = (Array2::from_shape_vec((n, n), av.clone()).unwrap(), Array2::from_shape_vec((n, n), bv.clone()).unwrap());
-            let args: Vec<Arg> = vec![Tensor::from_slice(&[n, n], &av).unwrap().into(), Tensor::from_slice(&[n, n], &bv).unwrap().into()];
+            let (a, b) = (
+                Array2::from_shape_vec((n, n), av.clone()).unwrap(),
+                Array2::from_shape_vec((n, n), bv.clone()).unwrap(),
+            );
+            let args: Vec<Arg> = vec![
+                Tensor::from_slice(&[n, n], &av).unwrap().into(),
+                Tensor::from_slice(&[n, n], &bv).unwrap().into(),
+            ];
             let flops = 2.0 * (n as f64).powi(3);
-            let rounds = if n >= 2048 { 3 } else if n >= 1024 { 5 } else { 11 };
+            let rounds = if n >= 2048 {
+                3
+            } else if n >= 1024 {
+                5
+            } else {
+                11
+            };
             let gemm_run = |out: &mut Vec<f32>| unsafe {
                 gemm::gemm(
                     n,
@@ -315,7 +400,11 @@ fn bench_matmul(c: &mut Criterion) {
                     false,
                     false,
                     false,
-                    if threads == 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) },
+                    if threads == 1 {
+                        gemm::Parallelism::None
+                    } else {
+                        gemm::Parallelism::Rayon(threads)
+                    },
                 )
             };
             let mut peers = vec![
@@ -333,21 +422,35 @@ fn bench_matmul(c: &mut Criterion) {
                     black_box(a.dot(&b));
                 }));
             }
-            let res = table(&format!("matmul f32 n = {n}, {threads} thread(s)"), rounds, peers);
+            let res = table(
+                &format!("matmul f32 n = {n}, {threads} thread(s)"),
+                rounds,
+                peers,
+            );
             for (name, t) in &res {
-                summary.push(format!("| {n} | {threads} | {name} | {:.1} |", flops / t / 1e9));
+                summary.push(format!(
+                    "| {n} | {threads} | {name} | {:.1} |",
+                    flops / t / 1e9
+                ));
             }
         }
     }
-    println!("\n### matmul GFLOP/s\n\n| n | threads | peer | GFLOP/s |\n| --- | --- | --- | ---: |");
+    println!(
+        "\n### matmul GFLOP/s\n\n| n | threads | peer | GFLOP/s |\n| --- | --- | --- | ---: |"
+    );
     for l in summary {
         println!("{l}");
     }
     let n = 512;
     let av = rand_vec(n * n, 8);
-    let args: Vec<Arg> = vec![Tensor::from_slice(&[n, n], &av).unwrap().into(), Tensor::from_slice(&[n, n], &av).unwrap().into()];
+    let args: Vec<Arg> = vec![
+        Tensor::from_slice(&[n, n], &av).unwrap().into(),
+        Tensor::from_slice(&[n, n], &av).unwrap().into(),
+    ];
     let j = jit(1);
-    c.bench_function("tc matmul 512", |bch| bch.iter(|| black_box(j.call(&f, &args, &|_| None).unwrap())));
+    c.bench_function("tc matmul 512", |bch| {
+        bch.iter(|| black_box(j.call(&f, &args, &|_| None).unwrap()))
+    });
 }
 
 /// A 10-op fused chain (first-call latency).
@@ -357,13 +460,23 @@ fn chain_fn(k: f64) -> Function {
     let y = b.param("y", tt(Dtype::F32, &["N"]));
     b.returns(tt(Dtype::F32, &["N"]));
     let mut v = b.op(Op::Binary(BinaryOp::Mul, x, y));
-    v = b.op(Op::ScalarBinary { op: BinaryOp::Add, x: v, s: Scalar::Float(k), scalar_left: false });
+    v = b.op(Op::ScalarBinary {
+        op: BinaryOp::Add,
+        x: v,
+        s: Scalar::Float(k),
+        scalar_left: false,
+    });
     v = b.op(Op::Unary(UnaryOp::Tanh, v));
     v = b.op(Op::Binary(BinaryOp::Sub, v, x));
     v = b.op(Op::Unary(UnaryOp::Exp, v));
     v = b.op(Op::Binary(BinaryOp::Max, v, y));
     v = b.op(Op::Unary(UnaryOp::Sqrt, v));
-    v = b.op(Op::ScalarBinary { op: BinaryOp::Mul, x: v, s: Scalar::Float(0.5), scalar_left: false });
+    v = b.op(Op::ScalarBinary {
+        op: BinaryOp::Mul,
+        x: v,
+        s: Scalar::Float(0.5),
+        scalar_left: false,
+    });
     v = b.op(Op::Unary(UnaryOp::Relu, v));
     v = b.op(Op::Binary(BinaryOp::Add, v, x));
     b.finish(v)
@@ -373,7 +486,10 @@ fn bench_latency(c: &mut Criterion) {
     // First call: IR → callable kernel (planning, IR text, parse, O3, MCJIT).
     let n = 1024;
     let xs = rand_vec(n, 10);
-    let args: Vec<Arg> = vec![Tensor::from_slice(&[n], &xs).unwrap().into(), Tensor::from_slice(&[n], &xs).unwrap().into()];
+    let args: Vec<Arg> = vec![
+        Tensor::from_slice(&[n], &xs).unwrap().into(),
+        Tensor::from_slice(&[n], &xs).unwrap().into(),
+    ];
     let mut times = Vec::new();
     for i in 0..if quick() { 5 } else { 11 } {
         let f = chain_fn(1.0 + i as f64); // a new function each time: never a cache hit
@@ -391,7 +507,9 @@ fn bench_latency(c: &mut Criterion) {
     b.returns(tt(Dtype::F32, &["N"]));
     let r = b.op(Op::Unary(UnaryOp::Relu, x));
     let f = b.finish(r);
-    let tiny: Vec<Arg> = vec![Tensor::from_slice(&[4], &[1f32, -2.0, 3.0, -4.0]).unwrap().into()];
+    let tiny: Vec<Arg> = vec![Tensor::from_slice(&[4], &[1f32, -2.0, 3.0, -4.0])
+        .unwrap()
+        .into()];
     let j = jit(0);
     let reps = 10_000;
     let res = table(
@@ -410,23 +528,41 @@ fn bench_latency(c: &mut Criterion) {
             }),
             peer("plain Rust (Vec)", || {
                 for _ in 0..reps {
-                    let v: Vec<f32> = black_box([1f32, -2.0, 3.0, -4.0]).iter().map(|x| x.max(0.0)).collect();
+                    let v: Vec<f32> = black_box([1f32, -2.0, 3.0, -4.0])
+                        .iter()
+                        .map(|x| x.max(0.0))
+                        .collect();
                     black_box(v);
                 }
             }),
         ],
     );
-    println!("\ncache-hit call overhead: {} per call", fmt(res[0].1 / reps as f64));
+    println!(
+        "\ncache-hit call overhead: {} per call",
+        fmt(res[0].1 / reps as f64)
+    );
     let s = j.stats();
     println!("cache stats: {s:?}");
-    c.bench_function("tc cache hit tiny", |bch| bch.iter(|| black_box(j.call(&f, &tiny, &|_| None).unwrap())));
+    c.bench_function("tc cache hit tiny", |bch| {
+        bch.iter(|| black_box(j.call(&f, &tiny, &|_| None).unwrap()))
+    });
 
     // Generic vs specialised kernels (recompile-storm policy).
     let big = 1 << 20;
     let xs = rand_vec(big, 11);
-    let args: Vec<Arg> = vec![Tensor::from_slice(&[big], &xs).unwrap().into(), Tensor::from_slice(&[big], &xs).unwrap().into()];
+    let args: Vec<Arg> = vec![
+        Tensor::from_slice(&[big], &xs).unwrap().into(),
+        Tensor::from_slice(&[big], &xs).unwrap().into(),
+    ];
     let f = chain_fn(3.0);
-    let generic = Jit::new(CacheConfig { specialize_after: u32::MAX, options: JitOptions { threads: 1, ..Default::default() }, ..Default::default() });
+    let generic = Jit::new(CacheConfig {
+        specialize_after: u32::MAX,
+        options: JitOptions {
+            threads: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
     let special = jit(1);
     table(
         "shape-generic vs σ-specialised kernel (10-op chain, 1M f32, 1 thread)",
@@ -443,7 +579,10 @@ fn bench_latency(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    Criterion::default().sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1))
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
 }
 
 criterion_group! {

@@ -15,6 +15,8 @@ WORK=${MACRO_COST_DIR:-$(mktemp -d /tmp/tc-macro-cost.XXXXXX)}
 export CARGO_TARGET_DIR=${MACRO_COST_TARGET:-$ROOT/target-macro-cost}
 
 mkdir -p "$WORK/src"
+# Same dependency versions as the workspace (so a shared target dir reuses them).
+cp "$ROOT/Cargo.lock" "$WORK/Cargo.lock"
 cat > "$WORK/Cargo.toml" <<TOML
 [package]
 name = "tc-macro-cost"

@@ -46,7 +46,11 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { capacity: 256, specialize_after: 1, options: JitOptions::default() }
+        CacheConfig {
+            capacity: 256,
+            specialize_after: 1,
+            options: JitOptions::default(),
+        }
     }
 }
 
@@ -228,7 +232,13 @@ impl Jit {
                 if cfg.specialize_after <= 1 || seen >= cfg.specialize_after {
                     st.seen.remove(&key);
                     let slot: Slot = Arc::new(OnceLock::new());
-                    st.map.insert(key, Entry { slot: slot.clone(), tick });
+                    st.map.insert(
+                        key,
+                        Entry {
+                            slot: slot.clone(),
+                            tick,
+                        },
+                    );
                     let mut ev = 0;
                     while st.map.len() > cfg.capacity.max(1) {
                         evict_one(&mut st);
@@ -288,7 +298,12 @@ impl Jit {
 }
 
 fn evict_one(st: &mut State) {
-    if let Some(k) = st.map.iter().min_by_key(|(_, e)| e.tick).map(|(k, _)| k.clone()) {
+    if let Some(k) = st
+        .map
+        .iter()
+        .min_by_key(|(_, e)| e.tick)
+        .map(|(k, _)| k.clone())
+    {
         st.map.remove(&k);
     }
 }

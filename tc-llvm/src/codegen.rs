@@ -26,7 +26,7 @@ use tc_core::{Dtype, Sigma};
 use tc_runtime::cast;
 use tc_runtime::elem::Elem;
 
-use crate::plan::{Step, Structure, ValInfo, VKind};
+use crate::plan::{Step, Structure, VKind, ValInfo};
 use crate::rt::{dtype_code, unary_code};
 use crate::{Error, JitOptions};
 
@@ -80,7 +80,12 @@ pub struct ModuleCode {
 }
 
 /// The outer loop extent and the work per outer iteration of a kernel.
-pub fn extent(func: &Function, vals: &[ValInfo], out: Value, shape: &KernelShape) -> (usize, usize) {
+pub fn extent(
+    func: &Function,
+    vals: &[ValInfo],
+    out: Value,
+    shape: &KernelShape,
+) -> (usize, usize) {
     let o = &vals[out.0 as usize];
     match shape {
         KernelShape::Flat => (o.numel(), 1),
@@ -329,7 +334,12 @@ impl<'a> Gen<'a> {
             Scalar::Int(i) => self.elem_const(cast::convert(Elem::I(*i), dt), dt),
             Scalar::Bool(b) => self.elem_const(cast::convert(Elem::B(*b), dt), dt),
             Scalar::Param(p) => {
-                let slot = self.st.slots.iter().position(|x| *x == (*p, dt)).unwrap_or(0);
+                let slot = self
+                    .st
+                    .slots
+                    .iter()
+                    .position(|x| *x == (*p, dt))
+                    .unwrap_or(0);
                 let a = self.pins(format!("getelementptr inbounds i64, i64* %sc, i64 {slot}"));
                 let raw = self.pins(format!("load i64, i64* {a}, align 8"));
                 match cty(dt) {
@@ -351,9 +361,18 @@ impl<'a> Gen<'a> {
         if !self.tables.contains(&dt) {
             self.tables.push(dt);
             let items: Vec<String> = (0..256u16)
-                .map(|b| format!("i32 {}", cast::decode_bits(b, dt).unwrap_or(f32::NAN).to_bits() as i32))
+                .map(|b| {
+                    format!(
+                        "i32 {}",
+                        cast::decode_bits(b, dt).unwrap_or(f32::NAN).to_bits() as i32
+                    )
+                })
                 .collect();
-            let _ = writeln!(self.globals, "{name} = private unnamed_addr constant [256 x i32] [{}], align 64", items.join(", "));
+            let _ = writeln!(
+                self.globals,
+                "{name} = private unnamed_addr constant [256 x i32] [{}], align 64",
+                items.join(", ")
+            );
         }
         name
     }
@@ -409,7 +428,9 @@ impl<'a> Gen<'a> {
             Dtype::F8E4M3 | Dtype::F8E5M2 => {
                 let tab = self.f8_table(dt);
                 let z = self.ins(format!("zext i8 {raw} to i64"));
-                let p = self.ins(format!("getelementptr inbounds [256 x i32], [256 x i32]* {tab}, i64 0, i64 {z}"));
+                let p = self.ins(format!(
+                    "getelementptr inbounds [256 x i32], [256 x i32]* {tab}, i64 0, i64 {z}"
+                ));
                 let b = self.ins(format!("load i32, i32* {p}, align 4"));
                 self.ins(format!("bitcast i32 {b} to float"))
             }
@@ -537,7 +558,17 @@ impl<'a> Gen<'a> {
         let r0 = self.fop("fsub", &xc, &a);
         let b = self.fop("fmul", &n, &c2);
         let r = self.fop("fsub", &r0, &b);
-        let p = self.horner(&r, &[1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
+        let p = self.horner(
+            &r,
+            &[
+                1.987_569_1e-4,
+                1.398_2e-3,
+                8.333_452e-3,
+                4.166_579_6e-2,
+                1.666_666_5e-1,
+                5.000_000_1e-1,
+            ],
+        );
         let r2 = self.fop("fmul", &r, &r);
         let pr2 = self.fop("fmul", &p, &r2);
         let s0 = self.fop("fadd", &pr2, &r);
@@ -637,7 +668,16 @@ impl<'a> Gen<'a> {
     fn fast_tanh(&mut self, x: &str) -> String {
         let ax = self.fcall1("fabs", x);
         let z = self.fop("fmul", x, x);
-        let p = self.horner(&z, &[-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1]);
+        let p = self.horner(
+            &z,
+            &[
+                -5.704_988_7e-3,
+                2.063_908_9e-2,
+                -5.373_971_6e-2,
+                1.333_144_2e-1,
+                -3.333_328_2e-1,
+            ],
+        );
         let pz = self.fop("fmul", &p, &z);
         let pzx = self.fop("fmul", &pz, x);
         let small = self.fop("fadd", &pzx, x);
@@ -651,7 +691,9 @@ impl<'a> Gen<'a> {
         let large = self.fcall2("copysign", &l, x);
         let c = self.fc(0.625);
         let is_small = self.ins(format!("fcmp olt float {ax}, {c}"));
-        self.ins(format!("select i1 {is_small}, float {small}, float {large}"))
+        self.ins(format!(
+            "select i1 {is_small}, float {small}, float {large}"
+        ))
     }
 
     /// Fast f32 `erf`: the rational approximation on [-4, 4] used by Eigen
@@ -675,7 +717,16 @@ impl<'a> Gen<'a> {
             ],
         );
         let px = self.fop("fmul", &p, &xc);
-        let q = self.horner(&x2, &[-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329_2e-3, -1.426_474e-2]);
+        let q = self.horner(
+            &x2,
+            &[
+                -1.456_607_2e-5,
+                -2.133_740_6e-4,
+                -1.682_827e-3,
+                -7.373_329_2e-3,
+                -1.426_474e-2,
+            ],
+        );
         let r = self.fop("fdiv", &px, &q);
         let nan = self.ins(format!("fcmp uno float {x}, {x}"));
         self.ins(format!("select i1 {nan}, float {x}, float {r}"))
@@ -884,7 +935,11 @@ impl<'a> Gen<'a> {
                 let f = self.ins(format!("sitofp {ft} {x} to float"));
                 return self.round(to, &f);
             }
-            let w = if ft == "i64" { x.to_string() } else { self.ins(format!("sext {ft} {x} to i64")) };
+            let w = if ft == "i64" {
+                x.to_string()
+            } else {
+                self.ins(format!("sext {ft} {x} to i64"))
+            };
             let c = dtype_code(to);
             return self.ins(format!("call float @tc_int_to_float(i32 {c}, i64 {w})"));
         }
@@ -945,7 +1000,12 @@ impl<'a> Gen<'a> {
                 let y = self.val(*b, idx);
                 self.binary(*o, odt, &x, &y)
             }
-            Op::ScalarBinary { op, x, s, scalar_left } => {
+            Op::ScalarBinary {
+                op,
+                x,
+                s,
+                scalar_left,
+            } => {
                 let odt = self.vals[x.0 as usize].dtype;
                 let a = self.val(*x, idx);
                 let c = self.scalar(s, odt);
@@ -966,7 +1026,11 @@ impl<'a> Gen<'a> {
             Op::Iota(idt, _, axis) => {
                 let d = self.dims_of(v, idx);
                 let k = d[*axis].clone();
-                let kv = if is_lit(&k).is_some() { k } else { self.ins(format!("add i64 {k}, 0")) };
+                let kv = if is_lit(&k).is_some() {
+                    k
+                } else {
+                    self.ins(format!("add i64 {k}, 0"))
+                };
                 self.cast(Dtype::I64, *idt, &kv)
             }
             Op::Reshape(_, x) => {
@@ -977,7 +1041,13 @@ impl<'a> Gen<'a> {
                         self.ravel(v, &d)
                     }
                 };
-                self.val(*x, &Idx { dims: None, lin: Some(lin) })
+                self.val(
+                    *x,
+                    &Idx {
+                        dims: None,
+                        lin: Some(lin),
+                    },
+                )
             }
             Op::Transpose(perm, x) => {
                 let d = self.dims_of(v, idx);
@@ -985,7 +1055,13 @@ impl<'a> Gen<'a> {
                 for (j, &p) in perm.iter().enumerate() {
                     src[p] = d[j].clone();
                 }
-                self.val(*x, &Idx { dims: Some(src), lin: None })
+                self.val(
+                    *x,
+                    &Idx {
+                        dims: Some(src),
+                        lin: None,
+                    },
+                )
             }
             Op::Broadcast(_, x) => {
                 let d = self.dims_of(v, idx);
@@ -1004,13 +1080,25 @@ impl<'a> Gen<'a> {
                     };
                     src.push(s);
                 }
-                self.val(*x, &Idx { dims: Some(src), lin: None })
+                self.val(
+                    *x,
+                    &Idx {
+                        dims: Some(src),
+                        lin: None,
+                    },
+                )
             }
             Op::Slice { axis, x, .. } => {
                 let mut d = self.dims_of(v, idx);
                 let s = self.q(QKey::SliceStart(v.0));
                 d[*axis] = self.badd(&d[*axis], &s);
-                self.val(*x, &Idx { dims: Some(d), lin: None })
+                self.val(
+                    *x,
+                    &Idx {
+                        dims: Some(d),
+                        lin: None,
+                    },
+                )
             }
             Op::Concat(axis, xs) => {
                 let d = self.dims_of(v, idx);
@@ -1029,7 +1117,13 @@ impl<'a> Gen<'a> {
                     let l1 = self.ins(format!("select i1 {big}, i64 {last}, i64 {l0}"));
                     let mut sd = d.clone();
                     sd[*axis] = l1;
-                    let e = self.val(*x, &Idx { dims: Some(sd), lin: None });
+                    let e = self.val(
+                        *x,
+                        &Idx {
+                            dims: Some(sd),
+                            lin: None,
+                        },
+                    );
                     let end = self.padd(&off, &dk);
                     parts.push((e, end.clone()));
                     off = end;
@@ -1087,7 +1181,11 @@ impl<'a> Gen<'a> {
         }
         let op = &self.func.body[i - self.np].op;
         match op {
-            Op::Broadcast(..) | Op::Transpose(..) | Op::Slice { .. } | Op::Concat(..) | Op::Iota(..) => false,
+            Op::Broadcast(..)
+            | Op::Transpose(..)
+            | Op::Slice { .. }
+            | Op::Concat(..)
+            | Op::Iota(..) => false,
             Op::Reduce { .. } | Op::ArgReduce { .. } => false,
             _ => op.operands().iter().all(|o| self.is_flat(*o, false)),
         }
@@ -1122,18 +1220,31 @@ impl<'a> Gen<'a> {
         let func = self.func;
         let op = &func.body[out.0 as usize - np].op;
         let shape = match op {
-            Op::Reduce { op: rop, axes, keepdims, x } => {
+            Op::Reduce {
+                op: rop,
+                axes,
+                keepdims,
+                x,
+            } => {
                 self.reduce_body(out, *rop, axes, *keepdims, *x);
                 KernelShape::Reduce
             }
-            Op::ArgReduce { max, axis, keepdims, x } => {
+            Op::ArgReduce {
+                max,
+                axis,
+                keepdims,
+                x,
+            } => {
                 self.argreduce_body(out, *max, *axis, *keepdims, *x);
                 KernelShape::Reduce
             }
             _ => {
                 if self.is_flat(out, true) {
                     let (o, l) = self.loop_begin("%start", "%end");
-                    let idx = Idx { dims: None, lin: Some(o.clone()) };
+                    let idx = Idx {
+                        dims: None,
+                        lin: Some(o.clone()),
+                    };
                     let x = self.val_root(out, &idx);
                     self.store(out, &o, &x);
                     self.loop_end(l);
@@ -1142,7 +1253,10 @@ impl<'a> Gen<'a> {
                     let r = self.vals[out.0 as usize].shape.len();
                     let (o, l) = self.loop_begin("%start", "%end");
                     if r == 0 {
-                        let idx = Idx { dims: Some(vec![]), lin: Some("0".into()) };
+                        let idx = Idx {
+                            dims: Some(vec![]),
+                            lin: Some("0".into()),
+                        };
                         let x = self.val_root(out, &idx);
                         self.store(out, "0", &x);
                     } else {
@@ -1163,7 +1277,10 @@ impl<'a> Gen<'a> {
                         let (j, l2) = self.loop_begin("0", &inner);
                         dims[r - 1] = j.clone();
                         let lin = self.badd(&base, &j);
-                        let idx = Idx { dims: Some(dims), lin: Some(lin.clone()) };
+                        let idx = Idx {
+                            dims: Some(dims),
+                            lin: Some(lin.clone()),
+                        };
                         let x = self.val_root(out, &idx);
                         self.store(out, &lin, &x);
                         self.loop_end(l2);
@@ -1186,7 +1303,14 @@ impl<'a> Gen<'a> {
         r
     }
 
-    fn out_to_in(&mut self, out: Value, x: Value, red: &[usize], keepdims: bool, o: &str) -> Vec<String> {
+    fn out_to_in(
+        &mut self,
+        out: Value,
+        x: Value,
+        red: &[usize],
+        keepdims: bool,
+        o: &str,
+    ) -> Vec<String> {
         let od = self.unravel(out, o);
         let r = self.vals[x.0 as usize].shape.len();
         let mut src = vec![String::new(); r];
@@ -1210,11 +1334,20 @@ impl<'a> Gen<'a> {
         let (o, l) = self.loop_begin("%start", "%end");
         let mut src = self.out_to_in(out, x, axes, keepdims, &o);
         let a = self.label();
+        // Float max/min outside deterministic mode: an integer max/min over
+        // order-preserving keys of the bits (vectorizes without fast-math
+        // flags; NaN is tracked separately, and a ±0 tie may pick either sign).
+        let keyed = dt.is_float()
+            && matches!(rop, ReduceOp::Max | ReduceOp::Min)
+            && !self.opts.deterministic;
+        let ty = if keyed { "i32" } else { ty };
         let _ = writeln!(self.pre, "  %acc{a} = alloca {ty}, align 8");
         let _ = writeln!(self.pre, "  %nan{a} = alloca i1, align 1");
         let init = match (rop, dt.is_float()) {
             (ReduceOp::Sum | ReduceOp::Mean, true) => self.fc(0.0),
             (ReduceOp::Prod, true) => self.fc(1.0),
+            (ReduceOp::Max, true) if keyed => float_key(f32::NEG_INFINITY).to_string(),
+            (ReduceOp::Min, true) if keyed => float_key(f32::INFINITY).to_string(),
             (ReduceOp::Max, true) => self.fc(f32::NEG_INFINITY),
             (ReduceOp::Min, true) => self.fc(f32::INFINITY),
             (ReduceOp::Sum, false) => "0".into(),
@@ -1234,15 +1367,45 @@ impl<'a> Gen<'a> {
             src[ax] = iv;
             ls.push(li);
         }
-        let e = self.val(x, &Idx { dims: Some(src.clone()), lin: None });
+        let e = self.val(
+            x,
+            &Idx {
+                dims: Some(src.clone()),
+                lin: None,
+            },
+        );
         let acc = self.ins(format!("load {ty}, {ty}* %acc{a}"));
         // Deterministic mode: the interpreter's sequential order (no reassociation).
-        let ra = if self.opts.deterministic { "" } else { "reassoc " };
+        let ra = if self.opts.deterministic {
+            ""
+        } else {
+            "reassoc "
+        };
         let nacc = match (rop, dt.is_float()) {
-            (ReduceOp::Sum | ReduceOp::Mean, true) => self.ins(format!("fadd {ra}float {acc}, {e}")),
+            (ReduceOp::Sum | ReduceOp::Mean, true) => {
+                self.ins(format!("fadd {ra}float {acc}, {e}"))
+            }
             (ReduceOp::Prod, true) => self.ins(format!("fmul {ra}float {acc}, {e}")),
+            (ReduceOp::Max | ReduceOp::Min, true) if keyed => {
+                let b = self.ins(format!("bitcast float {e} to i32"));
+                let sgn = self.ins(format!("ashr i32 {b}, 31"));
+                let msk = self.ins(format!("and i32 {sgn}, 2147483647"));
+                let key = self.ins(format!("xor i32 {b}, {msk}"));
+                let cmp = if rop == ReduceOp::Max { "sgt" } else { "slt" };
+                let c = self.ins(format!("icmp {cmp} i32 {key}, {acc}"));
+                let m = self.ins(format!("select i1 {c}, i32 {key}, i32 {acc}"));
+                let isn = self.ins(format!("fcmp uno float {e}, {e}"));
+                let old = self.ins(format!("load i1, i1* %nan{a}"));
+                let nn = self.ins(format!("or i1 {old}, {isn}"));
+                self.e(format!("store i1 {nn}, i1* %nan{a}"));
+                m
+            }
             (ReduceOp::Max | ReduceOp::Min, true) => {
-                let name = if rop == ReduceOp::Max { "maxnum" } else { "minnum" };
+                let name = if rop == ReduceOp::Max {
+                    "maxnum"
+                } else {
+                    "minnum"
+                };
                 let m = self.fcall2(name, &acc, &e);
                 let isn = self.ins(format!("fcmp uno float {e}, {e}"));
                 let old = self.ins(format!("load i1, i1* %nan{a}"));
@@ -1268,6 +1431,13 @@ impl<'a> Gen<'a> {
             self.loop_end(li);
         }
         let mut res = self.ins(format!("load {ty}, {ty}* %acc{a}"));
+        if keyed {
+            // The key map is an involution: key(key(b)) = b.
+            let sgn = self.ins(format!("ashr i32 {res}, 31"));
+            let msk = self.ins(format!("and i32 {sgn}, 2147483647"));
+            let b = self.ins(format!("xor i32 {res}, {msk}"));
+            res = self.ins(format!("bitcast i32 {b} to float"));
+        }
         if dt.is_float() {
             if matches!(rop, ReduceOp::Max | ReduceOp::Min) {
                 let nn = self.ins(format!("load i1, i1* %nan{a}"));
@@ -1300,13 +1470,25 @@ impl<'a> Gen<'a> {
         let _ = writeln!(self.pre, "  %bv{a} = alloca {ty}, align 8");
         let _ = writeln!(self.pre, "  %bi{a} = alloca i64, align 8");
         src[axis] = "0".into();
-        let first = self.val(x, &Idx { dims: Some(src.clone()), lin: None });
+        let first = self.val(
+            x,
+            &Idx {
+                dims: Some(src.clone()),
+                lin: None,
+            },
+        );
         self.e(format!("store {ty} {first}, {ty}* %bv{a}"));
         self.e(format!("store i64 0, i64* %bi{a}"));
         let d = self.dim(x, axis);
         let (iv, li) = self.loop_begin("1", &d);
         src[axis] = iv.clone();
-        let e = self.val(x, &Idx { dims: Some(src), lin: None });
+        let e = self.val(
+            x,
+            &Idx {
+                dims: Some(src),
+                lin: None,
+            },
+        );
         let bv = self.ins(format!("load {ty}, {ty}* %bv{a}"));
         // Ties keep the first index; NaN beats every number (first NaN wins).
         let better = if dt.is_float() {
@@ -1352,7 +1534,10 @@ impl<'a> Gen<'a> {
         );
         let mut args = Vec::new();
         for k in 0..params.len() {
-            let _ = writeln!(f, "  %pa{k} = getelementptr inbounds i8*, i8** %bufs, i64 {k}");
+            let _ = writeln!(
+                f,
+                "  %pa{k} = getelementptr inbounds i8*, i8** %bufs, i64 {k}"
+            );
             let _ = writeln!(f, "  %p{k} = load i8*, i8** %pa{k}, align 8");
             args.push(format!("i8* %p{k}"));
         }
@@ -1363,6 +1548,12 @@ impl<'a> Gen<'a> {
         );
         self.globals.push_str(&f);
     }
+}
+
+/// Order-preserving signed-integer key of a float's bits (−0 < +0).
+fn float_key(x: f32) -> i32 {
+    let b = x.to_bits() as i32;
+    b ^ ((b >> 31) & 0x7FFF_FFFF)
 }
 
 fn int_min(dt: Dtype) -> i64 {
@@ -1447,5 +1638,10 @@ pub fn gen_module(
     ir.push('\n');
     ir.push_str(&g.globals);
     ir.push_str(&attributes());
-    Ok(ModuleCode { ir, exports, shapes, qkeys: g.qkeys })
+    Ok(ModuleCode {
+        ir,
+        exports,
+        shapes,
+        qkeys: g.qkeys,
+    })
 }

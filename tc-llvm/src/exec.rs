@@ -12,7 +12,7 @@ use tc_runtime::{cast, Tensor};
 
 use crate::codegen::{self, extent, KernelShape, QKey};
 use crate::jit::JitModule;
-use crate::plan::{self, Step, Structure, ValInfo, VKind};
+use crate::plan::{self, Step, Structure, VKind, ValInfo};
 use crate::{Error, JitOptions};
 
 /// Below this many elements of work a kernel runs on the calling thread:
@@ -60,7 +60,8 @@ pub fn compile_with<'f>(
     generic: bool,
 ) -> Result<CompiledFn, Error> {
     let t0 = std::time::Instant::now();
-    tc_core::ir::verify(func).map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
+    tc_core::ir::verify(func)
+        .map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
     let (vals, sigma_ext) = plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?;
     let st = plan::structure(func);
     let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
@@ -70,7 +71,9 @@ pub fn compile_with<'f>(
         let m = JitModule::compile(&code.ir, &crate::rt::symbols(), &code.exports)?;
         let mut ks = Vec::new();
         for (i, name) in code.exports.iter().enumerate() {
-            let a = m.addr(name).ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
+            let a = m
+                .addr(name)
+                .ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
             // SAFETY: every `k{id}` is defined with the `KernelFn` signature (codegen::finish_fn).
             let f: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(a) };
             ks.push((f, code.shapes[i].clone()));
@@ -140,12 +143,19 @@ impl CompiledFn {
     }
 
     /// Bind the contract and run, resolving calls through `resolve`.
-    pub fn run_with<'f>(&self, args: &[Arg], resolve: &dyn Fn(&str) -> Option<&'f Function>) -> Result<Tensor, tc_runtime::Error> {
+    pub fn run_with<'f>(
+        &self,
+        args: &[Arg],
+        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&self.func.sig, args)?;
         if !self.generic && bound.sigma != self.sigma {
             return Err(tc_runtime::Error::Op {
                 op: format!("compiled `{}`", self.func.sig.name),
-                message: format!("compiled for σ = {:?}, called with σ = {:?}", self.sigma, bound.sigma),
+                message: format!(
+                    "compiled for σ = {:?}, called with σ = {:?}",
+                    self.sigma, bound.sigma
+                ),
             });
         }
         self.exec(&bound, args, resolve)
@@ -209,7 +219,10 @@ impl CompiledFn {
                         list.push(ptrs[v.0 as usize]);
                     }
                     let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
-                    let serial = threads == 1 || o.dtype == Dtype::I4 || outer < 2 || outer.saturating_mul(work.max(1)) < PAR_MIN_WORK;
+                    let serial = threads == 1
+                        || o.dtype == Dtype::I4
+                        || outer < 2
+                        || outer.saturating_mul(work.max(1)) < PAR_MIN_WORK;
                     // SAFETY: buffers hold the storage of their planned shapes; chunks are disjoint.
                     unsafe {
                         if serial {
@@ -219,7 +232,11 @@ impl CompiledFn {
                         } else {
                             let nt = rayon::current_num_threads().max(1);
                             let chunks = (nt * 4).min(outer);
-                            let align = if matches!(shape, KernelShape::Flat) { 64 } else { 1 };
+                            let align = if matches!(shape, KernelShape::Flat) {
+                                64
+                            } else {
+                                1
+                            };
                             let bound_at = |c: usize| -> usize {
                                 if c >= chunks {
                                     outer
@@ -245,13 +262,29 @@ impl CompiledFn {
                     let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
                     // SAFETY: operand buffers hold their planned shapes.
                     unsafe {
-                        crate::matmul::matmul(o.dtype, ptrs[a.0 as usize], ptrs[b.0 as usize], buf.as_mut_ptr(), sa, sb, threads)
-                            .map_err(|e| tc_runtime::Error::Op { op: "matmul".into(), message: e.to_string() })?;
+                        crate::matmul::matmul(
+                            o.dtype,
+                            ptrs[a.0 as usize],
+                            ptrs[b.0 as usize],
+                            buf.as_mut_ptr(),
+                            sa,
+                            sb,
+                            threads,
+                        )
+                        .map_err(|e| tc_runtime::Error::Op {
+                            op: "matmul".into(),
+                            message: e.to_string(),
+                        })?;
                     }
                     owned_bufs[out.0 as usize] = Some(buf);
                 }
-                Step::Call { out, name, args: cargs } => {
-                    let callee = resolve(name).ok_or_else(|| tc_runtime::Error::UnknownFunction(name.clone()))?;
+                Step::Call {
+                    out,
+                    name,
+                    args: cargs,
+                } => {
+                    let callee = resolve(name)
+                        .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.clone()))?;
                     let mut call_args = Vec::with_capacity(cargs.len());
                     for v in cargs {
                         call_args.push(self.arg_of(*v, vals, &ptrs, args, bound)?);
@@ -271,19 +304,31 @@ impl CompiledFn {
                 _ => Err(tc_runtime::Error::Malformed("return of a scalar".into())),
             },
             _ => {
-                let buf = owned_bufs[ret.0 as usize]
-                    .take()
-                    .ok_or_else(|| tc_runtime::Error::Malformed("returned value was not computed".into()))?;
+                let buf = owned_bufs[ret.0 as usize].take().ok_or_else(|| {
+                    tc_runtime::Error::Malformed("returned value was not computed".into())
+                })?;
+                // `from_raw` copies the bytes into the tensor's word storage: one
+                // extra pass over the output. A zero-copy constructor in
+                // tc-runtime (e.g. `Tensor::from_words`) would remove it.
                 Tensor::from_raw(rv.dtype, &rv.shape, buf)
             }
         }
     }
 
-    fn arg_of(&self, v: Value, vals: &[ValInfo], ptrs: &[*mut u8], args: &[Arg], bound: &Bound) -> Result<Arg, tc_runtime::Error> {
+    fn arg_of(
+        &self,
+        v: Value,
+        vals: &[ValInfo],
+        ptrs: &[*mut u8],
+        args: &[Arg],
+        bound: &Bound,
+    ) -> Result<Arg, tc_runtime::Error> {
         let info = &vals[v.0 as usize];
         match info.kind {
             VKind::TensorParam(i) | VKind::ScalarParam(i) if (v.0 as usize) < args.len() => {
-                if let (VKind::ScalarParam(_), Some(Some((e, _)))) = (&info.kind, bound.scalars.get(i)) {
+                if let (VKind::ScalarParam(_), Some(Some((e, _)))) =
+                    (&info.kind, bound.scalars.get(i))
+                {
                     return Ok(Arg::Scalar(*e));
                 }
                 Ok(args[i].clone())
@@ -291,8 +336,13 @@ impl CompiledFn {
             _ => {
                 let nbytes = info.dtype.storage_bytes(info.numel());
                 // SAFETY: the buffer of a computed value holds `nbytes` bytes.
-                let bytes = unsafe { std::slice::from_raw_parts(ptrs[v.0 as usize], nbytes) }.to_vec();
-                Ok(Arg::Tensor(Tensor::from_raw(info.dtype, &info.shape, bytes)?))
+                let bytes =
+                    unsafe { std::slice::from_raw_parts(ptrs[v.0 as usize], nbytes) }.to_vec();
+                Ok(Arg::Tensor(Tensor::from_raw(
+                    info.dtype,
+                    &info.shape,
+                    bytes,
+                )?))
             }
         }
     }

@@ -165,7 +165,11 @@ impl JitModule {
     /// Compile `ir`; `symbols` maps declared external functions to addresses
     /// (`ExecutionEngine::add_global_mapping`); `exports` are the functions
     /// whose addresses are wanted.
-    pub fn compile(ir: &str, symbols: &[(&str, usize)], exports: &[String]) -> Result<JitModule, Error> {
+    pub fn compile(
+        ir: &str,
+        symbols: &[(&str, usize)],
+        exports: &[String],
+    ) -> Result<JitModule, Error> {
         let t0 = Instant::now();
         host();
         let ctx: &'static Context = Box::leak(Box::new(Context::create()));

@@ -77,7 +77,11 @@ pub struct JitOptions {
 
 impl Default for JitOptions {
     fn default() -> Self {
-        JitOptions { fast_math: true, deterministic: false, threads: 0 }
+        JitOptions {
+            fast_math: true,
+            deterministic: false,
+            threads: 0,
+        }
     }
 }
 

@@ -49,13 +49,17 @@ pub fn ukernel_ir(vw: usize) -> String {
     let nr = 2 * vw;
     let v = format!("<{vw} x float>");
     let mut s = String::new();
-    s.push_str(&format!("declare {v} @llvm.fma.v{vw}f32({v}, {v}, {v})\n\n"));
+    s.push_str(&format!(
+        "declare {v} @llvm.fma.v{vw}f32({v}, {v}, {v})\n\n"
+    ));
     s.push_str(&format!(
         "define void @ukr(i64 %kc, float* noalias nocapture readonly %a, float* noalias nocapture readonly %b, float* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n"
     ));
     for i in 0..MR {
         for j in 0..2 {
-            s.push_str(&format!("  %acc{i}_{j} = phi {v} [zeroinitializer, %entry], [%n{i}_{j}, %loop]\n"));
+            s.push_str(&format!(
+                "  %acc{i}_{j} = phi {v} [zeroinitializer, %entry], [%n{i}_{j}, %loop]\n"
+            ));
         }
     }
     s.push_str(&format!("  %bo = mul i64 %k, {nr}\n"));
@@ -93,13 +97,21 @@ pub fn ukernel_ir(vw: usize) -> String {
 fn micro() -> Result<&'static Micro, Error> {
     static M: OnceLock<Result<Micro, String>> = OnceLock::new();
     let r = M.get_or_init(|| {
-        let vw = if crate::jit::host().has_avx512() { 16 } else { 8 };
+        let vw = if crate::jit::host().has_avx512() {
+            16
+        } else {
+            8
+        };
         let ir = ukernel_ir(vw);
         let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
         let a = m.addr("ukr").ok_or("ukr missing")?;
         // SAFETY: `ukr` has exactly the `Ukr` signature (see `ukernel_ir`).
         let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
-        Ok(Micro { _module: m, f, nr: 2 * vw })
+        Ok(Micro {
+            _module: m,
+            f,
+            nr: 2 * vw,
+        })
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
@@ -142,7 +154,15 @@ impl View {
 ///
 /// # Safety
 /// The views must be valid for the given extents and `c` for `m·n` floats.
-pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: View, b: View, c: *mut f32, threads: usize) -> Result<(), Error> {
+pub unsafe fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View,
+    b: View,
+    c: *mut f32,
+    threads: usize,
+) -> Result<(), Error> {
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -154,8 +174,16 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: View, b: View, c: *mut f32,
     let nr = mk.nr;
     let ukr = mk.f;
     let par = threads != 1 && (m * n * k) >= (1 << 18);
-    let nthreads = if par { rayon::current_num_threads().max(1) } else { 1 };
-    let mc = if nthreads > 1 { MC.min((m.div_ceil(nthreads)).div_ceil(MR) * MR) } else { MC };
+    let nthreads = if par {
+        rayon::current_num_threads().max(1)
+    } else {
+        1
+    };
+    let mc = if nthreads > 1 {
+        MC.min((m.div_ceil(nthreads)).div_ceil(MR) * MR)
+    } else {
+        MC
+    };
     let cp = SendPtr(c);
     let mut bp: Vec<f32> = Vec::new();
     for jc in (0..n).step_by(NC) {
@@ -175,9 +203,13 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: View, b: View, c: *mut f32,
                 }
             };
             if par {
-                bp.par_chunks_mut(kc * nr).enumerate().for_each(|(q, d)| pack_b(q, d));
+                bp.par_chunks_mut(kc * nr)
+                    .enumerate()
+                    .for_each(|(q, d)| pack_b(q, d));
             } else {
-                bp.chunks_mut(kc * nr).enumerate().for_each(|(q, d)| pack_b(q, d));
+                bp.chunks_mut(kc * nr)
+                    .enumerate()
+                    .for_each(|(q, d)| pack_b(q, d));
             }
             let bpr = &bp;
             let accum = (pc > 0) as i64;
@@ -189,7 +221,8 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: View, b: View, c: *mut f32,
                     for kk in 0..kc {
                         for r in 0..MR {
                             let row = ic + p * MR + r;
-                            ap[(p * kc + kk) * MR + r] = if row < m { a.at(row, pc + kk) } else { 0.0 };
+                            ap[(p * kc + kk) * MR + r] =
+                                if row < m { a.at(row, pc + kk) } else { 0.0 };
                         }
                     }
                 }
@@ -204,7 +237,14 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: View, b: View, c: *mut f32,
                         let nrows = MR.min(m - row0);
                         let apq = ap.as_ptr().add(p * kc * MR);
                         if nrows == MR && ncols == nr {
-                            ukr(kc as i64, apq, bq, c.0.add(row0 * n + col0), n as i64, accum);
+                            ukr(
+                                kc as i64,
+                                apq,
+                                bq,
+                                c.0.add(row0 * n + col0),
+                                n as i64,
+                                accum,
+                            );
                         } else {
                             ukr(kc as i64, apq, bq, tile.as_mut_ptr(), nr as i64, 0);
                             for r in 0..nrows {
@@ -251,7 +291,15 @@ pub unsafe fn matmul(
         Dtype::F32 => {
             let (a, b, c) = (a as *const f32, b as *const f32, out as *mut f32);
             for p in 0..batch {
-                sgemm(m, n, k, View::new(a.add(p * na), k, 1), View::new(b.add(p * nb), n, 1), c.add(p * nc), threads)?;
+                sgemm(
+                    m,
+                    n,
+                    k,
+                    View::new(a.add(p * na), k, 1),
+                    View::new(b.add(p * nb), n, 1),
+                    c.add(p * nc),
+                    threads,
+                )?;
             }
         }
         d if d.is_float() => {
@@ -326,7 +374,11 @@ pub unsafe fn matmul(
                             _ => {
                                 let byte = out.add(idx / 2);
                                 let nib = (v as u8) & 0xF;
-                                *byte = if idx % 2 == 0 { (*byte & 0xF0) | nib } else { (*byte & 0x0F) | (nib << 4) };
+                                *byte = if idx % 2 == 0 {
+                                    (*byte & 0xF0) | nib
+                                } else {
+                                    (*byte & 0x0F) | (nib << 4)
+                                };
                             }
                         }
                     }

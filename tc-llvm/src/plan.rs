@@ -107,15 +107,23 @@ pub struct Structure {
 }
 
 fn op_err(op: &str, message: String) -> Error {
-    Error::Op { op: op.to_string(), message }
+    Error::Op {
+        op: op.to_string(),
+        message,
+    }
 }
 
 fn eval(d: &Dim, sigma: &Sigma, what: &str) -> Result<usize, Error> {
-    let v = d
-        .eval(sigma)
-        .map_err(|source| Error::Eval { context: what.to_string(), source })?;
+    let v = d.eval(sigma).map_err(|source| Error::Eval {
+        context: what.to_string(),
+        source,
+    })?;
     if v < 0 {
-        return Err(Error::NegativeDim { context: what.to_string(), dim: d.to_string(), value: v });
+        return Err(Error::NegativeDim {
+            context: what.to_string(),
+            dim: d.to_string(),
+            value: v,
+        });
     }
     Ok(v as usize)
 }
@@ -137,10 +145,23 @@ pub fn shapes<'f>(
                     .iter()
                     .map(|d| eval(d, &sigma, &format!("parameter `{}`", p.name)))
                     .collect::<Result<Vec<_>, _>>()?;
-                vals.push(ValInfo { dtype: t.dtype, shape, kind: VKind::TensorParam(i) });
+                vals.push(ValInfo {
+                    dtype: t.dtype,
+                    shape,
+                    kind: VKind::TensorParam(i),
+                });
             }
-            Type::Scalar(dt) => vals.push(ValInfo { dtype: *dt, shape: vec![], kind: VKind::ScalarParam(i) }),
-            _ => return Err(Error::Malformed(format!("parameter `{}` is neither a tensor nor a scalar", p.name))),
+            Type::Scalar(dt) => vals.push(ValInfo {
+                dtype: *dt,
+                shape: vec![],
+                kind: VKind::ScalarParam(i),
+            }),
+            _ => {
+                return Err(Error::Malformed(format!(
+                    "parameter `{}` is neither a tensor nor a scalar",
+                    p.name
+                )))
+            }
         }
     }
     for (ii, inst) in func.body.iter().enumerate() {
@@ -152,12 +173,15 @@ pub fn shapes<'f>(
             sigma.insert(b.name.clone(), *n as i64);
         }
         let get = |v: &Value| -> Result<&ValInfo, Error> {
-            vals.get(v.0 as usize).ok_or_else(|| Error::Malformed(format!("{v} is not defined")))
+            vals.get(v.0 as usize)
+                .ok_or_else(|| Error::Malformed(format!("{v} is not defined")))
         };
         let tensor = |v: &Value| -> Result<&ValInfo, Error> {
             let x = get(v)?;
             if let VKind::ScalarParam(_) = x.kind {
-                return Err(Error::Malformed(format!("{v} is a scalar where a tensor is needed")));
+                return Err(Error::Malformed(format!(
+                    "{v} is a scalar where a tensor is needed"
+                )));
             }
             Ok(x)
         };
@@ -173,10 +197,18 @@ pub fn shapes<'f>(
             Op::Binary(o, a, b) => {
                 let (a, b) = (tensor(a)?, tensor(b)?);
                 if a.dtype != b.dtype || !o.admits(a.dtype) {
-                    return Err(Error::Malformed(format!("{} at {} and {}", o.name(), a.dtype, b.dtype)));
+                    return Err(Error::Malformed(format!(
+                        "{} at {} and {}",
+                        o.name(),
+                        a.dtype,
+                        b.dtype
+                    )));
                 }
                 if a.shape != b.shape {
-                    return Err(op_err(o.name(), format!("operand shapes {:?} and {:?} differ", a.shape, b.shape)));
+                    return Err(op_err(
+                        o.name(),
+                        format!("operand shapes {:?} and {:?} differ", a.shape, b.shape),
+                    ));
                 }
                 (o.result_dtype(a.dtype), a.shape.clone())
             }
@@ -193,7 +225,10 @@ pub fn shapes<'f>(
                     return Err(Error::Malformed("select operand dtypes".into()));
                 }
                 if a.shape != b.shape || c.shape != a.shape {
-                    return Err(op_err("select", format!("shapes {:?}, {:?}, {:?}", c.shape, a.shape, b.shape)));
+                    return Err(op_err(
+                        "select",
+                        format!("shapes {:?}, {:?}, {:?}", c.shape, a.shape, b.shape),
+                    ));
                 }
                 (a.dtype, a.shape.clone())
             }
@@ -203,38 +238,78 @@ pub fn shapes<'f>(
                 if a.dtype != b.dtype || !a.dtype.is_numeric() {
                     return Err(Error::Malformed("matmul operand dtypes".into()));
                 }
-                if r < 2 || b.shape.len() != r || a.shape[..r - 2] != b.shape[..r - 2] || a.shape[r - 1] != b.shape[r - 2] {
-                    return Err(op_err("matmul", format!("operand shapes {:?} and {:?}", a.shape, b.shape)));
+                if r < 2
+                    || b.shape.len() != r
+                    || a.shape[..r - 2] != b.shape[..r - 2]
+                    || a.shape[r - 1] != b.shape[r - 2]
+                {
+                    return Err(op_err(
+                        "matmul",
+                        format!("operand shapes {:?} and {:?}", a.shape, b.shape),
+                    ));
                 }
                 let mut s = a.shape[..r - 2].to_vec();
                 s.extend([a.shape[r - 2], b.shape[r - 1]]);
                 (a.dtype, s)
             }
-            Op::Reduce { op, axes, keepdims, x } => {
+            Op::Reduce {
+                op,
+                axes,
+                keepdims,
+                x,
+            } => {
                 let x = tensor(x)?;
                 let r = x.shape.len();
-                if !op.admits(x.dtype) || axes.is_empty() || axes.iter().enumerate().any(|(i, a)| *a >= r || axes[..i].contains(a)) {
-                    return Err(Error::Malformed(format!("reduce.{} axes {axes:?}", op.name())));
+                if !op.admits(x.dtype)
+                    || axes.is_empty()
+                    || axes
+                        .iter()
+                        .enumerate()
+                        .any(|(i, a)| *a >= r || axes[..i].contains(a))
+                {
+                    return Err(Error::Malformed(format!(
+                        "reduce.{} axes {axes:?}",
+                        op.name()
+                    )));
                 }
                 if op.needs_nonempty() && axes.iter().any(|&a| x.shape[a] == 0) {
-                    return Err(op_err(&format!("reduce.{}", op.name()), "empty axis".into()));
+                    return Err(op_err(
+                        &format!("reduce.{}", op.name()),
+                        "empty axis".into(),
+                    ));
                 }
                 let s = if *keepdims {
-                    (0..r).map(|i| if axes.contains(&i) { 1 } else { x.shape[i] }).collect()
+                    (0..r)
+                        .map(|i| if axes.contains(&i) { 1 } else { x.shape[i] })
+                        .collect()
                 } else {
-                    (0..r).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).collect()
+                    (0..r)
+                        .filter(|i| !axes.contains(i))
+                        .map(|i| x.shape[i])
+                        .collect()
                 };
                 (x.dtype, s)
             }
-            Op::ArgReduce { axis, keepdims, x, .. } => {
+            Op::ArgReduce {
+                axis, keepdims, x, ..
+            } => {
                 let x = tensor(x)?;
                 if *axis >= x.shape.len() || x.shape[*axis] == 0 {
                     return Err(op_err("argmax", format!("axis {axis} of {:?}", x.shape)));
                 }
                 let s = if *keepdims {
-                    x.shape.iter().enumerate().map(|(i, &d)| if i == *axis { 1 } else { d }).collect()
+                    x.shape
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &d)| if i == *axis { 1 } else { d })
+                        .collect()
                 } else {
-                    x.shape.iter().enumerate().filter(|(i, _)| i != axis).map(|(_, &d)| d).collect()
+                    x.shape
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| i != axis)
+                        .map(|(_, &d)| d)
+                        .collect()
                 };
                 (Dtype::I64, s)
             }
@@ -242,7 +317,11 @@ pub fn shapes<'f>(
                 let x = tensor(x)?;
                 let r = x.shape.len();
                 let mut seen = vec![false; r];
-                if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+                if perm.len() != r
+                    || perm
+                        .iter()
+                        .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
+                {
                     return Err(Error::Malformed(format!("transpose {perm:?}")));
                 }
                 (x.dtype, perm.iter().map(|&p| x.shape[p]).collect())
@@ -251,9 +330,17 @@ pub fn shapes<'f>(
                 let x = tensor(x)?;
                 let to: Vec<i64> = s
                     .iter()
-                    .map(|d| d.eval(&sigma).map_err(|source| Error::Eval { context: "reshape".into(), source }))
+                    .map(|d| {
+                        d.eval(&sigma).map_err(|source| Error::Eval {
+                            context: "reshape".into(),
+                            source,
+                        })
+                    })
                     .collect::<Result<_, _>>()?;
-                let fv = x.shape.iter().try_fold(1i64, |a, &d| a.checked_mul(d as i64));
+                let fv = x
+                    .shape
+                    .iter()
+                    .try_fold(1i64, |a, &d| a.checked_mul(d as i64));
                 let tv = to.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
                 if to.iter().any(|&d| d < 0) || fv.is_none() || fv != tv {
                     return Err(Error::ReshapeVolume {
@@ -267,26 +354,54 @@ pub fn shapes<'f>(
             }
             Op::Broadcast(s, x) => {
                 let x = tensor(x)?;
-                let t = s.iter().map(|d| eval(d, &sigma, "broadcast")).collect::<Result<Vec<_>, _>>()?;
+                let t = s
+                    .iter()
+                    .map(|d| eval(d, &sigma, "broadcast"))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let (n, m) = (x.shape.len(), t.len());
-                if n > m || x.shape.iter().enumerate().any(|(i, &d)| d != 1 && d != t[m - n + i]) {
-                    return Err(op_err("broadcast", format!("cannot broadcast {:?} to {t:?}", x.shape)));
+                if n > m
+                    || x.shape
+                        .iter()
+                        .enumerate()
+                        .any(|(i, &d)| d != 1 && d != t[m - n + i])
+                {
+                    return Err(op_err(
+                        "broadcast",
+                        format!("cannot broadcast {:?} to {t:?}", x.shape),
+                    ));
                 }
                 (x.dtype, t)
             }
-            Op::Slice { axis, start, stop, x } => {
+            Op::Slice {
+                axis,
+                start,
+                stop,
+                x,
+            } => {
                 let x = tensor(x)?;
-                let a = start.eval(&sigma).map_err(|source| Error::Eval { context: "slice start".into(), source })?;
-                let b = stop.eval(&sigma).map_err(|source| Error::Eval { context: "slice stop".into(), source })?;
+                let a = start.eval(&sigma).map_err(|source| Error::Eval {
+                    context: "slice start".into(),
+                    source,
+                })?;
+                let b = stop.eval(&sigma).map_err(|source| Error::Eval {
+                    context: "slice stop".into(),
+                    source,
+                })?;
                 if *axis >= x.shape.len() || !(0 <= a && a <= b && b <= x.shape[*axis] as i64) {
-                    return Err(op_err("slice", format!("range {a}..{b} on axis {axis} of {:?}", x.shape)));
+                    return Err(op_err(
+                        "slice",
+                        format!("range {a}..{b} on axis {axis} of {:?}", x.shape),
+                    ));
                 }
                 let mut s = x.shape.clone();
                 s[*axis] = (b - a) as usize;
                 (x.dtype, s)
             }
             Op::Concat(axis, xs) => {
-                let first = tensor(xs.first().ok_or_else(|| Error::Malformed("concat".into()))?)?;
+                let first = tensor(
+                    xs.first()
+                        .ok_or_else(|| Error::Malformed("concat".into()))?,
+                )?;
                 let mut s = first.shape.clone();
                 if *axis >= s.len() {
                     return Err(Error::Malformed("concat axis".into()));
@@ -296,18 +411,33 @@ pub fn shapes<'f>(
                     let t = tensor(v)?;
                     if t.dtype != first.dtype
                         || t.shape.len() != s.len()
-                        || t.shape.iter().zip(&first.shape).enumerate().any(|(i, (a, b))| i != *axis && a != b)
+                        || t.shape
+                            .iter()
+                            .zip(&first.shape)
+                            .enumerate()
+                            .any(|(i, (a, b))| i != *axis && a != b)
                     {
-                        return Err(op_err("concat", format!("shapes {:?} and {:?}", first.shape, t.shape)));
+                        return Err(op_err(
+                            "concat",
+                            format!("shapes {:?} and {:?}", first.shape, t.shape),
+                        ));
                     }
                     total += t.shape[*axis];
                 }
                 s[*axis] = total;
                 (first.dtype, s)
             }
-            Op::Fill(dt, s, _) => (*dt, s.iter().map(|d| eval(d, &sigma, "fill")).collect::<Result<_, _>>()?),
+            Op::Fill(dt, s, _) => (
+                *dt,
+                s.iter()
+                    .map(|d| eval(d, &sigma, "fill"))
+                    .collect::<Result<_, _>>()?,
+            ),
             Op::Iota(dt, s, axis) => {
-                let s: Vec<usize> = s.iter().map(|d| eval(d, &sigma, "iota")).collect::<Result<_, _>>()?;
+                let s: Vec<usize> = s
+                    .iter()
+                    .map(|d| eval(d, &sigma, "iota"))
+                    .collect::<Result<_, _>>()?;
                 if *axis >= s.len() {
                     return Err(Error::Malformed("iota axis".into()));
                 }
@@ -326,36 +456,58 @@ pub fn shapes<'f>(
                     }
                 }
                 match &callee.sig.ret {
-                    Type::Tensor(t) => (t.dtype, t.shape.iter().map(|d| eval(d, &cs, "call")).collect::<Result<_, _>>()?),
+                    Type::Tensor(t) => (
+                        t.dtype,
+                        t.shape
+                            .iter()
+                            .map(|d| eval(d, &cs, "call"))
+                            .collect::<Result<_, _>>()?,
+                    ),
                     Type::Scalar(dt) => (*dt, vec![]),
                     _ => return Err(Error::Malformed(format!("`{name}` returns no tensor"))),
                 }
             }
         };
-        vals.push(ValInfo { dtype, shape, kind: VKind::Inst(ii) });
+        vals.push(ValInfo {
+            dtype,
+            shape,
+            kind: VKind::Inst(ii),
+        });
     }
-    for b in func.dim_bindings.iter().filter(|b| b.before >= func.body.len()) {
+    for b in func
+        .dim_bindings
+        .iter()
+        .filter(|b| b.before >= func.body.len())
+    {
         if let Some(n) = vals.get(b.of.0 as usize).and_then(|v| v.shape.get(b.axis)) {
             sigma.insert(b.name.clone(), *n as i64);
         }
     }
     // The declared return type, checked like the interpreter does.
-    let ret = vals.get(func.ret.0 as usize).ok_or_else(|| Error::Malformed("return".into()))?;
+    let ret = vals
+        .get(func.ret.0 as usize)
+        .ok_or_else(|| Error::Malformed("return".into()))?;
     if let VKind::ScalarParam(_) = ret.kind {
         return Err(Error::Malformed("a scalar parameter is returned".into()));
     }
     if let Type::Tensor(t) = &func.sig.ret {
         let ok = t.dtype == ret.dtype
             && t.shape.len() == ret.shape.len()
-            && t.shape.iter().zip(&ret.shape).all(|(d, &n)| match d.eval(&sigma) {
-                Ok(v) => v >= 0 && v as usize == n,
-                Err(tc_core::dim::EvalError::Unbound(_)) => true,
-                Err(_) => false,
-            });
+            && t.shape
+                .iter()
+                .zip(&ret.shape)
+                .all(|(d, &n)| match d.eval(&sigma) {
+                    Ok(v) => v >= 0 && v as usize == n,
+                    Err(tc_core::dim::EvalError::Unbound(_)) => true,
+                    Err(_) => false,
+                });
         if !ok {
             return Err(op_err(
                 &format!("return of `{}`", func.sig.name),
-                format!("declared {}, produced {} {:?}", func.sig.ret, ret.dtype, ret.shape),
+                format!(
+                    "declared {}, produced {} {:?}",
+                    func.sig.ret, ret.dtype, ret.shape
+                ),
             ));
         }
     }
@@ -364,7 +516,10 @@ pub fn shapes<'f>(
 
 /// Is this op computed inside its consumers' loops?
 pub fn inlinable(op: &Op) -> bool {
-    !matches!(op, Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..))
+    !matches!(
+        op,
+        Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..)
+    )
 }
 
 /// The cost of one op in a fused expression (transcendentals weigh more).
@@ -416,7 +571,18 @@ pub fn structure(func: &Function) -> Structure {
             continue;
         }
         let c = own_cost(&inst.op)
-            + inst.op.operands().iter().map(|o| if mat[o.0 as usize] { 1 } else { cost[o.0 as usize] }).sum::<u32>();
+            + inst
+                .op
+                .operands()
+                .iter()
+                .map(|o| {
+                    if mat[o.0 as usize] {
+                        1
+                    } else {
+                        cost[o.0 as usize]
+                    }
+                })
+                .sum::<u32>();
         cost[v] = c;
         let keep = v == func.ret.0 as usize
             || forced[v]
@@ -439,11 +605,19 @@ pub fn structure(func: &Function) -> Structure {
         let out = Value(v as u32);
         match &inst.op {
             Op::Matmul(a, b) => steps.push(Step::Matmul { out, a: *a, b: *b }),
-            Op::Call(name, args) => steps.push(Step::Call { out, name: name.clone(), args: args.clone() }),
+            Op::Call(name, args) => steps.push(Step::Call {
+                out,
+                name: name.clone(),
+                args: args.clone(),
+            }),
             _ => {
                 let mut inputs = Vec::new();
                 leaves(func, &mat, np, out, true, &mut inputs);
-                steps.push(Step::Kernel { id: kid, out, inputs });
+                steps.push(Step::Kernel {
+                    id: kid,
+                    out,
+                    inputs,
+                });
                 kid += 1;
             }
         }
@@ -480,9 +654,11 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         };
     }
     match &func.body[i - np].op {
-        Op::Unary(_, x) | Op::Transpose(_, x) | Op::Reshape(_, x) | Op::Broadcast(_, x) | Op::Slice { x, .. } => {
-            operand_dtype(func, *x)
-        }
+        Op::Unary(_, x)
+        | Op::Transpose(_, x)
+        | Op::Reshape(_, x)
+        | Op::Broadcast(_, x)
+        | Op::Slice { x, .. } => operand_dtype(func, *x),
         Op::Reduce { x, .. } => operand_dtype(func, *x),
         Op::Cast(dt, _) | Op::Fill(dt, ..) | Op::Iota(dt, ..) => *dt,
         Op::Binary(o, a, _) => o.result_dtype(operand_dtype(func, *a)),
@@ -515,5 +691,9 @@ fn leaves(func: &Function, mat: &[bool], np: usize, v: Value, root: bool, out: &
 /// The consumers count per value, for tests and diagnostics.
 pub fn describe(func: &Function) -> BTreeMap<u32, bool> {
     let s = structure(func);
-    s.mat.iter().enumerate().map(|(i, m)| (i as u32, *m)).collect()
+    s.mat
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (i as u32, *m))
+        .collect()
 }

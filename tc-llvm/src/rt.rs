@@ -30,7 +30,10 @@ pub(crate) fn unary_code(op: UnaryOp) -> i32 {
 /// `op(x)` at F32 exactly as the interpreter's `unary_elem` computes it
 /// (transcendentals in f64, rounded once to f32).
 extern "C" fn tc_unary_exact(op: i32, x: f32) -> f32 {
-    let op = UnaryOp::ALL.get(op as usize).copied().unwrap_or(UnaryOp::Neg);
+    let op = UnaryOp::ALL
+        .get(op as usize)
+        .copied()
+        .unwrap_or(UnaryOp::Neg);
     match denote::unary_elem(op, Dtype::F32, tc_runtime::elem::Elem::F(x)) {
         Ok(tc_runtime::elem::Elem::F(y)) => y,
         _ => f32::NAN,

@@ -20,27 +20,46 @@ fn f() -> Function {
     let yb = b.op(Op::Broadcast(vec![Dim::var("R"), Dim::var("C")], y));
     let p = b.op(Op::Binary(BinaryOp::Mul, x, yb));
     let t = b.op(Op::Unary(UnaryOp::Tanh, p));
-    let r = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdims: false, x: t });
+    let r = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![1],
+        keepdims: false,
+        x: t,
+    });
     b.finish(r)
 }
 
 fn case(seed: u64, r: usize, c: usize) -> (Vec<Arg>, Tensor) {
     let mut rng = Rng(seed);
-    let args: Vec<Arg> = vec![random(&mut rng, Dtype::F32, &[r, c], false).into(), random(&mut rng, Dtype::F32, &[c], false).into()];
+    let args: Vec<Arg> = vec![
+        random(&mut rng, Dtype::F32, &[r, c], false).into(),
+        random(&mut rng, Dtype::F32, &[c], false).into(),
+    ];
     let want = interp(&f(), &args).unwrap();
     (args, want)
 }
 
 #[test]
 fn sixteen_threads_mixed_sigma_compile_once_per_sigma() {
-    let jit = Arc::new(Jit::new(CacheConfig { capacity: 64, specialize_after: 1, options: JitOptions::default() }));
+    let jit = Arc::new(Jit::new(CacheConfig {
+        capacity: 64,
+        specialize_after: 1,
+        options: JitOptions::default(),
+    }));
     let func = Arc::new(f());
     let shapes = [(3usize, 5usize), (4, 9), (17, 2), (1, 64), (8, 8)];
-    let cases: Arc<Vec<_>> = Arc::new(shapes.iter().enumerate().map(|(i, &(r, c))| case(i as u64 + 1, r, c)).collect());
+    let cases: Arc<Vec<_>> = Arc::new(
+        shapes
+            .iter()
+            .enumerate()
+            .map(|(i, &(r, c))| case(i as u64 + 1, r, c))
+            .collect(),
+    );
     let barrier = Arc::new(std::sync::Barrier::new(20));
     let hs: Vec<_> = (0..20)
         .map(|t| {
-            let (jit, func, cases, barrier) = (jit.clone(), func.clone(), cases.clone(), barrier.clone());
+            let (jit, func, cases, barrier) =
+                (jit.clone(), func.clone(), cases.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
                 for i in 0..15 {
@@ -65,11 +84,21 @@ fn sixteen_threads_mixed_sigma_compile_once_per_sigma() {
 
 #[test]
 fn lru_eviction() {
-    let jit = Jit::new(CacheConfig { capacity: 2, specialize_after: 1, options: JitOptions::default() });
+    let jit = Jit::new(CacheConfig {
+        capacity: 2,
+        specialize_after: 1,
+        options: JitOptions::default(),
+    });
     let func = f();
     let cs = [case(1, 2, 3), case(2, 3, 3), case(3, 4, 3)];
     for (args, want) in &cs {
-        assert_close("lru", &jit.call(&func, args, &|_| None).unwrap(), want, 1e-5, 1e-5);
+        assert_close(
+            "lru",
+            &jit.call(&func, args, &|_| None).unwrap(),
+            want,
+            1e-5,
+            1e-5,
+        );
     }
     assert_eq!(jit.len(), 2);
     assert_eq!(jit.stats().evictions, 1);
@@ -86,9 +115,15 @@ fn lru_eviction() {
 
 #[test]
 fn generic_path_serves_new_shapes_without_compiling() {
-    let jit = Jit::new(CacheConfig { capacity: 16, specialize_after: 3, options: JitOptions::default() });
+    let jit = Jit::new(CacheConfig {
+        capacity: 16,
+        specialize_after: 3,
+        options: JitOptions::default(),
+    });
     let func = f();
-    let cs: Vec<_> = (0..6).map(|i| case(10 + i as u64, 1 + i * 3, 2 + i * 5)).collect();
+    let cs: Vec<_> = (0..6)
+        .map(|i| case(10 + i as u64, 1 + i * 3, 2 + i * 5))
+        .collect();
     for (args, want) in &cs {
         let got = jit.call(&func, args, &|_| None).unwrap();
         assert_close("generic", &got, want, 1e-5, 1e-5);
@@ -119,14 +154,35 @@ fn generic_kernels_every_op_kind() {
     let yr = b.op(Op::Reshape(vec![Dim::var("B"), Dim::c(1)], y));
     let yb = b.op(Op::Broadcast(vec![Dim::var("B"), Dim::var("A")], yr));
     let s = b.op(Op::Binary(BinaryOp::Add, t, yb));
-    let sl = b.op(Op::Slice { axis: 1, start: Dim::c(1), stop: Dim::var("A"), x: s });
-    let m = b.op(Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdims: true, x: s });
+    let sl = b.op(Op::Slice {
+        axis: 1,
+        start: Dim::c(1),
+        stop: Dim::var("A"),
+        x: s,
+    });
+    let m = b.op(Op::Reduce {
+        op: ReduceOp::Max,
+        axes: vec![1],
+        keepdims: true,
+        x: s,
+    });
     let c = b.op(Op::Concat(1, vec![sl, m, yr]));
     let func = b.finish(c);
-    let jit = Jit::new(CacheConfig { capacity: 16, specialize_after: 100, options: JitOptions { fast_math: false, deterministic: true, threads: 0 } });
+    let jit = Jit::new(CacheConfig {
+        capacity: 16,
+        specialize_after: 100,
+        options: JitOptions {
+            fast_math: false,
+            deterministic: true,
+            threads: 0,
+        },
+    });
     let mut rng = Rng(77);
     for (a, bb) in [(2usize, 3usize), (5, 1), (1, 7), (9, 4)] {
-        let args: Vec<Arg> = vec![random(&mut rng, Dtype::BF16, &[a, bb], true).into(), random(&mut rng, Dtype::BF16, &[bb], true).into()];
+        let args: Vec<Arg> = vec![
+            random(&mut rng, Dtype::BF16, &[a, bb], true).into(),
+            random(&mut rng, Dtype::BF16, &[bb], true).into(),
+        ];
         let want = interp(&func, &args).unwrap();
         let got = jit.call(&func, &args, &|_| None).unwrap();
         assert_bits(&format!("generic {a}x{bb}"), &got, &want, false);
@@ -140,7 +196,10 @@ fn contract_errors_and_explicit_fallback() {
     let jit = Jit::default();
     let func = f();
     // Contract violations are the runtime's errors, before any compilation.
-    let bad: Vec<Arg> = vec![Tensor::from_vec(&[2, 3], vec![0f32; 6]).unwrap().into(), Tensor::from_vec(&[4], vec![0f32; 4]).unwrap().into()];
+    let bad: Vec<Arg> = vec![
+        Tensor::from_vec(&[2, 3], vec![0f32; 6]).unwrap().into(),
+        Tensor::from_vec(&[4], vec![0f32; 4]).unwrap().into(),
+    ];
     let e = jit.call(&func, &bad, &|_| None).unwrap_err();
     assert_eq!(e, interp(&func, &bad).unwrap_err());
     assert_eq!(jit.stats().compiles, 0);
@@ -163,11 +222,22 @@ fn threads_do_not_change_results() {
     let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
     b.returns(tt(Dtype::F32, &["R"]));
     let e = b.op(Op::Unary(UnaryOp::Exp, x));
-    let r = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdims: false, x: e });
+    let r = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![1],
+        keepdims: false,
+        x: e,
+    });
     let func = b.finish(r);
     let mut rng = Rng(8);
     let args: Vec<Arg> = vec![random(&mut rng, Dtype::F32, &[512, 300], false).into()];
-    let one = Jit::new(CacheConfig { options: JitOptions { threads: 1, ..Default::default() }, ..Default::default() });
+    let one = Jit::new(CacheConfig {
+        options: JitOptions {
+            threads: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
     let all = Jit::new(CacheConfig::default());
     let a = one.call(&func, &args, &|_| None).unwrap();
     let b2 = all.call(&func, &args, &|_| None).unwrap();

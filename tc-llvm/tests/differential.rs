@@ -7,12 +7,20 @@ mod util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
 use tc_core::{Dim, Dtype};
-use tc_runtime::contract::Arg;
 use tc_llvm::JitOptions;
+use tc_runtime::contract::Arg;
 use util::*;
 
-const EXACT: JitOptions = JitOptions { fast_math: false, deterministic: false, threads: 1 };
-const DET: JitOptions = JitOptions { fast_math: false, deterministic: true, threads: 0 };
+const EXACT: JitOptions = JitOptions {
+    fast_math: false,
+    deterministic: false,
+    threads: 1,
+};
+const DET: JitOptions = JitOptions {
+    fast_math: false,
+    deterministic: true,
+    threads: 0,
+};
 
 fn unary_fn(op: UnaryOp, dt: Dtype) -> Function {
     let mut b = builder("u");
@@ -34,7 +42,12 @@ fn unary_every_dtype() {
             let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 37], true).into()];
             let want = interp(&f, &args).unwrap();
             let got = jit(&f, &args, EXACT);
-            assert_bits(&format!("{} at {dt} (exact)", op.name()), &got, &want, false);
+            assert_bits(
+                &format!("{} at {dt} (exact)", op.name()),
+                &got,
+                &want,
+                false,
+            );
             if dt == Dtype::F32 {
                 let fast = jit(&f, &args, JitOptions::default());
                 let (r, a) = tc_llvm::TOLERANCE;
@@ -42,7 +55,12 @@ fn unary_every_dtype() {
             } else if dt.is_float() {
                 // Narrow floats are exact whatever the mode.
                 let fast = jit(&f, &args, JitOptions::default());
-                assert_bits(&format!("{} at {dt} (fast)", op.name()), &fast, &want, false);
+                assert_bits(
+                    &format!("{} at {dt} (fast)", op.name()),
+                    &fast,
+                    &want,
+                    false,
+                );
             }
         }
     }
@@ -52,10 +70,32 @@ fn unary_every_dtype() {
 fn fast_transcendentals_dense_f32() {
     // A dense sweep (including tails) of the polynomial paths.
     let mut xs: Vec<f32> = (0..20000).map(|i| (i as f32 - 10000.0) * 0.01).collect();
-    xs.extend([0.0, -0.0, 1e-30, -1e-30, 1e-5, 88.0, -87.0, -100.0, 100.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, 3e-39]);
+    xs.extend([
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        1e-5,
+        88.0,
+        -87.0,
+        -100.0,
+        100.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-40,
+        3e-39,
+    ]);
     let n = xs.len();
     let t = tc_runtime::Tensor::from_vec(&[1, n], xs).unwrap();
-    for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Erf, UnaryOp::Gelu] {
+    for op in [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Erf,
+        UnaryOp::Gelu,
+    ] {
         let f = unary_fn(op, Dtype::F32);
         let args: Vec<Arg> = vec![t.clone().into()];
         let want = interp(&f, &args).unwrap();
@@ -83,7 +123,10 @@ fn binary_every_dtype() {
                 continue;
             }
             let f = binary_fn(op, dt);
-            let args: Vec<Arg> = vec![random(&mut rng, dt, &[4, 33], true).into(), random(&mut rng, dt, &[4, 33], true).into()];
+            let args: Vec<Arg> = vec![
+                random(&mut rng, dt, &[4, 33], true).into(),
+                random(&mut rng, dt, &[4, 33], true).into(),
+            ];
             let want = interp(&f, &args).unwrap();
             let got = jit(&f, &args, EXACT);
             assert_bits(&format!("{} at {dt}", op.name()), &got, &want, false);
@@ -94,7 +137,16 @@ fn binary_every_dtype() {
 #[test]
 fn scalar_binary_literal_and_param() {
     let mut rng = Rng(13);
-    for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Sub, BinaryOp::Div, BinaryOp::Max, BinaryOp::Lt, BinaryOp::Rem, BinaryOp::And] {
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Mul,
+        BinaryOp::Sub,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Lt,
+        BinaryOp::Rem,
+        BinaryOp::And,
+    ] {
         for dt in Dtype::ALL {
             if !op.admits(dt) {
                 continue;
@@ -111,16 +163,31 @@ fn scalar_binary_literal_and_param() {
                 let mut b = builder("s");
                 let x = b.param("x", tt(dt, &["N"]));
                 b.returns(tt(op.result_dtype(dt), &["N"]));
-                let r = b.op(Op::ScalarBinary { op, x, s: lit, scalar_left: left });
+                let r = b.op(Op::ScalarBinary {
+                    op,
+                    x,
+                    s: lit,
+                    scalar_left: left,
+                });
                 let f = b.finish(r);
                 let args: Vec<Arg> = vec![random(&mut rng, dt, &[41], true).into()];
-                assert_bits(&format!("{}.scalar lit at {dt}", op.name()), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+                assert_bits(
+                    &format!("{}.scalar lit at {dt}", op.name()),
+                    &jit(&f, &args, EXACT),
+                    &interp(&f, &args).unwrap(),
+                    false,
+                );
                 // parameter
                 let mut b = builder("sp");
                 let x = b.param("x", tt(dt, &["N"]));
                 let s = b.param("s", tc_core::Type::Scalar(dt));
                 b.returns(tt(op.result_dtype(dt), &["N"]));
-                let r = b.op(Op::ScalarBinary { op, x, s: Scalar::Param(s.0 as usize), scalar_left: left });
+                let r = b.op(Op::ScalarBinary {
+                    op,
+                    x,
+                    s: Scalar::Param(s.0 as usize),
+                    scalar_left: left,
+                });
                 let f = b.finish(r);
                 let sv: Arg = if dt.is_float() {
                     (-2.25f32).into()
@@ -130,7 +197,12 @@ fn scalar_binary_literal_and_param() {
                     false.into()
                 };
                 let args: Vec<Arg> = vec![random(&mut rng, dt, &[41], true).into(), sv];
-                assert_bits(&format!("{}.scalar param at {dt}", op.name()), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+                assert_bits(
+                    &format!("{}.scalar param at {dt}", op.name()),
+                    &jit(&f, &args, EXACT),
+                    &interp(&f, &args).unwrap(),
+                    false,
+                );
             }
         }
     }
@@ -148,7 +220,12 @@ fn casts_every_pair() {
             let r = b.op(Op::Cast(to, x));
             let f = b.finish(r);
             let args: Vec<Arg> = vec![src.clone().into()];
-            assert_bits(&format!("cast {from} → {to}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+            assert_bits(
+                &format!("cast {from} → {to}"),
+                &jit(&f, &args, EXACT),
+                &interp(&f, &args).unwrap(),
+                false,
+            );
         }
     }
 }
@@ -159,28 +236,56 @@ fn casts_exhaustive_16bit_patterns() {
     for from in [Dtype::F16, Dtype::BF16] {
         let bytes: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
         let src = tc_runtime::Tensor::from_raw(from, &[65536], bytes).unwrap();
-        for to in [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::F8E4M3, Dtype::F8E5M2, Dtype::I32, Dtype::I4] {
+        for to in [
+            Dtype::F32,
+            Dtype::F16,
+            Dtype::BF16,
+            Dtype::F8E4M3,
+            Dtype::F8E5M2,
+            Dtype::I32,
+            Dtype::I4,
+        ] {
             let mut b = builder("c");
             let x = b.param("x", tt(from, &["N"]));
             b.returns(tt(to, &["N"]));
             let r = b.op(Op::Cast(to, x));
             let f = b.finish(r);
             let args: Vec<Arg> = vec![src.clone().into()];
-            assert_bits(&format!("cast {from} → {to} (all patterns)"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+            assert_bits(
+                &format!("cast {from} → {to} (all patterns)"),
+                &jit(&f, &args, EXACT),
+                &interp(&f, &args).unwrap(),
+                false,
+            );
         }
     }
     // f32 values around every rounding boundary of the narrow formats.
     let mut rng = Rng(99);
-    let xs: Vec<f32> = (0..200000).map(|_| f32::from_bits(rng.next() as u32)).collect();
+    let xs: Vec<f32> = (0..200000)
+        .map(|_| f32::from_bits(rng.next() as u32))
+        .collect();
     let src = tc_runtime::Tensor::from_vec(&[xs.len()], xs).unwrap();
-    for to in [Dtype::F16, Dtype::BF16, Dtype::F8E4M3, Dtype::F8E5M2, Dtype::I64, Dtype::I8, Dtype::Bool] {
+    for to in [
+        Dtype::F16,
+        Dtype::BF16,
+        Dtype::F8E4M3,
+        Dtype::F8E5M2,
+        Dtype::I64,
+        Dtype::I8,
+        Dtype::Bool,
+    ] {
         let mut b = builder("c");
         let x = b.param("x", tt(Dtype::F32, &["N"]));
         b.returns(tt(to, &["N"]));
         let r = b.op(Op::Cast(to, x));
         let f = b.finish(r);
         let args: Vec<Arg> = vec![src.clone().into()];
-        assert_bits(&format!("cast f32 → {to} (random bits)"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+        assert_bits(
+            &format!("cast f32 → {to} (random bits)"),
+            &jit(&f, &args, EXACT),
+            &interp(&f, &args).unwrap(),
+            false,
+        );
     }
 }
 
@@ -195,11 +300,25 @@ fn select_fill_iota() {
         b.returns(tt(dt, &["A", "B"]));
         let r = b.op(Op::Select(c, x, y));
         let f = b.finish(r);
-        let args: Vec<Arg> =
-            vec![random(&mut rng, Dtype::Bool, &[3, 7], false).into(), random(&mut rng, dt, &[3, 7], true).into(), random(&mut rng, dt, &[3, 7], true).into()];
-        assert_bits(&format!("select {dt}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+        let args: Vec<Arg> = vec![
+            random(&mut rng, Dtype::Bool, &[3, 7], false).into(),
+            random(&mut rng, dt, &[3, 7], true).into(),
+            random(&mut rng, dt, &[3, 7], true).into(),
+        ];
+        assert_bits(
+            &format!("select {dt}"),
+            &jit(&f, &args, EXACT),
+            &interp(&f, &args).unwrap(),
+            false,
+        );
 
-        let lit = if dt.is_float() { Scalar::Float(-0.7) } else if dt.is_int() { Scalar::Int(-5) } else { Scalar::Bool(true) };
+        let lit = if dt.is_float() {
+            Scalar::Float(-0.7)
+        } else if dt.is_int() {
+            Scalar::Int(-5)
+        } else {
+            Scalar::Bool(true)
+        };
         let mut b = builder("fi");
         let x = b.param("x", tt(dt, &["A", "B"]));
         b.returns(tt(dt, &["A", "B"]));
@@ -209,7 +328,12 @@ fn select_fill_iota() {
         let s = b.op(Op::Select(c, fl, io));
         let f = b.finish(s);
         let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 19], true).into()];
-        assert_bits(&format!("fill/iota {dt}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+        assert_bits(
+            &format!("fill/iota {dt}"),
+            &jit(&f, &args, EXACT),
+            &interp(&f, &args).unwrap(),
+            false,
+        );
     }
 }
 
@@ -223,35 +347,77 @@ fn layout_ops_every_dtype() {
         let y = b.param("y", tt(dt, &["C"]));
         b.returns(tt(dt, &["C", "B", "A"]));
         let t = b.op(Op::Transpose(vec![2, 1, 0], x));
-        let r = b.op(Op::Reshape(vec![Dim::var("C"), Dim::var("B") * Dim::var("A")], t));
-        let r2 = b.op(Op::Reshape(vec![Dim::var("C"), Dim::var("B"), Dim::var("A")], r));
+        let r = b.op(Op::Reshape(
+            vec![Dim::var("C"), Dim::var("B") * Dim::var("A")],
+            t,
+        ));
+        let r2 = b.op(Op::Reshape(
+            vec![Dim::var("C"), Dim::var("B"), Dim::var("A")],
+            r,
+        ));
         let yb = b.op(Op::Reshape(vec![Dim::var("C"), Dim::c(1), Dim::c(1)], y));
-        let bb = b.op(Op::Broadcast(vec![Dim::var("C"), Dim::var("B"), Dim::var("A")], yb));
+        let bb = b.op(Op::Broadcast(
+            vec![Dim::var("C"), Dim::var("B"), Dim::var("A")],
+            yb,
+        ));
         let z = b.op(Op::Cast(Dtype::Bool, bb));
         let s = b.op(Op::Select(z, r2, bb));
         let f = b.finish(s);
-        let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 4, 5], true).into(), random(&mut rng, dt, &[5], true).into()];
-        assert_bits(&format!("layout chain {dt}"), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+        let args: Vec<Arg> = vec![
+            random(&mut rng, dt, &[3, 4, 5], true).into(),
+            random(&mut rng, dt, &[5], true).into(),
+        ];
+        assert_bits(
+            &format!("layout chain {dt}"),
+            &jit(&f, &args, EXACT),
+            &interp(&f, &args).unwrap(),
+            false,
+        );
 
         let mut b = builder("slc");
         let x = b.param("x", tt(dt, &["A", "B"]));
         let y = b.param("y", tt(dt, &["A", "C"]));
         b.returns(tt(dt, &["A", "D"]));
-        let sl = b.op(Op::Slice { axis: 1, start: Dim::c(1), stop: Dim::var("B") - Dim::c(1), x });
+        let sl = b.op(Op::Slice {
+            axis: 1,
+            start: Dim::c(1),
+            stop: Dim::var("B") - Dim::c(1),
+            x,
+        });
         let cc = b.op(Op::Concat(1, vec![y, sl, x]));
         let f = b.finish(cc);
-        let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 7], true).into(), random(&mut rng, dt, &[3, 2], true).into()];
+        let args: Vec<Arg> = vec![
+            random(&mut rng, dt, &[3, 7], true).into(),
+            random(&mut rng, dt, &[3, 2], true).into(),
+        ];
         // D is not in the signature's inputs: the return check skips unbound dims.
         let want = interp(&f, &args).unwrap();
-        assert_bits(&format!("slice+concat {dt}"), &jit(&f, &args, EXACT), &want, false);
+        assert_bits(
+            &format!("slice+concat {dt}"),
+            &jit(&f, &args, EXACT),
+            &want,
+            false,
+        );
     }
 }
 
-fn reduce_fn(op: ReduceOp, dt: Dtype, axes: Vec<usize>, keep: bool, shape: &[&str], out: &[&str]) -> Function {
+fn reduce_fn(
+    op: ReduceOp,
+    dt: Dtype,
+    axes: Vec<usize>,
+    keep: bool,
+    shape: &[&str],
+    out: &[&str],
+) -> Function {
     let mut b = builder("r");
     let x = b.param("x", tt(dt, shape));
     b.returns(tt(dt, out));
-    let r = b.op(Op::Reduce { op, axes, keepdims: keep, x });
+    let r = b.op(Op::Reduce {
+        op,
+        axes,
+        keepdims: keep,
+        x,
+    });
     b.finish(r)
 }
 
@@ -277,9 +443,29 @@ fn reductions_every_dtype() {
                 if dt.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Mean) {
                     // Reassociated: |Σ| ≤ 45·4 ·… relative bound (crate docs); narrow: + 1 ulp of the dtype.
                     let got = jit(&f, &args, EXACT);
-                    let ulp = match dt { Dtype::F32 => 1e-5, Dtype::F16 => 2e-3, Dtype::BF16 => 1.6e-2, _ => 0.26 };
+                    let ulp = match dt {
+                        Dtype::F32 => 1e-5,
+                        Dtype::F16 => 2e-3,
+                        Dtype::BF16 => 1.6e-2,
+                        _ => 0.26,
+                    };
                     assert_close(&what, &got, &want, ulp, 1e-3);
-                    assert_bits(&format!("{what} deterministic"), &jit(&f, &args, DET), &want, false);
+                    assert_bits(
+                        &format!("{what} deterministic"),
+                        &jit(&f, &args, DET),
+                        &want,
+                        false,
+                    );
+                } else if dt.is_float() {
+                    // max/min: the value is exact; a ±0 tie may pick either sign
+                    // outside deterministic mode (crate docs).
+                    assert_close(&what, &jit(&f, &args, EXACT), &want, 0.0, 0.0);
+                    assert_bits(
+                        &format!("{what} deterministic"),
+                        &jit(&f, &args, DET),
+                        &want,
+                        true,
+                    );
                 } else {
                     assert_bits(&what, &jit(&f, &args, EXACT), &want, true);
                 }
@@ -298,10 +484,20 @@ fn argmax_argmin_every_dtype() {
                 let x = b.param("x", tt(dt, &["A", "B"]));
                 let out: Vec<&str> = if axis == 1 { vec!["A"] } else { vec!["1", "B"] };
                 b.returns(tt(Dtype::I64, &out));
-                let r = b.op(Op::ArgReduce { max, axis, keepdims: keep, x });
+                let r = b.op(Op::ArgReduce {
+                    max,
+                    axis,
+                    keepdims: keep,
+                    x,
+                });
                 let f = b.finish(r);
                 let args: Vec<Arg> = vec![random(&mut rng, dt, &[5, 29], true).into()];
-                assert_bits(&format!("arg{} {dt}", if max { "max" } else { "min" }), &jit(&f, &args, EXACT), &interp(&f, &args).unwrap(), false);
+                assert_bits(
+                    &format!("arg{} {dt}", if max { "max" } else { "min" }),
+                    &jit(&f, &args, EXACT),
+                    &interp(&f, &args).unwrap(),
+                    false,
+                );
             }
         }
     }
@@ -314,21 +510,34 @@ fn matmul_every_numeric_dtype() {
         if !dt.is_numeric() {
             continue;
         }
-        for (m, k, n) in [(1usize, 1usize, 1usize), (7, 13, 5), (33, 70, 65), (2, 300, 40)] {
+        for (m, k, n) in [
+            (1usize, 1usize, 1usize),
+            (7, 13, 5),
+            (33, 70, 65),
+            (2, 300, 40),
+        ] {
             let mut b = builder("mm");
             let x = b.param("x", tt(dt, &["P", "M", "K"]));
             let y = b.param("y", tt(dt, &["P", "K", "N"]));
             b.returns(tt(dt, &["P", "M", "N"]));
             let r = b.op(Op::Matmul(x, y));
             let f = b.finish(r);
-            let args: Vec<Arg> = vec![random(&mut rng, dt, &[2, m, k], false).into(), random(&mut rng, dt, &[2, k, n], false).into()];
+            let args: Vec<Arg> = vec![
+                random(&mut rng, dt, &[2, m, k], false).into(),
+                random(&mut rng, dt, &[2, k, n], false).into(),
+            ];
             let want = interp(&f, &args).unwrap();
             let got = jit(&f, &args, JitOptions::default());
             let what = format!("matmul {m}x{k}x{n} at {dt}");
             if dt.is_float() {
                 // |a|,|b| ≤ 4: Σ|ab| ≤ 16k; bound 2(k+2)2⁻²⁴·16k, plus one ulp of the narrow dtype.
                 let atol = 2.0 * (k as f32 + 2.0) * 16.0 * k as f32 / 16777216.0;
-                let rtol = match dt { Dtype::F32 => 0.0, Dtype::F16 => 1e-3, Dtype::BF16 => 8e-3, _ => 0.13 };
+                let rtol = match dt {
+                    Dtype::F32 => 0.0,
+                    Dtype::F16 => 1e-3,
+                    Dtype::BF16 => 8e-3,
+                    _ => 0.13,
+                };
                 assert_close(&what, &got, &want, rtol, atol);
             } else {
                 assert_bits(&what, &got, &want, false);

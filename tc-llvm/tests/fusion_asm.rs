@@ -4,9 +4,9 @@ mod util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
 use tc_core::{Dim, Dtype};
-use tc_runtime::contract::Arg;
 use tc_llvm::plan::Step;
 use tc_llvm::JitOptions;
+use tc_runtime::contract::Arg;
 use util::*;
 
 pub fn softmax() -> Function {
@@ -14,11 +14,21 @@ pub fn softmax() -> Function {
     let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
     b.returns(tt(Dtype::F32, &["R", "C"]));
     let rc = vec![Dim::var("R"), Dim::var("C")];
-    let m = b.op(Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdims: true, x });
+    let m = b.op(Op::Reduce {
+        op: ReduceOp::Max,
+        axes: vec![1],
+        keepdims: true,
+        x,
+    });
     let mb = b.op(Op::Broadcast(rc.clone(), m));
     let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
     let e = b.op(Op::Unary(UnaryOp::Exp, d));
-    let s = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdims: true, x: e });
+    let s = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![1],
+        keepdims: true,
+        x: e,
+    });
     let sb = b.op(Op::Broadcast(rc, s));
     let r = b.op(Op::Binary(BinaryOp::Div, e, sb));
     b.finish(r)
@@ -31,12 +41,27 @@ pub fn layernorm() -> Function {
     let be = b.param("b", tt(Dtype::F32, &["C"]));
     b.returns(tt(Dtype::F32, &["R", "C"]));
     let rc = vec![Dim::var("R"), Dim::var("C")];
-    let mean = b.op(Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdims: true, x });
+    let mean = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![1],
+        keepdims: true,
+        x,
+    });
     let mb = b.op(Op::Broadcast(rc.clone(), mean));
     let xc = b.op(Op::Binary(BinaryOp::Sub, x, mb));
     let sq = b.op(Op::Binary(BinaryOp::Mul, xc, xc));
-    let var = b.op(Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdims: true, x: sq });
-    let ve = b.op(Op::ScalarBinary { op: BinaryOp::Add, x: var, s: Scalar::Float(1e-5), scalar_left: false });
+    let var = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![1],
+        keepdims: true,
+        x: sq,
+    });
+    let ve = b.op(Op::ScalarBinary {
+        op: BinaryOp::Add,
+        x: var,
+        s: Scalar::Float(1e-5),
+        scalar_left: false,
+    });
     let rs = b.op(Op::Unary(UnaryOp::Rsqrt, ve));
     let rb = b.op(Op::Broadcast(rc.clone(), rs));
     let n = b.op(Op::Binary(BinaryOp::Mul, xc, rb));
@@ -50,7 +75,9 @@ pub fn layernorm() -> Function {
 #[test]
 fn softmax_is_three_passes_and_matches() {
     let f = softmax();
-    let sigma = [("R".to_string(), 64), ("C".to_string(), 100)].into_iter().collect();
+    let sigma = [("R".to_string(), 64), ("C".to_string(), 100)]
+        .into_iter()
+        .collect();
     let c = tc_llvm::compile(&f, &sigma, JitOptions::default()).unwrap();
     // max, sum(exp(x − m)), exp(x − m)/s: three kernels, no intermediate buffer for exp.
     assert_eq!(c.kernel_count(), 3, "{:?}", c.steps());
@@ -64,7 +91,9 @@ fn softmax_is_three_passes_and_matches() {
 #[test]
 fn layernorm_is_three_passes_and_matches() {
     let f = layernorm();
-    let sigma = [("R".to_string(), 33), ("C".to_string(), 77)].into_iter().collect();
+    let sigma = [("R".to_string(), 33), ("C".to_string(), 77)]
+        .into_iter()
+        .collect();
     let c = tc_llvm::compile(&f, &sigma, JitOptions::default()).unwrap();
     assert_eq!(c.kernel_count(), 3, "{:?}", c.steps());
     let mut rng = Rng(4);
@@ -76,8 +105,22 @@ fn layernorm_is_three_passes_and_matches() {
     let want = interp(&f, &args).unwrap();
     let got = c.run(&args).unwrap();
     assert_close("layernorm", &got, &want, 1e-4, 1e-5);
-    let det = tc_llvm::compile(&f, &sigma, JitOptions { deterministic: true, fast_math: false, threads: 0 }).unwrap();
-    assert_bits("layernorm deterministic", &det.run(&args).unwrap(), &want, false);
+    let det = tc_llvm::compile(
+        &f,
+        &sigma,
+        JitOptions {
+            deterministic: true,
+            fast_math: false,
+            threads: 0,
+        },
+    )
+    .unwrap();
+    assert_bits(
+        "layernorm deterministic",
+        &det.run(&args).unwrap(),
+        &want,
+        false,
+    );
 }
 
 #[test]
@@ -98,7 +141,10 @@ fn fused_elementwise_kernel_uses_vector_registers() {
     let asm = tc_llvm::jit::assembly(c.ir()).unwrap();
     let host = tc_llvm::jit::host();
     let reg = if host.has_avx512() { "zmm" } else { "ymm" };
-    assert!(asm.contains(reg), "no {reg} register in the fused kernel:\n{asm}");
+    assert!(
+        asm.contains(reg),
+        "no {reg} register in the fused kernel:\n{asm}"
+    );
     // The attributes the issue requires are on the kernel functions.
     assert!(c.ir().contains("\"prefer-vector-width\"="));
     assert!(c.ir().contains(&format!("\"target-cpu\"=\"{}\"", host.cpu)));

@@ -4,14 +4,21 @@
 mod util;
 
 use proptest::prelude::*;
-use tc_core::ir::{BinaryOp, Op, ReduceOp, Scalar, UnaryOp, Value};
 use tc_core::ir::Signatures;
+use tc_core::ir::{BinaryOp, Op, ReduceOp, Scalar, UnaryOp, Value};
 use tc_core::{Dim, Dtype};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
 
-const DTS: [Dtype; 6] = [Dtype::F32, Dtype::BF16, Dtype::F16, Dtype::I32, Dtype::I8, Dtype::Bool];
+const DTS: [Dtype; 6] = [
+    Dtype::F32,
+    Dtype::BF16,
+    Dtype::F16,
+    Dtype::I32,
+    Dtype::I8,
+    Dtype::Bool,
+];
 
 #[derive(Clone, Debug)]
 struct Plan {
@@ -23,8 +30,20 @@ struct Plan {
 }
 
 fn plan() -> impl Strategy<Value = Plan> {
-    (1usize..6, 2usize..9, prop::collection::vec(0usize..DTS.len(), 1..4), prop::collection::vec((0u8..12, 0usize..64, 0usize..64, 0usize..64), 1..10), any::<u64>())
-        .prop_map(|(a, b, params, ops, seed)| Plan { a, b, params, ops, seed: seed | 1 })
+    (
+        1usize..6,
+        2usize..9,
+        prop::collection::vec(0usize..DTS.len(), 1..4),
+        prop::collection::vec((0u8..12, 0usize..64, 0usize..64, 0usize..64), 1..10),
+        any::<u64>(),
+    )
+        .prop_map(|(a, b, params, ops, seed)| Plan {
+            a,
+            b,
+            params,
+            ops,
+            seed: seed | 1,
+        })
 }
 
 fn build(p: &Plan) -> tc_core::ir::Function {
@@ -47,7 +66,10 @@ fn build(p: &Plan) -> tc_core::ir::Function {
                 (fb.op(Op::Unary(o, xv)), xd)
             }
             2 | 3 => {
-                let ops: Vec<BinaryOp> = BinaryOp::ALL.into_iter().filter(|o| o.admits(xd) && *o != BinaryOp::Pow).collect();
+                let ops: Vec<BinaryOp> = BinaryOp::ALL
+                    .into_iter()
+                    .filter(|o| o.admits(xd) && *o != BinaryOp::Pow)
+                    .collect();
                 let o = ops[z % ops.len()];
                 (fb.op(Op::Binary(o, xv, yv)), o.result_dtype(xd))
             }
@@ -56,44 +78,105 @@ fn build(p: &Plan) -> tc_core::ir::Function {
                 (fb.op(Op::Cast(to, xv)), to)
             }
             5 => {
-                let s = if xd.is_float() { Scalar::Float(0.5 + z as f64 / 8.0) } else if xd.is_int() { Scalar::Int(z as i64 - 30) } else { Scalar::Bool(z % 2 == 0) };
-                let ops: Vec<BinaryOp> = [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Max, BinaryOp::Lt, BinaryOp::Xor].into_iter().filter(|o| o.admits(xd)).collect();
+                let s = if xd.is_float() {
+                    Scalar::Float(0.5 + z as f64 / 8.0)
+                } else if xd.is_int() {
+                    Scalar::Int(z as i64 - 30)
+                } else {
+                    Scalar::Bool(z % 2 == 0)
+                };
+                let ops: Vec<BinaryOp> = [
+                    BinaryOp::Add,
+                    BinaryOp::Mul,
+                    BinaryOp::Max,
+                    BinaryOp::Lt,
+                    BinaryOp::Xor,
+                ]
+                .into_iter()
+                .filter(|o| o.admits(xd))
+                .collect();
                 if ops.is_empty() {
                     continue;
                 }
                 let o = ops[z % ops.len()];
-                (fb.op(Op::ScalarBinary { op: o, x: xv, s, scalar_left: z % 3 == 0 }), o.result_dtype(xd))
+                (
+                    fb.op(Op::ScalarBinary {
+                        op: o,
+                        x: xv,
+                        s,
+                        scalar_left: z % 3 == 0,
+                    }),
+                    o.result_dtype(xd),
+                )
             }
             6 => {
-                let conds: Vec<Value> = vals.iter().filter(|(_, d)| *d == Dtype::Bool).map(|(v, _)| *v).collect();
+                let conds: Vec<Value> = vals
+                    .iter()
+                    .filter(|(_, d)| *d == Dtype::Bool)
+                    .map(|(v, _)| *v)
+                    .collect();
                 if conds.is_empty() {
                     continue;
                 }
                 (fb.op(Op::Select(conds[z % conds.len()], xv, yv)), xd)
             }
             7 => {
-                let ops: Vec<ReduceOp> = ReduceOp::ALL.into_iter().filter(|o| o.admits(xd)).collect();
+                let ops: Vec<ReduceOp> =
+                    ReduceOp::ALL.into_iter().filter(|o| o.admits(xd)).collect();
                 let o = ops[z % ops.len()];
                 let axis = z % 2;
-                let r = fb.op(Op::Reduce { op: o, axes: vec![axis], keepdims: true, x: xv });
+                let r = fb.op(Op::Reduce {
+                    op: o,
+                    axes: vec![axis],
+                    keepdims: true,
+                    x: xv,
+                });
                 (fb.op(Op::Broadcast(ab.clone(), r)), xd)
             }
             8 => {
                 let t = fb.op(Op::Transpose(vec![1, 0], xv));
-                let u = fb.op(Op::Unary(if xd.is_bool() { UnaryOp::Not } else { UnaryOp::Neg }, t));
+                let u = fb.op(Op::Unary(
+                    if xd.is_bool() {
+                        UnaryOp::Not
+                    } else {
+                        UnaryOp::Neg
+                    },
+                    t,
+                ));
                 (fb.op(Op::Transpose(vec![1, 0], u)), xd)
             }
             9 => {
-                let lo = fb.op(Op::Slice { axis: 1, start: Dim::c(0), stop: Dim::c(1), x: xv });
-                let hi = fb.op(Op::Slice { axis: 1, start: Dim::c(1), stop: Dim::var("B"), x: yv });
-                (fb.op_annot(Op::Concat(1, vec![lo, hi]), tt(xd, &["A", "B"])), xd)
+                let lo = fb.op(Op::Slice {
+                    axis: 1,
+                    start: Dim::c(0),
+                    stop: Dim::c(1),
+                    x: xv,
+                });
+                let hi = fb.op(Op::Slice {
+                    axis: 1,
+                    start: Dim::c(1),
+                    stop: Dim::var("B"),
+                    x: yv,
+                });
+                (
+                    fb.op_annot(Op::Concat(1, vec![lo, hi]), tt(xd, &["A", "B"])),
+                    xd,
+                )
             }
             10 if xd.is_numeric() => {
-                let r = fb.op(Op::ArgReduce { max: z % 2 == 0, axis: 1, keepdims: true, x: xv });
+                let r = fb.op(Op::ArgReduce {
+                    max: z % 2 == 0,
+                    axis: 1,
+                    keepdims: true,
+                    x: xv,
+                });
                 (fb.op(Op::Broadcast(ab.clone(), r)), Dtype::I64)
             }
             _ => {
-                let r = fb.op(Op::Reshape(vec![Dim::var("A"), Dim::c(1), Dim::var("B")], xv));
+                let r = fb.op(Op::Reshape(
+                    vec![Dim::var("A"), Dim::c(1), Dim::var("B")],
+                    xv,
+                ));
                 (fb.op(Op::Reshape(ab.clone(), r)), xd)
             }
         };

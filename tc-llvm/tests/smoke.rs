@@ -16,7 +16,9 @@ fn fused_relu_fma() {
     let r = b.op(Op::Unary(UnaryOp::Relu, s));
     let f = b.finish(r);
     let mut rng = Rng(7);
-    let args: Vec<_> = (0..3).map(|_| random(&mut rng, Dtype::F32, &[1000], true).into()).collect();
+    let args: Vec<_> = (0..3)
+        .map(|_| random(&mut rng, Dtype::F32, &[1000], true).into())
+        .collect();
     let want = interp(&f, &args).unwrap();
     let got = jit(&f, &args, JitOptions::default());
     assert_bits("relu(a*b+c)", &got, &want, false);

@@ -4,10 +4,10 @@
 use tc_core::build::FnBuilder;
 use tc_core::ir::Function;
 use tc_core::{Dim, Dtype, Type};
+use tc_llvm::{CacheConfig, Jit, JitOptions};
 use tc_runtime::contract::Arg;
 use tc_runtime::elem::Elem;
 use tc_runtime::{cast, Tensor};
-use tc_llvm::{CacheConfig, Jit, JitOptions};
 
 /// A small deterministic generator.
 pub struct Rng(pub u64);
@@ -61,7 +61,17 @@ pub fn random(rng: &mut Rng, dt: Dtype, shape: &[usize], specials: bool) -> Tens
 }
 
 pub fn tt(dt: Dtype, shape: &[&str]) -> Type {
-    Type::tensor(dt, shape.iter().map(|s| s.parse::<i64>().map(Dim::c).unwrap_or_else(|_| Dim::var(*s))).collect())
+    Type::tensor(
+        dt,
+        shape
+            .iter()
+            .map(|s| {
+                s.parse::<i64>()
+                    .map(Dim::c)
+                    .unwrap_or_else(|_| Dim::var(*s))
+            })
+            .collect(),
+    )
 }
 
 pub fn interp(f: &Function, args: &[Arg]) -> Result<Tensor, tc_runtime::Error> {
@@ -69,7 +79,11 @@ pub fn interp(f: &Function, args: &[Arg]) -> Result<Tensor, tc_runtime::Error> {
 }
 
 pub fn jit_with(opts: JitOptions) -> Jit {
-    Jit::new(CacheConfig { capacity: 64, specialize_after: 1, options: opts })
+    Jit::new(CacheConfig {
+        capacity: 64,
+        specialize_after: 1,
+        options: opts,
+    })
 }
 
 pub fn jit(f: &Function, args: &[Arg], opts: JitOptions) -> Tensor {
@@ -90,7 +104,9 @@ pub fn assert_bits(what: &str, a: &Tensor, b: &Tensor, nan_any: bool) {
     let (ea, eb) = (a.to_elems(), b.to_elems());
     for (i, (x, y)) in ea.iter().zip(&eb).enumerate() {
         let same = match (x, y) {
-            (Elem::F(p), Elem::F(q)) => p.to_bits() == q.to_bits() || (nan_any && p.is_nan() && q.is_nan()),
+            (Elem::F(p), Elem::F(q)) => {
+                p.to_bits() == q.to_bits() || (nan_any && p.is_nan() && q.is_nan())
+            }
             _ => x == y,
         };
         assert!(same, "{what}: element {i}: jit {x:?} vs interpreter {y:?}");
@@ -104,7 +120,8 @@ pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, rtol: f32, atol: f32) {
     for (i, (x, y)) in a.to_elems().iter().zip(b.to_elems()).enumerate() {
         match (x, y) {
             (Elem::F(p), Elem::F(q)) => {
-                let ok = (p.is_nan() && q.is_nan()) || p == &q || (p - q).abs() <= rtol * q.abs() + atol;
+                let ok =
+                    (p.is_nan() && q.is_nan()) || p == &q || (p - q).abs() <= rtol * q.abs() + atol;
                 assert!(ok, "{what}: element {i}: jit {p:?} vs interpreter {q:?}");
             }
             _ => assert_eq!(x, &y, "{what}: element {i}"),

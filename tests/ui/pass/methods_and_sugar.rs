@@ -20,7 +20,7 @@ pub fn reductions(x: Tensor![f32; B, S, D]) -> Tensor![i64; B] {
     let s = x.sum([1, 2]);
     let m = x.max_keepdims([2]);
     let p = prod(x, 2) + min(x, [2]) + mean(x, [2]) + sum(m, [2]);
-    argmin(p, 1) + argmax(broadcast(s, [B, S]), 1)
+    argmin(p, 1) + argmax(transpose(broadcast(s, [S, B]), [1, 0]), 1)
 }
 
 fn main() {
