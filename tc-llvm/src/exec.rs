@@ -179,7 +179,7 @@ impl CompiledFn {
         };
         let n = vals.len();
         let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); n];
-        let mut owned_bufs: Vec<Option<Vec<u8>>> = (0..n).map(|_| None).collect();
+        let mut owned_bufs: Vec<Option<Vec<u64>>> = (0..n).map(|_| None).collect();
         for (i, a) in args.iter().enumerate() {
             if let Arg::Tensor(t) = a {
                 ptrs[i] = t.bytes().as_ptr() as *mut u8;
@@ -209,8 +209,8 @@ impl CompiledFn {
             match step {
                 Step::Kernel { id, out, inputs } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = vec![0u8; o.dtype.storage_bytes(o.numel())];
-                    ptrs[out.0 as usize] = buf.as_mut_ptr();
+                    let mut buf = vec![0u64; o.dtype.storage_bytes(o.numel()).div_ceil(8)];
+                    ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     let (f, shape) = &self.kernels[*id];
                     let (outer, work) = extent(func, vals, *out, shape);
                     let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
@@ -257,8 +257,8 @@ impl CompiledFn {
                 }
                 Step::Matmul { out, a, b } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = vec![0u8; o.dtype.storage_bytes(o.numel())];
-                    ptrs[out.0 as usize] = buf.as_mut_ptr();
+                    let mut buf = vec![0u64; o.dtype.storage_bytes(o.numel()).div_ceil(8)];
+                    ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
                     // SAFETY: operand buffers hold their planned shapes.
                     unsafe {
@@ -266,7 +266,7 @@ impl CompiledFn {
                             o.dtype,
                             ptrs[a.0 as usize],
                             ptrs[b.0 as usize],
-                            buf.as_mut_ptr(),
+                            buf.as_mut_ptr().cast::<u8>(),
                             sa,
                             sb,
                             threads,
@@ -290,8 +290,13 @@ impl CompiledFn {
                         call_args.push(self.arg_of(*v, vals, &ptrs, args, bound)?);
                     }
                     let t = crate::cache::Jit::global().call(callee, &call_args, resolve)?;
-                    let mut buf = t.bytes().to_vec();
-                    ptrs[out.0 as usize] = buf.as_mut_ptr();
+                    let bytes = t.bytes();
+                    let mut buf = vec![0u64; bytes.len().div_ceil(8)];
+                    // SAFETY: `buf` has at least `bytes.len()` bytes; u64 storage accepts any bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_mut_ptr().cast::<u8>(), bytes.len());
+                    }
+                    ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     owned_bufs[out.0 as usize] = Some(buf);
                 }
             }
@@ -307,10 +312,8 @@ impl CompiledFn {
                 let buf = owned_bufs[ret.0 as usize].take().ok_or_else(|| {
                     tc_runtime::Error::Malformed("returned value was not computed".into())
                 })?;
-                // `from_raw` copies the bytes into the tensor's word storage: one
-                // extra pass over the output. A zero-copy constructor in
-                // tc-runtime (e.g. `Tensor::from_words`) would remove it.
-                Tensor::from_raw(rv.dtype, &rv.shape, buf)
+                // The kernel wrote straight into word storage: no copy.
+                Tensor::from_word_storage(rv.dtype, &rv.shape, buf)
             }
         }
     }

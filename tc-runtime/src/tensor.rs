@@ -241,6 +241,37 @@ impl Tensor {
         Tensor::from_raw_slice(dtype, shape, &bytes)
     }
 
+    /// Take ownership of 8-byte-aligned word storage without copying (the JIT's
+    /// output path). `words` must hold exactly `ceil(storage_bytes / 8)` words
+    /// laid out as Section 2 §5 says; padding past the last byte is cleared.
+    pub fn from_word_storage(dtype: Dtype, shape: &[usize], mut words: Vec<u64>) -> Result<Tensor> {
+        let numel = volume(shape)?;
+        let nbytes = numel
+            .checked_mul(dtype.bits() as usize)
+            .map(|b| b.div_ceil(8))
+            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        if words.len() != nbytes.div_ceil(8) {
+            return Err(Error::ByteLength {
+                dtype,
+                shape: shape.to_vec(),
+                expected: nbytes.div_ceil(8) * 8,
+                found: words.len() * 8,
+            });
+        }
+        let total = words.len() * 8;
+        let buf = word_bytes_mut(&mut words, total);
+        if dtype == Dtype::Bool {
+            if let Some((index, &byte)) = buf[..nbytes].iter().enumerate().find(|(_, &b)| b > 1) {
+                return Err(Error::InvalidBool { index, byte });
+            }
+        }
+        if dtype == Dtype::I4 && numel % 2 == 1 {
+            buf[nbytes - 1] &= 0x0F;
+        }
+        buf[nbytes..].fill(0);
+        Ok(Tensor::from_words(dtype, shape, numel, words))
+    }
+
     /// As [`Tensor::from_raw`], from a borrowed slice (copied).
     pub fn from_raw_slice(dtype: Dtype, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
         let numel = volume(shape)?;
