@@ -64,6 +64,8 @@ pub enum KernelShape {
     Nested,
     /// Outer loop over output elements, inner loops over the reduced axes.
     Reduce,
+    /// A row group: outer loop over the rows shared by its members.
+    Rows,
 }
 
 /// A generated module.
@@ -96,6 +98,11 @@ pub fn extent(
             } else {
                 (o.shape[..r - 1].iter().product(), o.shape[r - 1])
             }
+        }
+        KernelShape::Rows => {
+            let r = o.shape.len();
+            let last = o.shape.get(r.wrapping_sub(1)).copied().unwrap_or(1);
+            (o.shape[..r.saturating_sub(1)].iter().product(), last)
         }
         KernelShape::Reduce => {
             let np = func.sig.params.len();
@@ -1192,29 +1199,8 @@ impl<'a> Gen<'a> {
     }
 
     fn kernel(&mut self, id: usize, out: Value, inputs: &[Value]) -> KernelShape {
-        self.pre.clear();
-        self.body.clear();
-        self.pmemo.clear();
-        self.memo.clear();
-        self.bufs.clear();
-        let mut params = Vec::new();
         let all: Vec<Value> = std::iter::once(out).chain(inputs.iter().copied()).collect();
-        for (k, v) in all.iter().enumerate() {
-            let st = sty(self.vals[v.0 as usize].dtype);
-            if k == 0 {
-                params.push(format!("i8* noalias nocapture %a{k}"));
-            } else {
-                params.push(format!("i8* noalias nocapture readonly %a{k}"));
-            }
-            let p = if st == "i8" {
-                format!("%a{k}")
-            } else {
-                let t = self.t();
-                let _ = writeln!(self.pre, "  {t} = bitcast i8* %a{k} to {st}*");
-                t
-            };
-            self.bufs.insert(v.0, p);
-        }
+        let params = self.setup(&all, 1);
         let _ = writeln!(self.body, "b0:");
         let np = self.np;
         let func = self.func;
@@ -1250,41 +1236,8 @@ impl<'a> Gen<'a> {
                     self.loop_end(l);
                     KernelShape::Flat
                 } else {
-                    let r = self.vals[out.0 as usize].shape.len();
                     let (o, l) = self.loop_begin("%start", "%end");
-                    if r == 0 {
-                        let idx = Idx {
-                            dims: Some(vec![]),
-                            lin: Some("0".into()),
-                        };
-                        let x = self.val_root(out, &idx);
-                        self.store(out, "0", &x);
-                    } else {
-                        // Unravel the outer index over dims[0..r-1].
-                        let mut dims = vec![String::new(); r];
-                        let mut rest = o.clone();
-                        for k in (0..r - 1).rev() {
-                            let d = self.dim(out, k);
-                            if k == 0 {
-                                dims[k] = rest.clone();
-                            } else {
-                                dims[k] = self.ins(format!("urem i64 {rest}, {d}"));
-                                rest = self.ins(format!("udiv i64 {rest}, {d}"));
-                            }
-                        }
-                        let inner = self.dim(out, r - 1);
-                        let base = self.bmul(&o, &inner);
-                        let (j, l2) = self.loop_begin("0", &inner);
-                        dims[r - 1] = j.clone();
-                        let lin = self.badd(&base, &j);
-                        let idx = Idx {
-                            dims: Some(dims),
-                            lin: Some(lin.clone()),
-                        };
-                        let x = self.val_root(out, &idx);
-                        self.store(out, &lin, &x);
-                        self.loop_end(l2);
-                    }
+                    self.nested_row(out, &o);
                     self.loop_end(l);
                     KernelShape::Nested
                 }
@@ -1293,6 +1246,101 @@ impl<'a> Gen<'a> {
         self.e("ret void".into());
         self.finish_fn(id, &params);
         shape
+    }
+
+    /// Row `o` of a nested elementwise kernel writing `out`: the inner loop
+    /// over its last axis.
+    fn nested_row(&mut self, out: Value, o: &str) {
+        let r = self.vals[out.0 as usize].shape.len();
+        if r == 0 {
+            let idx = Idx {
+                dims: Some(vec![]),
+                lin: Some("0".into()),
+            };
+            let x = self.val_root(out, &idx);
+            self.store(out, "0", &x);
+            return;
+        }
+        // Unravel the outer index over dims[0..r-1].
+        let mut dims = vec![String::new(); r];
+        let mut rest = o.to_string();
+        for k in (0..r - 1).rev() {
+            let d = self.dim(out, k);
+            if k == 0 {
+                dims[k] = rest.clone();
+            } else {
+                dims[k] = self.ins(format!("urem i64 {rest}, {d}"));
+                rest = self.ins(format!("udiv i64 {rest}, {d}"));
+            }
+        }
+        let inner = self.dim(out, r - 1);
+        let base = self.bmul(o, &inner);
+        let (j, l2) = self.loop_begin("0", &inner);
+        dims[r - 1] = j.clone();
+        let lin = self.badd(&base, &j);
+        let idx = Idx {
+            dims: Some(dims),
+            lin: Some(lin.clone()),
+        };
+        let x = self.val_root(out, &idx);
+        self.store(out, &lin, &x);
+        self.loop_end(l2);
+    }
+
+    /// A row group ([`Step::Group`]): one loop over rows; per row, every
+    /// member's row in order (reductions first write their row, later
+    /// members read it while the row's inputs are still in L1).
+    fn group_kernel(&mut self, id: usize, members: &[Value], inputs: &[Value]) -> KernelShape {
+        let all: Vec<Value> = members.iter().chain(inputs.iter()).copied().collect();
+        let params = self.setup(&all, members.len());
+        let _ = writeln!(self.body, "b0:");
+        let (o, l) = self.loop_begin("%start", "%end");
+        let np = self.np;
+        let func = self.func;
+        for &m in members {
+            self.memo.clear();
+            match &func.body[m.0 as usize - np].op {
+                Op::Reduce {
+                    op: rop,
+                    axes,
+                    keepdims,
+                    x,
+                } => self.reduce_row(m, *rop, axes, *keepdims, *x, &o),
+                _ => self.nested_row(m, &o),
+            }
+        }
+        self.loop_end(l);
+        self.e("ret void".into());
+        self.finish_fn(id, &params);
+        KernelShape::Rows
+    }
+
+    /// Reset the per-function state and bind the buffer parameters (the
+    /// first `writable` are written).
+    fn setup(&mut self, all: &[Value], writable: usize) -> Vec<String> {
+        self.pre.clear();
+        self.body.clear();
+        self.pmemo.clear();
+        self.memo.clear();
+        self.bufs.clear();
+        let mut params = Vec::new();
+        for (k, v) in all.iter().enumerate() {
+            let st = sty(self.vals[v.0 as usize].dtype);
+            if k < writable {
+                params.push(format!("i8* noalias nocapture %a{k}"));
+            } else {
+                params.push(format!("i8* noalias nocapture readonly %a{k}"));
+            }
+            let p = if st == "i8" {
+                format!("%a{k}")
+            } else {
+                let t = self.t();
+                let _ = writeln!(self.pre, "  {t} = bitcast i8* %a{k} to {st}*");
+                t
+            };
+            self.bufs.insert(v.0, p);
+        }
+        params
     }
 
     /// The root value computed (not loaded) even though it is materialized.
@@ -1329,9 +1377,24 @@ impl<'a> Gen<'a> {
     }
 
     fn reduce_body(&mut self, out: Value, rop: ReduceOp, axes: &[usize], keepdims: bool, x: Value) {
+        let (o, l) = self.loop_begin("%start", "%end");
+        self.reduce_row(out, rop, axes, keepdims, x, &o);
+        self.loop_end(l);
+    }
+
+    /// Output element `o` of a reduction.
+    fn reduce_row(
+        &mut self,
+        out: Value,
+        rop: ReduceOp,
+        axes: &[usize],
+        keepdims: bool,
+        x: Value,
+        o: &str,
+    ) {
         let dt = self.vals[x.0 as usize].dtype;
         let ty = cty(dt);
-        let (o, l) = self.loop_begin("%start", "%end");
+        let o = o.to_string();
         let mut src = self.out_to_in(out, x, axes, keepdims, &o);
         let a = self.label();
         // Float max/min outside deterministic mode: an integer max/min over
@@ -1458,7 +1521,6 @@ impl<'a> Gen<'a> {
             res = self.round(dt, &res);
         }
         self.store(out, &o, &res);
-        self.loop_end(l);
     }
 
     fn argreduce_body(&mut self, out: Value, max: bool, axis: usize, keepdims: bool, x: Value) {
@@ -1622,6 +1684,19 @@ pub fn gen_module(
     let mut exports = Vec::new();
     let mut shapes = Vec::new();
     for s in &st.steps {
+        if let Step::Group {
+            id,
+            members,
+            inputs,
+        } = s
+        {
+            let sh = g.group_kernel(*id, members, inputs);
+            exports.push(format!("k{id}"));
+            while shapes.len() <= *id {
+                shapes.push(KernelShape::Flat);
+            }
+            shapes[*id] = sh;
+        }
         if let Step::Kernel { id, out, inputs } = s {
             if matches!(vals[out.0 as usize].kind, VKind::Inst(_)) {
                 let sh = g.kernel(*id, *out, inputs);

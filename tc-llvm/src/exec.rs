@@ -63,7 +63,10 @@ pub fn compile_with<'f>(
     tc_core::ir::verify(func)
         .map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
     let (vals, sigma_ext) = plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?;
-    let st = plan::structure(func);
+    let mut st = plan::structure(func);
+    if !generic {
+        plan::group_rows(func, &vals, &mut st);
+    }
     let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
     let (module, kernels) = if code.exports.is_empty() {
         (None, Vec::new())
@@ -103,6 +106,65 @@ pub fn compile_with<'f>(
 pub fn compile(func: &Function, sigma: &Sigma, opts: JitOptions) -> Result<CompiledFn, Error> {
     compile_with(func, sigma, &|_| None, opts, false)
 }
+
+/// Run `f` over `0..outer`, split across the pool (chunk bounds multiples of
+/// `align`) unless `threads == 1` or the work is small.
+///
+/// # Safety
+/// `f` must be a kernel whose buffers in `p` hold their planned shapes.
+unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usize, threads: usize) {
+    let serial = threads == 1 || outer < 2 || outer.saturating_mul(work.max(1)) < PAR_MIN_WORK;
+    if serial {
+        if outer > 0 {
+            f(p.0, p.1, p.2, 0, outer as i64);
+        }
+        return;
+    }
+    let nt = rayon::current_num_threads().max(1);
+    let chunks = (nt * 4).min(outer);
+    let bound_at = |c: usize| -> usize {
+        if c >= chunks {
+            outer
+        } else {
+            (outer * c / chunks) / align * align
+        }
+    };
+    (0..chunks).into_par_iter().for_each(|c| {
+        let p = p;
+        let (lo, hi) = (bound_at(c), bound_at(c + 1));
+        if hi > lo {
+            f(p.0, p.1, p.2, lo as i64, hi as i64);
+        }
+    });
+}
+
+/// A zeroed output buffer of `bytes` bytes in 8-byte words (the storage
+/// `Tensor::from_word_storage` takes without a copy).
+///
+/// Large buffers come straight from `mmap` (through the allocator's
+/// `calloc`), untouched: they are marked for transparent huge pages before
+/// the kernel's first write, so a 64 MB output takes 32 page faults, not
+/// 16 384 (the faults cost as much as the kernel otherwise).
+fn out_buffer(bytes: usize) -> Vec<u64> {
+    let v = vec![0u64; bytes.div_ceil(8)];
+    #[cfg(target_os = "linux")]
+    if bytes >= HUGE_MIN {
+        const HUGE: usize = 2 << 20;
+        let start = v.as_ptr() as usize;
+        let lo = start.div_ceil(HUGE) * HUGE;
+        let hi = (start + bytes) / HUGE * HUGE;
+        if hi > lo {
+            // SAFETY: advice on pages inside the allocation; it does not change its contents.
+            unsafe {
+                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    v
+}
+
+/// Outputs from this size on are advised to use huge pages.
+const HUGE_MIN: usize = 8 << 20;
 
 #[derive(Clone, Copy)]
 struct Ptrs(*const *mut u8, *const i64, *const u64);
@@ -209,7 +271,7 @@ impl CompiledFn {
             match step {
                 Step::Kernel { id, out, inputs } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = vec![0u64; o.dtype.storage_bytes(o.numel()).div_ceil(8)];
+                    let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     let (f, shape) = &self.kernels[*id];
                     let (outer, work) = extent(func, vals, *out, shape);
@@ -219,53 +281,71 @@ impl CompiledFn {
                         list.push(ptrs[v.0 as usize]);
                     }
                     let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
-                    let serial = threads == 1
-                        || o.dtype == Dtype::I4
-                        || outer < 2
-                        || outer.saturating_mul(work.max(1)) < PAR_MIN_WORK;
+                    let align = if matches!(shape, KernelShape::Flat) {
+                        64
+                    } else {
+                        1
+                    };
+                    let threads = if o.dtype == Dtype::I4 { 1 } else { threads };
                     // SAFETY: buffers hold the storage of their planned shapes; chunks are disjoint.
-                    unsafe {
-                        if serial {
-                            if outer > 0 {
-                                f(p.0, p.1, p.2, 0, outer as i64);
-                            }
-                        } else {
-                            let nt = rayon::current_num_threads().max(1);
-                            let chunks = (nt * 4).min(outer);
-                            let align = if matches!(shape, KernelShape::Flat) {
-                                64
-                            } else {
-                                1
-                            };
-                            let bound_at = |c: usize| -> usize {
-                                if c >= chunks {
-                                    outer
-                                } else {
-                                    (outer * c / chunks) / align * align
-                                }
-                            };
-                            (0..chunks).into_par_iter().for_each(|c| {
-                                let p = p;
-                                let (lo, hi) = (bound_at(c), bound_at(c + 1));
-                                if hi > lo {
-                                    f(p.0, p.1, p.2, lo as i64, hi as i64);
-                                }
-                            });
-                        }
-                    }
+                    unsafe { run_split(*f, p, outer, work, align, threads) };
                     owned_bufs[out.0 as usize] = Some(buf);
+                }
+                Step::Group {
+                    id,
+                    members,
+                    inputs,
+                } => {
+                    let mut list: Vec<*mut u8> = Vec::with_capacity(members.len() + inputs.len());
+                    let mut bufs = Vec::with_capacity(members.len());
+                    for m in members {
+                        let o = &vals[m.0 as usize];
+                        let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
+                        ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+                        list.push(ptrs[m.0 as usize]);
+                        bufs.push(buf);
+                    }
+                    for v in inputs {
+                        list.push(ptrs[v.0 as usize]);
+                    }
+                    let (f, _) = &self.kernels[*id];
+                    let np = func.sig.params.len();
+                    let mut work = 0usize;
+                    let mut outer = 1usize;
+                    for m in members {
+                        let s = &vals[m.0 as usize].shape;
+                        outer = s[..s.len() - 1].iter().product();
+                        work += match &func.body[m.0 as usize - np].op {
+                            tc_core::ir::Op::Reduce { x, .. } => {
+                                vals[x.0 as usize].shape.last().copied().unwrap_or(1)
+                            }
+                            _ => s.last().copied().unwrap_or(1),
+                        };
+                    }
+                    let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
+                    // SAFETY: buffers hold their planned shapes; row chunks are disjoint.
+                    unsafe { run_split(*f, p, outer, work, 1, threads) };
+                    for (m, buf) in members.iter().zip(bufs) {
+                        owned_bufs[m.0 as usize] = Some(buf);
+                    }
                 }
                 Step::Matmul { out, a, b } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = vec![0u64; o.dtype.storage_bytes(o.numel()).div_ceil(8)];
+                    let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
-                    // SAFETY: operand buffers hold their planned shapes.
+                    // Operands that are transposes/broadcasts of buffers are
+                    // read through strides (plan::matmul_view_ok).
+                    let (ba, st_a) = plan::strided_view(func, vals, &self.st.mat, *a);
+                    let (bb, st_b) = plan::strided_view(func, vals, &self.st.mat, *b);
+                    // SAFETY: base buffers hold their planned shapes; the views stay inside them.
                     unsafe {
-                        crate::matmul::matmul(
+                        crate::matmul::matmul_strided(
                             o.dtype,
-                            ptrs[a.0 as usize],
-                            ptrs[b.0 as usize],
+                            ptrs[ba.0 as usize],
+                            &st_a,
+                            ptrs[bb.0 as usize],
+                            &st_b,
                             buf.as_mut_ptr().cast::<u8>(),
                             sa,
                             sb,
@@ -294,7 +374,11 @@ impl CompiledFn {
                     let mut buf = vec![0u64; bytes.len().div_ceil(8)];
                     // SAFETY: `buf` has at least `bytes.len()` bytes; u64 storage accepts any bytes.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_mut_ptr().cast::<u8>(), bytes.len());
+                        std::ptr::copy_nonoverlapping(
+                            bytes.as_ptr(),
+                            buf.as_mut_ptr().cast::<u8>(),
+                            bytes.len(),
+                        );
                     }
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     owned_bufs[out.0 as usize] = Some(buf);

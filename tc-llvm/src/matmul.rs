@@ -42,10 +42,33 @@ struct Micro {
     _module: JitModule,
     f: Ukr,
     nr: usize,
+    mr: usize,
 }
 
-/// The micro-kernel's IR text for vector width `vw` (NR = 2·vw).
+/// The micro-kernel's IR text for vector width `vw` (NR = 2·vw), MR = [`MR`].
 pub fn ukernel_ir(vw: usize) -> String {
+    ukernel_ir_mr(vw, MR)
+}
+
+/// Blocking parameters (defaults [`MR`], [`KC`], [`MC`]; `TC_MM_MR`,
+/// `TC_MM_KC`, `TC_MM_MC` override them, for tuning).
+fn params() -> (usize, usize, usize) {
+    static P: OnceLock<(usize, usize, usize)> = OnceLock::new();
+    *P.get_or_init(|| {
+        let get = |k: &str, d: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&v: &usize| v > 0)
+                .unwrap_or(d)
+        };
+        let mr = get("TC_MM_MR", MR).min(14);
+        (mr, get("TC_MM_KC", KC), get("TC_MM_MC", MC).div_ceil(mr) * mr)
+    })
+}
+
+/// The micro-kernel's IR text for vector width `vw` and `mr` rows.
+pub fn ukernel_ir_mr(vw: usize, mr: usize) -> String {
     let nr = 2 * vw;
     let v = format!("<{vw} x float>");
     let mut s = String::new();
@@ -55,7 +78,7 @@ pub fn ukernel_ir(vw: usize) -> String {
     s.push_str(&format!(
         "define void @ukr(i64 %kc, float* noalias nocapture readonly %a, float* noalias nocapture readonly %b, float* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n"
     ));
-    for i in 0..MR {
+    for i in 0..mr {
         for j in 0..2 {
             s.push_str(&format!(
                 "  %acc{i}_{j} = phi {v} [zeroinitializer, %entry], [%n{i}_{j}, %loop]\n"
@@ -69,8 +92,8 @@ pub fn ukernel_ir(vw: usize) -> String {
             j * vw
         ));
     }
-    s.push_str(&format!("  %ao = mul i64 %k, {MR}\n"));
-    for i in 0..MR {
+    s.push_str(&format!("  %ao = mul i64 %k, {mr}\n"));
+    for i in 0..mr {
         s.push_str(&format!(
             "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds float, float* %a, i64 %ao{i}\n  %a{i} = load float, float* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, float %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
         ));
@@ -81,7 +104,7 @@ pub fn ukernel_ir(vw: usize) -> String {
         }
     }
     s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
-    for i in 0..MR {
+    for i in 0..mr {
         for j in 0..2 {
             s.push_str(&format!(
                 "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds float, float* %c, i64 %co{i}_{j}\n  %cq{i}_{j} = bitcast float* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align 4\n  %sum{i}_{j} = fadd {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align 4\n",
@@ -102,7 +125,7 @@ fn micro() -> Result<&'static Micro, Error> {
         } else {
             8
         };
-        let ir = ukernel_ir(vw);
+        let ir = ukernel_ir_mr(vw, params().0);
         let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
         let a = m.addr("ukr").ok_or("ukr missing")?;
         // SAFETY: `ukr` has exactly the `Ukr` signature (see `ukernel_ir`).
@@ -111,6 +134,7 @@ fn micro() -> Result<&'static Micro, Error> {
             _module: m,
             f,
             nr: 2 * vw,
+            mr: params().0,
         })
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
@@ -172,6 +196,7 @@ pub unsafe fn sgemm(
     }
     let mk = micro()?;
     let nr = mk.nr;
+    let (mr_, kc_, mc_) = (mk.mr, params().1, params().2);
     let ukr = mk.f;
     let par = threads != 1 && (m * n * k) >= (1 << 18);
     let nthreads = if par {
@@ -180,28 +205,21 @@ pub unsafe fn sgemm(
         1
     };
     let mc = if nthreads > 1 {
-        MC.min((m.div_ceil(nthreads)).div_ceil(MR) * MR)
+        mc_.min((m.div_ceil(nthreads)).div_ceil(mr_) * mr_)
     } else {
-        MC
+        mc_
     };
     let cp = SendPtr(c);
     let mut bp: Vec<f32> = Vec::new();
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         let npanels = nc.div_ceil(nr);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
+        for pc in (0..k).step_by(kc_) {
+            let kc = kc_.min(k - pc);
             // Pack B[pc.., jc..] into NR-wide row panels, zero-padded.
             bp.clear();
             bp.resize(npanels * kc * nr, 0.0);
-            let pack_b = |q: usize, dst: &mut [f32]| {
-                for kk in 0..kc {
-                    for cc in 0..nr {
-                        let col = jc + q * nr + cc;
-                        dst[kk * nr + cc] = if col < n { b.at(pc + kk, col) } else { 0.0 };
-                    }
-                }
-            };
+            let pack_b = |q: usize, dst: &mut [f32]| pack_b_panel(&b, pc, kc, jc + q * nr, nr, n, dst);
             if par {
                 bp.par_chunks_mut(kc * nr)
                     .enumerate()
@@ -215,28 +233,23 @@ pub unsafe fn sgemm(
             let accum = (pc > 0) as i64;
             let do_block = |ic: usize| {
                 let mcb = mc.min(m - ic);
-                let mpanels = mcb.div_ceil(MR);
-                let mut ap = vec![0f32; mpanels * kc * MR];
+                let mpanels = mcb.div_ceil(mr_);
+                let mut ap = take_scratch(mpanels * kc * mr_);
                 for p in 0..mpanels {
-                    for kk in 0..kc {
-                        for r in 0..MR {
-                            let row = ic + p * MR + r;
-                            ap[(p * kc + kk) * MR + r] =
-                                if row < m { a.at(row, pc + kk) } else { 0.0 };
-                        }
-                    }
+                    let dst = &mut ap[p * kc * mr_..(p + 1) * kc * mr_];
+                    pack_a_panel(&a, pc, kc, ic + p * mr_, mr_, m, dst);
                 }
-                let mut tile = vec![0f32; MR * nr];
+                let mut tile = [0f32; 14 * 32];
                 let c = cp;
                 for q in 0..npanels {
                     let col0 = jc + q * nr;
                     let ncols = nr.min(n - col0);
                     let bq = bpr.as_ptr().add(q * kc * nr);
                     for p in 0..mpanels {
-                        let row0 = ic + p * MR;
-                        let nrows = MR.min(m - row0);
-                        let apq = ap.as_ptr().add(p * kc * MR);
-                        if nrows == MR && ncols == nr {
+                        let row0 = ic + p * mr_;
+                        let nrows = mr_.min(m - row0);
+                        let apq = ap.as_ptr().add(p * kc * mr_);
+                        if nrows == mr_ && ncols == nr {
                             ukr(
                                 kc as i64,
                                 apq,
@@ -257,6 +270,7 @@ pub unsafe fn sgemm(
                         }
                     }
                 }
+                give_scratch(ap);
             };
             let blocks: Vec<usize> = (0..m).step_by(mc).collect();
             if par && blocks.len() > 1 {
@@ -269,8 +283,204 @@ pub unsafe fn sgemm(
     Ok(())
 }
 
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A per-thread packing buffer of `len` floats (contents unspecified).
+fn take_scratch(len: usize) -> Vec<f32> {
+    let mut v = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    v
+}
+
+fn give_scratch(v: Vec<f32>) {
+    SCRATCH.with(|s| *s.borrow_mut() = v);
+}
+
+/// Pack rows `row0..row0+mr` × columns `pc..pc+kc` of A column by column
+/// (`dst[kk·mr + r]`), zero rows past `m`; the loop order follows A's
+/// unit stride.
+///
+/// # Safety
+/// The view must be valid over the rows below `m` and the given columns.
+unsafe fn pack_a_panel(a: &View, pc: usize, kc: usize, row0: usize, mr: usize, m: usize, dst: &mut [f32]) {
+    let rows = mr.min(m - row0);
+    if rows < mr {
+        dst[..kc * mr].iter_mut().for_each(|x| *x = 0.0);
+    }
+    if a.cs == 1 || a.rs != 1 {
+        for r in 0..rows {
+            let src = a.ptr.add((row0 + r) * a.rs + pc * a.cs);
+            if a.cs == 1 {
+                let row = std::slice::from_raw_parts(src, kc);
+                for (kk, &x) in row.iter().enumerate() {
+                    *dst.get_unchecked_mut(kk * mr + r) = x;
+                }
+            } else {
+                for kk in 0..kc {
+                    *dst.get_unchecked_mut(kk * mr + r) = *src.add(kk * a.cs);
+                }
+            }
+        }
+    } else {
+        // Unit stride down the rows (a transposed operand).
+        for kk in 0..kc {
+            let src = a.ptr.add(row0 + (pc + kk) * a.cs);
+            let d = &mut dst[kk * mr..kk * mr + rows];
+            d.copy_from_slice(std::slice::from_raw_parts(src, rows));
+        }
+    }
+}
+
+/// Pack rows `pc..pc+kc` × columns `col0..col0+nr` of B row by row
+/// (`dst[kk·nr + c]`), zero columns past `n`; the loop order follows B's
+/// unit stride.
+///
+/// # Safety
+/// The view must be valid over the given rows and the columns below `n`.
+unsafe fn pack_b_panel(b: &View, pc: usize, kc: usize, col0: usize, nr: usize, n: usize, dst: &mut [f32]) {
+    let cols = nr.min(n.saturating_sub(col0));
+    if cols < nr {
+        dst[..kc * nr].iter_mut().for_each(|x| *x = 0.0);
+    }
+    if b.cs == 1 {
+        for kk in 0..kc {
+            let src = b.ptr.add((pc + kk) * b.rs + col0);
+            dst[kk * nr..kk * nr + cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
+        }
+    } else if b.rs == 1 {
+        // A transposed operand (a PyTorch-layout weight): columns are contiguous.
+        for c in 0..cols {
+            let src = std::slice::from_raw_parts(b.ptr.add(pc + (col0 + c) * b.cs), kc);
+            for (kk, &x) in src.iter().enumerate() {
+                *dst.get_unchecked_mut(kk * nr + c) = x;
+            }
+        }
+    } else {
+        for kk in 0..kc {
+            for c in 0..cols {
+                dst[kk * nr + c] = b.at(pc + kk, col0 + c);
+            }
+        }
+    }
+}
+
+/// Row-major strides of a contiguous shape.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut st = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for d in (0..shape.len()).rev() {
+        st[d] = acc;
+        acc *= shape[d] as isize;
+    }
+    st
+}
+
 /// Batched matmul on raw storage (Section 2 §5 layout) of dtype `dt`:
-/// `a: p ++ [M, K]`, `b: p ++ [K, N]` → `out: p ++ [M, N]`.
+/// `a: p ++ [M, K]`, `b: p ++ [K, N]` → `out: p ++ [M, N]` (contiguous),
+/// with the operands read through element strides `st_a`, `st_b` (F32: any
+/// strides, e.g. a transposed weight or a batch broadcast with stride 0;
+/// other dtypes: contiguous only).
+///
+/// F32 with a right operand that does not vary over the batch (stride 0 or
+/// size 1 on every batch dim) and a left operand whose batch dims merge with
+/// its rows runs as one `[p·M, K] × [K, N]` product (one packing of B, more
+/// rows to split across threads); other batched products split the batch
+/// across threads.
+///
+/// # Safety
+/// The buffers must hold the storage the shapes and strides address.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_strided(
+    dt: Dtype,
+    a: *const u8,
+    st_a: &[isize],
+    b: *const u8,
+    st_b: &[isize],
+    out: *mut u8,
+    sa: &[usize],
+    sb: &[usize],
+    threads: usize,
+) -> Result<(), Error> {
+    let r = sa.len();
+    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
+    let batch: usize = sa[..r - 2].iter().product();
+    if dt != Dtype::F32 {
+        if st_a != contiguous_strides(sa).as_slice() || st_b != contiguous_strides(sb).as_slice() {
+            return Err(Error::Unsupported(format!("strided matmul at {dt}")));
+        }
+        return matmul(dt, a, b, out, sa, sb, threads);
+    }
+    let (a, b, c) = (a as *const f32, b as *const f32, out as *mut f32);
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    // Fold the batch into M?
+    let b_const = (0..r - 2).all(|d| sb[d] == 1 || st_b[d] == 0);
+    let mut ext = m;
+    let mut fold = b_const;
+    for d in (0..r - 2).rev() {
+        if !fold {
+            break;
+        }
+        if sa[d] == 1 {
+            continue;
+        }
+        if st_a[d] == st_a[r - 2] * ext as isize {
+            ext *= sa[d];
+        } else {
+            fold = false;
+        }
+    }
+    let rs_a = st_a[r - 2];
+    let va = |off: isize, rs: isize| View::new(a.offset(off), rs as usize, st_a[r - 1] as usize);
+    let vb = |off: isize| View::new(b.offset(off), st_b[r - 2] as usize, st_b[r - 1] as usize);
+    if fold || batch == 1 {
+        return sgemm(batch * m, n, k, va(0, rs_a), vb(0), c, threads);
+    }
+    let offs = |p: usize, st: &[isize]| -> isize {
+        let mut rest = p;
+        let mut off = 0isize;
+        for d in (0..r - 2).rev() {
+            off += (rest % sa[d]) as isize * st[d];
+            rest /= sa[d];
+        }
+        off
+    };
+    let cp = SendPtr(c);
+    let (ap, bp) = (SendPtr(a as *mut f32), SendPtr(b as *mut f32));
+    let one = |p: usize| -> Result<(), Error> {
+        let (cp, ap, bp) = (cp, ap, bp);
+        sgemm(
+            m,
+            n,
+            k,
+            View::new(
+                ap.0.offset(offs(p, st_a)),
+                st_a[r - 2] as usize,
+                st_a[r - 1] as usize,
+            ),
+            View::new(
+                bp.0.offset(offs(p, st_b)),
+                st_b[r - 2] as usize,
+                st_b[r - 1] as usize,
+            ),
+            cp.0.add(p * m * n),
+            1,
+        )
+    };
+    if threads != 1 && batch * m * n * k >= (1 << 18) && rayon::current_num_threads() > 1 {
+        (0..batch).into_par_iter().try_for_each(one)
+    } else {
+        (0..batch).try_for_each(one)
+    }
+}
+
+/// Batched matmul on contiguous raw storage (Section 2 §5 layout) of dtype
+/// `dt`: `a: p ++ [M, K]`, `b: p ++ [K, N]` → `out: p ++ [M, N]`.
 ///
 /// # Safety
 /// The buffers must hold the storage of the given shapes.

@@ -74,7 +74,21 @@ pub enum Step {
         /// Buffers read, in argument order after the output.
         inputs: Vec<Value>,
     },
-    /// Matmul of two materialized operands.
+    /// Kernels over the same rows fused into one loop over rows (softmax,
+    /// layer norm): per row, each member's row in order, so a row's passes
+    /// run while it is in L1. Symbol `k{id}`; buffers: the members (written)
+    /// then `inputs`.
+    Group {
+        /// Kernel number.
+        id: usize,
+        /// The values written, in order (reductions over the last axis with
+        /// keepdims, and nested elementwise kernels).
+        members: Vec<Value>,
+        /// Buffers read that are not members.
+        inputs: Vec<Value>,
+    },
+    /// Matmul of two operands (buffers or strided views of buffers,
+    /// [`matmul_view_ok`]).
     Matmul {
         /// Result.
         out: Value,
@@ -544,6 +558,7 @@ pub fn structure(func: &Function) -> Structure {
     let n = np + func.body.len();
     let mut consumers = vec![0u32; n];
     let mut forced = vec![false; n];
+    let mut mm_use = vec![false; n];
     for inst in &func.body {
         let mut ops = inst.op.operands();
         ops.dedup();
@@ -556,8 +571,13 @@ pub fn structure(func: &Function) -> Structure {
             if let Some(c) = consumers.get_mut(v.0 as usize) {
                 *c += 1;
             }
-            if matches!(inst.op, Op::Matmul(..) | Op::Call(..)) {
+            if matches!(inst.op, Op::Call(..)) {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
+                    *f = true;
+                }
+            }
+            if matches!(inst.op, Op::Matmul(..)) {
+                if let Some(f) = mm_use.get_mut(v.0 as usize) {
                     *f = true;
                 }
             }
@@ -584,8 +604,14 @@ pub fn structure(func: &Function) -> Structure {
                 })
                 .sum::<u32>();
         cost[v] = c;
+        // A matmul operand that is a chain of transposes/broadcasts (and a
+        // reshape of a buffer) over a buffer is read through strides by the
+        // packing routines: no copy (a weight broadcast over the batch is
+        // never materialized B times).
+        let mm_forced = mm_use[v] && !matmul_view_ok(func, &mat, np, Value(v as u32), true);
         let keep = v == func.ret.0 as usize
             || forced[v]
+            || mm_forced
             || consumers[v] == 0
             || c > TREE_MAX
             || (consumers[v] > 1 && c > RECOMPUTE_MAX);
@@ -640,6 +666,238 @@ pub fn structure(func: &Function) -> Structure {
         }
     }
     Structure { mat, steps, slots }
+}
+
+/// Fewest elements per row for a kernel to join a row group.
+pub const GROUP_MIN_ROW: usize = 8;
+
+/// Fuse consecutive kernels over the same rows into [`Step::Group`]s (for
+/// concrete shapes: a σ-specialised compilation). A kernel writing `out` of
+/// shape `P ++ [n]` has rows `P`; a reduction over the last axis with
+/// keepdims (shape `P ++ [1]`) too. A kernel joins the running group when
+/// its rows equal the group's and every read of an earlier member is
+/// *row-local*: through elementwise ops and broadcasts that keep the leading
+/// dims, so row `o` of the kernel reads only row `o` of the member, which
+/// the group has written earlier in the same iteration. A group needs a
+/// reduction and two members; kernel ids are renumbered.
+pub fn group_rows(func: &Function, vals: &[ValInfo], st: &mut Structure) {
+    let np = func.sig.params.len();
+    let rows_of = |out: Value| -> Option<Vec<usize>> {
+        let i = out.0 as usize;
+        let o = &vals[i];
+        let r = o.shape.len();
+        if r == 0 || o.dtype == Dtype::I4 || i < np {
+            return None;
+        }
+        let inner = match &func.body[i - np].op {
+            Op::Reduce {
+                axes, keepdims, x, ..
+            } => {
+                let xs = &vals[x.0 as usize].shape;
+                if !*keepdims || axes.as_slice() != [r - 1] || xs.len() != r {
+                    return None;
+                }
+                xs[r - 1]
+            }
+            Op::ArgReduce { .. } => return None,
+            _ => o.shape[r - 1],
+        };
+        if inner < GROUP_MIN_ROW {
+            return None;
+        }
+        Some(o.shape[..r - 1].to_vec())
+    };
+    let mut out: Vec<Step> = Vec::new();
+    let mut cur: Vec<(Value, Vec<Value>)> = Vec::new();
+    let mut cur_rows: Option<Vec<usize>> = None;
+    let flush = |cur: &mut Vec<(Value, Vec<Value>)>, out: &mut Vec<Step>| {
+        let has_reduce = cur
+            .iter()
+            .any(|(v, _)| matches!(func.body[v.0 as usize - np].op, Op::Reduce { .. }));
+        if cur.len() >= 2 && has_reduce {
+            let members: Vec<Value> = cur.iter().map(|(v, _)| *v).collect();
+            let mut inputs = Vec::new();
+            for (_, ins) in cur.iter() {
+                for v in ins {
+                    if !members.contains(v) && !inputs.contains(v) {
+                        inputs.push(*v);
+                    }
+                }
+            }
+            out.push(Step::Group {
+                id: 0,
+                members,
+                inputs,
+            });
+        } else {
+            for (v, ins) in cur.drain(..) {
+                out.push(Step::Kernel {
+                    id: 0,
+                    out: v,
+                    inputs: ins,
+                });
+            }
+        }
+        cur.clear();
+    };
+    for step in std::mem::take(&mut st.steps) {
+        match step {
+            Step::Kernel { out: v, inputs, .. } => {
+                let rows = rows_of(v);
+                let joins = rows.is_some()
+                    && rows == cur_rows
+                    && !cur.is_empty()
+                    && row_local(
+                        func,
+                        vals,
+                        &st.mat,
+                        np,
+                        v,
+                        true,
+                        true,
+                        &cur,
+                        rows.as_deref().unwrap_or(&[]),
+                    );
+                if !joins {
+                    flush(&mut cur, &mut out);
+                    cur_rows = rows.clone();
+                }
+                if rows.is_some() {
+                    cur.push((v, inputs));
+                } else {
+                    out.push(Step::Kernel {
+                        id: 0,
+                        out: v,
+                        inputs,
+                    });
+                    cur_rows = None;
+                }
+            }
+            other => {
+                flush(&mut cur, &mut out);
+                cur_rows = None;
+                out.push(other);
+            }
+        }
+    }
+    flush(&mut cur, &mut out);
+    let mut kid = 0;
+    for s in out.iter_mut() {
+        match s {
+            Step::Kernel { id, .. } | Step::Group { id, .. } => {
+                *id = kid;
+                kid += 1;
+            }
+            _ => {}
+        }
+    }
+    st.steps = out;
+}
+
+/// Does the fused expression of `v` (the kernel root when `root`) read the
+/// group members in `cur` only at the current row? `keep`: the index of `v`'s
+/// element has the row's leading dims.
+#[allow(clippy::too_many_arguments)]
+fn row_local(
+    func: &Function,
+    vals: &[ValInfo],
+    mat: &[bool],
+    np: usize,
+    v: Value,
+    root: bool,
+    keep: bool,
+    cur: &[(Value, Vec<Value>)],
+    rows: &[usize],
+) -> bool {
+    let i = v.0 as usize;
+    if i < np {
+        return true;
+    }
+    if mat[i] && !root {
+        if cur.iter().any(|(m, _)| *m == v) {
+            let s = &vals[i].shape;
+            return keep && s.len() == rows.len() + 1 && s[..rows.len()] == *rows;
+        }
+        return true;
+    }
+    let op = &func.body[i - np].op;
+    let rec = |x: Value, k: bool| row_local(func, vals, mat, np, x, false, k, cur, rows);
+    match op {
+        Op::Unary(_, x) | Op::Cast(_, x) | Op::ScalarBinary { x, .. } => rec(*x, keep),
+        Op::Binary(_, a, b) => rec(*a, keep) && rec(*b, keep),
+        Op::Select(c, a, b) => rec(*c, keep) && rec(*a, keep) && rec(*b, keep),
+        Op::Fill(..) | Op::Iota(..) => true,
+        Op::Broadcast(_, x) => {
+            let (xs, os) = (&vals[x.0 as usize].shape, &vals[i].shape);
+            let r = os.len();
+            let k = keep && xs.len() == r && r >= 1 && xs[..r - 1] == os[..r - 1];
+            rec(*x, k)
+        }
+        // The reduction root reads its producer at (row dims, j).
+        Op::Reduce { x, .. } if root => rec(*x, keep),
+        _ => op.operands().iter().all(|x| rec(*x, false)),
+    }
+}
+
+/// Can value `v` be read by matmul as a strided view of a buffer (given the
+/// materialization decided so far for earlier values)? F32 only: chains of
+/// transposes and broadcasts, ending at a buffer or at a reshape of one.
+pub fn matmul_view_ok(func: &Function, mat: &[bool], np: usize, v: Value, top: bool) -> bool {
+    if top && operand_dtype(func, v) != Dtype::F32 {
+        return false;
+    }
+    let i = v.0 as usize;
+    if i < np || (!top && mat[i]) {
+        return true;
+    }
+    match &func.body[i - np].op {
+        Op::Transpose(_, x) | Op::Broadcast(_, x) => matmul_view_ok(func, mat, np, *x, false),
+        Op::Reshape(_, x) => (x.0 as usize) < np || mat[x.0 as usize],
+        _ => false,
+    }
+}
+
+/// The strided view (base buffer, element strides of `v`'s shape) of a
+/// matmul operand accepted by [`matmul_view_ok`].
+pub fn strided_view(
+    func: &Function,
+    vals: &[ValInfo],
+    mat: &[bool],
+    v: Value,
+) -> (Value, Vec<isize>) {
+    let np = func.sig.params.len();
+    let i = v.0 as usize;
+    let contiguous = |shape: &[usize]| -> Vec<isize> {
+        let mut st = vec![0isize; shape.len()];
+        let mut acc = 1isize;
+        for d in (0..shape.len()).rev() {
+            st[d] = acc;
+            acc *= shape[d] as isize;
+        }
+        st
+    };
+    if i < np || mat[i] {
+        return (v, contiguous(&vals[i].shape));
+    }
+    match &func.body[i - np].op {
+        Op::Transpose(perm, x) => {
+            let (b, sx) = strided_view(func, vals, mat, *x);
+            (b, perm.iter().map(|&p| sx[p]).collect())
+        }
+        Op::Broadcast(_, x) => {
+            let (b, sx) = strided_view(func, vals, mat, *x);
+            let xs = &vals[x.0 as usize].shape;
+            let os = &vals[i].shape;
+            let (n, m) = (xs.len(), os.len());
+            let mut st = vec![0isize; m];
+            for k in 0..n {
+                st[m - n + k] = if xs[k] == 1 { 0 } else { sx[k] };
+            }
+            (b, st)
+        }
+        Op::Reshape(_, x) => (*x, contiguous(&vals[i].shape)),
+        _ => (v, contiguous(&vals[i].shape)),
+    }
 }
 
 /// The dtype of a value, from the IR alone (σ-independent).

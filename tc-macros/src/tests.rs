@@ -294,7 +294,7 @@ fn run_all(attr: &str, item: &str) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 384, ..ProptestConfig::default() })]
 
     #[test]
     fn random_items_never_panic(item in pieces(), attr in pieces()) {

@@ -1,0 +1,315 @@
+//! The embedding server (`examples/server.rs`) over real HTTP on loopback.
+//!
+//! One server is started in-process on 127.0.0.1 with an ephemeral port and
+//! shared by the tests; requests go through a minimal HTTP/1.1 client on
+//! `std::net::TcpStream`, so malformed and oversized requests can be sent
+//! as they are. The weights are fetched on first use (`scripts/fetch-minilm.sh`).
+//! Inputs are a few short sentences so the tests stay quick on the reference
+//! interpreter too.
+
+#[path = "../examples/minilm/model.rs"]
+mod model;
+#[path = "../examples/server/app.rs"]
+mod app;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use app::{AppState, Config, Embedder};
+use model::{cosine, model_dir, MiniLm};
+use serde_json::{json, Value};
+
+const BODY_LIMIT: usize = 64 * 1024;
+
+struct Server {
+    addr: SocketAddr,
+    state: Arc<AppState>,
+}
+
+fn server() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        let dir = model_dir().expect("model folder");
+        let model = MiniLm::load(&dir).expect("load model");
+        let config = Config { body_limit: BODY_LIMIT, max_inputs: 8, workers: 2, ..Config::default() };
+        let state = AppState::new(Embedder::new(model, &dir, config).expect("embedder"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let st = state.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                axum::serve(listener, app::router(st)).await.unwrap();
+            });
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("server started");
+        Server { addr, state }
+    })
+}
+
+struct Reply {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// Send raw header lines and body; read the whole reply (`Connection: close`).
+fn raw(method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Reply {
+    let s = server();
+    let mut stream = TcpStream::connect(s.addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{extra_headers}\r\n", s.addr);
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).expect("read reply");
+    let text = String::from_utf8(buf).expect("utf-8 reply");
+    let (headers, body) = text.split_once("\r\n\r\n").expect("header/body separator");
+    let status = headers.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status code");
+    let body = if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Reply { status, headers: headers.to_string(), body }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((len, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+fn get(path: &str) -> Reply {
+    raw("GET", path, "", b"")
+}
+
+fn post(path: &str, body: &str) -> Reply {
+    let h = format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    raw("POST", path, &h, body.as_bytes())
+}
+
+fn embed(body: Value) -> Reply {
+    post("/v1/embeddings", &body.to_string())
+}
+
+/// Check the OpenAI response shape and return the embeddings.
+fn check_shape(r: &Reply, n: usize) -> Vec<Vec<f32>> {
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.headers.to_ascii_lowercase().contains("content-type: application/json"), "{}", r.headers);
+    let v = r.json();
+    let obj = v.as_object().unwrap();
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["data", "model", "object", "usage"]);
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], "all-MiniLM-L6-v2");
+    let usage = v["usage"].as_object().unwrap();
+    assert_eq!(usage.len(), 2);
+    let tokens = usage["prompt_tokens"].as_u64().unwrap();
+    assert!(tokens >= 2 * n as u64, "{tokens}");
+    assert_eq!(usage["total_tokens"].as_u64(), Some(tokens));
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), n);
+    data.iter()
+        .enumerate()
+        .map(|(i, d)| {
+            assert_eq!(d.as_object().unwrap().len(), 3);
+            assert_eq!(d["object"], "embedding");
+            assert_eq!(d["index"].as_u64(), Some(i as u64));
+            let e: Vec<f32> = d["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            assert_eq!(e.len(), 384);
+            let norm = e.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+            e
+        })
+        .collect()
+}
+
+fn assert_error(r: &Reply, status: u16, needle: &str) {
+    assert_eq!(r.status, status, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{}", r.body);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains(needle), "`{msg}` lacks `{needle}`");
+}
+
+#[test]
+fn health_and_models() {
+    let r = get("/health");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["dimensions"], 384);
+    let m = get("/v1/models").json();
+    assert_eq!(m["data"][0]["id"], "all-MiniLM-L6-v2");
+}
+
+#[test]
+fn single_string_input() {
+    let r = embed(json!({"input": "A man is eating food.", "model": "all-MiniLM-L6-v2"}));
+    let e = check_shape(&r, 1);
+    // [CLS] a man is eating food . [SEP]
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 8);
+    let direct = server().state.embedder.embed_padded(&["A man is eating food."], 8, 1).unwrap();
+    assert!(cosine(&e[0], &direct[0]) > 0.99999);
+}
+
+#[test]
+fn batch_input_keeps_order() {
+    let sentences = ["A man is eating food.", "A woman is playing the violin in a small concert hall tonight.", "Hi"];
+    let r = embed(json!({"input": sentences, "model": "all-MiniLM-L6-v2"}));
+    let e = check_shape(&r, 3);
+    // Each answer belongs to its input whatever the chunking (sorted by length).
+    for (i, s) in sentences.iter().enumerate() {
+        let alone = server().state.embedder.embed_padded(&[s], 1, 1).unwrap();
+        for (j, other) in e.iter().enumerate() {
+            let c = cosine(&alone[0], other);
+            assert_eq!(c > 0.9999, i == j, "input {i} vs answer {j}: cosine {c}");
+        }
+    }
+}
+
+#[test]
+fn base64_encoding() {
+    let f = embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2"})).json();
+    let b = embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2", "encoding_format": "base64"})).json();
+    let floats: Vec<f32> = f["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    assert_eq!(b["data"][0]["embedding"].as_str().unwrap(), app::base64_f32(&floats));
+    assert_eq!(app::base64_f32(&[1.0]), "AACAPw==");
+}
+
+#[test]
+fn bucket_padding_does_not_change_embeddings() {
+    let e = &server().state.embedder;
+    let s = "A man is riding a horse.";
+    let alone = e.embed_padded(&[s], 1, 1).unwrap();
+    // Padded to a 64-token bucket and to 4 rows, next to a longer sentence.
+    let padded = e.embed_padded(&[s, "The quick brown fox jumps over the lazy dog."], 64, 4).unwrap();
+    assert_eq!(padded.len(), 2);
+    let diff = alone[0].iter().zip(&padded[0]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(diff < 1e-5, "max abs difference {diff}");
+}
+
+#[test]
+fn bucket_policy() {
+    let config = Config::default();
+    assert_eq!(app::bucket_len(&config.buckets, 3), 16);
+    assert_eq!(app::bucket_len(&config.buckets, 16), 16);
+    assert_eq!(app::bucket_len(&config.buckets, 17), 32);
+    assert_eq!(app::bucket_len(&config.buckets, 256), 256);
+    assert_eq!(app::bucket_len(&[], 17), 17);
+    assert_eq!(app::bucket_rows(3, 32, true), 4);
+    assert_eq!(app::bucket_rows(3, 32, false), 3);
+    assert_eq!(app::bucket_rows(20, 24, true), 24);
+    let config = Config { max_batch: 2, ..config };
+    let chunks = app::plan(&[40, 5, 6, 7, 20], &config);
+    let shapes: Vec<(Vec<usize>, usize, usize)> = chunks.into_iter().map(|c| (c.indices, c.seq, c.rows)).collect();
+    assert_eq!(shapes, [(vec![1, 2], 16, 2), (vec![3], 16, 1), (vec![4], 32, 1), (vec![0], 64, 1)]);
+    assert_eq!(app::parse_buckets("none").unwrap(), Vec::<usize>::new());
+    assert_eq!(app::parse_buckets("32, 16").unwrap(), [32, 16]);
+    assert!(Config { buckets: vec![1024], ..Config::default() }.validate().is_err());
+}
+
+#[test]
+fn bad_requests_get_json_4xx() {
+    let m = "all-MiniLM-L6-v2";
+    assert_error(&post("/v1/embeddings", "{\"input\": "), 400, "JSON");
+    assert_error(&post("/v1/embeddings", "not json"), 400, "JSON");
+    assert_error(&post("/v1/embeddings", "[1, 2]"), 400, "object");
+    assert_error(&embed(json!({"model": m})), 400, "required");
+    assert_error(&embed(json!({"input": [], "model": m})), 400, "empty array");
+    assert_error(&embed(json!({"input": "", "model": m})), 400, "empty string");
+    assert_error(&embed(json!({"input": ["ok", ""], "model": m})), 400, "input[1]");
+    assert_error(&embed(json!({"input": 42, "model": m})), 400, "string");
+    assert_error(&embed(json!({"input": ["ok", 7], "model": m})), 400, "input[1]");
+    assert_error(&embed(json!({"input": [[1, 2, 3]], "model": m})), 400, "token-id");
+    assert_error(&embed(json!({"input": ["a"; 9], "model": m})), 400, "at most 8");
+    assert_error(&embed(json!({"input": "x", "model": 3})), 400, "'model'");
+    assert_error(&embed(json!({"input": "x", "model": "text-embedding-3-small"})), 404, "does not exist");
+    assert_error(&embed(json!({"input": "x", "model": m, "encoding_format": "int8"})), 400, "encoding_format");
+    assert_error(&embed(json!({"input": "x", "model": m, "dimensions": 128})), 400, "dimensions");
+    // 600 words: more tokens than the 512 positions.
+    let long = "word ".repeat(600);
+    let r = embed(json!({"input": ["short", long], "model": m}));
+    assert_error(&r, 400, "512");
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    // Declared too large: answered before the body is read (the client waits on 100-continue).
+    let h = format!("Content-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n", 10 << 20);
+    assert_error(&raw("POST", "/v1/embeddings", &h, b""), 413, "larger than");
+    // Too large without a declared length: chunked, cut off at the limit.
+    let big = format!("{{\"input\": \"{}\"}}", "a".repeat(BODY_LIMIT));
+    let chunked = format!("{:x}\r\n{big}\r\n0\r\n\r\n", big.len());
+    let h = "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n";
+    assert_error(&raw("POST", "/v1/embeddings", h, chunked.as_bytes()), 413, "larger than");
+    assert_error(&get("/v1/nothing"), 404, "no route");
+    assert_error(&get("/v1/embeddings"), 405, "not allowed");
+    // Still serving.
+    assert_eq!(get("/health").status, 200);
+}
+
+#[test]
+fn concurrent_requests_all_succeed() {
+    let sentences = ["A man is eating food.", "A man is riding a horse.", "A woman is playing violin.", "Hi there"];
+    let handles: Vec<_> = sentences
+        .iter()
+        .map(|s| {
+            let s = s.to_string();
+            std::thread::spawn(move || {
+                let r = embed(json!({"input": s, "model": "all-MiniLM-L6-v2"}));
+                check_shape(&r, 1).remove(0)
+            })
+        })
+        .collect();
+    let out: Vec<Vec<f32>> = handles.into_iter().map(|h| h.join().expect("request thread")).collect();
+    for (i, s) in sentences.iter().enumerate() {
+        let alone = server().state.embedder.embed_padded(&[s], 1, 1).unwrap();
+        assert!(cosine(&alone[0], &out[i]) > 0.9999);
+    }
+}
+
+#[test]
+fn metrics_in_prometheus_text() {
+    assert_eq!(embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2"})).status, 200);
+    assert_eq!(post("/v1/embeddings", "{").status, 400);
+    let r = get("/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r.headers.contains("text/plain"), "{}", r.headers);
+    let t = &r.body;
+    for needle in [
+        "# TYPE tc_http_requests_total counter",
+        "tc_http_requests_total{route=\"/v1/embeddings\",status=\"200\"}",
+        "tc_http_requests_total{route=\"/v1/embeddings\",status=\"400\"}",
+        "# TYPE tc_http_request_duration_seconds histogram",
+        "tc_http_request_duration_seconds_bucket{route=\"/v1/embeddings\",le=\"+Inf\"}",
+        "tc_http_request_duration_seconds_count{route=\"/v1/embeddings\"}",
+        "tc_model_forward_passes_total{seq=\"16\",rows=\"1\"}",
+        "tc_kernel_cache_hits_total",
+        "tc_kernel_cache_misses_total",
+        "tc_kernel_cache_compiles_total",
+        "tc_kernel_cache_entries",
+    ] {
+        assert!(t.contains(needle), "metrics lack `{needle}`:\n{t}");
+    }
+    // Every sample line is `name{labels} value` with a numeric value.
+    for line in t.lines().filter(|l| !l.starts_with('#')) {
+        let v = line.rsplit(' ').next().unwrap();
+        assert!(v.parse::<f64>().is_ok(), "bad sample line `{line}`");
+    }
+}
