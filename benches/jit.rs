@@ -33,6 +33,14 @@ fn tt(dt: Dtype, dims: &[&str]) -> Type {
     )
 }
 
+/// `TC_BENCH_ONLY=block,softmax` runs only the named cases.
+fn skip(case: &str) -> bool {
+    match std::env::var("TC_BENCH_ONLY") {
+        Ok(v) if !v.is_empty() => !v.split(',').any(|c| c.trim() == case),
+        _ => false,
+    }
+}
+
 fn quick() -> bool {
     std::env::var("TC_BENCH_QUICK").is_ok_and(|v| v != "0")
 }
@@ -131,6 +139,9 @@ fn fused_fn() -> Function {
 }
 
 fn bench_fused(c: &mut Criterion) {
+    if skip("fused") {
+        return;
+    }
     let n = 16 << 20;
     let (av, bv, cv) = (rand_vec(n, 1), rand_vec(n, 2), rand_vec(n, 3));
     let (a, b, cc) = (
@@ -206,6 +217,9 @@ fn softmax_fn() -> Function {
 }
 
 fn bench_softmax(c: &mut Criterion) {
+    if skip("softmax") {
+        return;
+    }
     let (r, cdim) = (4096, 1024);
     let v = rand_vec(r * cdim, 4);
     let x = Array2::from_shape_vec((r, cdim), v.clone()).unwrap();
@@ -290,6 +304,9 @@ fn layernorm_fn() -> Function {
 }
 
 fn bench_layernorm(c: &mut Criterion) {
+    if skip("layernorm") {
+        return;
+    }
     let (r, d) = (4096, 768);
     let v = rand_vec(r * d, 5);
     let (gv, bv) = (rand_vec(d, 6), rand_vec(d, 7));
@@ -349,6 +366,9 @@ fn matmul_fn() -> Function {
 }
 
 fn bench_matmul(c: &mut Criterion) {
+    if skip("matmul") {
+        return;
+    }
     let f = matmul_fn();
     let sizes: &[usize] = if quick() {
         &[128, 512, 1024]
@@ -483,6 +503,9 @@ fn chain_fn(k: f64) -> Function {
 }
 
 fn bench_latency(c: &mut Criterion) {
+    if skip("latency") {
+        return;
+    }
     // First call: IR → callable kernel (planning, IR text, parse, O3, MCJIT).
     let n = 1024;
     let xs = rand_vec(n, 10);
@@ -578,6 +601,262 @@ fn bench_latency(c: &mut Criterion) {
     );
 }
 
+// ---- transformer block (BERT layer, D = 768, H = 12, S = 128) -------------
+
+const TD: usize = 768;
+const TH: usize = 12;
+const TS: usize = 128;
+const TF: usize = 3072;
+
+fn dv(ds: &[&str]) -> Vec<Dim> {
+    ds.iter()
+        .map(|d| {
+            d.parse::<i64>()
+                .map(Dim::c)
+                .unwrap_or_else(|_| Dim::var(*d))
+        })
+        .collect()
+}
+
+/// `x · wᵀ + b` as the model writes it (examples/minilm/model.rs `linear`).
+fn t_linear(
+    b: &mut FnBuilder,
+    x: tc_core::ir::Value,
+    w: tc_core::ir::Value,
+    bias: tc_core::ir::Value,
+    i: &str,
+    o: &str,
+) -> tc_core::ir::Value {
+    let wt = b.op(Op::Transpose(vec![1, 0], w));
+    let wb = b.op(Op::Broadcast(dv(&["B", i, o]), wt));
+    let mm = b.op(Op::Matmul(x, wb));
+    let bb = b.op(Op::Broadcast(dv(&["B", "S", o]), bias));
+    b.op(Op::Binary(BinaryOp::Add, mm, bb))
+}
+
+fn t_layer_norm(
+    b: &mut FnBuilder,
+    x: tc_core::ir::Value,
+    g: tc_core::ir::Value,
+    be: tc_core::ir::Value,
+) -> tc_core::ir::Value {
+    let full = dv(&["B", "S", "768"]);
+    let mu = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![2],
+        keepdims: true,
+        x,
+    });
+    let mub = b.op(Op::Broadcast(full.clone(), mu));
+    let xc = b.op(Op::Binary(BinaryOp::Sub, x, mub));
+    let sq = b.op(Op::Binary(BinaryOp::Mul, xc, xc));
+    let var = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![2],
+        keepdims: true,
+        x: sq,
+    });
+    let ve = b.op(Op::ScalarBinary {
+        op: BinaryOp::Add,
+        x: var,
+        s: Scalar::Float(1e-12),
+        scalar_left: false,
+    });
+    let inv = b.op(Op::Unary(UnaryOp::Rsqrt, ve));
+    let ib = b.op(Op::Broadcast(full.clone(), inv));
+    let y = b.op(Op::Binary(BinaryOp::Mul, xc, ib));
+    let gb = b.op(Op::Broadcast(full.clone(), g));
+    let yg = b.op(Op::Binary(BinaryOp::Mul, y, gb));
+    let bb = b.op(Op::Broadcast(full, be));
+    b.op(Op::Binary(BinaryOp::Add, yg, bb))
+}
+
+/// One BERT encoder layer, written with the model's op patterns (weights in
+/// PyTorch layout `[out, in]`, head splits by transpose(reshape)).
+fn block_fn() -> Function {
+    let mut b = FnBuilder::new("block");
+    let x = b.param("x", tt(Dtype::F32, &["B", "S", "768"]));
+    let mut w = Vec::new();
+    for (name, o, i) in [
+        ("q", "768", "768"),
+        ("k", "768", "768"),
+        ("v", "768", "768"),
+        ("o", "768", "768"),
+    ] {
+        let wv = b.param(&format!("w{name}"), tt(Dtype::F32, &[o, i]));
+        let bv = b.param(&format!("b{name}"), tt(Dtype::F32, &[o]));
+        w.push((wv, bv));
+    }
+    let g1 = b.param("g1", tt(Dtype::F32, &["768"]));
+    let be1 = b.param("be1", tt(Dtype::F32, &["768"]));
+    let w1 = b.param("w1", tt(Dtype::F32, &["3072", "768"]));
+    let b1 = b.param("b1", tt(Dtype::F32, &["3072"]));
+    let w2 = b.param("w2", tt(Dtype::F32, &["768", "3072"]));
+    let b2 = b.param("b2", tt(Dtype::F32, &["768"]));
+    let g2 = b.param("g2", tt(Dtype::F32, &["768"]));
+    let be2 = b.param("be2", tt(Dtype::F32, &["768"]));
+    b.returns(tt(Dtype::F32, &["B", "S", "768"]));
+    let split = dv(&["B", "S", "12", "64"]);
+    let lq = t_linear(&mut b, x, w[0].0, w[0].1, "768", "768");
+    let rq = b.op(Op::Reshape(split.clone(), lq));
+    let q = b.op(Op::Transpose(vec![0, 2, 1, 3], rq));
+    let lk = t_linear(&mut b, x, w[1].0, w[1].1, "768", "768");
+    let rk = b.op(Op::Reshape(split.clone(), lk));
+    let k = b.op(Op::Transpose(vec![0, 2, 3, 1], rk));
+    let lv = t_linear(&mut b, x, w[2].0, w[2].1, "768", "768");
+    let rv = b.op(Op::Reshape(split, lv));
+    let v = b.op(Op::Transpose(vec![0, 2, 1, 3], rv));
+    let sc = b.op(Op::Matmul(q, k));
+    let scores = b.op(Op::ScalarBinary {
+        op: BinaryOp::Mul,
+        x: sc,
+        s: Scalar::Float(0.125),
+        scalar_left: false,
+    });
+    let full = dv(&["B", "12", "S", "S"]);
+    let m = b.op(Op::Reduce {
+        op: ReduceOp::Max,
+        axes: vec![3],
+        keepdims: true,
+        x: scores,
+    });
+    let mb = b.op(Op::Broadcast(full.clone(), m));
+    let d = b.op(Op::Binary(BinaryOp::Sub, scores, mb));
+    let e = b.op(Op::Unary(UnaryOp::Exp, d));
+    let sm = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![3],
+        keepdims: true,
+        x: e,
+    });
+    let sb = b.op(Op::Broadcast(full, sm));
+    let probs = b.op(Op::Binary(BinaryOp::Div, e, sb));
+    let ctx = b.op(Op::Matmul(probs, v));
+    let ct = b.op(Op::Transpose(vec![0, 2, 1, 3], ctx));
+    let cr = b.op(Op::Reshape(dv(&["B", "S", "768"]), ct));
+    let a = t_linear(&mut b, cr, w[3].0, w[3].1, "768", "768");
+    let ax = b.op(Op::Binary(BinaryOp::Add, a, x));
+    let h = t_layer_norm(&mut b, ax, g1, be1);
+    let f1 = t_linear(&mut b, h, w1, b1, "768", "3072");
+    let ge = b.op(Op::Unary(UnaryOp::Gelu, f1));
+    let f2 = t_linear(&mut b, ge, w2, b2, "3072", "768");
+    let fh = b.op(Op::Binary(BinaryOp::Add, f2, h));
+    let out = t_layer_norm(&mut b, fh, g2, be2);
+    b.finish(out)
+}
+
+/// erf (Abramowitz–Stegun 7.1.26, |error| ≤ 1.5e-7) for the ndarray peer's GELU.
+fn erf_as(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let y = 1.0
+        - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_7) * t - 0.284_496_72) * t
+            + 0.254_829_6)
+            * t
+            * (-x * x).exp();
+    y.copysign(x)
+}
+
+fn nd_layer_norm(x: &Array2<f32>, g: &Array1<f32>, b: &Array1<f32>) -> Array2<f32> {
+    let mean = x.mean_axis(Axis(1)).unwrap().insert_axis(Axis(1));
+    let xc = x - &mean;
+    let var = (&xc * &xc).mean_axis(Axis(1)).unwrap().insert_axis(Axis(1));
+    xc / &var.mapv(|v| (v + 1e-12).sqrt()) * g + b
+}
+
+fn bench_block(c: &mut Criterion) {
+    if skip("block") {
+        return;
+    }
+    let mk = |r: usize, cc: usize, seed: u64| -> Vec<f32> {
+        rand_vec(r * cc, seed)
+            .into_iter()
+            .map(|v| v * 0.05)
+            .collect()
+    };
+    let xv = rand_vec(TS * TD, 40);
+    let mut weights: Vec<(Vec<usize>, Vec<f32>)> = Vec::new();
+    for i in 0..4 {
+        weights.push((vec![TD, TD], mk(TD, TD, 41 + i)));
+        weights.push((vec![TD], mk(1, TD, 51 + i)));
+    }
+    weights.push((vec![TD], vec![1.0; TD]));
+    weights.push((vec![TD], vec![0.0; TD]));
+    weights.push((vec![TF, TD], mk(TF, TD, 61)));
+    weights.push((vec![TF], mk(1, TF, 62)));
+    weights.push((vec![TD, TF], mk(TD, TF, 63)));
+    weights.push((vec![TD], mk(1, TD, 64)));
+    weights.push((vec![TD], vec![1.0; TD]));
+    weights.push((vec![TD], vec![0.0; TD]));
+    let mut args: Vec<Arg> = vec![Tensor::from_slice(&[1, TS, TD], &xv).unwrap().into()];
+    for (shape, v) in &weights {
+        args.push(Tensor::from_slice(shape, v).unwrap().into());
+    }
+    let a2 = |i: usize| -> Array2<f32> {
+        let (s, v) = &weights[i];
+        Array2::from_shape_vec((s[0], s[1]), v.clone()).unwrap()
+    };
+    let a1 = |i: usize| -> Array1<f32> { Array1::from(weights[i].1.clone()) };
+    let (wq, bq, wk, bk, wv, bvv, wo, bo) =
+        (a2(0), a1(1), a2(2), a1(3), a2(4), a1(5), a2(6), a1(7));
+    let (g1, be1, w1, b1, w2, b2, g2, be2) =
+        (a1(8), a1(9), a2(10), a1(11), a2(12), a1(13), a1(14), a1(15));
+    let x = Array2::from_shape_vec((TS, TD), xv.clone()).unwrap();
+    let dh = TD / TH;
+    let nd_block = || -> Array2<f32> {
+        let q = x.dot(&wq.t()) + &bq;
+        let k = x.dot(&wk.t()) + &bk;
+        let v = x.dot(&wv.t()) + &bvv;
+        let mut ctx = Array2::<f32>::zeros((TS, TD));
+        for h in 0..TH {
+            let sl = ndarray::s![.., h * dh..(h + 1) * dh];
+            let s = q.slice(sl).dot(&k.slice(sl).t()) * 0.125;
+            let m = s.map_axis(Axis(1), |r| r.fold(f32::NEG_INFINITY, |a, &b| a.max(b)));
+            let e = (&s - &m.insert_axis(Axis(1))).mapv_into(f32::exp);
+            let sum = e.sum_axis(Axis(1));
+            let p = e / &sum.insert_axis(Axis(1));
+            ctx.slice_mut(sl).assign(&p.dot(&v.slice(sl)));
+        }
+        let a = ctx.dot(&wo.t()) + &bo;
+        let h = nd_layer_norm(&(a + &x), &g1, &be1);
+        let f = (h.dot(&w1.t()) + &b1)
+            .mapv_into(|v| 0.5 * v * (1.0 + erf_as(v * std::f32::consts::FRAC_1_SQRT_2)));
+        let f2 = f.dot(&w2.t()) + &b2;
+        nd_layer_norm(&(f2 + &h), &g2, &be2)
+    };
+    let f = block_fn();
+    let (j1, jp) = (jit(1), jit(0));
+    // Agreement check (ndarray's GELU uses a 1.5e-7 erf; tolerance is loose).
+    let got = j1.call(&f, &args, &|_| None).unwrap();
+    let want = nd_block();
+    let maxdiff = got
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .zip(want.iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let rounds = if quick() { 5 } else { 11 };
+    table(
+        "transformer block (BERT layer, D = 768, H = 12, S = 128, B = 1)",
+        rounds,
+        vec![
+            peer("tc (1 thread)", || {
+                black_box(j1.call(&f, &args, &|_| None).unwrap());
+            }),
+            peer("tc (pool, 2 threads)", || {
+                black_box(jp.call(&f, &args, &|_| None).unwrap());
+            }),
+            peer("ndarray (dot + axis ops)", || {
+                black_box(nd_block());
+            }),
+        ],
+    );
+    println!("max |tc − ndarray| over the block output: {maxdiff:.2e}");
+    c.bench_function("tc transformer block", |bch| {
+        bch.iter(|| black_box(j1.call(&f, &args, &|_| None).unwrap()))
+    });
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(10)
@@ -588,6 +867,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_latency, bench_fused, bench_softmax, bench_layernorm, bench_matmul
+    targets = bench_latency, bench_fused, bench_softmax, bench_layernorm, bench_matmul, bench_block
 }
 criterion_main!(benches);

@@ -67,8 +67,14 @@ fn report(title: &str, f: &Function) {
 
 fn main() {
     println!("{}\n", attention_scores(true, false));
-    report("without `requires D % H == 0`", &attention_scores(false, false));
-    report("with a key weight of shape [E, D]", &attention_scores(true, true));
+    report(
+        "without `requires D % H == 0`",
+        &attention_scores(false, false),
+    );
+    report(
+        "with a key weight of shape [E, D]",
+        &attention_scores(true, true),
+    );
     report("fixed", &attention_scores(true, false));
     let s = solver::stats();
     println!(

@@ -38,7 +38,10 @@ fn main() -> Result<(), BoxError> {
     println!("embedding dimension: {}", emb[0].len());
     println!("cosine similarity:");
     for (i, a) in emb.iter().enumerate() {
-        let row: Vec<String> = emb.iter().map(|b| format!("{:7.4}", cosine(a, b))).collect();
+        let row: Vec<String> = emb
+            .iter()
+            .map(|b| format!("{:7.4}", cosine(a, b)))
+            .collect();
         println!("  [{i}] {}   {}", row.join(" "), refs[i]);
     }
     let n = refs.len() as f64;

@@ -11,10 +11,10 @@
 //! `POST /v1/embeddings`, `GET /v1/models`, `GET /health`, `GET /metrics`.
 //! See the README's "Embedding server" section and `examples/server/app.rs`.
 
-#[path = "minilm/model.rs"]
-mod model;
 #[path = "server/app.rs"]
 mod app;
+#[path = "minilm/model.rs"]
+mod model;
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -22,7 +22,8 @@ use std::time::Instant;
 use app::{parse_buckets, AppState, Config, Embedder};
 use model::{model_dir, BoxError, MiniLm};
 
-const USAGE: &str = "usage: server [--host ADDR] [--port N] [--buckets 16,32,64,128,256|none] [--max-batch N] \
+const USAGE: &str =
+    "usage: server [--host ADDR] [--port N] [--buckets 16,32,64,128,256|none] [--max-batch N] \
 [--no-pad-rows] [--workers N] [--body-limit BYTES] [--max-inputs N] [--warmup]";
 
 struct Options {
@@ -34,8 +35,16 @@ struct Options {
 
 fn parse_args() -> Result<Options, String> {
     let env = |k: &str| std::env::var(k).ok();
-    let num = |what: &str, v: &str| v.parse::<usize>().map_err(|e| format!("{what}: `{v}`: {e}"));
-    let mut o = Options { host: "127.0.0.1".into(), port: 8080, warmup: false, config: Config::default() };
+    let num = |what: &str, v: &str| {
+        v.parse::<usize>()
+            .map_err(|e| format!("{what}: `{v}`: {e}"))
+    };
+    let mut o = Options {
+        host: "127.0.0.1".into(),
+        port: 8080,
+        warmup: false,
+        config: Config::default(),
+    };
     if let Some(v) = env("TC_SERVE_HOST") {
         o.host = v;
     }
@@ -69,7 +78,12 @@ fn parse_args() -> Result<Options, String> {
             Some((f, v)) => (f.to_string(), Some(v.to_string())),
             None => (a.clone(), None),
         };
-        let mut value = || inline.clone().or_else(|| args.next()).ok_or(format!("{flag} needs a value\n{USAGE}"));
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or(format!("{flag} needs a value\n{USAGE}"))
+        };
         match flag.as_str() {
             "--host" => o.host = value()?,
             "--port" => o.port = num("--port", &value()?)? as u16,
@@ -97,7 +111,12 @@ fn main() -> Result<(), BoxError> {
     let t0 = Instant::now();
     let model = MiniLm::load(&dir)?;
     let embedder = Embedder::new(model, &dir, opts.config.clone())?;
-    eprintln!("loaded {} from {} in {:.2} s", app::MODEL_NAME, dir.display(), t0.elapsed().as_secs_f64());
+    eprintln!(
+        "loaded {} from {} in {:.2} s",
+        app::MODEL_NAME,
+        dir.display(),
+        t0.elapsed().as_secs_f64()
+    );
     eprintln!(
         "policy: buckets {:?}, max batch {}, pad rows to a power of two: {}, workers {}, body limit {} B, max inputs {}",
         opts.config.buckets,
@@ -117,15 +136,18 @@ fn main() -> Result<(), BoxError> {
     }
     let state = AppState::new(embedder);
     let addr: SocketAddr = format!("{}:{}", opts.host, opts.port).parse()?;
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        eprintln!("listening on http://{}", listener.local_addr()?);
-        axum::serve(listener, app::router(state))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-                eprintln!("shutting down");
-            })
-            .await?;
-        Ok(())
-    })
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async move {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            eprintln!("listening on http://{}", listener.local_addr()?);
+            axum::serve(listener, app::router(state))
+                .with_graceful_shutdown(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                    eprintln!("shutting down");
+                })
+                .await?;
+            Ok(())
+        })
 }

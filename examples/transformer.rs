@@ -25,7 +25,11 @@ pub mod gpt2 {
 
     /// `x · w + b` with GPT-2's `[in, out]` weight layout.
     #[tensor_fn]
-    pub fn linear(x: Tensor![f32; B, S, I], w: Tensor![f32; I, O], b: Tensor![f32; O]) -> Tensor![f32; B, S, O] {
+    pub fn linear(
+        x: Tensor![f32; B, S, I],
+        w: Tensor![f32; I, O],
+        b: Tensor![f32; O],
+    ) -> Tensor![f32; B, S, O] {
         matmul(x, broadcast(w, [B, I, O])) + broadcast(b, [B, S, O])
     }
 
@@ -40,7 +44,8 @@ pub mod gpt2 {
         let mu = mean_keepdims(x, [2]);
         let xc = x - broadcast(mu, [B, S, D_MODEL]);
         let inv = rsqrt(mean_keepdims(xc * xc, [2]) + eps);
-        xc * broadcast(inv, [B, S, D_MODEL]) * broadcast(g, [B, S, D_MODEL]) + broadcast(b, [B, S, D_MODEL])
+        xc * broadcast(inv, [B, S, D_MODEL]) * broadcast(g, [B, S, D_MODEL])
+            + broadcast(b, [B, S, D_MODEL])
     }
 
     /// Causal softmax: position i attends to j ≤ i only.
@@ -94,8 +99,18 @@ pub mod gpt2 {
         b_out: Tensor![f32; D_MODEL],
         eps: f32,
     ) -> Tensor![f32; B, S, D_MODEL] {
-        let h = x + attention(layer_norm(x, ln1_g, ln1_b, eps), w_attn, b_attn, w_proj, b_proj);
-        let m = linear(gelu(linear(layer_norm(h, ln2_g, ln2_b, eps), w_fc, b_fc)), w_out, b_out);
+        let h = x + attention(
+            layer_norm(x, ln1_g, ln1_b, eps),
+            w_attn,
+            b_attn,
+            w_proj,
+            b_proj,
+        );
+        let m = linear(
+            gelu(linear(layer_norm(h, ln2_g, ln2_b, eps), w_fc, b_fc)),
+            w_out,
+            b_out,
+        );
         h + m
     }
 }
@@ -177,12 +192,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("gpt2::block — proven at compile time:");
     println!("  x: Tensor![f32; B, S, D_MODEL], weights of shapes [D_MODEL, 3 * D_MODEL], [D_MODEL, MLP], …");
     println!("  D_MODEL = 768, HEADS = 12, HEAD_DIM = 64 (reshape volume 768 = 12 · 64 proven), MLP = 3072");
-    println!("  every shape variable B, S carries the default refinement B >= 1, S >= 1 (Section 2 §16)");
+    println!(
+        "  every shape variable B, S carries the default refinement B >= 1, S >= 1 (Section 2 §16)"
+    );
     println!("  backend: {:?}\n", tc::backend());
 
     let mut rng = Rng(0x5EED);
     let w = weights(&mut rng);
-    println!("{:>3} {:>5} {:>14} {:>14} {:>10}", "B", "S", "first call ms", "cached ms", "tokens/s");
+    println!(
+        "{:>3} {:>5} {:>14} {:>14} {:>10}",
+        "B", "S", "first call ms", "cached ms", "tokens/s"
+    );
     for (b, s) in cases {
         let x = rng.tensor(&[b, s, 768], 1.0);
         let t0 = Instant::now();
@@ -196,7 +216,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let cached = t1.elapsed().as_secs_f64() * 1e3 / reps as f64;
         assert_eq!(y1, y2, "cached kernels give the same bits");
-        println!("{b:>3} {s:>5} {first:>14.1} {cached:>14.1} {:>10.0}", (b * s) as f64 / (cached / 1e3));
+        println!(
+            "{b:>3} {s:>5} {first:>14.1} {cached:>14.1} {:>10.0}",
+            (b * s) as f64 / (cached / 1e3)
+        );
     }
     let st = tc::kernel_cache_stats();
     println!(

@@ -18,21 +18,38 @@ struct Reference {
 }
 
 fn reference() -> Reference {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/minilm_reference.json"))
-        .expect("fixture");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/minilm_reference.json"
+    ))
+    .expect("fixture");
     let v: serde_json::Value = serde_json::from_str(&text).expect("fixture json");
     let mat = |k: &str| -> Vec<Vec<f64>> {
         v[k].as_array()
             .unwrap()
             .iter()
-            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect()
+            })
             .collect()
     };
     Reference {
-        sentences: v["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect(),
+        sentences: v["sentences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect(),
         cosine: mat("cosine"),
         embeddings: mat("embeddings"),
-        input_ids: mat("input_ids").into_iter().map(|r| r.into_iter().map(|x| x as u32).collect()).collect(),
+        input_ids: mat("input_ids")
+            .into_iter()
+            .map(|r| r.into_iter().map(|x| x as u32).collect())
+            .collect(),
     }
 }
 
@@ -49,7 +66,11 @@ fn tokenizer_matches_the_reference() {
     assert_eq!(batch.b, r.input_ids.len());
     assert_eq!(batch.s, r.input_ids[0].len());
     for (i, row) in r.input_ids.iter().enumerate() {
-        assert_eq!(&batch.ids[i * batch.s..(i + 1) * batch.s], row.as_slice(), "sentence {i}");
+        assert_eq!(
+            &batch.ids[i * batch.s..(i + 1) * batch.s],
+            row.as_slice(),
+            "sentence {i}"
+        );
     }
 }
 
@@ -62,13 +83,21 @@ fn embeddings_match_sentence_transformers() {
     for (i, (e, want)) in emb.iter().zip(&r.embeddings).enumerate() {
         let norm: f32 = e.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5, "sentence {i}: norm {norm}");
-        let max_err = e.iter().zip(want).map(|(a, b)| (*a as f64 - b).abs()).fold(0.0, f64::max);
+        let max_err = e
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (*a as f64 - b).abs())
+            .fold(0.0, f64::max);
         assert!(max_err < 1e-4, "sentence {i}: max |Δ| = {max_err}");
     }
     for i in 0..emb.len() {
         for j in 0..emb.len() {
             let c = cosine(&emb[i], &emb[j]) as f64;
-            assert!((c - r.cosine[i][j]).abs() < 1e-3, "cos[{i}][{j}] = {c}, reference {}", r.cosine[i][j]);
+            assert!(
+                (c - r.cosine[i][j]).abs() < 1e-3,
+                "cos[{i}][{j}] = {c}, reference {}",
+                r.cosine[i][j]
+            );
         }
     }
     // Paraphrases score higher than unrelated sentences.

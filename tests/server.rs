@@ -7,10 +7,10 @@
 //! Inputs are a few short sentences so the tests stay quick on the reference
 //! interpreter too.
 
-#[path = "../examples/minilm/model.rs"]
-mod model;
 #[path = "../examples/server/app.rs"]
 mod app;
+#[path = "../examples/minilm/model.rs"]
+mod model;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -33,19 +33,30 @@ fn server() -> &'static Server {
     S.get_or_init(|| {
         let dir = model_dir().expect("model folder");
         let model = MiniLm::load(&dir).expect("load model");
-        let config = Config { body_limit: BODY_LIMIT, max_inputs: 8, workers: 2, ..Config::default() };
+        let config = Config {
+            body_limit: BODY_LIMIT,
+            max_inputs: 8,
+            workers: 2,
+            ..Config::default()
+        };
         let state = AppState::new(Embedder::new(model, &dir, config).expect("embedder"));
         let (tx, rx) = std::sync::mpsc::channel();
         let st = state.clone();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx.send(listener.local_addr().unwrap()).unwrap();
                 axum::serve(listener, app::router(st)).await.unwrap();
             });
         });
-        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("server started");
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("server started");
         Server { addr, state }
     })
 }
@@ -66,21 +77,37 @@ impl Reply {
 fn raw(method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Reply {
     let s = server();
     let mut stream = TcpStream::connect(s.addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{extra_headers}\r\n", s.addr);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(600)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{extra_headers}\r\n",
+        s.addr
+    );
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(body).unwrap();
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf).expect("read reply");
     let text = String::from_utf8(buf).expect("utf-8 reply");
     let (headers, body) = text.split_once("\r\n\r\n").expect("header/body separator");
-    let status = headers.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status code");
-    let body = if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let status = headers
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status code");
+    let body = if headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_string()
     };
-    Reply { status, headers: headers.to_string(), body }
+    Reply {
+        status,
+        headers: headers.to_string(),
+        body,
+    }
 }
 
 fn dechunk(mut s: &str) -> String {
@@ -101,7 +128,10 @@ fn get(path: &str) -> Reply {
 }
 
 fn post(path: &str, body: &str) -> Reply {
-    let h = format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    let h = format!(
+        "Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     raw("POST", path, &h, body.as_bytes())
 }
 
@@ -112,7 +142,13 @@ fn embed(body: Value) -> Reply {
 /// Check the OpenAI response shape and return the embeddings.
 fn check_shape(r: &Reply, n: usize) -> Vec<Vec<f32>> {
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.headers.to_ascii_lowercase().contains("content-type: application/json"), "{}", r.headers);
+    assert!(
+        r.headers
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{}",
+        r.headers
+    );
     let v = r.json();
     let obj = v.as_object().unwrap();
     let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
@@ -133,7 +169,12 @@ fn check_shape(r: &Reply, n: usize) -> Vec<Vec<f32>> {
             assert_eq!(d.as_object().unwrap().len(), 3);
             assert_eq!(d["object"], "embedding");
             assert_eq!(d["index"].as_u64(), Some(i as u64));
-            let e: Vec<f32> = d["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            let e: Vec<f32> = d["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
             assert_eq!(e.len(), 384);
             let norm = e.iter().map(|x| x * x).sum::<f32>().sqrt();
             assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
@@ -167,13 +208,21 @@ fn single_string_input() {
     let e = check_shape(&r, 1);
     // [CLS] a man is eating food . [SEP]
     assert_eq!(r.json()["usage"]["prompt_tokens"], 8);
-    let direct = server().state.embedder.embed_padded(&["A man is eating food."], 8, 1).unwrap();
+    let direct = server()
+        .state
+        .embedder
+        .embed_padded(&["A man is eating food."], 8, 1)
+        .unwrap();
     assert!(cosine(&e[0], &direct[0]) > 0.99999);
 }
 
 #[test]
 fn batch_input_keeps_order() {
-    let sentences = ["A man is eating food.", "A woman is playing the violin in a small concert hall tonight.", "Hi"];
+    let sentences = [
+        "A man is eating food.",
+        "A woman is playing the violin in a small concert hall tonight.",
+        "Hi",
+    ];
     let r = embed(json!({"input": sentences, "model": "all-MiniLM-L6-v2"}));
     let e = check_shape(&r, 3);
     // Each answer belongs to its input whatever the chunking (sorted by length).
@@ -189,9 +238,18 @@ fn batch_input_keeps_order() {
 #[test]
 fn base64_encoding() {
     let f = embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2"})).json();
-    let b = embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2", "encoding_format": "base64"})).json();
-    let floats: Vec<f32> = f["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
-    assert_eq!(b["data"][0]["embedding"].as_str().unwrap(), app::base64_f32(&floats));
+    let b = embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2", "encoding_format": "base64"}))
+        .json();
+    let floats: Vec<f32> = f["data"][0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    assert_eq!(
+        b["data"][0]["embedding"].as_str().unwrap(),
+        app::base64_f32(&floats)
+    );
     assert_eq!(app::base64_f32(&[1.0]), "AACAPw==");
 }
 
@@ -200,10 +258,17 @@ fn bucket_padding_does_not_change_embeddings() {
     let e = &server().state.embedder;
     let s = "A man is riding a horse.";
     let alone = e.embed_padded(&[s], 1, 1).unwrap();
-    // Padded to a 64-token bucket and to 4 rows, next to a longer sentence.
-    let padded = e.embed_padded(&[s, "The quick brown fox jumps over the lazy dog."], 64, 4).unwrap();
+    // 9 tokens padded to a 32-token bucket, next to a longer sentence, and
+    // to 3 rows (the third a copy of the first, dropped from the answer).
+    let padded = e
+        .embed_padded(&[s, "The quick brown fox jumps over the lazy dog."], 32, 3)
+        .unwrap();
     assert_eq!(padded.len(), 2);
-    let diff = alone[0].iter().zip(&padded[0]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let diff = alone[0]
+        .iter()
+        .zip(&padded[0])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
     assert!(diff < 1e-5, "max abs difference {diff}");
 }
 
@@ -218,13 +283,32 @@ fn bucket_policy() {
     assert_eq!(app::bucket_rows(3, 32, true), 4);
     assert_eq!(app::bucket_rows(3, 32, false), 3);
     assert_eq!(app::bucket_rows(20, 24, true), 24);
-    let config = Config { max_batch: 2, ..config };
+    let config = Config {
+        max_batch: 2,
+        ..config
+    };
     let chunks = app::plan(&[40, 5, 6, 7, 20], &config);
-    let shapes: Vec<(Vec<usize>, usize, usize)> = chunks.into_iter().map(|c| (c.indices, c.seq, c.rows)).collect();
-    assert_eq!(shapes, [(vec![1, 2], 16, 2), (vec![3], 16, 1), (vec![4], 32, 1), (vec![0], 64, 1)]);
+    let shapes: Vec<(Vec<usize>, usize, usize)> = chunks
+        .into_iter()
+        .map(|c| (c.indices, c.seq, c.rows))
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            (vec![1, 2], 16, 2),
+            (vec![3], 16, 1),
+            (vec![4], 32, 1),
+            (vec![0], 64, 1)
+        ]
+    );
     assert_eq!(app::parse_buckets("none").unwrap(), Vec::<usize>::new());
     assert_eq!(app::parse_buckets("32, 16").unwrap(), [32, 16]);
-    assert!(Config { buckets: vec![1024], ..Config::default() }.validate().is_err());
+    assert!(Config {
+        buckets: vec![1024],
+        ..Config::default()
+    }
+    .validate()
+    .is_err());
 }
 
 #[test]
@@ -235,29 +319,68 @@ fn bad_requests_get_json_4xx() {
     assert_error(&post("/v1/embeddings", "[1, 2]"), 400, "object");
     assert_error(&embed(json!({"model": m})), 400, "required");
     assert_error(&embed(json!({"input": [], "model": m})), 400, "empty array");
-    assert_error(&embed(json!({"input": "", "model": m})), 400, "empty string");
-    assert_error(&embed(json!({"input": ["ok", ""], "model": m})), 400, "input[1]");
+    assert_error(
+        &embed(json!({"input": "", "model": m})),
+        400,
+        "empty string",
+    );
+    assert_error(
+        &embed(json!({"input": ["ok", ""], "model": m})),
+        400,
+        "input[1]",
+    );
     assert_error(&embed(json!({"input": 42, "model": m})), 400, "string");
-    assert_error(&embed(json!({"input": ["ok", 7], "model": m})), 400, "input[1]");
-    assert_error(&embed(json!({"input": [[1, 2, 3]], "model": m})), 400, "token-id");
-    assert_error(&embed(json!({"input": ["a"; 9], "model": m})), 400, "at most 8");
+    assert_error(
+        &embed(json!({"input": ["ok", 7], "model": m})),
+        400,
+        "input[1]",
+    );
+    assert_error(
+        &embed(json!({"input": [[1, 2, 3]], "model": m})),
+        400,
+        "token-id",
+    );
+    assert_error(
+        &embed(json!({"input": ["a"; 9], "model": m})),
+        400,
+        "at most 8",
+    );
     assert_error(&embed(json!({"input": "x", "model": 3})), 400, "'model'");
-    assert_error(&embed(json!({"input": "x", "model": "text-embedding-3-small"})), 404, "does not exist");
-    assert_error(&embed(json!({"input": "x", "model": m, "encoding_format": "int8"})), 400, "encoding_format");
-    assert_error(&embed(json!({"input": "x", "model": m, "dimensions": 128})), 400, "dimensions");
+    assert_error(
+        &embed(json!({"input": "x", "model": "text-embedding-3-small"})),
+        404,
+        "does not exist",
+    );
+    assert_error(
+        &embed(json!({"input": "x", "model": m, "encoding_format": "int8"})),
+        400,
+        "encoding_format",
+    );
+    assert_error(
+        &embed(json!({"input": "x", "model": m, "dimensions": 128})),
+        400,
+        "dimensions",
+    );
     // 600 words: more tokens than the 512 positions.
     let long = "word ".repeat(600);
     let r = embed(json!({"input": ["short", long], "model": m}));
     assert_error(&r, 400, "512");
     assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
     // Declared too large: answered before the body is read (the client waits on 100-continue).
-    let h = format!("Content-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n", 10 << 20);
+    let h = format!(
+        "Content-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n",
+        10 << 20
+    );
     assert_error(&raw("POST", "/v1/embeddings", &h, b""), 413, "larger than");
     // Too large without a declared length: chunked, cut off at the limit.
     let big = format!("{{\"input\": \"{}\"}}", "a".repeat(BODY_LIMIT));
     let chunked = format!("{:x}\r\n{big}\r\n0\r\n\r\n", big.len());
     let h = "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n";
-    assert_error(&raw("POST", "/v1/embeddings", h, chunked.as_bytes()), 413, "larger than");
+    assert_error(
+        &raw("POST", "/v1/embeddings", h, chunked.as_bytes()),
+        413,
+        "larger than",
+    );
     assert_error(&get("/v1/nothing"), 404, "no route");
     assert_error(&get("/v1/embeddings"), 405, "not allowed");
     // Still serving.
@@ -266,7 +389,12 @@ fn bad_requests_get_json_4xx() {
 
 #[test]
 fn concurrent_requests_all_succeed() {
-    let sentences = ["A man is eating food.", "A man is riding a horse.", "A woman is playing violin.", "Hi there"];
+    let sentences = [
+        "A man is eating food.",
+        "A man is riding a horse.",
+        "A woman is playing violin.",
+        "Hi there",
+    ];
     let handles: Vec<_> = sentences
         .iter()
         .map(|s| {
@@ -277,7 +405,10 @@ fn concurrent_requests_all_succeed() {
             })
         })
         .collect();
-    let out: Vec<Vec<f32>> = handles.into_iter().map(|h| h.join().expect("request thread")).collect();
+    let out: Vec<Vec<f32>> = handles
+        .into_iter()
+        .map(|h| h.join().expect("request thread"))
+        .collect();
     for (i, s) in sentences.iter().enumerate() {
         let alone = server().state.embedder.embed_padded(&[s], 1, 1).unwrap();
         assert!(cosine(&alone[0], &out[i]) > 0.9999);
@@ -286,7 +417,10 @@ fn concurrent_requests_all_succeed() {
 
 #[test]
 fn metrics_in_prometheus_text() {
-    assert_eq!(embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2"})).status, 200);
+    assert_eq!(
+        embed(json!({"input": "Hi", "model": "all-MiniLM-L6-v2"})).status,
+        200
+    );
     assert_eq!(post("/v1/embeddings", "{").status, 400);
     let r = get("/metrics");
     assert_eq!(r.status, 200);

@@ -38,7 +38,11 @@ pub mod bert {
 
     /// `x · wᵀ + b` with a PyTorch-layout weight `[out, in]`.
     #[tensor_fn]
-    pub fn linear(x: Tensor![f32; B, S, I], w: Tensor![f32; O, I], b: Tensor![f32; O]) -> Tensor![f32; B, S, O] {
+    pub fn linear(
+        x: Tensor![f32; B, S, I],
+        w: Tensor![f32; O, I],
+        b: Tensor![f32; O],
+    ) -> Tensor![f32; B, S, O] {
         let wt = broadcast(transpose(w, [1, 0]), [B, I, O]);
         matmul(x, wt) + broadcast(b, [B, S, O])
     }
@@ -69,7 +73,8 @@ pub mod bert {
         beta: Tensor![f32; HIDDEN],
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let x = words + broadcast(positions, [B, S, HIDDEN]) + broadcast(token_type, [B, S, HIDDEN]);
+        let x =
+            words + broadcast(positions, [B, S, HIDDEN]) + broadcast(token_type, [B, S, HIDDEN]);
         layer_norm(x, gamma, beta, eps)
     }
 
@@ -95,9 +100,18 @@ pub mod bert {
         wo: Tensor![f32; HIDDEN, HIDDEN],
         bo: Tensor![f32; HIDDEN],
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let q = transpose(reshape(linear(x, wq, bq), [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
-        let k = transpose(reshape(linear(x, wk, bk), [B, S, HEADS, HEAD_DIM]), [0, 2, 3, 1]);
-        let v = transpose(reshape(linear(x, wv, bv), [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
+        let q = transpose(
+            reshape(linear(x, wq, bq), [B, S, HEADS, HEAD_DIM]),
+            [0, 2, 1, 3],
+        );
+        let k = transpose(
+            reshape(linear(x, wk, bk), [B, S, HEADS, HEAD_DIM]),
+            [0, 2, 3, 1],
+        );
+        let v = transpose(
+            reshape(linear(x, wv, bv), [B, S, HEADS, HEAD_DIM]),
+            [0, 2, 1, 3],
+        );
         // 1/√HEAD_DIM, as BertSelfAttention divides by math.sqrt(attention_head_size).
         let scores = matmul(q, k) * 0.17677669529663687;
         // (1 - mask) · torch.finfo(float32).min, broadcast over heads and queries.
@@ -139,7 +153,10 @@ pub mod bert {
 
     /// sentence-transformers Pooling(mean) followed by Normalize.
     #[tensor_fn]
-    pub fn mean_pool_normalize(h: Tensor![f32; B, S, HIDDEN], mask: Tensor![f32; B, S]) -> Tensor![f32; B, HIDDEN] {
+    pub fn mean_pool_normalize(
+        h: Tensor![f32; B, S, HIDDEN],
+        mask: Tensor![f32; B, S],
+    ) -> Tensor![f32; B, HIDDEN] {
         let m = broadcast(reshape(mask, [B, S, 1]), [B, S, HIDDEN]);
         let summed = sum(h * m, [1]);
         let count = maximum(sum_keepdims(mask, [1]), 1e-9);
@@ -183,17 +200,22 @@ pub struct Batch {
 }
 
 fn take(map: &mut BTreeMap<String, Tensor>, name: &str) -> Result<Tensor, BoxError> {
-    map.remove(name).ok_or_else(|| format!("model.safetensors lacks `{name}`").into())
+    map.remove(name)
+        .ok_or_else(|| format!("model.safetensors lacks `{name}`").into())
 }
 
 impl MiniLm {
     /// Load weights, tokenizer and configs from a folder laid out like the
     /// model's Hugging Face repository (what `scripts/fetch-minilm.sh` makes).
     pub fn load(dir: &Path) -> Result<MiniLm, BoxError> {
-        let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
-        let eps = config["layer_norm_eps"].as_f64().ok_or("config.json lacks layer_norm_eps")? as f32;
-        let st: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("sentence_bert_config.json"))?)?;
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
+        let eps = config["layer_norm_eps"]
+            .as_f64()
+            .ok_or("config.json lacks layer_norm_eps")? as f32;
+        let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+            dir.join("sentence_bert_config.json"),
+        )?)?;
         let max_len = st["max_seq_length"].as_u64().unwrap_or(256) as usize;
         let mut w = tc::runtime::load_safetensors(&dir.join("model.safetensors"))?;
         let mut layers = Vec::new();
@@ -217,13 +239,22 @@ impl MiniLm {
                 "output.LayerNorm.weight",
                 "output.LayerNorm.bias",
             ];
-            let tensors = names.iter().map(|n| take(&mut w, &p(n))).collect::<Result<Vec<_>, _>>()?;
+            let tensors = names
+                .iter()
+                .map(|n| take(&mut w, &p(n)))
+                .collect::<Result<Vec<_>, _>>()?;
             layers.push(Layer { tensors });
         }
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
         tokenizer
-            .with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
+            .with_truncation(Some(TruncationParams {
+                max_length: max_len,
+                ..Default::default()
+            }))
             .map_err(|e| e.to_string())?;
         let token_type_all = take(&mut w, "embeddings.token_type_embeddings.weight")?;
         let tt: Vec<f32> = token_type_all.to_vec()?;
@@ -232,7 +263,10 @@ impl MiniLm {
             word: take(&mut w, "embeddings.word_embeddings.weight")?,
             position: take(&mut w, "embeddings.position_embeddings.weight")?,
             token_type: Tensor::from_vec(&[384], tt[..384].to_vec())?,
-            emb_ln: (take(&mut w, "embeddings.LayerNorm.weight")?, take(&mut w, "embeddings.LayerNorm.bias")?),
+            emb_ln: (
+                take(&mut w, "embeddings.LayerNorm.weight")?,
+                take(&mut w, "embeddings.LayerNorm.bias")?,
+            ),
             layers,
             eps,
             max_len,
@@ -252,7 +286,12 @@ impl MiniLm {
             ids.extend_from_slice(e.get_ids());
             mask.extend(e.get_attention_mask().iter().map(|&m| m as f32));
         }
-        Ok(Batch { b: enc.len(), s, ids, mask })
+        Ok(Batch {
+            b: enc.len(),
+            s,
+            ids,
+            mask,
+        })
     }
 
     /// Token count of one sentence after truncation (with [CLS] and [SEP]).
@@ -266,10 +305,15 @@ impl MiniLm {
         let pos = self.position.as_slice::<f32>()?;
         let mut words = Vec::with_capacity(batch.b * batch.s * 384);
         for &id in &batch.ids {
-            let row = word.get(id as usize * 384..id as usize * 384 + 384).ok_or("token id out of vocabulary")?;
+            let row = word
+                .get(id as usize * 384..id as usize * 384 + 384)
+                .ok_or("token id out of vocabulary")?;
             words.extend_from_slice(row);
         }
-        let positions = pos.get(..batch.s * 384).ok_or("sequence longer than the position table")?.to_vec();
+        let positions = pos
+            .get(..batch.s * 384)
+            .ok_or("sequence longer than the position table")?
+            .to_vec();
         Ok((
             Tensor::from_vec(&[batch.b, batch.s, 384], words)?,
             Tensor::from_vec(&[batch.s, 384], positions)?,
@@ -340,7 +384,9 @@ pub fn model_dir() -> Result<std::path::PathBuf, BoxError> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root.join("models/all-MiniLM-L6-v2"));
     if !dir.join("model.safetensors").exists() {
-        let status = std::process::Command::new("bash").arg(root.join("scripts/fetch-minilm.sh")).status()?;
+        let status = std::process::Command::new("bash")
+            .arg(root.join("scripts/fetch-minilm.sh"))
+            .status()?;
         if !status.success() {
             return Err("scripts/fetch-minilm.sh failed".into());
         }

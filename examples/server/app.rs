@@ -79,7 +79,9 @@ impl Default for Config {
             buckets: DEFAULT_BUCKETS.to_vec(),
             max_batch: 32,
             pad_rows: true,
-            workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
             body_limit: 2 << 20,
             max_inputs: 2048,
         }
@@ -95,9 +97,12 @@ impl Config {
             return Err("a length bucket must be at least 1".into());
         }
         if self.buckets.last().is_some_and(|&b| b > MAX_POSITIONS) {
-            return Err(format!("length buckets must be at most {MAX_POSITIONS} (the position table)"));
+            return Err(format!(
+                "length buckets must be at most {MAX_POSITIONS} (the position table)"
+            ));
         }
-        if self.max_batch == 0 || self.workers == 0 || self.max_inputs == 0 || self.body_limit == 0 {
+        if self.max_batch == 0 || self.workers == 0 || self.max_inputs == 0 || self.body_limit == 0
+        {
             return Err("max batch, workers, max inputs and body limit must be positive".into());
         }
         Ok(self)
@@ -111,13 +116,21 @@ pub fn parse_buckets(s: &str) -> Result<Vec<usize>, String> {
         return Ok(Vec::new());
     }
     s.split(',')
-        .map(|p| p.trim().parse::<usize>().map_err(|e| format!("bad bucket `{p}`: {e}")))
+        .map(|p| {
+            p.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("bad bucket `{p}`: {e}"))
+        })
         .collect()
 }
 
 /// The padded length for a chunk whose longest sentence has `longest` tokens.
 pub fn bucket_len(buckets: &[usize], longest: usize) -> usize {
-    buckets.iter().copied().find(|&b| b >= longest).unwrap_or(longest)
+    buckets
+        .iter()
+        .copied()
+        .find(|&b| b >= longest)
+        .unwrap_or(longest)
 }
 
 /// The padded row count for a chunk of `n` sentences.
@@ -149,11 +162,18 @@ pub fn plan(lens: &[usize], config: &Config) -> Vec<Chunk> {
     for i in order {
         let seq = bucket_len(&config.buckets, lens[i]);
         match chunks.last_mut() {
-            Some(c) if c.indices.len() < config.max_batch && (c.seq == seq || config.buckets.is_empty()) => {
+            Some(c)
+                if c.indices.len() < config.max_batch
+                    && (c.seq == seq || config.buckets.is_empty()) =>
+            {
                 c.indices.push(i);
                 c.seq = c.seq.max(seq);
             }
-            _ => chunks.push(Chunk { indices: vec![i], seq, rows: 0 }),
+            _ => chunks.push(Chunk {
+                indices: vec![i],
+                seq,
+                rows: 0,
+            }),
         }
     }
     for c in &mut chunks {
@@ -176,7 +196,12 @@ pub fn pad_batch(batch: &Batch, seq: usize, rows: usize) -> Batch {
         mask.extend_from_slice(&batch.mask[src * batch.s..(src + 1) * batch.s]);
         mask.resize((r + 1) * seq, 0.0);
     }
-    Batch { b: rows, s: seq, ids, mask }
+    Batch {
+        b: rows,
+        s: seq,
+        ids,
+        mask,
+    }
 }
 
 /// The model plus what the server needs around it.
@@ -194,7 +219,11 @@ impl Embedder {
         let mut counter = Tokenizer::from_file(dir.join("tokenizer.json"))?;
         counter.with_padding(None);
         counter.with_truncation(None).map_err(|e| e.to_string())?;
-        Ok(Embedder { model, counter, config: config.validate()? })
+        Ok(Embedder {
+            model,
+            counter,
+            config: config.validate()?,
+        })
     }
 
     /// The model's `max_seq_length` (inputs are truncated to it).
@@ -208,10 +237,19 @@ impl Embedder {
     }
 
     /// Embed the sentences of one chunk padded to `[rows, seq]`; blocking.
-    pub fn embed_padded(&self, sentences: &[&str], seq: usize, rows: usize) -> Result<Vec<Vec<f32>>, BoxError> {
+    pub fn embed_padded(
+        &self,
+        sentences: &[&str],
+        seq: usize,
+        rows: usize,
+    ) -> Result<Vec<Vec<f32>>, BoxError> {
         let batch = pad_batch(&self.model.tokenize(sentences)?, seq, rows);
         let out: Vec<f32> = self.model.embed_batch(&batch)?.to_vec()?;
-        Ok(out.chunks(DIM).take(sentences.len()).map(<[f32]>::to_vec).collect())
+        Ok(out
+            .chunks(DIM)
+            .take(sentences.len())
+            .map(<[f32]>::to_vec)
+            .collect())
     }
 }
 
@@ -224,7 +262,9 @@ struct Histogram {
 }
 
 /// Histogram upper bounds, seconds.
-pub const LATENCY_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 impl Histogram {
     fn observe(&mut self, v: f64) {
@@ -273,7 +313,12 @@ impl AppState {
     /// State around a model.
     pub fn new(embedder: Embedder) -> Arc<AppState> {
         let permits = Arc::new(Semaphore::new(embedder.config.workers));
-        Arc::new(AppState { embedder: Arc::new(embedder), metrics: Metrics::default(), permits, started: Instant::now() })
+        Arc::new(AppState {
+            embedder: Arc::new(embedder),
+            metrics: Metrics::default(),
+            permits,
+            started: Instant::now(),
+        })
     }
 }
 
@@ -337,18 +382,33 @@ impl IntoResponse for ApiError {
         let body = serde_json::json!({
             "error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
         });
-        (self.status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response()
     }
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError::invalid(format!("no route for {} {}", req.method(), req.uri().path()), None)
-        .with_status(StatusCode::NOT_FOUND)
+    ApiError::invalid(
+        format!("no route for {} {}", req.method(), req.uri().path()),
+        None,
+    )
+    .with_status(StatusCode::NOT_FOUND)
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {
-    ApiError::invalid(format!("method {} not allowed on {}", req.method(), req.uri().path()), None)
-        .with_status(StatusCode::METHOD_NOT_ALLOWED)
+    ApiError::invalid(
+        format!(
+            "method {} not allowed on {}",
+            req.method(),
+            req.uri().path()
+        ),
+        None,
+    )
+    .with_status(StatusCode::METHOD_NOT_ALLOWED)
 }
 
 fn route_label(path: &str) -> &'static str {
@@ -369,8 +429,13 @@ async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
     let resp = next.run(req).await;
     state.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
     let m = &state.metrics;
-    *lock(&m.requests).entry((route, resp.status().as_u16())).or_default() += 1;
-    lock(&m.latency).entry(route).or_default().observe(t0.elapsed().as_secs_f64());
+    *lock(&m.requests)
+        .entry((route, resp.status().as_u16()))
+        .or_default() += 1;
+    lock(&m.latency)
+        .entry(route)
+        .or_default()
+        .observe(t0.elapsed().as_secs_f64());
     resp
 }
 
@@ -399,7 +464,9 @@ struct EmbeddingRequest {
 fn parse_request(body: &[u8], config: &Config) -> Result<EmbeddingRequest, ApiError> {
     let v: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(format!("could not parse the JSON body: {e}"), None))?;
-    let obj = v.as_object().ok_or_else(|| ApiError::invalid("the request body must be a JSON object", None))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ApiError::invalid("the request body must be a JSON object", None))?;
     match obj.get("model") {
         None | Some(serde_json::Value::Null) => {}
         Some(serde_json::Value::String(m)) => {
@@ -416,16 +483,26 @@ fn parse_request(body: &[u8], config: &Config) -> Result<EmbeddingRequest, ApiEr
     }
     let inputs = match obj.get("input") {
         None | Some(serde_json::Value::Null) => {
-            return Err(ApiError::invalid("'input' is a required property", Some("input")))
+            return Err(ApiError::invalid(
+                "'input' is a required property",
+                Some("input"),
+            ))
         }
         Some(serde_json::Value::String(s)) => vec![s.clone()],
         Some(serde_json::Value::Array(items)) => {
             if items.is_empty() {
-                return Err(ApiError::invalid("'input' must not be an empty array", Some("input")));
+                return Err(ApiError::invalid(
+                    "'input' must not be an empty array",
+                    Some("input"),
+                ));
             }
             if items.len() > config.max_inputs {
                 return Err(ApiError::invalid(
-                    format!("'input' has {} items; at most {} are accepted", items.len(), config.max_inputs),
+                    format!(
+                        "'input' has {} items; at most {} are accepted",
+                        items.len(),
+                        config.max_inputs
+                    ),
                     Some("input"),
                 ));
             }
@@ -434,32 +511,51 @@ fn parse_request(body: &[u8], config: &Config) -> Result<EmbeddingRequest, ApiEr
                 .enumerate()
                 .map(|(i, x)| match x {
                     serde_json::Value::String(s) => Ok(s.clone()),
-                    serde_json::Value::Number(_) | serde_json::Value::Array(_) => Err(ApiError::invalid(
-                        format!("input[{i}]: token-id inputs are not supported; send strings"),
+                    serde_json::Value::Number(_) | serde_json::Value::Array(_) => {
+                        Err(ApiError::invalid(
+                            format!("input[{i}]: token-id inputs are not supported; send strings"),
+                            Some("input"),
+                        ))
+                    }
+                    _ => Err(ApiError::invalid(
+                        format!("input[{i}] must be a string"),
                         Some("input"),
                     )),
-                    _ => Err(ApiError::invalid(format!("input[{i}] must be a string"), Some("input"))),
                 })
                 .collect::<Result<Vec<_>, _>>()?
         }
-        Some(_) => return Err(ApiError::invalid("'input' must be a string or an array of strings", Some("input"))),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "'input' must be a string or an array of strings",
+                Some("input"),
+            ))
+        }
     };
     if let Some(i) = inputs.iter().position(|s| s.is_empty()) {
-        return Err(ApiError::invalid(format!("input[{i}] is an empty string"), Some("input")));
+        return Err(ApiError::invalid(
+            format!("input[{i}] is an empty string"),
+            Some("input"),
+        ));
     }
     let base64 = match obj.get("encoding_format") {
         None | Some(serde_json::Value::Null) => false,
         Some(serde_json::Value::String(f)) if f == "float" => false,
         Some(serde_json::Value::String(f)) if f == "base64" => true,
         Some(_) => {
-            return Err(ApiError::invalid("'encoding_format' must be \"float\" or \"base64\"", Some("encoding_format")))
+            return Err(ApiError::invalid(
+                "'encoding_format' must be \"float\" or \"base64\"",
+                Some("encoding_format"),
+            ))
         }
     };
     match obj.get("dimensions") {
         None | Some(serde_json::Value::Null) => {}
         Some(d) if d.as_u64() == Some(DIM as u64) => {}
         Some(_) => {
-            return Err(ApiError::invalid(format!("'dimensions' must be {DIM} for {MODEL_NAME}"), Some("dimensions")))
+            return Err(ApiError::invalid(
+                format!("'dimensions' must be {DIM} for {MODEL_NAME}"),
+                Some("dimensions"),
+            ))
         }
     }
     Ok(EmbeddingRequest { inputs, base64 })
@@ -499,7 +595,9 @@ pub fn base64_f32(v: &[f32]) -> String {
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for k in 0..4 {
             if k <= c.len() {
                 out.push(A[(n >> (18 - 6 * k) & 63) as usize] as char);
@@ -511,13 +609,22 @@ pub fn base64_f32(v: &[f32]) -> String {
     out
 }
 
-async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let limit = state.embedder.config.body_limit;
     let too_large = || {
-        ApiError::invalid(format!("the request body is larger than {limit} bytes"), None)
-            .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+        ApiError::invalid(
+            format!("the request body is larger than {limit} bytes"),
+            None,
+        )
+        .with_status(StatusCode::PAYLOAD_TOO_LARGE)
     };
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
@@ -536,13 +643,19 @@ async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let (req, counts) = {
         let embedder = embedder.clone();
         tokio::task::spawn_blocking(move || {
-            let counts: Result<Vec<usize>, BoxError> = req.inputs.iter().map(|s| embedder.count_tokens(s)).collect();
+            let counts: Result<Vec<usize>, BoxError> = req
+                .inputs
+                .iter()
+                .map(|s| embedder.count_tokens(s))
+                .collect();
             (req, counts)
         })
         .await
         .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
     };
-    let counts = counts.map_err(|e| ApiError::invalid(format!("could not tokenize the input: {e}"), Some("input")))?;
+    let counts = counts.map_err(|e| {
+        ApiError::invalid(format!("could not tokenize the input: {e}"), Some("input"))
+    })?;
     if let Some((i, &n)) = counts.iter().enumerate().find(|(_, &n)| n > MAX_POSITIONS) {
         return Err(ApiError::invalid(
             format!(
@@ -562,22 +675,32 @@ async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     for chunk in plan(&lens, &embedder.config) {
         let (state, inputs) = (state.clone(), inputs.clone());
         tasks.push(tokio::spawn(async move {
-            let permit = state.permits.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+            let permit = state
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| e.to_string())?;
             let st = state.clone();
             let handle = tokio::task::spawn_blocking(move || {
                 let _permit = permit;
                 let m = &st.metrics;
                 m.busy_workers.fetch_add(1, Ordering::Relaxed);
                 let t0 = Instant::now();
-                let sentences: Vec<&str> = chunk.indices.iter().map(|&i| inputs[i].as_str()).collect();
+                let sentences: Vec<&str> =
+                    chunk.indices.iter().map(|&i| inputs[i].as_str()).collect();
                 let out = st.embedder.embed_padded(&sentences, chunk.seq, chunk.rows);
-                m.forward_us.fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+                m.forward_us
+                    .fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
                 m.busy_workers.fetch_sub(1, Ordering::Relaxed);
                 *lock(&m.passes).entry((chunk.seq, chunk.rows)).or_default() += 1;
-                m.positions.fetch_add((chunk.seq * chunk.rows) as u64, Ordering::Relaxed);
+                m.positions
+                    .fetch_add((chunk.seq * chunk.rows) as u64, Ordering::Relaxed);
                 out.map(|e| (chunk.indices, e)).map_err(|e| e.to_string())
             });
-            handle.await.map_err(|e| format!("model task failed: {e}"))?
+            handle
+                .await
+                .map_err(|e| format!("model task failed: {e}"))?
         }));
     }
     let mut embeddings: Vec<Vec<f32>> = vec![Vec::new(); inputs.len()];
@@ -590,8 +713,14 @@ async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             embeddings[i] = e;
         }
     }
-    state.metrics.inputs.fetch_add(inputs.len() as u64, Ordering::Relaxed);
-    state.metrics.prompt_tokens.fetch_add(prompt_tokens as u64, Ordering::Relaxed);
+    state
+        .metrics
+        .inputs
+        .fetch_add(inputs.len() as u64, Ordering::Relaxed);
+    state
+        .metrics
+        .prompt_tokens
+        .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
 
     let data = embeddings
         .into_iter()
@@ -599,17 +728,31 @@ async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         .map(|(index, e)| EmbeddingItem {
             object: "embedding",
             index,
-            embedding: if req.base64 { EmbeddingData::Base64(base64_f32(&e)) } else { EmbeddingData::Float(e) },
+            embedding: if req.base64 {
+                EmbeddingData::Base64(base64_f32(&e))
+            } else {
+                EmbeddingData::Float(e)
+            },
         })
         .collect();
     let resp = EmbeddingResponse {
         object: "list",
         data,
         model: MODEL_NAME,
-        usage: Usage { prompt_tokens, total_tokens: prompt_tokens },
+        usage: Usage {
+            prompt_tokens,
+            total_tokens: prompt_tokens,
+        },
     };
     let json = serde_json::to_vec(&resp).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json).into_response())
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response())
 }
 
 /// Render the counters in Prometheus text format (0.0.4).
@@ -617,63 +760,201 @@ pub fn render_metrics(state: &AppState) -> String {
     use std::fmt::Write;
     let m = &state.metrics;
     let mut o = String::new();
-    let mut head = |o: &mut String, name: &str, kind: &str, help: &str| {
+    let head = |o: &mut String, name: &str, kind: &str, help: &str| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
     };
-    head(&mut o, "tc_http_requests_total", "counter", "HTTP requests by route and status code.");
+    head(
+        &mut o,
+        "tc_http_requests_total",
+        "counter",
+        "HTTP requests by route and status code.",
+    );
     for ((route, status), n) in lock(&m.requests).iter() {
-        let _ = writeln!(o, "tc_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+        let _ = writeln!(
+            o,
+            "tc_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+        );
     }
-    head(&mut o, "tc_http_request_duration_seconds", "histogram", "HTTP request latency by route.");
+    head(
+        &mut o,
+        "tc_http_request_duration_seconds",
+        "histogram",
+        "HTTP request latency by route.",
+    );
     for (route, h) in lock(&m.latency).iter() {
         for (le, c) in LATENCY_BUCKETS.iter().zip(&h.counts) {
-            let _ = writeln!(o, "tc_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{le}\"}} {c}");
+            let _ = writeln!(
+                o,
+                "tc_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{le}\"}} {c}"
+            );
         }
-        let _ = writeln!(o, "tc_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", h.count);
-        let _ = writeln!(o, "tc_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", h.sum);
-        let _ = writeln!(o, "tc_http_request_duration_seconds_count{{route=\"{route}\"}} {}", h.count);
+        let _ = writeln!(
+            o,
+            "tc_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+            h.count
+        );
+        let _ = writeln!(
+            o,
+            "tc_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+            h.sum
+        );
+        let _ = writeln!(
+            o,
+            "tc_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+            h.count
+        );
     }
-    head(&mut o, "tc_http_requests_in_flight", "gauge", "HTTP requests being served.");
-    let _ = writeln!(o, "tc_http_requests_in_flight {}", m.in_flight.load(Ordering::Relaxed));
-    head(&mut o, "tc_embedding_inputs_total", "counter", "Inputs embedded.");
-    let _ = writeln!(o, "tc_embedding_inputs_total {}", m.inputs.load(Ordering::Relaxed));
-    head(&mut o, "tc_embedding_prompt_tokens_total", "counter", "Tokens embedded (after truncation, with [CLS]/[SEP]).");
-    let _ = writeln!(o, "tc_embedding_prompt_tokens_total {}", m.prompt_tokens.load(Ordering::Relaxed));
-    head(&mut o, "tc_model_forward_passes_total", "counter", "Forward passes by padded shape [rows, seq].");
+    head(
+        &mut o,
+        "tc_http_requests_in_flight",
+        "gauge",
+        "HTTP requests being served.",
+    );
+    let _ = writeln!(
+        o,
+        "tc_http_requests_in_flight {}",
+        m.in_flight.load(Ordering::Relaxed)
+    );
+    head(
+        &mut o,
+        "tc_embedding_inputs_total",
+        "counter",
+        "Inputs embedded.",
+    );
+    let _ = writeln!(
+        o,
+        "tc_embedding_inputs_total {}",
+        m.inputs.load(Ordering::Relaxed)
+    );
+    head(
+        &mut o,
+        "tc_embedding_prompt_tokens_total",
+        "counter",
+        "Tokens embedded (after truncation, with [CLS]/[SEP]).",
+    );
+    let _ = writeln!(
+        o,
+        "tc_embedding_prompt_tokens_total {}",
+        m.prompt_tokens.load(Ordering::Relaxed)
+    );
+    head(
+        &mut o,
+        "tc_model_forward_passes_total",
+        "counter",
+        "Forward passes by padded shape [rows, seq].",
+    );
     for ((seq, rows), n) in lock(&m.passes).iter() {
-        let _ = writeln!(o, "tc_model_forward_passes_total{{seq=\"{seq}\",rows=\"{rows}\"}} {n}");
+        let _ = writeln!(
+            o,
+            "tc_model_forward_passes_total{{seq=\"{seq}\",rows=\"{rows}\"}} {n}"
+        );
     }
-    head(&mut o, "tc_model_padded_positions_total", "counter", "Token positions computed, padding included.");
-    let _ = writeln!(o, "tc_model_padded_positions_total {}", m.positions.load(Ordering::Relaxed));
-    head(&mut o, "tc_model_forward_seconds_total", "counter", "Time spent in forward passes.");
-    let _ = writeln!(o, "tc_model_forward_seconds_total {}", m.forward_us.load(Ordering::Relaxed) as f64 / 1e6);
-    head(&mut o, "tc_model_workers", "gauge", "Forward passes allowed at once.");
+    head(
+        &mut o,
+        "tc_model_padded_positions_total",
+        "counter",
+        "Token positions computed, padding included.",
+    );
+    let _ = writeln!(
+        o,
+        "tc_model_padded_positions_total {}",
+        m.positions.load(Ordering::Relaxed)
+    );
+    head(
+        &mut o,
+        "tc_model_forward_seconds_total",
+        "counter",
+        "Time spent in forward passes.",
+    );
+    let _ = writeln!(
+        o,
+        "tc_model_forward_seconds_total {}",
+        m.forward_us.load(Ordering::Relaxed) as f64 / 1e6
+    );
+    head(
+        &mut o,
+        "tc_model_workers",
+        "gauge",
+        "Forward passes allowed at once.",
+    );
     let _ = writeln!(o, "tc_model_workers {}", state.embedder.config.workers);
-    head(&mut o, "tc_model_busy_workers", "gauge", "Forward passes running.");
-    let _ = writeln!(o, "tc_model_busy_workers {}", m.busy_workers.load(Ordering::Relaxed));
+    head(
+        &mut o,
+        "tc_model_busy_workers",
+        "gauge",
+        "Forward passes running.",
+    );
+    let _ = writeln!(
+        o,
+        "tc_model_busy_workers {}",
+        m.busy_workers.load(Ordering::Relaxed)
+    );
 
     let jit = tc_llvm::Jit::global();
     let s = jit.stats();
     let counters: [(&str, &str, f64); 8] = [
-        ("hits", "Kernel-cache calls that found a specialised entry.", s.hits as f64),
-        ("misses", "Kernel-cache calls that created a specialised entry.", s.misses as f64),
-        ("compiles", "Shape-specialised kernel compilations.", s.compiles as f64),
-        ("generic_compiles", "Shape-generic kernel compilations.", s.generic_compiles as f64),
-        ("generic_runs", "Calls served by a shape-generic kernel.", s.generic_runs as f64),
-        ("evictions", "Kernel-cache entries evicted.", s.evictions as f64),
-        ("fallbacks", "Calls the JIT handed to the reference interpreter.", s.fallbacks as f64),
-        ("compile_seconds", "Total kernel compile time.", s.compile_ms / 1e3),
+        (
+            "hits",
+            "Kernel-cache calls that found a specialised entry.",
+            s.hits as f64,
+        ),
+        (
+            "misses",
+            "Kernel-cache calls that created a specialised entry.",
+            s.misses as f64,
+        ),
+        (
+            "compiles",
+            "Shape-specialised kernel compilations.",
+            s.compiles as f64,
+        ),
+        (
+            "generic_compiles",
+            "Shape-generic kernel compilations.",
+            s.generic_compiles as f64,
+        ),
+        (
+            "generic_runs",
+            "Calls served by a shape-generic kernel.",
+            s.generic_runs as f64,
+        ),
+        (
+            "evictions",
+            "Kernel-cache entries evicted.",
+            s.evictions as f64,
+        ),
+        (
+            "fallbacks",
+            "Calls the JIT handed to the reference interpreter.",
+            s.fallbacks as f64,
+        ),
+        (
+            "compile_seconds",
+            "Total kernel compile time.",
+            s.compile_ms / 1e3,
+        ),
     ];
     for (name, help, v) in counters {
         let full = format!("tc_kernel_cache_{name}_total");
         head(&mut o, &full, "counter", help);
         let _ = writeln!(o, "{full} {v}");
     }
-    head(&mut o, "tc_kernel_cache_entries", "gauge", "Specialised kernel-cache entries.");
+    head(
+        &mut o,
+        "tc_kernel_cache_entries",
+        "gauge",
+        "Specialised kernel-cache entries.",
+    );
     let _ = writeln!(o, "tc_kernel_cache_entries {}", jit.len());
     o
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render_metrics(&state))
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render_metrics(&state),
+    )
 }

@@ -191,7 +191,12 @@ impl<'a> Checker<'a> {
             }
         }
         if self.diags.len() == before {
-            let span = sig.requires.first().map(|r| r.span).unwrap_or(sig.span);
+            let span = sig
+                .requires
+                .first()
+                .or(sig.axioms.first())
+                .map(|r| r.span)
+                .unwrap_or(sig.span);
             self.sat_or_empty(
                 &[],
                 span,
@@ -369,6 +374,7 @@ impl<'a> Checker<'a> {
                 (Some(t), Some(annot)) => {
                     // Check boundary (Section 3 §7): the annotation is checked by
                     // subsumption and becomes the value's type.
+                    let before = self.diags.len();
                     if self.annot_formed(annot, inst.annot_span) {
                         self.check_sub(
                             &t,
@@ -377,7 +383,8 @@ impl<'a> Checker<'a> {
                             "the annotated type of this `let`",
                         );
                     }
-                    Some(annot.clone())
+                    // A failed boundary poisons the value: one error, no cascade.
+                    (self.diags.len() == before).then(|| annot.clone())
                 }
                 (t, _) => t,
             };
@@ -599,7 +606,7 @@ impl<'a> Checker<'a> {
                     self.err(Diagnostic::new(
                         codes::AXIS,
                         R_LITERAL,
-                        inst.span,
+                        inst.attr_span(shape.len()),
                         format!("axis {axis} is out of range for rank {}", shape.len()),
                     ));
                     return None;
@@ -1010,7 +1017,7 @@ impl<'a> Checker<'a> {
                         Diagnostic::new(
                             codes::RESHAPE_VOLUME,
                             R_RESHAPE,
-                            inst.attr_span(0),
+                            inst.attr_span(shape.len()),
                             format!("cannot prove the volumes equal: expected `{v1}` (the volume of {}), found `{v2}` (the volume of {})", shape_string(&t.shape), shape_string(shape)),
                         )
                         .with_cex(Some(cex))
@@ -1019,7 +1026,7 @@ impl<'a> Checker<'a> {
                     return None;
                 }
                 Entailment::Unknown => {
-                    self.err(unknown_diag(R_RESHAPE, inst.attr_span(0), &goal));
+                    self.err(unknown_diag(R_RESHAPE, inst.attr_span(shape.len()), &goal));
                     return None;
                 }
             }
@@ -1102,7 +1109,7 @@ impl<'a> Checker<'a> {
             self.err(Diagnostic::new(
                 codes::RANK_MISMATCH,
                 R_BROADCAST,
-                inst.attr_span(0),
+                inst.attr_span(shape.len()),
                 format!(
                     "expected a target of rank at least {} (the operand is {}), found rank {}",
                     t.rank(),

@@ -955,7 +955,7 @@ fn reshape_volume_unprovable() {
     expect(
         &d,
         codes::RESHAPE_VOLUME,
-        attr(&b, y, 0),
+        attr(&b, y, 3),
         "cannot prove the volumes equal: expected `B * S` (the volume of [B, S]), found `2 * B * S` (the volume of [B, S, 2])",
         Some("B = 1, S = 1"),
     );
@@ -968,7 +968,7 @@ fn reshape_volume_unprovable() {
     expect(
         &reject(&b, y),
         codes::RESHAPE_VOLUME,
-        attr(&b, y, 0),
+        attr(&b, y, 2),
         "found `B * T` (the volume of [B, T])",
         Some("B = 1, S = 1, T = 2"),
     );
@@ -979,7 +979,7 @@ fn reshape_volume_unprovable() {
     expect(
         &reject(&b, y),
         codes::RESHAPE_VOLUME,
-        attr(&b, y, 0),
+        attr(&b, y, 1),
         "expected `6` (the volume of [2, 3]), found `5`",
         None,
     );
@@ -1075,7 +1075,7 @@ fn broadcast_of_non_one_dim() {
     expect(
         &reject(&b, y),
         codes::RANK_MISMATCH,
-        attr(&b, y, 0),
+        attr(&b, y, 1),
         "expected a target of rank at least 2 (the operand is [B, S]), found rank 1",
         None,
     );
@@ -1382,7 +1382,7 @@ fn axioms_rejected() {
     expect(
         &reject(&b, y),
         codes::RESHAPE_VOLUME,
-        attr(&b, y, 0),
+        attr(&b, y, 1),
         "expected `X * Y` (the volume of [X, Y]), found `P` (the volume of [P])",
         Some("X = 1, Y = 1, P = 2"),
     );
@@ -1395,7 +1395,7 @@ fn axioms_rejected() {
     expect(
         &reject(&b, y),
         codes::RESHAPE_VOLUME,
-        attr(&b, y, 0),
+        attr(&b, y, 1),
         "cannot prove the volumes equal",
         Some("X = 1, Y = 1, P = 2"),
     );
@@ -1524,7 +1524,7 @@ fn local_dim_binding_in_later_reshape() {
     expect(
         &reject(&b, y),
         codes::RESHAPE_VOLUME,
-        attr(&b, y, 0),
+        attr(&b, y, 3),
         "found `2 * B * n`",
         Some("B = 1, S = 1, n = 1"),
     );
@@ -1578,7 +1578,7 @@ fn module_constants() {
     expect(
         &reject(&b, y),
         codes::RESHAPE_VOLUME,
-        attr(&b, y, 0),
+        attr(&b, y, 3),
         "expected `768 * B` (the volume of [B, HIDDEN]), found `780 * B` (the volume of [B, 12, 65])",
         Some("B = 1"),
     );
@@ -1933,7 +1933,7 @@ fn solver_budget_unknown_is_a_rejection() {
     expect(
         &d,
         codes::SOLVER_UNKNOWN,
-        attr(&b, y, 0),
+        attr(&b, y, 3),
         "could not prove `X * Y * Z == P * Y * Z + Q * Y * Z` within the solver budget",
         None,
     );

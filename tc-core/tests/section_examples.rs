@@ -329,7 +329,7 @@ fn s1_reshape_with_product_axioms() {
     let (b, y) = reshape_products(false);
     let e = one_err(&b.clone().finish(y), &Signatures::new());
     assert_eq!(e.code, codes::RESHAPE_VOLUME);
-    assert_eq!(e.span, b.inst(y).unwrap().attr_span(0));
+    assert_eq!(e.span, b.inst(y).unwrap().attr_span(2));
     assert!(
         e.message
             .contains("cannot prove the volumes equal: expected `A * C` (the volume of [A, C]), found `E * F` (the volume of [E, F])"),

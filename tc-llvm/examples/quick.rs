@@ -14,7 +14,11 @@ fn tt(dims: &[&str]) -> Type {
     Type::tensor(
         Dtype::F32,
         dims.iter()
-            .map(|d| d.parse::<i64>().map(Dim::c).unwrap_or_else(|_| Dim::var(*d)))
+            .map(|d| {
+                d.parse::<i64>()
+                    .map(Dim::c)
+                    .unwrap_or_else(|_| Dim::var(*d))
+            })
             .collect(),
     )
 }
@@ -39,11 +43,24 @@ fn time(name: &str, reps: usize, mut f: impl FnMut()) {
         ts.push(t0.elapsed().as_secs_f64());
     }
     ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    println!("{name}: median {:.3} ms, min {:.3} ms", ts[reps / 2] * 1e3, ts[0] * 1e3);
+    println!(
+        "{name}: median {:.3} ms, min {:.3} ms",
+        ts[reps / 2] * 1e3,
+        ts[0] * 1e3
+    );
+    if let Some(fl) = name
+        .strip_prefix("sgemm ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+    {
+        println!("   {:.1} GFLOP/s at min", 2.0 * fl * fl * fl / ts[0] / 1e9);
+    }
 }
 
 fn rv(n: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect()
+    (0..n)
+        .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
+        .collect()
 }
 
 fn main() {
@@ -106,29 +123,74 @@ fn main() {
         let sb = b.op(Op::Broadcast(rc, s));
         let r = b.op(Op::Binary(BinaryOp::Div, e, sb));
         let f = b.finish(r);
-        let args: Vec<Arg> = vec![Tensor::from_slice(&[4096, 1024], &rv(4096 * 1024)).unwrap().into()];
+        let args: Vec<Arg> = vec![Tensor::from_slice(&[4096, 1024], &rv(4096 * 1024))
+            .unwrap()
+            .into()];
         let j = jit(1);
         time("softmax 4096x1024 tc 1t", 9, || {
             black_box(j.call(&f, &args, &|_| None).unwrap());
         });
     }
     if all || case == "matmul" {
-        let n: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1024);
-        let a = rv(n * n);
-        let bm = rv(n * n);
-        let mut c = vec![0f32; n * n];
-        time(&format!("sgemm {n} 1t"), 5, || unsafe {
-            tc_llvm::matmul::sgemm(
-                n,
-                n,
-                n,
-                tc_llvm::matmul::View::new(a.as_ptr(), n, 1),
-                tc_llvm::matmul::View::new(bm.as_ptr(), n, 1),
-                c.as_mut_ptr(),
-                1,
-            )
-            .unwrap();
-        });
+        let ns: Vec<usize> = match std::env::args().nth(2).and_then(|s| s.parse().ok()) {
+            Some(n) => vec![n],
+            None => vec![128, 256, 512, 1024],
+        };
+        for n in ns {
+            let a = rv(n * n);
+            let bm = rv(n * n);
+            let mut c = vec![0f32; n * n];
+            let reps = if n <= 256 { 201 } else { 9 };
+            let t0 = Instant::now();
+            time(&format!("sgemm {n} 1t"), reps, || unsafe {
+                tc_llvm::matmul::sgemm(
+                    n,
+                    n,
+                    n,
+                    tc_llvm::matmul::View::new(a.as_ptr(), n, 1),
+                    tc_llvm::matmul::View::new(bm.as_ptr(), n, 1),
+                    c.as_mut_ptr(),
+                    1,
+                )
+                .unwrap();
+            });
+            let _ = t0;
+        }
+    }
+    if all || case == "ffn" {
+        // [128, 768] x W^T with W [3072, 768] (a transposed operand).
+        let (m, k, n) = (128usize, 768usize, 3072usize);
+        let a = rv(m * k);
+        let w = rv(n * k);
+        let mut c = vec![0f32; m * n];
+        let fl = 2.0 * (m * k * n) as f64;
+        for (name, rs, cs) in [("transposed", 1usize, k), ("row-major", n, 1)] {
+            let t = {
+                let mut best = f64::MAX;
+                for _ in 0..40 {
+                    let t0 = Instant::now();
+                    unsafe {
+                        tc_llvm::matmul::sgemm(
+                            m,
+                            n,
+                            k,
+                            tc_llvm::matmul::View::new(a.as_ptr(), k, 1),
+                            tc_llvm::matmul::View::new(w.as_ptr(), rs, cs),
+                            c.as_mut_ptr(),
+                            1,
+                        )
+                        .unwrap();
+                    }
+                    best = best.min(t0.elapsed().as_secs_f64());
+                }
+                best
+            };
+            println!(
+                "ffn 128x768x3072 B {name}: {:.3} ms, {:.1} GFLOP/s",
+                t * 1e3,
+                fl / t / 1e9
+            );
+        }
     }
     if all || case == "linear" {
         // BERT linear: [B,S,I] x broadcast(transpose(w)) + bias, D=768.
@@ -138,24 +200,37 @@ fn main() {
         let bias = b.param("b", tt(&["O"]));
         b.returns(tt(&["B", "S", "O"]));
         let wt = b.op(Op::Transpose(vec![1, 0], w));
-        let wb = b.op(Op::Broadcast(vec![Dim::var("B"), Dim::var("I"), Dim::var("O")], wt));
+        let wb = b.op(Op::Broadcast(
+            vec![Dim::var("B"), Dim::var("I"), Dim::var("O")],
+            wt,
+        ));
         let mm = b.op(Op::Matmul(x, wb));
-        let bb = b.op(Op::Broadcast(vec![Dim::var("B"), Dim::var("S"), Dim::var("O")], bias));
+        let bb = b.op(Op::Broadcast(
+            vec![Dim::var("B"), Dim::var("S"), Dim::var("O")],
+            bias,
+        ));
         let r = b.op(Op::Binary(BinaryOp::Add, mm, bb));
         let f = b.finish(r);
         let (bn, s, i, o) = (8, 128, 768, 768);
         let args: Vec<Arg> = vec![
-            Tensor::from_slice(&[bn, s, i], &rv(bn * s * i)).unwrap().into(),
+            Tensor::from_slice(&[bn, s, i], &rv(bn * s * i))
+                .unwrap()
+                .into(),
             Tensor::from_slice(&[o, i], &rv(o * i)).unwrap().into(),
             Tensor::from_slice(&[o], &rv(o)).unwrap().into(),
         ];
         let j = jit(1);
         let fl = 2.0 * (bn * s * i * o) as f64;
+        black_box(j.call(&f, &args, &|_| None).unwrap());
         let t0 = Instant::now();
         for _ in 0..5 {
             black_box(j.call(&f, &args, &|_| None).unwrap());
         }
         let dt = t0.elapsed().as_secs_f64() / 5.0;
-        println!("linear 8x128x768→768 tc 1t: {:.3} ms, {:.1} GFLOP/s", dt * 1e3, fl / dt / 1e9);
+        println!(
+            "linear 8x128x768→768 tc 1t: {:.3} ms, {:.1} GFLOP/s",
+            dt * 1e3,
+            fl / dt / 1e9
+        );
     }
 }

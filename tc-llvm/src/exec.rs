@@ -138,6 +138,26 @@ unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usiz
     });
 }
 
+/// `TC_LLVM_PROFILE=1`: print every step's time to stderr.
+fn profiling() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var("TC_LLVM_PROFILE").is_ok_and(|v| v != "0"))
+}
+
+fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
+    let sh = |v: &Value| format!("{:?}", vals[v.0 as usize].shape);
+    match step {
+        Step::Kernel { out, .. } => format!("kernel -> {}", sh(out)),
+        Step::Group { members, .. } => format!(
+            "row group of {} -> {}",
+            members.len(),
+            members.last().map(sh).unwrap_or_default()
+        ),
+        Step::Matmul { out, a, b } => format!("matmul {} x {} -> {}", sh(a), sh(b), sh(out)),
+        Step::Call { name, out, .. } => format!("call {name} -> {}", sh(out)),
+    }
+}
+
 /// A zeroed output buffer of `bytes` bytes in 8-byte words (the storage
 /// `Tensor::from_word_storage` takes without a copy).
 ///
@@ -267,7 +287,9 @@ impl CompiledFn {
             None => Vec::new(),
         };
         let threads = self.opts.threads;
+        let prof = profiling();
         for step in &self.st.steps {
+            let t0 = prof.then(std::time::Instant::now);
             match step {
                 Step::Kernel { id, out, inputs } => {
                     let o = &vals[out.0 as usize];
@@ -383,6 +405,14 @@ impl CompiledFn {
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     owned_bufs[out.0 as usize] = Some(buf);
                 }
+            }
+            if let Some(t0) = t0 {
+                eprintln!(
+                    "tc-llvm profile `{}`: {:8.3} ms  {}",
+                    func.sig.name,
+                    t0.elapsed().as_secs_f64() * 1e3,
+                    describe_step(step, vals)
+                );
             }
         }
         let ret = func.ret;

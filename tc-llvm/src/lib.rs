@@ -12,9 +12,11 @@
 //! 3. [`jit`]: `default<O3>` with a host `TargetMachine`, every function
 //!    carrying `target-cpu`/`target-features`/`prefer-vector-width`=512,
 //!    MCJIT to callable pointers.
-//! 4. [`exec`]: buffers, outer-loop splitting across the rayon pool (tiny
-//!    tensors stay on the calling thread), matmul through [`matmul`]'s
-//!    packed, cache-tiled IR micro-kernel.
+//! 4. [`exec`]: buffers (large outputs on transparent huge pages), outer-loop
+//!    splitting across the rayon pool (tiny tensors stay on the calling
+//!    thread), matmul through [`matmul`]'s packed, cache-tiled IR
+//!    micro-kernel, with transposed/broadcast operands read through strides
+//!    and a batch-invariant right operand folded into one `[B·M, K] × [K, N]`.
 //! 5. [`cache`]: the thread-safe, LRU-bounded kernel cache with statistics
 //!    and the shape-generic path; [`call`] is the entry point.
 //!

@@ -1,8 +1,8 @@
 //! Matmul (Section 2 §7, Section 4 §5.4): packing, cache tiling and a
 //! register-blocked micro-kernel generated as LLVM IR.
 //!
-//! The micro-kernel computes an `MR × NR` tile of C (8 × 32 on AVX-512, held
-//! in 16 `<16 x float>` accumulators; 8 × 16 otherwise) from a packed A
+//! The micro-kernel computes an `MR × NR` tile of C (14 × 32 on AVX-512, held
+//! in 28 `<16 x float>` accumulators; 14 × 16 otherwise) from a packed A
 //! micro-panel (`kc × MR`, column by column) and a packed B micro-panel
 //! (`kc × NR`, row by row) with one broadcast of A and `NR/VW` vector FMAs per
 //! row of the tile and step of k. It is emitted once per process as IR text
@@ -28,10 +28,10 @@ use crate::jit::JitModule;
 use crate::Error;
 
 /// Rows of the register tile.
-pub const MR: usize = 8;
+pub const MR: usize = 14;
 /// Contraction block.
 pub const KC: usize = 256;
-/// Row block (A block of `MC × KC` floats sits in L2).
+/// Row block (A block of `MC × KC` floats sits in L2; rounded up to a multiple of MR).
 pub const MC: usize = 128;
 /// Column block.
 pub const NC: usize = 4096;
@@ -52,8 +52,8 @@ pub fn ukernel_ir(vw: usize) -> String {
 
 /// Blocking parameters (defaults [`MR`], [`KC`], [`MC`]; `TC_MM_MR`,
 /// `TC_MM_KC`, `TC_MM_MC` override them, for tuning).
-fn params() -> (usize, usize, usize) {
-    static P: OnceLock<(usize, usize, usize)> = OnceLock::new();
+fn params() -> (usize, usize, usize, usize) {
+    static P: OnceLock<(usize, usize, usize, usize)> = OnceLock::new();
     *P.get_or_init(|| {
         let get = |k: &str, d: usize| {
             std::env::var(k)
@@ -63,7 +63,12 @@ fn params() -> (usize, usize, usize) {
                 .unwrap_or(d)
         };
         let mr = get("TC_MM_MR", MR).min(14);
-        (mr, get("TC_MM_KC", KC), get("TC_MM_MC", MC).div_ceil(mr) * mr)
+        (
+            mr,
+            get("TC_MM_KC", KC),
+            get("TC_MM_MC", MC),
+            get("TC_MM_NC", NC),
+        )
     })
 }
 
@@ -125,7 +130,13 @@ fn micro() -> Result<&'static Micro, Error> {
         } else {
             8
         };
-        let ir = ukernel_ir_mr(vw, params().0);
+        // 28 accumulators need AVX-512's 32 vector registers; AVX2 has 16.
+        let mr = if vw == 16 {
+            params().0
+        } else {
+            params().0.min(6)
+        };
+        let ir = ukernel_ir_mr(vw, mr);
         let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
         let a = m.addr("ukr").ok_or("ukr missing")?;
         // SAFETY: `ukr` has exactly the `Ukr` signature (see `ukernel_ir`).
@@ -134,7 +145,7 @@ fn micro() -> Result<&'static Micro, Error> {
             _module: m,
             f,
             nr: 2 * vw,
-            mr: params().0,
+            mr,
         })
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
@@ -196,7 +207,9 @@ pub unsafe fn sgemm(
     }
     let mk = micro()?;
     let nr = mk.nr;
-    let (mr_, kc_, mc_) = (mk.mr, params().1, params().2);
+    let (mr_, kc_) = (mk.mr, params().1);
+    let mc_ = params().2.div_ceil(mr_) * mr_;
+    let nc_ = params().3.div_ceil(mk.nr) * mk.nr;
     let ukr = mk.f;
     let par = threads != 1 && (m * n * k) >= (1 << 18);
     let nthreads = if par {
@@ -211,15 +224,20 @@ pub unsafe fn sgemm(
     };
     let cp = SendPtr(c);
     let mut bp: Vec<f32> = Vec::new();
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
+    for jc in (0..n).step_by(nc_) {
+        let nc = nc_.min(n - jc);
         let npanels = nc.div_ceil(nr);
         for pc in (0..k).step_by(kc_) {
             let kc = kc_.min(k - pc);
             // Pack B[pc.., jc..] into NR-wide row panels, zero-padded.
-            bp.clear();
-            bp.resize(npanels * kc * nr, 0.0);
-            let pack_b = |q: usize, dst: &mut [f32]| pack_b_panel(&b, pc, kc, jc + q * nr, nr, n, dst);
+            // Every panel is fully written by the packing (padding included).
+            let need = npanels * kc * nr;
+            if bp.len() < need {
+                bp.resize(need, 0.0);
+            }
+            let bp = &mut bp[..need];
+            let pack_b =
+                |q: usize, dst: &mut [f32]| pack_b_panel(&b, pc, kc, jc + q * nr, nr, n, dst);
             if par {
                 bp.par_chunks_mut(kc * nr)
                     .enumerate()
@@ -229,7 +247,7 @@ pub unsafe fn sgemm(
                     .enumerate()
                     .for_each(|(q, d)| pack_b(q, d));
             }
-            let bpr = &bp;
+            let bpr = &*bp;
             let accum = (pc > 0) as i64;
             let do_block = |ic: usize| {
                 let mcb = mc.min(m - ic);
@@ -306,7 +324,15 @@ fn give_scratch(v: Vec<f32>) {
 ///
 /// # Safety
 /// The view must be valid over the rows below `m` and the given columns.
-unsafe fn pack_a_panel(a: &View, pc: usize, kc: usize, row0: usize, mr: usize, m: usize, dst: &mut [f32]) {
+unsafe fn pack_a_panel(
+    a: &View,
+    pc: usize,
+    kc: usize,
+    row0: usize,
+    mr: usize,
+    m: usize,
+    dst: &mut [f32],
+) {
     let rows = mr.min(m - row0);
     if rows < mr {
         dst[..kc * mr].iter_mut().for_each(|x| *x = 0.0);
@@ -341,7 +367,15 @@ unsafe fn pack_a_panel(a: &View, pc: usize, kc: usize, row0: usize, mr: usize, m
 ///
 /// # Safety
 /// The view must be valid over the given rows and the columns below `n`.
-unsafe fn pack_b_panel(b: &View, pc: usize, kc: usize, col0: usize, nr: usize, n: usize, dst: &mut [f32]) {
+unsafe fn pack_b_panel(
+    b: &View,
+    pc: usize,
+    kc: usize,
+    col0: usize,
+    nr: usize,
+    n: usize,
+    dst: &mut [f32],
+) {
     let cols = nr.min(n.saturating_sub(col0));
     if cols < nr {
         dst[..kc * nr].iter_mut().for_each(|x| *x = 0.0);
@@ -352,12 +386,38 @@ unsafe fn pack_b_panel(b: &View, pc: usize, kc: usize, col0: usize, nr: usize, n
             dst[kk * nr..kk * nr + cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
         }
     } else if b.rs == 1 {
-        // A transposed operand (a PyTorch-layout weight): columns are contiguous.
-        for c in 0..cols {
-            let src = std::slice::from_raw_parts(b.ptr.add(pc + (col0 + c) * b.cs), kc);
-            for (kk, &x) in src.iter().enumerate() {
-                *dst.get_unchecked_mut(kk * nr + c) = x;
+        // A transposed operand (a PyTorch-layout weight): columns are
+        // contiguous. Transpose in 16 × 16 tiles so reads and writes stay in L1.
+        const T: usize = 16;
+        let mut kb = 0;
+        while kb < kc {
+            let kn = T.min(kc - kb);
+            let mut cb = 0;
+            while cb < cols {
+                let cn = T.min(cols - cb);
+                if kn == T && cn == T {
+                    let mut tile = [[0f32; T]; T];
+                    for (c, row) in tile.iter_mut().enumerate() {
+                        let src = b.ptr.add(pc + kb + (col0 + cb + c) * b.cs);
+                        row.copy_from_slice(std::slice::from_raw_parts(src, T));
+                    }
+                    for i in 0..T {
+                        let d = dst.as_mut_ptr().add((kb + i) * nr + cb);
+                        for (c, row) in tile.iter().enumerate() {
+                            *d.add(c) = row[i];
+                        }
+                    }
+                } else {
+                    for c in 0..cn {
+                        let src = b.ptr.add(pc + kb + (col0 + cb + c) * b.cs);
+                        for i in 0..kn {
+                            *dst.get_unchecked_mut((kb + i) * nr + cb + c) = *src.add(i);
+                        }
+                    }
+                }
+                cb += T;
             }
+            kb += T;
         }
     } else {
         for kk in 0..kc {

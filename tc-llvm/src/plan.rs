@@ -12,8 +12,17 @@
 //! output pass of a softmax costs less than writing and re-reading it, so a
 //! row softmax runs in three passes (max, sum, output) and a layer norm in
 //! three (mean, variance, output) with no intermediate buffers. Reductions
-//! fuse their producer into the reduction loop. Matmul operands, call
-//! arguments and the returned value are materialized.
+//! fuse their producer into the reduction loop. Call arguments and the
+//! returned value are materialized; matmul operands too, except chains of
+//! transposes and broadcasts over a buffer (or a reshape of one), which the
+//! matmul packs through strides ([`matmul_view_ok`]): a weight broadcast
+//! over the batch and attention head splits cost no copy.
+//!
+//! Row groups ([`group_rows`], σ-specialised compilations): consecutive
+//! kernels over the same rows whose reads of each other are row-local run
+//! in one loop over rows, so the three passes of a softmax or layer norm
+//! touch each row while it is in L1 (one read of the input from memory
+//! instead of three).
 //!
 //! The structure (which values are materialized, the steps) depends only on
 //! the IR, never on σ; that is what lets the shape-generic path
@@ -686,7 +695,8 @@ pub fn group_rows(func: &Function, vals: &[ValInfo], st: &mut Structure) {
         let i = out.0 as usize;
         let o = &vals[i];
         let r = o.shape.len();
-        if r == 0 || o.dtype == Dtype::I4 || i < np {
+        // Rank ≥ 2: a rank-1 group would have a single row (no thread split).
+        if r < 2 || o.dtype == Dtype::I4 || i < np {
             return None;
         }
         let inner = match &func.body[i - np].op {

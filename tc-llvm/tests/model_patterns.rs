@@ -260,7 +260,12 @@ fn group_count(steps: &[Step]) -> usize {
 fn softmax_rows_fused() {
     let f = softmax4_fn();
     let mut rng = Rng(9);
-    for shape in [[1usize, 1, 1, 1], [2, 3, 5, 7], [2, 1, 3, 8], [1, 2, 33, 130]] {
+    for shape in [
+        [1usize, 1, 1, 1],
+        [2, 3, 5, 7],
+        [2, 1, 3, 8],
+        [1, 2, 33, 130],
+    ] {
         let args: Vec<Arg> = vec![random(&mut rng, Dtype::F32, &shape, true).into()];
         let sigma = ["B", "H", "S", "T"]
             .iter()

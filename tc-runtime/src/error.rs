@@ -175,7 +175,9 @@ pub enum Error {
     },
     /// The storage layout of this dtype cannot be viewed in place as the requested element type
     /// (packed I4, or a big-endian host).
-    #[error("a {dtype} tensor cannot be viewed in place (its storage is not a plain array of elements)")]
+    #[error(
+        "a {dtype} tensor cannot be viewed in place (its storage is not a plain array of elements)"
+    )]
     NoZeroCopyView {
         /// The tensor's dtype.
         dtype: Dtype,
