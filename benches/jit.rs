@@ -397,8 +397,11 @@ fn bench_matmul(c: &mut Criterion) {
                 3
             } else if n >= 1024 {
                 5
-            } else {
+            } else if n >= 512 {
                 11
+            } else {
+                // Tens of µs per call: many rounds, or one preemption decides the median.
+                101
             };
             let gemm_run = |out: &mut Vec<f32>| unsafe {
                 gemm::gemm(

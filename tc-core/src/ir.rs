@@ -701,7 +701,7 @@ impl fmt::Display for Signature {
             .params
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("v{i}: {}", p.ty))
+            .map(|(i, p)| format!("{} (v{i}): {}", p.name, p.ty))
             .collect();
         write!(
             f,

@@ -157,6 +157,39 @@ fn main() {
             let _ = t0;
         }
     }
+    if all || case == "mm128" {
+        let mut b = FnBuilder::new("mm");
+        let x = b.param("a", tt(&["M", "K"]));
+        let y = b.param("b", tt(&["K", "N"]));
+        b.returns(tt(&["M", "N"]));
+        let r = b.op(Op::Matmul(x, y));
+        let f = b.finish(r);
+        let n = 128;
+        let args: Vec<Arg> = vec![
+            Tensor::from_slice(&[n, n], &rv(n * n)).unwrap().into(),
+            Tensor::from_slice(&[n, n], &rv(n * n)).unwrap().into(),
+        ];
+        for th in [1, 0] {
+            let j = jit(th);
+            time(&format!("jit matmul 128 threads={th}"), 201, || {
+                black_box(j.call(&f, &args, &|_| None).unwrap());
+            });
+        }
+        let (a, bm) = (rv(n * n), rv(n * n));
+        let mut c = vec![0f32; n * n];
+        time("sgemm 128 direct", 201, || unsafe {
+            tc_llvm::matmul::sgemm(
+                n,
+                n,
+                n,
+                tc_llvm::matmul::View::new(a.as_ptr(), n, 1),
+                tc_llvm::matmul::View::new(bm.as_ptr(), n, 1),
+                c.as_mut_ptr(),
+                1,
+            )
+            .unwrap();
+        });
+    }
     if all || case == "ffn" {
         // [128, 768] x W^T with W [3072, 768] (a transposed operand).
         let (m, k, n) = (128usize, 768usize, 3072usize);

@@ -106,7 +106,7 @@ fn emit_fn(item: &ItemFn, sig_doc: Option<&Signature>, body: Body) -> TokenStrea
         Body::Run { ir, resolve } => {
             let args = rs.names.iter().map(|(n, k)| arg_expr(n, *k));
             quote!({
-                ::tc::runtime::exec::call(#ir, &[#(#args),*], #resolve)
+                ::tc::call(#ir, &[#(#args),*], #resolve)
             })
         }
         Body::Stub => {
@@ -370,6 +370,13 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
                     #(#resolve_arms)*
                     _ => ::core::option::Option::None,
                 }
+            }
+            /// The checked IR of the tensor fn `name` of this module (its
+            /// signature with every refinement, and its body), for printing
+            /// and inspection.
+            #[allow(dead_code)]
+            pub fn tc_ir(name: &str) -> ::core::option::Option<&'static ::tc::core::ir::Function> {
+                __tc_resolve(name)
             }
         }
     }
