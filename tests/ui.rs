@@ -12,6 +12,7 @@ const FAIL_CATEGORIES: &[&str] = &[
     "subtyping",
     "calls",
     "syntax",
+    "transformer",
 ];
 
 #[test]
