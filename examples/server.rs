@@ -2,12 +2,14 @@
 //!
 //! `cargo run --release --example server -- [--port 8080] [--host 127.0.0.1]
 //!  [--buckets 16,32,64,128,256|none] [--max-batch 32] [--no-pad-rows]
-//!  [--workers N] [--body-limit BYTES] [--max-inputs N] [--warmup]`
+//!  [--workers N] [--body-limit BYTES] [--max-inputs N] [--warmup]
+//!  [--cache-capacity N] [--specialize-after N]`
 //!
 //! Every flag has an environment twin (`TC_SERVE_PORT`, `TC_SERVE_HOST`,
 //! `TC_SERVE_BUCKETS`, `TC_SERVE_MAX_BATCH`, `TC_SERVE_PAD_ROWS=0|1`,
 //! `TC_SERVE_WORKERS`, `TC_SERVE_BODY_LIMIT`, `TC_SERVE_MAX_INPUTS`,
-//! `TC_SERVE_WARMUP=1`); a flag wins over its variable. Routes:
+//! `TC_SERVE_WARMUP=1`, `TC_SERVE_CACHE_CAPACITY`, `TC_SERVE_SPECIALIZE_AFTER`);
+//! a flag wins over its variable. Routes:
 //! `POST /v1/embeddings`, `GET /v1/models`, `GET /health`, `GET /metrics`.
 //! See the README's "Embedding server" section and `examples/server/app.rs`.
 
@@ -24,12 +26,15 @@ use model::{model_dir, BoxError, MiniLm};
 
 const USAGE: &str =
     "usage: server [--host ADDR] [--port N] [--buckets 16,32,64,128,256|none] [--max-batch N] \
-[--no-pad-rows] [--workers N] [--body-limit BYTES] [--max-inputs N] [--warmup]";
+[--no-pad-rows] [--workers N] [--body-limit BYTES] [--max-inputs N] [--warmup] [--cache-capacity N] \
+[--specialize-after N]";
 
 struct Options {
     host: String,
     port: u16,
     warmup: bool,
+    cache_capacity: usize,
+    specialize_after: Option<u32>,
     config: Config,
 }
 
@@ -43,6 +48,8 @@ fn parse_args() -> Result<Options, String> {
         host: "127.0.0.1".into(),
         port: 8080,
         warmup: false,
+        cache_capacity: 1024,
+        specialize_after: None,
         config: Config::default(),
     };
     if let Some(v) = env("TC_SERVE_HOST") {
@@ -72,6 +79,12 @@ fn parse_args() -> Result<Options, String> {
     if let Some(v) = env("TC_SERVE_WARMUP") {
         o.warmup = v != "0";
     }
+    if let Some(v) = env("TC_SERVE_CACHE_CAPACITY") {
+        o.cache_capacity = num("TC_SERVE_CACHE_CAPACITY", &v)?;
+    }
+    if let Some(v) = env("TC_SERVE_SPECIALIZE_AFTER") {
+        o.specialize_after = Some(num("TC_SERVE_SPECIALIZE_AFTER", &v)? as u32);
+    }
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -94,6 +107,10 @@ fn parse_args() -> Result<Options, String> {
             "--body-limit" => o.config.body_limit = num("--body-limit", &value()?)?,
             "--max-inputs" => o.config.max_inputs = num("--max-inputs", &value()?)?,
             "--warmup" => o.warmup = true,
+            "--cache-capacity" => o.cache_capacity = num("--cache-capacity", &value()?)?,
+            "--specialize-after" => {
+                o.specialize_after = Some(num("--specialize-after", &value()?)? as u32)
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -126,13 +143,35 @@ fn main() -> Result<(), BoxError> {
         opts.config.body_limit,
         opts.config.max_inputs
     );
+    // The kernel cache: room for every (function, σ) the buckets allow.
+    let jit = tc::llvm::Jit::global();
+    let mut cache = jit.config();
+    cache.capacity = opts.cache_capacity;
+    if let Some(n) = opts.specialize_after {
+        cache.specialize_after = n;
+    }
+    jit.set_config(cache);
+    eprintln!(
+        "backend: {:?}, kernel cache capacity {}, specialize after {} call(s)",
+        tc::backend(),
+        cache.capacity,
+        cache.specialize_after.max(1)
+    );
     if opts.warmup {
-        // One single-sentence pass per bucket, so the first requests find their kernels compiled.
-        for &seq in &opts.config.buckets {
-            let t = Instant::now();
-            embedder.embed_padded(&["warm up"], seq, 1)?;
-            eprintln!("warm-up [1, {seq}]: {:.2} s", t.elapsed().as_secs_f64());
+        // One pass per padded shape the policy can produce (every bucket, every
+        // row count), so requests find their kernels compiled. Without row
+        // padding only single-row shapes are warmed.
+        let t = Instant::now();
+        let shapes = app::shapes(&opts.config);
+        for &(seq, rows) in &shapes {
+            embedder.embed_padded(&["warm up"], seq, rows)?;
         }
+        eprintln!(
+            "warm-up: {} shapes in {:.1} s, {} kernel-cache entries",
+            shapes.len(),
+            t.elapsed().as_secs_f64(),
+            jit.len()
+        );
     }
     let state = AppState::new(embedder);
     let addr: SocketAddr = format!("{}:{}", opts.host, opts.port).parse()?;

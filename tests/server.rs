@@ -275,6 +275,16 @@ fn bucket_padding_does_not_change_embeddings() {
 #[test]
 fn bucket_policy() {
     let config = Config::default();
+    // 5 buckets × rows 1, 2, 4, 8, 16, 32: the σ a default server can see.
+    assert_eq!(app::shapes(&config).len(), 30);
+    let c24 = Config {
+        max_batch: 24,
+        ..Config::default()
+    };
+    assert_eq!(
+        app::shapes(&c24)[..6],
+        [(16, 1), (16, 2), (16, 4), (16, 8), (16, 16), (16, 24)]
+    );
     assert_eq!(app::bucket_len(&config.buckets, 3), 16);
     assert_eq!(app::bucket_len(&config.buckets, 16), 16);
     assert_eq!(app::bucket_len(&config.buckets, 17), 32);
@@ -341,7 +351,7 @@ fn bad_requests_get_json_4xx() {
         "token-id",
     );
     assert_error(
-        &embed(json!({"input": ["a"; 9], "model": m})),
+        &embed(json!({"input": vec!["a"; 9], "model": m})),
         400,
         "at most 8",
     );
@@ -438,6 +448,7 @@ fn metrics_in_prometheus_text() {
         "tc_kernel_cache_misses_total",
         "tc_kernel_cache_compiles_total",
         "tc_kernel_cache_entries",
+        "tc_backend_info{backend=",
     ] {
         assert!(t.contains(needle), "metrics lack `{needle}`:\n{t}");
     }

@@ -142,6 +142,23 @@ pub fn bucket_rows(n: usize, max_batch: usize, pad_rows: bool) -> usize {
     }
 }
 
+/// Every padded shape `(seq, rows)` the policy can produce for inputs of at
+/// most the largest bucket (what `--warmup` compiles before traffic).
+pub fn shapes(config: &Config) -> Vec<(usize, usize)> {
+    let mut rows: Vec<usize> = (1..=config.max_batch)
+        .map(|n| bucket_rows(n, config.max_batch, config.pad_rows))
+        .collect();
+    rows.dedup();
+    if !config.pad_rows {
+        rows = vec![1];
+    }
+    let mut out = Vec::new();
+    for &seq in &config.buckets {
+        out.extend(rows.iter().map(|&r| (seq, r)));
+    }
+    out
+}
+
 /// One forward pass: which inputs, padded to which shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Chunk {
@@ -890,8 +907,7 @@ pub fn render_metrics(state: &AppState) -> String {
         m.busy_workers.load(Ordering::Relaxed)
     );
 
-    let jit = tc_llvm::Jit::global();
-    let s = jit.stats();
+    let s = tc::kernel_cache_stats();
     let counters: [(&str, &str, f64); 8] = [
         (
             "hits",
@@ -945,7 +961,22 @@ pub fn render_metrics(state: &AppState) -> String {
         "gauge",
         "Specialised kernel-cache entries.",
     );
-    let _ = writeln!(o, "tc_kernel_cache_entries {}", jit.len());
+    let _ = writeln!(
+        o,
+        "tc_kernel_cache_entries {}",
+        tc::llvm::Jit::global().len()
+    );
+    head(
+        &mut o,
+        "tc_backend_info",
+        "gauge",
+        "The engine running the tensor fns (TC_BACKEND=interp for the interpreter).",
+    );
+    let backend = match tc::backend() {
+        tc::Backend::Jit => "jit",
+        tc::Backend::Interpreter => "interpreter",
+    };
+    let _ = writeln!(o, "tc_backend_info{{backend=\"{backend}\"}} 1");
     o
 }
 
