@@ -2,7 +2,7 @@
 //! keys are not transposed before `q · kᵀ`. `cargo build` rejects it with
 //! the contraction mismatch and a counterexample.
 
-use tc::{tensor_module, Tensor};
+use tc::tensor_module;
 
 #[tensor_module]
 pub mod gpt2 {
