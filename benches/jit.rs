@@ -432,7 +432,14 @@ fn bench_matmul(c: &mut Criterion) {
             };
             let mut peers = vec![
                 peer("tc", || {
-                    black_box(pool.install(|| j.call(&f, &args, &|_| None).unwrap()));
+                    // One thread: on the calling thread, like the peers (a
+                    // `pool.install` hop costs a thread wake-up, ~100 µs on
+                    // an idle VM, more than the n = 128 product itself).
+                    if threads == 1 {
+                        black_box(j.call(&f, &args, &|_| None).unwrap());
+                    } else {
+                        black_box(pool.install(|| j.call(&f, &args, &|_| None).unwrap()));
+                    }
                 }),
                 peer("gemm x86-v4", || {
                     let mut out = vec![0f32; n * n];

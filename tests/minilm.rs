@@ -112,17 +112,28 @@ fn jit_and_interpreter_agree_on_a_padded_batch() {
     // Different lengths: the shorter sentence is padded and masked.
     let sentences = ["Hello there.", "A man is eating a piece of bread."];
     let batch = m.tokenize(&sentences).unwrap();
-    assert!(batch.mask.iter().any(|&x| x == 0.0), "the batch has padding");
+    assert!(
+        batch.mask.iter().any(|&x| x == 0.0),
+        "the batch has padding"
+    );
     let jit = tc::with_backend(tc::Backend::Jit, || m.embed_batch(&batch)).unwrap();
     let interp = tc::with_backend(tc::Backend::Interpreter, || m.embed_batch(&batch)).unwrap();
     let (a, b): (Vec<f32>, Vec<f32>) = (jit.to_vec().unwrap(), interp.to_vec().unwrap());
     assert_eq!(a.len(), 2 * 384);
     // Float reductions and matmul may associate differently (Section 4 §6);
     // tc-llvm documents its tolerance, end to end the difference stays tiny.
-    let max_err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let max_err = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
     assert!(max_err < 1e-5, "JIT vs interpreter: max |Δ| = {max_err}");
     // Padding does not change an embedding: alone vs in the padded batch.
     let alone = m.embed(&sentences[..1]).unwrap();
-    let err = alone[0].iter().zip(&a[..384]).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let err = alone[0]
+        .iter()
+        .zip(&a[..384])
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
     assert!(err < 1e-5, "padding changed the embedding by {err}");
 }

@@ -169,6 +169,12 @@ struct Gen<'a> {
     bufs: HashMap<u32, String>,
     lbl: usize,
     root: Option<u32>,
+    /// Row groups: `(x, m)` — the reduction over `x` also stores each
+    /// element of `x` into member `m`'s row, and `m` then reads `x` from
+    /// there instead of recomputing it (softmax's `exp` once, not twice).
+    stash: Option<(u32, Value)>,
+    /// While `m`'s row runs: `x` is read from `m`'s buffer.
+    stashed: Option<(u32, Value)>,
 }
 
 impl<'a> Gen<'a> {
@@ -541,10 +547,13 @@ impl<'a> Gen<'a> {
 
     fn horner(&mut self, x: &str, cs: &[f32]) -> String {
         let mut acc = self.fc(cs[0]);
+        // Fused multiply-adds (the fast transcendentals only): one rounding
+        // per step, half the instructions.
         for &c in &cs[1..] {
-            let m = self.fop("fmul", &acc, x);
             let cc = self.fc(c);
-            acc = self.fop("fadd", &m, &cc);
+            acc = self.ins(format!(
+                "call float @llvm.fma.f32(float {acc}, float {x}, float {cc})"
+            ));
         }
         acc
     }
@@ -978,6 +987,19 @@ impl<'a> Gen<'a> {
 
     fn val_uncached(&mut self, v: Value, idx: &Idx) -> String {
         let i = v.0 as usize;
+        if let Some((x, m)) = self.stashed {
+            if x == v.0 {
+                // Same shape as `m`: the same linear index.
+                let off = match &idx.lin {
+                    Some(l) => l.clone(),
+                    None => {
+                        let d = idx.dims.clone().unwrap_or_default();
+                        self.ravel(m, &d)
+                    }
+                };
+                return self.load(m, &off);
+            }
+        }
         if i < self.np || (self.st.mat[i] && self.root != Some(v.0)) {
             let off = match &idx.lin {
                 Some(l) => l.clone(),
@@ -1297,6 +1319,7 @@ impl<'a> Gen<'a> {
         let (o, l) = self.loop_begin("%start", "%end");
         let np = self.np;
         let func = self.func;
+        let stashes = self.group_stashes(members);
         for &m in members {
             self.memo.clear();
             match &func.body[m.0 as usize - np].op {
@@ -1305,14 +1328,94 @@ impl<'a> Gen<'a> {
                     axes,
                     keepdims,
                     x,
-                } => self.reduce_row(m, *rop, axes, *keepdims, *x, &o),
-                _ => self.nested_row(m, &o),
+                } => {
+                    self.stash = stashes.iter().find(|(r, _, _)| *r == m).map(|s| (s.1, s.2));
+                    self.reduce_row(m, *rop, axes, *keepdims, *x, &o);
+                    self.stash = None;
+                }
+                _ => {
+                    self.stashed = stashes.iter().find(|s| s.2 == m).map(|s| (s.1, s.2));
+                    self.nested_row(m, &o);
+                    self.stashed = None;
+                }
             }
         }
         self.loop_end(l);
         self.e("ret void".into());
         self.finish_fn(id, &params);
         KernelShape::Rows
+    }
+
+    /// `(reduction member, x, later member)` triples of a row group where
+    /// the reduction's operand `x` (computed, F32, reduced over its last
+    /// axis only) is used elementwise — at the same index — by a later
+    /// non-reduction member of the same shape: the reduction pass stores
+    /// `x` into that member's row and the member reads it back (values are
+    /// identical, so results are bit-identical to recomputing).
+    fn group_stashes(&self, members: &[Value]) -> Vec<(Value, u32, Value)> {
+        let np = self.np;
+        let mut out: Vec<(Value, u32, Value)> = Vec::new();
+        for (i, &r) in members.iter().enumerate() {
+            let Op::Reduce { axes, x, .. } = &self.func.body[r.0 as usize - np].op else {
+                continue;
+            };
+            let xi = x.0 as usize;
+            let xs = &self.vals[xi].shape;
+            if xi < np
+                || self.st.mat[xi]
+                || self.vals[xi].dtype != Dtype::F32
+                || xs.is_empty()
+                || axes.as_slice() != [xs.len() - 1]
+            {
+                continue;
+            }
+            for &m in &members[i + 1..] {
+                let mi = m.0 as usize;
+                if matches!(self.func.body[mi - np].op, Op::Reduce { .. })
+                    || self.vals[mi].shape != *xs
+                    || self.vals[mi].dtype != Dtype::F32
+                    || out.iter().any(|s| s.2 == m)
+                {
+                    continue;
+                }
+                if self.elementwise_use(m, x.0, true) == Some(true) {
+                    out.push((r, x.0, m));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether computing `v` (unmaterialized ops below it) reads `x`:
+    /// `Some(true)` only through elementwise ops (same index), `Some(false)`
+    /// not at all, `None` also through an index-changing op.
+    fn elementwise_use(&self, v: Value, x: u32, root: bool) -> Option<bool> {
+        if v.0 == x {
+            return Some(true);
+        }
+        let i = v.0 as usize;
+        if i < self.np || (self.st.mat[i] && !root) {
+            return Some(false);
+        }
+        let op = &self.func.body[i - self.np].op;
+        let elementwise = matches!(
+            op,
+            Op::Unary(..)
+                | Op::Binary(..)
+                | Op::Cast(..)
+                | Op::Select(..)
+                | Op::ScalarBinary { .. }
+        );
+        let mut any = false;
+        for a in op.operands() {
+            match self.elementwise_use(a, x, false) {
+                None => return None,
+                Some(true) if !elementwise => return None,
+                Some(u) => any |= u,
+            }
+        }
+        Some(any)
     }
 
     /// Reset the per-function state and bind the buffer parameters (the
@@ -1437,6 +1540,12 @@ impl<'a> Gen<'a> {
                 lin: None,
             },
         );
+        if let Some((sx, m)) = self.stash {
+            if sx == x.0 {
+                let off = self.ravel(m, &src);
+                self.store(m, &off, &e);
+            }
+        }
         let acc = self.ins(format!("load {ty}, {ty}* %acc{a}"));
         // Deterministic mode: the interpreter's sequential order (no reassociation).
         let ra = if self.opts.deterministic {
@@ -1680,6 +1789,8 @@ pub fn gen_module(
         bufs: HashMap::new(),
         lbl: 0,
         root: None,
+        stash: None,
+        stashed: None,
     };
     let mut exports = Vec::new();
     let mut shapes = Vec::new();

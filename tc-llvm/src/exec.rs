@@ -186,6 +186,26 @@ fn out_buffer(bytes: usize) -> Vec<u64> {
 /// Outputs from this size on are advised to use huge pages.
 const HUGE_MIN: usize = 8 << 20;
 
+/// A computed value's storage: the kernel's word buffer, or (once it has
+/// been passed to or returned from an `Op::Call` callee) a shared tensor
+/// that owns the same allocation. Either way `ptrs[v]` points into it.
+enum Held {
+    Buf(Vec<u64>),
+    T(Tensor),
+}
+
+impl Held {
+    /// Move a word buffer into a tensor (no copy: the `Vec`'s heap
+    /// allocation moves into the tensor's `Arc`, so pointers into it stay
+    /// valid).
+    fn into_tensor(self, info: &ValInfo) -> Result<Tensor, tc_runtime::Error> {
+        match self {
+            Held::Buf(b) => Tensor::from_word_storage(info.dtype, &info.shape, b),
+            Held::T(t) => Ok(t),
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Ptrs(*const *mut u8, *const i64, *const u64);
 // SAFETY: the kernel chunks write disjoint ranges of the output buffer and
@@ -261,7 +281,7 @@ impl CompiledFn {
         };
         let n = vals.len();
         let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); n];
-        let mut owned_bufs: Vec<Option<Vec<u64>>> = (0..n).map(|_| None).collect();
+        let mut owned_bufs: Vec<Option<Held>> = (0..n).map(|_| None).collect();
         for (i, a) in args.iter().enumerate() {
             if let Arg::Tensor(t) = a {
                 ptrs[i] = t.bytes().as_ptr() as *mut u8;
@@ -311,7 +331,7 @@ impl CompiledFn {
                     let threads = if o.dtype == Dtype::I4 { 1 } else { threads };
                     // SAFETY: buffers hold the storage of their planned shapes; chunks are disjoint.
                     unsafe { run_split(*f, p, outer, work, align, threads) };
-                    owned_bufs[out.0 as usize] = Some(buf);
+                    owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
                 }
                 Step::Group {
                     id,
@@ -348,7 +368,7 @@ impl CompiledFn {
                     // SAFETY: buffers hold their planned shapes; row chunks are disjoint.
                     unsafe { run_split(*f, p, outer, work, 1, threads) };
                     for (m, buf) in members.iter().zip(bufs) {
-                        owned_bufs[m.0 as usize] = Some(buf);
+                        owned_bufs[m.0 as usize] = Some(Held::Buf(buf));
                     }
                 }
                 Step::Matmul { out, a, b } => {
@@ -378,7 +398,7 @@ impl CompiledFn {
                             message: e.to_string(),
                         })?;
                     }
-                    owned_bufs[out.0 as usize] = Some(buf);
+                    owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
                 }
                 Step::Call {
                     out,
@@ -389,21 +409,21 @@ impl CompiledFn {
                         .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.clone()))?;
                     let mut call_args = Vec::with_capacity(cargs.len());
                     for v in cargs {
-                        call_args.push(self.arg_of(*v, vals, &ptrs, args, bound)?);
+                        call_args.push(self.arg_of(
+                            *v,
+                            vals,
+                            &mut ptrs,
+                            &mut owned_bufs,
+                            args,
+                            bound,
+                        )?);
                     }
                     let t = crate::cache::Jit::global().call(callee, &call_args, resolve)?;
-                    let bytes = t.bytes();
-                    let mut buf = vec![0u64; bytes.len().div_ceil(8)];
-                    // SAFETY: `buf` has at least `bytes.len()` bytes; u64 storage accepts any bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            bytes.as_ptr(),
-                            buf.as_mut_ptr().cast::<u8>(),
-                            bytes.len(),
-                        );
-                    }
-                    ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
-                    owned_bufs[out.0 as usize] = Some(buf);
+                    drop(call_args);
+                    // The callee's tensor is kept as is: later kernels read
+                    // its storage in place (no copy back).
+                    ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
+                    owned_bufs[out.0 as usize] = Some(Held::T(t));
                 }
             }
             if let Some(t0) = t0 {
@@ -423,20 +443,23 @@ impl CompiledFn {
                 _ => Err(tc_runtime::Error::Malformed("return of a scalar".into())),
             },
             _ => {
-                let buf = owned_bufs[ret.0 as usize].take().ok_or_else(|| {
+                let held = owned_bufs[ret.0 as usize].take().ok_or_else(|| {
                     tc_runtime::Error::Malformed("returned value was not computed".into())
                 })?;
                 // The kernel wrote straight into word storage: no copy.
-                Tensor::from_word_storage(rv.dtype, &rv.shape, buf)
+                held.into_tensor(rv)
             }
         }
     }
 
+    /// The argument for value `v` of a call: parameters as given, computed
+    /// values as tensors sharing their buffer (an `Arc` clone, no copy).
     fn arg_of(
         &self,
         v: Value,
         vals: &[ValInfo],
-        ptrs: &[*mut u8],
+        ptrs: &mut [*mut u8],
+        owned: &mut [Option<Held>],
         args: &[Arg],
         bound: &Bound,
     ) -> Result<Arg, tc_runtime::Error> {
@@ -451,15 +474,15 @@ impl CompiledFn {
                 Ok(args[i].clone())
             }
             _ => {
-                let nbytes = info.dtype.storage_bytes(info.numel());
-                // SAFETY: the buffer of a computed value holds `nbytes` bytes.
-                let bytes =
-                    unsafe { std::slice::from_raw_parts(ptrs[v.0 as usize], nbytes) }.to_vec();
-                Ok(Arg::Tensor(Tensor::from_raw(
-                    info.dtype,
-                    &info.shape,
-                    bytes,
-                )?))
+                let slot = &mut owned[v.0 as usize];
+                let held = slot.take().ok_or_else(|| {
+                    tc_runtime::Error::Malformed("call argument was not computed".into())
+                })?;
+                let t = held.into_tensor(info)?;
+                // The allocation did not move; refresh the pointer anyway.
+                ptrs[v.0 as usize] = t.bytes().as_ptr() as *mut u8;
+                *slot = Some(Held::T(t.clone()));
+                Ok(Arg::Tensor(t))
             }
         }
     }

@@ -223,7 +223,70 @@ pub unsafe fn sgemm(
         mc_
     };
     let cp = SendPtr(c);
-    let mut bp: Vec<f32> = Vec::new();
+    // One row block (m ≤ MC, e.g. a sequence of 128 tokens times a
+    // 768 × 3072 weight): pack A once per K-block and stream B panel by panel
+    // through an L1-sized buffer, so the packed B (megabytes) is never
+    // written out to L3 and read back. Same kernel, same K-blocking: the
+    // results are bit-identical to the blocked path below.
+    if m <= mc_ && stream_b() {
+        let mpanels = m.div_ceil(mr_);
+        let mut ap = take_scratch(mpanels * kc_.min(k) * mr_);
+        for pc in (0..k).step_by(kc_) {
+            let kc = kc_.min(k - pc);
+            for p in 0..mpanels {
+                let dst = &mut ap[p * kc * mr_..(p + 1) * kc * mr_];
+                pack_a_panel(&a, pc, kc, p * mr_, mr_, m, dst);
+            }
+            let accum = (pc > 0) as i64;
+            let apr = SendPtr(ap.as_mut_ptr());
+            let npanels = n.div_ceil(nr);
+            let range = |q0: usize, q1: usize| {
+                let (apr, cp) = (apr, cp);
+                let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
+                if bq.len() < kc * nr {
+                    bq.resize(kc * nr, 0.0);
+                }
+                let mut tile = [0f32; 14 * 32];
+                for q in q0..q1 {
+                    let col0 = q * nr;
+                    pack_b_panel(&b, pc, kc, col0, nr, n, &mut bq[..kc * nr]);
+                    let ncols = nr.min(n - col0);
+                    for p in 0..mpanels {
+                        let row0 = p * mr_;
+                        let nrows = mr_.min(m - row0);
+                        let apq = apr.0.add(p * kc * mr_);
+                        let dst = cp.0.add(row0 * n + col0);
+                        if nrows == mr_ && ncols == nr {
+                            ukr(kc as i64, apq, bq.as_ptr(), dst, n as i64, accum);
+                        } else {
+                            ukr(kc as i64, apq, bq.as_ptr(), tile.as_mut_ptr(), nr as i64, 0);
+                            for r in 0..nrows {
+                                for cc in 0..ncols {
+                                    let d = dst.add(r * n + cc);
+                                    let v = tile[r * nr + cc];
+                                    *d = if accum != 0 { *d + v } else { v };
+                                }
+                            }
+                        }
+                    }
+                }
+                BPANEL.with(|s| *s.borrow_mut() = bq);
+            };
+            let chunks = (nthreads * 4).min(npanels);
+            if par && chunks > 1 {
+                (0..chunks)
+                    .into_par_iter()
+                    .for_each(|i| range(npanels * i / chunks, npanels * (i + 1) / chunks));
+            } else {
+                range(0, npanels);
+            }
+        }
+        give_scratch(ap);
+        return Ok(());
+    }
+    // The packed-B buffer (up to NC·KC floats) is kept per calling thread:
+    // no allocation, zeroing or page faults per call.
+    let mut bp: Vec<f32> = BPACK.with(|s| std::mem::take(&mut *s.borrow_mut()));
     for jc in (0..n).step_by(nc_) {
         let nc = nc_.min(n - jc);
         let npanels = nc.div_ceil(nr);
@@ -298,10 +361,34 @@ pub unsafe fn sgemm(
             }
         }
     }
+    BPACK.with(|s| *s.borrow_mut() = bp);
     Ok(())
 }
 
+static STREAM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether a single row block streams B panel by panel (default on;
+/// `TC_MM_STREAM=0` or [`set_stream_b`] turn it off, for measurements).
+fn stream_b() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match STREAM.load(Relaxed) {
+        0 => {
+            let on = std::env::var("TC_MM_STREAM").map_or(true, |v| v != "0");
+            STREAM.store(if on { 1 } else { 2 }, Relaxed);
+            on
+        }
+        v => v == 1,
+    }
+}
+
+/// Turn the streamed-B path for `m ≤ MC` on or off (benchmarks).
+pub fn set_stream_b(on: bool) {
+    STREAM.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+}
+
 thread_local! {
+    static BPANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static BPACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -361,6 +448,68 @@ unsafe fn pack_a_panel(
     }
 }
 
+/// Whether the AVX-512 16 × 16 transpose can run (`TC_MM_T16=0` turns it
+/// off, for measurements).
+fn avx512() -> bool {
+    static A: OnceLock<bool> = OnceLock::new();
+    *A.get_or_init(|| {
+        let on = std::env::var("TC_MM_T16").map_or(true, |v| v != "0");
+        #[cfg(target_arch = "x86_64")]
+        {
+            on && std::arch::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = on;
+            false
+        }
+    })
+}
+
+/// `dst[i·ds + c] = src[c·ss + i]` for `i, c < 16`: a 16 × 16 f32 transpose
+/// in registers (unpack, 64-bit unpack, two 128-bit lane shuffles).
+///
+/// # Safety
+/// AVX-512F must be available; the 16 source rows of 16 floats (stride
+/// `ss`) and the 16 destination rows (stride `ds`) must be valid.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+    use std::arch::x86_64::*;
+    let mut r = [_mm512_setzero_ps(); 16];
+    for (c, x) in r.iter_mut().enumerate() {
+        *x = _mm512_loadu_ps(src.add(c * ss));
+    }
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let pd = _mm512_castps_pd;
+    let ps = _mm512_castpd_ps;
+    for g in 0..4 {
+        let b = 4 * g;
+        r[b] = ps(_mm512_unpacklo_pd(pd(t[b]), pd(t[b + 2])));
+        r[b + 1] = ps(_mm512_unpackhi_pd(pd(t[b]), pd(t[b + 2])));
+        r[b + 2] = ps(_mm512_unpacklo_pd(pd(t[b + 1]), pd(t[b + 3])));
+        r[b + 3] = ps(_mm512_unpackhi_pd(pd(t[b + 1]), pd(t[b + 3])));
+    }
+    for h in 0..2 {
+        let b = 8 * h;
+        for j in 0..4 {
+            t[b + j] = _mm512_shuffle_f32x4::<0x88>(r[b + j], r[b + 4 + j]);
+            t[b + 4 + j] = _mm512_shuffle_f32x4::<0xdd>(r[b + j], r[b + 4 + j]);
+        }
+    }
+    for j in 0..8 {
+        r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
+        r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
+    }
+    for (i, x) in r.iter().enumerate() {
+        _mm512_storeu_ps(dst.add(i * ds), *x);
+    }
+}
+
 /// Pack rows `pc..pc+kc` × columns `col0..col0+nr` of B row by row
 /// (`dst[kk·nr + c]`), zero columns past `n`; the loop order follows B's
 /// unit stride.
@@ -395,7 +544,17 @@ unsafe fn pack_b_panel(
             let mut cb = 0;
             while cb < cols {
                 let cn = T.min(cols - cb);
-                if kn == T && cn == T {
+                if kn == T && cn == T && avx512() {
+                    // SAFETY: AVX-512F is present; 16 rows of 16 floats are
+                    // inside the view, 16 rows of 16 inside `dst`.
+                    #[cfg(target_arch = "x86_64")]
+                    transpose16(
+                        b.ptr.add(pc + kb + (col0 + cb) * b.cs),
+                        b.cs,
+                        dst.as_mut_ptr().add(kb * nr + cb),
+                        nr,
+                    );
+                } else if kn == T && cn == T {
                     let mut tile = [[0f32; T]; T];
                     for (c, row) in tile.iter_mut().enumerate() {
                         let src = b.ptr.add(pc + kb + (col0 + cb + c) * b.cs);

@@ -88,6 +88,7 @@ declare float @tc_int_to_float(i32, i64) #1
 declare float @llvm.maxnum.f32(float, float)
 declare float @llvm.minnum.f32(float, float)
 declare float @llvm.fabs.f32(float)
+declare float @llvm.fma.f32(float, float, float)
 declare float @llvm.sqrt.f32(float)
 declare double @llvm.sqrt.f64(double)
 declare float @llvm.floor.f32(float)
