@@ -565,6 +565,13 @@ impl<'a> Checker<'a> {
             }
             Op::Transpose(perm, _) => {
                 let t = self.tensor_arg(&operands[0], inst, 0, R_TRANSPOSE)?;
+                let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
+                if identity && inst.annot.is_some() && perm.len() != t.rank() {
+                    // `let y: T = x;` re-views `x` through an identity transpose
+                    // that carries the annotation: let the check boundary report
+                    // the real mismatch (the rank) instead of "not a permutation".
+                    return Some(Type::Tensor(t));
+                }
                 let mut sorted = perm.clone();
                 sorted.sort_unstable();
                 if sorted != (0..t.rank()).collect::<Vec<_>>() {
