@@ -821,38 +821,31 @@ pub fn render_metrics(state: &AppState) -> String {
             h.count
         );
     }
-    head(
+    // A metric with one unlabelled sample: HELP/TYPE lines and the value.
+    let single = |o: &mut String, name: &str, kind: &str, help: &str, v: &dyn std::fmt::Display| {
+        head(o, name, kind, help);
+        let _ = writeln!(o, "{name} {v}");
+    };
+    single(
         &mut o,
         "tc_http_requests_in_flight",
         "gauge",
         "HTTP requests being served.",
+        &m.in_flight.load(Ordering::Relaxed),
     );
-    let _ = writeln!(
-        o,
-        "tc_http_requests_in_flight {}",
-        m.in_flight.load(Ordering::Relaxed)
-    );
-    head(
+    single(
         &mut o,
         "tc_embedding_inputs_total",
         "counter",
         "Inputs embedded.",
+        &m.inputs.load(Ordering::Relaxed),
     );
-    let _ = writeln!(
-        o,
-        "tc_embedding_inputs_total {}",
-        m.inputs.load(Ordering::Relaxed)
-    );
-    head(
+    single(
         &mut o,
         "tc_embedding_prompt_tokens_total",
         "counter",
         "Tokens embedded (after truncation, with [CLS]/[SEP]).",
-    );
-    let _ = writeln!(
-        o,
-        "tc_embedding_prompt_tokens_total {}",
-        m.prompt_tokens.load(Ordering::Relaxed)
+        &m.prompt_tokens.load(Ordering::Relaxed),
     );
     head(
         &mut o,
@@ -866,45 +859,33 @@ pub fn render_metrics(state: &AppState) -> String {
             "tc_model_forward_passes_total{{seq=\"{seq}\",rows=\"{rows}\"}} {n}"
         );
     }
-    head(
+    single(
         &mut o,
         "tc_model_padded_positions_total",
         "counter",
         "Token positions computed, padding included.",
+        &m.positions.load(Ordering::Relaxed),
     );
-    let _ = writeln!(
-        o,
-        "tc_model_padded_positions_total {}",
-        m.positions.load(Ordering::Relaxed)
-    );
-    head(
+    single(
         &mut o,
         "tc_model_forward_seconds_total",
         "counter",
         "Time spent in forward passes.",
+        &(m.forward_us.load(Ordering::Relaxed) as f64 / 1e6),
     );
-    let _ = writeln!(
-        o,
-        "tc_model_forward_seconds_total {}",
-        m.forward_us.load(Ordering::Relaxed) as f64 / 1e6
-    );
-    head(
+    single(
         &mut o,
         "tc_model_workers",
         "gauge",
         "Forward passes allowed at once.",
+        &state.embedder.config.workers,
     );
-    let _ = writeln!(o, "tc_model_workers {}", state.embedder.config.workers);
-    head(
+    single(
         &mut o,
         "tc_model_busy_workers",
         "gauge",
         "Forward passes running.",
-    );
-    let _ = writeln!(
-        o,
-        "tc_model_busy_workers {}",
-        m.busy_workers.load(Ordering::Relaxed)
+        &m.busy_workers.load(Ordering::Relaxed),
     );
 
     let s = tc::kernel_cache_stats();
@@ -951,20 +932,20 @@ pub fn render_metrics(state: &AppState) -> String {
         ),
     ];
     for (name, help, v) in counters {
-        let full = format!("tc_kernel_cache_{name}_total");
-        head(&mut o, &full, "counter", help);
-        let _ = writeln!(o, "{full} {v}");
+        single(
+            &mut o,
+            &format!("tc_kernel_cache_{name}_total"),
+            "counter",
+            help,
+            &v,
+        );
     }
-    head(
+    single(
         &mut o,
         "tc_kernel_cache_entries",
         "gauge",
         "Specialised kernel-cache entries.",
-    );
-    let _ = writeln!(
-        o,
-        "tc_kernel_cache_entries {}",
-        tc::llvm::Jit::global().len()
+        &tc::llvm::Jit::global().len(),
     );
     head(
         &mut o,
