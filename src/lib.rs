@@ -110,6 +110,20 @@ pub fn call<'f>(
     }
 }
 
+/// [`call`] for `'static` IR — what `#[tensor_fn]` expansions call (the IR
+/// lives in a `OnceLock`): the JIT cache identifies the function by its
+/// address alone, so a cache hit does not compare the whole IR.
+pub fn call_static(
+    func: &'static Function,
+    args: &[Arg],
+    resolve: &dyn Fn(&str) -> Option<&'static Function>,
+) -> Result<Tensor, Error> {
+    match backend() {
+        Backend::Jit => tc_llvm::call_static(func, args, resolve),
+        Backend::Interpreter => tc_runtime::exec::call(func, args, resolve),
+    }
+}
+
 /// A tensor type in a `#[tensor_fn]` signature or `let` annotation:
 /// `Tensor![f32; B, S, D where D % 8 == 0]`.
 ///

@@ -6,13 +6,20 @@ fn main() {
     // `TC_MM_BT=1` reads B as the transpose of
     // an [n, k] matrix (PyTorch-layout weights).
     let bt = std::env::var("TC_MM_BT").is_ok_and(|v| v != "0");
-    let cases: &[(usize, usize, usize)] = &[
-        (512, 512, 512),
-        (1024, 1024, 1024),
-        (128, 3072, 768),
-        (128, 768, 3072),
-        (128, 128, 128),
-    ];
+    // `MM_N=1024`: only the square case of that size.
+    let only: Option<usize> = std::env::var("MM_N").ok().and_then(|v| v.parse().ok());
+    let square = only.map(|n| [(n, n, n)]);
+    let cases: &[(usize, usize, usize)] = if let Some(sq) = &square {
+        sq
+    } else {
+        &[
+            (512, 512, 512),
+            (1024, 1024, 1024),
+            (128, 3072, 768),
+            (128, 768, 3072),
+            (128, 128, 128),
+        ]
+    };
     for &(m, n, k) in cases {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect();
         let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.1).collect();

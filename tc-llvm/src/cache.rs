@@ -76,6 +76,15 @@ pub struct Stats {
     pub fallbacks: u64,
 }
 
+/// How a call identifies its function.
+#[derive(Clone, Copy)]
+enum Ident {
+    /// By address, confirmed by a structural comparison.
+    Compare,
+    /// By address alone (`&'static Function`).
+    Static,
+}
+
 type Slot = Arc<OnceLock<Result<Arc<CompiledFn>, String>>>;
 
 struct Entry {
@@ -89,6 +98,9 @@ struct State {
     generic: HashMap<u64, Slot>,
     seen: HashMap<(u64, Sigma), u32>,
     idents: HashMap<usize, (Arc<Function>, u64)>,
+    /// Fingerprints of `'static` functions by address (bounded by the
+    /// number of functions in the program: nothing `'static` is freed).
+    static_idents: HashMap<usize, u64>,
     tick: u64,
 }
 
@@ -202,11 +214,52 @@ impl Jit {
     /// Bind σ, find or compile the kernels, run them. Functions (or σ) the
     /// JIT cannot compile run on the reference interpreter, counted in
     /// [`Stats::fallbacks`].
+    ///
+    /// The function is identified by its address, confirmed by comparing
+    /// it with the copy remembered for that address (a `Function` at a
+    /// reused address may differ). Code built by `#[tensor_fn]` calls
+    /// [`Jit::call_static`], which skips the comparison.
     pub fn call<'f>(
         &self,
         func: &Function,
         args: &[Arg],
         resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    ) -> Result<Tensor, tc_runtime::Error> {
+        let nested = |name: &str, a: &[Arg]| {
+            let callee = resolve(name)
+                .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
+            self.call(callee, a, resolve)
+        };
+        self.call_with(func, Ident::Compare, args, resolve, &nested)
+    }
+
+    /// [`Jit::call`] for a `'static` function (what `#[tensor_fn]` builds
+    /// once, in a `OnceLock`): its address alone identifies it, because a
+    /// `&'static Function` is never freed and, having no interior
+    /// mutability, never changes. A cache hit costs one hash-map lookup by
+    /// address instead of a structural comparison of the whole IR; calls in
+    /// the body (resolved to `'static` functions too) take the same path.
+    pub fn call_static(
+        &self,
+        func: &'static Function,
+        args: &[Arg],
+        resolve: &dyn Fn(&str) -> Option<&'static Function>,
+    ) -> Result<Tensor, tc_runtime::Error> {
+        let nested = |name: &str, a: &[Arg]| {
+            let callee = resolve(name)
+                .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
+            self.call_static(callee, a, resolve)
+        };
+        self.call_with(func, Ident::Static, args, resolve, &nested)
+    }
+
+    fn call_with<'f>(
+        &self,
+        func: &Function,
+        how: Ident,
+        args: &[Arg],
+        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+        nested: &dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error>,
     ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&func.sig, args)?;
         let cfg = self.config();
@@ -216,7 +269,20 @@ impl Jit {
         }
         let pick = {
             let mut st = lock(&self.state);
-            let fp = self.ident(&mut st, func);
+            let fp = match how {
+                Ident::Compare => self.ident(&mut st, func),
+                Ident::Static => {
+                    let addr = func as *const Function as usize;
+                    match st.static_idents.get(&addr) {
+                        Some(fp) => *fp,
+                        None => {
+                            let fp = fingerprint(func);
+                            st.static_idents.insert(addr, fp);
+                            fp
+                        }
+                    }
+                }
+            };
             st.tick += 1;
             let tick = st.tick;
             let key = (fp, bound.sigma.clone());
@@ -287,7 +353,7 @@ impl Jit {
             }
         }
         match compiled {
-            Ok(c) => c.exec(&bound, args, resolve),
+            Ok(c) => c.exec(&bound, args, resolve, nested),
             Err(why) => {
                 lock(&self.stats).fallbacks += 1;
                 *lock(&self.last_fallback) = Some(why.clone());

@@ -138,6 +138,149 @@ unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usiz
     });
 }
 
+/// Flat outputs from this size on are written with streaming stores
+/// ([`run_flat_streamed`]): twice the L2 of these machines, so a value
+/// this large would not stay in cache for its consumer anyway.
+pub const STREAM_MIN: usize = 8 << 20;
+
+/// Elements per tile of [`run_flat_streamed`] (a multiple of the 64-element
+/// chunk alignment; at most 32 KiB of output per tile, in L1).
+const TILE: usize = 4096;
+
+static STREAM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+
+/// Whether large flat outputs use streaming stores: on unless `TC_STREAM=0`
+/// or [`set_streaming`]`(false)` (for measuring them).
+pub fn streaming() -> bool {
+    use std::sync::atomic::Ordering;
+    match STREAM.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => {
+            let on = std::env::var("TC_STREAM").map_or(true, |v| v != "0");
+            STREAM.store(on as u8, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// Turn streaming stores for large flat outputs on or off (process-wide).
+pub fn set_streaming(on: bool) {
+    STREAM.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+thread_local! {
+    static TILE_BUF: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Copy `n` bytes with non-temporal (streaming) stores: the destination's
+/// cache lines are written without first being read (an ordinary store
+/// reads the line it writes, one extra memory stream for a large output),
+/// and do not evict the inputs from cache. Ends with `sfence`, so the data
+/// is globally visible before the chunk reports completion to the pool.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` bytes, not overlapping.
+unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = (dst.align_offset(16)).min(n);
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        let mut i = head;
+        while i + 16 <= n {
+            // SSE2 is part of x86_64: no feature detection needed.
+            let v = _mm_loadu_si128(src.add(i) as *const __m128i);
+            _mm_stream_si128(dst.add(i) as *mut __m128i, v);
+            i += 16;
+        }
+        std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), n - i);
+        _mm_sfence();
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::ptr::copy_nonoverlapping(src, dst, n);
+}
+
+/// A flat kernel (every buffer read at the output's own linear index, all
+/// of the output's length) over a large output: each chunk runs the kernel
+/// tile by tile into an L1 scratch tile (inputs passed offset to the tile's
+/// start, so the kernel runs over `0..len`) and streams the tile to the
+/// output with [`stream_copy`]. For `relu(a*b + c)` over 16M f32 this
+/// writes 64 MB instead of reading and writing it (the store's line fill):
+/// 3 + 1 memory streams instead of 3 + 2. Same kernel, same elements: the
+/// result is bit-identical to [`run_split`]'s.
+///
+/// # Safety
+/// As [`run_split`]; `list[0]` is the output, `list[1..]` the inputs, with
+/// `dts` their dtypes (storage bytes of a prefix of `i` elements:
+/// `Dtype::storage_bytes`, exact at the 64-element multiples used here).
+unsafe fn run_flat_streamed(
+    f: KernelFn,
+    list: &[*mut u8],
+    dts: &[Dtype],
+    shp: *const i64,
+    slots: *const u64,
+    outer: usize,
+    threads: usize,
+) {
+    struct Ctx<'a> {
+        list: &'a [*mut u8],
+        dts: &'a [Dtype],
+        shp: *const i64,
+        slots: *const u64,
+    }
+    // SAFETY: chunks write disjoint ranges of the output and read the inputs.
+    unsafe impl Sync for Ctx<'_> {}
+    let ctx = Ctx {
+        list,
+        dts,
+        shp,
+        slots,
+    };
+    let chunk = |lo: usize, hi: usize| {
+        let ctx = &ctx;
+        TILE_BUF.with(|t| {
+            let mut t = t.borrow_mut();
+            let words = ctx.dts[0].storage_bytes(TILE).div_ceil(8);
+            if t.len() < words {
+                t.resize(words, 0);
+            }
+            let mut moved: Vec<*mut u8> = ctx.list.to_vec();
+            moved[0] = t.as_mut_ptr().cast::<u8>();
+            let mut base = lo;
+            while base < hi {
+                let len = TILE.min(hi - base);
+                for (k, p) in ctx.list.iter().enumerate().skip(1) {
+                    moved[k] = p.add(ctx.dts[k].storage_bytes(base));
+                }
+                f(moved.as_ptr(), ctx.shp, ctx.slots, 0, len as i64);
+                let out = ctx.list[0].add(ctx.dts[0].storage_bytes(base));
+                stream_copy(out, moved[0], ctx.dts[0].storage_bytes(len));
+                base += len;
+            }
+        })
+    };
+    if threads == 1 || outer < 2 * TILE {
+        chunk(0, outer);
+        return;
+    }
+    let nt = rayon::current_num_threads().max(1);
+    let chunks = (nt * 4).min(outer.div_ceil(TILE));
+    let bound_at = |c: usize| -> usize {
+        if c >= chunks {
+            outer
+        } else {
+            (outer * c / chunks) / TILE * TILE
+        }
+    };
+    (0..chunks).into_par_iter().for_each(|c| {
+        let (lo, hi) = (bound_at(c), bound_at(c + 1));
+        if hi > lo {
+            chunk(lo, hi);
+        }
+    });
+}
+
 /// `TC_LLVM_PROFILE=1`: print every step's time to stderr.
 fn profiling() -> bool {
     static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -158,33 +301,26 @@ fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
     }
 }
 
-/// A zeroed output buffer of `bytes` bytes in 8-byte words (the storage
+/// An output buffer of `bytes` bytes in 8-byte words (the storage
 /// `Tensor::from_word_storage` takes without a copy).
 ///
-/// Large buffers come straight from `mmap` (through the allocator's
-/// `calloc`), untouched: they are marked for transparent huge pages before
-/// the kernel's first write, so a 64 MB output takes 32 page faults, not
-/// 16 384 (the faults cost as much as the kernel otherwise).
+/// A buffer of the same size dropped by an earlier call comes from
+/// [`tc_runtime::pool`] (no `mmap`, no faults, no zeroing by the kernel):
+/// its stale contents are fine because every step writes every element of
+/// its output (kernels loop over the whole output, matmul overwrites C on
+/// its first K-block and zero-fills when K = 0); only the padding past the
+/// last element is cleared, to keep the storage invariant. Otherwise a
+/// fresh zeroed buffer, on transparent huge pages when large
+/// ([`tc_runtime::pool::zeroed`]).
 fn out_buffer(bytes: usize) -> Vec<u64> {
-    let v = vec![0u64; bytes.div_ceil(8)];
-    #[cfg(target_os = "linux")]
-    if bytes >= HUGE_MIN {
-        const HUGE: usize = 2 << 20;
-        let start = v.as_ptr() as usize;
-        let lo = start.div_ceil(HUGE) * HUGE;
-        let hi = (start + bytes) / HUGE * HUGE;
-        if hi > lo {
-            // SAFETY: advice on pages inside the allocation; it does not change its contents.
-            unsafe {
-                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
-            }
+    if let Some(mut v) = tc_runtime::pool::take(bytes.div_ceil(8)) {
+        if let Some(last) = v.last_mut() {
+            *last = 0;
         }
+        return v;
     }
-    v
+    tc_runtime::pool::zeroed(bytes.div_ceil(8))
 }
-
-/// Outputs from this size on are advised to use huge pages.
-const HUGE_MIN: usize = 8 << 20;
 
 /// A computed value's storage: the kernel's word buffer, or (once it has
 /// been passed to or returned from an `Op::Call` callee) a shared tensor
@@ -198,10 +334,19 @@ impl Held {
     /// Move a word buffer into a tensor (no copy: the `Vec`'s heap
     /// allocation moves into the tensor's `Arc`, so pointers into it stay
     /// valid).
-    fn into_tensor(self, info: &ValInfo) -> Result<Tensor, tc_runtime::Error> {
-        match self {
-            Held::Buf(b) => Tensor::from_word_storage(info.dtype, &info.shape, b),
-            Held::T(t) => Ok(t),
+    fn into_tensor(mut self, info: &ValInfo) -> Result<Tensor, tc_runtime::Error> {
+        match &mut self {
+            Held::Buf(b) => Tensor::from_word_storage(info.dtype, &info.shape, std::mem::take(b)),
+            Held::T(t) => Ok(t.clone()),
+        }
+    }
+}
+
+impl Drop for Held {
+    /// Intermediate buffers go back to the storage pool for the next call.
+    fn drop(&mut self) {
+        if let Held::Buf(b) = self {
+            tc_runtime::pool::give(std::mem::take(b));
         }
     }
 }
@@ -260,15 +405,23 @@ impl CompiledFn {
                 ),
             });
         }
-        self.exec(&bound, args, resolve)
+        let nested = |name: &str, a: &[Arg]| {
+            let callee = resolve(name)
+                .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
+            crate::cache::Jit::global().call(callee, a, resolve)
+        };
+        self.exec(&bound, args, resolve, &nested)
     }
 
     /// Run on arguments already bound to `bound`.
+    /// `nested` runs a call of another function by name (through a cache,
+    /// which decides how the callee is identified).
     pub(crate) fn exec<'f>(
         &self,
         bound: &Bound,
         args: &[Arg],
         resolve: &dyn Fn(&str) -> Option<&'f Function>,
+        nested: &dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error>,
     ) -> Result<Tensor, tc_runtime::Error> {
         let func = &*self.func;
         let owned;
@@ -329,8 +482,27 @@ impl CompiledFn {
                         1
                     };
                     let threads = if o.dtype == Dtype::I4 { 1 } else { threads };
-                    // SAFETY: buffers hold the storage of their planned shapes; chunks are disjoint.
-                    unsafe { run_split(*f, p, outer, work, align, threads) };
+                    // I4 is excluded: its kernels update half bytes in place,
+                    // and a tile's stale half byte would land in the padding.
+                    let stream = matches!(shape, KernelShape::Flat)
+                        && o.dtype != Dtype::I4
+                        && streaming()
+                        && buf.len() * 8 >= STREAM_MIN
+                        && inputs
+                            .iter()
+                            .all(|v| vals[v.0 as usize].numel() == o.numel());
+                    if stream {
+                        let dts: Vec<Dtype> = std::iter::once(o.dtype)
+                            .chain(inputs.iter().map(|v| vals[v.0 as usize].dtype))
+                            .collect();
+                        // SAFETY: a flat kernel reads every input at the
+                        // output's linear index, and every input has the
+                        // output's length (checked above).
+                        unsafe { run_flat_streamed(*f, &list, &dts, p.1, p.2, outer, threads) };
+                    } else {
+                        // SAFETY: buffers hold the storage of their planned shapes; chunks are disjoint.
+                        unsafe { run_split(*f, p, outer, work, align, threads) };
+                    }
                     owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
                 }
                 Step::Group {
@@ -405,8 +577,6 @@ impl CompiledFn {
                     name,
                     args: cargs,
                 } => {
-                    let callee = resolve(name)
-                        .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.clone()))?;
                     let mut call_args = Vec::with_capacity(cargs.len());
                     for v in cargs {
                         call_args.push(self.arg_of(
@@ -418,7 +588,7 @@ impl CompiledFn {
                             bound,
                         )?);
                     }
-                    let t = crate::cache::Jit::global().call(callee, &call_args, resolve)?;
+                    let t = nested(name, &call_args)?;
                     drop(call_args);
                     // The callee's tensor is kept as is: later kernels read
                     // its storage in place (no copy back).

@@ -12,13 +12,17 @@
 //! 3. [`jit`]: `default<O3>` with a host `TargetMachine`, every function
 //!    carrying `target-cpu`/`target-features`/`prefer-vector-width`=512,
 //!    MCJIT to callable pointers.
-//! 4. [`exec`]: buffers (large outputs on transparent huge pages), outer-loop
-//!    splitting across the rayon pool (tiny tensors stay on the calling
-//!    thread), matmul through [`matmul`]'s packed, cache-tiled IR
-//!    micro-kernel, with transposed/broadcast operands read through strides
-//!    and a batch-invariant right operand folded into one `[B·M, K] × [K, N]`.
+//! 4. [`exec`]: buffers (reused through `tc_runtime::pool` when a call of
+//!    the same size dropped one; fresh large ones on transparent huge
+//!    pages), outer-loop splitting across the rayon pool (tiny tensors stay
+//!    on the calling thread), streaming stores for large flat outputs,
+//!    matmul through [`matmul`]'s packed, cache-tiled IR micro-kernel (f32
+//!    and narrow floats) and [`matmul_int`]'s (integers), with
+//!    transposed/broadcast operands read through strides and a
+//!    batch-invariant right operand folded into one `[B·M, K] × [K, N]`.
 //! 5. [`cache`]: the thread-safe, LRU-bounded kernel cache with statistics
-//!    and the shape-generic path; [`call`] is the entry point.
+//!    and the shape-generic path; [`call`] is the entry point
+//!    ([`call_static`] for the `'static` IR that `#[tensor_fn]` builds).
 //!
 //! # Numerics (Section 2 §3, §5; Section 4 §6)
 //!
@@ -33,9 +37,11 @@
 //!   default): vectorized polynomial approximations; relative error ≤ 1e-6
 //!   plus an absolute 1e-6 near zero crossings and in gelu's/erf's far tails
 //!   (see [`TOLERANCE`]).
-//! - Float reductions (sum, prod, mean) and matmul: the summation order
-//!   differs (vectorized partial sums, FMA, K-blocking), which Section 4 §6
-//!   allows. The difference from the interpreter is bounded by
+//! - Float reductions (sum, prod, mean) over the last axis and matmul: the
+//!   summation order differs (vectorized partial sums, FMA, K-blocking),
+//!   which Section 4 §6 allows. Reductions over other axes vectorize across
+//!   the kept last axis and fold each output element in the interpreter's
+//!   order: bit-identical in every mode. The difference from the interpreter is bounded by
 //!   `2·(n+2)·2⁻²⁴·Σ|terms|` for a reduction or dot product of `n` terms
 //!   (plus one rounding of the result for the narrow dtypes). With
 //!   [`JitOptions::deterministic`] reductions run in the interpreter's
@@ -49,6 +55,7 @@ pub mod codegen;
 pub mod exec;
 pub mod jit;
 pub mod matmul;
+pub mod matmul_int;
 pub mod plan;
 mod rt;
 
@@ -112,4 +119,13 @@ pub fn call<'f>(
     resolve: &dyn Fn(&str) -> Option<&'f Function>,
 ) -> Result<Tensor, tc_runtime::Error> {
     Jit::global().call(func, args, resolve)
+}
+
+/// [`call`] for a `'static` function: see [`Jit::call_static`].
+pub fn call_static(
+    func: &'static Function,
+    args: &[Arg],
+    resolve: &dyn Fn(&str) -> Option<&'static Function>,
+) -> Result<Tensor, tc_runtime::Error> {
+    Jit::global().call_static(func, args, resolve)
 }

@@ -15,8 +15,8 @@
 //! sum order differs from the interpreter's sequential one (Section 4 §6:
 //! the order is unspecified). Narrow floats are widened to f32 while packing
 //! and rounded once at the end (Section 2 §3). Integer matmul wraps (i64
-//! accumulation, wrapped to the dtype) and is bit-exact; it runs as a plain
-//! Rust loop (no IR micro-kernel yet).
+//! accumulation in the interpreter, wrapped to the dtype) is bit-exact and
+//! runs on its own packed IR micro-kernels: [`crate::matmul_int`].
 
 use std::sync::OnceLock;
 
@@ -295,10 +295,7 @@ pub unsafe fn sgemm(
             // Pack B[pc.., jc..] into NR-wide row panels, zero-padded.
             // Every panel is fully written by the packing (padding included).
             let need = npanels * kc * nr;
-            if bp.len() < need {
-                bp.resize(need, 0.0);
-            }
-            let bp = &mut bp[..need];
+            let bp = huge_slice(&mut bp, need);
             let pack_b =
                 |q: usize, dst: &mut [f32]| pack_b_panel(&b, pc, kc, jc + q * nr, nr, n, dst);
             if par {
@@ -390,6 +387,51 @@ thread_local! {
     static BPANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     static BPACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Floats per 2 MiB huge page.
+const HUGE_FLOATS: usize = (2 << 20) / 4;
+
+/// `need` floats of `buf` starting at a 2 MiB boundary, on a transparent
+/// huge page where the kernel grants one; `buf` is reallocated (contents
+/// lost) when too small.
+///
+/// Why: the packed B block (up to `KC × NC` floats, 1 MB at n = 1024) is
+/// re-read from L2 for every row block. L2 is physically indexed, so on 4K
+/// pages the block lands on random physical pages and, depending on the run,
+/// several of them compete for the same L2 sets: the same sgemm measured
+/// 16 ms in one process and 21–25 ms in the next. One physically contiguous
+/// huge page spreads the block evenly over the sets, every run.
+fn huge_slice(buf: &mut Vec<f32>, need: usize) -> &mut [f32] {
+    if need * 4 < (256 << 10) {
+        if buf.len() < need {
+            buf.resize(need, 0.0);
+        }
+        return &mut buf[..need];
+    }
+    let total = need + HUGE_FLOATS;
+    if buf.len() < total {
+        // Fresh, untouched pages: the advice must come before the first
+        // write for the faults to allocate huge pages.
+        let mut v: Vec<f32> = Vec::with_capacity(total);
+        #[cfg(target_os = "linux")]
+        {
+            let start = v.as_ptr() as usize;
+            let lo = start.div_ceil(2 << 20) * (2 << 20);
+            let hi = (start + total * 4) / (2 << 20) * (2 << 20);
+            if hi > lo {
+                // SAFETY: advice on pages inside the allocation; no contents change.
+                unsafe {
+                    libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+                }
+            }
+        }
+        v.resize(total, 0.0);
+        *buf = v;
+    }
+    let off = (buf.as_ptr() as usize).next_multiple_of(2 << 20) - buf.as_ptr() as usize;
+    let off = (off / 4).min(HUGE_FLOATS);
+    &mut buf[off..off + need]
 }
 
 /// A per-thread packing buffer of `len` floats (contents unspecified).
@@ -769,50 +811,7 @@ pub unsafe fn matmul(
             }
         }
         d if d.is_int() => {
-            let rd = |ptr: *const u8, i: usize| -> i64 {
-                match d {
-                    Dtype::I64 => (ptr as *const i64).add(i).read_unaligned(),
-                    Dtype::I32 => (ptr as *const i32).add(i).read_unaligned() as i64,
-                    Dtype::I16 => (ptr as *const i16).add(i).read_unaligned() as i64,
-                    Dtype::I8 => *(ptr as *const i8).add(i) as i64,
-                    _ => {
-                        let byte = *ptr.add(i / 2);
-                        let nib = if i % 2 == 0 { byte & 0xF } else { byte >> 4 };
-                        (((nib as i8) << 4) >> 4) as i64
-                    }
-                }
-            };
-            let mut acc = vec![0i64; n];
-            for p in 0..batch {
-                for i in 0..m {
-                    acc.iter_mut().for_each(|x| *x = 0);
-                    for l in 0..k {
-                        let x = rd(a, p * na + i * k + l);
-                        for (j, s) in acc.iter_mut().enumerate() {
-                            *s = s.wrapping_add(x.wrapping_mul(rd(b, p * nb + l * n + j)));
-                        }
-                    }
-                    for (j, s) in acc.iter().enumerate() {
-                        let v = cast::wrap_int(*s, d);
-                        let idx = p * nc + i * n + j;
-                        match d {
-                            Dtype::I64 => (out as *mut i64).add(idx).write_unaligned(v),
-                            Dtype::I32 => (out as *mut i32).add(idx).write_unaligned(v as i32),
-                            Dtype::I16 => (out as *mut i16).add(idx).write_unaligned(v as i16),
-                            Dtype::I8 => *(out as *mut i8).add(idx) = v as i8,
-                            _ => {
-                                let byte = out.add(idx / 2);
-                                let nib = (v as u8) & 0xF;
-                                *byte = if idx % 2 == 0 {
-                                    (*byte & 0xF0) | nib
-                                } else {
-                                    (*byte & 0x0F) | (nib << 4)
-                                };
-                            }
-                        }
-                    }
-                }
-            }
+            return crate::matmul_int::matmul_int(d, a, b, out, sa, sb, threads);
         }
         _ => return Err(Error::Unsupported(format!("matmul at {dt}"))),
     }

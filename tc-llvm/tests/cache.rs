@@ -243,3 +243,44 @@ fn threads_do_not_change_results() {
     let b2 = all.call(&func, &args, &|_| None).unwrap();
     assert_bits("1 thread vs pool", &a, &b2, false);
 }
+
+/// `call_static` (the `#[tensor_fn]` path) identifies functions by address:
+/// one compile per σ, hits afterwards, results equal to `call`'s; calls in
+/// the body resolve to `'static` callees through the same path.
+#[test]
+fn call_static_hits_and_nested_calls() {
+    let jit = Jit::new(CacheConfig::default());
+    let callee: &'static Function = Box::leak(Box::new(f()));
+    let mut b = builder("outer");
+    let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+    let y = b.param("y", tt(Dtype::F32, &["C"]));
+    b.returns(tt(Dtype::F32, &["R"]));
+    let c = b.op(Op::Call("cached".into(), vec![x, y]));
+    let r = b.op(Op::Unary(UnaryOp::Neg, c));
+    let outer: &'static Function = Box::leak(Box::new(b.finish(r)));
+    let resolve = |n: &str| (n == "cached").then_some(callee);
+    let (args, want) = case(7, 5, 9);
+    for _ in 0..3 {
+        let got = jit.call_static(callee, &args, &resolve).unwrap();
+        assert_close("static", &got, &want, 1e-5, 1e-5);
+        let neg = jit.call_static(outer, &args, &resolve).unwrap();
+        let back = jit.call(outer, &args, &resolve).unwrap();
+        assert_bits("static vs compare", &neg, &back, false);
+        let (n, w) = (neg.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+        assert!(n
+            .iter()
+            .zip(&w)
+            .all(|(a, b)| (a + b).abs() <= 1e-5 * b.abs().max(1.0)));
+    }
+    let s = jit.stats();
+    // Two functions at one σ: two compiles; `call` finds the entries
+    // `call_static` made (same fingerprint), so every other call hits.
+    assert_eq!(s.compiles, 2, "{s:?}");
+    assert_eq!(s.misses, 2, "{s:?}");
+    assert_eq!(s.hits, 3 * 5 - 2, "{s:?}");
+    assert_eq!(s.fallbacks, 0, "{s:?}");
+    // An unknown callee is a typed error, not a panic.
+    let none = |_: &str| None;
+    let err = jit.call_static(outer, &args, &none).unwrap_err();
+    assert!(err.to_string().contains("cached"), "{err}");
+}

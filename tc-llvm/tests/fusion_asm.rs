@@ -164,6 +164,53 @@ fn fused_elementwise_kernel_uses_vector_registers() {
     assert!(c.ir().contains("noalias"));
 }
 
+/// A column sum (axis 0 of `[R, C]`) runs its kept last axis as the inner
+/// loop: vector adds with one lane per output element, contiguous loads (no
+/// gathers), in the σ-specialised kernel (one thread and pool) and the
+/// shape-generic one — in deterministic mode too, where a strided
+/// element-at-a-time sum could not use vector adds at all (no
+/// reassociation).
+#[test]
+fn column_sum_kernel_uses_vector_registers() {
+    let mut b = builder("colsum");
+    let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+    b.returns(tt(Dtype::F32, &["C"]));
+    let r = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![0],
+        keepdims: false,
+        x,
+    });
+    let f = b.finish(r);
+    let sigma = [("R".to_string(), 4096), ("C".to_string(), 1024)]
+        .into_iter()
+        .collect();
+    let host = tc_llvm::jit::host();
+    let reg = if host.has_avx512() { "zmm" } else { "ymm" };
+    for deterministic in [false, true] {
+        for (what, threads, generic) in [
+            ("specialised, 1 thread", 1, false),
+            ("specialised, pool", 0, false),
+            ("generic", 1, true),
+        ] {
+            let opts = JitOptions {
+                threads,
+                deterministic,
+                ..JitOptions::default()
+            };
+            let what = format!("{what}, deterministic = {deterministic}");
+            let c = tc_llvm::compile_with(&f, &sigma, &|_| None, opts, generic).unwrap();
+            assert_eq!(c.kernel_count(), 1, "{what}");
+            let asm = tc_llvm::jit::assembly(c.ir()).unwrap();
+            assert!(
+                asm.lines().any(|l| l.contains("vaddps") && l.contains(reg)),
+                "{what}: no vaddps on {reg} in the column-sum kernel:\n{asm}"
+            );
+            assert!(!asm.contains("vgather"), "{what}: gathers:\n{asm}");
+        }
+    }
+}
+
 #[test]
 fn call_of_another_function() {
     let inner = {

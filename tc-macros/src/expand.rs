@@ -106,7 +106,7 @@ fn emit_fn(item: &ItemFn, sig_doc: Option<&Signature>, body: Body) -> TokenStrea
         Body::Run { ir, resolve } => {
             let args = rs.names.iter().map(|(n, k)| arg_expr(n, *k));
             quote!({
-                ::tc::call(#ir, &[#(#args),*], #resolve)
+                ::tc::call_static(#ir, &[#(#args),*], #resolve)
             })
         }
         Body::Stub => {

@@ -17,6 +17,7 @@ pub use tensor::Tensor;
 pub mod contract;
 pub mod exec;
 pub mod interp;
+pub mod pool;
 
 pub use contract::{bind, Arg};
 pub use interp::{Handle, Heap, Interpreter};

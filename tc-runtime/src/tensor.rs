@@ -31,7 +31,25 @@ pub struct Tensor {
     numel: usize,
     nbytes: usize,
     /// `nbytes` bytes of storage, 8-byte aligned, zero-padded to a whole word.
-    words: Arc<Vec<u64>>,
+    words: Arc<Storage>,
+}
+
+/// Word storage that goes back to [`crate::pool`] when the last tensor
+/// sharing it is dropped (large buffers only; the pool decides).
+#[derive(Debug, PartialEq)]
+struct Storage(Vec<u64>);
+
+impl std::ops::Deref for Storage {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        &self.0
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        crate::pool::give(std::mem::take(&mut self.0));
+    }
 }
 
 /// Product of `shape`, or `ShapeOverflow`.
@@ -44,7 +62,7 @@ fn volume(shape: &[usize]) -> Result<usize> {
 
 /// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes.
 fn zeroed_words(nbytes: usize) -> Vec<u64> {
-    vec![0u64; nbytes.div_ceil(8)]
+    crate::pool::zeroed(nbytes.div_ceil(8))
 }
 
 /// The first `nbytes` bytes of `words`.
@@ -130,7 +148,7 @@ impl Tensor {
             shape: shape.to_vec(),
             numel,
             nbytes: dtype.storage_bytes(numel),
-            words: Arc::new(words),
+            words: Arc::new(Storage(words)),
         }
     }
 

@@ -1,0 +1,801 @@
+//! Integer matmul (Section 2 §7 at I64, I32, I16, I8, I4): packing with
+//! widening, cache tiling and a register-blocked micro-kernel generated as
+//! LLVM IR — no BLAS, no scalar triple loop.
+//!
+//! # Why accumulating in i32 is bit-exact
+//!
+//! Section 2 §3: "Integer arithmetic wraps (two's complement) at the dtype's
+//! width; I4 wraps in [-8, 7]". The reference interpreter accumulates each
+//! dot product in i64 with wrapping `+`/`×` and wraps the sum to the dtype
+//! at the end (`tc_runtime::cast::wrap_int`: keep the low `w` bits,
+//! sign-extended). Wrapping arithmetic at width `W` is arithmetic in the ring
+//! ℤ/2^W, and reduction mod 2^w is a ring homomorphism ℤ/2^W → ℤ/2^w whenever
+//! `w ≤ W` (i.e. `2^w` divides `2^W`). Hence for I32, I16, I8 and I4
+//! (`w` = 32, 16, 8, 4) the low `w` bits of the i64 sum equal the low `w`
+//! bits of the same sum computed with wrapping i32 multiplies and adds — in
+//! any order, blocked along K or not. Only I64 needs i64 lanes. Sign
+//! extension of the operands while packing is exact (every I4/I8/I16/I32
+//! value is representable in i32), and the final narrowing keeps the low
+//! `w` bits exactly as `wrap_int` does (I4: the low nibble, which is what
+//! its packed storage holds anyway).
+//!
+//! # Kernels
+//!
+//! Three micro-kernels, each emitted once per process as IR text,
+//! JIT-compiled with the host's `target-cpu`/`target-features` (see
+//! [`crate::codegen::attributes`]) and cached in a `OnceLock`, as the f32 one
+//! in [`crate::matmul`]:
+//!
+//! - `i64`: an `MR × NR` tile in `<8 x i64>` accumulators (AVX-512; `<4 x
+//!   i64>` on AVX2), `mul`/`add` per step of k (`vpmullq` with AVX-512DQ).
+//!   Used for I64.
+//! - `i32`: the same over `<16 x i32>` (`vpmulld`). Used for I32, and for the
+//!   narrow dtypes when the pair kernel is not available.
+//! - `pair16` (x86 with AVX-512BW or AVX2): I16, I8 and I4 operands fit in
+//!   i16, so the packing stores two consecutive k-steps per 32-bit slot (two
+//!   i16) and the kernel multiplies and adds both with one `pmaddwd`
+//!   (`llvm.x86.avx512.pmaddw.d.512`), accumulating in i32 lanes. Each lane
+//!   gets `a₀b₀ + a₁b₁`; the only case that overflows i32 (all four operands
+//!   −32768, sum 2^31) yields 0x8000_0000, which is 2^31 mod 2^32: the
+//!   result is still exact mod 2^32, hence exact after wrapping to the dtype.
+//!   Half the multiply instructions of the `i32` kernel, each one µop; on
+//!   hosts with AVX-512 VNNI LLVM fuses `pmaddwd` and the add into one
+//!   `vpdpwssd`.
+//!
+//! Tiles are 13 × 32 (i32, pair) and 13 × 16 (i64) on AVX-512: with a
+//! separate multiply and add the product needs a register of its own, and
+//! 13 rows is the most that runs without spills; the fused `vpdpwssd`
+//! allows the f32 kernel's 14 rows.
+//!
+//! Every kernel has the f32 kernel's signature with integer pointers:
+//! `(kc, packed A, packed B, C, ldc, accumulate)`; the loop nest around it is
+//! the BLIS order of [`crate::matmul::sgemm`] (`jc` → `pc` pack B → `ic` pack
+//! A, split across the rayon pool → micro-tiles), with edge tiles computed
+//! into a local tile and copied. I32 and I64 results are written straight
+//! into the output; the narrow dtypes accumulate into an i32 scratch matrix
+//! that is narrowed (and, for I4, packed into nibbles) at the end.
+//! Threads split output rows or batch entries, never a dot product, and the
+//! result is exact either way.
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+use tc_core::Dtype;
+
+use crate::jit::JitModule;
+use crate::Error;
+
+/// Contraction block, in packed k-slots (a slot is one step of k, or two
+/// for the pair kernel).
+pub const KC_SLOTS: usize = 256;
+/// Row block (rounded up to a multiple of the tile's rows).
+pub const MC_INT: usize = 128;
+/// Column block.
+pub const NC_INT: usize = 4096;
+
+/// The largest tile a kernel uses (`MR × NR` elements).
+const MAX_TILE: usize = 14 * 32;
+
+/// Which micro-kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntKernel {
+    /// `<vw x i64>` accumulators, `mul`/`add`.
+    I64,
+    /// `<vw x i32>` accumulators, `mul`/`add`.
+    I32,
+    /// `<vw x i32>` accumulators fed by `pmaddwd` on pairs of i16.
+    Pair16,
+}
+
+type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64);
+
+struct Micro {
+    _module: JitModule,
+    f: Ukr,
+    mr: usize,
+    nr: usize,
+}
+
+fn has(feature: &str) -> bool {
+    crate::jit::host().features.split(',').any(|f| f == feature)
+}
+
+/// Whether the pair kernel can be generated on this host (x86 with
+/// AVX-512BW or AVX2).
+pub fn pair_available() -> bool {
+    cfg!(any(target_arch = "x86_64", target_arch = "x86")) && (has("+avx512bw") || has("+avx2"))
+}
+
+/// The micro-kernel's IR text: `kind`, `vw` lanes per vector, `mr` rows;
+/// the tile is `mr × 2·vw`. For [`IntKernel::Pair16`], `vw` must be 16
+/// (AVX-512BW) or 8 (AVX2).
+pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
+    let nr = 2 * vw;
+    let e = if kind == IntKernel::I64 { "i64" } else { "i32" };
+    let v = format!("<{vw} x {e}>");
+    let w = format!("<{} x i16>", 2 * vw);
+    let pmadd = if vw == 16 {
+        "llvm.x86.avx512.pmaddw.d.512"
+    } else {
+        "llvm.x86.avx2.pmadd.wd"
+    };
+    let mut s = String::new();
+    if kind == IntKernel::Pair16 {
+        s.push_str(&format!("declare {v} @{pmadd}({w}, {w}) #1\n\n"));
+    }
+    s.push_str(&format!(
+        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n"
+    ));
+    for i in 0..mr {
+        for j in 0..2 {
+            s.push_str(&format!(
+                "  %acc{i}_{j} = phi {v} [zeroinitializer, %entry], [%n{i}_{j}, %loop]\n"
+            ));
+        }
+    }
+    s.push_str(&format!("  %bo = mul i64 %k, {nr}\n"));
+    for j in 0..2 {
+        s.push_str(&format!(
+            "  %bo{j} = add i64 %bo, {}\n  %bp{j} = getelementptr inbounds {e}, {e}* %b, i64 %bo{j}\n  %bq{j} = bitcast {e}* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
+            j * vw
+        ));
+        if kind == IntKernel::Pair16 {
+            s.push_str(&format!("  %bw{j} = bitcast {v} %b{j} to {w}\n"));
+        }
+    }
+    s.push_str(&format!("  %ao = mul i64 %k, {mr}\n"));
+    for i in 0..mr {
+        s.push_str(&format!(
+            "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
+        ));
+        if kind == IntKernel::Pair16 {
+            s.push_str(&format!("  %aw{i} = bitcast {v} %as{i} to {w}\n"));
+        }
+        for j in 0..2 {
+            if kind == IntKernel::Pair16 {
+                s.push_str(&format!(
+                    "  %p{i}_{j} = call {v} @{pmadd}({w} %aw{i}, {w} %bw{j})\n"
+                ));
+            } else {
+                s.push_str(&format!("  %p{i}_{j} = mul {v} %as{i}, %b{j}\n"));
+            }
+            s.push_str(&format!("  %n{i}_{j} = add {v} %acc{i}_{j}, %p{i}_{j}\n"));
+        }
+    }
+    s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
+    for i in 0..mr {
+        for j in 0..2 {
+            s.push_str(&format!(
+                "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds {e}, {e}* %c, i64 %co{i}_{j}\n  %cq{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align 1\n  %sum{i}_{j} = add {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align 1\n",
+                j * vw
+            ));
+        }
+    }
+    s.push_str("  ret void\n}\n\n");
+    s.push_str(&crate::codegen::attributes());
+    s
+}
+
+/// Lanes and rows of `kind`'s kernel on this host (`TC_MM_INT_MR`
+/// overrides the rows, up to 14, for tuning).
+fn geometry(kind: IntKernel) -> (usize, usize) {
+    let avx512 = crate::jit::host().has_avx512();
+    // With AVX-512 (32 registers): 2·MR accumulators, 2 B vectors, the
+    // broadcast of A and, unless the multiply-add is one instruction
+    // (`vpdpwssd`), the product: MR = 13 is the most that does not spill.
+    let (vw, mr) = match kind {
+        IntKernel::I64 if avx512 && has("+avx512dq") => (8, 13),
+        // No vpmullq: the emulated multiply needs temporaries.
+        IntKernel::I64 if avx512 => (8, 6),
+        IntKernel::I64 => (4, 4),
+        IntKernel::I32 if avx512 => (16, 13),
+        IntKernel::Pair16 if avx512 && has("+avx512bw") => {
+            (16, if has("+avx512vnni") { 14 } else { 13 })
+        }
+        // AVX2 (16 registers).
+        _ => (8, 6),
+    };
+    static MR_ENV: OnceLock<Option<usize>> = OnceLock::new();
+    let env = *MR_ENV.get_or_init(|| {
+        std::env::var("TC_MM_INT_MR")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v: &usize| (1..=14).contains(&v))
+    });
+    (vw, env.unwrap_or(mr))
+}
+
+fn compile(kind: IntKernel) -> Result<Micro, String> {
+    let (vw, mr) = geometry(kind);
+    let ir = ukernel_int_ir(kind, vw, mr);
+    let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
+    let a = m.addr("ukr").ok_or("ukr missing")?;
+    // SAFETY: the IR defines `ukr(i64 kc, T* a, T* b, T* c, i64 ldc,
+    // i64 accum)`; the pointers are passed as `*const u8` (same ABI).
+    let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
+    Ok(Micro {
+        _module: m,
+        f,
+        mr,
+        nr: 2 * vw,
+    })
+}
+
+fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
+    static K64: OnceLock<Result<Micro, String>> = OnceLock::new();
+    static K32: OnceLock<Result<Micro, String>> = OnceLock::new();
+    static KP: OnceLock<Result<Micro, String>> = OnceLock::new();
+    let cell = match kind {
+        IntKernel::I64 => &K64,
+        IntKernel::I32 => &K32,
+        IntKernel::Pair16 => &KP,
+    };
+    cell.get_or_init(|| compile(kind))
+        .as_ref()
+        .map_err(|e| Error::Llvm(e.clone()))
+}
+
+/// Call the kernel: `c[0..mr, 0..nr] (+)= a-panel · b-panel` over `kc ≥ 1`
+/// slots.
+///
+/// # Safety
+/// The panels hold `kc·mr` and `kc·nr` elements of the kernel's type, `c`
+/// an `mr × nr` tile with leading dimension `ldc`.
+#[inline(always)]
+unsafe fn call_ukr<T>(
+    mk: &Micro,
+    kc: usize,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    ldc: usize,
+    accum: bool,
+) {
+    (mk.f)(
+        kc as i64,
+        a.cast(),
+        b.cast(),
+        c.cast(),
+        ldc as i64,
+        accum as i64,
+    );
+}
+
+/// Which kernel [`matmul_int`] uses for dtype `dt` on this host: the pair
+/// kernel for I16, I8 and I4 where available (`TC_MM_INT_PAIR=0` turns it
+/// off, for measurements), else the plain one of the accumulator's width.
+pub fn kernel_for(dt: Dtype) -> IntKernel {
+    static PAIR: OnceLock<bool> = OnceLock::new();
+    let pair = *PAIR.get_or_init(|| {
+        pair_available() && std::env::var("TC_MM_INT_PAIR").map_or(true, |v| v != "0")
+    });
+    match dt {
+        Dtype::I64 => IntKernel::I64,
+        Dtype::I32 => IntKernel::I32,
+        _ if pair => IntKernel::Pair16,
+        _ => IntKernel::I32,
+    }
+}
+
+/// Compile the kernel `dt` needs now (so its cost is not charged to a call).
+pub fn warm_up(dt: Dtype) -> Result<(), Error> {
+    micro(kernel_for(dt)).map(|_| ())
+}
+
+/// An accumulator element type of a kernel.
+trait Acc: Copy + Default + Send + Sync + 'static {
+    fn from_i64(x: i64) -> Self;
+    /// Two i16 operands in one slot (low half first): pair kernel only.
+    fn pair(lo: i64, hi: i64) -> Self;
+    fn wadd(self, o: Self) -> Self;
+}
+
+impl Acc for i64 {
+    #[inline(always)]
+    fn from_i64(x: i64) -> Self {
+        x
+    }
+    #[inline(always)]
+    fn pair(lo: i64, _hi: i64) -> Self {
+        lo
+    }
+    #[inline(always)]
+    fn wadd(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+}
+
+impl Acc for i32 {
+    #[inline(always)]
+    fn from_i64(x: i64) -> Self {
+        x as i32
+    }
+    #[inline(always)]
+    fn pair(lo: i64, hi: i64) -> Self {
+        ((lo as u16 as u32) | ((hi as u16 as u32) << 16)) as i32
+    }
+    #[inline(always)]
+    fn wadd(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: used for reads of the operands and disjoint writes of C rows.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// Read element `i` (linear, over the whole buffer) of an int operand as
+/// i64 (sign-extended; I4: nibble `i % 2` of byte `i / 2`, low first).
+#[inline(always)]
+unsafe fn read(dt: Dtype, p: *const u8, i: usize) -> i64 {
+    match dt {
+        Dtype::I64 => (p as *const i64).add(i).read_unaligned(),
+        Dtype::I32 => (p as *const i32).add(i).read_unaligned() as i64,
+        Dtype::I16 => (p as *const i16).add(i).read_unaligned() as i64,
+        Dtype::I8 => *(p as *const i8).add(i) as i64,
+        _ => {
+            let byte = *p.add(i / 2);
+            let nib = if i.is_multiple_of(2) {
+                byte << 4
+            } else {
+                byte & 0xF0
+            };
+            ((nib as i8) >> 4) as i64
+        }
+    }
+}
+
+/// A contiguous row-major operand: element `(i, j)` is linear element
+/// `base + i·ld + j` of `ptr`'s storage.
+#[derive(Clone, Copy)]
+struct Mat {
+    ptr: SendPtr<u8>,
+    dt: Dtype,
+    base: usize,
+    ld: usize,
+}
+
+impl Mat {
+    #[inline(always)]
+    unsafe fn at(&self, i: usize, j: usize) -> i64 {
+        read(self.dt, self.ptr.0, self.base + i * self.ld + j)
+    }
+}
+
+/// Run `body` with `$m` rebound to a [`Mat`] whose dtype is a compile-time
+/// constant (the match is hoisted out of the packing loops).
+macro_rules! per_dtype {
+    ($m:ident, $body:expr) => {
+        match $m.dt {
+            Dtype::I64 => {
+                let $m = Mat {
+                    dt: Dtype::I64,
+                    ..$m
+                };
+                $body
+            }
+            Dtype::I32 => {
+                let $m = Mat {
+                    dt: Dtype::I32,
+                    ..$m
+                };
+                $body
+            }
+            Dtype::I16 => {
+                let $m = Mat {
+                    dt: Dtype::I16,
+                    ..$m
+                };
+                $body
+            }
+            Dtype::I8 => {
+                let $m = Mat {
+                    dt: Dtype::I8,
+                    ..$m
+                };
+                $body
+            }
+            _ => {
+                let $m = Mat {
+                    dt: Dtype::I4,
+                    ..$m
+                };
+                $body
+            }
+        }
+    };
+}
+
+/// Pack rows `row0..row0+mr` (zero past `m`) × k `pc..pc+kc` of A into
+/// `dst[s·mr + r]`, slot `s` = k `pc+s` (or the pair `pc+2s, pc+2s+1`, zero
+/// past `pc+kc`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pack_a<T: Acc>(
+    a: Mat,
+    pair: bool,
+    pc: usize,
+    kc: usize,
+    row0: usize,
+    mr: usize,
+    m: usize,
+    dst: &mut [T],
+) {
+    let rows = mr.min(m - row0);
+    let slots = if pair { kc.div_ceil(2) } else { kc };
+    let dst = &mut dst[..slots * mr];
+    if rows < mr {
+        dst.iter_mut().for_each(|x| *x = T::default());
+    }
+    per_dtype!(a, {
+        for r in 0..rows {
+            let i = row0 + r;
+            if pair {
+                for s in 0..slots {
+                    let l = pc + 2 * s;
+                    let hi = if 2 * s + 1 < kc { a.at(i, l + 1) } else { 0 };
+                    dst[s * mr + r] = T::pair(a.at(i, l), hi);
+                }
+            } else {
+                for s in 0..slots {
+                    dst[s * mr + r] = T::from_i64(a.at(i, pc + s));
+                }
+            }
+        }
+    })
+}
+
+/// Pack k `pc..pc+kc` × columns `col0..col0+nr` (zero past `n`) of B into
+/// `dst[s·nr + c]` (slots as in [`pack_a`]).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pack_b<T: Acc>(
+    b: Mat,
+    pair: bool,
+    pc: usize,
+    kc: usize,
+    col0: usize,
+    nr: usize,
+    n: usize,
+    dst: &mut [T],
+) {
+    let cols = nr.min(n - col0);
+    let slots = if pair { kc.div_ceil(2) } else { kc };
+    let dst = &mut dst[..slots * nr];
+    if cols < nr {
+        dst.iter_mut().for_each(|x| *x = T::default());
+    }
+    per_dtype!(b, {
+        for s in 0..slots {
+            let d = &mut dst[s * nr..s * nr + cols];
+            if pair {
+                let l = pc + 2 * s;
+                if 2 * s + 1 < kc {
+                    for (c, x) in d.iter_mut().enumerate() {
+                        *x = T::pair(b.at(l, col0 + c), b.at(l + 1, col0 + c));
+                    }
+                } else {
+                    for (c, x) in d.iter_mut().enumerate() {
+                        *x = T::pair(b.at(l, col0 + c), 0);
+                    }
+                }
+            } else {
+                for (c, x) in d.iter_mut().enumerate() {
+                    *x = T::from_i64(b.at(pc + s, col0 + c));
+                }
+            }
+        }
+    })
+}
+
+/// `C[m×n] = A[m×k] · B[k×n]` with wrapping arithmetic in `T` (C row-major,
+/// leading dimension `n`), `k ≥ 1`, `m, n ≥ 1`.
+///
+/// # Safety
+/// `a`, `b` must address `m × k` and `k × n` elements, `c` `m × n`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<T: Acc>(
+    mk: &Micro,
+    pair: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut T,
+    par: bool,
+) {
+    let (mr, nr) = (mk.mr, mk.nr);
+    // K-blocks hold a whole number of slots (pairs never straddle blocks).
+    let kc_ = KC_SLOTS * if pair { 2 } else { 1 };
+    let slots_of = |kc: usize| if pair { kc.div_ceil(2) } else { kc };
+    let mc_ = MC_INT.div_ceil(mr) * mr;
+    let nc_ = NC_INT.div_ceil(nr) * nr;
+    let nthreads = if par {
+        rayon::current_num_threads().max(1)
+    } else {
+        1
+    };
+    let mc = if nthreads > 1 {
+        mc_.min(m.div_ceil(nthreads).div_ceil(mr) * mr)
+    } else {
+        mc_
+    };
+    let cp = SendPtr(c);
+    let mut bp: Vec<T> = Vec::new();
+    for jc in (0..n).step_by(nc_) {
+        let nc = nc_.min(n - jc);
+        let npanels = nc.div_ceil(nr);
+        for pc in (0..k).step_by(kc_) {
+            let kc = kc_.min(k - pc);
+            let ks = slots_of(kc);
+            let need = npanels * ks * nr;
+            if bp.len() < need {
+                bp.resize(need, T::default());
+            }
+            let bpk = &mut bp[..need];
+            let pack = |q: usize, d: &mut [T]| pack_b(b, pair, pc, kc, jc + q * nr, nr, n, d);
+            if par && npanels > 1 {
+                bpk.par_chunks_mut(ks * nr)
+                    .enumerate()
+                    .for_each(|(q, d)| pack(q, d));
+            } else {
+                bpk.chunks_mut(ks * nr)
+                    .enumerate()
+                    .for_each(|(q, d)| pack(q, d));
+            }
+            let bpr = &*bpk;
+            let accum = pc > 0;
+            let do_block = |ic: usize| {
+                let c = cp;
+                let mcb = mc.min(m - ic);
+                let mpanels = mcb.div_ceil(mr);
+                let mut ap = vec![T::default(); mpanels * ks * mr];
+                for (p, d) in ap.chunks_mut(ks * mr).enumerate() {
+                    pack_a(a, pair, pc, kc, ic + p * mr, mr, m, d);
+                }
+                let mut tile = [T::default(); MAX_TILE];
+                for q in 0..npanels {
+                    let col0 = jc + q * nr;
+                    let ncols = nr.min(n - col0);
+                    let bq = bpr.as_ptr().add(q * ks * nr);
+                    for p in 0..mpanels {
+                        let row0 = ic + p * mr;
+                        let nrows = mr.min(m - row0);
+                        let apq = ap.as_ptr().add(p * ks * mr);
+                        if nrows == mr && ncols == nr {
+                            call_ukr(mk, ks, apq, bq, c.0.add(row0 * n + col0), n, accum);
+                        } else {
+                            call_ukr(mk, ks, apq, bq, tile.as_mut_ptr(), nr, false);
+                            for r in 0..nrows {
+                                for cc in 0..ncols {
+                                    let dst = c.0.add((row0 + r) * n + col0 + cc);
+                                    let v = tile[r * nr + cc];
+                                    *dst = if accum { (*dst).wadd(v) } else { v };
+                                }
+                            }
+                        }
+                    }
+                }
+            };
+            let blocks: Vec<usize> = (0..m).step_by(mc).collect();
+            if par && blocks.len() > 1 {
+                blocks.par_iter().for_each(|&ic| do_block(ic));
+            } else {
+                blocks.iter().for_each(|&ic| do_block(ic));
+            }
+        }
+    }
+}
+
+/// Products below this many multiply-adds stay on the calling thread.
+const PAR_MIN: usize = 1 << 18;
+
+/// All `batch` products into `c` (`batch × m × n` elements of `T`).
+///
+/// # Safety
+/// As [`matmul_int`]; `c` holds `batch·m·n` elements.
+#[allow(clippy::too_many_arguments)]
+unsafe fn batched<T: Acc>(
+    mk: &Micro,
+    pair: bool,
+    dt: Dtype,
+    a: *const u8,
+    b: *const u8,
+    c: *mut T,
+    batch: usize,
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+) {
+    let one = m.saturating_mul(n).saturating_mul(k);
+    let total = one.saturating_mul(batch);
+    let nthreads = rayon::current_num_threads().max(1);
+    let pool = threads != 1 && total >= PAR_MIN && nthreads > 1;
+    // Many small products: one per task; few large ones: split their rows.
+    let par_batch = pool && batch > 1 && (batch >= nthreads || one < PAR_MIN);
+    let (ap, bp, cp) = (SendPtr(a as *mut u8), SendPtr(b as *mut u8), SendPtr(c));
+    let run = |p: usize, par: bool| {
+        let (ap, bp, cp) = (ap, bp, cp);
+        let am = Mat {
+            ptr: ap,
+            dt,
+            base: p * m * k,
+            ld: k,
+        };
+        let bm = Mat {
+            ptr: bp,
+            dt,
+            base: p * k * n,
+            ld: n,
+        };
+        gemm(mk, pair, m, n, k, am, bm, cp.0.add(p * m * n), par);
+    };
+    if par_batch {
+        (0..batch).into_par_iter().for_each(|p| run(p, false));
+    } else {
+        (0..batch).for_each(|p| run(p, pool && one >= PAR_MIN));
+    }
+}
+
+/// Write `vals` (wrapping) as the narrow int dtype `dt` into `out`,
+/// elements `0..vals.len()` (I4: nibbles, low first; a last odd nibble
+/// keeps its byte's other half).
+unsafe fn narrow(dt: Dtype, vals: &[i32], out: *mut u8) {
+    match dt {
+        Dtype::I32 => {
+            for (i, &v) in vals.iter().enumerate() {
+                (out as *mut i32).add(i).write_unaligned(v);
+            }
+        }
+        Dtype::I16 => {
+            for (i, &v) in vals.iter().enumerate() {
+                (out as *mut i16).add(i).write_unaligned(v as i16);
+            }
+        }
+        Dtype::I8 => {
+            for (i, &v) in vals.iter().enumerate() {
+                *out.add(i) = v as u8;
+            }
+        }
+        _ => {
+            let mut pairs = vals.chunks_exact(2);
+            for (i, pr) in pairs.by_ref().enumerate() {
+                *out.add(i) = (pr[0] as u8 & 0xF) | ((pr[1] as u8) << 4);
+            }
+            if let [last] = pairs.remainder() {
+                let byte = out.add(vals.len() / 2);
+                *byte = (*byte & 0xF0) | (*last as u8 & 0xF);
+            }
+        }
+    }
+}
+
+/// Batched integer matmul on contiguous raw storage (Section 2 §5 layout) of
+/// the int dtype `dt`: `a: p ++ [M, K]`, `b: p ++ [K, N]` → `out: p ++ [M, N]`,
+/// bit-identical to the interpreter (i64 wrapping accumulation, wrapped to
+/// `dt`). `threads == 1` runs on the calling thread only.
+///
+/// Shapes that are not a matmul (rank < 2, different ranks or batch dims,
+/// K ≠ K') and non-int dtypes are errors, never a panic; `K = 0` gives
+/// zeros, an empty output writes nothing.
+///
+/// # Safety
+/// The buffers must hold the storage of the given shapes (`out` is written
+/// only within the output's storage).
+pub unsafe fn matmul_int(
+    dt: Dtype,
+    a: *const u8,
+    b: *const u8,
+    out: *mut u8,
+    sa: &[usize],
+    sb: &[usize],
+    threads: usize,
+) -> Result<(), Error> {
+    matmul_int_using(kernel_for(dt), dt, a, b, out, sa, sb, threads)
+}
+
+/// [`matmul_int`] with the micro-kernel chosen by the caller (tests and
+/// benchmarks): [`IntKernel::I64`] computes I64 only, [`IntKernel::I32`]
+/// every other int dtype, [`IntKernel::Pair16`] I16, I8 and I4 on hosts with
+/// AVX-512BW or AVX2. Other combinations are errors.
+///
+/// # Safety
+/// As [`matmul_int`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_int_using(
+    kind: IntKernel,
+    dt: Dtype,
+    a: *const u8,
+    b: *const u8,
+    out: *mut u8,
+    sa: &[usize],
+    sb: &[usize],
+    threads: usize,
+) -> Result<(), Error> {
+    let r = sa.len();
+    let fits = match kind {
+        IntKernel::I64 => dt == Dtype::I64,
+        IntKernel::I32 => dt.is_int() && dt != Dtype::I64,
+        IntKernel::Pair16 => pair_available() && matches!(dt, Dtype::I16 | Dtype::I8 | Dtype::I4),
+    };
+    if !fits {
+        return Err(Error::Unsupported(format!(
+            "integer matmul at {dt} with the {kind:?} kernel"
+        )));
+    }
+    if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sa[r - 1] != sb[r - 2] {
+        return Err(Error::Unsupported(format!(
+            "matmul of shapes {sa:?} and {sb:?}"
+        )));
+    }
+    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
+    let batch: usize = sa[..r - 2].iter().product();
+    let total = batch.saturating_mul(m).saturating_mul(n);
+    if total == 0 {
+        return Ok(());
+    }
+    if dt == Dtype::I64 {
+        let c = out as *mut i64;
+        if k == 0 {
+            (0..total).for_each(|i| c.add(i).write_unaligned(0));
+            return Ok(());
+        }
+        let mk = micro(kind)?;
+        if (out as usize).is_multiple_of(std::mem::align_of::<i64>()) {
+            batched(mk, false, dt, a, b, c, batch, (m, k, n), threads);
+        } else {
+            let mut tmp = vec![0i64; total];
+            batched(
+                mk,
+                false,
+                dt,
+                a,
+                b,
+                tmp.as_mut_ptr(),
+                batch,
+                (m, k, n),
+                threads,
+            );
+            for (i, v) in tmp.iter().enumerate() {
+                c.add(i).write_unaligned(*v);
+            }
+        }
+        return Ok(());
+    }
+    if k == 0 {
+        narrow(dt, &vec![0; total], out);
+        return Ok(());
+    }
+    let mk = micro(kind)?;
+    let pair = kind == IntKernel::Pair16;
+    if dt == Dtype::I32 && (out as usize).is_multiple_of(std::mem::align_of::<i32>()) {
+        batched(
+            mk,
+            pair,
+            dt,
+            a,
+            b,
+            out as *mut i32,
+            batch,
+            (m, k, n),
+            threads,
+        );
+    } else {
+        let mut tmp = vec![0i32; total];
+        batched(
+            mk,
+            pair,
+            dt,
+            a,
+            b,
+            tmp.as_mut_ptr(),
+            batch,
+            (m, k, n),
+            threads,
+        );
+        narrow(dt, &tmp, out);
+    }
+    Ok(())
+}
