@@ -6,6 +6,8 @@ fn main() {
     // `TC_MM_BT=1` reads B as the transpose of
     // an [n, k] matrix (PyTorch-layout weights).
     let bt = std::env::var("TC_MM_BT").is_ok_and(|v| v != "0");
+    let cold = std::env::var("MM_COLD").is_ok_and(|v| v != "0");
+    let mut flush = vec![0u64; if cold { 8 << 20 } else { 0 }];
     // `MM_N=1024`: only the square case of that size.
     let only: Option<usize> = std::env::var("MM_N").ok().and_then(|v| v.parse().ok());
     let square = only.map(|n| [(n, n, n)]);
@@ -33,6 +35,14 @@ fn main() {
         let mut times = [Vec::new(), Vec::new()];
         for r in 0..2 * reps {
             set_stream_b(r % 2 == 0);
+            if cold {
+                // Evict A and B from the caches, as another program's
+                // work between two calls would (`MM_COLD=1`).
+                for (i, x) in flush.iter_mut().enumerate() {
+                    *x = x.wrapping_add(i as u64);
+                }
+                std::hint::black_box(&flush);
+            }
             let t = std::time::Instant::now();
             // SAFETY: the views cover the allocations.
             unsafe {
