@@ -1,4 +1,4 @@
-//! The f32 matmul's two blockings: a single row block (m ≤ MC) streams B
+//! The f32 matmul's two blockings: a single row block (m ≤ STREAM_MAX_M) streams B
 //! panel by panel through an L1 buffer; larger m packs all of B per
 //! K-block. Same micro-kernel, same K-blocking: bit-identical to each
 //! other, on one thread and on the pool, and within the documented
