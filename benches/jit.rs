@@ -5,7 +5,8 @@
 //! Each case prints a table: median time per peer over interleaved rounds
 //! and the ratio `peer / tc` (> 1: tc is faster). `TC_BENCH_QUICK=1` runs
 //! fewer rounds. Peers: ndarray op-by-op and `Zip`, ndarray `dot`
-//! (matrixmultiply, default features), the `gemm` crate (feature `x86-v4`),
+//! (matrixmultiply), the `gemm` crate with feature `x86-v4` and with its
+//! default features (AVX2; version 0.18, so the features do not unify),
 //! and a plain Rust loop.
 
 use std::hint::black_box;
@@ -451,6 +452,36 @@ fn bench_matmul(c: &mut Criterion) {
                     },
                 )
             };
+            // Its own copies of the operands: every peer reads inputs that
+            // the previous peer did not just bring into cache.
+            let (av2, bv2) = (av.clone(), bv.clone());
+            let gemm_default_run = |out: &mut Vec<f32>| unsafe {
+                gemm_default::gemm(
+                    n,
+                    n,
+                    n,
+                    out.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    av2.as_ptr(),
+                    1,
+                    n as isize,
+                    bv2.as_ptr(),
+                    1,
+                    n as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    if threads == 1 {
+                        gemm_default::Parallelism::None
+                    } else {
+                        gemm_default::Parallelism::Rayon(threads)
+                    },
+                )
+            };
             let mut peers = vec![
                 peer("tc", || {
                     // One thread: on the calling thread, like the peers (a
@@ -465,6 +496,11 @@ fn bench_matmul(c: &mut Criterion) {
                 peer("gemm x86-v4", || {
                     let mut out = vec![0f32; n * n];
                     gemm_run(&mut out);
+                    black_box(out);
+                }),
+                peer("gemm default (0.18, AVX2)", || {
+                    let mut out = vec![0f32; n * n];
+                    gemm_default_run(&mut out);
                     black_box(out);
                 }),
             ];
