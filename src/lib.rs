@@ -102,7 +102,7 @@ pub fn kernel_cache_stats() -> tc_llvm::Stats {
 pub fn call<'f>(
     func: &Function,
     args: &[Arg],
-    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
 ) -> Result<Tensor, Error> {
     match backend() {
         Backend::Jit => tc_llvm::call(func, args, resolve),
@@ -116,7 +116,7 @@ pub fn call<'f>(
 pub fn call_static(
     func: &'static Function,
     args: &[Arg],
-    resolve: &dyn Fn(&str) -> Option<&'static Function>,
+    resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
 ) -> Result<Tensor, Error> {
     match backend() {
         Backend::Jit => tc_llvm::call_static(func, args, resolve),

@@ -223,7 +223,7 @@ impl Jit {
         &self,
         func: &Function,
         args: &[Arg],
-        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
         let nested = |name: &str, a: &[Arg]| {
             let callee = resolve(name)
@@ -243,7 +243,7 @@ impl Jit {
         &self,
         func: &'static Function,
         args: &[Arg],
-        resolve: &dyn Fn(&str) -> Option<&'static Function>,
+        resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
         let nested = |name: &str, a: &[Arg]| {
             let callee = resolve(name)
@@ -258,8 +258,8 @@ impl Jit {
         func: &Function,
         how: Ident,
         args: &[Arg],
-        resolve: &dyn Fn(&str) -> Option<&'f Function>,
-        nested: &dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error>,
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+        nested: &(dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&func.sig, args)?;
         let cfg = self.config();
@@ -353,7 +353,18 @@ impl Jit {
             }
         }
         match compiled {
-            Ok(c) => c.exec(&bound, args, resolve, nested),
+            Ok(c) => {
+                if c.wants_worker()
+                    && rayon::current_thread_index().is_none()
+                    && rayon::current_num_threads() > 1
+                {
+                    // From outside the pool, `join` runs both closures on
+                    // pool workers and blocks this thread once.
+                    rayon::join(|| c.exec(&bound, args, resolve, nested), || ()).0
+                } else {
+                    c.exec(&bound, args, resolve, nested)
+                }
+            }
             Err(why) => {
                 lock(&self.stats).fallbacks += 1;
                 *lock(&self.last_fallback) = Some(why.clone());

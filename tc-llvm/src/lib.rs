@@ -116,7 +116,7 @@ pub enum Error {
 pub fn call<'f>(
     func: &Function,
     args: &[Arg],
-    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
 ) -> Result<Tensor, tc_runtime::Error> {
     Jit::global().call(func, args, resolve)
 }
@@ -125,7 +125,7 @@ pub fn call<'f>(
 pub fn call_static(
     func: &'static Function,
     args: &[Arg],
-    resolve: &dyn Fn(&str) -> Option<&'static Function>,
+    resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
 ) -> Result<Tensor, tc_runtime::Error> {
     Jit::global().call_static(func, args, resolve)
 }

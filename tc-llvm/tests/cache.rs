@@ -284,3 +284,57 @@ fn call_static_hits_and_nested_calls() {
     let err = jit.call_static(outer, &args, &none).unwrap_err();
     assert!(err.to_string().contains("cached"), "{err}");
 }
+
+/// A function with several steps that split across the pool runs, when
+/// called from outside the pool, on a pool worker (one hop per call, not
+/// one per step); small ones and 1-thread compilations stay on the caller.
+/// The results do not depend on where it ran.
+#[test]
+fn large_multi_step_calls_run_on_a_pool_worker() {
+    let mut b = builder("two_steps");
+    let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+    let w = b.param("w", tt(Dtype::F32, &["C", "C"]));
+    b.returns(tt(Dtype::F32, &["R", "C"]));
+    let m = b.op(Op::Matmul(x, w));
+    let t = b.op(Op::Unary(UnaryOp::Tanh, m));
+    let m2 = b.op(Op::Matmul(t, w));
+    let r = b.op(Op::Unary(UnaryOp::Exp, m2));
+    let func = b.finish(r);
+    let mut rng = Rng(9);
+    let big: Vec<Arg> = vec![
+        random(&mut rng, Dtype::F32, &[256, 256], false).into(),
+        random(&mut rng, Dtype::F32, &[256, 256], false).into(),
+    ];
+    let small: Vec<Arg> = vec![
+        random(&mut rng, Dtype::F32, &[4, 8], false).into(),
+        random(&mut rng, Dtype::F32, &[8, 8], false).into(),
+    ];
+    let sigma = |args: &[Arg]| {
+        tc_runtime::contract::bind_args(&func.sig, args)
+            .unwrap()
+            .sigma
+    };
+    let pool_opts = JitOptions::default();
+    let one_opts = JitOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let c = tc_llvm::exec::compile(&func, &sigma(&big), pool_opts).unwrap();
+    assert!(c.wants_worker(), "two matmuls and two large kernels");
+    let c1 = tc_llvm::exec::compile(&func, &sigma(&big), one_opts).unwrap();
+    assert!(!c1.wants_worker(), "a 1-thread compilation never hops");
+    let cs = tc_llvm::exec::compile(&func, &sigma(&small), pool_opts).unwrap();
+    assert!(!cs.wants_worker(), "tiny steps stay on the caller");
+    // Same results from a plain thread (hops), a pool worker (no hop) and
+    // one thread.
+    let pool = Jit::new(CacheConfig::default());
+    let one = Jit::new(CacheConfig {
+        options: one_opts,
+        ..Default::default()
+    });
+    let hopped = pool.call(&func, &big, &|_| None).unwrap();
+    let on_worker = rayon::join(|| pool.call(&func, &big, &|_| None).unwrap(), || ()).0;
+    let serial = one.call(&func, &big, &|_| None).unwrap();
+    assert_bits("hop vs worker", &hopped, &on_worker, false);
+    assert_bits("hop vs 1 thread", &hopped, &serial, false);
+}
