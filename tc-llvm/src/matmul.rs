@@ -82,14 +82,60 @@ fn params() -> (usize, usize, usize, usize) {
 
 /// The micro-kernel's IR text for vector width `vw` and `mr` rows.
 pub fn ukernel_ir_mr(vw: usize, mr: usize) -> String {
-    let nr = 2 * vw;
     let v = format!("<{vw} x float>");
-    let mut s = String::new();
+    let fma = format!("llvm.fma.v{vw}f32");
+    ukernel_text(&UkrSpec {
+        elem: "float",
+        vw,
+        mr,
+        decls: format!("declare {v} @{fma}({v}, {v}, {v})\n\n"),
+        after_b: &|_| String::new(),
+        after_a: &|_| String::new(),
+        step: &|i, j| {
+            format!("  %n{i}_{j} = call {v} @{fma}({v} %as{i}, {v} %b{j}, {v} %acc{i}_{j})\n")
+        },
+        add: "fadd",
+        c_align: 4,
+    })
+}
+
+/// What differs between the register-tile micro-kernels (f32 here, the
+/// integer ones in [`crate::matmul_int`]); [`ukernel_text`] emits the
+/// rest, which they share: the signature
+/// `ukr(kc, packed A, packed B, C, ldc, accumulate)`, `2·mr` accumulator
+/// vectors `%acc{i}_{j}` of `vw` lanes, per step of k two B vectors
+/// `%b{j}` and `mr` broadcasts `%as{i}` of A, and at the end C loaded,
+/// added (when accumulating) and stored, `ldc` elements per row.
+pub(crate) struct UkrSpec<'a> {
+    /// Element type (`float`, `i32`, `i64`).
+    pub elem: &'a str,
+    /// Lanes per vector (NR = 2·vw).
+    pub vw: usize,
+    /// Rows of the tile.
+    pub mr: usize,
+    /// Declarations before the function.
+    pub decls: String,
+    /// Extra instructions after `%b{j}` is loaded.
+    pub after_b: &'a dyn Fn(usize) -> String,
+    /// Extra instructions after `%as{i}` is broadcast.
+    pub after_a: &'a dyn Fn(usize) -> String,
+    /// Instructions defining `%n{i}_{j}` from `%acc{i}_{j}`, `%as{i}`, `%b{j}`.
+    pub step: &'a dyn Fn(usize, usize) -> String,
+    /// The add of the accumulate path (`fadd`, `add`).
+    pub add: &'a str,
+    /// Alignment promised for C's loads and stores.
+    pub c_align: usize,
+}
+
+/// The IR text of a micro-kernel (see [`UkrSpec`]), with the host
+/// attributes of [`crate::codegen::attributes`].
+pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
+    let (e, vw, mr) = (k.elem, k.vw, k.mr);
+    let nr = 2 * vw;
+    let v = format!("<{vw} x {e}>");
+    let mut s = k.decls.clone();
     s.push_str(&format!(
-        "declare {v} @llvm.fma.v{vw}f32({v}, {v}, {v})\n\n"
-    ));
-    s.push_str(&format!(
-        "define void @ukr(i64 %kc, float* noalias nocapture readonly %a, float* noalias nocapture readonly %b, float* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n"
+        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n"
     ));
     for i in 0..mr {
         for j in 0..2 {
@@ -101,26 +147,27 @@ pub fn ukernel_ir_mr(vw: usize, mr: usize) -> String {
     s.push_str(&format!("  %bo = mul i64 %k, {nr}\n"));
     for j in 0..2 {
         s.push_str(&format!(
-            "  %bo{j} = add i64 %bo, {}\n  %bp{j} = getelementptr inbounds float, float* %b, i64 %bo{j}\n  %bq{j} = bitcast float* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
+            "  %bo{j} = add i64 %bo, {}\n  %bp{j} = getelementptr inbounds {e}, {e}* %b, i64 %bo{j}\n  %bq{j} = bitcast {e}* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
             j * vw
         ));
+        s.push_str(&(k.after_b)(j));
     }
     s.push_str(&format!("  %ao = mul i64 %k, {mr}\n"));
     for i in 0..mr {
         s.push_str(&format!(
-            "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds float, float* %a, i64 %ao{i}\n  %a{i} = load float, float* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, float %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
+            "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
         ));
+        s.push_str(&(k.after_a)(i));
         for j in 0..2 {
-            s.push_str(&format!(
-                "  %n{i}_{j} = call {v} @llvm.fma.v{vw}f32({v} %as{i}, {v} %b{j}, {v} %acc{i}_{j})\n"
-            ));
+            s.push_str(&(k.step)(i, j));
         }
     }
     s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
+    let (add, al) = (k.add, k.c_align);
     for i in 0..mr {
         for j in 0..2 {
             s.push_str(&format!(
-                "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds float, float* %c, i64 %co{i}_{j}\n  %cq{i}_{j} = bitcast float* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align 4\n  %sum{i}_{j} = fadd {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align 4\n",
+                "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds {e}, {e}* %c, i64 %co{i}_{j}\n  %cq{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align {al}\n  %sum{i}_{j} = {add} {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align {al}\n",
                 j * vw
             ));
         }

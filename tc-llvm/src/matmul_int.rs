@@ -110,7 +110,6 @@ pub fn pair_available() -> bool {
 /// the tile is `mr × 2·vw`. For [`IntKernel::Pair16`], `vw` must be 16
 /// (AVX-512BW) or 8 (AVX2).
 pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
-    let nr = 2 * vw;
     let e = if kind == IntKernel::I64 { "i64" } else { "i32" };
     let v = format!("<{vw} x {e}>");
     let w = format!("<{} x i16>", 2 * vw);
@@ -119,61 +118,41 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
     } else {
         "llvm.x86.avx2.pmadd.wd"
     };
-    let mut s = String::new();
-    if kind == IntKernel::Pair16 {
-        s.push_str(&format!("declare {v} @{pmadd}({w}, {w}) #1\n\n"));
-    }
-    s.push_str(&format!(
-        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n"
-    ));
-    for i in 0..mr {
-        for j in 0..2 {
-            s.push_str(&format!(
-                "  %acc{i}_{j} = phi {v} [zeroinitializer, %entry], [%n{i}_{j}, %loop]\n"
-            ));
-        }
-    }
-    s.push_str(&format!("  %bo = mul i64 %k, {nr}\n"));
-    for j in 0..2 {
-        s.push_str(&format!(
-            "  %bo{j} = add i64 %bo, {}\n  %bp{j} = getelementptr inbounds {e}, {e}* %b, i64 %bo{j}\n  %bq{j} = bitcast {e}* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
-            j * vw
-        ));
-        if kind == IntKernel::Pair16 {
-            s.push_str(&format!("  %bw{j} = bitcast {v} %b{j} to {w}\n"));
-        }
-    }
-    s.push_str(&format!("  %ao = mul i64 %k, {mr}\n"));
-    for i in 0..mr {
-        s.push_str(&format!(
-            "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
-        ));
-        if kind == IntKernel::Pair16 {
-            s.push_str(&format!("  %aw{i} = bitcast {v} %as{i} to {w}\n"));
-        }
-        for j in 0..2 {
-            if kind == IntKernel::Pair16 {
-                s.push_str(&format!(
-                    "  %p{i}_{j} = call {v} @{pmadd}({w} %aw{i}, {w} %bw{j})\n"
-                ));
+    let pair = kind == IntKernel::Pair16;
+    crate::matmul::ukernel_text(&crate::matmul::UkrSpec {
+        elem: e,
+        vw,
+        mr,
+        decls: if pair {
+            format!("declare {v} @{pmadd}({w}, {w}) #1\n\n")
+        } else {
+            String::new()
+        },
+        after_b: &|j| {
+            if pair {
+                format!("  %bw{j} = bitcast {v} %b{j} to {w}\n")
             } else {
-                s.push_str(&format!("  %p{i}_{j} = mul {v} %as{i}, %b{j}\n"));
+                String::new()
             }
-            s.push_str(&format!("  %n{i}_{j} = add {v} %acc{i}_{j}, %p{i}_{j}\n"));
-        }
-    }
-    s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
-    for i in 0..mr {
-        for j in 0..2 {
-            s.push_str(&format!(
-                "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds {e}, {e}* %c, i64 %co{i}_{j}\n  %cq{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align 1\n  %sum{i}_{j} = add {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align 1\n",
-                j * vw
-            ));
-        }
-    }
-    s.push_str("  ret void\n}\n\n");
-    s.push_str(&crate::codegen::attributes());
-    s
+        },
+        after_a: &|i| {
+            if pair {
+                format!("  %aw{i} = bitcast {v} %as{i} to {w}\n")
+            } else {
+                String::new()
+            }
+        },
+        step: &|i, j| {
+            let p = if pair {
+                format!("  %p{i}_{j} = call {v} @{pmadd}({w} %aw{i}, {w} %bw{j})\n")
+            } else {
+                format!("  %p{i}_{j} = mul {v} %as{i}, %b{j}\n")
+            };
+            format!("{p}  %n{i}_{j} = add {v} %acc{i}_{j}, %p{i}_{j}\n")
+        },
+        add: "add",
+        c_align: 1,
+    })
 }
 
 /// Lanes and rows of `kind`'s kernel on this host (`TC_MM_INT_MR`

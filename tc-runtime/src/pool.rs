@@ -107,6 +107,23 @@ fn bytes(v: &Vec<u64>) -> usize {
     v.capacity() * 8
 }
 
+/// Take the oldest held buffers out until at most `target` bytes are held;
+/// the caller frees them after unlocking (`munmap` outside the lock).
+fn release_until(p: &mut Pool, target: usize) -> Vec<Vec<u64>> {
+    let mut freed = Vec::new();
+    while p.stats.held_bytes > target {
+        match p.held.pop_front() {
+            Some(old) => {
+                p.stats.held_bytes -= bytes(&old);
+                p.stats.released += 1;
+                freed.push(old);
+            }
+            None => break,
+        }
+    }
+    freed
+}
+
 /// A held buffer of exactly `words` words (stale contents), if any.
 pub fn take(words: usize) -> Option<Vec<u64>> {
     if words.saturating_mul(8) < MIN_BYTES {
@@ -142,17 +159,8 @@ pub fn give(v: Vec<u64>) {
     if !p.enabled || b > p.limit {
         return;
     }
-    let mut freed = Vec::new();
-    while p.stats.held_bytes + b > p.limit {
-        match p.held.pop_front() {
-            Some(old) => {
-                p.stats.held_bytes -= bytes(&old);
-                p.stats.released += 1;
-                freed.push(old);
-            }
-            None => break,
-        }
-    }
+    let target = p.limit.saturating_sub(b);
+    let freed = release_until(&mut p, target);
     p.stats.held_bytes += b;
     p.stats.returned += 1;
     p.held.push_back(v);
@@ -170,17 +178,7 @@ pub fn limit() -> usize {
 pub fn set_limit(bytes_limit: usize) {
     let mut p = lock();
     p.limit = bytes_limit;
-    let mut freed = Vec::new();
-    while p.stats.held_bytes > p.limit {
-        match p.held.pop_front() {
-            Some(old) => {
-                p.stats.held_bytes -= bytes(&old);
-                p.stats.released += 1;
-                freed.push(old);
-            }
-            None => break,
-        }
-    }
+    let freed = release_until(&mut p, bytes_limit);
     drop(p);
     drop(freed);
 }
