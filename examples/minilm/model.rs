@@ -217,7 +217,7 @@ impl MiniLm {
             dir.join("sentence_bert_config.json"),
         )?)?;
         let max_len = st["max_seq_length"].as_u64().unwrap_or(256) as usize;
-        let mut w = tc::runtime::load_safetensors(&dir.join("model.safetensors"))?;
+        let mut w = tc::runtime::load_safetensors(dir.join("model.safetensors"))?;
         let mut layers = Vec::new();
         for l in 0..6 {
             let p = |s: &str| format!("encoder.layer.{l}.{s}");

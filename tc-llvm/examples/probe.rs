@@ -80,8 +80,8 @@ fn main() {
                 let t3 = t0.elapsed();
                 let t0 = Instant::now();
                 let mut o2 = Vec::with_capacity(n);
-                for i in 0..n {
-                    o2.push((v[i] * v[i] + v[i]).max(0.0));
+                for &x in &v[..n] {
+                    o2.push((x * x + x).max(0.0));
                 }
                 let t4 = t0.elapsed();
                 std::hint::black_box((out, tt, o2));

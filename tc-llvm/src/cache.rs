@@ -259,7 +259,7 @@ impl Jit {
         how: Ident,
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
-        nested: &(dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error> + Sync),
+        nested: &crate::exec::Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&func.sig, args)?;
         let cfg = self.config();
@@ -329,16 +329,13 @@ impl Jit {
         let compiled = slot.get_or_init(|| {
             let r = compile_with(func, &bound.sigma, resolve, cfg.options, generic);
             let mut s = lock(&self.stats);
-            match &r {
-                Ok(c) => {
-                    if generic {
-                        s.generic_compiles += 1;
-                    } else {
-                        s.compiles += 1;
-                    }
-                    s.compile_ms += c.compile_ms;
+            if let Ok(c) = &r {
+                if generic {
+                    s.generic_compiles += 1;
+                } else {
+                    s.compiles += 1;
                 }
-                Err(_) => {}
+                s.compile_ms += c.compile_ms;
             }
             r.map(Arc::new).map_err(|e| e.to_string())
         });

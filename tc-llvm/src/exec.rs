@@ -19,6 +19,11 @@ use crate::{Error, JitOptions};
 /// a tiny tensor never pays for waking the pool.
 pub const PAR_MIN_WORK: usize = 1 << 16;
 
+/// How a step calls another function by name (through a cache, which
+/// decides how the callee is identified); `Sync` so a call can run on a
+/// pool worker.
+pub(crate) type Nested<'a> = dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error> + Sync + 'a;
+
 type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u64, i64, i64);
 
 /// A function compiled for one σ (or, when generic, for every σ).
@@ -167,6 +172,9 @@ unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usiz
         }
     };
     (0..chunks).into_par_iter().for_each(|c| {
+        // The whole `Ptrs` (Send + Sync), not its raw-pointer fields, which
+        // a closure would capture one by one.
+        #[allow(clippy::redundant_locals)]
         let p = p;
         let (lo, hi) = (bound_at(c), bound_at(c + 1));
         if hi > lo {
@@ -470,7 +478,7 @@ impl CompiledFn {
         bound: &Bound,
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
-        nested: &(dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error> + Sync),
+        nested: &Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let func = &*self.func;
         let owned;

@@ -46,14 +46,14 @@ pub fn random(rng: &mut Rng, dt: Dtype, shape: &[usize], specials: bool) -> Tens
                 Elem::F(cast::round_to(x, dt))
             } else if dt.is_int() {
                 let (lo, hi) = dt.int_range().unwrap();
-                let v = if rng.next() % 8 == 0 {
+                let v = if rng.next().is_multiple_of(8) {
                     [lo, hi, 0, -1, 1][(rng.next() % 5) as usize]
                 } else {
                     (rng.next() % 21) as i64 - 10
                 };
                 Elem::I(v.clamp(lo, hi))
             } else {
-                Elem::B(rng.next() % 2 == 0)
+                Elem::B(rng.next().is_multiple_of(2))
             }
         })
         .collect();
