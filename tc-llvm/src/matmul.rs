@@ -82,12 +82,20 @@ fn params() -> (usize, usize, usize, usize) {
 
 /// The micro-kernel's IR text for vector width `vw` and `mr` rows.
 pub fn ukernel_ir_mr(vw: usize, mr: usize) -> String {
+    ukernel_ir_rows(vw, mr, mr)
+}
+
+/// The IR text of a kernel computing the first `rows` rows of a tile whose
+/// A panel is packed `a_stride` rows wide (an edge kernel when
+/// `rows < a_stride`).
+pub fn ukernel_ir_rows(vw: usize, rows: usize, a_stride: usize) -> String {
     let v = format!("<{vw} x float>");
     let fma = format!("llvm.fma.v{vw}f32");
     ukernel_text(&UkrSpec {
         elem: "float",
         vw,
-        mr,
+        mr: rows,
+        a_stride,
         decls: format!("declare {v} @{fma}({v}, {v}, {v})\n\n"),
         after_b: &|_| String::new(),
         after_a: &|_| String::new(),
@@ -113,6 +121,9 @@ pub(crate) struct UkrSpec<'a> {
     pub vw: usize,
     /// Rows of the tile.
     pub mr: usize,
+    /// Floats per k step of the packed A panel (≥ `mr`: an edge kernel
+    /// computes the first `mr` rows of a panel packed `a_stride` wide).
+    pub a_stride: usize,
     /// Declarations before the function.
     pub decls: String,
     /// Extra instructions after `%b{j}` is loaded.
@@ -130,7 +141,7 @@ pub(crate) struct UkrSpec<'a> {
 /// The IR text of a micro-kernel (see [`UkrSpec`]), with the host
 /// attributes of [`crate::codegen::attributes`].
 pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
-    let (e, vw, mr) = (k.elem, k.vw, k.mr);
+    let (e, vw, mr, ast) = (k.elem, k.vw, k.mr, k.a_stride);
     let nr = 2 * vw;
     let v = format!("<{vw} x {e}>");
     let mut s = k.decls.clone();
@@ -152,7 +163,7 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
         ));
         s.push_str(&(k.after_b)(j));
     }
-    s.push_str(&format!("  %ao = mul i64 %k, {mr}\n"));
+    s.push_str(&format!("  %ao = mul i64 %k, {ast}\n"));
     for i in 0..mr {
         s.push_str(&format!(
             "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
@@ -204,6 +215,57 @@ fn micro() -> Result<&'static Micro, Error> {
         })
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
+}
+
+/// Kernels for the last row panel of a product whose row count is not a
+/// multiple of MR: `edge(r)` computes the first `r < MR` rows of a
+/// panel packed MR wide, straight into C. Before them the last panel ran
+/// the full MR-row kernel into a scratch tile and copied `r` rows out, so
+/// 16 rows computed 28 (a MiniLM sentence of 16 tokens), 32 computed 42
+/// and 128 computed 140. Each is compiled the first time its `r` occurs
+/// (≈ 5 ms; a model meets a few). Same FMA chain per element and the same
+/// add into C as the tile path: bit-identical results.
+fn edge(rows: usize) -> Result<Ukr, Error> {
+    const N: usize = 14;
+    static E: [OnceLock<Result<(JitModule, Ukr), String>>; N] = [const { OnceLock::new() }; N];
+    let mk = micro()?;
+    if rows == 0 || rows >= mk.mr || rows > N {
+        return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
+    }
+    let r = E[rows - 1].get_or_init(|| {
+        let ir = ukernel_ir_rows(mk.nr / 2, rows, mk.mr);
+        let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
+        let a = m.addr("ukr").ok_or("ukr missing")?;
+        // SAFETY: `ukr` has exactly the `Ukr` signature (see `ukernel_text`).
+        let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
+        Ok((m, f))
+    });
+    r.as_ref()
+        .map(|(_, f)| *f)
+        .map_err(|e| Error::Llvm(e.clone()))
+}
+
+/// `TC_MM_EDGE=0` runs edge row panels through the full kernel and a
+/// scratch tile (for measurements and the equivalence test).
+static EDGE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+
+fn edge_kernels() -> bool {
+    use std::sync::atomic::Ordering;
+    match EDGE.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => {
+            let on = std::env::var("TC_MM_EDGE").map_or(true, |v| v != "0");
+            EDGE.store(on as u8, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// Turn the edge-row kernels on or off (process-wide; for tests and
+/// measurements).
+pub fn set_edge_kernels(on: bool) {
+    EDGE.store(on as u8, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Compile the micro-kernel now (so its cost is not charged to a call).
@@ -266,6 +328,13 @@ pub unsafe fn sgemm(
     let mc_ = params().2.div_ceil(mr_) * mr_;
     let nc_ = params().3.div_ceil(mk.nr) * mk.nr;
     let ukr = mk.f;
+    // The kernel for the last row panel when m is not a multiple of MR
+    // (compiled before any thread needs it).
+    let edge_ukr = if m % mr_ != 0 && edge_kernels() {
+        Some(edge(m % mr_)?)
+    } else {
+        None
+    };
     let par = threads != 1 && (m * n * k) >= (1 << 18);
     let nthreads = if par {
         rayon::current_num_threads().max(1)
@@ -313,6 +382,9 @@ pub unsafe fn sgemm(
                         let dst = cp.0.add(row0 * n + col0);
                         if nrows == mr_ && ncols == nr {
                             ukr(kc as i64, apq, bq.as_ptr(), dst, n as i64, accum);
+                        } else if let Some(e) = edge_ukr.filter(|_| ncols == nr && nrows == m % mr_)
+                        {
+                            e(kc as i64, apq, bq.as_ptr(), dst, n as i64, accum);
                         } else {
                             ukr(kc as i64, apq, bq.as_ptr(), tile.as_mut_ptr(), nr as i64, 0);
                             for r in 0..nrows {
@@ -384,6 +456,16 @@ pub unsafe fn sgemm(
                         let apq = ap.as_ptr().add(p * kc * mr_);
                         if nrows == mr_ && ncols == nr {
                             ukr(
+                                kc as i64,
+                                apq,
+                                bq,
+                                c.0.add(row0 * n + col0),
+                                n as i64,
+                                accum,
+                            );
+                        } else if let Some(e) = edge_ukr.filter(|_| ncols == nr && nrows == m % mr_)
+                        {
+                            e(
                                 kc as i64,
                                 apq,
                                 bq,

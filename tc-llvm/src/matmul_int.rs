@@ -123,6 +123,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         elem: e,
         vw,
         mr,
+        a_stride: mr,
         decls: if pair {
             format!("declare {v} @{pmadd}({w}, {w}) #1\n\n")
         } else {
