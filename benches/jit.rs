@@ -60,14 +60,20 @@ fn peer<'a>(name: &str, f: impl FnMut() + 'a) -> Peer<'a> {
     }
 }
 
-/// Run every peer once per round, interleaved; print medians and ratios
-/// against the first peer (tc).
+/// Run every peer once per round, interleaved (the order rotates each
+/// round); print medians and ratios against the first peer (tc).
 fn table(title: &str, rounds: usize, mut peers: Vec<Peer>) -> Vec<(String, f64)> {
     for p in peers.iter_mut() {
         (p.f)(); // warm-up (compilation, page faults)
     }
-    for _ in 0..rounds {
-        for p in peers.iter_mut() {
+    // The starting peer rotates from round to round, so no peer always runs
+    // right after the same one (on this VM the first parallel run after a
+    // single-threaded one pays for waking the idle vCPU, and a peer that
+    // follows one reading the same data finds it in cache).
+    let np = peers.len();
+    for r in 0..rounds {
+        for i in 0..np {
+            let p = &mut peers[(r + i) % np];
             let t0 = Instant::now();
             (p.f)();
             p.times.push(t0.elapsed());
