@@ -162,8 +162,22 @@ unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usiz
         }
         return;
     }
+    par_ranges(outer, align, |lo, hi| {
+        // The whole `Ptrs` (Send + Sync), not its raw-pointer fields, which
+        // a closure would capture one by one.
+        #[allow(clippy::redundant_locals)]
+        let p = p;
+        f(p.0, p.1, p.2, lo as i64, hi as i64);
+    });
+}
+
+/// Split `0..outer` into about four ranges per pool thread, with bounds at
+/// multiples of `align`, and run `f` on each non-empty range across the
+/// pool.
+fn par_ranges(outer: usize, align: usize, f: impl Fn(usize, usize) + Sync) {
+    let align = align.max(1);
     let nt = rayon::current_num_threads().max(1);
-    let chunks = (nt * 4).min(outer);
+    let chunks = (nt * 4).min(outer.div_ceil(align)).max(1);
     let bound_at = |c: usize| -> usize {
         if c >= chunks {
             outer
@@ -172,13 +186,9 @@ unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usiz
         }
     };
     (0..chunks).into_par_iter().for_each(|c| {
-        // The whole `Ptrs` (Send + Sync), not its raw-pointer fields, which
-        // a closure would capture one by one.
-        #[allow(clippy::redundant_locals)]
-        let p = p;
         let (lo, hi) = (bound_at(c), bound_at(c + 1));
         if hi > lo {
-            f(p.0, p.1, p.2, lo as i64, hi as i64);
+            f(lo, hi);
         }
     });
 }
@@ -309,21 +319,7 @@ unsafe fn run_flat_streamed(
         chunk(0, outer);
         return;
     }
-    let nt = rayon::current_num_threads().max(1);
-    let chunks = (nt * 4).min(outer.div_ceil(TILE));
-    let bound_at = |c: usize| -> usize {
-        if c >= chunks {
-            outer
-        } else {
-            (outer * c / chunks) / TILE * TILE
-        }
-    };
-    (0..chunks).into_par_iter().for_each(|c| {
-        let (lo, hi) = (bound_at(c), bound_at(c + 1));
-        if hi > lo {
-            chunk(lo, hi);
-        }
-    });
+    par_ranges(outer, TILE, chunk);
 }
 
 /// `TC_LLVM_PROFILE=1`: print every step's time to stderr.

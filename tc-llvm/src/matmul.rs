@@ -330,7 +330,7 @@ pub unsafe fn sgemm(
     let ukr = mk.f;
     // The kernel for the last row panel when m is not a multiple of MR
     // (compiled before any thread needs it).
-    let edge_ukr = if m % mr_ != 0 && edge_kernels() {
+    let edge_ukr = if !m.is_multiple_of(mr_) && edge_kernels() {
         Some(edge(m % mr_)?)
     } else {
         None
