@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Miri over tc-runtime's unit and integration tests (tensors, the reference
+# interpreter, casts, the contract, the pool, safetensors I/O): every
+# `unsafe` block they reach is checked for undefined behaviour (out-of-bounds
+# or misaligned accesses, invalid values, aliasing violations, leaks, data
+# races). The JIT (tc-llvm) runs machine code Miri cannot interpret, so it
+# is not covered here.
+#
+# Under `cfg(miri)` the pool allocates plain `Vec`s (no madvise) and the
+# exhaustive sweeps run on a sample; see the `miri` notes in the tests.
+#
+# Usage: scripts/miri.sh [extra `cargo test` arguments, e.g. a test filter]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+  echo "installing Miri: rustup component add miri rust-src --toolchain nightly" >&2
+  rustup component add miri rust-src --toolchain nightly
+fi
+
+# A target dir of its own: Miri's MIR-only artefacts must not evict the
+# normal build's.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/miri}"
+# Isolation off: the safetensors tests write and read a temp file.
+export MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}"
+
+exec cargo +nightly miri test -p tc-runtime --lib --tests "$@"
