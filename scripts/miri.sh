@@ -9,7 +9,8 @@
 # Under `cfg(miri)` the pool allocates plain `Vec`s (no madvise) and the
 # exhaustive sweeps run on a sample; see the `miri` notes in the tests.
 #
-# Usage: scripts/miri.sh [extra `cargo test` arguments, e.g. a test filter]
+# Usage: scripts/miri.sh [extra `cargo test` arguments: a target such as
+# `--test casts` or `--lib` (default: all of them), a test-name filter]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,4 +25,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/miri}"
 # Isolation off: the safetensors tests write and read a temp file.
 export MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}"
 
-exec cargo +nightly miri test -p tc-runtime --lib --tests "$@"
+targets=(--lib --tests)
+for a in "$@"; do
+  case "$a" in --lib | --tests | --test | --test=*) targets=() ;; esac
+done
+exec cargo +nightly miri test -p tc-runtime "${targets[@]}" "$@"
