@@ -893,13 +893,15 @@ unsafe fn pack_b_panel(
     }
 }
 
-/// Row-major strides of a contiguous shape.
+/// Row-major strides of a contiguous shape (saturating at `isize::MAX`
+/// for a shape whose element count does not fit, which no buffer has:
+/// never a panic or a wrapped stride).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut st = vec![0isize; shape.len()];
     let mut acc = 1isize;
     for d in (0..shape.len()).rev() {
         st[d] = acc;
-        acc *= shape[d] as isize;
+        acc = acc.saturating_mul(isize::try_from(shape[d]).unwrap_or(isize::MAX));
     }
     st
 }
@@ -1288,6 +1290,56 @@ mod narrow_tests {
                     x.to_bits()
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod dims_tests {
+    use super::*;
+
+    /// Every raw entry point rejects a call whose shapes are not a matmul
+    /// (Section 2 §7), whose strides do not fit them or whose element count
+    /// overflows, before touching a buffer: the pointers here are dangling
+    /// and must never be read.
+    #[test]
+    fn malformed_shapes_and_strides_are_errors_before_any_access() {
+        let p = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8;
+        let big = usize::MAX / 2;
+        let bad: &[(&[usize], &[usize])] = &[
+            (&[2], &[2]),                 // rank < 2
+            (&[2, 3], &[2, 3, 4]),        // ranks differ
+            (&[2, 3], &[4, 2]),           // K ≠ K'
+            (&[2, 1, 3], &[3, 3, 1]),     // batch prefixes differ
+            (&[big, 4], &[4, 1]),         // A's count overflows
+            (&[1, 4], &[4, big]),         // B's count overflows
+            (&[big, 1, 1], &[big, 1, 1]), // fine per operand... (M=K=N=1)
+            (&[big, 3, 1], &[big, 1, 3]), // ...but C's count overflows
+        ];
+        for &(sa, sb) in bad {
+            let dims = matmul_dims(sa, sb);
+            if sa == [big, 1, 1] {
+                assert_eq!(dims.ok(), Some((big, 1, 1, 1)));
+                continue;
+            }
+            assert!(dims.is_err(), "{sa:?} × {sb:?}");
+            for dt in [Dtype::F32, Dtype::F16, Dtype::I32] {
+                // SAFETY: each call must return an error before any access
+                // (which is what this test checks); nothing is dereferenced.
+                let r = unsafe { matmul(dt, p, p, p, sa, sb, 1) };
+                assert!(r.is_err(), "matmul {dt} {sa:?} × {sb:?}");
+                let (st_a, st_b) = (contiguous_strides(sa), contiguous_strides(sb));
+                // SAFETY: as above.
+                let r = unsafe { matmul_strided(dt, p, &st_a, p, &st_b, p, sa, sb, 1) };
+                assert!(r.is_err(), "matmul_strided {dt} {sa:?} × {sb:?}");
+            }
+        }
+        // Strides of the wrong rank, or negative.
+        let (sa, sb) = ([2usize, 3], [3usize, 2]);
+        for (st_a, st_b) in [(vec![3isize], vec![2, 1]), (vec![3, 1], vec![-2, 1])] {
+            // SAFETY: as above.
+            let r = unsafe { matmul_strided(Dtype::F32, p, &st_a, p, &st_b, p, &sa, &sb, 1) };
+            assert!(r.is_err(), "strides {st_a:?} {st_b:?}");
         }
     }
 }
