@@ -14,6 +14,7 @@
 //! }
 //! ```
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 // The expansion of `#[tensor_fn]` names `::tc::…`; this makes that path
 // resolve inside this crate too.

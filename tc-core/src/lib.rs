@@ -5,6 +5,7 @@
 //! Nothing here depends on `proc_macro`: diagnostics carry opaque
 //! [`diag::SpanId`]s, so every rule is testable with plain `#[test]`.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod build;
 pub mod check;

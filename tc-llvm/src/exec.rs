@@ -85,7 +85,10 @@ pub fn compile_with<'f>(
             let a = m
                 .addr(name)
                 .ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
-            // SAFETY: every `k{id}` is defined with the `KernelFn` signature (codegen::finish_fn).
+            // SAFETY: `a` is the address MCJIT resolved for the export `name`,
+            // and every exported `k{id}` is emitted with exactly the
+            // `KernelFn` signature (codegen::finish_fn); the code stays mapped
+            // while `module` lives, and `CompiledFn` keeps it next to `ks`.
             let f: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(a) };
             ks.push((f, code.shapes[i].clone()));
         }
@@ -153,12 +156,18 @@ pub fn compile(func: &Function, sigma: &Sigma, opts: JitOptions) -> Result<Compi
 /// `align`) unless `threads == 1` or the work is small.
 ///
 /// # Safety
-/// `f` must be a kernel whose buffers in `p` hold their planned shapes.
+/// `f` must be a kernel whose buffers in `p` hold their planned shapes,
+/// with `outer` its planned outer extent (the kernel indexes only rows
+/// `lo..hi ⊆ 0..outer` of its output and what those rows read). It stays
+/// `unsafe`: nothing here can check raw buffers against the kernel's code.
+// SAFETY: (contract) established by its caller `CompiledFn::exec`, see there.
 unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usize, threads: usize) {
     let serial = threads == 1 || outer < 2 || outer.saturating_mul(work.max(1)) < PAR_MIN_WORK;
     if serial {
         if outer > 0 {
-            f(p.0, p.1, p.2, 0, outer as i64);
+            // SAFETY: the whole range `0..outer`, within the buffers by this
+            // function's contract.
+            unsafe { f(p.0, p.1, p.2, 0, outer as i64) };
         }
         return;
     }
@@ -167,7 +176,10 @@ unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usiz
         // a closure would capture one by one.
         #[allow(clippy::redundant_locals)]
         let p = p;
-        f(p.0, p.1, p.2, lo as i64, hi as i64);
+        // SAFETY: `par_ranges` hands out disjoint `lo..hi ⊆ 0..outer`, so
+        // each call stays within the buffers (this function's contract)
+        // and the concurrent calls write disjoint output rows.
+        unsafe { f(p.0, p.1, p.2, lo as i64, hi as i64) };
     });
 }
 
@@ -236,15 +248,20 @@ thread_local! {
 ///
 /// # Safety
 /// `src` readable and `dst` writable for `n` bytes, not overlapping.
+// SAFETY: (contract) established by `run_flat_streamed`, its only caller.
 unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
+    // Every access is to bytes `0..head` or `head..n`, `head ≤ n`; in the
+    // loop `dst + i` is 16-byte aligned (`align_offset` chose `head`), as
+    // `_mm_stream_si128` requires; the loads are unaligned ones.
     #[cfg(target_arch = "x86_64")]
-    {
+    // SAFETY: so inside both ranges (the contract); SSE2 (loads, streaming
+    // stores, `sfence`) is part of the x86_64 baseline.
+    unsafe {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
         let head = (dst.align_offset(16)).min(n);
         std::ptr::copy_nonoverlapping(src, dst, head);
         let mut i = head;
         while i + 16 <= n {
-            // SSE2 is part of x86_64: no feature detection needed.
             let v = _mm_loadu_si128(src.add(i) as *const __m128i);
             _mm_stream_si128(dst.add(i) as *mut __m128i, v);
             i += 16;
@@ -253,7 +270,10 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
         _mm_sfence();
     }
     #[cfg(not(target_arch = "x86_64"))]
-    std::ptr::copy_nonoverlapping(src, dst, n);
+    // SAFETY: the contract: both ranges valid for `n` bytes, disjoint.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, n)
+    };
 }
 
 /// A flat kernel (every buffer read at the output's own linear index, all
@@ -269,6 +289,7 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
 /// As [`run_split`]; `list[0]` is the output, `list[1..]` the inputs, with
 /// `dts` their dtypes (storage bytes of a prefix of `i` elements:
 /// `Dtype::storage_bytes`, exact at the 64-element multiples used here).
+// SAFETY: (contract) established by its caller `CompiledFn::exec`, see there.
 unsafe fn run_flat_streamed(
     f: KernelFn,
     list: &[*mut u8],
@@ -284,7 +305,10 @@ unsafe fn run_flat_streamed(
         shp: *const i64,
         slots: *const u64,
     }
-    // SAFETY: chunks write disjoint ranges of the output and read the inputs.
+    // SAFETY: `Ctx` is shared by the pool's chunks only to read its raw
+    // pointers; through them each chunk writes its own disjoint output range
+    // (`par_ranges`) and its own thread-local tile, and only reads the
+    // inputs, which no step writes while the kernel runs.
     unsafe impl Sync for Ctx<'_> {}
     let ctx = Ctx {
         list,
@@ -305,12 +329,20 @@ unsafe fn run_flat_streamed(
             let mut base = lo;
             while base < hi {
                 let len = TILE.min(hi - base);
-                for (k, p) in ctx.list.iter().enumerate().skip(1) {
-                    moved[k] = p.add(ctx.dts[k].storage_bytes(base));
+                // `base + len ≤ hi ≤ outer` and every buffer holds `outer`
+                // elements (the contract): each input offset by `base` still
+                // has the `len ≤ TILE` elements the kernel reads, writing
+                // the tile (sized for TILE outputs above).
+                // SAFETY: so in bounds; the copy writes this chunk's own
+                // output elements `base..base + len` from the disjoint tile.
+                unsafe {
+                    for (k, p) in ctx.list.iter().enumerate().skip(1) {
+                        moved[k] = p.add(ctx.dts[k].storage_bytes(base));
+                    }
+                    f(moved.as_ptr(), ctx.shp, ctx.slots, 0, len as i64);
+                    let out = ctx.list[0].add(ctx.dts[0].storage_bytes(base));
+                    stream_copy(out, moved[0], ctx.dts[0].storage_bytes(len));
                 }
-                f(moved.as_ptr(), ctx.shp, ctx.slots, 0, len as i64);
-                let out = ctx.list[0].add(ctx.dts[0].storage_bytes(base));
-                stream_copy(out, moved[0], ctx.dts[0].storage_bytes(len));
                 base += len;
             }
         })
@@ -394,9 +426,12 @@ impl Drop for Held {
 
 #[derive(Clone, Copy)]
 struct Ptrs(*const *mut u8, *const i64, *const u64);
-// SAFETY: the kernel chunks write disjoint ranges of the output buffer and
-// only read the inputs.
+// SAFETY: a `Ptrs` crosses threads only inside `run_split`, whose caller
+// keeps the pointed-to list, shape table, slots and buffers alive until it
+// returns (`par_ranges` joins); the chunks write disjoint output rows and
+// only read everything else, so sharing the pointers races on nothing.
 unsafe impl Send for Ptrs {}
+// SAFETY: as for `Send` just above.
 unsafe impl Sync for Ptrs {}
 
 impl CompiledFn {
@@ -548,12 +583,19 @@ impl CompiledFn {
                         let dts: Vec<Dtype> = std::iter::once(o.dtype)
                             .chain(inputs.iter().map(|v| vals[v.0 as usize].dtype))
                             .collect();
-                        // SAFETY: a flat kernel reads every input at the
-                        // output's linear index, and every input has the
-                        // output's length (checked above).
+                        // Buffers of their planned shapes as for `run_split`
+                        // below; a flat kernel reads each input at the
+                        // output's linear index.
+                        // SAFETY: and every input has the output's length
+                        // (checked in `stream`), as `run_flat_streamed` needs.
                         unsafe { run_flat_streamed(*f, &list, &dts, p.1, p.2, outer, threads) };
                     } else {
-                        // SAFETY: buffers hold the storage of their planned shapes; chunks are disjoint.
+                        // The arguments' shapes were checked against σ by
+                        // `contract::bind_args` (σ = the compiled one, or
+                        // `vals` was planned from it); every step output was
+                        // sized by `out_buffer` from the same `vals`.
+                        // SAFETY: so each buffer holds its planned shape, and
+                        // `outer` is the output's planned extent (`extent`).
                         unsafe { run_split(*f, p, outer, work, align, threads) };
                     }
                     owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
@@ -590,7 +632,10 @@ impl CompiledFn {
                         };
                     }
                     let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
-                    // SAFETY: buffers hold their planned shapes; row chunks are disjoint.
+                    // SAFETY: as for `Step::Kernel`: members were sized by
+                    // `out_buffer` from `vals`, inputs are checked arguments
+                    // or earlier outputs; `outer` is the members' common row
+                    // count (plan::group_rows groups rows of one extent).
                     unsafe { run_split(*f, p, outer, work, 1, threads) };
                     for (m, buf) in members.iter().zip(bufs) {
                         owned_bufs[m.0 as usize] = Some(Held::Buf(buf));
@@ -605,7 +650,12 @@ impl CompiledFn {
                     // read through strides (plan::matmul_view_ok).
                     let (ba, st_a) = plan::strided_view(func, vals, &self.st.mat, *a);
                     let (bb, st_b) = plan::strided_view(func, vals, &self.st.mat, *b);
-                    // SAFETY: base buffers hold their planned shapes; the views stay inside them.
+                    // `ba`/`bb` hold their planned shapes (as for a kernel);
+                    // `strided_view` gives the strides of a view the planner
+                    // admitted (`matmul_view_ok`: a transpose or broadcast
+                    // of that buffer), so the view stays inside it.
+                    // SAFETY: so the operands are readable; `buf` is a fresh
+                    // buffer of the output's storage, disjoint from both.
                     unsafe {
                         crate::matmul::matmul_strided(
                             o.dtype,

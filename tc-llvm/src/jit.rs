@@ -135,16 +135,22 @@ pub struct JitModule {
     pub compile_ms: f64,
 }
 
-// SAFETY: the context and engine are only touched on construction and drop
-// (never concurrently); callers only use the function addresses, which point
-// to immutable machine code.
+// After `compile` returns, the context and engine (whose `Rc`s and LLVM
+// handles are not thread-safe) are touched only by `Drop`, which owns the
+// module; no engine clone or context handle escapes `compile` (the module,
+// which held the engine's other `Rc`, is dropped there).
+// SAFETY: so moving a `JitModule` never splits those handles across threads;
+// shared use (`addr`) reads only `fns`, addresses of immutable machine code.
 unsafe impl Send for JitModule {}
+// SAFETY: as for `Send` just above.
 unsafe impl Sync for JitModule {}
 
 impl Drop for JitModule {
     fn drop(&mut self) {
-        // SAFETY: `ee` is dropped exactly once, before the context it borrows;
-        // `ctx` came from `Box::into_raw` in `JitModule::compile`.
+        // SAFETY: `ee` is dropped exactly once (here, `ManuallyDrop`), before
+        // the context it borrows; `ctx` came from `Box::into_raw` in
+        // `JitModule::compile`, nothing else frees it, and nothing borrows
+        // the context once `ee` is gone.
         unsafe {
             ManuallyDrop::drop(&mut self.ee);
             drop(Box::from_raw(self.ctx));
@@ -172,8 +178,15 @@ impl JitModule {
     ) -> Result<JitModule, Error> {
         let t0 = Instant::now();
         host();
-        let ctx: &'static Context = Box::leak(Box::new(Context::create()));
-        let ctx_ptr = ctx as *const Context as *mut Context;
+        // The engine borrows the context for as long as the module lives,
+        // which the borrow checker cannot express for a self-owning struct:
+        // the context is boxed here and freed by hand (in `Drop`, or below on
+        // failure). `ctx_ptr` keeps `Box::into_raw`'s ownership (a pointer
+        // derived from the `&Context` could not be used to free it).
+        let ctx_ptr: *mut Context = Box::into_raw(Box::new(Context::create()));
+        // SAFETY: `ctx_ptr` is a live, aligned box allocation; it is freed
+        // only after everything borrowing `ctx` (module, engine) is dropped.
+        let ctx: &'static Context = unsafe { &*ctx_ptr };
         let result = (|| {
             let module = optimise(ctx, ir, "tc")?;
             let ee = module
@@ -202,7 +215,9 @@ impl JitModule {
                 compile_ms: t0.elapsed().as_secs_f64() * 1e3,
             }),
             Err(e) => {
-                // SAFETY: nothing borrows the context any more.
+                // SAFETY: the closure's module and engine were dropped when
+                // it returned the error, so nothing borrows the context;
+                // `ctx_ptr` is from `Box::into_raw` and freed only here.
                 unsafe { drop(Box::from_raw(ctx_ptr)) };
                 Err(e)
             }

@@ -49,6 +49,7 @@
 //!   does not depend on the thread count: threads split only output rows,
 //!   never a reduction.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cache;
 pub mod codegen;

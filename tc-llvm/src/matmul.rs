@@ -205,7 +205,9 @@ fn micro() -> Result<&'static Micro, Error> {
         let ir = ukernel_ir_mr(vw, mr);
         let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
         let a = m.addr("ukr").ok_or("ukr missing")?;
-        // SAFETY: `ukr` has exactly the `Ukr` signature (see `ukernel_ir`).
+        // SAFETY: `a` is MCJIT's address of `ukr`, which `ukernel_text`
+        // emits with exactly the `Ukr` signature and C calling convention;
+        // `Micro` keeps the module (and so the code) alive next to `f`.
         let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
         Ok(Micro {
             _module: m,
@@ -236,7 +238,8 @@ fn edge(rows: usize) -> Result<Ukr, Error> {
         let ir = ukernel_ir_rows(mk.nr / 2, rows, mk.mr);
         let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
         let a = m.addr("ukr").ok_or("ukr missing")?;
-        // SAFETY: `ukr` has exactly the `Ukr` signature (see `ukernel_text`).
+        // SAFETY: as in `micro`: `ukernel_text` emits `ukr` with the `Ukr`
+        // signature, and the module lives in the static next to `f`.
         let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
         Ok((m, f))
     });
@@ -275,19 +278,30 @@ pub fn warm_up() -> Result<(), Error> {
 
 #[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
-// SAFETY: used only for disjoint writes (distinct C tiles per task) or reads.
+// SAFETY: a `SendPtr` crosses threads only inside `sgemm` and
+// `matmul_strided`, which join their tasks before returning (so the pointee
+// outlives them); the tasks only read A, B and the packed A, and write
+// disjoint parts of C (distinct column panels, row blocks or batch items).
 unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as for `Send` just above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// A strided f32 matrix view.
+/// A strided f32 matrix view: element `(i, j)` at `ptr + i·rs + j·cs`.
+///
+/// Building one is safe; reading through it happens only in [`sgemm`],
+/// whose caller vouches that the view is valid for the extents it passes.
 #[derive(Clone, Copy)]
 pub struct View {
     ptr: *const f32,
     rs: usize,
     cs: usize,
 }
-// SAFETY: read-only view.
+// SAFETY: a `View` is only ever read through (never written), and only
+// inside `sgemm`, whose caller keeps the viewed memory alive and unwritten
+// until it returns; sharing a read-only pointer across threads races on
+// nothing.
 unsafe impl Send for View {}
+// SAFETY: as for `Send` just above.
 unsafe impl Sync for View {}
 
 impl View {
@@ -295,9 +309,16 @@ impl View {
     pub fn new(ptr: *const f32, rs: usize, cs: usize) -> View {
         View { ptr, rs, cs }
     }
+
+    /// Element `(i, j)`.
+    ///
+    /// # Safety
+    /// `(i, j)` must lie in the extents the view is valid for.
     #[inline(always)]
+    // SAFETY: (contract) met by `pack_b_panel`, its only caller.
     unsafe fn at(&self, i: usize, j: usize) -> f32 {
-        *self.ptr.add(i * self.rs + j * self.cs)
+        // SAFETY: the element is inside the viewed memory (the contract).
+        unsafe { *self.ptr.add(i * self.rs + j * self.cs) }
     }
 }
 
@@ -305,7 +326,15 @@ impl View {
 /// `threads == 1` runs on the calling thread only.
 ///
 /// # Safety
-/// The views must be valid for the given extents and `c` for `m·n` floats.
+/// `a` must be valid for reads of every `(i, j)`, `i < m`, `j < k`, and `b`
+/// of every `(i, j)`, `i < k`, `j < n`, at their strides; `c` valid for
+/// writes of `m·n` floats, not overlapping A or B, and neither written nor
+/// read by anyone else during the call. It must stay `unsafe`: a `View` is
+/// a raw pointer with strides, which cannot be checked against an
+/// allocation (the safe entry points are the JIT's compiled functions, whose
+/// buffers are sized from the checked shapes).
+// SAFETY: (contract) in the crate, established by `matmul_strided` and
+// `matmul`, whose own contracts `CompiledFn::exec` meets.
 pub unsafe fn sgemm(
     m: usize,
     n: usize,
@@ -319,7 +348,8 @@ pub unsafe fn sgemm(
         return Ok(());
     }
     if k == 0 {
-        std::ptr::write_bytes(c, 0, m * n);
+        // SAFETY: `c` is valid for `m·n` floats (the contract).
+        unsafe { std::ptr::write_bytes(c, 0, m * n) };
         return Ok(());
     }
     let mk = micro()?;
@@ -327,7 +357,6 @@ pub unsafe fn sgemm(
     let (mr_, kc_) = (mk.mr, params().1);
     let mc_ = params().2.div_ceil(mr_) * mr_;
     let nc_ = params().3.div_ceil(mk.nr) * mk.nr;
-    let ukr = mk.f;
     // The kernel for the last row panel when m is not a multiple of MR
     // (compiled before any thread needs it).
     let edge_ukr = if !m.is_multiple_of(mr_) && edge_kernels() {
@@ -335,7 +364,7 @@ pub unsafe fn sgemm(
     } else {
         None
     };
-    let par = threads != 1 && (m * n * k) >= (1 << 18);
+    let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
     let nthreads = if par {
         rayon::current_num_threads().max(1)
     } else {
@@ -359,7 +388,9 @@ pub unsafe fn sgemm(
             let kc = kc_.min(k - pc);
             for p in 0..mpanels {
                 let dst = &mut ap[p * kc * mr_..(p + 1) * kc * mr_];
-                pack_a_panel(&a, pc, kc, p * mr_, mr_, m, dst);
+                // SAFETY: rows `p·mr_ < m` (p < mpanels = ⌈m / mr_⌉) and
+                // columns `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
+                unsafe { pack_a_panel(&a, pc, kc, p * mr_, mr_, m, dst) };
             }
             let accum = (pc > 0) as i64;
             let apr = SendPtr(ap.as_mut_ptr());
@@ -370,30 +401,35 @@ pub unsafe fn sgemm(
                 if bq.len() < kc * nr {
                     bq.resize(kc * nr, 0.0);
                 }
-                let mut tile = [0f32; 14 * 32];
+                let mut tile = [0f32; TILE_MAX];
                 for q in q0..q1 {
                     let col0 = q * nr;
-                    pack_b_panel(&b, pc, kc, col0, nr, n, &mut bq[..kc * nr]);
+                    // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
+                    // `col0.. < n` of B, valid by the contract; the panel
+                    // buffer has `kc·nr` floats.
+                    unsafe { pack_b_panel(&b, pc, kc, col0, nr, n, &mut bq[..kc * nr]) };
                     let ncols = nr.min(n - col0);
                     for p in 0..mpanels {
                         let row0 = p * mr_;
                         let nrows = mr_.min(m - row0);
-                        let apq = apr.0.add(p * kc * mr_);
-                        let dst = cp.0.add(row0 * n + col0);
-                        if nrows == mr_ && ncols == nr {
-                            ukr(kc as i64, apq, bq.as_ptr(), dst, n as i64, accum);
-                        } else if let Some(e) = edge_ukr.filter(|_| ncols == nr && nrows == m % mr_)
-                        {
-                            e(kc as i64, apq, bq.as_ptr(), dst, n as i64, accum);
-                        } else {
-                            ukr(kc as i64, apq, bq.as_ptr(), tile.as_mut_ptr(), nr as i64, 0);
-                            for r in 0..nrows {
-                                for cc in 0..ncols {
-                                    let d = dst.add(r * n + cc);
-                                    let v = tile[r * nr + cc];
-                                    *d = if accum != 0 { *d + v } else { v };
-                                }
-                            }
+                        // A panel `p` is the `kc·mr_` floats at `p·kc·mr_` of
+                        // `ap` (sized `mpanels·min(KC, k)·mr_` above), the B
+                        // panel the `kc·nr` of `bq`; `row0 < m`, `col0 < n`.
+                        // SAFETY: so `tile_into_c`'s contract holds; this task
+                        // alone writes C's columns of its panels `q0..q1`.
+                        unsafe {
+                            let a = apr.0.add(p * kc * mr_);
+                            let t = Tile {
+                                kc,
+                                row0,
+                                col0,
+                                nrows,
+                                ncols,
+                                accum,
+                                a,
+                                b: bq.as_ptr(),
+                            };
+                            tile_into_c(mk, edge_ukr, &t, (m, n), cp.0, &mut tile);
                         }
                     }
                 }
@@ -423,8 +459,12 @@ pub unsafe fn sgemm(
             // Every panel is fully written by the packing (padding included).
             let need = npanels * kc * nr;
             let bp = huge_slice(&mut bp, need);
-            let pack_b =
-                |q: usize, dst: &mut [f32]| pack_b_panel(&b, pc, kc, jc + q * nr, nr, n, dst);
+            // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns from
+            // `jc + q·nr < n` of B, valid by the contract; each chunk of
+            // `bp` is one panel of `kc·nr` floats (`need` is a multiple).
+            let pack_b = |q: usize, dst: &mut [f32]| unsafe {
+                pack_b_panel(&b, pc, kc, jc + q * nr, nr, n, dst)
+            };
             if par {
                 bp.par_chunks_mut(kc * nr)
                     .enumerate()
@@ -442,46 +482,37 @@ pub unsafe fn sgemm(
                 let mut ap = take_scratch(mpanels * kc * mr_);
                 for p in 0..mpanels {
                     let dst = &mut ap[p * kc * mr_..(p + 1) * kc * mr_];
-                    pack_a_panel(&a, pc, kc, ic + p * mr_, mr_, m, dst);
+                    // SAFETY: rows from `ic + p·mr_ < m` and columns
+                    // `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
+                    unsafe { pack_a_panel(&a, pc, kc, ic + p * mr_, mr_, m, dst) };
                 }
-                let mut tile = [0f32; 14 * 32];
+                let mut tile = [0f32; TILE_MAX];
                 let c = cp;
                 for q in 0..npanels {
                     let col0 = jc + q * nr;
                     let ncols = nr.min(n - col0);
-                    let bq = bpr.as_ptr().add(q * kc * nr);
                     for p in 0..mpanels {
                         let row0 = ic + p * mr_;
                         let nrows = mr_.min(m - row0);
-                        let apq = ap.as_ptr().add(p * kc * mr_);
-                        if nrows == mr_ && ncols == nr {
-                            ukr(
-                                kc as i64,
-                                apq,
-                                bq,
-                                c.0.add(row0 * n + col0),
-                                n as i64,
+                        // B panel `q` is the `kc·nr` floats at `q·kc·nr` of
+                        // `bpr` (`npanels·kc·nr`), A panel `p` the `kc·mr_` at
+                        // `p·kc·mr_` of `ap` (`mpanels·kc·mr_`); `row0 < m`.
+                        // SAFETY: so `tile_into_c`'s contract holds; this task
+                        // alone writes C's rows of its block `ic..ic + mcb`.
+                        unsafe {
+                            let b = bpr.as_ptr().add(q * kc * nr);
+                            let a = ap.as_ptr().add(p * kc * mr_);
+                            let t = Tile {
+                                kc,
+                                row0,
+                                col0,
+                                nrows,
+                                ncols,
                                 accum,
-                            );
-                        } else if let Some(e) = edge_ukr.filter(|_| ncols == nr && nrows == m % mr_)
-                        {
-                            e(
-                                kc as i64,
-                                apq,
-                                bq,
-                                c.0.add(row0 * n + col0),
-                                n as i64,
-                                accum,
-                            );
-                        } else {
-                            ukr(kc as i64, apq, bq, tile.as_mut_ptr(), nr as i64, 0);
-                            for r in 0..nrows {
-                                for cc in 0..ncols {
-                                    let dst = c.0.add((row0 + r) * n + col0 + cc);
-                                    let v = tile[r * nr + cc];
-                                    *dst = if accum != 0 { *dst + v } else { v };
-                                }
-                            }
+                                a,
+                                b,
+                            };
+                            tile_into_c(mk, edge_ukr, &t, (m, n), c.0, &mut tile);
                         }
                     }
                 }
@@ -497,6 +528,71 @@ pub unsafe fn sgemm(
     }
     BPACK.with(|s| *s.borrow_mut() = bp);
     Ok(())
+}
+
+/// Floats in the scratch tile of a partial panel: the largest micro-tile
+/// (`MR ≤ 14` rows, `NR ≤ 32` columns; `params` caps MR at 14).
+const TILE_MAX: usize = 14 * 32;
+
+/// One micro-tile of C: `nrows × ncols` at `(row0, col0)`, from the packed
+/// A panel at `a` (`kc × mr`) and B panel at `b` (`kc × nr`), added to C
+/// unless `accum == 0`.
+struct Tile {
+    kc: usize,
+    row0: usize,
+    col0: usize,
+    nrows: usize,
+    ncols: usize,
+    accum: i64,
+    a: *const f32,
+    b: *const f32,
+}
+
+/// Compute micro-tile `t` of the `m × n` C at `c`: the full kernel straight
+/// into C for a whole tile, the edge kernel `edge_ukr` for the last row
+/// panel, else the full kernel into `tile` and the valid part copied. (The
+/// one body of both `sgemm` paths.)
+///
+/// # Safety
+/// `t.a`/`t.b` hold `kc·mk.mr` and `kc·mk.nr` packed floats; `c` is valid
+/// for `m·n` floats and `t` lies inside it (`row0 + nrows ≤ m`,
+/// `col0 + ncols ≤ n`, `nrows ≤ mr`, `ncols ≤ nr`), with no one else
+/// touching that part during the call; `edge_ukr` is `edge(m % mk.mr)`.
+#[inline(always)]
+// SAFETY: (contract) met by `sgemm`'s two loops, its only callers.
+unsafe fn tile_into_c(
+    mk: &Micro,
+    edge_ukr: Option<Ukr>,
+    t: &Tile,
+    (m, n): (usize, usize),
+    c: *mut f32,
+    tile: &mut [f32; TILE_MAX],
+) {
+    let (ukr, mr, nr) = (mk.f, mk.mr, mk.nr);
+    let (kc, apq, bq) = (t.kc as i64, t.a, t.b);
+    // `dst` is `(row0, col0)` inside C. The full kernel writes `mr` rows of
+    // `nr` at stride `n`: a whole tile. The edge kernel writes the first
+    // `m % mr = nrows` rows (the last row panel: `row0 + nrows = m`) of `nr
+    // = ncols` columns. Otherwise the kernel writes `mr·nr ≤ TILE_MAX`
+    // floats of `tile` at stride `nr`, and the `nrows × ncols` part is copied.
+    // SAFETY: so every write is inside `t`'s part of C or `tile` (contract).
+    unsafe {
+        let dst = c.add(t.row0 * n + t.col0);
+        if t.nrows == mr && t.ncols == nr {
+            ukr(kc, apq, bq, dst, n as i64, t.accum);
+        } else if let Some(e) = edge_ukr.filter(|_| t.ncols == nr && t.nrows == m % mr) {
+            e(kc, apq, bq, dst, n as i64, t.accum);
+        } else {
+            ukr(kc, apq, bq, tile.as_mut_ptr(), nr as i64, 0);
+            for r in 0..t.nrows {
+                for cc in 0..t.ncols {
+                    let d = dst.add(r * n + cc);
+                    let v = tile[r * nr + cc];
+                    *d = if t.accum != 0 { *d + v } else { v };
+                }
+            }
+        }
+    }
 }
 
 static STREAM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
@@ -589,7 +685,10 @@ fn give_scratch(v: Vec<f32>) {
 /// unit stride.
 ///
 /// # Safety
-/// The view must be valid over the rows below `m` and the given columns.
+/// The view must be valid over the rows `row0..m` and the columns
+/// `pc..pc + kc`.
+// SAFETY: (contract) met by `sgemm`, its only caller (rows below `m`,
+// columns below `k`, which `sgemm`'s own contract makes readable).
 unsafe fn pack_a_panel(
     a: &View,
     pc: usize,
@@ -600,29 +699,37 @@ unsafe fn pack_a_panel(
     dst: &mut [f32],
 ) {
     let rows = mr.min(m - row0);
+    // Checked once per panel: it makes every unchecked index below safe.
+    let dst = &mut dst[..kc * mr];
     if rows < mr {
-        dst[..kc * mr].iter_mut().for_each(|x| *x = 0.0);
+        dst.iter_mut().for_each(|x| *x = 0.0);
     }
-    if a.cs == 1 || a.rs != 1 {
-        for r in 0..rows {
-            let src = a.ptr.add((row0 + r) * a.rs + pc * a.cs);
-            if a.cs == 1 {
-                let row = std::slice::from_raw_parts(src, kc);
-                for (kk, &x) in row.iter().enumerate() {
-                    *dst.get_unchecked_mut(kk * mr + r) = x;
-                }
-            } else {
-                for kk in 0..kc {
-                    *dst.get_unchecked_mut(kk * mr + r) = *src.add(kk * a.cs);
+    // Reads are of `(row0 + r, pc + kk)`, `r < rows ≤ m − row0`, `kk < kc`
+    // (a `cs == 1` row slice is `kc` contiguous floats, a transposed column
+    // slice `rows`); writes at `kk·mr + r < kc·mr = dst.len()` (`r < mr`).
+    // SAFETY: so reads are inside the view (the contract), writes inside `dst`.
+    unsafe {
+        if a.cs == 1 || a.rs != 1 {
+            for r in 0..rows {
+                let src = a.ptr.add((row0 + r) * a.rs + pc * a.cs);
+                if a.cs == 1 {
+                    let row = std::slice::from_raw_parts(src, kc);
+                    for (kk, &x) in row.iter().enumerate() {
+                        *dst.get_unchecked_mut(kk * mr + r) = x;
+                    }
+                } else {
+                    for kk in 0..kc {
+                        *dst.get_unchecked_mut(kk * mr + r) = *src.add(kk * a.cs);
+                    }
                 }
             }
-        }
-    } else {
-        // Unit stride down the rows (a transposed operand).
-        for kk in 0..kc {
-            let src = a.ptr.add(row0 + (pc + kk) * a.cs);
-            let d = &mut dst[kk * mr..kk * mr + rows];
-            d.copy_from_slice(std::slice::from_raw_parts(src, rows));
+        } else {
+            // Unit stride down the rows (a transposed operand).
+            for kk in 0..kc {
+                let src = a.ptr.add(row0 + (pc + kk) * a.cs);
+                let d = &mut dst[kk * mr..kk * mr + rows];
+                d.copy_from_slice(std::slice::from_raw_parts(src, rows));
+            }
         }
     }
 }
@@ -650,14 +757,20 @@ fn avx512() -> bool {
 ///
 /// # Safety
 /// AVX-512F must be available; the 16 source rows of 16 floats (stride
-/// `ss`) and the 16 destination rows (stride `ds`) must be valid.
+/// `ss`) must be valid for reads and the 16 destination rows (stride `ds`)
+/// for writes. It stays `unsafe` for both: the CPU feature (a caller that
+/// checked it once should not pay per 16 × 16 block) and the raw rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
+// SAFETY: (contract) in the crate met by `pack_b_panel` (`avx512()` checked,
+// full 16 × 16 blocks only).
 pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
     use std::arch::x86_64::*;
     let mut r = [_mm512_setzero_ps(); 16];
     for (c, x) in r.iter_mut().enumerate() {
-        *x = _mm512_loadu_ps(src.add(c * ss));
+        // SAFETY: source row `c < 16`, 16 readable floats (the contract);
+        // the load is unaligned.
+        *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
     }
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
@@ -685,7 +798,9 @@ pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) 
         r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
     }
     for (i, x) in r.iter().enumerate() {
-        _mm512_storeu_ps(dst.add(i * ds), *x);
+        // SAFETY: destination row `i < 16`, 16 writable floats (the
+        // contract); the store is unaligned.
+        unsafe { _mm512_storeu_ps(dst.add(i * ds), *x) };
     }
 }
 
@@ -694,7 +809,10 @@ pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) 
 /// unit stride.
 ///
 /// # Safety
-/// The view must be valid over the given rows and the columns below `n`.
+/// The view must be valid over the rows `pc..pc + kc` and the columns
+/// `col0..n`.
+// SAFETY: (contract) met by `sgemm`, its only caller (rows below `k`,
+// columns below `n`, which `sgemm`'s own contract makes readable).
 unsafe fn pack_b_panel(
     b: &View,
     pc: usize,
@@ -705,74 +823,85 @@ unsafe fn pack_b_panel(
     dst: &mut [f32],
 ) {
     let cols = nr.min(n.saturating_sub(col0));
+    // Checked once per panel: it makes every unchecked index below safe.
+    let dst = &mut dst[..kc * nr];
     if cols < nr {
-        dst[..kc * nr].iter_mut().for_each(|x| *x = 0.0);
+        dst.iter_mut().for_each(|x| *x = 0.0);
     }
-    if b.cs == 1 {
-        for kk in 0..kc {
-            let src = b.ptr.add((pc + kk) * b.rs + col0);
-            dst[kk * nr..kk * nr + cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
-        }
-    } else if b.rs == 1 {
-        // A transposed operand (a PyTorch-layout weight): columns are
-        // contiguous. Transpose in 16 × 16 tiles so reads and writes stay in L1.
-        const T: usize = 16;
-        let mut kb = 0;
-        while kb < kc {
-            let kn = T.min(kc - kb);
-            let mut cb = 0;
-            while cb < cols {
-                let cn = T.min(cols - cb);
-                if kn == T && cn == T && avx512() {
-                    // SAFETY: AVX-512F is present; 16 rows of 16 floats are
-                    // inside the view, 16 rows of 16 inside `dst`.
-                    #[cfg(target_arch = "x86_64")]
-                    transpose16(
-                        b.ptr.add(pc + kb + (col0 + cb) * b.cs),
-                        b.cs,
-                        dst.as_mut_ptr().add(kb * nr + cb),
-                        nr,
-                    );
-                } else if kn == T && cn == T {
-                    let mut tile = [[0f32; T]; T];
-                    for (c, row) in tile.iter_mut().enumerate() {
-                        let src = b.ptr.add(pc + kb + (col0 + cb + c) * b.cs);
-                        row.copy_from_slice(std::slice::from_raw_parts(src, T));
-                    }
-                    for i in 0..T {
-                        let d = dst.as_mut_ptr().add((kb + i) * nr + cb);
-                        for (c, row) in tile.iter().enumerate() {
-                            *d.add(c) = row[i];
-                        }
-                    }
-                } else {
-                    for c in 0..cn {
-                        let src = b.ptr.add(pc + kb + (col0 + cb + c) * b.cs);
-                        for i in 0..kn {
-                            *dst.get_unchecked_mut((kb + i) * nr + cb + c) = *src.add(i);
-                        }
-                    }
-                }
-                cb += T;
+    // Reads are of `(pc + kk, col0 + c)`, `kk < kc`, `c < cols ≤ n − col0`;
+    // writes at `kk·nr + c < kc·nr = dst.len()` (16 × 16 blocks only when
+    // `kb + 16 ≤ kc` and `cb + 16 ≤ cols ≤ nr`).
+    // SAFETY: so reads are inside the view (the contract), writes inside
+    // `dst`; `transpose16` runs only where `avx512()` detected AVX-512F.
+    unsafe {
+        if b.cs == 1 {
+            for kk in 0..kc {
+                let src = b.ptr.add((pc + kk) * b.rs + col0);
+                dst[kk * nr..kk * nr + cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
             }
-            kb += T;
-        }
-    } else {
-        for kk in 0..kc {
-            for c in 0..cols {
-                dst[kk * nr + c] = b.at(pc + kk, col0 + c);
+        } else if b.rs == 1 {
+            // A transposed operand (a PyTorch-layout weight): columns are
+            // contiguous. Transpose in 16 × 16 tiles so reads and writes stay in L1.
+            const T: usize = 16;
+            let mut kb = 0;
+            while kb < kc {
+                let kn = T.min(kc - kb);
+                let mut cb = 0;
+                while cb < cols {
+                    let cn = T.min(cols - cb);
+                    if kn == T && cn == T && avx512() {
+                        // AVX-512F is present; 16 rows of 16 floats are inside
+                        // the view, 16 rows of 16 inside `dst`.
+                        #[cfg(target_arch = "x86_64")]
+                        transpose16(
+                            b.ptr.add(pc + kb + (col0 + cb) * b.cs),
+                            b.cs,
+                            dst.as_mut_ptr().add(kb * nr + cb),
+                            nr,
+                        );
+                    } else if kn == T && cn == T {
+                        let mut tile = [[0f32; T]; T];
+                        for (c, row) in tile.iter_mut().enumerate() {
+                            let src = b.ptr.add(pc + kb + (col0 + cb + c) * b.cs);
+                            row.copy_from_slice(std::slice::from_raw_parts(src, T));
+                        }
+                        for i in 0..T {
+                            let d = dst.as_mut_ptr().add((kb + i) * nr + cb);
+                            for (c, row) in tile.iter().enumerate() {
+                                *d.add(c) = row[i];
+                            }
+                        }
+                    } else {
+                        for c in 0..cn {
+                            let src = b.ptr.add(pc + kb + (col0 + cb + c) * b.cs);
+                            for i in 0..kn {
+                                *dst.get_unchecked_mut((kb + i) * nr + cb + c) = *src.add(i);
+                            }
+                        }
+                    }
+                    cb += T;
+                }
+                kb += T;
+            }
+        } else {
+            for kk in 0..kc {
+                for c in 0..cols {
+                    dst[kk * nr + c] = b.at(pc + kk, col0 + c);
+                }
             }
         }
     }
 }
 
-/// Row-major strides of a contiguous shape.
+/// Row-major strides of a contiguous shape (saturating at `isize::MAX`
+/// for a shape whose element count does not fit, which no buffer has:
+/// never a panic or a wrapped stride).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut st = vec![0isize; shape.len()];
     let mut acc = 1isize;
     for d in (0..shape.len()).rev() {
         st[d] = acc;
-        acc *= shape[d] as isize;
+        acc = acc.saturating_mul(isize::try_from(shape[d]).unwrap_or(isize::MAX));
     }
     st
 }
@@ -789,9 +918,18 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
 /// rows to split across threads); other batched products split the batch
 /// across threads.
 ///
+/// Shapes that are not a matmul (Section 2 §7: equal ranks ≥ 2, equal
+/// batch prefixes, K = K'), strides that do not match the ranks or are
+/// negative, and an element count that overflows are errors, never a panic.
+///
 /// # Safety
-/// The buffers must hold the storage the shapes and strides address.
+/// `a` and `b` must be valid for reads of every element the shapes and
+/// strides address, `out` for writes of the output's storage
+/// (`batch·M·N` elements of `dt`), not overlapping the operands. It stays
+/// `unsafe` because raw buffers carry no length to check against; the
+/// JIT's compiled functions are the safe entry point.
 #[allow(clippy::too_many_arguments)]
+// SAFETY: (contract) in the crate met by `CompiledFn::exec`, see there.
 pub unsafe fn matmul_strided(
     dt: Dtype,
     a: *const u8,
@@ -803,14 +941,20 @@ pub unsafe fn matmul_strided(
     sb: &[usize],
     threads: usize,
 ) -> Result<(), Error> {
+    let (batch, m, k, n) = matmul_dims(sa, sb)?;
     let r = sa.len();
-    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let batch: usize = sa[..r - 2].iter().product();
+    if st_a.len() != r || st_b.len() != r || st_a.iter().chain(st_b).any(|&s| s < 0) {
+        return Err(Error::Unsupported(format!(
+            "matmul strides {st_a:?} and {st_b:?} for shapes {sa:?} and {sb:?}"
+        )));
+    }
     if dt != Dtype::F32 {
         if st_a != contiguous_strides(sa).as_slice() || st_b != contiguous_strides(sb).as_slice() {
             return Err(Error::Unsupported(format!("strided matmul at {dt}")));
         }
-        return matmul(dt, a, b, out, sa, sb, threads);
+        // SAFETY: contiguous operands of shapes `sa`, `sb`: the contract
+        // of `matmul`, given by this function's.
+        return unsafe { matmul(dt, a, b, out, sa, sb, threads) };
     }
     let (a, b, c) = (a as *const f32, b as *const f32, out as *mut f32);
     if batch == 0 || m == 0 || n == 0 {
@@ -833,11 +977,15 @@ pub unsafe fn matmul_strided(
             fold = false;
         }
     }
-    let rs_a = st_a[r - 2];
-    let va = |off: isize, rs: isize| View::new(a.offset(off), rs as usize, st_a[r - 1] as usize);
-    let vb = |off: isize| View::new(b.offset(off), st_b[r - 2] as usize, st_b[r - 1] as usize);
     if fold || batch == 1 {
-        return sgemm(batch * m, n, k, va(0, rs_a), vb(0), c, threads);
+        let va = View::new(a, st_a[r - 2] as usize, st_a[r - 1] as usize);
+        let vb = View::new(b, st_b[r - 2] as usize, st_b[r - 1] as usize);
+        // One batch item, or a B equal for every item and an A whose batch
+        // dims step by whole row blocks (`st_a[d] = st_a[r−2]·ext`): A is one
+        // `(batch·M) × K` matrix of row stride `st_a[r−2]`, B one `K × N`.
+        // SAFETY: so the views address exactly the elements the contract makes
+        // readable, and C (contiguous `p ++ [M, N]`) is `(batch·M) × N`.
+        return unsafe { sgemm(batch * m, n, k, va, vb, c, threads) };
     }
     let offs = |p: usize, st: &[isize]| -> isize {
         let mut rest = p;
@@ -852,25 +1000,34 @@ pub unsafe fn matmul_strided(
     let (ap, bp) = (SendPtr(a as *mut f32), SendPtr(b as *mut f32));
     let one = |p: usize| -> Result<(), Error> {
         let (cp, ap, bp) = (cp, ap, bp);
-        sgemm(
-            m,
-            n,
-            k,
-            View::new(
-                ap.0.offset(offs(p, st_a)),
-                st_a[r - 2] as usize,
-                st_a[r - 1] as usize,
-            ),
-            View::new(
-                bp.0.offset(offs(p, st_b)),
-                st_b[r - 2] as usize,
-                st_b[r - 1] as usize,
-            ),
-            cp.0.add(p * m * n),
-            1,
-        )
+        // `offs(p, ·)` is batch item `p < batch`'s offset (its multi-index
+        // over the shared batch dims times the strides).
+        // SAFETY: so each view addresses item `p` of its operand (readable by
+        // the contract); this call alone writes item `p`, `m·n` floats at `p·m·n`.
+        unsafe {
+            sgemm(
+                m,
+                n,
+                k,
+                View::new(
+                    ap.0.offset(offs(p, st_a)),
+                    st_a[r - 2] as usize,
+                    st_a[r - 1] as usize,
+                ),
+                View::new(
+                    bp.0.offset(offs(p, st_b)),
+                    st_b[r - 2] as usize,
+                    st_b[r - 1] as usize,
+                ),
+                cp.0.add(p * m * n),
+                1,
+            )
+        }
     };
-    if threads != 1 && batch * m * n * k >= (1 << 18) && rayon::current_num_threads() > 1 {
+    if threads != 1
+        && batch.saturating_mul(m).saturating_mul(n).saturating_mul(k) >= (1 << 18)
+        && rayon::current_num_threads() > 1
+    {
         (0..batch).into_par_iter().try_for_each(one)
     } else {
         (0..batch).try_for_each(one)
@@ -887,19 +1044,22 @@ pub unsafe fn matmul_strided(
 /// # Safety
 /// `ptr` must hold `len` elements of `d`'s storage (2-byte aligned for the
 /// 16-bit dtypes: tensor storage is 8-byte aligned).
+// SAFETY: (contract) met by `matmul` (whole operand storage) and its test.
 unsafe fn widen(d: Dtype, ptr: *const u8, len: usize) -> Vec<f32> {
     use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
     let mut out = vec![0f32; len];
     match d {
         Dtype::F16 => {
-            let bits = std::slice::from_raw_parts(ptr as *const u16, len);
+            // SAFETY: `len` initialised, 2-byte aligned u16s (the contract).
+            let bits = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
             let h: &[half::f16] = bits.reinterpret_cast();
             h.convert_to_f32_slice(&mut out);
         }
         Dtype::BF16 => {
             // A BF16 is the high half of an f32: a shift (vectorizes).
-            let bits = std::slice::from_raw_parts(ptr as *const u16, len);
+            // SAFETY: `len` initialised, 2-byte aligned u16s (the contract).
+            let bits = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
             for (o, b) in out.iter_mut().zip(bits) {
                 *o = f32::from_bits((*b as u32) << 16);
             }
@@ -908,7 +1068,8 @@ unsafe fn widen(d: Dtype, ptr: *const u8, len: usize) -> Vec<f32> {
             let table: Vec<f32> = (0..256u16)
                 .map(|b| cast::decode_bits(b, d).unwrap_or(f32::NAN))
                 .collect();
-            let bytes = std::slice::from_raw_parts(ptr, len);
+            // SAFETY: `len` initialised bytes (the contract).
+            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
             for (o, b) in out.iter_mut().zip(bytes) {
                 *o = table[*b as usize];
             }
@@ -924,24 +1085,29 @@ unsafe fn widen(d: Dtype, ptr: *const u8, len: usize) -> Vec<f32> {
 /// F8 through `cast::encode_bits` per element.
 ///
 /// # Safety
-/// `out` must hold `xs.len()` elements of `d`'s storage (2-byte aligned
-/// for the 16-bit dtypes).
+/// `out` must be valid for writes of `xs.len()` elements of `d`'s storage
+/// (2-byte aligned for the 16-bit dtypes) and not referenced elsewhere.
+// SAFETY: (contract) met by `matmul`, its only caller (the whole output).
 unsafe fn narrow(d: Dtype, xs: &[f32], out: *mut u8) {
     use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
     match d {
         Dtype::F16 => {
-            let bits = std::slice::from_raw_parts_mut(out as *mut u16, xs.len());
+            // SAFETY: `xs.len()` writable, 2-byte aligned u16s that nothing
+            // else references (the contract); every u16 is valid.
+            let bits = unsafe { std::slice::from_raw_parts_mut(out as *mut u16, xs.len()) };
             let h: &mut [half::f16] = bits.reinterpret_cast_mut();
             h.convert_from_f32_slice(xs);
         }
         Dtype::BF16 => {
-            let bits = std::slice::from_raw_parts_mut(out as *mut u16, xs.len());
+            // SAFETY: as for F16 just above.
+            let bits = unsafe { std::slice::from_raw_parts_mut(out as *mut u16, xs.len()) };
             let h: &mut [half::bf16] = bits.reinterpret_cast_mut();
             h.convert_from_f32_slice(xs);
         }
         _ => {
             for (i, x) in xs.iter().enumerate() {
-                *out.add(i) = cast::encode_bits(*x, d).unwrap_or(0) as u8;
+                // SAFETY: byte `i < xs.len()` of the output (the contract).
+                unsafe { *out.add(i) = cast::encode_bits(*x, d).unwrap_or(0) as u8 };
             }
         }
     }
@@ -950,8 +1116,16 @@ unsafe fn narrow(d: Dtype, xs: &[f32], out: *mut u8) {
 /// Batched matmul on contiguous raw storage (Section 2 §5 layout) of dtype
 /// `dt`: `a: p ++ [M, K]`, `b: p ++ [K, N]` → `out: p ++ [M, N]`.
 ///
+/// Shapes that are not a matmul (Section 2 §7) and element counts that
+/// overflow are errors, never a panic.
+///
 /// # Safety
-/// The buffers must hold the storage of the given shapes.
+/// `a` and `b` must be valid for reads of the storage of `sa` and `sb`,
+/// `out` for writes of the storage of `p ++ [M, N]`, not overlapping the
+/// operands; the 16-bit float dtypes need 2-byte aligned storage (tensor
+/// storage is 8-byte aligned). It stays `unsafe` because raw buffers carry
+/// no length to check against.
+// SAFETY: (contract) in the crate met by `matmul_strided` (contiguous case).
 pub unsafe fn matmul(
     dt: Dtype,
     a: *const u8,
@@ -961,48 +1135,86 @@ pub unsafe fn matmul(
     sb: &[usize],
     threads: usize,
 ) -> Result<(), Error> {
-    let r = sa.len();
-    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let batch: usize = sa[..r - 2].iter().product();
+    let (batch, m, k, n) = matmul_dims(sa, sb)?;
+    // No overflow: `matmul_dims` checked `batch·m·k`, `batch·k·n`, `batch·m·n`.
     let (na, nb, nc) = (m * k, k * n, m * n);
     match dt {
         Dtype::F32 => {
             let (a, b, c) = (a as *const f32, b as *const f32, out as *mut f32);
             for p in 0..batch {
-                sgemm(
-                    m,
-                    n,
-                    k,
-                    View::new(a.add(p * na), k, 1),
-                    View::new(b.add(p * nb), n, 1),
-                    c.add(p * nc),
-                    threads,
-                )?;
+                // SAFETY: item `p < batch` of each contiguous operand is the
+                // `na` (`nb`, `nc`) floats at `p·na` (`p·nb`, `p·nc`), inside
+                // the storage the contract makes valid.
+                unsafe {
+                    sgemm(
+                        m,
+                        n,
+                        k,
+                        View::new(a.add(p * na), k, 1),
+                        View::new(b.add(p * nb), n, 1),
+                        c.add(p * nc),
+                        threads,
+                    )?;
+                }
             }
         }
         d if d.is_float() => {
-            let dec = |ptr: *const u8, len: usize| -> Vec<f32> { widen(d, ptr, len) };
-            let (af, bf) = (dec(a, batch * na), dec(b, batch * nb));
+            // SAFETY: `batch·na` and `batch·nb` elements of `d`, the whole
+            // storage of `sa` and `sb`, aligned as the contract says.
+            let (af, bf) = unsafe { (widen(d, a, batch * na), widen(d, b, batch * nb)) };
             let mut cf = vec![0f32; batch * nc];
             for p in 0..batch {
-                sgemm(
-                    m,
-                    n,
-                    k,
-                    View::new(af.as_ptr().add(p * na), k, 1),
-                    View::new(bf.as_ptr().add(p * nb), n, 1),
-                    cf.as_mut_ptr().add(p * nc),
-                    threads,
-                )?;
+                // SAFETY: as for F32, on the widened copies `af`, `bf` and
+                // `cf` (allocated with exactly `batch` items each).
+                unsafe {
+                    sgemm(
+                        m,
+                        n,
+                        k,
+                        View::new(af.as_ptr().add(p * na), k, 1),
+                        View::new(bf.as_ptr().add(p * nb), n, 1),
+                        cf.as_mut_ptr().add(p * nc),
+                        threads,
+                    )?;
+                }
             }
-            narrow(d, &cf, out);
+            // SAFETY: `cf` has the `batch·nc` elements of `out`'s storage.
+            unsafe { narrow(d, &cf, out) };
         }
         d if d.is_int() => {
-            return crate::matmul_int::matmul_int(d, a, b, out, sa, sb, threads);
+            // SAFETY: the same contract.
+            return unsafe { crate::matmul_int::matmul_int(d, a, b, out, sa, sb, threads) };
         }
         _ => return Err(Error::Unsupported(format!("matmul at {dt}"))),
     }
     Ok(())
+}
+
+/// `(batch, M, K, N)` of a matmul of shapes `sa = p ++ [M, K]` and
+/// `sb = q ++ [K', N]`: an error unless the ranks are equal and ≥ 2,
+/// `p = q` and `K = K'` (Section 2 §7, no batch broadcasting), or when an
+/// operand's or the result's element count overflows `usize`.
+pub(crate) fn matmul_dims(
+    sa: &[usize],
+    sb: &[usize],
+) -> Result<(usize, usize, usize, usize), Error> {
+    let r = sa.len();
+    if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sa[r - 1] != sb[r - 2] {
+        return Err(Error::Unsupported(format!(
+            "matmul of shapes {sa:?} and {sb:?}"
+        )));
+    }
+    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
+    let vol = |s: &[usize]| s.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let batch = vol(&sa[..r - 2]);
+    let counts =
+        batch.and_then(|b| Some((b, vol(&[b, m, k])?, vol(&[b, k, n])?, vol(&[b, m, n])?)));
+    match counts {
+        Some((batch, ..)) => Ok((batch, m, k, n)),
+        None => Err(Error::Unsupported(format!(
+            "matmul of shapes {sa:?} and {sb:?}: element count overflows"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -1078,6 +1290,56 @@ mod narrow_tests {
                     x.to_bits()
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod dims_tests {
+    use super::*;
+
+    /// Every raw entry point rejects a call whose shapes are not a matmul
+    /// (Section 2 §7), whose strides do not fit them or whose element count
+    /// overflows, before touching a buffer: the pointers here are dangling
+    /// and must never be read.
+    #[test]
+    fn malformed_shapes_and_strides_are_errors_before_any_access() {
+        let p = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8;
+        let big = usize::MAX / 2;
+        let bad: &[(&[usize], &[usize])] = &[
+            (&[2], &[2]),                 // rank < 2
+            (&[2, 3], &[2, 3, 4]),        // ranks differ
+            (&[2, 3], &[4, 2]),           // K ≠ K'
+            (&[2, 1, 3], &[3, 3, 1]),     // batch prefixes differ
+            (&[big, 4], &[4, 1]),         // A's count overflows
+            (&[1, 4], &[4, big]),         // B's count overflows
+            (&[big, 1, 1], &[big, 1, 1]), // fine per operand... (M=K=N=1)
+            (&[big, 3, 1], &[big, 1, 3]), // ...but C's count overflows
+        ];
+        for &(sa, sb) in bad {
+            let dims = matmul_dims(sa, sb);
+            if sa == [big, 1, 1] {
+                assert_eq!(dims.ok(), Some((big, 1, 1, 1)));
+                continue;
+            }
+            assert!(dims.is_err(), "{sa:?} × {sb:?}");
+            for dt in [Dtype::F32, Dtype::F16, Dtype::I32] {
+                // SAFETY: each call must return an error before any access
+                // (which is what this test checks); nothing is dereferenced.
+                let r = unsafe { matmul(dt, p, p, p, sa, sb, 1) };
+                assert!(r.is_err(), "matmul {dt} {sa:?} × {sb:?}");
+                let (st_a, st_b) = (contiguous_strides(sa), contiguous_strides(sb));
+                // SAFETY: as above.
+                let r = unsafe { matmul_strided(dt, p, &st_a, p, &st_b, p, sa, sb, 1) };
+                assert!(r.is_err(), "matmul_strided {dt} {sa:?} × {sb:?}");
+            }
+        }
+        // Strides of the wrong rank, or negative.
+        let (sa, sb) = ([2usize, 3], [3usize, 2]);
+        for (st_a, st_b) in [(vec![3isize], vec![2, 1]), (vec![3, 1], vec![-2, 1])] {
+            // SAFETY: as above.
+            let r = unsafe { matmul_strided(Dtype::F32, p, &st_a, p, &st_b, p, &sa, &sb, 1) };
+            assert!(r.is_err(), "strides {st_a:?} {st_b:?}");
         }
     }
 }

@@ -190,8 +190,10 @@ fn compile(kind: IntKernel) -> Result<Micro, String> {
     let ir = ukernel_int_ir(kind, vw, mr);
     let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
     let a = m.addr("ukr").ok_or("ukr missing")?;
-    // SAFETY: the IR defines `ukr(i64 kc, T* a, T* b, T* c, i64 ldc,
-    // i64 accum)`; the pointers are passed as `*const u8` (same ABI).
+    // SAFETY: `a` is MCJIT's address of `ukr`, which the IR defines as
+    // `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64 accum)`: the `Ukr`
+    // signature (pointers are pointers to the C ABI whatever their pointee);
+    // `Micro` keeps the module, and so the code, alive next to `f`.
     let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
     Ok(Micro {
         _module: m,
@@ -219,9 +221,11 @@ fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
 /// slots.
 ///
 /// # Safety
-/// The panels hold `kc·mr` and `kc·nr` elements of the kernel's type, `c`
-/// an `mr × nr` tile with leading dimension `ldc`.
+/// The panels hold `kc·mr` and `kc·nr` elements of the kernel's type `T`,
+/// `c` is valid for an `mr × nr` tile with leading dimension `ldc` that no
+/// one else touches during the call.
 #[inline(always)]
+// SAFETY: (contract) met by `gemm`, its only caller.
 unsafe fn call_ukr<T>(
     mk: &Micro,
     kc: usize,
@@ -231,14 +235,18 @@ unsafe fn call_ukr<T>(
     ldc: usize,
     accum: bool,
 ) {
-    (mk.f)(
-        kc as i64,
-        a.cast(),
-        b.cast(),
-        c.cast(),
-        ldc as i64,
-        accum as i64,
-    );
+    // SAFETY: the kernel reads exactly the two panels and reads/writes
+    // exactly the tile (its IR, `ukernel_text`), valid by the contract.
+    unsafe {
+        (mk.f)(
+            kc as i64,
+            a.cast(),
+            b.cast(),
+            c.cast(),
+            ldc as i64,
+            accum as i64,
+        )
+    };
 }
 
 /// Which kernel [`matmul_int`] uses for dtype `dt` on this host: the pair
@@ -302,27 +310,39 @@ impl Acc for i32 {
 
 #[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
-// SAFETY: used for reads of the operands and disjoint writes of C rows.
+// SAFETY: a `SendPtr` crosses threads only inside `batched` and `gemm`,
+// which join their tasks before returning (so the pointee outlives them);
+// the tasks read the operands and write disjoint parts of C (distinct
+// batch items or row blocks).
 unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as for `Send` just above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Read element `i` (linear, over the whole buffer) of an int operand as
 /// i64 (sign-extended; I4: nibble `i % 2` of byte `i / 2`, low first).
+///
+/// # Safety
+/// Element `i` of `dt`'s storage at `p` must be readable (any alignment).
 #[inline(always)]
+// SAFETY: (contract) met by `Mat::at`, its only caller.
 unsafe fn read(dt: Dtype, p: *const u8, i: usize) -> i64 {
-    match dt {
-        Dtype::I64 => (p as *const i64).add(i).read_unaligned(),
-        Dtype::I32 => (p as *const i32).add(i).read_unaligned() as i64,
-        Dtype::I16 => (p as *const i16).add(i).read_unaligned() as i64,
-        Dtype::I8 => *(p as *const i8).add(i) as i64,
-        _ => {
-            let byte = *p.add(i / 2);
-            let nib = if i.is_multiple_of(2) {
-                byte << 4
-            } else {
-                byte & 0xF0
-            };
-            ((nib as i8) >> 4) as i64
+    // SAFETY: the element's bytes are readable (the contract); the
+    // multi-byte reads are unaligned ones.
+    unsafe {
+        match dt {
+            Dtype::I64 => (p as *const i64).add(i).read_unaligned(),
+            Dtype::I32 => (p as *const i32).add(i).read_unaligned() as i64,
+            Dtype::I16 => (p as *const i16).add(i).read_unaligned() as i64,
+            Dtype::I8 => *(p as *const i8).add(i) as i64,
+            _ => {
+                let byte = *p.add(i / 2);
+                let nib = if i.is_multiple_of(2) {
+                    byte << 4
+                } else {
+                    byte & 0xF0
+                };
+                ((nib as i8) >> 4) as i64
+            }
         }
     }
 }
@@ -338,9 +358,16 @@ struct Mat {
 }
 
 impl Mat {
+    /// Element `(i, j)`.
+    ///
+    /// # Safety
+    /// `(i, j)` must lie inside the operand the `Mat` describes.
     #[inline(always)]
+    // SAFETY: (contract) met by `pack_a` and `pack_b`, its only callers.
     unsafe fn at(&self, i: usize, j: usize) -> i64 {
-        read(self.dt, self.ptr.0, self.base + i * self.ld + j)
+        // SAFETY: linear element `base + i·ld + j` is `(i, j)` of the
+        // operand, readable by the contract.
+        unsafe { read(self.dt, self.ptr.0, self.base + i * self.ld + j) }
     }
 }
 
@@ -391,8 +418,12 @@ macro_rules! per_dtype {
 /// Pack rows `row0..row0+mr` (zero past `m`) × k `pc..pc+kc` of A into
 /// `dst[s·mr + r]`, slot `s` = k `pc+s` (or the pair `pc+2s, pc+2s+1`, zero
 /// past `pc+kc`).
+///
+/// # Safety
+/// `a` must be readable over rows `row0..m` and k `pc..pc + kc`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
+// SAFETY: (contract) met by `gemm`, its only caller.
 unsafe fn pack_a<T: Acc>(
     a: Mat,
     pair: bool,
@@ -409,7 +440,10 @@ unsafe fn pack_a<T: Acc>(
     if rows < mr {
         dst.iter_mut().for_each(|x| *x = T::default());
     }
-    per_dtype!(a, {
+    // SAFETY: reads of `(row0 + r, pc + j)` with `r < rows ≤ m − row0` and
+    // `j < kc` (the pair's high half only when `2s + 1 < kc`), inside A by
+    // the contract; writes are bounds-checked.
+    per_dtype!(a, unsafe {
         for r in 0..rows {
             let i = row0 + r;
             if pair {
@@ -429,8 +463,12 @@ unsafe fn pack_a<T: Acc>(
 
 /// Pack k `pc..pc+kc` × columns `col0..col0+nr` (zero past `n`) of B into
 /// `dst[s·nr + c]` (slots as in [`pack_a`]).
+///
+/// # Safety
+/// `b` must be readable over k `pc..pc + kc` and columns `col0..n`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
+// SAFETY: (contract) met by `gemm`, its only caller.
 unsafe fn pack_b<T: Acc>(
     b: Mat,
     pair: bool,
@@ -447,7 +485,10 @@ unsafe fn pack_b<T: Acc>(
     if cols < nr {
         dst.iter_mut().for_each(|x| *x = T::default());
     }
-    per_dtype!(b, {
+    // SAFETY: reads of `(pc + j, col0 + c)` with `j < kc` (the pair's high
+    // half only when `2s + 1 < kc`) and `c < cols ≤ n − col0`, inside B by
+    // the contract; writes are bounds-checked.
+    per_dtype!(b, unsafe {
         for s in 0..slots {
             let d = &mut dst[s * nr..s * nr + cols];
             if pair {
@@ -474,8 +515,11 @@ unsafe fn pack_b<T: Acc>(
 /// leading dimension `n`), `k ≥ 1`, `m, n ≥ 1`.
 ///
 /// # Safety
-/// `a`, `b` must address `m × k` and `k × n` elements, `c` `m × n`.
+/// `a`, `b` must be readable over `m × k` and `k × n` elements, `c` valid
+/// for writes of `m × n` (aligned for `T`) that no one else touches during
+/// the call; `mk`'s tile fits [`MAX_TILE`] (`geometry`: `mr ≤ 14`, `nr ≤ 32`).
 #[allow(clippy::too_many_arguments)]
+// SAFETY: (contract) met by `batched`, its only caller.
 unsafe fn gemm<T: Acc>(
     mk: &Micro,
     pair: bool,
@@ -516,7 +560,10 @@ unsafe fn gemm<T: Acc>(
                 bp.resize(need, T::default());
             }
             let bpk = &mut bp[..need];
-            let pack = |q: usize, d: &mut [T]| pack_b(b, pair, pc, kc, jc + q * nr, nr, n, d);
+            // SAFETY: k `pc..pc + kc ⊆ 0..k` and columns from
+            // `jc + q·nr < n` of B, readable by the contract.
+            let pack =
+                |q: usize, d: &mut [T]| unsafe { pack_b(b, pair, pc, kc, jc + q * nr, nr, n, d) };
             if par && npanels > 1 {
                 bpk.par_chunks_mut(ks * nr)
                     .enumerate()
@@ -534,26 +581,38 @@ unsafe fn gemm<T: Acc>(
                 let mpanels = mcb.div_ceil(mr);
                 let mut ap = vec![T::default(); mpanels * ks * mr];
                 for (p, d) in ap.chunks_mut(ks * mr).enumerate() {
-                    pack_a(a, pair, pc, kc, ic + p * mr, mr, m, d);
+                    // SAFETY: rows from `ic + p·mr < m`, k `pc..pc + kc ⊆
+                    // 0..k` of A, readable by the contract.
+                    unsafe { pack_a(a, pair, pc, kc, ic + p * mr, mr, m, d) };
                 }
                 let mut tile = [T::default(); MAX_TILE];
                 for q in 0..npanels {
                     let col0 = jc + q * nr;
                     let ncols = nr.min(n - col0);
-                    let bq = bpr.as_ptr().add(q * ks * nr);
                     for p in 0..mpanels {
                         let row0 = ic + p * mr;
                         let nrows = mr.min(m - row0);
-                        let apq = ap.as_ptr().add(p * ks * mr);
-                        if nrows == mr && ncols == nr {
-                            call_ukr(mk, ks, apq, bq, c.0.add(row0 * n + col0), n, accum);
-                        } else {
-                            call_ukr(mk, ks, apq, bq, tile.as_mut_ptr(), nr, false);
-                            for r in 0..nrows {
-                                for cc in 0..ncols {
-                                    let dst = c.0.add((row0 + r) * n + col0 + cc);
-                                    let v = tile[r * nr + cc];
-                                    *dst = if accum { (*dst).wadd(v) } else { v };
+                        // B panel `q`: `ks·nr` slots at `q·ks·nr` of `bpr`
+                        // (`npanels·ks·nr`); A panel `p`: `ks·mr` at `p·ks·mr`
+                        // of `ap` (`mpanels·ks·mr`). A whole tile at `(row0,
+                        // col0)` lies inside C and this task's row block;
+                        // else the kernel writes `mr·nr ≤ MAX_TILE` slots of
+                        // `tile` and the `nrows × ncols` inside C are copied.
+                        // SAFETY: so all accesses are in bounds (the contract
+                        // makes C writable) and C's rows are this task's own.
+                        unsafe {
+                            let bq = bpr.as_ptr().add(q * ks * nr);
+                            let apq = ap.as_ptr().add(p * ks * mr);
+                            if nrows == mr && ncols == nr {
+                                call_ukr(mk, ks, apq, bq, c.0.add(row0 * n + col0), n, accum);
+                            } else {
+                                call_ukr(mk, ks, apq, bq, tile.as_mut_ptr(), nr, false);
+                                for r in 0..nrows {
+                                    for cc in 0..ncols {
+                                        let dst = c.0.add((row0 + r) * n + col0 + cc);
+                                        let v = tile[r * nr + cc];
+                                        *dst = if accum { (*dst).wadd(v) } else { v };
+                                    }
                                 }
                             }
                         }
@@ -578,6 +637,7 @@ const PAR_MIN: usize = 1 << 18;
 /// # Safety
 /// As [`matmul_int`]; `c` holds `batch·m·n` elements.
 #[allow(clippy::too_many_arguments)]
+// SAFETY: (contract) met by `matmul_int_using`, its only caller.
 unsafe fn batched<T: Acc>(
     mk: &Micro,
     pair: bool,
@@ -610,7 +670,11 @@ unsafe fn batched<T: Acc>(
             base: p * k * n,
             ld: n,
         };
-        gemm(mk, pair, m, n, k, am, bm, cp.0.add(p * m * n), par);
+        // SAFETY: item `p < batch` of each contiguous operand starts at
+        // linear element `p·m·k` (`p·k·n`), readable by the contract, and
+        // item `p` of C is the `m·n` elements at `p·m·n`, written by this
+        // call alone.
+        unsafe { gemm(mk, pair, m, n, k, am, bm, cp.0.add(p * m * n), par) };
     };
     if par_batch {
         (0..batch).into_par_iter().for_each(|p| run(p, false));
@@ -622,31 +686,41 @@ unsafe fn batched<T: Acc>(
 /// Write `vals` (wrapping) as the narrow int dtype `dt` into `out`,
 /// elements `0..vals.len()` (I4: nibbles, low first; a last odd nibble
 /// keeps its byte's other half).
+///
+/// # Safety
+/// `out` must be valid for reads and writes of the storage of `vals.len()`
+/// elements of `dt` (any alignment), initialised (an odd I4 tail byte is
+/// read).
+// SAFETY: (contract) met by `matmul_int_using` and `write_zeros`.
 unsafe fn narrow(dt: Dtype, vals: &[i32], out: *mut u8) {
-    match dt {
-        Dtype::I32 => {
-            for (i, &v) in vals.iter().enumerate() {
-                (out as *mut i32).add(i).write_unaligned(v);
+    // SAFETY: element `i < vals.len()` (byte `i / 2` for I4) of the output,
+    // valid by the contract; multi-byte writes are unaligned ones.
+    unsafe {
+        match dt {
+            Dtype::I32 => {
+                for (i, &v) in vals.iter().enumerate() {
+                    (out as *mut i32).add(i).write_unaligned(v);
+                }
             }
-        }
-        Dtype::I16 => {
-            for (i, &v) in vals.iter().enumerate() {
-                (out as *mut i16).add(i).write_unaligned(v as i16);
+            Dtype::I16 => {
+                for (i, &v) in vals.iter().enumerate() {
+                    (out as *mut i16).add(i).write_unaligned(v as i16);
+                }
             }
-        }
-        Dtype::I8 => {
-            for (i, &v) in vals.iter().enumerate() {
-                *out.add(i) = v as u8;
+            Dtype::I8 => {
+                for (i, &v) in vals.iter().enumerate() {
+                    *out.add(i) = v as u8;
+                }
             }
-        }
-        _ => {
-            let mut pairs = vals.chunks_exact(2);
-            for (i, pr) in pairs.by_ref().enumerate() {
-                *out.add(i) = (pr[0] as u8 & 0xF) | ((pr[1] as u8) << 4);
-            }
-            if let [last] = pairs.remainder() {
-                let byte = out.add(vals.len() / 2);
-                *byte = (*byte & 0xF0) | (*last as u8 & 0xF);
+            _ => {
+                let mut pairs = vals.chunks_exact(2);
+                for (i, pr) in pairs.by_ref().enumerate() {
+                    *out.add(i) = (pr[0] as u8 & 0xF) | ((pr[1] as u8) << 4);
+                }
+                if let [last] = pairs.remainder() {
+                    let byte = out.add(vals.len() / 2);
+                    *byte = (*byte & 0xF0) | (*last as u8 & 0xF);
+                }
             }
         }
     }
@@ -658,12 +732,17 @@ unsafe fn narrow(dt: Dtype, vals: &[i32], out: *mut u8) {
 /// `dt`). `threads == 1` runs on the calling thread only.
 ///
 /// Shapes that are not a matmul (rank < 2, different ranks or batch dims,
-/// K ≠ K') and non-int dtypes are errors, never a panic; `K = 0` gives
-/// zeros, an empty output writes nothing.
+/// K ≠ K'), element counts that overflow and non-int dtypes are errors,
+/// never a panic; `K = 0` gives zeros, an empty output writes nothing.
 ///
 /// # Safety
-/// The buffers must hold the storage of the given shapes (`out` is written
-/// only within the output's storage).
+/// `a` and `b` must be valid for reads of the storage of `sa` and `sb`
+/// (any alignment), `out` for reads and writes of the initialised storage
+/// of `p ++ [M, N]`, not overlapping the operands (`out` is written only
+/// within it). It stays `unsafe` because raw buffers carry no length to
+/// check against; the JIT's compiled functions are the safe entry point.
+// SAFETY: (contract) in the crate met by `matmul::matmul` (whose contract
+// `CompiledFn::exec` meets through `matmul_strided`).
 pub unsafe fn matmul_int(
     dt: Dtype,
     a: *const u8,
@@ -673,7 +752,8 @@ pub unsafe fn matmul_int(
     sb: &[usize],
     threads: usize,
 ) -> Result<(), Error> {
-    matmul_int_using(kernel_for(dt), dt, a, b, out, sa, sb, threads)
+    // SAFETY: the same contract.
+    unsafe { matmul_int_using(kernel_for(dt), dt, a, b, out, sa, sb, threads) }
 }
 
 /// [`matmul_int`] with the micro-kernel chosen by the caller (tests and
@@ -684,6 +764,7 @@ pub unsafe fn matmul_int(
 /// # Safety
 /// As [`matmul_int`].
 #[allow(clippy::too_many_arguments)]
+// SAFETY: (contract) in the crate met by `matmul_int`, its only caller.
 pub unsafe fn matmul_int_using(
     kind: IntKernel,
     dt: Dtype,
@@ -694,7 +775,6 @@ pub unsafe fn matmul_int_using(
     sb: &[usize],
     threads: usize,
 ) -> Result<(), Error> {
-    let r = sa.len();
     let fits = match kind {
         IntKernel::I64 => dt == Dtype::I64,
         IntKernel::I32 => dt.is_int() && dt != Dtype::I64,
@@ -705,77 +785,69 @@ pub unsafe fn matmul_int_using(
             "integer matmul at {dt} with the {kind:?} kernel"
         )));
     }
-    if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sa[r - 1] != sb[r - 2] {
-        return Err(Error::Unsupported(format!(
-            "matmul of shapes {sa:?} and {sb:?}"
-        )));
-    }
-    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let batch: usize = sa[..r - 2].iter().product();
-    let total = batch.saturating_mul(m).saturating_mul(n);
+    let (batch, m, k, n) = crate::matmul::matmul_dims(sa, sb)?;
+    // No overflow: `matmul_dims` checked the output's element count.
+    let total = batch * m * n;
     if total == 0 {
         return Ok(());
     }
-    if dt == Dtype::I64 {
-        let c = out as *mut i64;
-        if k == 0 {
-            (0..total).for_each(|i| c.add(i).write_unaligned(0));
-            return Ok(());
-        }
-        let mk = micro(kind)?;
-        if (out as usize).is_multiple_of(std::mem::align_of::<i64>()) {
-            batched(mk, false, dt, a, b, c, batch, (m, k, n), threads);
-        } else {
-            let mut tmp = vec![0i64; total];
-            batched(
-                mk,
-                false,
-                dt,
-                a,
-                b,
-                tmp.as_mut_ptr(),
-                batch,
-                (m, k, n),
-                threads,
-            );
-            for (i, v) in tmp.iter().enumerate() {
-                c.add(i).write_unaligned(*v);
-            }
-        }
-        return Ok(());
-    }
+    let shape = (m, k, n);
     if k == 0 {
-        narrow(dt, &vec![0; total], out);
+        // SAFETY: `total` elements of `dt`: the output's storage (contract).
+        unsafe { write_zeros(dt, out, total) };
         return Ok(());
     }
     let mk = micro(kind)?;
     let pair = kind == IntKernel::Pair16;
-    if dt == Dtype::I32 && (out as usize).is_multiple_of(std::mem::align_of::<i32>()) {
-        batched(
-            mk,
-            pair,
-            dt,
-            a,
-            b,
-            out as *mut i32,
-            batch,
-            (m, k, n),
-            threads,
-        );
-    } else {
-        let mut tmp = vec![0i32; total];
-        batched(
-            mk,
-            pair,
-            dt,
-            a,
-            b,
-            tmp.as_mut_ptr(),
-            batch,
-            (m, k, n),
-            threads,
-        );
-        narrow(dt, &tmp, out);
+    // The kernel's C is `T`-typed: straight into `out` when it is the
+    // accumulator type and aligned for it, else through an aligned copy.
+    // In every arm the operands are as the contract says.
+    match dt {
+        // SAFETY: `out` is checked aligned and holds `total` i64s (contract).
+        Dtype::I64 if (out as usize).is_multiple_of(std::mem::align_of::<i64>()) => unsafe {
+            batched(mk, false, dt, a, b, out as *mut i64, batch, shape, threads)
+        },
+        Dtype::I64 => {
+            let mut tmp = vec![0i64; total];
+            // SAFETY: `tmp` has exactly `total` elements; the copy writes
+            // `total` unaligned i64s, `out`'s storage (contract).
+            unsafe {
+                batched(mk, false, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
+                for (i, v) in tmp.iter().enumerate() {
+                    (out as *mut i64).add(i).write_unaligned(*v);
+                }
+            }
+        }
+        // SAFETY: `out` is checked aligned and holds `total` i32s (contract).
+        Dtype::I32 if (out as usize).is_multiple_of(std::mem::align_of::<i32>()) => unsafe {
+            batched(mk, pair, dt, a, b, out as *mut i32, batch, shape, threads)
+        },
+        _ => {
+            let mut tmp = vec![0i32; total];
+            // SAFETY: `tmp` has exactly `total` elements; `narrow` writes
+            // `total` elements of `dt`, `out`'s storage (contract).
+            unsafe {
+                batched(mk, pair, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
+                narrow(dt, &tmp, out);
+            }
+        }
     }
     Ok(())
+}
+
+/// Zero `total` elements of the int dtype `dt` at `out`.
+///
+/// # Safety
+/// As [`narrow`] for `total` elements.
+// SAFETY: (contract) met by `matmul_int_using`, its only caller.
+unsafe fn write_zeros(dt: Dtype, out: *mut u8, total: usize) {
+    if dt == Dtype::I64 {
+        for i in 0..total {
+            // SAFETY: element `i < total` (the contract), unaligned write.
+            unsafe { (out as *mut i64).add(i).write_unaligned(0) };
+        }
+    } else {
+        // SAFETY: the same contract.
+        unsafe { narrow(dt, &vec![0; total], out) };
+    }
 }

@@ -8,6 +8,7 @@
 //! IR, or reports every violation as a compile error at the offending tokens
 //! with a counterexample. See `docs/syntax.md` in the repository.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use proc_macro::TokenStream;
 

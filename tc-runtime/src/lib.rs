@@ -1,6 +1,7 @@
 //! The tc runtime: tensors of all 11 dtypes, bit-exact casts (Section 2 §5),
 //! the Section 4 reference interpreter and the runtime contract.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
 

@@ -23,8 +23,10 @@
 use std::collections::VecDeque;
 use std::sync::{Mutex, OnceLock};
 
-/// Buffers smaller than this (bytes) are not pooled.
-pub const MIN_BYTES: usize = 1 << 20;
+/// Buffers smaller than this (bytes) are not pooled: 1 MiB; 4 KiB under
+/// Miri, so that its runs reach the pool with tensors small enough to
+/// interpret (the policy is the same, only the threshold moves).
+pub const MIN_BYTES: usize = if cfg!(miri) { 4 << 10 } else { 1 << 20 };
 
 /// Default bound on the bytes held.
 pub const DEFAULT_LIMIT: usize = 256 << 20;
@@ -41,23 +43,38 @@ pub const HUGE_MIN: usize = 4 << 20;
 /// (the faults cost as much as a bandwidth-bound kernel over it), and a
 /// matmul operand lies on physically contiguous 2 MB pages, so how it maps
 /// onto the physically indexed L2 no longer changes from run to run.
+///
+/// Under Miri (which cannot run `madvise`) this is a plain zeroed `Vec`, so
+/// everything built on it is still checked.
 pub fn zeroed(words: usize) -> Vec<u64> {
     let v = vec![0u64; words];
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(miri)))]
     if words.saturating_mul(8) >= HUGE_MIN {
-        const HUGE: usize = 2 << 20;
-        let start = v.as_ptr() as usize;
-        let lo = start.div_ceil(HUGE) * HUGE;
-        let hi = (start + words * 8) / HUGE * HUGE;
-        if hi > lo {
-            // SAFETY: advice on pages inside the allocation; it does not
-            // change their contents.
-            unsafe {
-                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
-            }
-        }
+        advise_huge(&v);
     }
     v
+}
+
+/// Mark the whole 2 MiB pages inside `v`'s allocation for transparent huge
+/// pages (advice only: the contents do not change).
+#[cfg(all(target_os = "linux", not(miri)))]
+fn advise_huge(v: &[u64]) {
+    const HUGE: usize = 2 << 20;
+    let start = v.as_ptr() as usize;
+    // `v` is one live allocation of `len * 8` bytes, so `start + len * 8`
+    // cannot overflow (an allocation never wraps the address space).
+    let end = start + std::mem::size_of_val(v);
+    let lo = start.div_ceil(HUGE) * HUGE;
+    let hi = end / HUGE * HUGE;
+    if hi > lo {
+        // A failure (e.g. THP disabled) is harmless and ignored.
+        // SAFETY: `[lo, hi)` is rounded inward from `v`'s bytes, which the
+        // borrow keeps allocated for the call; MADV_HUGEPAGE changes how
+        // those pages are backed, never their contents.
+        unsafe {
+            libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+        }
+    }
 }
 
 /// Pool counters.

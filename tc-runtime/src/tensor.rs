@@ -66,17 +66,31 @@ fn zeroed_words(nbytes: usize) -> Vec<u64> {
 }
 
 /// The first `nbytes` bytes of `words`.
+///
+/// # Panics
+/// When `nbytes` exceeds the words' size: every caller passes the size it
+/// allocated for or recorded with the storage, so this is a bug, and the
+/// check (one compare per call) keeps the cast below sound regardless.
 fn word_bytes(words: &[u64], nbytes: usize) -> &[u8] {
-    debug_assert!(nbytes <= words.len() * 8);
-    // SAFETY: u64 has no padding and every byte of it is initialised; u8 has
-    // alignment 1; `nbytes` is within the allocation (checked by construction).
+    assert!(
+        nbytes <= std::mem::size_of_val(words),
+        "storage smaller than its byte count"
+    );
+    // SAFETY: the `nbytes` bytes lie inside `words` (asserted above; its
+    // byte size cannot overflow, it is one allocation); u64 has no padding,
+    // so every byte is initialised, and u8 has alignment 1; the result
+    // borrows `words`, so the memory outlives it and is not written meanwhile.
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), nbytes) }
 }
 
-/// Mutable form of [`word_bytes`].
+/// Mutable form of [`word_bytes`] (same panic).
 fn word_bytes_mut(words: &mut [u64], nbytes: usize) -> &mut [u8] {
-    debug_assert!(nbytes <= words.len() * 8);
-    // SAFETY: as in `word_bytes`; every byte pattern is a valid u64.
+    assert!(
+        nbytes <= std::mem::size_of_val(words),
+        "storage smaller than its byte count"
+    );
+    // SAFETY: as in `word_bytes`, with the exclusive borrow of `words` making
+    // the byte view the only access; any bytes written form valid u64s.
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), nbytes) }
 }
 
@@ -342,9 +356,10 @@ impl Tensor {
         let mut words = zeroed_words(nbytes);
         let buf = word_bytes_mut(&mut words, nbytes);
         if plain_layout::<T>() {
-            // SAFETY: every `Element` marked PLAIN (f32, f16, bf16, F8 newtypes,
-            // i64..i8, bool) is a padding-free type of `storage_bytes(1)` bytes
-            // whose little-endian memory image is its §5 encoding.
+            // `plain_layout` holds, so `T` is a sealed PLAIN element type (f32,
+            // f16, bf16, the `repr(transparent)` F8 newtypes, i64..i8, bool).
+            // SAFETY: those have no padding, so all `size_of_val(data)` bytes
+            // are initialised; u8 has alignment 1; the view borrows `data`.
             let src = unsafe {
                 std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
             };
@@ -484,11 +499,13 @@ impl Tensor {
     /// The storage as `[T]`; callers have checked `T::DTYPE == dtype` and `plain_layout::<T>()`.
     fn typed_slice<T: Element>(&self) -> &[T] {
         assert!(T::DTYPE == self.dtype && plain_layout::<T>());
-        // SAFETY: the storage is 8-byte aligned (a Vec<u64>), ≥ align_of::<T>()
-        // for every Element; it holds `numel` encodings of `size_of::<T>()`
-        // bytes each (checked by `plain_layout`), all initialised; every byte
-        // pattern is a valid value of the numeric element types, and Bool
-        // storage only ever holds 0 or 1 (enforced by every constructor).
+        // The words (a Vec<u64>, 8-byte aligned; `plain_layout`: `align_of::<T>()
+        // ≤ 8` and `size_of::<T>() = storage_bytes(1)`) hold `nbytes =
+        // numel·size_of::<T>()` initialised bytes: every constructor sizes them.
+        // Bool storage holds only 0 or 1: `from_raw_slice`/`from_word_storage`
+        // reject other bytes, everything else encodes through `store`.
+        // SAFETY: so the `numel` values are in bounds, aligned and valid (any
+        // bits are a valid number); the slice borrows the immutable storage.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<T>(), self.numel) }
     }
 

@@ -13,7 +13,8 @@ use tc_runtime::{Elem, Tensor};
 
 fn cfg() -> ProptestConfig {
     ProptestConfig {
-        cases: 64,
+        // Miri (scripts/miri.sh) interprets every step: a few programs each.
+        cases: if cfg!(miri) { 4 } else { 64 },
         ..ProptestConfig::default()
     }
 }
