@@ -128,6 +128,9 @@ fn parallel_regions(
     st.steps
         .iter()
         .filter(|step| match step {
+            // An empty output runs no kernel (`exec`), and its leading dims
+            // may multiply past usize.
+            Step::Kernel { out, .. } | Step::Matmul { out, .. } if numel(out) == 0 => false,
             Step::Kernel { id, out, .. } => kernels.get(*id).is_some_and(|(_, shape)| {
                 let (outer, work) = extent(func, vals, *out, shape);
                 outer >= 2 && outer.saturating_mul(work.max(1)) >= PAR_MIN_WORK
@@ -459,9 +462,8 @@ impl CompiledFn {
             });
         }
         let nested = |name: &str, a: &[Arg]| {
-            let callee = resolve(name)
-                .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
-            crate::cache::Jit::global().call(callee, a, resolve)
+            let callee = crate::cache::nested_callee(name, resolve, 0)?;
+            crate::cache::Jit::global().call_at(callee, a, resolve, 1)
         };
         self.exec(&bound, args, resolve, &nested)
     }
@@ -519,8 +521,15 @@ impl CompiledFn {
             match step {
                 Step::Kernel { id, out, inputs } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
+                    let mut buf = out_buffer(o.bytes());
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+                    if o.numel() == 0 {
+                        // Nothing to write; an empty value's other dims may
+                        // be huge (`[2^40, 0]`), and a loop over its rows
+                        // would run 2^40 empty iterations.
+                        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+                        continue;
+                    }
                     let (f, shape) = &self.kernels[*id];
                     let (outer, work) = extent(func, vals, *out, shape);
                     let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
@@ -567,7 +576,7 @@ impl CompiledFn {
                     let mut bufs = Vec::with_capacity(members.len());
                     for m in members {
                         let o = &vals[m.0 as usize];
-                        let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
+                        let mut buf = out_buffer(o.bytes());
                         ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                         list.push(ptrs[m.0 as usize]);
                         bufs.push(buf);
@@ -581,13 +590,16 @@ impl CompiledFn {
                     let mut outer = 1usize;
                     for m in members {
                         let s = &vals[m.0 as usize].shape;
-                        outer = s[..s.len() - 1].iter().product();
-                        work += match &func.body[m.0 as usize - np].op {
+                        // Members have rank ≥ 2 and at least GROUP_MIN_ROW
+                        // elements per row (plan::group_rows), so the row
+                        // count is at most the (checked) element count.
+                        outer = tc_core::size::numel(&s[..s.len() - 1])?;
+                        work = work.saturating_add(match &func.body[m.0 as usize - np].op {
                             tc_core::ir::Op::Reduce { x, .. } => {
                                 vals[x.0 as usize].shape.last().copied().unwrap_or(1)
                             }
                             _ => s.last().copied().unwrap_or(1),
-                        };
+                        });
                     }
                     let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
                     // SAFETY: buffers hold their planned shapes; row chunks are disjoint.
@@ -598,8 +610,14 @@ impl CompiledFn {
                 }
                 Step::Matmul { out, a, b } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
+                    let mut buf = out_buffer(o.bytes());
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+                    if o.numel() == 0 {
+                        // No element to compute (the batch dims of an empty
+                        // product may be huge).
+                        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+                        continue;
+                    }
                     let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
                     // Operands that are transposes/broadcasts of buffers are
                     // read through strides (plan::matmul_view_ok).
@@ -643,6 +661,21 @@ impl CompiledFn {
                     }
                     let t = nested(name, &call_args)?;
                     drop(call_args);
+                    // Later steps read this buffer as the planned dtype and
+                    // shape (planned from the callee's signature, possibly a
+                    // different callee than the one that ran, if the
+                    // resolver changed): a different result is an error,
+                    // never a buffer read past its end.
+                    let want = &vals[out.0 as usize];
+                    if t.dtype() != want.dtype || t.shape() != want.shape.as_slice() {
+                        return Err(tc_runtime::Error::CallResult {
+                            callee: name.clone(),
+                            expected_dtype: want.dtype,
+                            expected_shape: want.shape.clone(),
+                            found_dtype: t.dtype(),
+                            found_shape: t.shape().to_vec(),
+                        });
+                    }
                     // The callee's tensor is kept as is: later kernels read
                     // its storage in place (no copy back).
                     ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
