@@ -766,15 +766,38 @@ unsafe fn pack_b_panel(
     }
 }
 
-/// Row-major strides of a contiguous shape.
+/// Row-major strides of a contiguous shape (checked: `tc_core::size::strides`;
+/// a shape over the cap, which no planned value has, gets all-zero strides
+/// rather than wrapped ones).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
-    let mut st = vec![0isize; shape.len()];
-    let mut acc = 1isize;
-    for d in (0..shape.len()).rev() {
-        st[d] = acc;
-        acc *= shape[d] as isize;
+    match tc_core::size::strides(shape) {
+        Ok(st) => st.into_iter().map(|s| s as isize).collect(),
+        Err(_) => vec![0; shape.len()],
     }
-    st
+}
+
+/// The element counts `(batch, a, b, out)` of a batched matmul
+/// `sa: p ++ [M, K]` × `sb: p ++ [K, N]`, each checked by
+/// `tc_core::size::numel` (within the cap). Every product the routines
+/// below form (`p·M·N`, `p·M·K`, `M·N·K` …) is then bounded by these counts
+/// or by `MAX_ELEMS^1.5`, far below `usize::MAX`. `out == 0` means there is
+/// nothing to write (and `batch` is then not needed: it may be over the cap
+/// when another dim is 0).
+pub fn checked_counts(sa: &[usize], sb: &[usize]) -> Result<(usize, usize, usize, usize), Error> {
+    let r = sa.len();
+    if r < 2 || sb.len() != r {
+        return Err(Error::Unsupported(format!(
+            "matmul of shapes {sa:?} and {sb:?}"
+        )));
+    }
+    let size = |s: &[usize]| tc_core::size::numel(s).map_err(|e| Error::Runtime(e.into()));
+    let mut so = sa[..r - 1].to_vec();
+    so.push(sb[r - 1]);
+    let out = size(&so)?;
+    if out == 0 {
+        return Ok((0, 0, 0, 0));
+    }
+    Ok((size(&sa[..r - 2])?, size(sa)?, size(sb)?, out))
 }
 
 /// Batched matmul on raw storage (Section 2 §5 layout) of dtype `dt`:
@@ -803,9 +826,12 @@ pub unsafe fn matmul_strided(
     sb: &[usize],
     threads: usize,
 ) -> Result<(), Error> {
+    let (batch, _, _, total) = checked_counts(sa, sb)?;
+    if total == 0 {
+        return Ok(());
+    }
     let r = sa.len();
     let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let batch: usize = sa[..r - 2].iter().product();
     if dt != Dtype::F32 {
         if st_a != contiguous_strides(sa).as_slice() || st_b != contiguous_strides(sb).as_slice() {
             return Err(Error::Unsupported(format!("strided matmul at {dt}")));
@@ -961,9 +987,13 @@ pub unsafe fn matmul(
     sb: &[usize],
     threads: usize,
 ) -> Result<(), Error> {
+    let (batch, _, _, total) = checked_counts(sa, sb)?;
+    if total == 0 {
+        return Ok(());
+    }
     let r = sa.len();
     let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let batch: usize = sa[..r - 2].iter().product();
+    // Each at most an operand's or the output's (checked) count.
     let (na, nb, nc) = (m * k, k * n, m * n);
     match dt {
         Dtype::F32 => {

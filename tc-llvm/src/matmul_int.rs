@@ -711,8 +711,8 @@ pub unsafe fn matmul_int_using(
         )));
     }
     let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let batch: usize = sa[..r - 2].iter().product();
-    let total = batch.saturating_mul(m).saturating_mul(n);
+    // Checked counts (an empty output with huge batch dims writes nothing).
+    let (batch, _, _, total) = crate::matmul::checked_counts(sa, sb)?;
     if total == 0 {
         return Ok(());
     }

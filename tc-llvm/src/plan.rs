@@ -893,15 +893,7 @@ pub fn strided_view(
 ) -> (Value, Vec<isize>) {
     let np = func.sig.params.len();
     let i = v.0 as usize;
-    let contiguous = |shape: &[usize]| -> Vec<isize> {
-        let mut st = vec![0isize; shape.len()];
-        let mut acc = 1isize;
-        for d in (0..shape.len()).rev() {
-            st[d] = acc;
-            acc *= shape[d] as isize;
-        }
-        st
-    };
+    let contiguous = |shape: &[usize]| crate::matmul::contiguous_strides(shape);
     if i < np || mat[i] {
         return (v, contiguous(&vals[i].shape));
     }

@@ -220,6 +220,45 @@ fn a_callee_result_that_contradicts_the_plan_is_a_typed_error() {
     assert_eq!(ok.to_vec::<f32>().unwrap(), vec![16.0]);
 }
 
+#[test]
+fn a_resolver_that_changes_its_answer_mid_call_never_gives_a_wrong_buffer() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (g2, g1) = (g(true), g(false));
+    let f = f_calling_g();
+    let n = 64usize;
+    let args = ones(n);
+    let mut caught = 0;
+    // The resolver answers the [2N] `g` for its first `k` lookups, then the
+    // [N] one: wherever the switch falls (fingerprint, plan, run), the call
+    // gives a consistent answer or the typed error.
+    for k in 0..8 {
+        for (mode, cfg) in modes() {
+            let count = AtomicUsize::new(0);
+            let resolve = |name: &str| {
+                (name == "g").then(|| {
+                    if count.fetch_add(1, Ordering::SeqCst) < k {
+                        &g2
+                    } else {
+                        &g1
+                    }
+                })
+            };
+            match Jit::new(cfg).call(&f, &args, &resolve) {
+                Ok(t) => {
+                    let v = t.to_vec::<f32>().unwrap()[0];
+                    assert!(v == n as f32 || v == 2.0 * n as f32, "k={k} {mode}: {v}");
+                }
+                Err(Error::CallResult { callee, .. }) => {
+                    assert_eq!(callee, "g");
+                    caught += 1;
+                }
+                Err(e) => panic!("k={k} {mode}: {e}"),
+            }
+        }
+    }
+    assert!(caught > 0, "no switch point fell between plan and run");
+}
+
 // ---------------------------------------------------------------------------
 // Item 2: sizes over the cap.
 
