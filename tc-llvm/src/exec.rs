@@ -345,6 +345,23 @@ fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
     }
 }
 
+/// Later steps read a call's result as the planned dtype and shape,
+/// planned from the callee's signature, and possibly from another callee
+/// than the one that ran (the resolver is the caller's and may change): a
+/// different result is an error, never a buffer read past its end.
+fn check_call_result(name: &str, want: &ValInfo, got: &Tensor) -> Result<(), tc_runtime::Error> {
+    if got.dtype() == want.dtype && got.shape() == want.shape.as_slice() {
+        return Ok(());
+    }
+    Err(tc_runtime::Error::CallResult {
+        callee: name.to_string(),
+        expected_dtype: want.dtype,
+        expected_shape: want.shape.clone(),
+        found_dtype: got.dtype(),
+        found_shape: got.shape().to_vec(),
+    })
+}
+
 /// An output buffer of `bytes` bytes in 8-byte words (the storage
 /// `Tensor::from_word_storage` takes without a copy).
 ///
@@ -661,21 +678,7 @@ impl CompiledFn {
                     }
                     let t = nested(name, &call_args)?;
                     drop(call_args);
-                    // Later steps read this buffer as the planned dtype and
-                    // shape (planned from the callee's signature, possibly a
-                    // different callee than the one that ran, if the
-                    // resolver changed): a different result is an error,
-                    // never a buffer read past its end.
-                    let want = &vals[out.0 as usize];
-                    if t.dtype() != want.dtype || t.shape() != want.shape.as_slice() {
-                        return Err(tc_runtime::Error::CallResult {
-                            callee: name.clone(),
-                            expected_dtype: want.dtype,
-                            expected_shape: want.shape.clone(),
-                            found_dtype: t.dtype(),
-                            found_shape: t.shape().to_vec(),
-                        });
-                    }
+                    check_call_result(name, &vals[out.0 as usize], &t)?;
                     // The callee's tensor is kept as is: later kernels read
                     // its storage in place (no copy back).
                     ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;

@@ -459,12 +459,13 @@ pub fn shapes<'f>(
                         ));
                     }
                     // Dims stay within i64 (what σ and the kernels' index
-                    // arithmetic hold), even for empty operands.
+                    // arithmetic hold), even for empty operands; the
+                    // interpreter's check and error.
                     total = total
                         .checked_add(t.shape[*axis])
                         .filter(|&n| i64::try_from(n).is_ok())
                         .ok_or_else(|| {
-                            op_err("concat", format!("axis {axis} length overflows i64"))
+                            op_err("concat", "concatenated dimension overflows".into())
                         })?;
                 }
                 s[*axis] = total;

@@ -1599,8 +1599,10 @@ pub mod denote {
                     format!("shapes {shape:?} and {s:?} differ off axis {axis}"),
                 ));
             }
+            // A dim is an i64 in σ (and in the JIT): stay within it.
             total = total
                 .checked_add(s[axis])
+                .filter(|&n| i64::try_from(n).is_ok())
                 .ok_or_else(|| op_err("concat", "concatenated dimension overflows".into()))?;
         }
         let mut out_shape = shape.to_vec();
