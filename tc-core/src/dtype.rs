@@ -108,9 +108,15 @@ impl Dtype {
     }
 
     /// Bytes needed to store `n` elements (I4 rounds up to whole bytes).
+    ///
+    /// For counts validated by [`crate::size::numel`] (at most
+    /// [`crate::size::MAX_ELEMS`]) this is exact. Beyond, it saturates at
+    /// `usize::MAX` (an allocation of that size fails loudly) instead of
+    /// wrapping to a small count that a writer would overrun; use
+    /// [`crate::size::bytes`] to get a typed error instead.
     pub fn storage_bytes(self, n: usize) -> usize {
         let (num, den) = self.byte_size();
-        (n * num).div_ceil(den)
+        n.checked_mul(num).map_or(usize::MAX, |b| b.div_ceil(den))
     }
 
     /// The lowercase name used in surface syntax and diagnostics (`f32`, `bf16`, `i4`, `bool`).
@@ -188,6 +194,9 @@ mod tests {
         assert_eq!(Dtype::I4.byte_size(), (1, 2));
         assert_eq!(Dtype::I4.storage_bytes(3), 2);
         assert_eq!(Dtype::BF16.storage_bytes(3), 6);
+        // 2^62 f32 elements would wrap to 0 bytes; it saturates instead.
+        assert_eq!(Dtype::F32.storage_bytes(1 << 62), usize::MAX);
+        assert_eq!(Dtype::I4.storage_bytes(usize::MAX), usize::MAX.div_ceil(2));
         assert_eq!(Dtype::I4.int_range(), Some((-8, 7)));
     }
 

@@ -15,6 +15,7 @@ pub mod dim;
 pub mod dtype;
 pub mod ir;
 pub mod pred;
+pub mod size;
 pub mod solver;
 pub mod subtype;
 pub mod types;

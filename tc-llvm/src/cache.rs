@@ -1,11 +1,35 @@
-//! The kernel cache: per (function, σ) compiled functions, LRU-bounded,
-//! thread-safe, with statistics and a shape-generic path against recompile
-//! storms.
+//! The kernel cache: per (computation, options, σ) compiled functions,
+//! LRU-bounded, thread-safe, with statistics and a shape-generic path
+//! against recompile storms.
 //!
-//! - Key: a fingerprint of the function (a hash of its printed IR, which
-//!   includes the name, signature and every op) and σ (the output of
-//!   `tc_runtime::contract::bind`; it fixes every dtype and shape of the
-//!   body, since argument dtypes are fixed by the signature).
+//! - Key: `(fingerprint, JitOptions, σ)`.
+//!   - The fingerprint ([`fingerprint`]) identifies the whole computation:
+//!     a 128-bit structural hash of the function's signature (name, shape
+//!     variables, constants, parameter names and types, `requires`, axioms,
+//!     return type) and body (every instruction's op with its attributes and
+//!     literal bits, annotations, dim bindings, the returned value), followed
+//!     by the same for every callee its calls resolve to, transitively, in
+//!     breadth-first order by name (each name once, so a call cycle ends;
+//!     a name that does not resolve is hashed as such). Spans are not part
+//!     of it (they change no result). A caller's buffers are planned from
+//!     its callees' signatures, so two textually identical `f`s whose `g`s
+//!     return different shapes must not share kernels: their fingerprints
+//!     differ. It is computed once per function and remembered: per
+//!     address for `'static` functions ([`Jit::call_static`]), per address
+//!     confirmed by a structural comparison otherwise ([`Jit::call`]); both
+//!     memos are confirmed on every call against what the resolver returns
+//!     for each callee now, so a different resolver recomputes it.
+//!   - [`JitOptions`]: kernels compiled under other options (fast math,
+//!     deterministic reductions, threads) are never reused.
+//!   - σ: the output of `tc_runtime::contract::bind`; it fixes every dtype
+//!     and shape of the body, since argument dtypes are fixed by the
+//!     signature.
+//!
+//!   What a callee returns at run time is still checked against the plan
+//!   (`exec`'s call step): the key is an identity, the check is the safety.
+//! - Nested calls carry their depth; a call that would nest deeper than
+//!   `tc_runtime::interp::MAX_CALL_DEPTH` is `Error::CallDepth`, as in the
+//!   interpreter (recursion through a module, or IR built by hand).
 //! - Concurrency: the map lock is held only to find or insert a slot; the
 //!   compilation runs in the slot's `OnceLock::get_or_init`, so concurrent
 //!   first calls with the same σ compile once (the others wait on the slot)
@@ -20,17 +44,19 @@
 //!   server seeing many shapes sets N ≥ 2 so a shape seen once never
 //!   compiles.
 
-use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tc_core::ir::Function;
+use tc_core::ir::{Function, Op, Scalar};
 use tc_core::Sigma;
 use tc_runtime::contract::{self, Arg};
+use tc_runtime::interp::{Interpreter, MAX_CALL_DEPTH};
 use tc_runtime::Tensor;
 
 use crate::exec::{compile_with, CompiledFn};
-use crate::JitOptions;
+use crate::{Error, JitOptions};
 
 /// Cache settings.
 #[derive(Clone, Copy, Debug)]
@@ -76,31 +102,43 @@ pub struct Stats {
     pub fallbacks: u64,
 }
 
-/// How a call identifies its function.
-#[derive(Clone, Copy)]
-enum Ident {
-    /// By address, confirmed by a structural comparison.
-    Compare,
-    /// By address alone (`&'static Function`).
-    Static,
-}
+/// A compiled slot: the kernels, or why they could not be built (and
+/// whether that depends on σ, see [`Jit::run_call`]).
+type Slot = Arc<OnceLock<Result<Arc<CompiledFn>, (String, bool)>>>;
 
-type Slot = Arc<OnceLock<Result<Arc<CompiledFn>, String>>>;
+type Key = (u128, JitOptions, Sigma);
 
 struct Entry {
     slot: Slot,
     tick: u64,
 }
 
+/// A fingerprint remembered for a function compared by value: the copies it
+/// was computed from (the function and what each transitive callee name
+/// resolved to).
+struct ByValue {
+    func: Function,
+    callees: Vec<(String, Option<Function>)>,
+    fp: u128,
+}
+
+/// A fingerprint remembered for a `'static` function: the address each
+/// transitive callee name resolved to (`'static` functions never change, so
+/// the address is the identity).
+struct ByAddr {
+    callees: Vec<(String, Option<usize>)>,
+    fp: u128,
+}
+
 #[derive(Default)]
 struct State {
-    map: HashMap<(u64, Sigma), Entry>,
-    generic: HashMap<u64, Slot>,
-    seen: HashMap<(u64, Sigma), u32>,
-    idents: HashMap<usize, (Arc<Function>, u64)>,
+    map: HashMap<Key, Entry>,
+    generic: HashMap<(u128, JitOptions), Slot>,
+    seen: HashMap<Key, u32>,
+    idents: HashMap<usize, Arc<ByValue>>,
     /// Fingerprints of `'static` functions by address (bounded by the
     /// number of functions in the program: nothing `'static` is freed).
-    static_idents: HashMap<usize, u64>,
+    static_idents: HashMap<usize, Arc<ByAddr>>,
     tick: u64,
 }
 
@@ -122,12 +160,165 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The function's identity: a hash of its printed form (name, signature, body).
-pub fn fingerprint(func: &Function) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    func.to_string().hash(&mut h);
-    func.sig.name.hash(&mut h);
-    h.finish()
+/// Two SipHash streams fed the same bytes from different starting states:
+/// a 128-bit hash (a 64-bit one would leave a collision, two computations
+/// sharing kernels, at birthday odds over a long-running server's
+/// functions). `DefaultHasher::new()` has fixed keys, so the value is the
+/// same for the same IR within a build of the program, which is all an
+/// in-memory cache needs.
+struct Fp(DefaultHasher, DefaultHasher);
+
+impl Fp {
+    fn new() -> Fp {
+        let (mut a, mut b) = (DefaultHasher::new(), DefaultHasher::new());
+        a.write_u8(0xA5);
+        b.write_u8(0x5A);
+        Fp(a, b)
+    }
+    fn value(&self) -> u128 {
+        ((self.0.finish() as u128) << 64) | self.1.finish() as u128
+    }
+}
+
+impl Hasher for Fp {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+        self.1.write(bytes);
+    }
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
+}
+
+fn hash_scalar(h: &mut Fp, s: &Scalar) {
+    std::mem::discriminant(s).hash(h);
+    match s {
+        // The literal's bits: -0.0 and 0.0 (and NaN payloads) differ.
+        Scalar::Float(x) => x.to_bits().hash(h),
+        Scalar::Int(i) => i.hash(h),
+        Scalar::Bool(b) => b.hash(h),
+        Scalar::Param(p) => p.hash(h),
+    }
+}
+
+/// Every field of an op (a new variant fails to compile here until hashed).
+fn hash_op(h: &mut Fp, op: &Op) {
+    std::mem::discriminant(op).hash(h);
+    match op {
+        Op::Unary(o, x) => (o, x).hash(h),
+        Op::Cast(d, x) => (d, x).hash(h),
+        Op::Binary(o, a, b) => (o, a, b).hash(h),
+        Op::ScalarBinary {
+            op,
+            x,
+            s,
+            scalar_left,
+        } => {
+            (op, x, scalar_left).hash(h);
+            hash_scalar(h, s);
+        }
+        Op::Select(c, a, b) => (c, a, b).hash(h),
+        Op::Matmul(a, b) => (a, b).hash(h),
+        Op::Reduce {
+            op,
+            axes,
+            keepdims,
+            x,
+        } => (op, axes, keepdims, x).hash(h),
+        Op::ArgReduce {
+            max,
+            axis,
+            keepdims,
+            x,
+        } => (max, axis, keepdims, x).hash(h),
+        Op::Transpose(p, x) => (p, x).hash(h),
+        Op::Reshape(s, x) | Op::Broadcast(s, x) => (s, x).hash(h),
+        Op::Slice {
+            axis,
+            start,
+            stop,
+            x,
+        } => (axis, start, stop, x).hash(h),
+        Op::Concat(a, xs) => (a, xs).hash(h),
+        Op::Fill(d, s, v) => {
+            (d, s).hash(h);
+            hash_scalar(h, v);
+        }
+        Op::Iota(d, s, a) => (d, s, a).hash(h),
+        Op::Call(name, xs) => (name, xs).hash(h),
+    }
+}
+
+/// One function's signature and body, structurally (no spans).
+fn hash_function(h: &mut Fp, f: &Function) {
+    let sig = &f.sig;
+    (&sig.name, &sig.vars, &sig.consts, &sig.ret).hash(h);
+    sig.params.len().hash(h);
+    for p in &sig.params {
+        (&p.name, &p.ty).hash(h);
+    }
+    for preds in [&sig.requires, &sig.axioms] {
+        preds.len().hash(h);
+        for p in preds.iter() {
+            p.node.hash(h);
+        }
+    }
+    f.body.len().hash(h);
+    for inst in &f.body {
+        (inst.result, &inst.annot).hash(h);
+        hash_op(h, &inst.op);
+    }
+    f.dim_bindings.len().hash(h);
+    for b in &f.dim_bindings {
+        (&b.name, b.of, b.axis, b.before).hash(h);
+    }
+    f.ret.hash(h);
+}
+
+/// The names `f` calls, in body order.
+fn calls(f: &Function) -> impl Iterator<Item = &str> {
+    f.body.iter().filter_map(|i| match &i.op {
+        Op::Call(name, _) => Some(name.as_str()),
+        _ => None,
+    })
+}
+
+/// The fingerprint of `func` with its callees (see the module doc) and the
+/// callees it covers, each name once with what it resolved to. A worklist,
+/// not a recursion: call cycles (`f → g → f`, `relu → relu`) and deep call
+/// chains cost no stack here (the depth limit applies when they run).
+pub fn fingerprint_with<'f>(
+    func: &Function,
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+) -> (u128, Vec<(String, Option<&'f Function>)>) {
+    let mut h = Fp::new();
+    hash_function(&mut h, func);
+    let mut callees = Vec::new();
+    let mut done: HashSet<String> = HashSet::new();
+    let mut queue: VecDeque<String> = calls(func).map(String::from).collect();
+    while let Some(name) = queue.pop_front() {
+        if !done.insert(name.clone()) {
+            continue;
+        }
+        let g = resolve(&name);
+        name.hash(&mut h);
+        match g {
+            Some(g) => {
+                1u8.hash(&mut h);
+                hash_function(&mut h, g);
+                queue.extend(calls(g).filter(|n| !done.contains(*n)).map(String::from));
+            }
+            None => 0u8.hash(&mut h),
+        }
+        callees.push((name, g));
+    }
+    (h.value(), callees)
+}
+
+/// The fingerprint of a function without resolvable calls (its calls are
+/// hashed as unresolved names): [`fingerprint_with`] with no resolver.
+pub fn fingerprint(func: &Function) -> u128 {
+    fingerprint_with(func, &|_| None).0
 }
 
 impl Jit {
@@ -152,7 +343,9 @@ impl Jit {
         *lock(&self.config)
     }
 
-    /// Change the settings (entries compiled with other options stay until evicted or cleared).
+    /// Change the settings. Entries compiled with other options stay until
+    /// evicted or cleared, but are not used under the new options (the
+    /// options are part of the key).
     pub fn set_config(&self, c: CacheConfig) {
         *lock(&self.config) = c;
         let mut st = lock(&self.state);
@@ -196,18 +389,63 @@ impl Jit {
         lock(&self.last_fallback).clone()
     }
 
-    fn ident(&self, st: &mut State, func: &Function) -> u64 {
+    /// The fingerprint of a function compared by value: remembered per
+    /// address, confirmed by comparing the function and every transitive
+    /// callee with the copies it was computed from (the lock is not held
+    /// while the resolver runs).
+    fn fp_by_value<'f>(
+        &self,
+        func: &Function,
+        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    ) -> u128 {
         let addr = func as *const Function as usize;
-        if let Some((f, fp)) = st.idents.get(&addr) {
-            if **f == *func {
-                return *fp;
+        let memo = lock(&self.state).idents.get(&addr).cloned();
+        if let Some(m) = memo {
+            let same = m.func == *func
+                && m.callees.iter().all(|(n, g)| match (resolve(n), g) {
+                    (Some(now), Some(then)) => now == then,
+                    (None, None) => true,
+                    _ => false,
+                });
+            if same {
+                return m.fp;
             }
         }
-        let fp = fingerprint(func);
+        let (fp, callees) = fingerprint_with(func, resolve);
+        let memo = Arc::new(ByValue {
+            func: func.clone(),
+            callees: callees.into_iter().map(|(n, g)| (n, g.cloned())).collect(),
+            fp,
+        });
+        let mut st = lock(&self.state);
         if st.idents.len() > 4096 {
             st.idents.clear();
         }
-        st.idents.insert(addr, (Arc::new(func.clone()), fp));
+        st.idents.insert(addr, memo);
+        fp
+    }
+
+    /// The fingerprint of a `'static` function: remembered per address,
+    /// confirmed by the addresses its callee names resolve to now.
+    fn fp_static(
+        &self,
+        func: &'static Function,
+        resolve: &dyn Fn(&str) -> Option<&'static Function>,
+    ) -> u128 {
+        let addr = func as *const Function as usize;
+        let at = |g: Option<&Function>| g.map(|g| g as *const Function as usize);
+        let memo = lock(&self.state).static_idents.get(&addr).cloned();
+        if let Some(m) = memo {
+            if m.callees.iter().all(|(n, a)| at(resolve(n)) == *a) {
+                return m.fp;
+            }
+        }
+        let (fp, callees) = fingerprint_with(func, resolve);
+        let memo = Arc::new(ByAddr {
+            callees: callees.into_iter().map(|(n, g)| (n, at(g))).collect(),
+            fp,
+        });
+        lock(&self.state).static_idents.insert(addr, memo);
         fp
     }
 
@@ -215,9 +453,10 @@ impl Jit {
     /// JIT cannot compile run on the reference interpreter, counted in
     /// [`Stats::fallbacks`].
     ///
-    /// The function is identified by its address, confirmed by comparing
-    /// it with the copy remembered for that address (a `Function` at a
-    /// reused address may differ). Code built by `#[tensor_fn]` calls
+    /// The function is identified by its fingerprint, remembered per
+    /// address and confirmed by comparing it (and its callees) with the
+    /// copies remembered for that address (a `Function` at a reused
+    /// address may differ). Code built by `#[tensor_fn]` calls
     /// [`Jit::call_static`], which skips the comparison.
     pub fn call<'f>(
         &self,
@@ -225,107 +464,111 @@ impl Jit {
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
+        self.call_at(func, args, resolve, 0)
+    }
+
+    /// [`Jit::call`] as a call nested `depth` deep.
+    pub(crate) fn call_at<'f>(
+        &self,
+        func: &Function,
+        args: &[Arg],
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+        depth: usize,
+    ) -> Result<Tensor, tc_runtime::Error> {
         let nested = |name: &str, a: &[Arg]| {
-            let callee = resolve(name)
-                .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
-            self.call(callee, a, resolve)
+            let callee = nested_callee(name, resolve, depth)?;
+            self.call_at(callee, a, resolve, depth + 1)
         };
-        self.call_with(func, Ident::Compare, args, resolve, &nested)
+        let fp = self.fp_by_value(func, resolve);
+        self.run_call(func, fp, args, resolve, &nested, depth)
     }
 
     /// [`Jit::call`] for a `'static` function (what `#[tensor_fn]` builds
-    /// once, in a `OnceLock`): its address alone identifies it, because a
+    /// once, in a `OnceLock`): its address identifies it, because a
     /// `&'static Function` is never freed and, having no interior
-    /// mutability, never changes. A cache hit costs one hash-map lookup by
-    /// address instead of a structural comparison of the whole IR; calls in
-    /// the body (resolved to `'static` functions too) take the same path.
+    /// mutability, never changes. A cache hit costs a hash-map lookup by
+    /// address and one resolver call per callee (confirming the callees by
+    /// address) instead of a structural comparison of the whole IR; calls
+    /// in the body (resolved to `'static` functions too) take the same
+    /// path.
     pub fn call_static(
         &self,
         func: &'static Function,
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
-        let nested = |name: &str, a: &[Arg]| {
-            let callee = resolve(name)
-                .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
-            self.call_static(callee, a, resolve)
-        };
-        self.call_with(func, Ident::Static, args, resolve, &nested)
+        self.call_static_at(func, args, resolve, 0)
     }
 
-    fn call_with<'f>(
+    fn call_static_at(
+        &self,
+        func: &'static Function,
+        args: &[Arg],
+        resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
+        depth: usize,
+    ) -> Result<Tensor, tc_runtime::Error> {
+        let nested = |name: &str, a: &[Arg]| {
+            let callee = nested_callee(name, resolve, depth)?;
+            self.call_static_at(callee, a, resolve, depth + 1)
+        };
+        let fp = self.fp_static(func, resolve);
+        self.run_call(func, fp, args, resolve, &nested, depth)
+    }
+
+    /// Find the slot for (fingerprint, options, σ), or the generic one.
+    fn pick(&self, fp: u128, sigma: &Sigma, cfg: &CacheConfig) -> (Slot, bool, bool) {
+        let mut st = lock(&self.state);
+        st.tick += 1;
+        let tick = st.tick;
+        let key = (fp, cfg.options, sigma.clone());
+        if let Some(e) = st.map.get_mut(&key) {
+            e.tick = tick;
+            return (e.slot.clone(), false, false);
+        }
+        let seen = {
+            let c = st.seen.entry(key.clone()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        if cfg.specialize_after <= 1 || seen >= cfg.specialize_after {
+            st.seen.remove(&key);
+            let slot: Slot = Arc::new(OnceLock::new());
+            st.map.insert(
+                key,
+                Entry {
+                    slot: slot.clone(),
+                    tick,
+                },
+            );
+            let mut ev = 0;
+            while st.map.len() > cfg.capacity.max(1) {
+                evict_one(&mut st);
+                ev += 1;
+            }
+            if ev > 0 {
+                lock(&self.stats).evictions += ev;
+            }
+            return (slot, false, true);
+        }
+        if st.seen.len() > 16 * cfg.capacity.max(16) {
+            st.seen.clear();
+        }
+        let slot = st.generic.entry((fp, cfg.options)).or_default().clone();
+        (slot, true, false)
+    }
+
+    fn run_call<'f>(
         &self,
         func: &Function,
-        how: Ident,
+        fp: u128,
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
         nested: &crate::exec::Nested,
+        depth: usize,
     ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&func.sig, args)?;
         let cfg = self.config();
-        enum Pick {
-            Special(Slot, bool),
-            Generic(Slot),
-        }
-        let pick = {
-            let mut st = lock(&self.state);
-            let fp = match how {
-                Ident::Compare => self.ident(&mut st, func),
-                Ident::Static => {
-                    let addr = func as *const Function as usize;
-                    match st.static_idents.get(&addr) {
-                        Some(fp) => *fp,
-                        None => {
-                            let fp = fingerprint(func);
-                            st.static_idents.insert(addr, fp);
-                            fp
-                        }
-                    }
-                }
-            };
-            st.tick += 1;
-            let tick = st.tick;
-            let key = (fp, bound.sigma.clone());
-            if let Some(e) = st.map.get_mut(&key) {
-                e.tick = tick;
-                Pick::Special(e.slot.clone(), false)
-            } else {
-                let seen = {
-                    let c = st.seen.entry(key.clone()).or_insert(0);
-                    *c += 1;
-                    *c
-                };
-                if cfg.specialize_after <= 1 || seen >= cfg.specialize_after {
-                    st.seen.remove(&key);
-                    let slot: Slot = Arc::new(OnceLock::new());
-                    st.map.insert(
-                        key,
-                        Entry {
-                            slot: slot.clone(),
-                            tick,
-                        },
-                    );
-                    let mut ev = 0;
-                    while st.map.len() > cfg.capacity.max(1) {
-                        evict_one(&mut st);
-                        ev += 1;
-                    }
-                    if ev > 0 {
-                        lock(&self.stats).evictions += ev;
-                    }
-                    Pick::Special(slot, true)
-                } else {
-                    if st.seen.len() > 16 * cfg.capacity.max(16) {
-                        st.seen.clear();
-                    }
-                    Pick::Generic(st.generic.entry(fp).or_default().clone())
-                }
-            }
-        };
-        let (slot, generic, fresh) = match pick {
-            Pick::Special(s, fresh) => (s, false, fresh),
-            Pick::Generic(s) => (s, true, false),
-        };
+        let (slot, generic, fresh) = self.pick(fp, &bound.sigma, &cfg);
         let compiled = slot.get_or_init(|| {
             let r = compile_with(func, &bound.sigma, resolve, cfg.options, generic);
             let mut s = lock(&self.stats);
@@ -337,7 +580,10 @@ impl Jit {
                 }
                 s.compile_ms += c.compile_ms;
             }
-            r.map(Arc::new).map_err(|e| e.to_string())
+            // A planning error depends on σ (a size over the cap, a bad
+            // dim), not on the function alone.
+            r.map(Arc::new)
+                .map_err(|e| (e.to_string(), matches!(e, Error::Runtime(_))))
         });
         {
             let mut s = lock(&self.stats);
@@ -362,13 +608,44 @@ impl Jit {
                     c.exec(&bound, args, resolve, nested)
                 }
             }
-            Err(why) => {
+            Err((why, sigma_dependent)) => {
+                if generic && *sigma_dependent {
+                    // The generic kernels serve every σ: a failure planning
+                    // this one must not send every later σ to the
+                    // interpreter.
+                    let mut st = lock(&self.state);
+                    if st
+                        .generic
+                        .get(&(fp, cfg.options))
+                        .is_some_and(|s| Arc::ptr_eq(s, &slot))
+                    {
+                        st.generic.remove(&(fp, cfg.options));
+                    }
+                }
                 lock(&self.stats).fallbacks += 1;
                 *lock(&self.last_fallback) = Some(why.clone());
-                tc_runtime::exec::call(func, args, resolve)
+                Interpreter::from_env().run_at_depth(func, args, resolve, depth)
             }
         }
     }
+}
+
+/// Resolve a nested call's callee, refusing a call that would nest deeper
+/// than the interpreter allows (same check, same order, same error).
+pub(crate) fn nested_callee<'f>(
+    name: &str,
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    depth: usize,
+) -> Result<&'f Function, tc_runtime::Error> {
+    let callee =
+        resolve(name).ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
+    if depth + 1 >= MAX_CALL_DEPTH {
+        return Err(tc_runtime::Error::CallDepth {
+            callee: name.to_string(),
+            max: MAX_CALL_DEPTH,
+        });
+    }
+    Ok(callee)
 }
 
 fn evict_one(st: &mut State) {

@@ -131,6 +131,9 @@ fn parallel_regions(
     st.steps
         .iter()
         .filter(|step| match step {
+            // An empty output runs no kernel (`exec`), and its leading dims
+            // may multiply past usize.
+            Step::Kernel { out, .. } | Step::Matmul { out, .. } if numel(out) == 0 => false,
             Step::Kernel { id, out, .. } => kernels.get(*id).is_some_and(|(_, shape)| {
                 let (outer, work) = extent(func, vals, *out, shape);
                 outer >= 2 && outer.saturating_mul(work.max(1)) >= PAR_MIN_WORK
@@ -374,6 +377,23 @@ fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
     }
 }
 
+/// Later steps read a call's result as the planned dtype and shape,
+/// planned from the callee's signature, and possibly from another callee
+/// than the one that ran (the resolver is the caller's and may change): a
+/// different result is an error, never a buffer read past its end.
+fn check_call_result(name: &str, want: &ValInfo, got: &Tensor) -> Result<(), tc_runtime::Error> {
+    if got.dtype() == want.dtype && got.shape() == want.shape.as_slice() {
+        return Ok(());
+    }
+    Err(tc_runtime::Error::CallResult {
+        callee: name.to_string(),
+        expected_dtype: want.dtype,
+        expected_shape: want.shape.clone(),
+        found_dtype: got.dtype(),
+        found_shape: got.shape().to_vec(),
+    })
+}
+
 /// An output buffer of `bytes` bytes in 8-byte words (the storage
 /// `Tensor::from_word_storage` takes without a copy).
 ///
@@ -494,9 +514,8 @@ impl CompiledFn {
             });
         }
         let nested = |name: &str, a: &[Arg]| {
-            let callee = resolve(name)
-                .ok_or_else(|| tc_runtime::Error::UnknownFunction(name.to_string()))?;
-            crate::cache::Jit::global().call(callee, a, resolve)
+            let callee = crate::cache::nested_callee(name, resolve, 0)?;
+            crate::cache::Jit::global().call_at(callee, a, resolve, 1)
         };
         self.exec(&bound, args, resolve, &nested)
     }
@@ -554,8 +573,15 @@ impl CompiledFn {
             match step {
                 Step::Kernel { id, out, inputs } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
+                    let mut buf = out_buffer(o.bytes());
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+                    if o.numel() == 0 {
+                        // Nothing to write; an empty value's other dims may
+                        // be huge (`[2^40, 0]`), and a loop over its rows
+                        // would run 2^40 empty iterations.
+                        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+                        continue;
+                    }
                     let (f, shape) = &self.kernels[*id];
                     let (outer, work) = extent(func, vals, *out, shape);
                     let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
@@ -609,7 +635,7 @@ impl CompiledFn {
                     let mut bufs = Vec::with_capacity(members.len());
                     for m in members {
                         let o = &vals[m.0 as usize];
-                        let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
+                        let mut buf = out_buffer(o.bytes());
                         ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                         list.push(ptrs[m.0 as usize]);
                         bufs.push(buf);
@@ -623,13 +649,16 @@ impl CompiledFn {
                     let mut outer = 1usize;
                     for m in members {
                         let s = &vals[m.0 as usize].shape;
-                        outer = s[..s.len() - 1].iter().product();
-                        work += match &func.body[m.0 as usize - np].op {
+                        // Members have rank ≥ 2 and at least GROUP_MIN_ROW
+                        // elements per row (plan::group_rows), so the row
+                        // count is at most the (checked) element count.
+                        outer = tc_core::size::numel(&s[..s.len() - 1])?;
+                        work = work.saturating_add(match &func.body[m.0 as usize - np].op {
                             tc_core::ir::Op::Reduce { x, .. } => {
                                 vals[x.0 as usize].shape.last().copied().unwrap_or(1)
                             }
                             _ => s.last().copied().unwrap_or(1),
-                        };
+                        });
                     }
                     let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
                     // SAFETY: as for `Step::Kernel`: members were sized by
@@ -643,8 +672,14 @@ impl CompiledFn {
                 }
                 Step::Matmul { out, a, b } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.dtype.storage_bytes(o.numel()));
+                    let mut buf = out_buffer(o.bytes());
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+                    if o.numel() == 0 {
+                        // No element to compute (the batch dims of an empty
+                        // product may be huge).
+                        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+                        continue;
+                    }
                     let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
                     // Operands that are transposes/broadcasts of buffers are
                     // read through strides (plan::matmul_view_ok).
@@ -693,6 +728,7 @@ impl CompiledFn {
                     }
                     let t = nested(name, &call_args)?;
                     drop(call_args);
+                    check_call_result(name, &vals[out.0 as usize], &t)?;
                     // The callee's tensor is kept as is: later kernels read
                     // its storage in place (no copy back).
                     ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;

@@ -893,17 +893,38 @@ unsafe fn pack_b_panel(
     }
 }
 
-/// Row-major strides of a contiguous shape (saturating at `isize::MAX`
-/// for a shape whose element count does not fit, which no buffer has:
-/// never a panic or a wrapped stride).
+/// Row-major strides of a contiguous shape (checked: `tc_core::size::strides`;
+/// a shape over the cap, which no planned value has, gets all-zero strides
+/// rather than wrapped ones).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
-    let mut st = vec![0isize; shape.len()];
-    let mut acc = 1isize;
-    for d in (0..shape.len()).rev() {
-        st[d] = acc;
-        acc = acc.saturating_mul(isize::try_from(shape[d]).unwrap_or(isize::MAX));
+    match tc_core::size::strides(shape) {
+        Ok(st) => st.into_iter().map(|s| s as isize).collect(),
+        Err(_) => vec![0; shape.len()],
     }
-    st
+}
+
+/// The element counts `(batch, a, b, out)` of a batched matmul
+/// `sa: p ++ [M, K]` × `sb: p ++ [K, N]`, each checked by
+/// `tc_core::size::numel` (within the cap). Every product the routines
+/// below form (`p·M·N`, `p·M·K`, `M·N·K` …) is then bounded by these counts
+/// or by `MAX_ELEMS^1.5`, far below `usize::MAX`. `out == 0` means there is
+/// nothing to write (and `batch` is then not needed: it may be over the cap
+/// when another dim is 0).
+pub fn checked_counts(sa: &[usize], sb: &[usize]) -> Result<(usize, usize, usize, usize), Error> {
+    let r = sa.len();
+    if r < 2 || sb.len() != r {
+        return Err(Error::Unsupported(format!(
+            "matmul of shapes {sa:?} and {sb:?}"
+        )));
+    }
+    let size = |s: &[usize]| tc_core::size::numel(s).map_err(|e| Error::Runtime(e.into()));
+    let mut so = sa[..r - 1].to_vec();
+    so.push(sb[r - 1]);
+    let out = size(&so)?;
+    if out == 0 {
+        return Ok((0, 0, 0, 0));
+    }
+    Ok((size(&sa[..r - 2])?, size(sa)?, size(sb)?, out))
 }
 
 /// Batched matmul on raw storage (Section 2 §5 layout) of dtype `dt`:
@@ -947,6 +968,9 @@ pub unsafe fn matmul_strided(
         return Err(Error::Unsupported(format!(
             "matmul strides {st_a:?} and {st_b:?} for shapes {sa:?} and {sb:?}"
         )));
+    }
+    if batch * m * n == 0 {
+        return Ok(());
     }
     if dt != Dtype::F32 {
         if st_a != contiguous_strides(sa).as_slice() || st_b != contiguous_strides(sb).as_slice() {
@@ -1136,7 +1160,11 @@ pub unsafe fn matmul(
     threads: usize,
 ) -> Result<(), Error> {
     let (batch, m, k, n) = matmul_dims(sa, sb)?;
-    // No overflow: `matmul_dims` checked `batch·m·k`, `batch·k·n`, `batch·m·n`.
+    if batch * m * n == 0 {
+        return Ok(());
+    }
+    // Each at most an operand's or the output's count (`matmul_dims`:
+    // checked, within the cap).
     let (na, nb, nc) = (m * k, k * n, m * n);
     match dt {
         Dtype::F32 => {
@@ -1193,7 +1221,8 @@ pub unsafe fn matmul(
 /// `(batch, M, K, N)` of a matmul of shapes `sa = p ++ [M, K]` and
 /// `sb = q ++ [K', N]`: an error unless the ranks are equal and ≥ 2,
 /// `p = q` and `K = K'` (Section 2 §7, no batch broadcasting), or when an
-/// operand's or the result's element count overflows `usize`.
+/// operand's or the result's element count exceeds the cap
+/// (`tc_core::size::MAX_ELEMS`).
 pub(crate) fn matmul_dims(
     sa: &[usize],
     sb: &[usize],
@@ -1205,16 +1234,10 @@ pub(crate) fn matmul_dims(
         )));
     }
     let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let vol = |s: &[usize]| s.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    let batch = vol(&sa[..r - 2]);
-    let counts =
-        batch.and_then(|b| Some((b, vol(&[b, m, k])?, vol(&[b, k, n])?, vol(&[b, m, n])?)));
-    match counts {
-        Some((batch, ..)) => Ok((batch, m, k, n)),
-        None => Err(Error::Unsupported(format!(
-            "matmul of shapes {sa:?} and {sb:?}: element count overflows"
-        ))),
-    }
+    // Every count within the cap (`checked_counts`); an empty output has
+    // batch 0 here, so `batch · m · n == 0` tells a caller to write nothing.
+    let (batch, ..) = checked_counts(sa, sb)?;
+    Ok((batch, m, k, n))
 }
 
 #[cfg(test)]
@@ -1313,15 +1336,12 @@ mod dims_tests {
             (&[2, 1, 3], &[3, 3, 1]),     // batch prefixes differ
             (&[big, 4], &[4, 1]),         // A's count overflows
             (&[1, 4], &[4, big]),         // B's count overflows
-            (&[big, 1, 1], &[big, 1, 1]), // fine per operand... (M=K=N=1)
-            (&[big, 3, 1], &[big, 1, 3]), // ...but C's count overflows
+            (&[big, 1, 1], &[big, 1, 1]), // over the element cap
+            (&[big, 3, 1], &[big, 1, 3]), // C's count overflows
         ];
+        assert_eq!(matmul_dims(&[4, 1, 1], &[4, 1, 1]).ok(), Some((4, 1, 1, 1)));
         for &(sa, sb) in bad {
             let dims = matmul_dims(sa, sb);
-            if sa == [big, 1, 1] {
-                assert_eq!(dims.ok(), Some((big, 1, 1, 1)));
-                continue;
-            }
             assert!(dims.is_err(), "{sa:?} × {sb:?}");
             for dt in [Dtype::F32, Dtype::F16, Dtype::I32] {
                 // SAFETY: each call must return an error before any access

@@ -786,7 +786,7 @@ pub unsafe fn matmul_int_using(
         )));
     }
     let (batch, m, k, n) = crate::matmul::matmul_dims(sa, sb)?;
-    // No overflow: `matmul_dims` checked the output's element count.
+    // No overflow: `matmul_dims` checked the counts (within the cap).
     let total = batch * m * n;
     if total == 0 {
         return Ok(());

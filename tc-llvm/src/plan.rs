@@ -65,9 +65,30 @@ pub struct ValInfo {
 }
 
 impl ValInfo {
-    /// Number of elements.
+    /// A value of this dtype and shape, refused with `Error::Size` when its
+    /// element count is over [`tc_core::size::MAX_ELEMS`] (the interpreter's
+    /// cap) or its byte count overflows. Every value of a plan is built
+    /// here, once, at plan time: that is what lets [`ValInfo::numel`],
+    /// [`ValInfo::bytes`], the kernels' index arithmetic, exec's buffers
+    /// and the matmul's packing rely on counts that fit (Section 4's
+    /// run-time checks, same limit in both backends).
+    pub fn new(dtype: Dtype, shape: Vec<usize>, kind: VKind) -> Result<ValInfo, Error> {
+        tc_core::size::shape_bytes(dtype, &shape)?;
+        Ok(ValInfo { dtype, shape, kind })
+    }
+
+    /// Number of elements (0 when a dim is 0, whatever the others).
+    ///
+    /// Exact for values built by [`ValInfo::new`] (checked there); for a
+    /// hand-built `ValInfo` over the cap it saturates at `usize::MAX`
+    /// rather than wrap to a small count.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        tc_core::size::numel(&self.shape).unwrap_or(usize::MAX)
+    }
+
+    /// Storage bytes (Section 2 §5 layout), exact under the same condition.
+    pub fn bytes(&self) -> usize {
+        self.dtype.storage_bytes(self.numel())
     }
 }
 
@@ -168,17 +189,9 @@ pub fn shapes<'f>(
                     .iter()
                     .map(|d| eval(d, &sigma, &format!("parameter `{}`", p.name)))
                     .collect::<Result<Vec<_>, _>>()?;
-                vals.push(ValInfo {
-                    dtype: t.dtype,
-                    shape,
-                    kind: VKind::TensorParam(i),
-                });
+                vals.push(ValInfo::new(t.dtype, shape, VKind::TensorParam(i))?);
             }
-            Type::Scalar(dt) => vals.push(ValInfo {
-                dtype: *dt,
-                shape: vec![],
-                kind: VKind::ScalarParam(i),
-            }),
+            Type::Scalar(dt) => vals.push(ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?),
             _ => {
                 return Err(Error::Malformed(format!(
                     "parameter `{}` is neither a tensor nor a scalar",
@@ -429,7 +442,7 @@ pub fn shapes<'f>(
                 if *axis >= s.len() {
                     return Err(Error::Malformed("concat axis".into()));
                 }
-                let mut total = 0;
+                let mut total = 0usize;
                 for v in xs {
                     let t = tensor(v)?;
                     if t.dtype != first.dtype
@@ -445,7 +458,15 @@ pub fn shapes<'f>(
                             format!("shapes {:?} and {:?}", first.shape, t.shape),
                         ));
                     }
-                    total += t.shape[*axis];
+                    // Dims stay within i64 (what σ and the kernels' index
+                    // arithmetic hold), even for empty operands; the
+                    // interpreter's check and error.
+                    total = total
+                        .checked_add(t.shape[*axis])
+                        .filter(|&n| i64::try_from(n).is_ok())
+                        .ok_or_else(|| {
+                            op_err("concat", "concatenated dimension overflows".into())
+                        })?;
                 }
                 s[*axis] = total;
                 (first.dtype, s)
@@ -491,11 +512,7 @@ pub fn shapes<'f>(
                 }
             }
         };
-        vals.push(ValInfo {
-            dtype,
-            shape,
-            kind: VKind::Inst(ii),
-        });
+        vals.push(ValInfo::new(dtype, shape, VKind::Inst(ii))?);
     }
     for b in func
         .dim_bindings
@@ -877,15 +894,7 @@ pub fn strided_view(
 ) -> (Value, Vec<isize>) {
     let np = func.sig.params.len();
     let i = v.0 as usize;
-    let contiguous = |shape: &[usize]| -> Vec<isize> {
-        let mut st = vec![0isize; shape.len()];
-        let mut acc = 1isize;
-        for d in (0..shape.len()).rev() {
-            st[d] = acc;
-            acc *= shape[d] as isize;
-        }
-        st
-    };
+    let contiguous = |shape: &[usize]| crate::matmul::contiguous_strides(shape);
     if i < np || mat[i] {
         return (v, contiguous(&vals[i].shape));
     }

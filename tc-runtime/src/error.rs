@@ -2,6 +2,7 @@
 //! nothing in tc-runtime panics on user data.
 
 use tc_core::dim::EvalError;
+use tc_core::size::SizeError;
 use tc_core::Dtype;
 
 /// A runtime failure, naming the parameter, dimension, expected and actual values.
@@ -160,9 +161,36 @@ pub enum Error {
         /// The offending byte.
         byte: u8,
     },
-    /// The number of elements of a shape overflows `usize`.
-    #[error("the volume of shape {0:?} overflows usize")]
-    ShapeOverflow(Vec<usize>),
+    /// A shape's element or byte count overflows or exceeds the element cap
+    /// [`tc_core::size::MAX_ELEMS`], which both backends enforce on every
+    /// tensor built or produced (an empty shape is never over it).
+    #[error("{0}")]
+    Size(#[from] SizeError),
+    /// Calls nest deeper than [`crate::interp::MAX_CALL_DEPTH`] (a recursive
+    /// call chain: Section 4 §7.3, reported the same way by both backends
+    /// instead of overflowing the stack).
+    #[error("call of `{callee}` nests deeper than {max} (recursion is not part of Phase 0)")]
+    CallDepth {
+        /// The call that would pass the limit.
+        callee: String,
+        /// The limit.
+        max: usize,
+    },
+    /// A called tensor fn returned a value other than the one its caller was
+    /// planned for (the JIT checks every nested call's result).
+    #[error("call of `{callee}`: expected a {expected_dtype} result of shape {expected_shape:?}, the callee returned {found_dtype} of shape {found_shape:?}")]
+    CallResult {
+        /// The callee.
+        callee: String,
+        /// The dtype the caller was planned for.
+        expected_dtype: Dtype,
+        /// The shape the caller was planned for.
+        expected_shape: Vec<usize>,
+        /// The dtype returned.
+        found_dtype: Dtype,
+        /// The shape returned.
+        found_shape: Vec<usize>,
+    },
     /// A tensor's shape differs from the one the caller asked for.
     #[error("{context}: expected shape {expected:?}, found {found:?}")]
     ShapeMismatch {

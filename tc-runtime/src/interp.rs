@@ -32,11 +32,14 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// The reference interpreter refuses tensors with more elements than this
-/// (it holds every element decoded); larger requests are an [`Error::Op`].
-pub const MAX_ELEMS: usize = 1 << 31;
+/// (it holds every element decoded); larger requests are an [`Error::Size`].
+/// The one cap of both backends: the JIT's planner checks the same constant.
+pub use tc_core::size::MAX_ELEMS;
 
 /// Calls nest at most this deep (Phase 0 has no recursion, Section 4 §7.3: a
-/// recursive call chain is reported, not a stack overflow).
+/// recursive call chain is reported as [`Error::CallDepth`], not a stack
+/// overflow). The JIT's nested calls stop at the same depth with the same
+/// error.
 pub const MAX_CALL_DEPTH: usize = 64;
 
 /// An opaque tensor handle `τ` (Section 4 §3.1).
@@ -340,6 +343,22 @@ impl Interpreter {
         resolve: &dyn Fn(&str) -> Option<&'f Function>,
     ) -> Result<Tensor> {
         self.run_outcome(func, args, resolve).map(|o| o.value)
+    }
+
+    /// [`Interpreter::run`] for a call already nested `depth` deep (a
+    /// backend that hands a nested call to the interpreter keeps counting
+    /// toward [`MAX_CALL_DEPTH`] instead of starting over).
+    pub fn run_at_depth<'f>(
+        &self,
+        func: &Function,
+        args: &[Arg],
+        resolve: &dyn Fn(&str) -> Option<&'f Function>,
+        depth: usize,
+    ) -> Result<Tensor> {
+        let mut m = self.machine(func, args, resolve)?;
+        m.depth = depth;
+        while m.step()? {}
+        m.finish().map(|o| o.value)
     }
 
     /// [`Interpreter::run`], also returning the heap, σ and the step count.
@@ -712,9 +731,10 @@ impl<'a, 'f> Machine<'a, 'f> {
         let callee =
             (self.resolve)(name).ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
         if self.depth + 1 >= MAX_CALL_DEPTH {
-            return Err(Error::Malformed(format!(
-                "call of `{name}` nests deeper than {MAX_CALL_DEPTH} (recursion is not part of Phase 0)"
-            )));
+            return Err(Error::CallDepth {
+                callee: name.to_string(),
+                max: MAX_CALL_DEPTH,
+            });
         }
         tc_core::ir::verify(callee)
             .map_err(|d| Error::Malformed(format!("`{name}`: {}", d.message)))?;
@@ -829,24 +849,19 @@ pub mod denote {
         }
     }
 
-    /// The volume of a shape, refusing overflow and tensors over [`MAX_ELEMS`].
-    pub fn volume(op: &str, shape: &[usize]) -> Result<usize> {
-        match shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
-            Some(v) if v <= MAX_ELEMS => Ok(v),
-            _ => Err(op_err(
-                op,
-                format!("shape {shape:?} has more than {MAX_ELEMS} elements"),
-            )),
-        }
+    /// The volume of a shape, refusing tensors over [`MAX_ELEMS`] with
+    /// [`Error::Size`] (the JIT's planner refuses the same shapes). `op` is
+    /// kept for callers; the error names the shape and the cap.
+    pub fn volume(_op: &str, shape: &[usize]) -> Result<usize> {
+        Ok(tc_core::size::numel(shape)?)
     }
 
-    /// Row-major strides.
+    /// Row-major strides of the shape of an existing tensor. Tensors are
+    /// capped at construction (`Tensor` builds every shape through
+    /// `tc_core::size::numel`), so `size::strides` cannot fail here; an empty
+    /// shape's overflowing strides come back as 0 (never used to address).
     fn strides(shape: &[usize]) -> Vec<usize> {
-        let mut s = vec![1usize; shape.len()];
-        for i in (0..shape.len().saturating_sub(1)).rev() {
-            s[i] = s[i + 1] * shape[i + 1];
-        }
-        s
+        tc_core::size::strides(shape).unwrap_or_else(|_| vec![0; shape.len()])
     }
 
     /// Linear index → multi-index (row-major).
@@ -1265,7 +1280,15 @@ pub mod denote {
         let shape = x.shape();
         check_axes(&name, axes, shape.len())?;
         let red_shape: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
-        let count = volume(&name, &red_shape)?;
+        // The reduced axes' volume. It is over the cap only for an input
+        // that is empty through a kept axis (`[0, 2^62]` over axis 1): the
+        // output is then empty and no fold runs, so all that matters is
+        // that it is not 0 (the `needs_nonempty` check below).
+        let count = match tc_core::size::numel(&red_shape) {
+            Ok(c) => c,
+            Err(_) if x.numel() == 0 => usize::MAX,
+            Err(e) => return Err(e.into()),
+        };
         if count == 0 && op.needs_nonempty() {
             return Err(op_err(
                 &name,
@@ -1576,8 +1599,10 @@ pub mod denote {
                     format!("shapes {shape:?} and {s:?} differ off axis {axis}"),
                 ));
             }
+            // A dim is an i64 in σ (and in the JIT): stay within it.
             total = total
                 .checked_add(s[axis])
+                .filter(|&n| i64::try_from(n).is_ok())
                 .ok_or_else(|| op_err("concat", "concatenated dimension overflows".into()))?;
         }
         let mut out_shape = shape.to_vec();

@@ -52,12 +52,11 @@ impl Drop for Storage {
     }
 }
 
-/// Product of `shape`, or `ShapeOverflow`.
+/// The element count of `shape`, or [`Error::Size`] beyond the cap both
+/// backends share ([`tc_core::size::MAX_ELEMS`]): every tensor is built
+/// through this, so the interpreter and the JIT may rely on it.
 fn volume(shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))
+    Ok(tc_core::size::numel(shape)?)
 }
 
 /// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes.
@@ -194,9 +193,9 @@ impl Tensor {
     /// A tensor of zeros (`0.0`, `0` or `false`).
     ///
     /// # Panics
-    /// Like `vec![0; n]`, when the volume of `shape` overflows `usize` or the
-    /// allocation fails; use [`Tensor::try_zeros`] to get an error instead of
-    /// the overflow panic.
+    /// When the volume of `shape` is over the element cap
+    /// (`tc_core::size::MAX_ELEMS`) or the allocation fails; use
+    /// [`Tensor::try_zeros`] to get an error instead of the cap panic.
     pub fn zeros(dtype: Dtype, shape: &[usize]) -> Tensor {
         match Tensor::try_zeros(dtype, shape) {
             Ok(t) => t,
@@ -204,13 +203,10 @@ impl Tensor {
         }
     }
 
-    /// A tensor of zeros; `ShapeOverflow` when the volume overflows `usize`.
+    /// A tensor of zeros; `Size` when the volume is over `tc_core::size::MAX_ELEMS`.
     pub fn try_zeros(dtype: Dtype, shape: &[usize]) -> Result<Tensor> {
         let numel = volume(shape)?;
-        let nbytes = numel
-            .checked_mul(dtype.bits() as usize)
-            .map(|b| b.div_ceil(8))
-            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        let nbytes = tc_core::size::bytes(dtype, numel)?;
         Ok(Tensor::from_words(
             dtype,
             shape,
@@ -222,10 +218,7 @@ impl Tensor {
     /// A tensor with every element equal to `cast[dtype] value`.
     pub fn full(dtype: Dtype, shape: &[usize], value: Elem) -> Result<Tensor> {
         let numel = volume(shape)?;
-        let nbytes = numel
-            .checked_mul(dtype.bits() as usize)
-            .map(|b| b.div_ceil(8))
-            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        let nbytes = tc_core::size::bytes(dtype, numel)?;
         let mut words = zeroed_words(nbytes);
         let buf = word_bytes_mut(&mut words, nbytes);
         for i in 0..numel {
@@ -278,10 +271,7 @@ impl Tensor {
     /// laid out as Section 2 §5 says; padding past the last byte is cleared.
     pub fn from_word_storage(dtype: Dtype, shape: &[usize], mut words: Vec<u64>) -> Result<Tensor> {
         let numel = volume(shape)?;
-        let nbytes = numel
-            .checked_mul(dtype.bits() as usize)
-            .map(|b| b.div_ceil(8))
-            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        let nbytes = tc_core::size::bytes(dtype, numel)?;
         if words.len() != nbytes.div_ceil(8) {
             return Err(Error::ByteLength {
                 dtype,
@@ -307,10 +297,7 @@ impl Tensor {
     /// As [`Tensor::from_raw`], from a borrowed slice (copied).
     pub fn from_raw_slice(dtype: Dtype, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
         let numel = volume(shape)?;
-        let expected = numel
-            .checked_mul(dtype.bits() as usize)
-            .map(|b| b.div_ceil(8))
-            .ok_or_else(|| Error::ShapeOverflow(shape.to_vec()))?;
+        let expected = tc_core::size::bytes(dtype, numel)?;
         if bytes.len() != expected {
             return Err(Error::ByteLength {
                 dtype,
@@ -424,8 +411,8 @@ impl Tensor {
 
     /// The same storage with a new shape of equal volume (metadata only).
     ///
-    /// `ReshapeVolume` when the volumes differ, `ShapeOverflow` when the new
-    /// volume overflows `usize`.
+    /// `ReshapeVolume` when the volumes differ, `Size` when the new
+    /// volume is over the element cap.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let to_volume = volume(shape)?;
         if to_volume != self.numel {

@@ -209,7 +209,7 @@ fn zeros_full_and_scalars() {
     assert_eq!(Tensor::from_scalar(7i16).to_vec::<i16>().unwrap(), vec![7]);
     assert!(matches!(
         Tensor::try_zeros(Dtype::F32, &[usize::MAX, 2]),
-        Err(Error::ShapeOverflow(_))
+        Err(Error::Size(_))
     ));
 }
 
@@ -278,7 +278,7 @@ fn bad_inputs_are_errors() {
     );
     assert!(matches!(
         Tensor::from_raw(Dtype::I8, &[usize::MAX, 3], vec![]),
-        Err(Error::ShapeOverflow(_))
+        Err(Error::Size(_))
     ));
     let t = Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap();
     assert_eq!(
