@@ -483,3 +483,74 @@ pub fn cast_value(e: Elem, to: Dtype) -> Elem {
         other => convert(other, to),
     }
 }
+
+#[cfg(test)]
+mod nan_rules {
+    use super::*;
+
+    const SNAN: f32 = f32::from_bits(0x7F80_0001);
+    const NEG_QNAN: f32 = f32::from_bits(0xFFC0_0123);
+
+    fn bits(x: f32) -> u32 {
+        x.to_bits()
+    }
+
+    #[test]
+    fn maximum_minimum_follow_ieee_2019() {
+        // −0 < +0, in either operand order.
+        assert_eq!(bits(maximum(-0.0, 0.0)), bits(0.0));
+        assert_eq!(bits(maximum(0.0, -0.0)), bits(0.0));
+        assert_eq!(bits(minimum(-0.0, 0.0)), bits(-0.0));
+        assert_eq!(bits(minimum(0.0, -0.0)), bits(-0.0));
+        assert_eq!(bits(maximum(-0.0, -0.0)), bits(-0.0));
+        assert_eq!(bits(minimum(0.0, 0.0)), bits(0.0));
+        // A NaN operand wins over every number, ±∞ included: the first
+        // NaN, quieted, payload and sign kept.
+        for y in [f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0] {
+            assert_eq!(bits(maximum(SNAN, y)), 0x7FC0_0001);
+            assert_eq!(bits(maximum(y, SNAN)), 0x7FC0_0001);
+            assert_eq!(bits(minimum(y, NEG_QNAN)), bits(NEG_QNAN));
+        }
+        assert_eq!(bits(maximum(NEG_QNAN, SNAN)), bits(NEG_QNAN));
+        assert_eq!(bits(minimum(SNAN, NEG_QNAN)), 0x7FC0_0001);
+        assert_eq!(maximum(1.0, 2.0), 2.0);
+        assert_eq!(minimum(1.0, 2.0), 1.0);
+    }
+
+    #[test]
+    fn nan_results_are_quiet_with_the_first_payload() {
+        assert_eq!(bits(quiet(SNAN)), 0x7FC0_0001);
+        assert_eq!(bits(quiet(-0.0)), bits(-0.0));
+        // x · 1 on a signalling NaN: the operand, quieted.
+        assert_eq!(bits(nan_result(SNAN * 1.0, &[SNAN, 1.0])), 0x7FC0_0001);
+        // Two NaN operands: the first.
+        assert_eq!(
+            bits(nan_result(f32::NAN, &[NEG_QNAN, SNAN])),
+            bits(NEG_QNAN)
+        );
+        // ∞ − ∞: no NaN operand, the canonical NaN (x86 computes 0xFFC00000).
+        let inf = std::hint::black_box(f32::INFINITY);
+        assert_eq!(
+            bits(nan_result(inf - inf, &[inf, inf])),
+            bits(CANONICAL_NAN)
+        );
+        // Not a NaN: unchanged.
+        assert_eq!(bits(nan_result(-0.0, &[SNAN])), bits(-0.0));
+    }
+
+    #[test]
+    fn cast_value_quiets_even_between_equal_dtypes() {
+        assert_eq!(
+            cast_value(Elem::F(SNAN), Dtype::F32).as_f32().map(bits),
+            Some(0x7FC0_0001)
+        );
+        // The storage conversion keeps what a caller stored.
+        assert_eq!(
+            convert(Elem::F(SNAN), Dtype::F32).as_f32().map(bits),
+            Some(bits(SNAN))
+        );
+        // F16 sNaN 0x7C01 decodes quiet and re-encodes as 0x7E01.
+        let x = f16_to_f32(0x7C01);
+        assert_eq!(f16_from_f32(x), 0x7E01);
+    }
+}
