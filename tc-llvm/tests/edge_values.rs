@@ -747,3 +747,57 @@ fn fast_approximations_at_their_edges() {
         }
     }
 }
+
+/// The error bounds stated in the doc comments of the fast approximations
+/// (`codegen.rs`): `|jit − interp| ≤ rel·|interp| + abs` over a dense sweep
+/// of every binade that matters, tails and subnormals included.
+#[test]
+fn fast_approximation_error_bounds() {
+    let mut xs: Vec<f32> = (0..80_000)
+        .map(|i| (i as f32 - 40_000.0) * 0.0028)
+        .collect();
+    for e in -149..=7 {
+        let m = 2f32.powi(e);
+        xs.extend([m, -m, m * 1.37, -m * 1.37]);
+    }
+    let n = xs.len();
+    let x = Tensor::from_vec(&[1, n], xs.clone()).unwrap();
+    let args: Vec<Arg> = vec![x.into()];
+    let fast = Mode {
+        name: "fast",
+        config: CacheConfig::default(),
+    };
+    let tiny = 2f32.powi(-148);
+    for (op, rel, abs) in [
+        (UnaryOp::Exp, 2.4e-7, tiny),
+        (UnaryOp::Log, 2.4e-7, 1e-7),
+        (UnaryOp::Tanh, 2.4e-7, 3e-7),
+        (UnaryOp::Sigmoid, 3.6e-7, tiny),
+        (UnaryOp::Erf, 2.4e-7, 1e-7),
+        (UnaryOp::Gelu, 4.8e-7, 2e-7),
+    ] {
+        let f = unary_fn(op, Dtype::F32);
+        let want = interp(&f, &args).unwrap();
+        let got = run(&fast, &f, &args);
+        let (mut worst_rel, mut worst_abs) = (0f64, 0f64);
+        for i in 0..n {
+            let (g, w) = (fval(&got, i).unwrap(), fval(&want, i).unwrap());
+            if (g.is_nan() && w.is_nan()) || g == w {
+                continue;
+            }
+            let d = (g as f64 - w as f64).abs();
+            worst_abs = worst_abs.max(d);
+            worst_rel = worst_rel.max(d / (w as f64).abs());
+            assert!(
+                d <= rel as f64 * (w as f64).abs() + abs as f64,
+                "{}({}) = {g:?}, interpreter {w:?}: outside {rel} rel + {abs} abs",
+                op.name(),
+                xs[i]
+            );
+        }
+        eprintln!(
+            "{}: worst abs {worst_abs:e}, worst rel {worst_rel:e}",
+            op.name()
+        );
+    }
+}
