@@ -469,7 +469,10 @@ impl<'a> Gen<'a> {
         match dt {
             Dtype::F16 => {
                 let h = self.ins(format!("bitcast i16 {raw} to half"));
-                self.ins(format!("fpext half {h} to float"))
+                let x = self.ins(format!("fpext half {h} to float"));
+                // Decoding quiets a signalling NaN (cast.rs decode rule).
+                // Spelled out: LLVM folds `fptrunc(fpext h)` back into `h`.
+                self.quiet(&x)
             }
             Dtype::BF16 => self.bf16_decode(raw),
             Dtype::F8E4M3 | Dtype::F8E5M2 => {
@@ -569,6 +572,64 @@ impl<'a> Gen<'a> {
         self.e(format!("store {st} {val}, {st}* {a}"));
     }
 
+    // ---- NaN rules (Section 2 §3; the same rules as `tc_runtime::cast`) ----
+
+    /// `x` with the quiet bit set when it is a NaN (`cast::quiet`). Integer
+    /// bit operations: LLVM treats `x · 1` or `fptrunc(fpext x)` as `x` and
+    /// would otherwise pass a signalling NaN through.
+    fn quiet(&mut self, x: &str) -> String {
+        let n = self.ins(format!("fcmp uno float {x}, {x}"));
+        let q = self.quieted(x);
+        self.ins(format!("select i1 {n}, float {q}, float {x}"))
+    }
+
+    /// `x` with the quiet bit set, unconditionally (only selected for NaNs).
+    fn quieted(&mut self, x: &str) -> String {
+        let b = self.ins(format!("bitcast float {x} to i32"));
+        let o = self.ins(format!("or i32 {b}, {}", cast::QUIET_BIT));
+        self.ins(format!("bitcast i32 {o} to float"))
+    }
+
+    /// `cast::nan_result(r, operands)`: `r` unless it is a NaN, else the
+    /// first NaN operand quieted, else the canonical NaN.
+    fn nan_result(&mut self, r: &str, operands: &[&str]) -> String {
+        let t = self.first_nan(operands);
+        let rn = self.ins(format!("fcmp uno float {r}, {r}"));
+        self.ins(format!("select i1 {rn}, float {t}, float {r}"))
+    }
+
+    /// The first NaN of `operands` quieted, or the canonical NaN.
+    fn first_nan(&mut self, operands: &[&str]) -> String {
+        let mut t = self.fc(cast::CANONICAL_NAN);
+        for x in operands.iter().rev() {
+            let n = self.ins(format!("fcmp uno float {x}, {x}"));
+            let q = self.quieted(x);
+            t = self.ins(format!("select i1 {n}, float {q}, float {t}"));
+        }
+        t
+    }
+
+    /// IEEE 754-2019 `maximum`/`minimum` (`cast::maximum`/`minimum`): a NaN
+    /// operand wins (the first, quieted); −0 < +0. Compares and selects
+    /// (they vectorize; `llvm.maximum` has no fast x86 lowering in LLVM 14):
+    /// on equal operands the bitwise and (max) / or (min) of the two picks
+    /// +0 / −0 from a ±0 pair and is the identity otherwise.
+    fn extremum(&mut self, max: bool, a: &str, b: &str) -> String {
+        let (win, lose) = if max { ("ogt", "olt") } else { ("olt", "ogt") };
+        let ca = self.ins(format!("fcmp {win} float {a}, {b}"));
+        let cb = self.ins(format!("fcmp {lose} float {a}, {b}"));
+        let ai = self.ins(format!("bitcast float {a} to i32"));
+        let bi = self.ins(format!("bitcast float {b} to i32"));
+        let tie = if max { "and" } else { "or" };
+        let ti = self.ins(format!("{tie} i32 {ai}, {bi}"));
+        let tf = self.ins(format!("bitcast i32 {ti} to float"));
+        let m1 = self.ins(format!("select i1 {cb}, float {b}, float {tf}"));
+        let m = self.ins(format!("select i1 {ca}, float {a}, float {m1}"));
+        let u = self.ins(format!("fcmp uno float {a}, {b}"));
+        let t = self.first_nan(&[a, b]);
+        self.ins(format!("select i1 {u}, float {t}, float {m}"))
+    }
+
     // ---- element expressions ---------------------------------------------
 
     fn fop(&mut self, op: &str, a: &str, b: &str) -> String {
@@ -593,10 +654,16 @@ impl<'a> Gen<'a> {
     }
 
     /// Fast f32 `exp` (Cephes `expf`: Cody–Waite reduction, degree-5
-    /// polynomial; ≤ 2 ulp on [-87.3, 88.7], 0 below, +∞ above, NaN kept).
+    /// polynomial). Error bound: relative ≤ 2 ulp (≤ 2.4e-7) for normal
+    /// results (x in [-87.3, 88.72]); for subnormal results (x in
+    /// [-103.97, -87.3]) the scaling by 2ⁿ is split into two exact factors
+    /// so the result is rounded once onto the subnormal grid: absolute error
+    /// ≤ 2⁻¹⁴⁸ there (the interpreter's `exp(-100)` is a subnormal too, not
+    /// 0). Exactly 0 below -104 (the true value is under half the smallest
+    /// subnormal), +∞ above 88.72, ±∞ and NaN as the interpreter.
     fn fast_exp(&mut self, x: &str) -> String {
         let hi = self.fc(88.722_83);
-        let lo = self.fc(-87.336_54);
+        let lo = self.fc(-104.0);
         let xc0 = self.fcall2("minnum", x, &hi);
         let xc = self.fcall2("maxnum", &xc0, &lo);
         let log2e = self.fc(std::f32::consts::LOG2_E);
@@ -624,14 +691,20 @@ impl<'a> Gen<'a> {
         let s0 = self.fop("fadd", &pr2, &r);
         let one = self.fc(1.0);
         let s = self.fop("fadd", &s0, &one);
-        // 2^n as two factors 2^(n-1)·2 so that n = 128 does not overflow the exponent field.
+        // 2^n (n in [-150, 128]) as two normal factors 2^n1 · 2^n2,
+        // n1 = ⌊n/2⌋: neither overflows the exponent field, the first
+        // product is exact and the second rounds once (onto the subnormal
+        // grid when the result is subnormal).
         let ni = self.ins(format!("fptosi float {n} to i32"));
-        let e = self.ins(format!("add i32 {ni}, 126"));
-        let eb = self.ins(format!("shl i32 {e}, 23"));
-        let sc = self.ins(format!("bitcast i32 {eb} to float"));
-        let y0 = self.fop("fmul", &s, &sc);
-        let two = self.fc(2.0);
-        let y1 = self.fop("fmul", &y0, &two);
+        let n1 = self.ins(format!("ashr i32 {ni}, 1"));
+        let n2 = self.ins(format!("sub i32 {ni}, {n1}"));
+        let mut y1 = s;
+        for k in [n1, n2] {
+            let e = self.ins(format!("add i32 {k}, 127"));
+            let eb = self.ins(format!("shl i32 {e}, 23"));
+            let sc = self.ins(format!("bitcast i32 {eb} to float"));
+            y1 = self.fop("fmul", &y1, &sc);
+        }
         let under = self.ins(format!("fcmp olt float {x}, {lo}"));
         let zero = self.fc(0.0);
         let y2 = self.ins(format!("select i1 {under}, float {zero}, float {y1}"));
@@ -646,7 +719,9 @@ impl<'a> Gen<'a> {
         self.ins(format!("call float @llvm.{name}.f32(float {a}, float {b})"))
     }
 
-    /// Fast f32 `ln` (Cephes `logf`; ≤ 2 ulp; x < 0 → NaN, 0 → −∞, +∞ → +∞).
+    /// Fast f32 `ln` (Cephes `logf`). Error bound: ≤ 2 ulp relative plus
+    /// 1e-7 absolute near x = 1 (where ln x crosses 0), subnormal x
+    /// included (scaled by 2²³ first); x < 0 → NaN, ±0 → −∞, +∞ → +∞.
     fn fast_log(&mut self, x: &str) -> String {
         // Subnormals: scale by 2^23 first.
         let tiny = self.fc(f32::MIN_POSITIVE);
@@ -714,7 +789,9 @@ impl<'a> Gen<'a> {
     }
 
     /// Fast f32 `tanh` (Cephes `tanhf`: odd polynomial below 0.625,
-    /// `1 − 2/(e^{2|x|}+1)` above).
+    /// `1 − 2/(e^{2|x|}+1)` above). Error bound: relative ≤ 2 ulp below
+    /// 0.625 (subnormals: tanh x = x exactly), absolute ≤ 3e-7 above (the
+    /// [`Self::fast_exp`] error through `2/(e+1)`); ±1 at ±∞, NaN kept.
     fn fast_tanh(&mut self, x: &str) -> String {
         let ax = self.fcall1("fabs", x);
         let z = self.fop("fmul", x, x);
@@ -747,7 +824,10 @@ impl<'a> Gen<'a> {
     }
 
     /// Fast f32 `erf`: the rational approximation on [-4, 4] used by Eigen
-    /// (`generic_fast_erf_float`), ±1 beyond.
+    /// (`generic_fast_erf_float`); error bound ≤ 2 ulp plus 1e-7 absolute
+    /// (within [`crate::TOLERANCE`]; the dense sweep in the differential
+    /// tests checks it). Exactly ±1 for |x| ≥ 4, where the true value
+    /// rounds to ±1 in f32 (1 − erf 4 ≈ 1.5e-8 < 2⁻²⁵), ±∞ included; NaN kept.
     fn fast_erf(&mut self, x: &str) -> String {
         let hi = self.fc(4.0);
         let lo = self.fc(-4.0);
@@ -778,6 +858,11 @@ impl<'a> Gen<'a> {
             ],
         );
         let r = self.fop("fdiv", &px, &q);
+        let ax = self.fcall1("fabs", x);
+        let sat = self.ins(format!("fcmp oge float {ax}, {hi}"));
+        let one = self.fc(1.0);
+        let pm1 = self.fcall2("copysign", &one, x);
+        let r = self.ins(format!("select i1 {sat}, float {pm1}, float {r}"));
         let nan = self.ins(format!("fcmp uno float {x}, {x}"));
         self.ins(format!("select i1 {nan}, float {x}, float {r}"))
     }
@@ -805,12 +890,22 @@ impl<'a> Gen<'a> {
         }
         let fast = self.opts.fast_math && dt == Dtype::F32;
         let r = match op {
-            U::Neg => self.ins(format!("fneg float {x}")),
-            U::Abs => self.fcall1("fabs", x),
+            // Sign operations: the NaN keeps its payload, takes the op's
+            // sign and is quieted (Section 2 §3).
+            U::Neg | U::Abs => {
+                let r = if op == U::Neg {
+                    self.ins(format!("fneg float {x}"))
+                } else {
+                    self.fcall1("fabs", x)
+                };
+                let q = self.quiet(&r);
+                return self.round(dt, &q);
+            }
+            // relu x = maximum(x, +0) (Section 2 §3): relu(−0) = +0.
             U::Relu => {
                 let zero = self.fc(0.0);
-                let c = self.ins(format!("fcmp ugt float {x}, {zero}"));
-                self.ins(format!("select i1 {c}, float {x}, float {zero}"))
+                let r = self.extremum(true, x, &zero);
+                return self.round(dt, &r);
             }
             U::Sqrt => self.fcall1("sqrt", x),
             U::Recip => {
@@ -830,14 +925,28 @@ impl<'a> Gen<'a> {
             U::Exp if fast => self.fast_exp(x),
             U::Log if fast => self.fast_log(x),
             U::Tanh if fast => self.fast_tanh(x),
+            // With e = e^{−|x|} ∈ [0, 1] (never overflows): 1/(1 + e) for
+            // x ≥ 0, e/(1 + e) for x < 0. Error bound: relative ≤ 3 ulp
+            // (3.6e-7) where the result is normal; in the far left tail
+            // (x < −87.3) the result is e itself, subnormal, within 2⁻¹⁴⁸;
+            // exactly 0 at −∞ (and below −104), 1 at +∞.
             U::Sigmoid if fast => {
-                let n = self.ins(format!("fneg float {x}"));
+                let ax = self.fcall1("fabs", x);
+                let n = self.ins(format!("fneg float {ax}"));
                 let e = self.fast_exp(&n);
                 let one = self.fc(1.0);
                 let d = self.fop("fadd", &one, &e);
-                self.fop("fdiv", &one, &d)
+                let zero = self.fc(0.0);
+                let neg = self.ins(format!("fcmp olt float {x}, {zero}"));
+                let num = self.ins(format!("select i1 {neg}, float {e}, float {one}"));
+                self.fop("fdiv", &num, &d)
             }
             U::Erf if fast => self.fast_erf(x),
+            // x·½·(1 + erf(x/√2)) with fast_erf. Error bound: relative ≤ 4
+            // ulp (4.8e-7) plus absolute 1e-6 (erf's absolute error times
+            // ½|x|, |x| ≤ 5.5, where 1 + erf cancels); −0 below −5.5 (the
+            // true value is above −1.1e-7 there), NaN at −∞ (∞ · 0, as the
+            // interpreter's formula gives).
             U::Gelu if fast => {
                 let k = self.fc(std::f32::consts::FRAC_1_SQRT_2);
                 let xs = self.fop("fmul", x, &k);
@@ -859,6 +968,7 @@ impl<'a> Gen<'a> {
                 self.ins(format!("call float @tc_unary_exact(i32 {c}, float {x})"))
             }
         };
+        let r = self.nan_result(&r, &[x]);
         self.round(dt, &r)
     }
 
@@ -923,12 +1033,8 @@ impl<'a> Gen<'a> {
             B::Mul => self.fop("fmul", a, b),
             B::Div => self.fop("fdiv", a, b),
             B::Max | B::Min => {
-                // NaN-propagating; otherwise Rust's `f32::max/min` (maxnum/minnum).
-                let name = if op == B::Max { "maxnum" } else { "minnum" };
-                let m = self.fcall2(name, a, b);
-                let u = self.ins(format!("fcmp uno float {a}, {b}"));
-                let nan = self.fc(f32::NAN);
-                self.ins(format!("select i1 {u}, float {nan}, float {m}"))
+                let m = self.extremum(op == B::Max, a, b);
+                return self.round(dt, &m);
             }
             B::Pow => self.ins(format!("call float @tc_pow_exact(float {a}, float {b})")),
             B::Eq => return self.ins(format!("fcmp oeq float {a}, {b}")),
@@ -939,19 +1045,23 @@ impl<'a> Gen<'a> {
             B::Ge => return self.ins(format!("fcmp oge float {a}, {b}")),
             _ => return self.fc(0.0),
         };
+        let r = self.nan_result(&r, &[a, b]);
         self.round(dt, &r)
     }
 
     /// `cast[to]` on a computed element of dtype `from` (Section 2 §5).
     fn cast(&mut self, from: Dtype, to: Dtype, x: &str) -> String {
+        if from.is_float() && to.is_float() {
+            // `cast_value`: a NaN operand is quieted (Section 2 §3), also
+            // for a same-dtype cast.
+            let q = self.quiet(x);
+            return self.round(to, &q);
+        }
         if from == to {
             return x.to_string();
         }
         let (ft, tt) = (cty(from), cty(to));
         if from.is_float() {
-            if to.is_float() {
-                return self.round(to, x);
-            }
             if to.is_bool() {
                 let z = self.fc(0.0);
                 return self.ins(format!("fcmp une float {x}, {z}"));
@@ -1163,45 +1273,128 @@ impl<'a> Gen<'a> {
                     },
                 )
             }
-            Op::Concat(axis, xs) => {
-                let d = self.dims_of(v, idx);
-                let j = d[*axis].clone();
-                let ty = cty(dt);
-                let mut off = "0".to_string();
-                let mut parts = Vec::new();
-                for x in xs {
-                    let dk = self.dim(*x, *axis);
-                    let local = self.bsub(&j, &off);
-                    // Clamp into [0, dk − 1]: every operand is read, only one is selected.
-                    let neg = self.ins(format!("icmp slt i64 {local}, 0"));
-                    let l0 = self.ins(format!("select i1 {neg}, i64 0, i64 {local}"));
-                    let last = self.padd(&dk, "-1");
-                    let big = self.ins(format!("icmp sgt i64 {l0}, {last}"));
-                    let l1 = self.ins(format!("select i1 {big}, i64 {last}, i64 {l0}"));
-                    let mut sd = d.clone();
-                    sd[*axis] = l1;
-                    let e = self.val(
-                        *x,
-                        &Idx {
-                            dims: Some(sd),
-                            lin: None,
-                        },
-                    );
-                    let end = self.padd(&off, &dk);
-                    parts.push((e, end.clone()));
-                    off = end;
-                }
-                let mut acc = parts.last().map(|p| p.0.clone()).unwrap_or_default();
-                for (e, end) in parts.iter().rev().skip(1) {
-                    let c = self.ins(format!("icmp slt i64 {j}, {end}"));
-                    acc = self.ins(format!("select i1 {c}, {ty} {e}, {ty} {acc}"));
-                }
-                acc
-            }
+            Op::Concat(axis, xs) => self.concat(v, *axis, xs, idx),
             Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..) => {
                 // Always materialized; unreachable by construction.
                 self.load(v, "0")
             }
+        }
+    }
+
+    /// Element `idx` of `v = concat(axis, xs)` (§5.10). An operand whose
+    /// concat dim is 0 is never read: its buffer may be empty (issue 10
+    /// item 5: clamping into `[0, dk − 1]` read index −1). With every dim a
+    /// literal (σ-specialised), empty operands are dropped at generation
+    /// time and the rest stay branch-free (each read clamped into its
+    /// operand, one selected: the loop vectorizes). With run-time dims
+    /// (the shape-generic kernel) each operand is read in its own branch,
+    /// only when the index falls inside it.
+    fn concat(&mut self, v: Value, axis: usize, xs: &[Value], idx: &Idx) -> String {
+        let d = self.dims_of(v, idx);
+        let dks: Vec<String> = xs.iter().map(|x| self.dim(*x, axis)).collect();
+        if dks.iter().any(|dk| is_lit(dk).is_none()) {
+            return self.concat_branches(v, axis, xs, &dks, &d);
+        }
+        let dt = self.vals[v.0 as usize].dtype;
+        let ty = cty(dt);
+        let j = d[axis].clone();
+        let mut off = "0".to_string();
+        let mut parts = Vec::new();
+        for (x, dk) in xs.iter().zip(&dks) {
+            if is_lit(dk) == Some(0) {
+                continue;
+            }
+            let local = self.bsub(&j, &off);
+            // Clamp into [0, dk − 1] (dk ≥ 1 here): every non-empty operand
+            // is read, only one is selected.
+            let neg = self.ins(format!("icmp slt i64 {local}, 0"));
+            let l0 = self.ins(format!("select i1 {neg}, i64 0, i64 {local}"));
+            let last = self.padd(dk, "-1");
+            let big = self.ins(format!("icmp sgt i64 {l0}, {last}"));
+            let l1 = self.ins(format!("select i1 {big}, i64 {last}, i64 {l0}"));
+            let mut sd = d.clone();
+            sd[axis] = l1;
+            let e = self.val(
+                *x,
+                &Idx {
+                    dims: Some(sd),
+                    lin: None,
+                },
+            );
+            let end = self.padd(&off, dk);
+            parts.push((e, end.clone()));
+            off = end;
+        }
+        let Some((last, _)) = parts.last().cloned() else {
+            // Every operand empty: so is the output, nothing runs this.
+            return self.zero_of(dt);
+        };
+        let mut acc = last;
+        for (e, end) in parts.iter().rev().skip(1) {
+            let c = self.ins(format!("icmp slt i64 {j}, {end}"));
+            acc = self.ins(format!("select i1 {c}, {ty} {e}, {ty} {acc}"));
+        }
+        acc
+    }
+
+    /// [`Self::concat`] with run-time dims: a chain of branches, operand k
+    /// computed only when `off_k ≤ j < off_k + dk`, merged by a phi. Values
+    /// computed inside a branch do not dominate the code after it, so the
+    /// memo is restored after each branch.
+    fn concat_branches(
+        &mut self,
+        v: Value,
+        axis: usize,
+        xs: &[Value],
+        dks: &[String],
+        d: &[String],
+    ) -> String {
+        let dt = self.vals[v.0 as usize].dtype;
+        let ty = cty(dt);
+        let j = d[axis].clone();
+        let l = self.label();
+        let saved = self.memo.clone();
+        let mut off = "0".to_string();
+        let mut incoming = Vec::new();
+        for (k, (x, dk)) in xs.iter().zip(dks).enumerate() {
+            let end = self.padd(&off, dk);
+            let inside = self.ins(format!("icmp slt i64 {j}, {end}"));
+            self.e(format!(
+                "br i1 {inside}, label %Cb{l}.{k}, label %Cn{l}.{k}"
+            ));
+            let _ = writeln!(self.body, "Cb{l}.{k}:");
+            let local = self.bsub(&j, &off);
+            let mut sd = d.to_vec();
+            sd[axis] = local;
+            let e = self.val(
+                *x,
+                &Idx {
+                    dims: Some(sd),
+                    lin: None,
+                },
+            );
+            self.e(format!("br label %Ce{l}.{k}"));
+            let _ = writeln!(self.body, "Ce{l}.{k}:");
+            self.e(format!("br label %Cm{l}"));
+            incoming.push(format!("[ {e}, %Ce{l}.{k} ]"));
+            self.memo = saved.clone();
+            let _ = writeln!(self.body, "Cn{l}.{k}:");
+            off = end;
+        }
+        // Past every operand: unreachable for an index inside the output.
+        let z = self.zero_of(dt);
+        self.e(format!("br label %Cm{l}"));
+        incoming.push(format!("[ {z}, %Cn{l}.{} ]", xs.len() - 1));
+        let _ = writeln!(self.body, "Cm{l}:");
+        self.ins(format!("phi {ty} {}", incoming.join(", ")))
+    }
+
+    /// The zero of `dt`'s computation type, as an operand.
+    fn zero_of(&mut self, dt: Dtype) -> String {
+        match cty(dt) {
+            "float" => self.fc(0.0),
+            "i1" => "false".into(),
+            _ => "0".into(),
         }
     }
 
@@ -1827,11 +2020,15 @@ impl<'a> Gen<'a> {
         self.store(out, &o, &res);
     }
 
-    /// Float max/min outside deterministic mode: an integer max/min over
-    /// order-preserving keys of the bits (vectorizes without fast-math
-    /// flags; NaN is tracked separately, and a ±0 tie may pick either sign).
+    /// Float max/min, in every mode: an integer max/min over
+    /// order-preserving keys of the bits. On non-NaN values that is exactly
+    /// IEEE 754-2019 `maximum`/`minimum` (the key order has −0 < +0,
+    /// Section 2 §3), it is associative and commutative, so any fold order
+    /// (vectorized, sequential, per thread) gives the same bits, and it
+    /// vectorizes without fast-math flags. NaN is tracked separately and
+    /// becomes the canonical NaN at the end, as in the interpreter.
     fn reduce_keyed(&self, rop: ReduceOp, dt: Dtype) -> bool {
-        dt.is_float() && matches!(rop, ReduceOp::Max | ReduceOp::Min) && !self.opts.deterministic
+        dt.is_float() && matches!(rop, ReduceOp::Max | ReduceOp::Min)
     }
 
     /// The identity of `rop` at `dt`, in the accumulator type (`i32` keys
@@ -1885,12 +2082,8 @@ impl<'a> Gen<'a> {
                 (m, Some(isn))
             }
             (ReduceOp::Max | ReduceOp::Min, true) => {
-                let name = if rop == ReduceOp::Max {
-                    "maxnum"
-                } else {
-                    "minnum"
-                };
-                let m = self.fcall2(name, acc, e);
+                // Not reached (float max/min are keyed); kept total.
+                let m = self.extremum(rop == ReduceOp::Max, acc, e);
                 let isn = self.ins(format!("fcmp uno float {e}, {e}"));
                 (m, Some(isn))
             }
@@ -1953,6 +2146,11 @@ impl<'a> Gen<'a> {
                 let c = self.ins(format!("sitofp i64 {cnt} to float"));
                 res = self.fop("fdiv", &res, &c);
             }
+            // A reduction's NaN is the canonical one, whichever element
+            // (or fold order) produced it (Section 2 §3, as the interpreter).
+            let canon = self.fc(cast::CANONICAL_NAN);
+            let isn = self.ins(format!("fcmp uno float {res}, {res}"));
+            res = self.ins(format!("select i1 {isn}, float {canon}, float {res}"));
             res = self.round(dt, &res);
         } else if dt == Dtype::I4 {
             res = self.round(dt, &res);

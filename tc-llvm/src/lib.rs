@@ -32,11 +32,26 @@
 //! basic arithmetic, comparisons, `sqrt`, `rsqrt`, `recip`, rounding ops and
 //! the transcendentals when [`JitOptions::fast_math`] is off.
 //!
+//! NaNs and signed zeros follow Section 2 §3 in both backends, bit for bit
+//! (the rules and their payload choices are listed in
+//! `tc_runtime::cast`): a NaN result is quiet, an elementwise op returns
+//! its first NaN operand quieted (payload kept; `x · 1`, `relu`, a cast
+//! round trip included — the kernels quiet explicitly, since LLVM folds
+//! those into pass-throughs), a NaN made from non-NaN operands and a
+//! reduction's NaN are the canonical `f32::NAN`; float `max`/`min`
+//! (elementwise, `relu = max(x, +0)`, and the `max`/`min` reductions in
+//! every mode) are IEEE 754-2019 `maximum`/`minimum` with −0 < +0. The
+//! `max`/`min` reductions are order-independent, so they are bit-identical
+//! in every mode, row-fused and column forms included.
+//!
 //! Within a documented tolerance:
 //! - F32 `exp, log, tanh, sigmoid, erf, gelu` with `fast_math` on (the
-//!   default): vectorized polynomial approximations; relative error ≤ 1e-6
-//!   plus an absolute 1e-6 near zero crossings and in gelu's/erf's far tails
-//!   (see [`TOLERANCE`]).
+//!   default): vectorized polynomial approximations, each with its error
+//!   bound in its doc comment (`codegen`); together within [`TOLERANCE`]
+//!   for every input, ±∞, NaN and subnormals included (`erf` is exactly ±1
+//!   beyond its clamp, `exp` rounds onto the subnormal grid rather than
+//!   flushing to 0). Checked by `tests/edge_values.rs` and the dense sweep
+//!   in `tests/differential.rs`.
 //! - Float reductions (sum, prod, mean) over the last axis and matmul: the
 //!   summation order differs (vectorized partial sums, FMA, K-blocking),
 //!   which Section 4 §6 allows. Reductions over other axes vectorize across
@@ -68,7 +83,8 @@ use tc_runtime::contract::Arg;
 use tc_runtime::Tensor;
 
 /// The tolerance of the fast F32 transcendentals: `|jit − interp| ≤
-/// TOLERANCE.0 · |interp| + TOLERANCE.1`.
+/// TOLERANCE.0 · |interp| + TOLERANCE.1`, for every f32 input (±0, ±∞,
+/// subnormals; a NaN input or result gives a NaN on both sides).
 pub const TOLERANCE: (f32, f32) = (2e-6, 2e-6);
 
 /// Code generation options.

@@ -387,3 +387,170 @@ pub fn convert(e: Elem, to: Dtype) -> Elem {
         }
     }
 }
+
+// ---- NaN rules (Section 2 §3) ---------------------------------------------
+//
+// Section 2 §3: an operation whose result is a NaN returns a quiet NaN; one
+// that passes a signalling NaN operand through sets the quiet bit and keeps
+// the payload; float `maximum`/`minimum` are IEEE 754-2019's. Which payload
+// a NaN result carries is fixed here, identically for both backends (the
+// JIT emits the same selection; it cannot rely on the hardware's choice,
+// since LLVM commutes operands and folds identities such as `x · 1`):
+//
+// - an elementwise op with a NaN operand returns the first NaN operand
+//   (in operand order), quieted: sign and payload kept. `neg`/`abs` act on
+//   the sign as usual (they are sign operations), then quiet;
+// - a NaN made from non-NaN operands (`∞ − ∞`, `0 · ∞`, `√−1`, `log −1`)
+//   is [`CANONICAL_NAN`] (x86 would give a negative NaN, ARM a positive
+//   one: the spec fixes one);
+// - a reduction (sum, prod, mean, max, min) whose result is a NaN returns
+//   [`CANONICAL_NAN`]: its fold order is not observable (Section 4 §6), so
+//   its NaN must not depend on it either.
+//
+// Narrow floats need nothing more: decoding their storage already quiets
+// (see the module docs), and every result is computed in f32 from decoded
+// values.
+
+/// The quiet NaN of a NaN result that has no NaN operand to inherit from
+/// (positive, payload 0: `f32::NAN`).
+pub const CANONICAL_NAN: f32 = f32::NAN;
+
+/// The f32 quiet bit (the top mantissa bit).
+pub const QUIET_BIT: u32 = 0x0040_0000;
+
+/// `x` with the quiet bit set when `x` is a NaN (sign and payload kept);
+/// every other value unchanged.
+pub fn quiet(x: f32) -> f32 {
+    if x.is_nan() {
+        f32::from_bits(x.to_bits() | QUIET_BIT)
+    } else {
+        x
+    }
+}
+
+/// The Section 2 §3 NaN rule for an elementwise result `r` computed from
+/// `operands`: `r` itself when it is not a NaN, else the first NaN operand
+/// quieted, else [`CANONICAL_NAN`].
+pub fn nan_result(r: f32, operands: &[f32]) -> f32 {
+    if !r.is_nan() {
+        return r;
+    }
+    match operands.iter().find(|x| x.is_nan()) {
+        Some(&x) => quiet(x),
+        None => CANONICAL_NAN,
+    }
+}
+
+/// IEEE 754-2019 `maximum` (Section 2 §3): a NaN operand wins (the first,
+/// quieted), and −0 < +0.
+pub fn maximum(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        nan_result(f32::NAN, &[a, b])
+    } else if a > b {
+        a
+    } else if b > a {
+        b
+    } else {
+        // Equal: identical bits, or ±0 where +0 (sign bit clear) wins.
+        f32::from_bits(a.to_bits() & b.to_bits())
+    }
+}
+
+/// IEEE 754-2019 `minimum` (Section 2 §3): a NaN operand wins (the first,
+/// quieted), and −0 < +0.
+pub fn minimum(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        nan_result(f32::NAN, &[a, b])
+    } else if a < b {
+        a
+    } else if b < a {
+        b
+    } else {
+        // Equal: identical bits, or ±0 where −0 (sign bit set) wins.
+        f32::from_bits(a.to_bits() | b.to_bits())
+    }
+}
+
+/// The value of `cast[to]` as an operation (Section 2 §3, §5): [`convert`],
+/// except that a float NaN operand is quieted first (a float → float cast
+/// is the identity on every other value of a wider or equal `to`, so it is
+/// one of the operations that pass a NaN through). [`convert`] itself is
+/// also the storage conversion of `Tensor::from_elems`, which must keep an
+/// F32 signalling NaN a caller stored.
+pub fn cast_value(e: Elem, to: Dtype) -> Elem {
+    match e {
+        Elem::F(x) => convert(Elem::F(quiet(x)), to),
+        other => convert(other, to),
+    }
+}
+
+#[cfg(test)]
+mod nan_rules {
+    use super::*;
+
+    const SNAN: f32 = f32::from_bits(0x7F80_0001);
+    const NEG_QNAN: f32 = f32::from_bits(0xFFC0_0123);
+
+    fn bits(x: f32) -> u32 {
+        x.to_bits()
+    }
+
+    #[test]
+    fn maximum_minimum_follow_ieee_2019() {
+        // −0 < +0, in either operand order.
+        assert_eq!(bits(maximum(-0.0, 0.0)), bits(0.0));
+        assert_eq!(bits(maximum(0.0, -0.0)), bits(0.0));
+        assert_eq!(bits(minimum(-0.0, 0.0)), bits(-0.0));
+        assert_eq!(bits(minimum(0.0, -0.0)), bits(-0.0));
+        assert_eq!(bits(maximum(-0.0, -0.0)), bits(-0.0));
+        assert_eq!(bits(minimum(0.0, 0.0)), bits(0.0));
+        // A NaN operand wins over every number, ±∞ included: the first
+        // NaN, quieted, payload and sign kept.
+        for y in [f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0] {
+            assert_eq!(bits(maximum(SNAN, y)), 0x7FC0_0001);
+            assert_eq!(bits(maximum(y, SNAN)), 0x7FC0_0001);
+            assert_eq!(bits(minimum(y, NEG_QNAN)), bits(NEG_QNAN));
+        }
+        assert_eq!(bits(maximum(NEG_QNAN, SNAN)), bits(NEG_QNAN));
+        assert_eq!(bits(minimum(SNAN, NEG_QNAN)), 0x7FC0_0001);
+        assert_eq!(maximum(1.0, 2.0), 2.0);
+        assert_eq!(minimum(1.0, 2.0), 1.0);
+    }
+
+    #[test]
+    fn nan_results_are_quiet_with_the_first_payload() {
+        assert_eq!(bits(quiet(SNAN)), 0x7FC0_0001);
+        assert_eq!(bits(quiet(-0.0)), bits(-0.0));
+        // x · 1 on a signalling NaN: the operand, quieted.
+        assert_eq!(bits(nan_result(SNAN * 1.0, &[SNAN, 1.0])), 0x7FC0_0001);
+        // Two NaN operands: the first.
+        assert_eq!(
+            bits(nan_result(f32::NAN, &[NEG_QNAN, SNAN])),
+            bits(NEG_QNAN)
+        );
+        // ∞ − ∞: no NaN operand, the canonical NaN (x86 computes 0xFFC00000).
+        let inf = std::hint::black_box(f32::INFINITY);
+        assert_eq!(
+            bits(nan_result(inf - inf, &[inf, inf])),
+            bits(CANONICAL_NAN)
+        );
+        // Not a NaN: unchanged.
+        assert_eq!(bits(nan_result(-0.0, &[SNAN])), bits(-0.0));
+    }
+
+    #[test]
+    fn cast_value_quiets_even_between_equal_dtypes() {
+        assert_eq!(
+            cast_value(Elem::F(SNAN), Dtype::F32).as_f32().map(bits),
+            Some(0x7FC0_0001)
+        );
+        // The storage conversion keeps what a caller stored.
+        assert_eq!(
+            convert(Elem::F(SNAN), Dtype::F32).as_f32().map(bits),
+            Some(bits(SNAN))
+        );
+        // F16 sNaN 0x7C01 decodes quiet and re-encodes as 0x7E01.
+        let x = f16_to_f32(0x7C01);
+        assert_eq!(f16_from_f32(x), 0x7E01);
+    }
+}

@@ -828,8 +828,17 @@ fn eval_dims_signed(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<i64>> {
 /// - F16/BF16/F8: every op computes as F32 then rounds with
 ///   [`cast::round_to`]; matmul and sum/prod/mean accumulate in f32 and round
 ///   once at the end.
-/// - `max`/`min` (binary and reduce) on floats propagate NaN: if either
-///   operand is NaN the result is NaN. `relu(NaN) = NaN`.
+/// - `max`/`min` (binary and reduce) on floats are IEEE 754-2019
+///   `maximum`/`minimum` (Section 2 §3): NaN if either operand is NaN, and
+///   −0 < +0. `relu x = maximum(x, +0)`, so `relu(−0) = +0`.
+/// - NaN results follow [`cast::nan_result`] (Section 2 §3, the rules are
+///   listed in `cast.rs`): an elementwise op returns its first NaN operand
+///   quieted (payload and sign kept; `neg`/`abs` set the sign first), a NaN
+///   made from non-NaN operands is [`cast::CANONICAL_NAN`], and so is every
+///   float reduction whose result is a NaN. Data movement (transpose,
+///   reshape, broadcast, slice, concat, select) copies values: an F32
+///   signalling NaN moves unchanged, while narrow floats are quiet once
+///   decoded (Section 2 §5 decode rule) and stay so.
 /// - Integers compute in i64 with wrapping ops, then wrap to the dtype
 ///   ([`cast::wrap_int`]); `÷0` and `%0` give 0; `MIN / −1` wraps to `MIN`.
 /// - argmax/argmin: ties pick the first index; NaN is greater than every
@@ -908,10 +917,6 @@ pub mod denote {
         Elem::I(cast::wrap_int(x, dt))
     }
 
-    fn f64_to(dt: Dtype, x: f64) -> Elem {
-        fl(dt, x as f32)
-    }
-
     /// `erf` in f64: for |x| < 3 the series
     /// `erf x = 2/√π · e^{−x²} · Σₙ 2ⁿ x^{2n+1} / (1·3·…·(2n+1))` (all terms
     /// positive: no cancellation), beyond that `1 − erfc x` with erfc's
@@ -984,27 +989,30 @@ pub mod denote {
         Ok(match x {
             Elem::F(x) if dt.is_float() => {
                 let d = x as f64;
-                match op {
-                    UnaryOp::Neg => fl(dt, -x),
-                    UnaryOp::Abs => fl(dt, x.abs()),
-                    // max(x, 0) with NaN propagating (like `max`).
-                    UnaryOp::Relu => fl(dt, if x.is_nan() || x > 0.0 { x } else { 0.0 }),
-                    UnaryOp::Exp => f64_to(dt, d.exp()),
-                    UnaryOp::Log => f64_to(dt, d.ln()),
-                    UnaryOp::Sqrt => fl(dt, x.sqrt()),
-                    UnaryOp::Rsqrt => f64_to(dt, 1.0 / d.sqrt()),
-                    UnaryOp::Tanh => f64_to(dt, d.tanh()),
-                    UnaryOp::Sigmoid => f64_to(dt, 1.0 / (1.0 + (-d).exp())),
-                    UnaryOp::Gelu => f64_to(dt, gelu64(d)),
-                    UnaryOp::Sin => f64_to(dt, d.sin()),
-                    UnaryOp::Cos => f64_to(dt, d.cos()),
-                    UnaryOp::Erf => f64_to(dt, erf64(d)),
-                    UnaryOp::Recip => fl(dt, 1.0 / x),
-                    UnaryOp::Floor => fl(dt, x.floor()),
-                    UnaryOp::Ceil => fl(dt, x.ceil()),
-                    UnaryOp::Round => fl(dt, x.round_ties_even()),
+                let r = match op {
+                    // Sign operations: the NaN keeps its payload, gets the
+                    // op's sign and is quieted (Section 2 §3).
+                    UnaryOp::Neg => return Ok(fl(dt, cast::quiet(-x))),
+                    UnaryOp::Abs => return Ok(fl(dt, cast::quiet(x.abs()))),
+                    // relu x = maximum(x, +0): relu(−0) = +0, NaN quieted.
+                    UnaryOp::Relu => cast::maximum(x, 0.0),
+                    UnaryOp::Exp => d.exp() as f32,
+                    UnaryOp::Log => d.ln() as f32,
+                    UnaryOp::Sqrt => x.sqrt(),
+                    UnaryOp::Rsqrt => (1.0 / d.sqrt()) as f32,
+                    UnaryOp::Tanh => d.tanh() as f32,
+                    UnaryOp::Sigmoid => (1.0 / (1.0 + (-d).exp())) as f32,
+                    UnaryOp::Gelu => gelu64(d) as f32,
+                    UnaryOp::Sin => d.sin() as f32,
+                    UnaryOp::Cos => d.cos() as f32,
+                    UnaryOp::Erf => erf64(d) as f32,
+                    UnaryOp::Recip => 1.0 / x,
+                    UnaryOp::Floor => x.floor(),
+                    UnaryOp::Ceil => x.ceil(),
+                    UnaryOp::Round => x.round_ties_even(),
                     UnaryOp::Not => return Err(bad()),
-                }
+                };
+                fl(dt, cast::nan_result(r, &[x]))
             }
             Elem::I(x) if dt.is_int() => match op {
                 UnaryOp::Neg => int(dt, x.wrapping_neg()),
@@ -1030,36 +1038,25 @@ pub mod denote {
             return Err(bad());
         }
         Ok(match (a, b) {
-            (Elem::F(x), Elem::F(y)) if dt.is_float() => match op {
-                BinaryOp::Add => fl(dt, x + y),
-                BinaryOp::Sub => fl(dt, x - y),
-                BinaryOp::Mul => fl(dt, x * y),
-                BinaryOp::Div => fl(dt, x / y),
-                BinaryOp::Max => fl(
-                    dt,
-                    if x.is_nan() || y.is_nan() {
-                        f32::NAN
-                    } else {
-                        x.max(y)
-                    },
-                ),
-                BinaryOp::Min => fl(
-                    dt,
-                    if x.is_nan() || y.is_nan() {
-                        f32::NAN
-                    } else {
-                        x.min(y)
-                    },
-                ),
-                BinaryOp::Pow => f64_to(dt, (x as f64).powf(y as f64)),
-                BinaryOp::Eq => Elem::B(x == y),
-                BinaryOp::Ne => Elem::B(x != y),
-                BinaryOp::Lt => Elem::B(x < y),
-                BinaryOp::Le => Elem::B(x <= y),
-                BinaryOp::Gt => Elem::B(x > y),
-                BinaryOp::Ge => Elem::B(x >= y),
-                _ => return Err(bad()),
-            },
+            (Elem::F(x), Elem::F(y)) if dt.is_float() => {
+                let r = match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Sub => x - y,
+                    BinaryOp::Mul => x * y,
+                    BinaryOp::Div => x / y,
+                    BinaryOp::Max => cast::maximum(x, y),
+                    BinaryOp::Min => cast::minimum(x, y),
+                    BinaryOp::Pow => (x as f64).powf(y as f64) as f32,
+                    BinaryOp::Eq => return Ok(Elem::B(x == y)),
+                    BinaryOp::Ne => return Ok(Elem::B(x != y)),
+                    BinaryOp::Lt => return Ok(Elem::B(x < y)),
+                    BinaryOp::Le => return Ok(Elem::B(x <= y)),
+                    BinaryOp::Gt => return Ok(Elem::B(x > y)),
+                    BinaryOp::Ge => return Ok(Elem::B(x >= y)),
+                    _ => return Err(bad()),
+                };
+                fl(dt, cast::nan_result(r, &[x, y]))
+            }
             (Elem::I(x), Elem::I(y)) if dt.is_int() => match op {
                 BinaryOp::Add => int(dt, x.wrapping_add(y)),
                 BinaryOp::Sub => int(dt, x.wrapping_sub(y)),
@@ -1107,12 +1104,13 @@ pub mod denote {
         })
     }
 
-    /// §5.2 cast: `λ i. convert(f(i))` (Section 2 §5 value semantics).
+    /// §5.2 cast: `λ i. cast_value(f(i))` (Section 2 §5 value semantics,
+    /// a NaN operand quieted: Section 2 §3).
     pub fn cast(to: Dtype, x: &Tensor) -> Result<Tensor> {
         let xs = x.to_elems();
         let st = strides(x.shape());
         tabulate("cast", to, x.shape(), |i| {
-            Ok(cast::convert(xs[ravel(i, &st)], to))
+            Ok(cast::cast_value(xs[ravel(i, &st)], to))
         })
     }
 
@@ -1339,24 +1337,23 @@ pub mod denote {
                     }
                 }
                 if matches!(op, ReduceOp::Max | ReduceOp::Min) {
-                    let bop = if op == ReduceOp::Max {
-                        BinaryOp::Max
-                    } else {
-                        BinaryOp::Min
-                    };
                     best = Some(match best {
                         None => e,
                         // Not rounded in between: max/min of dtype values is a dtype value.
-                        Some(b) => binary_elem(bop, dt, b, e)?,
+                        Some(b) => extremum(op, dt, b, e)?,
                     });
                 }
             }
             Ok(match (op, dt.is_float()) {
-                (ReduceOp::Sum, true) => fl(dt, fsum),
+                (ReduceOp::Sum, true) => fl(dt, reduced_nan(fsum)),
                 (ReduceOp::Sum, false) => int(dt, isum),
-                (ReduceOp::Prod, true) => fl(dt, fprod),
+                (ReduceOp::Prod, true) => fl(dt, reduced_nan(fprod)),
                 (ReduceOp::Prod, false) => int(dt, iprod),
-                (ReduceOp::Mean, _) => fl(dt, fsum / count as f32),
+                (ReduceOp::Mean, _) => fl(dt, reduced_nan(fsum / count as f32)),
+                (ReduceOp::Max | ReduceOp::Min, true) => match best {
+                    Some(Elem::F(b)) => Elem::F(reduced_nan(b)),
+                    _ => return Err(op_err(&name, "empty axis".into())),
+                },
                 (ReduceOp::Max | ReduceOp::Min, _) => {
                     best.ok_or_else(|| op_err(&name, "empty axis".into()))?
                 }
@@ -1364,6 +1361,28 @@ pub mod denote {
                 (ReduceOp::All, _) => Elem::B(all),
             })
         })
+    }
+
+    /// One step of a max/min reduction: IEEE `maximum`/`minimum` on floats
+    /// (−0 < +0, Section 2 §3), the int max/min otherwise.
+    fn extremum(op: ReduceOp, dt: Dtype, a: Elem, b: Elem) -> Result<Elem> {
+        let bop = if op == ReduceOp::Max {
+            BinaryOp::Max
+        } else {
+            BinaryOp::Min
+        };
+        binary_elem(bop, dt, a, b)
+    }
+
+    /// A float reduction's NaN is [`cast::CANONICAL_NAN`], whichever
+    /// element was the first NaN (Section 2 §3: the fold order of a
+    /// reduction is not observable, Section 4 §6, so its NaN is not either).
+    fn reduced_nan(x: f32) -> f32 {
+        if x.is_nan() {
+            cast::CANONICAL_NAN
+        } else {
+            x
+        }
     }
 
     /// Is `a` strictly better than `b` for argmax (`max`) / argmin? NaN is
