@@ -425,3 +425,53 @@ fn verdicts_do_not_depend_on_the_previous_check() {
         }
     }
 }
+
+#[test]
+#[ignore]
+fn timing() {
+    for f in corpus() {
+        tc_core::solver::reset();
+        let t = std::time::Instant::now();
+        let r = verdict(&f);
+        eprintln!(
+            "{:?} {:?} {}",
+            t.elapsed(),
+            tc_core::solver::stats(),
+            &r[..r.len().min(200)]
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn ctx_cost() {
+    use z3::{ast::Int, Config, Solver};
+    let t = std::time::Instant::now();
+    for _ in 0..50 {
+        z3::with_z3_config(&Config::new(), || {
+            let s = Solver::new();
+            let x = Int::new_const("x");
+            s.assert(&x.ge(&Int::from_i64(1)));
+            s.check();
+        });
+    }
+    eprintln!("fresh ctx+solver+check: {:?}/query", t.elapsed() / 50);
+    let t = std::time::Instant::now();
+    for _ in 0..50 {
+        let s = Solver::new();
+        let x = Int::new_const("x");
+        s.assert(&x.ge(&Int::from_i64(1)));
+        s.check();
+    }
+    eprintln!("fresh solver+check: {:?}/query", t.elapsed() / 50);
+    let s = Solver::new();
+    let t = std::time::Instant::now();
+    for _ in 0..50 {
+        s.push();
+        let x = Int::new_const("x");
+        s.assert(&x.ge(&Int::from_i64(1)));
+        s.check();
+        s.pop(1);
+    }
+    eprintln!("push/check/pop: {:?}/query", t.elapsed() / 50);
+}
