@@ -49,7 +49,7 @@
 //! Results are cached per thread by the canonical query after a syntactic
 //! short-circuit; [`stats`] counts queries so benches can show it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
@@ -414,6 +414,9 @@ enum Outcome {
 /// The Z3 solver shared by the queries of one [`scoped`] check.
 struct Scope {
     solver: Option<Solver>,
+    /// The rlimit last set on `solver`: setting parameters costs more than a
+    /// small check, so it is done only when the rlimit changes.
+    rlimit: Cell<Option<u32>>,
 }
 
 thread_local! {
@@ -440,7 +443,12 @@ pub fn scoped<R: Send + Sync>(f: impl FnOnce() -> R + Send + Sync) -> R {
     }
     with_state(|s| s.cache.clear());
     z3::with_z3_config(&Config::new(), || {
-        SCOPE.with(|s| *s.borrow_mut() = Some(Scope { solver: None }));
+        SCOPE.with(|s| {
+            *s.borrow_mut() = Some(Scope {
+                solver: None,
+                rlimit: Cell::new(None),
+            })
+        });
         let _leave = Leave;
         f()
     })
@@ -461,21 +469,23 @@ fn run(
         let mut sc = sc.borrow_mut();
         let scope = sc.as_mut()?;
         let solver = scope.solver.get_or_insert_with(Solver::new);
-        solver.push();
-        let out = solve(solver, &facts, goal, shown, budget, stats);
+        let on = (&*solver, &scope.rlimit);
+        on.0.push();
+        let out = solve(on, &facts, goal, shown, budget, stats);
         solver.pop(1);
         Some(out)
     });
     match scoped {
         Some(out) => out,
         None => z3::with_z3_config(&Config::new(), || {
-            solve(&Solver::new(), &facts, goal, shown, budget, stats)
+            let on = (&Solver::new(), &Cell::new(None));
+            solve(on, &facts, goal, shown, budget, stats)
         }),
     }
 }
 
 fn solve(
-    solver: &Solver,
+    (solver, rlimit): (&Solver, &Cell<Option<u32>>),
     facts: &[Pred],
     goal: Option<&Pred>,
     shown: &[String],
@@ -502,7 +512,7 @@ fn solve(
         solver.assert(a);
     }
     let mut lemmas = Vec::new();
-    let model = match refine(solver, &lin, budget, stats, &mut lemmas) {
+    let model = match refine(solver, rlimit, &lin, budget, stats, &mut lemmas) {
         Found::Unsat => return Outcome::Unsat,
         Found::Unknown => return Outcome::Unknown,
         Found::Model(m) => m,
@@ -523,7 +533,8 @@ fn solve(
     for v in &vars {
         opt.minimize(v);
     }
-    let cex = match refine(&opt, &lin, budget, stats, &mut Vec::new()) {
+    let fresh = Cell::new(None);
+    let cex = match refine(&opt, &fresh, &lin, budget, stats, &mut Vec::new()) {
         Found::Model(m) => values(&m, shown, &vars).unwrap_or(fallback),
         Found::Unknown | Found::Unsat => fallback,
     };
@@ -541,7 +552,8 @@ fn values(model: &Model, shown: &[String], vars: &[Int]) -> Option<Counterexampl
 /// A Z3 engine that refinement drives: a solver or an optimiser.
 trait Engine {
     fn add(&self, b: &Bool);
-    fn check_at(&self, rlimit: u32) -> SatResult;
+    fn set_rlimit(&self, rlimit: u32);
+    fn check_now(&self) -> SatResult;
     fn model(&self) -> Option<Model>;
 }
 
@@ -555,8 +567,10 @@ impl Engine for Solver {
     fn add(&self, b: &Bool) {
         self.assert(b);
     }
-    fn check_at(&self, rlimit: u32) -> SatResult {
+    fn set_rlimit(&self, rlimit: u32) {
         self.set_params(&rlimit_params(rlimit));
+    }
+    fn check_now(&self) -> SatResult {
         self.check()
     }
     fn model(&self) -> Option<Model> {
@@ -568,8 +582,10 @@ impl Engine for Optimize {
     fn add(&self, b: &Bool) {
         self.assert(b);
     }
-    fn check_at(&self, rlimit: u32) -> SatResult {
+    fn set_rlimit(&self, rlimit: u32) {
         self.set_params(&rlimit_params(rlimit));
+    }
+    fn check_now(&self) -> SatResult {
         self.check(&[])
     }
     fn model(&self) -> Option<Model> {
@@ -578,12 +594,22 @@ impl Engine for Optimize {
 }
 
 /// Escalate: the ladder's rlimits in turn while the answer is `unknown`.
-fn check_escalating(e: &impl Engine, budget: Budget, stats: &mut Stats) -> SatResult {
+/// `current` is the rlimit the engine already has.
+fn check_escalating(
+    e: &impl Engine,
+    current: &Cell<Option<u32>>,
+    budget: Budget,
+    stats: &mut Stats,
+) -> SatResult {
     for (i, rlimit) in budget.ladder().into_iter().enumerate() {
         if i > 0 {
             stats.escalations += 1;
         }
-        let r = e.check_at(rlimit);
+        if current.get() != Some(rlimit) {
+            e.set_rlimit(rlimit);
+            current.set(Some(rlimit));
+        }
+        let r = e.check_now();
         if r != SatResult::Unknown {
             return r;
         }
@@ -602,13 +628,14 @@ enum Found {
 /// found, the abstraction is unsat, or the rounds run out.
 fn refine(
     e: &impl Engine,
+    current: &Cell<Option<u32>>,
     lin: &Linearizer,
     budget: Budget,
     stats: &mut Stats,
     lemmas: &mut Vec<Bool>,
 ) -> Found {
     for _ in 0..=REFINEMENT_ROUNDS {
-        match check_escalating(e, budget, stats) {
+        match check_escalating(e, current, budget, stats) {
             SatResult::Unsat => return Found::Unsat,
             SatResult::Unknown => return Found::Unknown,
             SatResult::Sat => {}
