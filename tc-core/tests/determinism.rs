@@ -320,7 +320,7 @@ fn slice_broadcast(name: &str, req: &[Pred], k: i64) -> Function {
 fn corpus() -> Vec<Function> {
     let mut out = transcribed();
     out.push(deep_body(6));
-    out.extend(generated(40, 0x7c11));
+    out.extend(generated(24, 0x7c11));
     out
 }
 
@@ -416,62 +416,24 @@ fn verdicts_do_not_depend_on_the_previous_check() {
     // Found by this test before the fix: `swin_merge_even` was accepted on a
     // fresh thread and rejected (E0501) right after `nonlinear_reshape`.
     let fs: Vec<Function> = transcribed().into_iter().chain([deep_body(4)]).collect();
-    let n = fs.len();
-    for i in 0..n {
+    // Predecessors that leave the most behind in a reused solver: products,
+    // refinement, unknowns, a long body.
+    let heavy = [
+        "nonlinear_reshape",
+        "reshape_products",
+        "budget_unknown",
+        "swin_merge",
+        "deep",
+    ];
+    let before: Vec<usize> = (0..fs.len())
+        .filter(|&j| heavy.contains(&fs[j].sig.name.as_str()))
+        .collect();
+    assert_eq!(before.len(), heavy.len());
+    for i in 0..fs.len() {
         let fresh = one_thread(&fs, vec![i]).remove(0).1;
-        for j in 0..n {
+        for &j in &before {
             let after = one_thread(&fs, vec![j, i]).remove(1).1;
             assert_eq!(fresh, after, "after `{}`", fs[j].sig.name);
         }
     }
-}
-
-#[test]
-#[ignore]
-fn timing() {
-    for f in corpus() {
-        tc_core::solver::reset();
-        let t = std::time::Instant::now();
-        let r = verdict(&f);
-        eprintln!(
-            "{:?} {:?} {}",
-            t.elapsed(),
-            tc_core::solver::stats(),
-            &r[..r.len().min(200)]
-        );
-    }
-}
-
-#[test]
-#[ignore]
-fn ctx_cost() {
-    use z3::{ast::Int, Config, Solver};
-    let t = std::time::Instant::now();
-    for _ in 0..50 {
-        z3::with_z3_config(&Config::new(), || {
-            let s = Solver::new();
-            let x = Int::new_const("x");
-            s.assert(&x.ge(&Int::from_i64(1)));
-            s.check();
-        });
-    }
-    eprintln!("fresh ctx+solver+check: {:?}/query", t.elapsed() / 50);
-    let t = std::time::Instant::now();
-    for _ in 0..50 {
-        let s = Solver::new();
-        let x = Int::new_const("x");
-        s.assert(&x.ge(&Int::from_i64(1)));
-        s.check();
-    }
-    eprintln!("fresh solver+check: {:?}/query", t.elapsed() / 50);
-    let s = Solver::new();
-    let t = std::time::Instant::now();
-    for _ in 0..50 {
-        s.push();
-        let x = Int::new_const("x");
-        s.assert(&x.ge(&Int::from_i64(1)));
-        s.check();
-        s.pop(1);
-    }
-    eprintln!("push/check/pop: {:?}/query", t.elapsed() / 50);
 }
