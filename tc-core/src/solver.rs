@@ -1,15 +1,19 @@
 //! The one module that talks to Z3.
 //!
-//! **A verdict is a function of the query alone** (issue #11 item 4). Every
-//! question ([`entails`], [`satisfiable`]) runs in a fresh Z3 `Context` with a
-//! fresh solver and asserts its facts in a canonical order (sorted by printed
-//! form). A solver reused through push/pop kept learned lemmas and AST ids
-//! from earlier queries: the Swin patch merge was accepted on a fresh thread
-//! and rejected (E0501) right after an unrelated check (`tests/determinism.rs`
-//! pins the whole family: orders, threads, previous checks). A fresh context
-//! costs about 1 ms; the 200-op bench body went from ~0.2 s to ~0.3 s (numbers
-//! in `benches/check.rs`), and the per-thread cache keyed by the canonical query
-//! is sound again because the answer no longer depends on who asked first.
+//! **A verdict is a function of the program alone** (issue #11 item 4). A
+//! solver reused through push/pop by every check on a thread kept learned
+//! lemmas and AST ids from earlier checks: the Swin patch merge was accepted on
+//! a fresh thread and rejected (E0501) right after an unrelated check
+//! (`tests/determinism.rs` pins the family: orders, threads, previous checks).
+//! Now each checked function gets a Z3 context of its own ([`scoped`], entered
+//! by `check_function`), whose queries share one solver through push/pop; a
+//! query outside any scope runs in a fresh context. Facts are asserted in a
+//! canonical order (sorted by printed form), and the result cache lives only
+//! as long as the scope, so what a function is told depends on its own queries
+//! alone. Cost: a context and solver are ~10 ms of setup per checked function
+//! (several times that on a loaded machine); the 200-op bench body went from
+//! ~25 ms (warm reused solver) to ~0.4 s measured at load 16 — see
+//! `benches/check.rs`.
 //!
 //! **Budget by Z3's `rlimit`** (a deterministic resource count), never wall
 //! time: no check has a timeout, so no verdict depends on machine load. A check
