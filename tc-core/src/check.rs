@@ -83,6 +83,10 @@ pub fn signature_ctx(sig: &Signature) -> Ctx {
 /// (Section 2 §13), compound dims positive (§16), and every refinement set
 /// satisfiable (an unsatisfiable one is an empty type).
 pub fn check_signature(sig: &Signature) -> Vec<Diagnostic> {
+    solver::scoped(|| check_signature_scoped(sig))
+}
+
+fn check_signature_scoped(sig: &Signature) -> Vec<Diagnostic> {
     let ctx = signature_ctx(sig);
     let mut ck = Checker::new(ctx, None);
     ck.check_sig(sig);
@@ -90,7 +94,12 @@ pub fn check_signature(sig: &Signature) -> Vec<Diagnostic> {
 }
 
 /// Check a whole function against the visible signatures.
+/// Its solver queries share one Z3 context, its own (`solver::scoped`).
 pub fn check_function(func: &Function, sigs: &Signatures) -> Result<Checked, Vec<Diagnostic>> {
+    solver::scoped(|| check_function_scoped(func, sigs))
+}
+
+fn check_function_scoped(func: &Function, sigs: &Signatures) -> Result<Checked, Vec<Diagnostic>> {
     if let Err(d) = verify(func) {
         return Err(vec![d]);
     }
@@ -244,7 +253,7 @@ impl<'a> Checker<'a> {
                     codes::SOLVER_UNKNOWN,
                     R_FORM,
                     span,
-                    format!("could not decide whether {what} are satisfiable within the solver budget"),
+                    format!("could not decide whether {what} are satisfiable within the solver budget ({})", solver::budget_note()),
                 )
                 .help("add a refinement or an axiom"),
             ),
@@ -1469,7 +1478,10 @@ fn unknown_diag(rule: &'static str, span: SpanId, goal: &Pred) -> Diagnostic {
         codes::SOLVER_UNKNOWN,
         rule,
         span,
-        format!("could not prove `{goal}` within the solver budget"),
+        format!(
+            "could not prove `{goal}` within the solver budget ({})",
+            solver::budget_note()
+        ),
     )
     .help("add a refinement or an axiom that makes the obligation easier")
 }
