@@ -1691,7 +1691,8 @@ pub fn compare(got: &Tensor, want: &Tensor, taint: Taint) -> Verdict {
         .fold(0.0f32, f32::max);
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         let kind = match (a, b) {
-            (Elem::F(p), Elem::F(q)) if p.to_bits() != q.to_bits() => {
+            (Elem::F(p), Elem::F(q)) if p.to_bits() == q.to_bits() => continue,
+            (Elem::F(p), Elem::F(q)) => {
                 if taint == Taint::Direct {
                     let r = rtol(dt);
                     let close = (p.is_nan() && q.is_nan())
@@ -1917,26 +1918,53 @@ pub fn run_case(case: &Case, shared: &Jit) -> CaseResult {
         cx.res.fallbacks += jit.stats().fallbacks;
     }
     let got = jit_run(shared, case, fs);
-    if let (Some(Out::Val(a)), Out::Val(b)) = (&first_default, &got) {
-        if a.dtype() != b.dtype() || a.shape() != b.shape() || a.bytes() != b.bytes() {
-            cx.fail(
-                "cache identity: a shared cache differs from a fresh one".into(),
-                "[shared cache, default options]".into(),
-                false,
-            );
-        }
+    if let Some(fresh) = &first_default {
+        cache_identity(
+            &mut cx,
+            &got,
+            fresh,
+            "[shared cache, default options]",
+            false,
+        );
     }
-    cx.judge(
-        "shared cache",
-        &got,
-        &want,
-        taint(&case.checked, &case.callees, MODES[0].opts),
-        false,
-    );
     if let (Some(tw), false) = (&case.program.twins, case.expect_cap) {
         run_twin(&mut cx, tw, shared);
     }
     cx.res
+}
+
+fn same_out(a: &Out, b: &Out) -> bool {
+    match (a, b) {
+        (Out::Val(x), Out::Val(y)) => {
+            x.dtype() == y.dtype() && x.shape() == y.shape() && x.bytes() == y.bytes()
+        }
+        (Out::Err(x), Out::Err(y)) => err_kind(x) == err_kind(y),
+        (Out::Panic(_), Out::Panic(_)) => true,
+        _ => false,
+    }
+}
+
+/// Oracle (d): a long-lived cache must give what a fresh one gives, bit
+/// for bit (same options, so even tolerance ops agree).
+fn cache_identity(cx: &mut Ctx, shared: &Out, fresh: &Out, who: &str, twins: bool) {
+    if same_out(shared, fresh) {
+        return;
+    }
+    let what = match (shared, fresh) {
+        (Out::Val(a), Out::Val(b)) => match compare(a, b, Taint::Exact) {
+            Verdict::Differs(_, d) => d,
+            _ => String::new(),
+        },
+        (Out::Err(e), _) => format!("shared cache: {e}"),
+        (Out::Panic(m), _) => format!("shared cache panicked: {}", first_line(m)),
+        _ => "the shared cache succeeded where a fresh one did not".into(),
+    };
+    let key = if twins {
+        "cache identity: twin program (same `f`, other callees) in a shared cache differs from a fresh cache"
+    } else {
+        "cache identity: a shared cache differs from a fresh one"
+    };
+    cx.fail(key.into(), format!("{who} {what}"), twins);
 }
 
 /// The twin (same `f`, other callee bodies and return shapes) after the
@@ -1953,23 +1981,15 @@ fn run_twin(cx: &mut Ctx, tw: &[Function], shared: &Jit) {
     };
     let t = taint(&case.checked, &cks, MODES[0].opts);
     let got = jit_run(shared, case, tw);
-    let key_of = |v: &Verdict| match v {
-        Verdict::Differs(k, d) => Some((k.clone(), d.clone())),
-        _ => None,
-    };
-    if let (Out::Val(g), Out::Val(w)) = (&got, &want) {
-        if let Some((k, d)) = key_of(&compare(g, w, t)) {
-            cx.fail(
-                format!("cache identity: twin program in a shared cache: {k}"),
-                format!("[shared cache, twin after original] {d}"),
-                true,
-            );
-            return;
-        }
-    }
-    cx.judge("twin, shared cache", &got, &want, t, true);
-    let got = jit_run(&fresh(&MODES[0]), case, tw);
-    cx.judge("twin, fresh cache", &got, &want, t, true);
+    let fresh_out = jit_run(&fresh(&MODES[0]), case, tw);
+    cx.judge("twin, fresh cache", &fresh_out, &want, t, true);
+    cache_identity(
+        cx,
+        &got,
+        &fresh_out,
+        "[twin after the original, shared cache]",
+        true,
+    );
 }
 
 // ----------------------------------------------------------- bookkeeping
@@ -2336,6 +2356,10 @@ fn indent(s: &str) -> String {
 
 // ------------------------------------------------------------- isolation
 
+/// The example's default `--budget`: the largest value of an ordinary
+/// case, in elements.
+pub const LONG_BUDGET: usize = 1 << 16;
+
 /// The long-lived cache cases share (capacity small enough to evict).
 pub fn shared_cache() -> Jit {
     Jit::new(CacheConfig {
@@ -2380,11 +2404,28 @@ fn death(status: Option<std::process::ExitStatus>, stderr: &[String]) -> String 
             None => format!("exited with {}", s.code().unwrap_or(-1)),
         },
     };
-    // The last stderr line that says something, digits elided, names the cause.
-    let why = stderr
+    // The line that names the cause (a failed allocation, a panic message,
+    // a stack overflow), else the last one; digits elided so that one cause
+    // is one family.
+    let known = [
+        "memory allocation of",
+        "stack overflow",
+        "panicked at",
+        "LLVM ERROR",
+    ];
+    let pos = stderr
         .iter()
-        .rev()
-        .find(|l| !l.trim().is_empty())
+        .position(|l| known.iter().any(|k| l.contains(k)))
+        .map(|i| {
+            if stderr[i].contains("panicked at") {
+                (i + 1).min(stderr.len() - 1)
+            } else {
+                i
+            }
+        });
+    let why = pos
+        .map(|i| &stderr[i])
+        .or_else(|| stderr.iter().rev().find(|l| !l.trim().is_empty()))
         .map(|l| {
             let t: String = l.chars().take(100).collect();
             t.chars()

@@ -39,7 +39,7 @@ fn parse() -> Result<Opts, String> {
         cases: u64::MAX,
         isolate: false,
         trace: false,
-        budget: 1 << 16,
+        budget: gen::LONG_BUDGET,
         case: None,
         worker: None,
         cfg: GenConfig::default(),
