@@ -9,7 +9,6 @@
 //! fails the test with its seed and reproducer instead of killing the
 //! harness. `TC_FUZZ_OPS` restricts the op families (`concat,slice`,
 //! `-call`), `TC_FUZZ_SEEDS` changes the number of seeds.
-#[allow(dead_code)]
 #[path = "../examples/fuzz/gen.rs"]
 mod gen;
 
@@ -21,15 +20,14 @@ use gen::{Family, GenConfig, Stats};
 const SEEDS: u64 = 24;
 /// Largest value of an ordinary case, in elements: small keeps it fast.
 const BUDGET: usize = 1 << 12;
-/// Seeds of the long run (`--budget` default of the example, every family)
-/// that reproduced a failure family on the code of 2026-12-01: the smallest
-/// reproducer of each. They are rerun at the example's budget.
-const KNOWN: &[u64] = &[];
+/// Known reproducers: `(seed, ops, max_ops, huge_one_in)` of targeted
+/// long runs (`--ops OPS --max-ops N --huge H`) that hit a failure family
+/// on the code of 2026-12-01 (the smallest case of each). They rerun at the
+/// example's budget with those settings.
+const KNOWN: &[(u64, &str, usize, usize)] = &[];
 
 fn cfg() -> GenConfig {
-    GenConfig::default()
-        .with_ops(std::env::var("TC_FUZZ_OPS").ok().as_deref())
-        .expect("TC_FUZZ_OPS")
+    GenConfig::from_env().expect("TC_FUZZ_* settings")
 }
 
 fn seeds() -> u64 {
@@ -53,8 +51,10 @@ fn fuzz_worker() {
     gen::worker(n[0], n[1], &cfg(), n[2] as usize);
 }
 
-/// Run `seeds` (ranges `from..from + count`) in child processes.
-fn run_isolated(ranges: &[(u64, u64)], budget: usize, stats: &mut Stats) {
+/// Run the ranges `from..from + count` in child processes, with the
+/// generator settings `env` (`TC_FUZZ_*` variables) on top of this
+/// process's.
+fn run_isolated(ranges: &[(u64, u64)], budget: usize, env: &[(&str, String)], stats: &mut Stats) {
     let exe = std::env::current_exe().expect("test binary path");
     let spawn = |from: u64, count: u64| {
         let mut c = std::process::Command::new(&exe);
@@ -66,8 +66,25 @@ fn run_isolated(ranges: &[(u64, u64)], budget: usize, stats: &mut Stats) {
             "--test-threads=1",
         ])
         .env("TC_FUZZ_WORKER", format!("{from}:{count}:{budget}"));
+        for (k, v) in env {
+            c.env(k, v);
+        }
         c
     };
+    let mut cfg = cfg();
+    for (k, v) in env {
+        cfg = match *k {
+            "TC_FUZZ_OPS" => cfg.with_ops(Some(v)).expect("known ops"),
+            "TC_FUZZ_MAX_OPS" => GenConfig {
+                max_ops: v.parse().expect("max ops"),
+                ..cfg
+            },
+            _ => GenConfig {
+                huge_one_in: v.parse().expect("huge"),
+                ..cfg
+            },
+        };
+    }
     for &(from, count) in ranges {
         gen::supervise(
             &spawn,
@@ -75,7 +92,7 @@ fn run_isolated(ranges: &[(u64, u64)], budget: usize, stats: &mut Stats) {
             count,
             None,
             Duration::from_secs(20),
-            &cfg(),
+            &cfg,
             budget,
             stats,
             &mut |_| {},
@@ -89,12 +106,17 @@ fn run_isolated(ranges: &[(u64, u64)], budget: usize, stats: &mut Stats) {
 fn fuzz_fixed_seeds() {
     let n = seeds();
     let mut stats = Stats::default();
-    run_isolated(&[(0, n)], BUDGET, &mut stats);
+    run_isolated(&[(0, n)], BUDGET, &[], &mut stats);
     assert_eq!(stats.generated, n, "every seed accounted for");
     if std::env::var("TC_FUZZ_OPS").is_err() {
-        // The known seeds mean their programs only with every family.
-        let known: Vec<(u64, u64)> = KNOWN.iter().map(|&s| (s, 1)).collect();
-        run_isolated(&known, gen::LONG_BUDGET, &mut stats);
+        for &(seed, ops, max_ops, huge) in KNOWN {
+            let env = [
+                ("TC_FUZZ_OPS", ops.to_string()),
+                ("TC_FUZZ_MAX_OPS", max_ops.to_string()),
+                ("TC_FUZZ_HUGE", huge.to_string()),
+            ];
+            run_isolated(&[(seed, 1)], gen::LONG_BUDGET, &env, &mut stats);
+        }
     }
     let report = stats.report(true);
     eprintln!("{report}");

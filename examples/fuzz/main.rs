@@ -9,10 +9,9 @@
 //!
 //! Flags: `--seconds N` (default 60), `--seed S` (first seed, default 0),
 //! `--cases N`, `--ops LIST` (or `TC_FUZZ_OPS`; `-name` excludes),
-//! `--max-ops N`, `--budget ELEMS` (largest value of an ordinary case),
+//! `--max-ops N`, `--huge N` (one case in N gets a huge dim; 0: none), `--budget ELEMS` (largest value of an ordinary case),
 //! `--isolate` (cases run in child processes: a crash is recorded with its
-//! seed and the run goes on), `--trace` (print each seed before running it).
-#[allow(dead_code)]
+//! seed and the run goes on), `--jobs N` (with `--isolate`: N workers), `--trace` (print each seed before running it).
 mod gen;
 
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ struct Opts {
     seed: u64,
     cases: u64,
     isolate: bool,
+    jobs: u64,
     trace: bool,
     budget: usize,
     case: Option<u64>,
@@ -38,6 +38,7 @@ fn parse() -> Result<Opts, String> {
         seed: 0,
         cases: u64::MAX,
         isolate: false,
+        jobs: 1,
         trace: false,
         budget: gen::LONG_BUDGET,
         case: None,
@@ -45,6 +46,7 @@ fn parse() -> Result<Opts, String> {
         cfg: GenConfig::default(),
         passthrough: vec![],
     };
+    o.cfg = GenConfig::from_env()?;
     let mut ops = std::env::var("TC_FUZZ_OPS").ok();
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, f: &str| -> Result<u64, String> {
@@ -58,6 +60,7 @@ fn parse() -> Result<Opts, String> {
             "--cases" => o.cases = num(it.next(), &a)?,
             "--case" => o.case = Some(num(it.next(), &a)?),
             "--isolate" => o.isolate = true,
+            "--jobs" => o.jobs = num(it.next(), &a)?.max(1),
             "--trace" => o.trace = true,
             "--ops" => {
                 let v = it.next().ok_or("--ops needs a list")?;
@@ -68,6 +71,11 @@ fn parse() -> Result<Opts, String> {
                 o.cfg.max_ops = num(it.next(), &a)? as usize;
                 o.passthrough.extend([a.clone(), o.cfg.max_ops.to_string()]);
             }
+            "--huge" => {
+                o.cfg.huge_one_in = num(it.next(), &a)? as usize;
+                o.passthrough
+                    .extend([a.clone(), o.cfg.huge_one_in.to_string()]);
+            }
             "--budget" => {
                 o.budget = num(it.next(), &a)? as usize;
                 o.passthrough.extend([a.clone(), o.budget.to_string()]);
@@ -76,7 +84,9 @@ fn parse() -> Result<Opts, String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    o.cfg = o.cfg.with_ops(ops.as_deref())?;
+    if let Some(l) = ops {
+        o.cfg = o.cfg.with_ops(Some(&l))?;
+    }
     Ok(o)
 }
 
@@ -151,17 +161,48 @@ fn main() {
             c.args(&o.passthrough);
             c
         };
-        gen::supervise(
-            &spawn,
-            o.seed,
-            o.cases,
-            Some(deadline),
-            Duration::from_secs(60),
-            &o.cfg,
-            o.budget,
-            &mut stats,
-            &mut progress,
-        );
+        // Job j takes seeds from `seed + j·2³²`: each seed names one case
+        // whatever the number of jobs.
+        let parts: Vec<Stats> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..o.jobs)
+                .map(|j| {
+                    let (spawn, o) = (&spawn, &o);
+                    sc.spawn(move || {
+                        let mut st = Stats::default();
+                        let mut last = Instant::now();
+                        let mut report = |s: &Stats| {
+                            if last.elapsed() >= Duration::from_secs(15) {
+                                last = Instant::now();
+                                eprintln!(
+                                    "[{:>5.0}s] job {j}: generated {} run {} failed {} families {}",
+                                    t0.elapsed().as_secs_f64(),
+                                    s.generated,
+                                    s.run,
+                                    s.failed,
+                                    s.families.len()
+                                );
+                            }
+                        };
+                        gen::supervise(
+                            spawn,
+                            o.seed + (j << 32),
+                            o.cases,
+                            Some(deadline),
+                            Duration::from_secs(60),
+                            &o.cfg,
+                            o.budget,
+                            &mut st,
+                            &mut report,
+                        );
+                        st
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("job")).collect()
+        });
+        for p in parts {
+            stats.merge(p);
+        }
     } else {
         std::panic::set_hook(Box::new(|_| {}));
         let shared = gen::shared_cache();
