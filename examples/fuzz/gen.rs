@@ -895,7 +895,7 @@ impl<'a> Body<'a> {
         let mut tries = 0;
         while done < n && tries < n * 8 {
             tries += 1;
-            let f = if !self.callees.is_empty() && tries == 1 && self.rng.one_in(2) {
+            let f = if !self.callees.is_empty() && tries == 1 && !self.rng.one_in(3) {
                 Family::Call
             } else {
                 self.rng.pick(families)
@@ -986,7 +986,7 @@ fn gen_callee(rng: &mut Rng, cfg: &GenConfig, i: usize, earlier: &[Callee]) -> C
         let ret = b.vals.last().cloned().expect("a value");
         (ret, b.fb)
     };
-    let twin = (!ret.shape.is_empty() && rng.one_in(2)).then(|| twin_of(&fb, &ret));
+    let twin = (!ret.shape.is_empty() && !rng.one_in(3)).then(|| twin_of(&fb, &ret));
     let mut fb = fb;
     fb.returns(Type::tensor(ret.dt, ret.shape.clone()));
     Callee {
@@ -1089,7 +1089,7 @@ fn main_facts(rng: &mut Rng, world: &World, shapes: &[Vec<Dim>]) -> (Vec<Vec<Pre
 pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
     let mut rng = Rng::new(seed);
     let mut callees: Vec<Callee> = Vec::new();
-    if cfg.allows(Family::Call) && rng.one_in(2) {
+    if cfg.allows(Family::Call) && !rng.one_in(3) {
         for i in 0..1 + rng.below(2) {
             let c = gen_callee(&mut rng, cfg, i, &callees);
             callees.push(c);
@@ -1272,9 +1272,18 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
         let vol = shape
             .iter()
             .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
-        if i < n_params && vol.map_or(true, |v| v > budget) {
-            // Arguments are allocated by the fuzzer: they stay small.
-            return Volumes::TooBig;
+        if i < n_params {
+            // Arguments are allocated by the fuzzer: they stay small, and
+            // their dims multiply within usize in any order (a tensor
+            // `[0, 2^62, 2^62]` is not constructible).
+            let nonzero = shape
+                .iter()
+                .filter(|&&d| d != 0)
+                .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
+            if vol.map_or(true, |v| v > budget) || nonzero.map_or(true, |v| v > usize::MAX as u128)
+            {
+                return Volumes::TooBig;
+            }
         }
         match vol {
             None => return Volumes::Cap,
@@ -1344,7 +1353,11 @@ fn random_elem(rng: &mut Rng, dt: Dtype) -> Elem {
 /// Random data with, for floats, a few raw special encodings (signalling
 /// NaNs, −0, subnormals, the largest finite value, infinities).
 fn random_tensor(rng: &mut Rng, dt: Dtype, shape: &[usize]) -> Tensor {
-    let n: usize = shape.iter().product();
+    let n: usize = if shape.contains(&0) {
+        0
+    } else {
+        shape.iter().product()
+    };
     if rng.one_in(5) {
         return edge_tensor(rng, dt, shape, n);
     }
@@ -2115,7 +2128,28 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
         reject: None,
         failures: vec![],
     };
-    match prepare(seed, cfg, budget) {
+    let prepared = match catch_unwind(AssertUnwindSafe(|| prepare(seed, cfg, budget))) {
+        Ok(p) => p,
+        Err(e) => {
+            // The checker (or the generator) panicked on a generated program.
+            let m = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            r.status = Status::Fail;
+            r.failures.push(Failure {
+                key: "panic while generating or checking".into(),
+                detail: format!(
+                    "{}\nseed {seed}\n{}",
+                    first_line(&m),
+                    gen_program(seed, cfg).main
+                ),
+            });
+            return r;
+        }
+    };
+    match prepared {
         Prepared::Rejected(why) => r.reject = Some(why),
         Prepared::NoSigma => r.status = Status::NoSigma,
         Prepared::Ready(case) => {
@@ -2633,13 +2667,18 @@ pub fn supervise(
         std::thread::sleep(std::time::Duration::from_millis(50));
         let lines = tail.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let key = death(status, &lines);
-        let detail = match prepare(seed, cfg, budget) {
-            Prepared::Ready(c) => format!(
-                "{}\nstderr tail:\n{}",
-                describe(&c, false),
+        let detail = match catch_unwind(AssertUnwindSafe(|| prepare(seed, cfg, budget))) {
+            Ok(Prepared::Ready(c)) => {
+                format!(
+                    "{}\nstderr tail:\n{}",
+                    describe(&c, false),
+                    lines.join("\n")
+                )
+            }
+            _ => format!(
+                "seed {seed} (not reproducible here)\nstderr tail:\n{}",
                 lines.join("\n")
             ),
-            _ => format!("seed {seed} (not reproducible here)"),
         };
         let size = program_size(&gen_program(seed, cfg));
         stats.absorb(&Record {
