@@ -324,8 +324,8 @@ const MAX_RANK: usize = 5;
 // ------------------------------------------------------------- callees
 
 /// A generated function other functions may call (§17), with a "twin": the
-/// same signature's parameters, another body, a return shape whose axis 0
-/// is doubled. Callers slice axis 0 back, so a caller's IR is the same
+/// same signature's parameters, another body, a return shape whose last
+/// axis is doubled. Callers slice it back, so a caller's IR is the same
 /// text for both, which is what a cache keyed on the caller's text alone
 /// confuses (issue #10 item 1).
 #[derive(Clone, Debug)]
@@ -878,12 +878,16 @@ impl<'a> Body<'a> {
         if c.twin.is_none() || shape.is_empty() {
             return Some(r);
         }
-        // The twin returns axis 0 doubled: take the first half, so that
-        // this function's text is the same for both.
+        // The twin returns its last axis doubled: take the first half, so
+        // that this function's text is the same for both. (The last axis:
+        // a kernel planned for the original reads the twin's buffer with
+        // the wrong row stride, where a prefix of axis 0 would be right
+        // by accident.)
+        let last = shape.len() - 1;
         let op = Op::Slice {
-            axis: 0,
+            axis: last,
             start: Dim::c(0),
-            stop: shape[0].clone(),
+            stop: shape[last].clone(),
             x: r.v,
         };
         Some(self.push(op, r.dt, shape))
@@ -998,7 +1002,7 @@ fn gen_callee(rng: &mut Rng, cfg: &GenConfig, i: usize, earlier: &[Callee]) -> C
     }
 }
 
-/// The twin body: `concat[axis=0](changed(r), r)` where `changed` alters
+/// The twin body: `concat[axis=last](changed(r), r)` where `changed` alters
 /// every element, so a stale kernel shows in the caller's first half.
 fn twin_of(fb: &FnBuilder, ret: &Val) -> Function {
     let mut fb = fb.clone();
@@ -1017,9 +1021,10 @@ fn twin_of(fb: &FnBuilder, ret: &Val) -> Function {
             scalar_left: false,
         })
     };
-    let cat = fb.op(Op::Concat(0, vec![changed, ret.v]));
+    let last = ret.shape.len() - 1;
+    let cat = fb.op(Op::Concat(last, vec![changed, ret.v]));
     let mut shape = ret.shape.clone();
-    shape[0] = shape[0].clone() + shape[0].clone();
+    shape[last] = shape[last].clone() + shape[last].clone();
     fb.returns(Type::tensor(ret.dt, shape));
     fb.finish(cat)
 }
@@ -1977,7 +1982,16 @@ pub fn run_case(case: &Case, shared: &Jit) -> CaseResult {
     let want = interp(case, fs);
     cx.judge_interp(&want);
     let mut first_default = None;
+    let timing = std::env::var_os("TC_FUZZ_TIMING").is_some();
+    let t0 = std::time::Instant::now();
     for mode in &MODES {
+        if timing {
+            eprintln!(
+                "  {:>7.1} ms: {}",
+                t0.elapsed().as_secs_f64() * 1e3,
+                mode.name
+            );
+        }
         let jit = fresh(mode);
         let t = taint(&case.checked, &case.callees, mode.opts);
         let runs = if mode.specialize_after > 1 { 2 } else { 1 };
@@ -2246,6 +2260,9 @@ pub struct Parser {
 impl Parser {
     /// Feed one line; a finished record comes back at its `@@R`.
     pub fn line(&mut self, l: &str) -> Option<Record> {
+        // A harness may print on the same line first (libtest's
+        // `test fuzz_worker ... `).
+        let l = &l[l.find("@@")?..];
         let (tag, rest) = l.split_once(' ')?;
         match tag {
             "@@B" => {
@@ -2530,6 +2547,25 @@ pub fn worker(from: u64, count: u64, cfg: &GenConfig, budget: usize) {
     }
 }
 
+/// The lines of a dead child's stderr worth reading: the cause and the
+/// backtrace frames inside tc.
+fn stderr_gist(lines: &[String]) -> String {
+    let keep = |l: &&String| {
+        l.contains("memory allocation")
+            || l.contains("panicked")
+            || l.contains("overflow")
+            || l.contains("LLVM")
+            || l.contains(" tc_")
+    };
+    let v: Vec<&str> = lines
+        .iter()
+        .filter(keep)
+        .take(24)
+        .map(|l| l.as_str())
+        .collect();
+    v.join("\n")
+}
+
 /// How a supervised child died.
 fn death(status: Option<std::process::ExitStatus>, stderr: &[String]) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -2624,8 +2660,8 @@ pub fn supervise(
                 let mut t = t2.lock().unwrap_or_else(|e| e.into_inner());
                 t.push(l);
                 let n = t.len();
-                if n > 40 {
-                    t.drain(..n - 40);
+                if n > 400 {
+                    t.drain(..n - 400);
                 }
             }
         });
@@ -2667,18 +2703,10 @@ pub fn supervise(
         std::thread::sleep(std::time::Duration::from_millis(50));
         let lines = tail.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let key = death(status, &lines);
+        let gist = stderr_gist(&lines);
         let detail = match catch_unwind(AssertUnwindSafe(|| prepare(seed, cfg, budget))) {
-            Ok(Prepared::Ready(c)) => {
-                format!(
-                    "{}\nstderr tail:\n{}",
-                    describe(&c, false),
-                    lines.join("\n")
-                )
-            }
-            _ => format!(
-                "seed {seed} (not reproducible here)\nstderr tail:\n{}",
-                lines.join("\n")
-            ),
+            Ok(Prepared::Ready(c)) => format!("{}\nstderr:\n{gist}", describe(&c, false)),
+            _ => format!("seed {seed} (not reproducible here)\nstderr:\n{gist}"),
         };
         let size = program_size(&gen_program(seed, cfg));
         stats.absorb(&Record {

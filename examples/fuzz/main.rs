@@ -92,7 +92,10 @@ fn parse() -> Result<Opts, String> {
 
 fn one_case(o: &Opts, seed: u64) {
     std::panic::set_hook(Box::new(|_| {}));
-    match gen::prepare(seed, &o.cfg, o.budget) {
+    let t0 = Instant::now();
+    let prepared = gen::prepare(seed, &o.cfg, o.budget);
+    eprintln!("prepared in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    match prepared {
         Prepared::Rejected(why) => println!("seed {seed}: rejected by the checker: {why}"),
         Prepared::NoSigma => println!("seed {seed}: no σ within the budget"),
         Prepared::Ready(case) => {
