@@ -1285,8 +1285,7 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
                 .iter()
                 .filter(|&&d| d != 0)
                 .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
-            if vol.map_or(true, |v| v > budget) || nonzero.map_or(true, |v| v > usize::MAX as u128)
-            {
+            if vol.is_none_or(|v| v > budget) || nonzero.is_none_or(|v| v > usize::MAX as u128) {
                 return Volumes::TooBig;
             }
         }
@@ -2727,5 +2726,5 @@ pub fn supervise(
 }
 
 fn time_left(deadline: Option<std::time::Instant>) -> bool {
-    deadline.map_or(true, |d| std::time::Instant::now() < d)
+    deadline.is_none_or(|d| std::time::Instant::now() < d)
 }
