@@ -2607,7 +2607,11 @@ fn death(status: Option<std::process::ExitStatus>, stderr: &[String]) -> String 
                 .collect::<String>()
         })
         .unwrap_or_default();
-    format!("process {how}: {why}")
+    if why.trim().is_empty() {
+        format!("process {how}")
+    } else {
+        format!("process {how}: {why}")
+    }
 }
 
 /// Run seeds `from..from + count` in child processes made by `spawn(from,
