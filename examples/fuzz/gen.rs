@@ -1,0 +1,2734 @@
+//! The soundness fuzzer (issue #10): random well-typed programs built through
+//! `tc_core::build::FnBuilder`, checked by `tc_core::check::check_function`,
+//! run at a σ satisfying Γ on the Section 4 interpreter and on every JIT
+//! mode, and compared.
+//!
+//! Shared by `tests/fuzz.rs` (a fixed-seed short run) and
+//! `examples/fuzz/main.rs` (the long run). Everything is a function of the
+//! case seed: `cargo run --release --example fuzz -- --case SEED` prints and
+//! reruns one case.
+//!
+//! Oracle, per accepted program at its σ:
+//! (a) no panic; the interpreter returns a value, unless some value's
+//!     volume exceeds the element cap (`tc_runtime::interp::MAX_ELEMS`),
+//!     where both backends must return a typed error of the same kind;
+//! (b) the interpreter's dtype and shape are the checker's synthesised
+//!     return type evaluated under σ;
+//! (c) every JIT mode equals the interpreter: bit for bit unless a value on
+//!     the way to the result comes from an op the crate docs give a
+//!     tolerance (float sum/prod/mean outside deterministic mode, float
+//!     matmul, the fast F32 transcendentals);
+//! (d) the same case in a long-lived cache shared with earlier cases equals
+//!     a fresh cache bit for bit, and so does a "twin" of the program (same
+//!     `f`, callees with other bodies and return shapes) run after it.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use tc_core::build::FnBuilder;
+use tc_core::check::{check_function, Checked};
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, Signatures, UnaryOp, Value};
+use tc_core::{Dim, Dtype, Pred, Sigma, TensorType, Type};
+use tc_llvm::{CacheConfig, Jit, JitOptions};
+use tc_runtime::contract::Arg;
+use tc_runtime::elem::Elem;
+use tc_runtime::Tensor;
+
+// ------------------------------------------------------------------ PRNG
+
+/// splitmix64: tiny, seedable, and the same on every platform.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for `seed` (mixed, so neighbouring seeds diverge at once).
+    pub fn new(seed: u64) -> Rng {
+        let mut r = Rng(seed ^ 0x5eed_f022_7c0d_e5e1);
+        r.next();
+        r
+    }
+
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// True with probability `1/n`.
+    pub fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
+    }
+
+    /// A uniformly chosen element.
+    pub fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())].clone()
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+// -------------------------------------------------------------- families
+
+/// The op families the generator draws from (`--ops` / `TC_FUZZ_OPS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// §4 elementwise unary.
+    Unary,
+    /// §5 cast.
+    Cast,
+    /// §6 binary on two tensors.
+    Binary,
+    /// §4/§6 with a scalar literal or scalar parameter.
+    ScalarBinary,
+    /// §6 select.
+    Select,
+    /// §7 matmul, batched included.
+    Matmul,
+    /// §8 reduce.
+    Reduce,
+    /// §8 argmax/argmin.
+    ArgReduce,
+    /// §9 transpose.
+    Transpose,
+    /// §10 reshape.
+    Reshape,
+    /// §11 broadcast.
+    Broadcast,
+    /// §12 slice.
+    Slice,
+    /// §12 concat.
+    Concat,
+    /// A literal tensor.
+    Fill,
+    /// An index tensor.
+    Iota,
+    /// §17 call of a generated function.
+    Call,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 16] = [
+        Family::Unary,
+        Family::Cast,
+        Family::Binary,
+        Family::ScalarBinary,
+        Family::Select,
+        Family::Matmul,
+        Family::Reduce,
+        Family::ArgReduce,
+        Family::Transpose,
+        Family::Reshape,
+        Family::Broadcast,
+        Family::Slice,
+        Family::Concat,
+        Family::Fill,
+        Family::Iota,
+        Family::Call,
+    ];
+
+    /// The name used by `--ops`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Unary => "unary",
+            Family::Cast => "cast",
+            Family::Binary => "binary",
+            Family::ScalarBinary => "scalar",
+            Family::Select => "select",
+            Family::Matmul => "matmul",
+            Family::Reduce => "reduce",
+            Family::ArgReduce => "argreduce",
+            Family::Transpose => "transpose",
+            Family::Reshape => "reshape",
+            Family::Broadcast => "broadcast",
+            Family::Slice => "slice",
+            Family::Concat => "concat",
+            Family::Fill => "fill",
+            Family::Iota => "iota",
+            Family::Call => "call",
+        }
+    }
+
+    /// Look up by name.
+    pub fn from_name(s: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == s)
+    }
+}
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    /// Families to draw from (layout fallbacks such as a cast feeding a
+    /// binary op are still emitted when an operand of the right type is
+    /// missing; `--ops` restricts the *chosen* ops).
+    pub families: Vec<Family>,
+    /// At most this many drawn ops in the main function.
+    pub max_ops: usize,
+    /// One case in `huge_one_in` gets a huge dim (0: never).
+    pub huge_one_in: usize,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig {
+            families: Family::ALL.to_vec(),
+            max_ops: 7,
+            huge_one_in: 12,
+        }
+    }
+}
+
+impl GenConfig {
+    /// Parse a comma-separated family list (`unary,matmul`); `None` or
+    /// `all` keeps every family; a leading `-` excludes (`-call,-matmul`).
+    pub fn with_ops(mut self, list: Option<&str>) -> Result<GenConfig, String> {
+        let Some(list) = list.filter(|l| !l.is_empty() && *l != "all") else {
+            return Ok(self);
+        };
+        let mut keep: Vec<Family> = Vec::new();
+        let mut drop: Vec<Family> = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (neg, name) = match item.strip_prefix('-') {
+                Some(n) => (true, n),
+                None => (false, item),
+            };
+            let f = Family::from_name(name).ok_or_else(|| {
+                let names: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown op family `{name}` (one of {})", names.join(", "))
+            })?;
+            if neg {
+                drop.push(f);
+            } else {
+                keep.push(f);
+            }
+        }
+        if keep.is_empty() {
+            keep = Family::ALL.to_vec();
+        }
+        keep.retain(|f| !drop.contains(f));
+        if keep.is_empty() {
+            return Err("--ops leaves no family".into());
+        }
+        self.families = keep;
+        Ok(self)
+    }
+
+    /// The defaults overridden by `TC_FUZZ_OPS` (see [`GenConfig::with_ops`]),
+    /// `TC_FUZZ_MAX_OPS` and `TC_FUZZ_HUGE` (one case in N gets a huge dim).
+    pub fn from_env() -> Result<GenConfig, String> {
+        let num = |k: &str| -> Result<Option<usize>, String> {
+            match std::env::var(k) {
+                Err(_) => Ok(None),
+                Ok(v) => v
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("{k}={v}: not a number")),
+            }
+        };
+        let mut c = GenConfig::default().with_ops(std::env::var("TC_FUZZ_OPS").ok().as_deref())?;
+        if let Some(n) = num("TC_FUZZ_MAX_OPS")? {
+            c.max_ops = n.max(1);
+        }
+        if let Some(n) = num("TC_FUZZ_HUGE")? {
+            c.huge_one_in = n;
+        }
+        Ok(c)
+    }
+
+    fn allows(&self, f: Family) -> bool {
+        self.families.contains(&f)
+    }
+}
+
+// ----------------------------------------------------------------- world
+
+/// The shape variables of one function and the facts relating them.
+#[derive(Clone, Debug, Default)]
+struct World {
+    /// Name and whether it opted into `>= 0`.
+    vars: Vec<(String, bool)>,
+    /// `D % H == 0`.
+    divs: Vec<(String, String)>,
+    /// `S >= K + c`.
+    orders: Vec<(String, String, i64)>,
+}
+
+impl World {
+    fn zero(&self, v: &str) -> bool {
+        self.vars.iter().any(|(n, z)| n == v && *z)
+    }
+
+    /// Can `d` be 0 under Γ? Every dim the generator builds without a
+    /// zero-opted variable was proven `>= 1` where it was formed (§16).
+    fn may_zero(&self, d: &Dim) -> bool {
+        d.as_const() == Some(0) || d.vars().iter().any(|v| self.zero(v))
+    }
+
+    fn var_dims(&self) -> Vec<Dim> {
+        self.vars.iter().map(|(n, _)| Dim::var(n.clone())).collect()
+    }
+}
+
+const CONST_DIMS: [i64; 7] = [1, 1, 2, 3, 4, 7, 16];
+
+fn main_world(rng: &mut Rng) -> World {
+    let mut w = World::default();
+    w.vars.push(("A".into(), rng.one_in(5)));
+    if rng.one_in(2) {
+        w.vars.push(("B".into(), rng.one_in(4)));
+    }
+    if rng.one_in(3) {
+        w.vars.push(("Z".into(), true));
+    }
+    if rng.one_in(3) {
+        w.vars.push(("D".into(), rng.one_in(4)));
+        // A divisor opted into `>= 0` (issue #10 item 9): §13 now makes
+        // `D % H` need `H >= 1`, so the checker must refuse these.
+        w.vars.push(("H".into(), rng.one_in(8)));
+        w.divs.push(("D".into(), "H".into()));
+    }
+    if rng.one_in(3) {
+        let zero = rng.one_in(3);
+        w.vars.push(("S".into(), zero));
+        w.vars.push(("K".into(), zero && rng.one_in(2)));
+        w.orders.push(("S".into(), "K".into(), rng.below(2) as i64));
+    }
+    w
+}
+
+/// A value of the function being generated, with its type as the generator
+/// tracks it (the checker synthesises its own; a disagreement is a
+/// rejection, counted).
+#[derive(Clone, Debug)]
+struct Val {
+    v: Value,
+    dt: Dtype,
+    shape: Vec<Dim>,
+}
+
+const MAX_RANK: usize = 5;
+
+// ------------------------------------------------------------- callees
+
+/// A generated function other functions may call (§17), with a "twin": the
+/// same signature's parameters, another body, a return shape whose last
+/// axis is doubled. Callers slice it back, so a caller's IR is the same
+/// text for both, which is what a cache keyed on the caller's text alone
+/// confuses (issue #10 item 1).
+#[derive(Clone, Debug)]
+struct Callee {
+    func: Function,
+    twin: Option<Function>,
+    /// Parameter dtypes and shapes (variables of the callee's own world).
+    params: Vec<(Dtype, Vec<Dim>)>,
+    world: World,
+    ret: (Dtype, Vec<Dim>),
+}
+
+// ----------------------------------------------------------------- body
+
+struct Body<'a> {
+    rng: &'a mut Rng,
+    world: &'a World,
+    cfg: &'a GenConfig,
+    fb: FnBuilder,
+    vals: Vec<Val>,
+    /// Scalar parameters: index and dtype.
+    scalars: Vec<(usize, Dtype)>,
+    callees: &'a [Callee],
+}
+
+fn float_literal(rng: &mut Rng, dt: Dtype) -> f64 {
+    let max = match dt {
+        Dtype::F8E4M3 => 448.0,
+        Dtype::F8E5M2 => 57344.0,
+        Dtype::F16 => 65504.0,
+        _ => 3.0e38,
+    };
+    match rng.below(8) {
+        0 => -0.0,
+        1 => 0.0,
+        2 => max,
+        3 => -max,
+        4 => 1.0,
+        _ => ((rng.unit() as f64) - 0.5) * 8.0,
+    }
+}
+
+fn int_literal(rng: &mut Rng, dt: Dtype) -> i64 {
+    let (lo, hi) = dt.int_range().unwrap_or((-8, 7));
+    match rng.below(6) {
+        0 => lo,
+        1 => hi,
+        2 => 0,
+        _ => (rng.below(15) as i64 - 7).clamp(lo, hi),
+    }
+}
+
+impl<'a> Body<'a> {
+    fn push(&mut self, op: Op, dt: Dtype, shape: Vec<Dim>) -> Val {
+        let v = self.fb.op(op);
+        let val = Val { v, dt, shape };
+        self.vals.push(val.clone());
+        val
+    }
+
+    /// A value satisfying `ok`, biased towards values nothing uses yet and
+    /// recent ones, so that programs are chains, not dead branches.
+    fn pick_val(&mut self, ok: impl Fn(&Val) -> bool) -> Option<Val> {
+        let used: BTreeSet<Value> = self
+            .fb
+            .clone()
+            .finish(Value(0))
+            .body
+            .iter()
+            .flat_map(|i| i.op.operands())
+            .collect();
+        let c: Vec<Val> = self.vals.iter().filter(|v| ok(v)).cloned().collect();
+        let fresh: Vec<Val> = c.iter().filter(|v| !used.contains(&v.v)).cloned().collect();
+        if !fresh.is_empty() && !self.rng.one_in(4) {
+            return Some(if self.rng.one_in(2) {
+                fresh[fresh.len() - 1].clone()
+            } else {
+                self.rng.pick(&fresh)
+            });
+        }
+        if c.is_empty() {
+            return None;
+        }
+        Some(self.rng.pick(&c))
+    }
+
+    fn cast_to(&mut self, x: Val, dt: Dtype) -> Val {
+        if x.dt == dt {
+            return x;
+        }
+        self.push(Op::Cast(dt, x.v), dt, x.shape.clone())
+    }
+
+    /// A value of exactly this dtype and (syntactic) shape: an existing one
+    /// (cast if needed) or a literal tensor.
+    fn like(&mut self, shape: &[Dim], dt: Dtype) -> Val {
+        let same = |v: &Val| v.shape == shape;
+        if !self.rng.one_in(6) {
+            if let Some(x) = self.pick_val(|v| same(v) && v.dt == dt) {
+                return x;
+            }
+            if let Some(x) = self.pick_val(same) {
+                return self.cast_to(x, dt);
+            }
+        }
+        let s = self.scalar_for(dt);
+        self.push(Op::Fill(dt, shape.to_vec(), s), dt, shape.to_vec())
+    }
+
+    fn scalar_for(&mut self, dt: Dtype) -> Scalar {
+        let params: Vec<usize> = self
+            .scalars
+            .iter()
+            .filter(|(_, d)| *d == dt)
+            .map(|(i, _)| *i)
+            .collect();
+        if !params.is_empty() && self.rng.one_in(2) {
+            return Scalar::Param(self.rng.pick(&params));
+        }
+        if dt.is_float() {
+            Scalar::Float(float_literal(self.rng, dt))
+        } else if dt.is_int() {
+            Scalar::Int(int_literal(self.rng, dt))
+        } else {
+            Scalar::Bool(self.rng.one_in(2))
+        }
+    }
+
+    /// A dim for a new axis: a variable, a constant, or a dim some value has.
+    fn pool_dim(&mut self) -> Dim {
+        match self.rng.below(4) {
+            0 => Dim::c(self.rng.pick(&CONST_DIMS)),
+            1 if !self.vals.is_empty() => {
+                let v = self.rng.pick(&self.vals);
+                if v.shape.is_empty() {
+                    Dim::c(1)
+                } else {
+                    self.rng.pick(&v.shape)
+                }
+            }
+            _ => self.rng.pick(&self.world.var_dims()),
+        }
+    }
+
+    fn random_shape(&mut self, min_rank: usize, max_rank: usize) -> Vec<Dim> {
+        let r = min_rank + self.rng.below(max_rank - min_rank + 1);
+        (0..r).map(|_| self.pool_dim()).collect()
+    }
+
+    fn step(&mut self, f: Family) -> Option<Val> {
+        match f {
+            Family::Unary => self.unary(),
+            Family::Cast => {
+                let x = self.pick_val(|_| true)?;
+                let dt = self.rng.pick(&Dtype::ALL);
+                Some(self.push(Op::Cast(dt, x.v), dt, x.shape))
+            }
+            Family::Binary => self.binary(),
+            Family::ScalarBinary => self.scalar_binary(),
+            Family::Select => self.select(),
+            Family::Matmul => self.matmul(),
+            Family::Reduce => self.reduce(),
+            Family::ArgReduce => self.arg_reduce(),
+            Family::Transpose => self.transpose(),
+            Family::Reshape => self.reshape(),
+            Family::Broadcast => self.broadcast(),
+            Family::Slice => self.slice(),
+            Family::Concat => self.concat(),
+            Family::Fill => {
+                let dt = self.rng.pick(&Dtype::ALL);
+                let shape = self.random_shape(0, 3);
+                let s = self.scalar_for(dt);
+                Some(self.push(Op::Fill(dt, shape.clone(), s), dt, shape))
+            }
+            Family::Iota => {
+                let dt = self.rng.pick(&Dtype::ALL[..10]);
+                let shape = self.random_shape(1, 3);
+                let axis = self.rng.below(shape.len());
+                Some(self.push(Op::Iota(dt, shape.clone(), axis), dt, shape))
+            }
+            Family::Call => self.call(),
+        }
+    }
+
+    fn unary(&mut self) -> Option<Val> {
+        let x = self.pick_val(|_| true)?;
+        let ops: Vec<UnaryOp> = UnaryOp::ALL
+            .into_iter()
+            .filter(|o| o.admits(x.dt))
+            .collect();
+        let op = self.rng.pick(&ops);
+        Some(self.push(Op::Unary(op, x.v), x.dt, x.shape))
+    }
+
+    fn binary(&mut self) -> Option<Val> {
+        let x = self.pick_val(|_| true)?;
+        let ops: Vec<BinaryOp> = BinaryOp::ALL
+            .into_iter()
+            .filter(|o| o.admits(x.dt))
+            .collect();
+        let op = self.rng.pick(&ops);
+        let y = self.like(&x.shape, x.dt);
+        let (a, b) = if self.rng.one_in(2) {
+            (x.v, y.v)
+        } else {
+            (y.v, x.v)
+        };
+        Some(self.push(Op::Binary(op, a, b), op.result_dtype(x.dt), x.shape))
+    }
+
+    fn scalar_binary(&mut self) -> Option<Val> {
+        let x = self.pick_val(|_| true)?;
+        let ops: Vec<BinaryOp> = BinaryOp::ALL
+            .into_iter()
+            .filter(|o| o.admits(x.dt))
+            .collect();
+        let op = self.rng.pick(&ops);
+        let s = self.scalar_for(x.dt);
+        let scalar_left = self.rng.one_in(2);
+        let dt = op.result_dtype(x.dt);
+        Some(self.push(
+            Op::ScalarBinary {
+                op,
+                x: x.v,
+                s,
+                scalar_left,
+            },
+            dt,
+            x.shape,
+        ))
+    }
+
+    fn select(&mut self) -> Option<Val> {
+        let x = self.pick_val(|_| true)?;
+        let c = self.like(&x.shape, Dtype::Bool);
+        let y = self.like(&x.shape, x.dt);
+        Some(self.push(Op::Select(c.v, x.v, y.v), x.dt, x.shape))
+    }
+
+    fn matmul(&mut self) -> Option<Val> {
+        let mut x = self.pick_val(|v| v.shape.len() >= 2)?;
+        if !x.dt.is_numeric() {
+            let dt = self.rng.pick(&Dtype::ALL[..10]);
+            x = self.cast_to(x, dt);
+        }
+        let n = x.shape.len();
+        let batch = x.shape[..n - 2].to_vec();
+        let k = x.shape[n - 1].clone();
+        let fits = |v: &Val| v.shape.len() == n && v.shape[..n - 2] == batch[..];
+        let y = match self.pick_val(|v| fits(v) && v.shape[n - 2] == k) {
+            Some(y) if !self.rng.one_in(4) => y,
+            _ => {
+                // Some value whose last dim is K, transposed: x itself at worst.
+                let w = self
+                    .pick_val(|v| fits(v) && v.shape[n - 1] == k)
+                    .unwrap_or_else(|| x.clone());
+                let mut perm: Vec<usize> = (0..n).collect();
+                perm.swap(n - 1, n - 2);
+                let mut shape = w.shape.clone();
+                shape.swap(n - 1, n - 2);
+                self.push(Op::Transpose(perm, w.v), w.dt, shape)
+            }
+        };
+        let y = self.cast_to(y, x.dt);
+        let mut shape = x.shape[..n - 1].to_vec();
+        shape.push(y.shape[n - 1].clone());
+        Some(self.push(Op::Matmul(x.v, y.v), x.dt, shape))
+    }
+
+    fn reduce(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| !v.shape.is_empty())?;
+        let rank = x.shape.len();
+        let mut axes: Vec<usize> = (0..rank).collect();
+        // A random non-empty subset, in random order.
+        for i in (1..rank).rev() {
+            axes.swap(i, self.rng.below(i + 1));
+        }
+        axes.truncate(1 + self.rng.below(rank));
+        let ops: Vec<ReduceOp> = ReduceOp::ALL
+            .into_iter()
+            .filter(|o| o.admits(x.dt))
+            .collect();
+        let mut op = self.rng.pick(&ops);
+        let empty_ok = axes.iter().all(|&a| !self.world.may_zero(&x.shape[a]));
+        if op.needs_nonempty() && !empty_ok && !self.rng.one_in(16) {
+            op = ReduceOp::Sum;
+        }
+        let keepdims = self.rng.one_in(2);
+        let shape = x
+            .shape
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| match (axes.contains(&i), keepdims) {
+                (true, true) => Some(Dim::c(1)),
+                (true, false) => None,
+                (false, _) => Some(d.clone()),
+            })
+            .collect();
+        let op_ = Op::Reduce {
+            op,
+            axes,
+            keepdims,
+            x: x.v,
+        };
+        Some(self.push(op_, x.dt, shape))
+    }
+
+    fn arg_reduce(&mut self) -> Option<Val> {
+        let w = self.world;
+        let x = self.pick_val(|v| v.dt.is_numeric() && v.shape.iter().any(|d| !w.may_zero(d)))?;
+        let axes: Vec<usize> = (0..x.shape.len())
+            .filter(|&a| !w.may_zero(&x.shape[a]))
+            .collect();
+        let axis = self.rng.pick(&axes);
+        let keepdims = self.rng.one_in(2);
+        let mut shape = x.shape.clone();
+        if keepdims {
+            shape[axis] = Dim::c(1);
+        } else {
+            shape.remove(axis);
+        }
+        let op = Op::ArgReduce {
+            max: self.rng.one_in(2),
+            axis,
+            keepdims,
+            x: x.v,
+        };
+        Some(self.push(op, Dtype::I64, shape))
+    }
+
+    fn transpose(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| !v.shape.is_empty())?;
+        let n = x.shape.len();
+        let mut perm: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            perm.swap(i, self.rng.below(i + 1));
+        }
+        let shape = perm.iter().map(|&p| x.shape[p].clone()).collect();
+        Some(self.push(Op::Transpose(perm, x.v), x.dt, shape))
+    }
+}
+
+impl<'a> Body<'a> {
+    fn reshape(&mut self) -> Option<Val> {
+        let x = self.pick_val(|_| true)?;
+        let mut s = x.shape.clone();
+        let n = s.len();
+        match self.rng.below(5) {
+            0 if n < MAX_RANK => s.insert(self.rng.below(n + 1), Dim::c(1)),
+            1 => {
+                let ones: Vec<usize> = (0..n).filter(|&i| s[i].as_const() == Some(1)).collect();
+                if ones.is_empty() {
+                    return None;
+                }
+                s.remove(self.rng.pick(&ones));
+            }
+            2 => {
+                // Merge two neighbours; a product of two variables is not
+                // Presburger, so one of them is a constant.
+                let ok: Vec<usize> = (0..n.saturating_sub(1))
+                    .filter(|&i| s[i].as_const().is_some() || s[i + 1].as_const().is_some())
+                    .collect();
+                if ok.is_empty() {
+                    return None;
+                }
+                let i = self.rng.pick(&ok);
+                let m = s[i].clone() * s[i + 1].clone();
+                s[i] = m;
+                s.remove(i + 1);
+            }
+            3 => self.split(&mut s)?,
+            _ => {
+                let vars = s.iter().filter(|d| d.as_const().is_none()).count();
+                if vars > 1 {
+                    return None;
+                }
+                let vol = s.iter().fold(Dim::c(1), |a, d| a * d.clone());
+                s = vec![vol];
+            }
+        }
+        Some(self.push(Op::Reshape(s.clone(), x.v), x.dt, s))
+    }
+
+    /// Split one axis in two: `D` into `[H, D / H]` under `D % H == 0`
+    /// (§13), or a composite constant into two factors.
+    fn split(&mut self, s: &mut Vec<Dim>) -> Option<()> {
+        if s.len() >= MAX_RANK {
+            return None;
+        }
+        let mut cands: Vec<(usize, Dim, Dim)> = Vec::new();
+        for (i, d) in s.iter().enumerate() {
+            for (dv, hv) in &self.world.divs {
+                if d.as_var() == Some(dv.as_str()) {
+                    let h = Dim::var(hv.clone());
+                    cands.push((i, h.clone(), d.div(&h)));
+                }
+            }
+            if let Some(c) = d.as_const() {
+                for f in 2..c {
+                    if c % f == 0 {
+                        cands.push((i, Dim::c(f), Dim::c(c / f)));
+                    }
+                }
+            }
+        }
+        if cands.is_empty() {
+            return None;
+        }
+        let (i, a, b) = self.rng.pick(&cands);
+        let (a, b) = if self.rng.one_in(2) { (a, b) } else { (b, a) };
+        s[i] = a;
+        s.insert(i + 1, b);
+        Some(())
+    }
+
+    fn broadcast(&mut self) -> Option<Val> {
+        let x = self.pick_val(|_| true)?;
+        let mut target: Vec<Dim> = Vec::new();
+        for d in &x.shape {
+            if d.as_const() == Some(1) && self.rng.one_in(2) {
+                target.push(self.pool_dim());
+            } else {
+                target.push(d.clone());
+            }
+        }
+        let room = MAX_RANK - x.shape.len().min(MAX_RANK);
+        let lead = self.rng.below(3).min(room);
+        for _ in 0..lead {
+            let d = self.pool_dim();
+            target.insert(0, d);
+        }
+        Some(self.push(Op::Broadcast(target.clone(), x.v), x.dt, target))
+    }
+
+    fn slice(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| !v.shape.is_empty())?;
+        let axis = self.rng.below(x.shape.len());
+        let d = x.shape[axis].clone();
+        let w = self.world;
+        let mut cands: Vec<(Dim, Dim)> = vec![(Dim::c(0), d.clone())];
+        if let Some(c) = d.as_const() {
+            if c >= 1 {
+                let a = self.rng.below(c as usize) as i64;
+                let b = a + 1 + self.rng.below((c - a) as usize) as i64;
+                cands.push((Dim::c(a), Dim::c(b)));
+            }
+        } else if !w.may_zero(&d) {
+            cands.push((Dim::c(0), Dim::c(1)));
+            cands.push((d.clone() - Dim::c(1), d.clone()));
+        }
+        for (sv, kv, c) in &w.orders {
+            if d.as_var() == Some(sv.as_str()) {
+                let k = Dim::var(kv.clone());
+                cands.push((Dim::c(0), k.clone()));
+                if *c >= 1 || w.zero(sv) || w.zero(kv) {
+                    cands.push((k, d.clone()));
+                }
+            }
+        }
+        let (start, stop) = self.rng.pick(&cands);
+        let mut shape = x.shape.clone();
+        shape[axis] = stop.clone() - start.clone();
+        let op = Op::Slice {
+            axis,
+            start,
+            stop,
+            x: x.v,
+        };
+        Some(self.push(op, x.dt, shape))
+    }
+
+    fn concat(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| !v.shape.is_empty())?;
+        let rank = x.shape.len();
+        let axis = self.rng.below(rank);
+        let k = 2 + self.rng.below(3);
+        let mut xs = vec![x.v];
+        let mut total = x.shape[axis].clone();
+        let zeros: Vec<Dim> = self
+            .world
+            .vars
+            .iter()
+            .filter(|(_, z)| *z)
+            .map(|(n, _)| Dim::var(n.clone()))
+            .collect();
+        for _ in 1..k {
+            let fits = |v: &Val| {
+                v.shape.len() == rank && (0..rank).all(|i| i == axis || v.shape[i] == x.shape[i])
+            };
+            let other = match self.rng.below(3) {
+                0 => Some(x.clone()),
+                1 => self.pick_val(fits).map(|v| self.cast_to(v, x.dt)),
+                _ => None,
+            };
+            let o = match other {
+                Some(o) => o,
+                None => {
+                    // A literal operand whose concat axis may be empty.
+                    let mut s = x.shape.clone();
+                    s[axis] = if !zeros.is_empty() && self.rng.one_in(2) {
+                        self.rng.pick(&zeros)
+                    } else {
+                        self.pool_dim()
+                    };
+                    let sc = self.scalar_for(x.dt);
+                    self.push(Op::Fill(x.dt, s.clone(), sc), x.dt, s)
+                }
+            };
+            total = total + o.shape[axis].clone();
+            xs.push(o.v);
+        }
+        let mut shape = x.shape.clone();
+        shape[axis] = total;
+        Some(self.push(Op::Concat(axis, xs), x.dt, shape))
+    }
+
+    fn call(&mut self) -> Option<Val> {
+        let callees = self.callees;
+        if callees.is_empty() {
+            return None;
+        }
+        let c = &callees[self.rng.below(callees.len())];
+        let (dt0, p0) = &c.params[0];
+        let (w, cw) = (self.world, &c.world);
+        let ok = |v: &Val| {
+            v.shape.len() == p0.len()
+                && p0
+                    .iter()
+                    .zip(&v.shape)
+                    .all(|(p, d)| cw.may_zero(p) || !w.may_zero(d))
+        };
+        let x = self.pick_val(ok)?;
+        let x = self.cast_to(x, *dt0);
+        let theta: BTreeMap<String, Dim> = p0
+            .iter()
+            .zip(&x.shape)
+            .filter_map(|(p, d)| p.as_var().map(|v| (v.to_string(), d.clone())))
+            .collect();
+        let mut args = vec![x.v];
+        for (dt, shape) in &c.params[1..] {
+            let target: Vec<Dim> = shape.iter().map(|d| d.subst(&theta)).collect();
+            args.push(self.like(&target, *dt).v);
+        }
+        let shape: Vec<Dim> = c.ret.1.iter().map(|d| d.subst(&theta)).collect();
+        let r = self.push(
+            Op::Call(c.func.sig.name.clone(), args),
+            c.ret.0,
+            shape.clone(),
+        );
+        if c.twin.is_none() || shape.is_empty() {
+            return Some(r);
+        }
+        // The twin returns its last axis doubled: take the first half, so
+        // that this function's text is the same for both. (The last axis:
+        // a kernel planned for the original reads the twin's buffer with
+        // the wrong row stride, where a prefix of axis 0 would be right
+        // by accident.)
+        let last = shape.len() - 1;
+        let op = Op::Slice {
+            axis: last,
+            start: Dim::c(0),
+            stop: shape[last].clone(),
+            x: r.v,
+        };
+        Some(self.push(op, r.dt, shape))
+    }
+
+    /// Draw `n` ops from the configured families; at least one op lands.
+    fn run(&mut self, n: usize, families: &[Family]) {
+        let mut done = 0;
+        let mut tries = 0;
+        while done < n && tries < n * 8 {
+            tries += 1;
+            let f = if !self.callees.is_empty() && tries == 1 && !self.rng.one_in(3) {
+                Family::Call
+            } else {
+                self.rng.pick(families)
+            };
+            if self.step(f).is_some() {
+                done += 1;
+            }
+        }
+        if done == 0 {
+            let x = self.vals.last().cloned().expect("a tensor parameter");
+            let dt = self.rng.pick(&Dtype::ALL);
+            self.push(Op::Cast(dt, x.v), dt, x.shape);
+        }
+    }
+}
+
+// -------------------------------------------------------------- programs
+
+/// One generated program: callees (resolved by name), the function `f`
+/// under test, and the twin callees (same names) when there are any.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// Callees, in the order they may call each other.
+    pub callees: Vec<Function>,
+    /// `callees` with every callee that has a twin replaced by it.
+    pub twins: Option<Vec<Function>>,
+    /// The function under test.
+    pub main: Function,
+    /// Families of the ops in any function of the program.
+    pub used: BTreeSet<Family>,
+    world: World,
+}
+
+fn body<'a>(
+    rng: &'a mut Rng,
+    cfg: &'a GenConfig,
+    world: &'a World,
+    callees: &'a [Callee],
+    fb: FnBuilder,
+    vals: Vec<Val>,
+    scalars: Vec<(usize, Dtype)>,
+) -> Body<'a> {
+    Body {
+        rng,
+        world,
+        cfg,
+        fb,
+        vals,
+        scalars,
+        callees,
+    }
+}
+
+fn gen_callee(rng: &mut Rng, cfg: &GenConfig, i: usize, earlier: &[Callee]) -> Callee {
+    let mut world = World::default();
+    let rank = 1 + rng.below(3);
+    for j in 0..rank {
+        world.vars.push((format!("U{i}{j}"), rng.one_in(3)));
+    }
+    let shape: Vec<Dim> = world
+        .vars
+        .iter()
+        .map(|(n, _)| Dim::var(n.clone()))
+        .collect();
+    let mut params = vec![(rng.pick(&Dtype::ALL), shape.clone())];
+    if rng.one_in(2) {
+        params.push((rng.pick(&Dtype::ALL), shape.clone()));
+    }
+    let mut fb = FnBuilder::new(&format!("g{i}"));
+    let mut vals = Vec::new();
+    for (k, (dt, s)) in params.iter().enumerate() {
+        let v = fb.param(&format!("p{k}"), Type::tensor(*dt, s.clone()));
+        vals.push(Val {
+            v,
+            dt: *dt,
+            shape: s.clone(),
+        });
+    }
+    for (n, z) in &world.vars {
+        if *z {
+            fb.requires(Pred::ge(Dim::var(n.clone()), 0));
+        }
+    }
+    let (ret, fb) = {
+        let mut b = body(rng, cfg, &world, earlier, fb, vals, vec![]);
+        let n = 1 + b.rng.below(3);
+        b.run(n, &cfg.families);
+        let ret = b.vals.last().cloned().expect("a value");
+        (ret, b.fb)
+    };
+    let twin = (!ret.shape.is_empty() && !rng.one_in(3)).then(|| twin_of(&fb, &ret));
+    let mut fb = fb;
+    fb.returns(Type::tensor(ret.dt, ret.shape.clone()));
+    Callee {
+        func: fb.finish(ret.v),
+        twin,
+        params,
+        world,
+        ret: (ret.dt, ret.shape),
+    }
+}
+
+/// The twin body: `concat[axis=last](changed(r), r)` where `changed` alters
+/// every element, so a stale kernel shows in the caller's first half.
+fn twin_of(fb: &FnBuilder, ret: &Val) -> Function {
+    let mut fb = fb.clone();
+    let changed = if ret.dt.is_bool() {
+        fb.op(Op::Unary(UnaryOp::Not, ret.v))
+    } else {
+        let s = if ret.dt.is_float() {
+            Scalar::Float(1.0)
+        } else {
+            Scalar::Int(1)
+        };
+        fb.op(Op::ScalarBinary {
+            op: BinaryOp::Add,
+            x: ret.v,
+            s,
+            scalar_left: false,
+        })
+    };
+    let last = ret.shape.len() - 1;
+    let cat = fb.op(Op::Concat(last, vec![changed, ret.v]));
+    let mut shape = ret.shape.clone();
+    shape[last] = shape[last].clone() + shape[last].clone();
+    fb.returns(Type::tensor(ret.dt, shape));
+    fb.finish(cat)
+}
+
+/// Tensor parameter shapes of `f`: every variable appears bare in some
+/// parameter, so the contract binds it (Section 2 §17).
+fn main_shapes(rng: &mut Rng, world: &World) -> Vec<Vec<Dim>> {
+    let n = 1 + rng.below(3);
+    let mut shapes: Vec<Vec<Dim>> = (0..n)
+        .map(|_| {
+            let rank = rng.pick(&[0usize, 1, 2, 2, 2, 3, 3, 4]);
+            (0..rank)
+                .map(|_| {
+                    if rng.one_in(4) {
+                        Dim::c(rng.pick(&CONST_DIMS))
+                    } else {
+                        rng.pick(&world.var_dims())
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    for v in world.var_dims() {
+        if !shapes.iter().any(|s| s.contains(&v)) {
+            shapes.push(vec![v]);
+        }
+    }
+    shapes
+}
+
+/// `f`'s signature facts: the opt-ins into `>= 0`, `D % H == 0` and
+/// `S >= K + c`, each either a refinement of a parameter that mentions the
+/// variable or a `requires` (Section 2 §15: placement is syntax only).
+fn main_facts(rng: &mut Rng, world: &World, shapes: &[Vec<Dim>]) -> (Vec<Vec<Pred>>, Vec<Pred>) {
+    let mut refs: Vec<Vec<Pred>> = vec![Vec::new(); shapes.len()];
+    let mut requires = Vec::new();
+    let mut place = |rng: &mut Rng, var: &str, p: Pred| {
+        let holder = shapes.iter().position(|s| s.contains(&Dim::var(var)));
+        match holder {
+            Some(i) if rng.one_in(2) => refs[i].push(p),
+            _ => requires.push(p),
+        }
+    };
+    for (n, z) in &world.vars {
+        if *z {
+            place(rng, n, Pred::ge(Dim::var(n.clone()), 0));
+        }
+    }
+    for (d, h) in &world.divs {
+        place(
+            rng,
+            d,
+            Pred::eq(Dim::var(d.clone()).rem(&Dim::var(h.clone())), 0),
+        );
+    }
+    for (s, k, c) in &world.orders {
+        place(
+            rng,
+            s,
+            Pred::ge(Dim::var(s.clone()), Dim::var(k.clone()) + Dim::c(*c)),
+        );
+    }
+    (refs, requires)
+}
+
+/// Generate the program of case `seed`.
+pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
+    let mut rng = Rng::new(seed);
+    let mut callees: Vec<Callee> = Vec::new();
+    if cfg.allows(Family::Call) && !rng.one_in(3) {
+        for i in 0..1 + rng.below(2) {
+            let c = gen_callee(&mut rng, cfg, i, &callees);
+            callees.push(c);
+        }
+    }
+    let world = main_world(&mut rng);
+    let shapes = main_shapes(&mut rng, &world);
+    let (refs, requires) = main_facts(&mut rng, &world, &shapes);
+    let mut fb = FnBuilder::new("f");
+    let mut vals = Vec::new();
+    for (i, (s, r)) in shapes.iter().zip(refs).enumerate() {
+        let dt = rng.pick(&Dtype::ALL);
+        let ty = Type::Tensor(TensorType::new(dt, s.clone()).with_refs(r));
+        let v = fb.param(&format!("x{i}"), ty);
+        vals.push(Val {
+            v,
+            dt,
+            shape: s.clone(),
+        });
+    }
+    let mut scalars = Vec::new();
+    for k in 0..rng.below(3) {
+        let dt = rng.pick(&Dtype::ALL);
+        let v = fb.param(&format!("s{k}"), Type::Scalar(dt));
+        scalars.push((v.0 as usize, dt));
+    }
+    for p in requires {
+        fb.requires(p);
+    }
+    let n_ops = 1 + rng.below(cfg.max_ops.max(1));
+    let (ret, fb) = {
+        let mut b = body(&mut rng, cfg, &world, &callees, fb, vals, scalars);
+        b.run(n_ops, &cfg.families);
+        let k = b.vals.len();
+        let ret = b.vals[k - 1 - b.rng.below(2.min(k - shapes.len()).max(1))].clone();
+        (ret, b.fb)
+    };
+    let mut fb = fb;
+    fb.returns(Type::tensor(ret.dt, ret.shape.clone()));
+    let main = fb.finish(ret.v);
+    let mut used = families_in(&main);
+    for c in &callees {
+        used.extend(families_in(&c.func));
+    }
+    let calls_twin = main.body.iter().any(|i| match &i.op {
+        Op::Call(n, _) => callees
+            .iter()
+            .any(|c| &c.func.sig.name == n && c.twin.is_some()),
+        _ => false,
+    });
+    let twins = calls_twin.then(|| {
+        callees
+            .iter()
+            .map(|c| c.twin.clone().unwrap_or_else(|| c.func.clone()))
+            .collect()
+    });
+    Program {
+        callees: callees.into_iter().map(|c| c.func).collect(),
+        twins,
+        main,
+        used,
+        world,
+    }
+}
+
+/// The families of the ops in `f`'s body.
+pub fn families_in(f: &Function) -> BTreeSet<Family> {
+    f.body
+        .iter()
+        .map(|i| match &i.op {
+            Op::Unary(..) => Family::Unary,
+            Op::Cast(..) => Family::Cast,
+            Op::Binary(..) => Family::Binary,
+            Op::ScalarBinary { .. } => Family::ScalarBinary,
+            Op::Select(..) => Family::Select,
+            Op::Matmul(..) => Family::Matmul,
+            Op::Reduce { .. } => Family::Reduce,
+            Op::ArgReduce { .. } => Family::ArgReduce,
+            Op::Transpose(..) => Family::Transpose,
+            Op::Reshape(..) => Family::Reshape,
+            Op::Broadcast(..) => Family::Broadcast,
+            Op::Slice { .. } => Family::Slice,
+            Op::Concat(..) => Family::Concat,
+            Op::Fill(..) => Family::Fill,
+            Op::Iota(..) => Family::Iota,
+            Op::Call(..) => Family::Call,
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------- σ and data
+
+/// Values a variable takes in ordinary cases (boundaries 1 and a few
+/// "large" ones; 0 is added for variables opted into `>= 0`).
+const SMALL: [i64; 12] = [1, 1, 1, 2, 2, 3, 4, 5, 7, 8, 17, 33];
+/// Values for the huge dim: past the element cap, past the byte count of
+/// a wide dtype, past `u32`, and near `i64::MAX`.
+const HUGE: [i64; 7] = [
+    1 << 16,
+    (1 << 21) + 1,
+    1 << 31,
+    (1 << 32) + 1,
+    1 << 40,
+    1 << 62,
+    i64::MAX,
+];
+
+fn draw_sigma(rng: &mut Rng, w: &World, spread: usize) -> Sigma {
+    let mut s = Sigma::new();
+    let small = |rng: &mut Rng| SMALL[rng.below(spread.clamp(3, SMALL.len()))];
+    for (n, z) in &w.vars {
+        let v = if *z && rng.one_in(3) { 0 } else { small(rng) };
+        s.insert(n.clone(), v);
+    }
+    for (d, h) in &w.divs {
+        let m = if w.zero(d) && rng.one_in(3) {
+            0
+        } else {
+            small(rng)
+        };
+        s.insert(d.clone(), s[h] * m);
+    }
+    for (sv, kv, c) in &w.orders {
+        let t = if rng.one_in(3) { 0 } else { small(rng) };
+        s.insert(sv.clone(), s[kv] + c + t);
+    }
+    s
+}
+
+/// Does every refinement and `requires` of `sig` hold under σ?
+fn sig_holds(sig: &tc_core::ir::Signature, sigma: &Sigma) -> bool {
+    let refs = sig.params.iter().flat_map(|p| match &p.ty {
+        Type::Tensor(t) => t.refs.clone(),
+        _ => vec![],
+    });
+    refs.chain(sig.requires.iter().map(|r| r.node.clone()))
+        .all(|p| p.eval(sigma) == Ok(true))
+}
+
+/// Concrete shape of a type under σ; `None` when a dim does not evaluate
+/// (overflow) or is negative.
+fn concrete(t: &Type, sigma: &Sigma) -> Option<(Dtype, Vec<usize>)> {
+    let t = t.as_tensor()?;
+    let mut shape = Vec::new();
+    for d in &t.shape {
+        let v = d.eval(sigma).ok()?;
+        shape.push(usize::try_from(v).ok()?);
+    }
+    Some((t.dtype, shape))
+}
+
+/// What the values of a run at σ look like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Volumes {
+    /// Every value fits the budget.
+    Fine,
+    /// Some value exceeds the element cap (or its shape overflows) before
+    /// any value exceeds the budget: a typed error is expected.
+    Cap,
+    /// Some value is between the budget and the cap: not run.
+    TooBig,
+}
+
+/// Walk the values of `ck` (and, through calls, of the callees) in order.
+fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Volumes {
+    let mut shapes: Vec<Vec<usize>> = Vec::new();
+    let n_params = ck.func.sig.params.len();
+    for (i, t) in ck.types.iter().enumerate() {
+        if matches!(t, Type::Scalar(_)) {
+            shapes.push(vec![]);
+            continue;
+        }
+        let Some((_, shape)) = concrete(t, sigma) else {
+            return if i < n_params {
+                Volumes::TooBig
+            } else {
+                Volumes::Cap
+            };
+        };
+        let vol = shape
+            .iter()
+            .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
+        if i < n_params {
+            // Arguments are allocated by the fuzzer: they stay small, and
+            // their dims multiply within usize in any order (a tensor
+            // `[0, 2^62, 2^62]` is not constructible).
+            let nonzero = shape
+                .iter()
+                .filter(|&&d| d != 0)
+                .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
+            if vol.is_none_or(|v| v > budget) || nonzero.is_none_or(|v| v > usize::MAX as u128) {
+                return Volumes::TooBig;
+            }
+        }
+        match vol {
+            None => return Volumes::Cap,
+            Some(v) if v > tc_runtime::interp::MAX_ELEMS as u128 => return Volumes::Cap,
+            Some(v) if v > budget => return Volumes::TooBig,
+            _ => {}
+        }
+        if i >= n_params {
+            if let Op::Call(name, xs) = &ck.func.body[i - n_params].op {
+                let Some(c) = callees.iter().find(|c| &c.func.sig.name == name) else {
+                    continue;
+                };
+                let mut cs = Sigma::new();
+                for (p, x) in c.func.sig.params.iter().zip(xs) {
+                    let pt = p.ty.as_tensor().expect("tensor parameter");
+                    for (d, &n) in pt.shape.iter().zip(&shapes[x.0 as usize]) {
+                        if let Some(v) = d.as_var() {
+                            cs.insert(v.to_string(), n as i64);
+                        }
+                    }
+                }
+                match volumes(c, &cs, callees, budget) {
+                    Volumes::Fine => {}
+                    other => return other,
+                }
+            }
+        }
+        shapes.push(shape);
+    }
+    Volumes::Fine
+}
+
+fn special_bits(dt: Dtype) -> &'static [u32] {
+    match dt {
+        Dtype::F32 => &[
+            0x7F80_0001,
+            0xFFC0_0000,
+            0x8000_0000,
+            0x0000_0001,
+            0x7F7F_FFFF,
+            0xFF80_0000,
+            0x7F80_0000,
+        ],
+        Dtype::F16 => &[0x7C01, 0xFE00, 0x8000, 0x0001, 0x7BFF, 0xFC00, 0x7D55],
+        Dtype::BF16 => &[0x7F81, 0xFFC0, 0x8000, 0x0001, 0x7F7F, 0xFF80],
+        Dtype::F8E4M3 => &[0x7F, 0xFF, 0x80, 0x01, 0x7E, 0xFE],
+        Dtype::F8E5M2 => &[0x7D, 0xFE, 0x80, 0x01, 0x7B, 0x7C, 0xFC],
+        _ => &[],
+    }
+}
+
+fn random_elem(rng: &mut Rng, dt: Dtype) -> Elem {
+    if dt.is_float() {
+        let x = if rng.one_in(12) {
+            rng.pick(&[-0.0f32, 0.0, 1.0, -1.0, 0.5])
+        } else {
+            (rng.unit() - 0.5) * 8.0
+        };
+        Elem::F(tc_runtime::cast::round_to(x, dt))
+    } else if dt.is_int() {
+        Elem::I(int_literal(rng, dt))
+    } else {
+        Elem::B(rng.one_in(2))
+    }
+}
+
+/// Random data with, for floats, a few raw special encodings (signalling
+/// NaNs, −0, subnormals, the largest finite value, infinities).
+fn random_tensor(rng: &mut Rng, dt: Dtype, shape: &[usize]) -> Tensor {
+    let n: usize = if shape.contains(&0) {
+        0
+    } else {
+        shape.iter().product()
+    };
+    if rng.one_in(5) {
+        return edge_tensor(rng, dt, shape, n);
+    }
+    let elems: Vec<Elem> = (0..n).map(|_| random_elem(rng, dt)).collect();
+    let t = Tensor::from_elems(dt, shape, &elems).expect("elements of the dtype");
+    if !dt.is_float() || n == 0 || rng.one_in(2) {
+        return t;
+    }
+    let mut bytes = t.bytes().to_vec();
+    let w = (dt.bits() / 8) as usize;
+    for _ in 0..1 + rng.below(3) {
+        let i = rng.below(n);
+        let pat = rng.pick(special_bits(dt));
+        bytes[i * w..(i + 1) * w].copy_from_slice(&pat.to_le_bytes()[..w]);
+    }
+    Tensor::from_raw(dt, shape, bytes).expect("valid encodings")
+}
+
+/// Every element from a handful of edge values (±0, ±1, NaN, ±inf, the
+/// signalling NaN encodings, int extremes): ties between ±0 in max/min,
+/// NaN quieting and wrap-around become likely instead of rare.
+fn edge_tensor(rng: &mut Rng, dt: Dtype, shape: &[usize], n: usize) -> Tensor {
+    if !dt.is_float() {
+        let pool: Vec<Elem> = match dt.int_range() {
+            Some((lo, hi)) => [0, -1, 1, lo, hi].map(Elem::I).to_vec(),
+            None => vec![Elem::B(false), Elem::B(true)],
+        };
+        let elems: Vec<Elem> = (0..n).map(|_| rng.pick(&pool)).collect();
+        return Tensor::from_elems(dt, shape, &elems).expect("edge elements");
+    }
+    let w = (dt.bits() / 8) as usize;
+    let plain =
+        Tensor::from_elems(dt, &[4], &[-0.0, 0.0, 1.0, -1.0].map(Elem::F)).expect("small floats");
+    let mut pats: Vec<u32> = special_bits(dt).to_vec();
+    for i in 0..4 {
+        let mut b = [0u8; 4];
+        b[..w].copy_from_slice(&plain.bytes()[i * w..(i + 1) * w]);
+        pats.extend([u32::from_le_bytes(b); 3]);
+    }
+    let mut bytes = Vec::with_capacity(n * w);
+    for _ in 0..n {
+        bytes.extend_from_slice(&rng.pick(&pats).to_le_bytes()[..w]);
+    }
+    Tensor::from_raw(dt, shape, bytes).expect("valid encodings")
+}
+
+fn random_scalar(rng: &mut Rng, dt: Dtype) -> Arg {
+    let e = if dt.is_float() && rng.one_in(6) {
+        Elem::F(rng.pick(&[f32::NAN, -0.0, f32::INFINITY]))
+    } else {
+        random_elem(rng, dt)
+    };
+    Arg::Scalar(e)
+}
+
+/// One accepted program at one σ with its arguments and expectation.
+pub struct Case {
+    /// The seed it came from.
+    pub seed: u64,
+    /// The program.
+    pub program: Program,
+    /// The checker's verdict on `f` (types of every value).
+    pub checked: Checked,
+    /// The checker's verdicts on the callees.
+    pub callees: Vec<Checked>,
+    /// σ.
+    pub sigma: Sigma,
+    /// Arguments realising σ.
+    pub args: Vec<Arg>,
+    /// Some value exceeds the element cap: both backends must fail alike.
+    pub expect_cap: bool,
+    /// The checker's return type under σ (absent when `expect_cap`).
+    pub want: Option<(Dtype, Vec<usize>)>,
+}
+
+/// What became of a seed before anything ran.
+pub enum Prepared {
+    /// The checker refused a generated function (first message).
+    Rejected(String),
+    /// No σ within the size budget was found.
+    NoSigma,
+    /// Ready to run.
+    Ready(Box<Case>),
+}
+
+fn check_all(fs: &[Function], main: &Function) -> Result<(Vec<Checked>, Checked), String> {
+    let mut sigs = Signatures::new();
+    let mut out = Vec::new();
+    let first = |ds: Vec<tc_core::Diagnostic>, f: &Function| {
+        let d = &ds[0];
+        format!("{} [{}] in `{}`: {}", d.code, d.rule, f.sig.name, d.message)
+    };
+    for f in fs {
+        let ck = check_function(f, &sigs).map_err(|ds| first(ds, f))?;
+        sigs.insert(f.sig.name.clone(), f.sig.clone());
+        out.push(ck);
+    }
+    let ck = check_function(main, &sigs).map_err(|ds| first(ds, main))?;
+    Ok((out, ck))
+}
+
+/// Generate, check, and pick σ and arguments for case `seed`.
+/// `budget` bounds the volume of every value of an ordinary run.
+pub fn prepare(seed: u64, cfg: &GenConfig, budget: usize) -> Prepared {
+    let mut program = gen_program(seed, cfg);
+    let (callees, checked) = match check_all(&program.callees, &program.main) {
+        Ok(x) => x,
+        Err(e) => return Prepared::Rejected(e),
+    };
+    if let Some(t) = &program.twins {
+        if check_all(t, &program.main).is_err() {
+            // Counted as a pass of the original; the twin is a bonus.
+            program.twins = None;
+        }
+    }
+    let mut rng = Rng::new(seed ^ 0xa5a5_5a5a_dead_beef);
+    let huge = cfg.huge_one_in > 0 && rng.one_in(cfg.huge_one_in);
+    let mut found = None;
+    for attempt in 0..24 {
+        let mut sigma = draw_sigma(&mut rng, &program.world, SMALL.len() - attempt / 3);
+        if huge && !program.world.vars.is_empty() {
+            let (v, _) = rng.pick(&program.world.vars);
+            sigma.insert(v, rng.pick(&HUGE));
+        }
+        if !sig_holds(&program.main.sig, &sigma) {
+            continue;
+        }
+        match volumes(&checked, &sigma, &callees, budget as u128) {
+            Volumes::Fine => found = Some((sigma, false)),
+            Volumes::Cap if huge => found = Some((sigma, true)),
+            _ => continue,
+        }
+        break;
+    }
+    let Some((sigma, expect_cap)) = found else {
+        return Prepared::NoSigma;
+    };
+    let mut args = Vec::new();
+    for p in &program.main.sig.params {
+        match &p.ty {
+            Type::Scalar(dt) => args.push(random_scalar(&mut rng, *dt)),
+            t => {
+                let (dt, shape) = concrete(t, &sigma).expect("parameter shape under σ");
+                args.push(Arg::Tensor(random_tensor(&mut rng, dt, &shape)));
+            }
+        }
+    }
+    let want = if expect_cap {
+        None
+    } else {
+        concrete(&checked.types[checked.func.ret.0 as usize], &sigma)
+    };
+    Prepared::Ready(Box::new(Case {
+        seed,
+        program,
+        checked,
+        callees,
+        sigma,
+        args,
+        expect_cap,
+        want,
+    }))
+}
+
+// ----------------------------------------------------------------- oracle
+
+/// A JIT configuration the oracle runs every case under.
+#[derive(Clone, Copy, Debug)]
+pub struct Mode {
+    /// Its name in reports.
+    pub name: &'static str,
+    /// Code generation options.
+    pub opts: JitOptions,
+    /// `CacheConfig::specialize_after`: 2 runs the shape-generic kernels
+    /// first, then the σ-specialised ones (both are compared).
+    pub specialize_after: u32,
+}
+
+const fn opts(fast_math: bool, deterministic: bool, threads: usize) -> JitOptions {
+    JitOptions {
+        fast_math,
+        deterministic,
+        threads,
+    }
+}
+
+/// Every mode: the default, each option flipped alone, the strictest
+/// combination, and the shape-generic path.
+pub const MODES: [Mode; 6] = [
+    Mode {
+        name: "default",
+        opts: opts(true, false, 0),
+        specialize_after: 1,
+    },
+    Mode {
+        name: "deterministic",
+        opts: opts(true, true, 0),
+        specialize_after: 1,
+    },
+    Mode {
+        name: "no-fast-math",
+        opts: opts(false, false, 0),
+        specialize_after: 1,
+    },
+    Mode {
+        name: "threads=1",
+        opts: opts(true, false, 1),
+        specialize_after: 1,
+    },
+    Mode {
+        name: "exact",
+        opts: opts(false, true, 1),
+        specialize_after: 1,
+    },
+    Mode {
+        name: "generic",
+        opts: opts(true, false, 0),
+        specialize_after: 2,
+    },
+];
+
+/// How far a JIT result may be from the interpreter's (crate docs of
+/// tc-llvm, "Numerics").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Taint {
+    /// Bit for bit.
+    Exact,
+    /// Within the documented bound: the result is a tolerance op's output
+    /// seen only through layout ops and float casts.
+    Direct,
+    /// A tolerance op's output went through ops that can amplify the
+    /// difference without bound (comparisons, casts to int, …): values are
+    /// not compared.
+    Indirect,
+}
+
+fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
+    let dt = |v: &Value| ck.types[v.0 as usize].as_tensor().map(|t| t.dtype);
+    let float = |v: &Value| dt(v).is_some_and(|d| d.is_float());
+    match op {
+        Op::Reduce { op, x, .. } => {
+            float(x)
+                && !o.deterministic
+                && matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Mean)
+        }
+        Op::Matmul(a, _) => float(a),
+        Op::Unary(u, x) => {
+            o.fast_math
+                && dt(x) == Some(Dtype::F32)
+                && matches!(
+                    u,
+                    UnaryOp::Exp
+                        | UnaryOp::Log
+                        | UnaryOp::Tanh
+                        | UnaryOp::Sigmoid
+                        | UnaryOp::Erf
+                        | UnaryOp::Gelu
+                )
+        }
+        _ => false,
+    }
+}
+
+/// The taint of `ck`'s returned value under options `o`.
+pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
+    let mut t: Vec<Taint> = vec![Taint::Exact; ck.func.sig.params.len()];
+    for inst in &ck.func.body {
+        let ins = inst
+            .op
+            .operands()
+            .iter()
+            .map(|v| t[v.0 as usize])
+            .max()
+            .unwrap_or(Taint::Exact);
+        let layout = match &inst.op {
+            Op::Transpose(..)
+            | Op::Reshape(..)
+            | Op::Broadcast(..)
+            | Op::Slice { .. }
+            | Op::Concat(..) => true,
+            Op::Cast(d, _) => d.is_float(),
+            _ => false,
+        };
+        let r = if let Op::Call(name, _) = &inst.op {
+            match (ins, callees.iter().find(|c| &c.func.sig.name == name)) {
+                (Taint::Exact, Some(c)) => taint(c, callees, o),
+                _ => Taint::Indirect,
+            }
+        } else if is_tolerance_source(&inst.op, ck, o) {
+            if ins == Taint::Exact {
+                Taint::Direct
+            } else {
+                Taint::Indirect
+            }
+        } else if ins == Taint::Exact || layout {
+            ins
+        } else {
+            Taint::Indirect
+        };
+        t.push(r);
+    }
+    t[ck.func.ret.0 as usize]
+}
+
+/// The outcome of one backend run.
+pub enum Out {
+    /// A value.
+    Val(Tensor),
+    /// A typed error.
+    Err(tc_runtime::Error),
+    /// A panic, with its message.
+    Panic(String),
+}
+
+fn guard(f: impl FnOnce() -> Result<Tensor, tc_runtime::Error>) -> Out {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(t)) => Out::Val(t),
+        Ok(Err(e)) => Out::Err(e),
+        Err(p) => Out::Panic(
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "non-string panic".into()),
+        ),
+    }
+}
+
+/// The variant name of an error: "identical in kind".
+pub fn err_kind(e: &tc_runtime::Error) -> String {
+    let s = format!("{e:?}");
+    s.split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn max_finite(dt: Dtype) -> f32 {
+    match dt {
+        Dtype::F16 => 65504.0,
+        Dtype::BF16 => 3.38e38,
+        Dtype::F8E4M3 => 448.0,
+        Dtype::F8E5M2 => 57344.0,
+        _ => f32::MAX,
+    }
+}
+
+/// Relative tolerance: the reduction bound of the crate docs does not
+/// know Σ|terms| here, so a bound relative to the largest result element
+/// stands in, plus two ulps of a narrow dtype (its final rounding).
+fn rtol(dt: Dtype) -> f32 {
+    match dt {
+        Dtype::F32 => 1e-4,
+        Dtype::F16 => 2e-3,
+        Dtype::BF16 => 1.6e-2,
+        Dtype::F8E4M3 => 0.26,
+        _ => 0.51,
+    }
+}
+
+/// How a JIT result compares with the interpreter's.
+pub enum Verdict {
+    /// Equal (within the tolerance where one applies).
+    Same,
+    /// Tainted beyond comparison ([`Taint::Indirect`]).
+    Unchecked,
+    /// Different: a short kind for grouping and a description.
+    Differs(String, String),
+}
+
+fn elem_bits(e: &Elem) -> String {
+    match e {
+        Elem::F(x) => format!("{x:?} ({:#010x} as f32)", x.to_bits()),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Compare `got` (JIT) with `want` (interpreter) under `taint`.
+pub fn compare(got: &Tensor, want: &Tensor, taint: Taint) -> Verdict {
+    if got.dtype() != want.dtype() || got.shape() != want.shape() {
+        return Verdict::Differs(
+            "dtype/shape differs from the interpreter's".into(),
+            format!(
+                "jit {} {:?} vs interpreter {} {:?}",
+                got.dtype(),
+                got.shape(),
+                want.dtype(),
+                want.shape()
+            ),
+        );
+    }
+    if got.bytes() == want.bytes() {
+        return Verdict::Same;
+    }
+    if taint == Taint::Indirect {
+        return Verdict::Unchecked;
+    }
+    let dt = want.dtype();
+    let (g, w) = (got.to_elems(), want.to_elems());
+    let scale = w
+        .iter()
+        .filter_map(|e| match e {
+            Elem::F(x) if x.is_finite() => Some(x.abs()),
+            _ => None,
+        })
+        .fold(0.0f32, f32::max);
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let kind = match (a, b) {
+            (Elem::F(p), Elem::F(q)) if p.to_bits() == q.to_bits() => continue,
+            (Elem::F(p), Elem::F(q)) => {
+                if taint == Taint::Direct {
+                    let r = rtol(dt);
+                    let close = (p.is_nan() && q.is_nan())
+                        || (p - q).abs() <= r * q.abs() + r * scale + tc_llvm::TOLERANCE.1;
+                    // A non-finite interpreter result means some term or
+                    // partial sum overflowed: the documented bound
+                    // (∝ Σ|terms|) is infinite, and FMA or another order
+                    // may give NaN, ±inf or a finite value instead.
+                    let overflow =
+                        !q.is_finite() || (!p.is_finite() && scale >= max_finite(dt) / 8.0);
+                    if close || overflow {
+                        continue;
+                    }
+                    "beyond the documented tolerance"
+                } else if p.is_nan() && q.is_nan() {
+                    "NaN bits differ"
+                } else if *p == 0.0 && *q == 0.0 {
+                    "sign of zero differs"
+                } else {
+                    "value differs"
+                }
+            }
+            (x, y) if x != y => "value differs",
+            _ => continue,
+        };
+        return Verdict::Differs(
+            format!("{kind} [{dt}]"),
+            format!(
+                "element {i} of {:?}: jit {} vs interpreter {}",
+                want.shape(),
+                elem_bits(a),
+                elem_bits(b)
+            ),
+        );
+    }
+    Verdict::Same
+}
+
+// ------------------------------------------------------------------ runs
+
+/// One failed expectation.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// The failure family (grouping key).
+    pub key: String,
+    /// Where (backend and mode) and what, with the reproducer.
+    pub detail: String,
+}
+
+/// What running one case found.
+#[derive(Default)]
+pub struct CaseResult {
+    /// Failed expectations.
+    pub failures: Vec<Failure>,
+    /// JIT calls that fell back to the interpreter.
+    pub fallbacks: u64,
+    /// Comparisons skipped as [`Taint::Indirect`].
+    pub unchecked: u64,
+}
+
+/// The reproducer: every function's IR, σ and the arguments' summary.
+pub fn describe(case: &Case, twins: bool) -> String {
+    let mut s = String::new();
+    let fs = match (&case.program.twins, twins) {
+        (Some(t), true) => t,
+        _ => &case.program.callees,
+    };
+    for f in fs {
+        let _ = writeln!(s, "{f}");
+    }
+    let _ = writeln!(s, "{}", case.program.main);
+    let sigma: Vec<String> = case
+        .sigma
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    let _ = write!(s, "σ = {{{}}}; seed {}", sigma.join(", "), case.seed);
+    for (i, a) in case.args.iter().enumerate() {
+        match a {
+            Arg::Tensor(t) if t.numel() <= 8 => {
+                let _ = write!(
+                    s,
+                    "\n  arg {i}: {} {:?} = {:?}",
+                    t.dtype(),
+                    t.shape(),
+                    t.to_elems()
+                );
+            }
+            Arg::Tensor(t) => {
+                let _ = write!(s, "\n  arg {i}: {} {:?}", t.dtype(), t.shape());
+            }
+            Arg::Scalar(e) => {
+                let _ = write!(s, "\n  arg {i}: scalar {e:?}");
+            }
+        }
+    }
+    s
+}
+
+struct Ctx<'c> {
+    case: &'c Case,
+    res: CaseResult,
+}
+
+impl Ctx<'_> {
+    fn fail(&mut self, key: String, what: String, twins: bool) {
+        let detail = format!("{what}\n{}", describe(self.case, twins));
+        self.res.failures.push(Failure { key, detail });
+    }
+
+    /// Check a JIT outcome against the interpreter's.
+    fn judge(&mut self, who: &str, got: &Out, want: &Out, taint: Taint, twins: bool) {
+        let (key, what) = match (got, want) {
+            (Out::Val(g), Out::Val(w)) => match compare(g, w, taint) {
+                Verdict::Same => return,
+                Verdict::Unchecked => {
+                    self.res.unchecked += 1;
+                    return;
+                }
+                Verdict::Differs(k, d) => (k, d),
+            },
+            (Out::Panic(m), _) => ("JIT panic".into(), first_line(m)),
+            (Out::Err(e), Out::Val(_)) => (
+                format!("JIT error where the interpreter succeeded: {}", err_kind(e)),
+                e.to_string(),
+            ),
+            (Out::Val(_), Out::Err(e)) => (
+                format!(
+                    "JIT succeeded where the interpreter failed: {}",
+                    err_kind(e)
+                ),
+                e.to_string(),
+            ),
+            (Out::Err(a), Out::Err(b)) if err_kind(a) == err_kind(b) => return,
+            (Out::Err(a), Out::Err(b)) => (
+                format!(
+                    "error kinds differ: JIT {} vs interpreter {}",
+                    err_kind(a),
+                    err_kind(b)
+                ),
+                format!("JIT: {a}\ninterpreter: {b}"),
+            ),
+            (_, Out::Panic(_)) => return, // reported for the interpreter itself
+        };
+        self.fail(key, format!("[{who}] {what}"), twins);
+    }
+
+    /// Oracle (a) and (b) on the interpreter's outcome.
+    fn judge_interp(&mut self, want: &Out) {
+        let case = self.case;
+        match (want, case.expect_cap) {
+            (Out::Panic(m), _) => self.fail("interpreter panic".into(), first_line(m), false),
+            (Out::Val(_), true) => self.fail(
+                "interpreter: no error although a value exceeds the element cap".into(),
+                String::new(),
+                false,
+            ),
+            (Out::Err(_), true) => {}
+            (Out::Err(e), false) => self.fail(
+                format!("interpreter error on an accepted program: {}", err_kind(e)),
+                e.to_string(),
+                false,
+            ),
+            (Out::Val(t), false) => {
+                let got = (t.dtype(), t.shape().to_vec());
+                if case.want.as_ref() != Some(&got) {
+                    self.fail(
+                        "result type differs from the checker's return type under σ".into(),
+                        format!("interpreter {got:?}, checker {:?}", case.want),
+                        false,
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").chars().take(300).collect()
+}
+
+fn interp(case: &Case, fs: &[Function]) -> Out {
+    let resolve = |n: &str| fs.iter().find(|f| f.sig.name == n);
+    guard(|| tc_runtime::exec::call(&case.program.main, &case.args, &resolve))
+}
+
+fn jit_run(jit: &Jit, case: &Case, fs: &[Function]) -> Out {
+    let resolve = |n: &str| fs.iter().find(|f| f.sig.name == n);
+    guard(|| jit.call(&case.program.main, &case.args, &resolve))
+}
+
+fn fresh(mode: &Mode) -> Jit {
+    Jit::new(CacheConfig {
+        capacity: 16,
+        specialize_after: mode.specialize_after,
+        options: mode.opts,
+    })
+}
+
+/// Run `case` on the interpreter and every JIT mode, then in `shared`
+/// (a long-lived cache), then its twin in `shared`.
+pub fn run_case(case: &Case, shared: &Jit) -> CaseResult {
+    let mut cx = Ctx {
+        case,
+        res: CaseResult::default(),
+    };
+    let fs = &case.program.callees;
+    let want = interp(case, fs);
+    cx.judge_interp(&want);
+    let mut first_default = None;
+    let timing = std::env::var_os("TC_FUZZ_TIMING").is_some();
+    let t0 = std::time::Instant::now();
+    for mode in &MODES {
+        if timing {
+            eprintln!(
+                "  {:>7.1} ms: {}",
+                t0.elapsed().as_secs_f64() * 1e3,
+                mode.name
+            );
+        }
+        let jit = fresh(mode);
+        let t = taint(&case.checked, &case.callees, mode.opts);
+        let runs = if mode.specialize_after > 1 { 2 } else { 1 };
+        for k in 0..runs {
+            let got = jit_run(&jit, case, fs);
+            let who = if runs > 1 {
+                format!("{} run {}", mode.name, k + 1)
+            } else {
+                mode.name.to_string()
+            };
+            cx.judge(&who, &got, &want, t, false);
+            if first_default.is_none() {
+                first_default = Some(got);
+            }
+        }
+        cx.res.fallbacks += jit.stats().fallbacks;
+    }
+    let got = jit_run(shared, case, fs);
+    if let Some(fresh) = &first_default {
+        cache_identity(
+            &mut cx,
+            &got,
+            fresh,
+            "[shared cache, default options]",
+            false,
+        );
+    }
+    if let (Some(tw), false) = (&case.program.twins, case.expect_cap) {
+        run_twin(&mut cx, tw, shared);
+    }
+    cx.res
+}
+
+fn same_out(a: &Out, b: &Out) -> bool {
+    match (a, b) {
+        (Out::Val(x), Out::Val(y)) => {
+            x.dtype() == y.dtype() && x.shape() == y.shape() && x.bytes() == y.bytes()
+        }
+        (Out::Err(x), Out::Err(y)) => err_kind(x) == err_kind(y),
+        (Out::Panic(_), Out::Panic(_)) => true,
+        _ => false,
+    }
+}
+
+/// Oracle (d): a long-lived cache must give what a fresh one gives, bit
+/// for bit (same options, so even tolerance ops agree).
+fn cache_identity(cx: &mut Ctx, shared: &Out, fresh: &Out, who: &str, twins: bool) {
+    if same_out(shared, fresh) {
+        return;
+    }
+    let what = match (shared, fresh) {
+        (Out::Val(a), Out::Val(b)) => match compare(a, b, Taint::Exact) {
+            Verdict::Differs(_, d) => d,
+            _ => String::new(),
+        },
+        (Out::Err(e), _) => format!("shared cache: {e}"),
+        (Out::Panic(m), _) => format!("shared cache panicked: {}", first_line(m)),
+        _ => "the shared cache succeeded where a fresh one did not".into(),
+    };
+    let key = if twins {
+        "cache identity: twin program (same `f`, other callees) in a shared cache differs from a fresh cache"
+    } else {
+        "cache identity: a shared cache differs from a fresh one"
+    };
+    cx.fail(key.into(), format!("{who} {what}"), twins);
+}
+
+/// The twin (same `f`, other callee bodies and return shapes) after the
+/// original in the same cache, and in a fresh one.
+fn run_twin(cx: &mut Ctx, tw: &[Function], shared: &Jit) {
+    let case = cx.case;
+    let want = interp(case, tw);
+    if !matches!(want, Out::Val(_)) {
+        cx.judge_interp(&want);
+        return;
+    }
+    let Ok((cks, _)) = check_all(tw, &case.program.main) else {
+        return;
+    };
+    let t = taint(&case.checked, &cks, MODES[0].opts);
+    let got = jit_run(shared, case, tw);
+    let fresh_out = jit_run(&fresh(&MODES[0]), case, tw);
+    cx.judge("twin, fresh cache", &fresh_out, &want, t, true);
+    cache_identity(
+        cx,
+        &got,
+        &fresh_out,
+        "[twin after the original, shared cache]",
+        true,
+    );
+}
+
+// ----------------------------------------------------------- bookkeeping
+
+/// What became of one seed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The checker refused the program.
+    Rejected,
+    /// No σ within budget.
+    NoSigma,
+    /// Ran, no failure.
+    Pass,
+    /// Ran, some failure (or the process died).
+    Fail,
+}
+
+/// The record of one seed, as the worker reports it.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// The seed.
+    pub seed: u64,
+    /// Its fate.
+    pub status: Status,
+    /// Instructions in all its functions (smaller reproducers win).
+    pub size: usize,
+    /// JIT fallbacks to the interpreter.
+    pub fallbacks: u64,
+    /// Comparisons skipped as tainted.
+    pub unchecked: u64,
+    /// A huge-dim case (typed error expected).
+    pub cap: bool,
+    /// It had a twin program.
+    pub twin: bool,
+    /// Op families present.
+    pub families: Vec<String>,
+    /// The checker's first message, for a rejection.
+    pub reject: Option<String>,
+    /// Failures.
+    pub failures: Vec<Failure>,
+}
+
+fn program_size(p: &Program) -> usize {
+    p.main.body.len() + p.callees.iter().map(|f| f.body.len()).sum::<usize>()
+}
+
+/// Prepare and run one seed.
+pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Record {
+    let mut r = Record {
+        seed,
+        status: Status::Rejected,
+        size: 0,
+        fallbacks: 0,
+        unchecked: 0,
+        cap: false,
+        twin: false,
+        families: vec![],
+        reject: None,
+        failures: vec![],
+    };
+    let prepared = match catch_unwind(AssertUnwindSafe(|| prepare(seed, cfg, budget))) {
+        Ok(p) => p,
+        Err(e) => {
+            // The checker (or the generator) panicked on a generated program.
+            let m = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            r.status = Status::Fail;
+            r.failures.push(Failure {
+                key: "panic while generating or checking".into(),
+                detail: format!(
+                    "{}\nseed {seed}\n{}",
+                    first_line(&m),
+                    gen_program(seed, cfg).main
+                ),
+            });
+            return r;
+        }
+    };
+    match prepared {
+        Prepared::Rejected(why) => r.reject = Some(why),
+        Prepared::NoSigma => r.status = Status::NoSigma,
+        Prepared::Ready(case) => {
+            r.size = program_size(&case.program);
+            r.cap = case.expect_cap;
+            r.twin = case.program.twins.is_some();
+            r.families = case.program.used.iter().map(|f| f.name().into()).collect();
+            let res = run_case(&case, shared);
+            r.fallbacks = res.fallbacks;
+            r.unchecked = res.unchecked;
+            r.status = if res.failures.is_empty() {
+                Status::Pass
+            } else {
+                Status::Fail
+            };
+            r.failures = res.failures;
+        }
+    }
+    r
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\t', "\\t")
+}
+
+fn unesc(s: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some(o) => out.push(o),
+            None => {}
+        }
+    }
+    out
+}
+
+impl Record {
+    /// The worker's protocol lines for this record (`@@F`, `@@J`, `@@R`).
+    pub fn lines(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for f in &self.failures {
+            v.push(format!(
+                "@@F {} {}\t{}",
+                self.seed,
+                esc(&f.key),
+                esc(&f.detail)
+            ));
+        }
+        if let Some(j) = &self.reject {
+            v.push(format!("@@J {} {}", self.seed, esc(j)));
+        }
+        let st = match self.status {
+            Status::Rejected => "rejected",
+            Status::NoSigma => "nosigma",
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+        };
+        v.push(format!(
+            "@@R {} {st} {} {} {} {} {} {}",
+            self.seed,
+            self.size,
+            self.fallbacks,
+            self.unchecked,
+            self.cap as u8,
+            self.twin as u8,
+            if self.families.is_empty() {
+                "-".into()
+            } else {
+                self.families.join(",")
+            }
+        ));
+        v
+    }
+}
+
+/// Reassembles records from a worker's lines.
+#[derive(Default)]
+pub struct Parser {
+    failures: Vec<Failure>,
+    reject: Option<String>,
+    /// The seed whose `@@B` came last without its `@@R`.
+    pub in_flight: Option<u64>,
+}
+
+impl Parser {
+    /// Feed one line; a finished record comes back at its `@@R`.
+    pub fn line(&mut self, l: &str) -> Option<Record> {
+        // A harness may print on the same line first (libtest's
+        // `test fuzz_worker ... `).
+        let l = &l[l.find("@@")?..];
+        let (tag, rest) = l.split_once(' ')?;
+        match tag {
+            "@@B" => {
+                self.in_flight = rest.trim().parse().ok();
+                self.failures.clear();
+                self.reject = None;
+                None
+            }
+            "@@F" => {
+                let (_, body) = rest.split_once(' ')?;
+                let (k, d) = body.split_once('\t')?;
+                self.failures.push(Failure {
+                    key: unesc(k),
+                    detail: unesc(d),
+                });
+                None
+            }
+            "@@J" => {
+                self.reject = rest.split_once(' ').map(|(_, r)| unesc(r));
+                None
+            }
+            "@@R" => {
+                let f: Vec<&str> = rest.split(' ').collect();
+                let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+                let status = match *f.get(1)? {
+                    "rejected" => Status::Rejected,
+                    "nosigma" => Status::NoSigma,
+                    "pass" => Status::Pass,
+                    _ => Status::Fail,
+                };
+                self.in_flight = None;
+                Some(Record {
+                    seed: num(0),
+                    status,
+                    size: num(2) as usize,
+                    fallbacks: num(3),
+                    unchecked: num(4),
+                    cap: num(5) == 1,
+                    twin: num(6) == 1,
+                    families: f
+                        .get(7)
+                        .filter(|s| **s != "-")
+                        .map(|s| s.split(',').map(String::from).collect())
+                        .unwrap_or_default(),
+                    reject: self.reject.take(),
+                    failures: std::mem::take(&mut self.failures),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The smallest reproducer seen for one failure family.
+#[derive(Clone, Debug)]
+pub struct FamilyRecord {
+    /// Failures of this family (over all modes).
+    pub count: u64,
+    /// Up to 8 seeds showing it.
+    pub seeds: Vec<u64>,
+    /// Size of the smallest reproducer.
+    pub size: usize,
+    /// Its detail.
+    pub example: String,
+}
+
+/// Counts of a run.
+#[derive(Default)]
+pub struct Stats {
+    /// Programs generated.
+    pub generated: u64,
+    /// Accepted by the checker.
+    pub accepted: u64,
+    /// Refused by the checker.
+    pub rejected: u64,
+    /// Accepted, but no σ within budget.
+    pub no_sigma: u64,
+    /// Run.
+    pub run: u64,
+    /// Run without failure.
+    pub passed: u64,
+    /// Run with some failure.
+    pub failed: u64,
+    /// Huge-dim cases run.
+    pub cap_cases: u64,
+    /// Cases with a twin program.
+    pub twins: u64,
+    /// JIT fallbacks.
+    pub fallbacks: u64,
+    /// Comparisons skipped as tainted.
+    pub unchecked: u64,
+    /// Accepted programs per op family present.
+    pub coverage: BTreeMap<String, u64>,
+    /// Rejections per checker message (variable parts kept: they are short).
+    pub rejections: BTreeMap<String, u64>,
+    /// Failure families.
+    pub families: BTreeMap<String, FamilyRecord>,
+}
+
+impl Stats {
+    /// Count one record.
+    pub fn absorb(&mut self, r: &Record) {
+        self.generated += 1;
+        match r.status {
+            Status::Rejected => {
+                self.rejected += 1;
+                let why = r.reject.clone().unwrap_or_default();
+                let key: String = why.chars().take(120).collect();
+                *self.rejections.entry(key).or_default() += 1;
+                return;
+            }
+            Status::NoSigma => {
+                self.accepted += 1;
+                self.no_sigma += 1;
+                return;
+            }
+            Status::Pass => self.passed += 1,
+            Status::Fail => self.failed += 1,
+        }
+        self.accepted += 1;
+        self.run += 1;
+        self.cap_cases += r.cap as u64;
+        self.twins += r.twin as u64;
+        self.fallbacks += r.fallbacks;
+        self.unchecked += r.unchecked;
+        for f in &r.families {
+            *self.coverage.entry(f.clone()).or_default() += 1;
+        }
+        for f in &r.failures {
+            self.add_failure(r.seed, r.size, f);
+        }
+    }
+
+    /// Add the counts of another run (parallel workers).
+    pub fn merge(&mut self, o: Stats) {
+        self.generated += o.generated;
+        self.accepted += o.accepted;
+        self.rejected += o.rejected;
+        self.no_sigma += o.no_sigma;
+        self.run += o.run;
+        self.passed += o.passed;
+        self.failed += o.failed;
+        self.cap_cases += o.cap_cases;
+        self.twins += o.twins;
+        self.fallbacks += o.fallbacks;
+        self.unchecked += o.unchecked;
+        for (k, v) in o.coverage {
+            *self.coverage.entry(k).or_default() += v;
+        }
+        for (k, v) in o.rejections {
+            *self.rejections.entry(k).or_default() += v;
+        }
+        for (k, f) in o.families {
+            match self.families.get_mut(&k) {
+                None => {
+                    self.families.insert(k, f);
+                }
+                Some(e) => {
+                    e.count += f.count;
+                    for s in f.seeds {
+                        if e.seeds.len() < 8 && !e.seeds.contains(&s) {
+                            e.seeds.push(s);
+                        }
+                    }
+                    if f.size < e.size {
+                        e.size = f.size;
+                        e.example = f.example;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Count one failure of case `seed` (of `size` instructions).
+    pub fn add_failure(&mut self, seed: u64, size: usize, f: &Failure) {
+        let e = self
+            .families
+            .entry(f.key.clone())
+            .or_insert_with(|| FamilyRecord {
+                count: 0,
+                seeds: vec![],
+                size: usize::MAX,
+                example: String::new(),
+            });
+        e.count += 1;
+        if !e.seeds.contains(&seed) && e.seeds.len() < 8 {
+            e.seeds.push(seed);
+        }
+        if size < e.size {
+            e.size = size;
+            e.example = f.detail.clone();
+        }
+    }
+
+    /// The summary printed by the example and by the test on failure.
+    pub fn report(&self, examples: bool) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "generated {}, accepted {}, rejected {}, no σ in budget {}, run {}, passed {}, failed {} \
+             (huge-dim cases {}, twin programs {}, JIT fallbacks {}, tainted comparisons skipped {})",
+            self.generated,
+            self.accepted,
+            self.rejected,
+            self.no_sigma,
+            self.run,
+            self.passed,
+            self.failed,
+            self.cap_cases,
+            self.twins,
+            self.fallbacks,
+            self.unchecked
+        );
+        let cov: Vec<String> = Family::ALL
+            .iter()
+            .map(|f| format!("{} {}", f.name(), self.coverage.get(f.name()).unwrap_or(&0)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "coverage (run programs containing the family): {}",
+            cov.join(", ")
+        );
+        let mut rej: Vec<(&String, &u64)> = self.rejections.iter().collect();
+        rej.sort_by(|a, b| b.1.cmp(a.1));
+        for (m, n) in rej.iter().take(5) {
+            let _ = writeln!(s, "  rejected {n}×: {m}");
+        }
+        let _ = writeln!(s, "failure families: {}", self.families.len());
+        for (k, f) in &self.families {
+            let _ = writeln!(s, "== {k}: {} failures, seeds {:?}", f.count, f.seeds);
+            if examples {
+                let _ = writeln!(
+                    s,
+                    "   smallest ({} instructions):\n{}",
+                    f.size,
+                    indent(&f.example)
+                );
+            }
+        }
+        s
+    }
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("     {l}\n")).collect()
+}
+
+// ------------------------------------------------------------- isolation
+
+/// The example's default `--budget`: the largest value of an ordinary
+/// case, in elements.
+pub const LONG_BUDGET: usize = 1 << 16;
+
+/// The long-lived cache cases share (capacity small enough to evict).
+pub fn shared_cache() -> Jit {
+    Jit::new(CacheConfig {
+        capacity: 32,
+        specialize_after: 1,
+        options: JitOptions::default(),
+    })
+}
+
+/// Run seeds `from..from + count` in this process, printing the protocol
+/// lines on stdout (`@@B seed` before each case, so a crash names it).
+pub fn worker(from: u64, count: u64, cfg: &GenConfig, budget: usize) {
+    use std::io::Write;
+    std::panic::set_hook(Box::new(|_| {}));
+    let shared = shared_cache();
+    let out = std::io::stdout();
+    for seed in from..from.saturating_add(count) {
+        {
+            let mut o = out.lock();
+            let _ = writeln!(o, "@@B {seed}");
+            let _ = o.flush();
+        }
+        let r = process(seed, cfg, budget, &shared);
+        let mut o = out.lock();
+        for l in r.lines() {
+            let _ = writeln!(o, "{l}");
+        }
+        let _ = o.flush();
+    }
+}
+
+/// The lines of a dead child's stderr worth reading: the cause and the
+/// backtrace frames inside tc.
+fn stderr_gist(lines: &[String]) -> String {
+    let keep = |l: &&String| {
+        l.contains("memory allocation")
+            || l.contains("panicked")
+            || l.contains("overflow")
+            || l.contains("LLVM")
+            || l.contains(" tc_")
+    };
+    let v: Vec<&str> = lines
+        .iter()
+        .filter(keep)
+        .take(24)
+        .map(|l| l.as_str())
+        .collect();
+    v.join("\n")
+}
+
+/// How a supervised child died.
+fn death(status: Option<std::process::ExitStatus>, stderr: &[String]) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match status {
+        None => "timed out".to_string(),
+        Some(s) => match s.signal() {
+            Some(6) => "aborted (SIGABRT)".into(),
+            Some(11) => "segmentation fault (SIGSEGV)".into(),
+            Some(7) => "bus error (SIGBUS)".into(),
+            Some(n) => format!("killed by signal {n}"),
+            None => format!("exited with {}", s.code().unwrap_or(-1)),
+        },
+    };
+    // The line that names the cause (a failed allocation, a panic message,
+    // a stack overflow), else the last one; digits elided so that one cause
+    // is one family.
+    let known = [
+        "memory allocation of",
+        "stack overflow",
+        "panicked at",
+        "LLVM ERROR",
+    ];
+    let pos = stderr
+        .iter()
+        .position(|l| known.iter().any(|k| l.contains(k)))
+        .map(|i| {
+            if stderr[i].contains("panicked at") {
+                (i + 1).min(stderr.len() - 1)
+            } else {
+                i
+            }
+        });
+    let why = pos
+        .map(|i| &stderr[i])
+        .or_else(|| stderr.iter().rev().find(|l| !l.trim().is_empty()))
+        .map(|l| {
+            let t: String = l.chars().take(100).collect();
+            t.chars()
+                .map(|c| if c.is_ascii_digit() { '#' } else { c })
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    if why.trim().is_empty() {
+        format!("process {how}")
+    } else {
+        format!("process {how}: {why}")
+    }
+}
+
+/// Run seeds `from..from + count` in child processes made by `spawn(from,
+/// count)` (each runs [`worker`]); a child that dies is replaced, starting
+/// after the seed it died on, and that seed is recorded as a failure with
+/// its reproducer (regenerated here from the seed). Stops at `deadline`.
+#[allow(clippy::too_many_arguments)]
+pub fn supervise(
+    spawn: &dyn Fn(u64, u64) -> std::process::Command,
+    from: u64,
+    count: u64,
+    deadline: Option<std::time::Instant>,
+    case_timeout: std::time::Duration,
+    cfg: &GenConfig,
+    budget: usize,
+    stats: &mut Stats,
+    progress: &mut dyn FnMut(&Stats),
+) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use std::sync::{mpsc, Arc, Mutex};
+    let end = from.saturating_add(count);
+    let mut next = from;
+    while next < end && time_left(deadline) {
+        let mut child = spawn(next, end - next)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn a fuzz worker");
+        let (tx, rx) = mpsc::channel::<String>();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let tail: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (t2, stderr) = (tail.clone(), child.stderr.take().expect("piped stderr"));
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut t = t2.lock().unwrap_or_else(|e| e.into_inner());
+                t.push(l);
+                let n = t.len();
+                if n > 400 {
+                    t.drain(..n - 400);
+                }
+            }
+        });
+        let mut parser = Parser::default();
+        let mut timed_out = false;
+        let mut heard = std::time::Instant::now();
+        loop {
+            if !time_left(deadline) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+            match rx.recv_timeout(std::time::Duration::from_millis(500)) {
+                Ok(l) => {
+                    heard = std::time::Instant::now();
+                    if let Some(r) = parser.line(&l) {
+                        next = r.seed + 1;
+                        stats.absorb(&r);
+                        progress(stats);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if heard.elapsed() < case_timeout => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    timed_out = true;
+                    let _ = child.kill();
+                    break;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let status = child.wait().ok().filter(|_| !timed_out);
+        let Some(seed) = parser.in_flight else {
+            if next < end && !status.is_some_and(|s| s.success()) {
+                // Died between cases: nothing to blame, but do not spin.
+                next += 1;
+            }
+            continue;
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let lines = tail.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let key = death(status, &lines);
+        let gist = stderr_gist(&lines);
+        let detail = match catch_unwind(AssertUnwindSafe(|| prepare(seed, cfg, budget))) {
+            Ok(Prepared::Ready(c)) => format!("{}\nstderr:\n{gist}", describe(&c, false)),
+            _ => format!("seed {seed} (not reproducible here)\nstderr:\n{gist}"),
+        };
+        let size = program_size(&gen_program(seed, cfg));
+        stats.absorb(&Record {
+            seed,
+            status: Status::Fail,
+            size,
+            fallbacks: 0,
+            unchecked: 0,
+            cap: false,
+            twin: false,
+            families: vec![],
+            reject: None,
+            failures: vec![Failure { key, detail }],
+        });
+        progress(stats);
+        next = seed + 1;
+    }
+}
+
+fn time_left(deadline: Option<std::time::Instant>) -> bool {
+    deadline.is_none_or(|d| std::time::Instant::now() < d)
+}

@@ -1,0 +1,228 @@
+//! The long-run soundness fuzzer (issue #10): random well-typed programs,
+//! the interpreter against every JIT mode. See `gen.rs` for the oracle.
+//!
+//! ```text
+//! cargo run --release --example fuzz -- --seconds 600 --isolate
+//! cargo run --release --example fuzz -- --case 1234          # one case, verbose
+//! cargo run --release --example fuzz -- --ops concat,slice   # bisect by family
+//! ```
+//!
+//! Flags: `--seconds N` (default 60), `--seed S` (first seed, default 0),
+//! `--cases N`, `--ops LIST` (or `TC_FUZZ_OPS`; `-name` excludes),
+//! `--max-ops N`, `--huge N` (one case in N gets a huge dim; 0: none), `--budget ELEMS` (largest value of an ordinary case),
+//! `--isolate` (cases run in child processes: a crash is recorded with its
+//! seed and the run goes on), `--jobs N` (with `--isolate`: N workers), `--trace` (print each seed before running it).
+mod gen;
+
+use std::time::{Duration, Instant};
+
+use gen::{GenConfig, Prepared, Stats};
+
+struct Opts {
+    seconds: u64,
+    seed: u64,
+    cases: u64,
+    isolate: bool,
+    jobs: u64,
+    trace: bool,
+    budget: usize,
+    case: Option<u64>,
+    worker: Option<(u64, u64)>,
+    cfg: GenConfig,
+    passthrough: Vec<String>,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        seconds: 60,
+        seed: 0,
+        cases: u64::MAX,
+        isolate: false,
+        jobs: 1,
+        trace: false,
+        budget: gen::LONG_BUDGET,
+        case: None,
+        worker: None,
+        cfg: GenConfig::default(),
+        passthrough: vec![],
+    };
+    o.cfg = GenConfig::from_env()?;
+    let mut ops = std::env::var("TC_FUZZ_OPS").ok();
+    let mut it = std::env::args().skip(1);
+    let num = |v: Option<String>, f: &str| -> Result<u64, String> {
+        v.and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("{f} needs a number"))
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => o.seconds = num(it.next(), &a)?,
+            "--seed" => o.seed = num(it.next(), &a)?,
+            "--cases" => o.cases = num(it.next(), &a)?,
+            "--case" => o.case = Some(num(it.next(), &a)?),
+            "--isolate" => o.isolate = true,
+            "--jobs" => o.jobs = num(it.next(), &a)?.max(1),
+            "--trace" => o.trace = true,
+            "--ops" => {
+                let v = it.next().ok_or("--ops needs a list")?;
+                o.passthrough.extend(["--ops".into(), v.clone()]);
+                ops = Some(v);
+            }
+            "--max-ops" => {
+                o.cfg.max_ops = num(it.next(), &a)? as usize;
+                o.passthrough.extend([a.clone(), o.cfg.max_ops.to_string()]);
+            }
+            "--huge" => {
+                o.cfg.huge_one_in = num(it.next(), &a)? as usize;
+                o.passthrough
+                    .extend([a.clone(), o.cfg.huge_one_in.to_string()]);
+            }
+            "--budget" => {
+                o.budget = num(it.next(), &a)? as usize;
+                o.passthrough.extend([a.clone(), o.budget.to_string()]);
+            }
+            "--worker" => o.worker = Some((num(it.next(), &a)?, num(it.next(), &a)?)),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if let Some(l) = ops {
+        o.cfg = o.cfg.with_ops(Some(&l))?;
+    }
+    Ok(o)
+}
+
+fn one_case(o: &Opts, seed: u64) {
+    std::panic::set_hook(Box::new(|_| {}));
+    let t0 = Instant::now();
+    let prepared = gen::prepare(seed, &o.cfg, o.budget);
+    eprintln!("prepared in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    match prepared {
+        Prepared::Rejected(why) => println!("seed {seed}: rejected by the checker: {why}"),
+        Prepared::NoSigma => println!("seed {seed}: no σ within the budget"),
+        Prepared::Ready(case) => {
+            println!("{}", gen::describe(&case, false));
+            if let Some(t) = &case.program.twins {
+                println!("twin callees:");
+                for f in t {
+                    println!("{f}");
+                }
+            }
+            println!("expect element-cap error: {}", case.expect_cap);
+            let res = gen::run_case(&case, &gen::shared_cache());
+            for f in &res.failures {
+                println!("FAIL {}: {}", f.key, f.detail.lines().next().unwrap_or(""));
+            }
+            println!(
+                "{} failures, {} fallbacks, {} tainted comparisons skipped",
+                res.failures.len(),
+                res.fallbacks,
+                res.unchecked
+            );
+        }
+    }
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("fuzz: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Some((from, count)) = o.worker {
+        gen::worker(from, count, &o.cfg, o.budget);
+        return;
+    }
+    if let Some(seed) = o.case {
+        one_case(&o, seed);
+        return;
+    }
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(o.seconds);
+    let mut stats = Stats::default();
+    let mut last = Instant::now();
+    let mut progress = |s: &Stats| {
+        if last.elapsed() >= Duration::from_secs(15) {
+            last = Instant::now();
+            eprintln!(
+                "[{:>5.0}s] generated {} run {} failed {} families {}",
+                t0.elapsed().as_secs_f64(),
+                s.generated,
+                s.run,
+                s.failed,
+                s.families.len()
+            );
+        }
+    };
+    if o.isolate {
+        let exe = std::env::current_exe().expect("own path");
+        let spawn = |from: u64, count: u64| {
+            let mut c = std::process::Command::new(&exe);
+            c.arg("--worker")
+                .arg(from.to_string())
+                .arg(count.to_string());
+            c.args(&o.passthrough);
+            c
+        };
+        // Job j takes seeds from `seed + j·2³²`: each seed names one case
+        // whatever the number of jobs.
+        let parts: Vec<Stats> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..o.jobs)
+                .map(|j| {
+                    let (spawn, o) = (&spawn, &o);
+                    sc.spawn(move || {
+                        let mut st = Stats::default();
+                        let mut last = Instant::now();
+                        let mut report = |s: &Stats| {
+                            if last.elapsed() >= Duration::from_secs(15) {
+                                last = Instant::now();
+                                eprintln!(
+                                    "[{:>5.0}s] job {j}: generated {} run {} failed {} families {}",
+                                    t0.elapsed().as_secs_f64(),
+                                    s.generated,
+                                    s.run,
+                                    s.failed,
+                                    s.families.len()
+                                );
+                            }
+                        };
+                        gen::supervise(
+                            spawn,
+                            o.seed + (j << 32),
+                            o.cases,
+                            Some(deadline),
+                            Duration::from_secs(60),
+                            &o.cfg,
+                            o.budget,
+                            &mut st,
+                            &mut report,
+                        );
+                        st
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("job")).collect()
+        });
+        for p in parts {
+            stats.merge(p);
+        }
+    } else {
+        std::panic::set_hook(Box::new(|_| {}));
+        let shared = gen::shared_cache();
+        let mut seed = o.seed;
+        while Instant::now() < deadline && seed < o.seed.saturating_add(o.cases) {
+            if o.trace {
+                eprintln!("case {seed}");
+            }
+            let r = gen::process(seed, &o.cfg, o.budget, &shared);
+            stats.absorb(&r);
+            progress(&stats);
+            seed += 1;
+        }
+    }
+    println!("{:.0} s", t0.elapsed().as_secs_f64());
+    print!("{}", stats.report(true));
+    if !stats.families.is_empty() {
+        std::process::exit(1);
+    }
+}
