@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod build;
+pub mod callgraph;
 pub mod check;
 pub mod ctx;
 pub mod diag;

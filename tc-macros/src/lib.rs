@@ -14,6 +14,8 @@ use proc_macro::TokenStream;
 mod check;
 mod codegen;
 pub(crate) mod expand;
+mod limits;
+mod literals;
 mod lower;
 mod parse;
 mod spans;
