@@ -280,6 +280,62 @@ fn opaque_consts_in_dims(
     }
 }
 
+/// A signature dim that the module constants make a number below 1 (`const
+/// K: i64 = -3;` used as `Tensor![f32; K]`): constants are what they are, and
+/// a dim is at least 1 (Section 2 §16). Reported at the constant when the dim
+/// is the bare constant, else at the dim.
+fn const_dims_positive(
+    items: &[Item],
+    consts: &Consts,
+    units: &[(usize, Unit)],
+    spans: &SpanTable,
+    errors: &mut Vec<syn::Error>,
+) {
+    let map: std::collections::BTreeMap<String, tc_core::Dim> = consts
+        .iter()
+        .map(|(k, v)| (k.clone(), tc_core::Dim::c(*v)))
+        .collect();
+    let mut reported = BTreeSet::new();
+    for (_, u) in units {
+        let Some(sig) = &u.sig else { continue };
+        let rets = std::iter::once((&sig.ret, &sig.ret_dim_spans));
+        for (ty, dim_spans) in sig.params.iter().map(|p| (&p.ty, &p.dim_spans)).chain(rets) {
+            let tc_core::Type::Tensor(t) = ty else {
+                continue;
+            };
+            for (i, d) in t.shape.iter().enumerate() {
+                let Some(v) = d.subst(&map).as_const().filter(|v| *v < 1) else {
+                    continue;
+                };
+                if d.as_const().is_some() {
+                    continue; // a literal: the checker's (E0105)
+                }
+                let msg = format!(
+                    "dimension `{d}` of `fn {}` is {v} with this module's constants; expected at least 1 \
+                     (Section 2 §16: constants are what they are, and a dim is at least 1)",
+                    sig.name
+                );
+                match d.as_var().and_then(|k| module_const(items, k)) {
+                    Some(c) if reported.insert(c.ident.to_string()) => {
+                        errors.push(crate::spans::err_at(&c.expr, msg))
+                    }
+                    Some(_) => {}
+                    None => {
+                        errors.push(spans.error(dim_spans.get(i).copied().unwrap_or(sig.span), msg))
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn module_const<'a>(items: &'a [Item], name: &str) -> Option<&'a syn::ItemConst> {
+    items.iter().find_map(|it| match it {
+        Item::Const(c) if c.ident == name => Some(c),
+        _ => None,
+    })
+}
+
 /// Call-graph cycles (Section 2 §17 has no recursion): an error at each call
 /// that closes one; the fns on a cycle get stub bodies.
 fn refuse_recursion(units: &mut [(usize, Unit)], spans: &SpanTable) {
@@ -385,6 +441,7 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     }
     opaque_consts_in_dims(&opaque, &sigs, &mut errors);
+    const_dims_positive(&items, &consts, &units, &spans, &mut errors);
     // Pass 2: bodies.
     for (_, u) in units.iter_mut() {
         check_unit(u, &sigs, &broken, &mut spans);

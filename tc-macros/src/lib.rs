@@ -21,6 +21,8 @@ mod parse;
 mod spans;
 
 #[cfg(test)]
+mod hostile;
+#[cfg(test)]
 mod tests;
 
 /// Run an expansion, turning a panic (a bug) into a compile error instead of

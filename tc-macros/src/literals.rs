@@ -27,17 +27,29 @@ pub fn int_range(dt: Dtype) -> Option<(i64, i64)> {
     })
 }
 
-/// The largest finite value of a float dtype.
-pub fn float_max(dt: Dtype) -> Option<f64> {
-    Some(match dt {
-        Dtype::F32 => f32::MAX.into(),
-        Dtype::F16 => 65504.0,
+/// The largest finite value of a float dtype and the magnitude from which a
+/// value rounds (to nearest, ties to even) beyond it: max + ½ ulp(max). The
+/// tie itself rounds up (max has an odd significand), so it is excluded.
+pub fn float_limits(dt: Dtype) -> Option<(f64, f64)> {
+    let (max, ulp): (f64, f64) = match dt {
+        Dtype::F32 => (f32::MAX.into(), 2f64.powi(104)),
+        Dtype::F16 => (65504.0, 32.0),
         // (2 − 2⁻⁷) · 2¹²⁷
-        Dtype::BF16 => 3.389_531_389_251_535_5e38,
-        Dtype::F8E4M3 => 448.0,
-        Dtype::F8E5M2 => 57344.0,
+        Dtype::BF16 => (3.389_531_389_251_535_5e38, 2f64.powi(120)),
+        Dtype::F8E4M3 => (448.0, 32.0),
+        Dtype::F8E5M2 => (57344.0, 8192.0),
         _ => return None,
-    })
+    };
+    Some((max, max + ulp / 2.0))
+}
+
+/// A float for a message: plain when short, else in exponent form.
+fn show(x: f64) -> String {
+    if x.abs() < 1e7 {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
 }
 
 /// Why a literal does not fit `dt`, or `None` when it does (or the pair is a
@@ -53,10 +65,14 @@ pub fn out_of_range(s: &Scalar, dt: Dtype) -> Option<String> {
             })
         }
         Scalar::Float(x) => {
-            let max = float_max(dt)?;
-            (x.abs() > max).then(|| {
+            let (max, bound) = float_limits(dt)?;
+            (x.abs() >= bound).then(|| {
                 format!(
-                    "float literal out of range for {dt} (Section 2 §5): expected a finite value in [-{max}, {max}], found {x:?}"
+                    "float literal out of range for {dt} (Section 2 §5): expected a value that rounds to a finite {dt}, \
+                     |x| < {} (the largest {dt} is {}), found {}",
+                    show(bound),
+                    show(max),
+                    show(x)
                 )
             })
         }
@@ -105,20 +121,29 @@ mod tests {
         }
         assert!(out_of_range(&Scalar::Int(100), Dtype::I4).is_some());
         assert!(out_of_range(&Scalar::Float(65504.0), Dtype::F16).is_none());
-        assert!(out_of_range(&Scalar::Float(-65505.0), Dtype::F16).is_some());
+        // Rounds down to 65504; the tie 65520 rounds to infinity.
+        assert!(out_of_range(&Scalar::Float(-65519.0), Dtype::F16).is_none());
+        assert!(out_of_range(&Scalar::Float(-65520.0), Dtype::F16).is_some());
         assert!(out_of_range(&Scalar::Float(1e6), Dtype::F16).is_some());
-        assert!(out_of_range(&Scalar::Float(449.0), Dtype::F8E4M3).is_some());
+        assert!(out_of_range(&Scalar::Float(463.0), Dtype::F8E4M3).is_none());
+        assert!(out_of_range(&Scalar::Float(464.0), Dtype::F8E4M3).is_some());
         assert!(out_of_range(&Scalar::Float(1e39), Dtype::F32).is_some());
-        assert!(out_of_range(&Scalar::Float(f32::MAX.into()), Dtype::F32).is_none());
+        // `3.4028235e38` (f32::MAX as Rust prints it) is above f32::MAX as an
+        // f64 but rounds to it.
+        assert!(out_of_range(&Scalar::Float(3.4028235e38), Dtype::F32).is_none());
         assert!(out_of_range(&Scalar::Float(1e38), Dtype::BF16).is_none());
         // Class mismatches are the checker's.
         assert!(out_of_range(&Scalar::Float(1e9), Dtype::I8).is_none());
     }
 
     #[test]
-    fn bf16_max_is_exact() {
+    fn float_bounds_agree_with_rounding() {
         // The largest bf16 is the f32 with the low 16 mantissa bits cleared.
         let max = f32::from_bits(0x7F7F_0000);
-        assert_eq!(float_max(Dtype::BF16), Some(f64::from(max)));
+        assert_eq!(float_limits(Dtype::BF16).map(|l| l.0), Some(f64::from(max)));
+        // f32: Rust's own f64 → f32 rounding is the reference.
+        let (_, bound) = float_limits(Dtype::F32).expect("float");
+        assert!((bound as f32).is_infinite());
+        assert!((f64::from(f32::MAX) + (bound - f64::from(f32::MAX)) * 0.999) as f32 == f32::MAX);
     }
 }
