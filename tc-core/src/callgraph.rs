@@ -94,7 +94,7 @@ pub fn recursion(funcs: &[&Function]) -> Vec<(usize, Diagnostic)> {
         );
         d.labels.push(Label {
             span: funcs[index[callee]].sig.span,
-            message: format!("`{callee}` is the tensor fn of this module defined here"),
+            message: format!("`{callee}` is a tensor fn of this module (calls resolve to module fns before built-in ops)"),
         });
         d.help = Some(if back.len() == 1 {
             format!(
