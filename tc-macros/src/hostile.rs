@@ -207,7 +207,7 @@ fn size_at_limit(f: &Family) -> usize {
     let (mut lo, mut hi) = (1usize, 4 * (MAX_EXPR_TOKENS + MAX_NESTING));
     assert!(fits(lo), "{}: size 1 must fit", f.name);
     while lo < hi {
-        let mid = (lo + hi + 1) / 2;
+        let mid = (lo + hi).div_ceil(2);
         if fits(mid) {
             lo = mid;
         } else {

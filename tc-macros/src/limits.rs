@@ -114,10 +114,10 @@ fn segments(flat: &[Flat]) -> (Vec<usize>, Vec<usize>) {
             }
             Kind::Close(d) => {
                 stack.pop();
-                let next_starts = match flat.get(i + 1).map(|n| n.kind) {
-                    None | Some(Kind::Starter | Kind::Hash | Kind::Close(_)) => true,
-                    _ => false,
-                };
+                let next_starts = matches!(
+                    flat.get(i + 1).map(|n| n.kind),
+                    None | Some(Kind::Starter | Kind::Hash | Kind::Close(_))
+                );
                 if d == Delimiter::Brace && next_starts {
                     len.push(0);
                     *stack.last_mut().expect("root segment") = len.len() - 1;
