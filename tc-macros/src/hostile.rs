@@ -25,6 +25,8 @@ enum Expect {
     Ok,
     /// A compile error whose text contains this.
     Err(&'static str),
+    /// One of the two size-limit errors of `limits`.
+    Limit,
     /// Either, but a diagnostic or a clean expansion (the solver may answer
     /// `unknown` within its budget on non-linear facts).
     Solver,
@@ -224,9 +226,7 @@ fn nesting_cases(out: &mut Vec<Case>) {
             let (attr, item) = (f.src)(n);
             let expect = match n <= limit {
                 true => f.within.clone(),
-                // Beyond the limits: the group-depth error for bracket
-                // families, the expression-length one for the others.
-                false => Expect::Err(""),
+                false => Expect::Limit,
             };
             out.push(fn_case(
                 format!("{}/{n}", f.name),
@@ -937,6 +937,8 @@ fn run(c: &Case) -> Result<(), String> {
     match (&c.expect, is_err) {
         (Expect::Ok, false) | (Expect::Solver, _) => Ok(()),
         (Expect::Err(want), true) if text.contains(want) => Ok(()),
+        (Expect::Limit, true) if text.contains(TOO_DEEP) || text.contains(TOO_LONG) => Ok(()),
+        (Expect::Limit, _) => Err(format!("expected a size-limit error, got: {text:.400}")),
         (Expect::Ok, true) => Err(format!("expected no error, got: {text:.400}")),
         (Expect::Err(want), _) => Err(format!(
             "expected an error containing {want:?}, got: {text:.400}"
