@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod build;
+pub mod callgraph;
 pub mod check;
 pub mod ctx;
 pub mod diag;

@@ -144,6 +144,8 @@ struct Unit {
     sig: Option<Signature>,
     errors: Vec<syn::Error>,
     checked: Option<Function>,
+    /// The lowered body, checked or not (for the call graph).
+    lowered: Option<Function>,
 }
 
 fn build_sig(
@@ -173,16 +175,27 @@ fn build_sig(
         sig,
         errors,
         checked: None,
+        lowered: None,
     }
 }
 
 fn check_unit(u: &mut Unit, sigs: &Signatures, broken: &BTreeSet<String>, spans: &mut SpanTable) {
     let Some(sig) = u.sig.clone() else { return };
     match lower::function(sig, &u.item.block, sigs, broken, spans) {
-        Ok(f) => match check::function(&f, sigs, spans) {
-            Ok(c) => u.checked = Some(c.func),
-            Err(es) => u.errors.extend(es),
-        },
+        Ok(f) => {
+            match check::function(&f, sigs, spans) {
+                Ok(c) => {
+                    let bad = crate::literals::check(&c, spans);
+                    if bad.is_empty() {
+                        u.checked = Some(c.func);
+                    } else {
+                        u.errors.extend(bad);
+                    }
+                }
+                Err(es) => u.errors.extend(es),
+            }
+            u.lowered = Some(f);
+        }
         Err(lower::LowerError::Errors(es)) => u.errors.extend(es),
         Err(lower::LowerError::BrokenCallee) => {}
     }
@@ -194,8 +207,29 @@ fn errors_tokens(errors: Vec<syn::Error>) -> TokenStream {
         .unwrap_or_default()
 }
 
+/// The item with its body (its last top-level `{…}`) emptied, if what is left
+/// passes the size limits: enough to emit the fn's signature with a stub body
+/// when the body itself is too deep to parse.
+fn signature_only(item: &TokenStream) -> Option<ItemFn> {
+    let mut toks: Vec<proc_macro2::TokenTree> = item.clone().into_iter().collect();
+    let body = toks.iter().rposition(|t| {
+        matches!(t, proc_macro2::TokenTree::Group(g) if g.delimiter() == proc_macro2::Delimiter::Brace)
+    })?;
+    toks[body] = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, TokenStream::new()).into();
+    let head: TokenStream = toks.into_iter().collect();
+    crate::limits::check(&head).ok()?;
+    syn::parse2(head).ok()
+}
+
 /// `#[tensor_fn(...)] fn …` on its own.
 pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    // Before any recursive parse: an input beyond the limits would overflow
+    // the compiler's stack in `syn` (see `limits`).
+    if let Err(e) = crate::limits::check(&attr).and_then(|()| crate::limits::check(&item)) {
+        let stub = signature_only(&item).map(|f| emit_fn(&f, None, Body::Stub));
+        let e = e.into_compile_error();
+        return quote!(#e #stub);
+    }
     let item: ItemFn = match syn::parse2(item) {
         Ok(i) => i,
         Err(e) => return e.into_compile_error(),
@@ -221,8 +255,112 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     quote!(#errs #out)
 }
 
+/// A constant tc cannot evaluate must not silently become a shape variable of
+/// a signature that names it.
+fn opaque_consts_in_dims(
+    opaque: &[&syn::ItemConst],
+    sigs: &Signatures,
+    errors: &mut Vec<syn::Error>,
+) {
+    for c in opaque {
+        let name = c.ident.to_string();
+        let user = sigs
+            .values()
+            .find(|s| s.vars.iter().any(|v| v.name == name));
+        if let Some(s) = user {
+            errors.push(crate::spans::err_at(
+                &c.expr,
+                format!(
+                    "`{name}` is used as a dim (in `fn {}`), but tc cannot evaluate this initialiser: a dim constant is \
+                     built from integer literals, earlier constants of the module, `+ - * / %`, parentheses and `as` casts",
+                    s.name
+                ),
+            ));
+        }
+    }
+}
+
+/// A signature dim that the module constants make a number below 1 (`const
+/// K: i64 = -3;` used as `Tensor![f32; K]`): constants are what they are, and
+/// a dim is at least 1 (Section 2 §16). Reported at the constant when the dim
+/// is the bare constant, else at the dim.
+fn const_dims_positive(
+    items: &[Item],
+    consts: &Consts,
+    units: &[(usize, Unit)],
+    spans: &SpanTable,
+    errors: &mut Vec<syn::Error>,
+) {
+    let map: std::collections::BTreeMap<String, tc_core::Dim> = consts
+        .iter()
+        .map(|(k, v)| (k.clone(), tc_core::Dim::c(*v)))
+        .collect();
+    let mut reported = BTreeSet::new();
+    for (_, u) in units {
+        let Some(sig) = &u.sig else { continue };
+        let rets = std::iter::once((&sig.ret, &sig.ret_dim_spans));
+        for (ty, dim_spans) in sig.params.iter().map(|p| (&p.ty, &p.dim_spans)).chain(rets) {
+            let tc_core::Type::Tensor(t) = ty else {
+                continue;
+            };
+            for (i, d) in t.shape.iter().enumerate() {
+                let Some(v) = d.subst(&map).as_const().filter(|v| *v < 1) else {
+                    continue;
+                };
+                if d.as_const().is_some() {
+                    continue; // a literal: the checker's (E0105)
+                }
+                let msg = format!(
+                    "dimension `{d}` of `fn {}` is {v} with this module's constants; expected at least 1 \
+                     (Section 2 §16: constants are what they are, and a dim is at least 1)",
+                    sig.name
+                );
+                match d.as_var().and_then(|k| module_const(items, k)) {
+                    Some(c) if reported.insert(c.ident.to_string()) => {
+                        errors.push(crate::spans::err_at(&c.expr, msg))
+                    }
+                    Some(_) => {}
+                    None => {
+                        errors.push(spans.error(dim_spans.get(i).copied().unwrap_or(sig.span), msg))
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn module_const<'a>(items: &'a [Item], name: &str) -> Option<&'a syn::ItemConst> {
+    items.iter().find_map(|it| match it {
+        Item::Const(c) if c.ident == name => Some(c),
+        _ => None,
+    })
+}
+
+/// Call-graph cycles (Section 2 §17 has no recursion): an error at each call
+/// that closes one; the fns on a cycle get stub bodies.
+fn refuse_recursion(units: &mut [(usize, Unit)], spans: &SpanTable) {
+    let with_body: Vec<usize> = (0..units.len())
+        .filter(|&i| units[i].1.lowered.is_some())
+        .collect();
+    let funcs: Vec<&Function> = with_body
+        .iter()
+        .filter_map(|&i| units[i].1.lowered.as_ref())
+        .collect();
+    let cycles = tc_core::callgraph::recursion(&funcs);
+    for (k, d) in cycles {
+        let u = &mut units[with_body[k]].1;
+        u.errors.extend(check::to_errors(&[d], spans));
+        u.checked = None;
+    }
+}
+
 /// `#[tensor_module] mod m { … }`.
 pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
+    // Before any recursive parse (see `limits`). The module is not re-emitted:
+    // recovering its items would need the very parse that is unsafe here.
+    if let Err(e) = crate::limits::check(&attr).and_then(|()| crate::limits::check(&item)) {
+        return e.into_compile_error();
+    }
     let mut errors = Vec::new();
     if !attr.is_empty() {
         errors.push(crate::spans::err_at(
@@ -253,11 +391,16 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     // Module constants (Section 1 §6 binding site 3), in order.
     let mut consts = Consts::new();
+    let mut opaque: Vec<&syn::ItemConst> = Vec::new();
     for it in &items {
         if let Item::Const(c) = it {
             if parse::is_int_type(&c.ty) {
-                if let Some(v) = parse::eval_const(&c.expr, &consts) {
-                    consts.insert(c.ident.to_string(), v);
+                match parse::const_value(c, &consts) {
+                    Ok(v) => {
+                        consts.insert(c.ident.to_string(), v);
+                    }
+                    Err(parse::ConstError::Opaque) => opaque.push(c),
+                    Err(parse::ConstError::Invalid(e)) => errors.push(e),
                 }
             }
         }
@@ -297,10 +440,13 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
             }
         }
     }
+    opaque_consts_in_dims(&opaque, &sigs, &mut errors);
+    const_dims_positive(&items, &consts, &units, &spans, &mut errors);
     // Pass 2: bodies.
     for (_, u) in units.iter_mut() {
         check_unit(u, &sigs, &broken, &mut spans);
     }
+    refuse_recursion(&mut units, &spans);
     let ok: Vec<Function> = units
         .iter()
         .filter_map(|(_, u)| u.checked.clone())

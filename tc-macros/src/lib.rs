@@ -15,10 +15,14 @@ use proc_macro::TokenStream;
 mod check;
 mod codegen;
 pub(crate) mod expand;
+mod limits;
+mod literals;
 mod lower;
 mod parse;
 mod spans;
 
+#[cfg(test)]
+mod hostile;
 #[cfg(test)]
 mod tests;
 

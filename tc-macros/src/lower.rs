@@ -61,6 +61,8 @@ struct Lowerer<'a> {
     env: HashMap<String, Local>,
     errors: Vec<syn::Error>,
     broken_callee: bool,
+    /// Current recursion depth of `expr`.
+    depth: usize,
 }
 
 /// Body dims: names of tensors and scalars are not dims.
@@ -146,6 +148,62 @@ fn turbofish_dtype(
         },
         other => Err(err_at(other, "expected a dtype")),
     }
+}
+
+/// A literal as written (possibly negated), before any range check:
+/// integers widened to i128 (`None` beyond it), floats as parsed to f64
+/// (`1e400` parses to `inf`).
+enum RawLit {
+    Int(Option<i128>),
+    Float(f64),
+    Bool(bool),
+}
+
+fn raw_literal(e: &Expr) -> Option<RawLit> {
+    match unparen(e) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Float(f) => f.base10_parse::<f64>().ok().map(RawLit::Float),
+            Lit::Int(i) => Some(RawLit::Int(i.base10_parse::<i128>().ok())),
+            Lit::Bool(b) => Some(RawLit::Bool(b.value)),
+            _ => None,
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match raw_literal(&u.expr)? {
+            RawLit::Float(x) => Some(RawLit::Float(-x)),
+            RawLit::Int(i) => Some(RawLit::Int(i.and_then(i128::checked_neg))),
+            RawLit::Bool(_) => None,
+        },
+        _ => None,
+    }
+}
+
+/// A scalar literal operand: `None` when `e` is not a literal, an error when
+/// it has no exact value in any dtype: an integer outside i64 (the widest
+/// integer dtype) or a float that is not finite as an f64 (`1e400`). Whether
+/// it fits the dtype it meets is checked after typing (`literals`).
+fn scalar_literal(e: &Expr) -> Option<syn::Result<Scalar>> {
+    Some(match raw_literal(e)? {
+        RawLit::Bool(b) => Ok(Scalar::Bool(b)),
+        RawLit::Int(Some(v)) if i64::try_from(v).is_ok() => Ok(Scalar::Int(v as i64)),
+        RawLit::Int(_) => Err(err_at(
+            e,
+            format!(
+                "integer literal out of range: expected a value in [{}, {}] (i64, the widest integer dtype), found `{}`",
+                i64::MIN,
+                i64::MAX,
+                e.to_token_stream()
+            ),
+        )),
+        RawLit::Float(x) if x.is_finite() => Ok(Scalar::Float(x)),
+        RawLit::Float(_) => Err(err_at(
+            e,
+            format!(
+                "float literal out of range: `{}` is not a finite number (expected a magnitude of at most {:e}, \
+                 the largest f32; it would become infinity)",
+                e.to_token_stream(),
+                f32::MAX
+            ),
+        )),
+    })
 }
 
 fn reduce_from(name: &str) -> Option<(ReduceOp, bool)> {
@@ -247,6 +305,17 @@ impl Lowerer<'_> {
                     .push(err_at(e, "an axis is a non-negative integer literal"));
                 None
             }
+            None if matches!(raw_literal(e), Some(RawLit::Int(_))) => {
+                self.errors.push(err_at(
+                    e,
+                    format!(
+                        "axis out of range: expected a non-negative integer literal up to {}, found `{}`",
+                        i64::MAX,
+                        e.to_token_stream()
+                    ),
+                ));
+                None
+            }
             None => {
                 self.errors.push(err_at(
                     e,
@@ -278,24 +347,27 @@ impl Lowerer<'_> {
         }
     }
 
-    fn scalar_literal(&mut self, e: &Expr) -> Option<Scalar> {
-        match unparen(e) {
-            Expr::Lit(l) => match &l.lit {
-                Lit::Float(f) => f.base10_parse::<f64>().ok().map(Scalar::Float),
-                Lit::Int(i) => i.base10_parse::<i64>().ok().map(Scalar::Int),
-                Lit::Bool(b) => Some(Scalar::Bool(b.value)),
-                _ => None,
-            },
-            Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match self.scalar_literal(&u.expr)? {
-                Scalar::Float(x) => Some(Scalar::Float(-x)),
-                Scalar::Int(i) => i.checked_neg().map(Scalar::Int),
-                _ => None,
-            },
-            _ => None,
+    fn expr(&mut self, e: &Expr) -> Operand {
+        // Defence in depth behind `limits::check` (which bounds every
+        // expression tree by its token count before `syn` parses it): the
+        // lowering recurses once per level and must never reach the end of
+        // the compiler's stack.
+        if self.depth >= crate::limits::MAX_EXPR_TOKENS {
+            return self.fail(err_at(
+                e,
+                format!(
+                    "expression nested too deeply: tc-macros accepts at most {} levels; split it with `let` bindings",
+                    crate::limits::MAX_EXPR_TOKENS
+                ),
+            ));
         }
+        self.depth += 1;
+        let out = self.expr_at_depth(e);
+        self.depth -= 1;
+        out
     }
 
-    fn expr(&mut self, e: &Expr) -> Operand {
+    fn expr_at_depth(&mut self, e: &Expr) -> Operand {
         match e {
             Expr::Paren(p) => self.expr(&p.expr),
             Expr::Group(g) => self.expr(&g.expr),
@@ -315,17 +387,17 @@ impl Lowerer<'_> {
                     None => self.fail(err_at(e, format!("unknown name `{id}` in a tensor_fn body"))),
                 }
             }
-            Expr::Lit(_) => match self.scalar_literal(e) {
-                Some(s) => Operand::Scalar(s, None),
+            Expr::Lit(_) => match scalar_literal(e) {
+                Some(Ok(s)) => Operand::Scalar(s, None),
+                Some(Err(err)) => self.fail(err),
                 None => self.fail(err_at(e, "not supported in a tensor_fn body: this literal")),
             },
             Expr::Unary(u) => match u.op {
-                UnOp::Neg(_) => {
-                    if let Some(s) = self.scalar_literal(e) {
-                        return Operand::Scalar(s, None);
-                    }
-                    self.unary(UnaryOp::Neg, &u.expr, e)
-                }
+                UnOp::Neg(_) => match scalar_literal(e) {
+                    Some(Ok(s)) => Operand::Scalar(s, None),
+                    Some(Err(err)) => self.fail(err),
+                    None => self.unary(UnaryOp::Neg, &u.expr, e),
+                },
                 UnOp::Not(_) => self.unary(UnaryOp::Not, &u.expr, e),
                 _ => self.fail(unsupported(e, "dereference")),
             },
@@ -705,7 +777,9 @@ impl Lowerer<'_> {
         if !ok {
             return Operand::Poison;
         }
-        self.push(Op::Call(n, vals), whole, ss, vec![])
+        // Attribute 0: the callee's name (where a recursive call is reported).
+        let callee = vec![self.spans.alloc(name)];
+        self.push(Op::Call(n, vals), whole, ss, callee)
     }
 
     fn let_stmt(&mut self, l: &syn::Local) {
@@ -867,6 +941,7 @@ pub fn function(
         env,
         errors: Vec::new(),
         broken_callee: false,
+        depth: 0,
     };
     let mut ret: Option<(Operand, SpanId, &Expr)> = None;
     let n = block.stmts.len();

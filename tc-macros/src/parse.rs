@@ -343,33 +343,121 @@ pub fn tensor_type(
 /// Module constants: name → value.
 pub type Consts = BTreeMap<String, i64>;
 
+/// Why a module constant has no value for tc.
+pub enum ConstError {
+    /// Not an expression tc evaluates (a call, another crate's constant, …):
+    /// fine unless the name is used as a dim.
+    Opaque,
+    /// Evaluable but wrong (out of range, overflow, division by zero): a
+    /// compile error at these tokens.
+    Invalid(syn::Error),
+}
+
+fn const_invalid(at: &dyn quote::ToTokens, msg: String) -> ConstError {
+    ConstError::Invalid(err_at(at, msg))
+}
+
 /// Evaluate a constant's initialiser: integer literals, earlier constants,
-/// `+ - * / %`, parentheses. `None` when it is anything else.
-pub fn eval_const(e: &Expr, consts: &Consts) -> Option<i64> {
+/// `+ - * / %`, parentheses and `as` casts to integer types, in checked i64
+/// arithmetic (dims are i64, Section 1 §2).
+pub fn const_expr(e: &Expr, consts: &Consts) -> Result<i64, ConstError> {
     match unparen(e) {
         Expr::Lit(l) => match &l.lit {
-            Lit::Int(i) => i.base10_parse::<i64>().ok(),
-            _ => None,
+            Lit::Int(i) => i.base10_parse::<i64>().map_err(|_| {
+                const_invalid(
+                    e,
+                    format!(
+                        "module constant out of range: expected an integer in [{}, {}] (tc's dims are i64), found `{}`",
+                        i64::MIN,
+                        i64::MAX,
+                        i.base10_digits()
+                    ),
+                )
+            }),
+            _ => Err(ConstError::Opaque),
         },
-        Expr::Path(_) => consts.get(&ident_of(e)?.to_string()).copied(),
+        Expr::Path(_) => {
+            let id = ident_of(e).ok_or(ConstError::Opaque)?;
+            consts.get(&id.to_string()).copied().ok_or(ConstError::Opaque)
+        }
         Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
-            eval_const(&u.expr, consts)?.checked_neg()
+            // `-9223372036854775808` is in range although its digits are not.
+            if let Expr::Lit(syn::ExprLit { lit: Lit::Int(i), .. }) = unparen(&u.expr) {
+                if let Ok(v) = i.base10_parse::<i128>() {
+                    return i64::try_from(-v).map_err(|_| {
+                        const_invalid(e, format!("module constant out of range: expected an integer in [{}, {}], found `-{v}`", i64::MIN, i64::MAX))
+                    });
+                }
+            }
+            let v = const_expr(&u.expr, consts)?;
+            v.checked_neg()
+                .ok_or_else(|| const_invalid(e, format!("module constant overflows i64: -({v})")))
         }
         Expr::Binary(b) => {
-            let l = eval_const(&b.left, consts)?;
-            let r = eval_const(&b.right, consts)?;
-            match b.op {
-                BinOp::Add(_) => l.checked_add(r),
-                BinOp::Sub(_) => l.checked_sub(r),
-                BinOp::Mul(_) => l.checked_mul(r),
-                BinOp::Div(_) => l.checked_div(r),
-                BinOp::Rem(_) => l.checked_rem(r),
-                _ => None,
+            let l = const_expr(&b.left, consts)?;
+            let r = const_expr(&b.right, consts)?;
+            let (v, sym) = match b.op {
+                BinOp::Add(_) => (l.checked_add(r), "+"),
+                BinOp::Sub(_) => (l.checked_sub(r), "-"),
+                BinOp::Mul(_) => (l.checked_mul(r), "*"),
+                BinOp::Div(_) if r == 0 => return Err(const_invalid(e, "division by zero in a module constant".into())),
+                BinOp::Rem(_) if r == 0 => return Err(const_invalid(e, "remainder by zero in a module constant".into())),
+                BinOp::Div(_) => (l.checked_div(r), "/"),
+                BinOp::Rem(_) => (l.checked_rem(r), "%"),
+                _ => return Err(ConstError::Opaque),
+            };
+            v.ok_or_else(|| const_invalid(e, format!("module constant overflows i64: {l} {sym} {r}")))
+        }
+        Expr::Cast(c) => {
+            let v = const_expr(&c.expr, consts)?;
+            match int_type_range(&c.ty) {
+                Some((lo, hi)) if i128::from(v) < lo || i128::from(v) > hi => Err(const_invalid(
+                    e,
+                    format!(
+                        "module constant out of range: `as {}` would change {v} (expected [{lo}, {hi}]); tc does not evaluate wrapping casts",
+                        quote::ToTokens::to_token_stream(&c.ty)
+                    ),
+                )),
+                Some(_) => Ok(v),
+                None => Err(ConstError::Opaque),
             }
         }
-        Expr::Cast(c) => eval_const(&c.expr, consts),
-        _ => None,
+        _ => Err(ConstError::Opaque),
     }
+}
+
+/// The value of an integer module constant, which must also fit its declared
+/// type (`const K: usize = -1;` is refused here as well as by rustc).
+pub fn const_value(c: &syn::ItemConst, consts: &Consts) -> Result<i64, ConstError> {
+    let v = const_expr(&c.expr, consts)?;
+    match int_type_range(&c.ty) {
+        Some((lo, hi)) if i128::from(v) < lo || i128::from(v) > hi => Err(const_invalid(
+            &c.expr,
+            format!(
+                "module constant out of range for `{}`: expected an integer in [{lo}, {hi}], found {v}",
+                quote::ToTokens::to_token_stream(&c.ty)
+            ),
+        )),
+        _ => Ok(v),
+    }
+}
+
+/// The values of a Rust integer type (usize and isize as 64-bit).
+fn int_type_range(ty: &Type) -> Option<(i128, i128)> {
+    let Type::Path(p) = ty else { return None };
+    Some(match p.path.get_ident()?.to_string().as_str() {
+        "u8" => (0, u8::MAX.into()),
+        "u16" => (0, u16::MAX.into()),
+        "u32" => (0, u32::MAX.into()),
+        "u64" | "usize" => (0, u64::MAX.into()),
+        "u128" => (0, i128::MAX),
+        "i8" => (i8::MIN.into(), i8::MAX.into()),
+        "i16" => (i16::MIN.into(), i16::MAX.into()),
+        "i32" => (i32::MIN.into(), i32::MAX.into()),
+        "i64" | "isize" => (i64::MIN.into(), i64::MAX.into()),
+        "i128" => (i128::MIN, i128::MAX),
+        _ => return None,
+    })
 }
 
 /// The integer type names a module constant may have.
