@@ -530,15 +530,17 @@ fn solve(
         return Outcome::Unknown;
     };
     asserts.extend(lemmas);
-    let opt = Optimize::new();
-    for a in &asserts {
-        opt.assert(a);
-    }
-    for v in &vars {
-        opt.minimize(v);
-    }
+    let opt = Minimiser {
+        asserts: RefCell::new(asserts),
+        vars: &vars,
+        rlimit: Cell::new(0),
+        model: RefCell::new(None),
+    };
     let fresh = Cell::new(None);
-    let cex = match refine(&opt, &fresh, &lin, budget, stats, &mut Vec::new()) {
+    // The optimiser runs at the ceiling at once: Z3 4.8's optimiser crashed
+    // (SIGSEGV in `Z3_optimize_check`) when a small rlimit ran out mid-search.
+    let top = Budget::fixed(budget.ceiling);
+    let cex = match refine(&opt, &fresh, &lin, top, stats, &mut Vec::new()) {
         Found::Model(m) => values(&m, shown, &vars).unwrap_or(fallback),
         Found::Unknown | Found::Unsat => fallback,
     };
@@ -582,18 +584,42 @@ impl Engine for Solver {
     }
 }
 
-impl Engine for Optimize {
+/// Lexicographic minimisation over the user variables. Each check builds a
+/// fresh `Optimize` rather than re-checking one after new assertions, so no
+/// optimiser state survives a refinement round.
+struct Minimiser<'a> {
+    asserts: RefCell<Vec<Bool>>,
+    vars: &'a [Int],
+    rlimit: Cell<u32>,
+    model: RefCell<Option<Model>>,
+}
+
+impl Engine for Minimiser<'_> {
     fn add(&self, b: &Bool) {
-        self.assert(b);
+        self.asserts.borrow_mut().push(b.clone());
     }
     fn set_rlimit(&self, rlimit: u32) {
-        self.set_params(&rlimit_params(rlimit));
+        self.rlimit.set(rlimit);
     }
     fn check_now(&self) -> SatResult {
-        self.check(&[])
+        let opt = Optimize::new();
+        opt.set_params(&rlimit_params(self.rlimit.get()));
+        for a in self.asserts.borrow().iter() {
+            opt.assert(a);
+        }
+        for v in self.vars {
+            opt.minimize(v);
+        }
+        let r = opt.check(&[]);
+        *self.model.borrow_mut() = if r == SatResult::Sat {
+            opt.get_model()
+        } else {
+            None
+        };
+        r
     }
     fn model(&self) -> Option<Model> {
-        self.get_model()
+        self.model.borrow_mut().take()
     }
 }
 

@@ -83,7 +83,7 @@ fn transcribed() -> Vec<Function> {
         sh("X, Y"),
         sh("P"),
         &[],
-        &[pxy.clone()],
+        std::slice::from_ref(&pxy),
     ));
     out.push(reshape_fn("no_axiom_p", sh("X, Y"), sh("P"), &[], &[]));
     out.push(reshape_fn(
