@@ -616,3 +616,21 @@ fn random_shapes_with_zero_and_huge_dims_agree() {
         }
     }
 }
+
+/// Kernels compiled under other options are not reused after
+/// `set_config` (the options are part of the key).
+#[test]
+fn options_are_part_of_the_key() {
+    let f = leaf("leaf");
+    let args: Vec<Arg> = vec![Tensor::from_vec(&[2], vec![-1f32, 1.0]).unwrap().into()];
+    let jit = Jit::new(modes()[0].1);
+    jit.call(&f, &args, &|_| None).unwrap();
+    jit.call(&f, &args, &|_| None).unwrap();
+    assert_eq!((jit.stats().compiles, jit.stats().hits), (1, 1));
+    jit.set_config(modes()[1].1);
+    jit.call(&f, &args, &|_| None).unwrap();
+    assert_eq!(jit.stats().compiles, 2, "{:?}", jit.stats());
+    jit.set_config(modes()[0].1);
+    jit.call(&f, &args, &|_| None).unwrap();
+    assert_eq!((jit.stats().compiles, jit.stats().hits), (2, 2));
+}
