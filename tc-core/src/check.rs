@@ -12,7 +12,10 @@ use crate::ctx::{zero_opt_ins, Ctx};
 use crate::diag::{codes, Counterexample, Diagnostic, SpanId};
 use crate::dim::{Atom, Dim, DimError};
 use crate::dtype::Dtype;
-use crate::ir::{check_axes, check_perm, verify_structure, BinaryOp, Function, Inst, Op, Scalar, Signature, Signatures, Value};
+use crate::ir::{
+    check_axes, check_perm, verify_structure, BinaryOp, Function, Inst, Op, Scalar, Signature,
+    Signatures, Value,
+};
 use crate::pred::{CmpOp, Pred};
 use crate::solver::{self, Entailment, Satisfiability};
 use crate::subtype::{dims_equal, subtype, DimEq, SubtypeError};
@@ -291,13 +294,17 @@ impl<'a> Checker<'a> {
         match known {
             Some(k) if k >= 1 => return true,
             Some(0) => {
-                self.err(Diagnostic::new(
-                    codes::DIV_BY_ZERO,
-                    R_DIVISOR,
-                    span,
-                    format!("division by zero in a dim: `{shown}`"),
-                )
-                .note(format!("`{y}` is 0; Section 2 §13 requires every dim divisor to be at least 1")));
+                self.err(
+                    Diagnostic::new(
+                        codes::DIV_BY_ZERO,
+                        R_DIVISOR,
+                        span,
+                        format!("division by zero in a dim: `{shown}`"),
+                    )
+                    .note(format!(
+                        "`{y}` is 0; Section 2 §13 requires every dim divisor to be at least 1"
+                    )),
+                );
                 return false;
             }
             Some(k) => {
@@ -315,14 +322,25 @@ impl<'a> Checker<'a> {
             None => {}
         }
         if let Some(v) = y.as_var() {
-            if self.ctx.vars.iter().any(|cv| cv.name == v && !cv.allow_zero) {
+            if self
+                .ctx
+                .vars
+                .iter()
+                .any(|cv| cv.name == v && !cv.allow_zero)
+            {
                 // Γ's default `v ≥ 1` (Section 2 §16) discharges it.
                 return true;
             }
         }
-        let ok = self.prove_cmp(y, CmpOp::Ge, &Dim::c(1), codes::DIVISOR, R_DIVISOR, span, || {
-            format!("the divisor `{y}` of `{shown}` may be smaller than 1")
-        });
+        let ok = self.prove_cmp(
+            y,
+            CmpOp::Ge,
+            &Dim::c(1),
+            codes::DIVISOR,
+            R_DIVISOR,
+            span,
+            || format!("the divisor `{y}` of `{shown}` may be smaller than 1"),
+        );
         if !ok {
             if let Some(last) = self.diags.last_mut() {
                 if last.code == codes::DIVISOR {
@@ -466,9 +484,15 @@ impl<'a> Checker<'a> {
             return true;
         }
         let goal = Pred::ge(d.clone(), least);
-        self.prove_cmp(d, CmpOp::Ge, &Dim::c(least), codes::BAD_DIM, R_DIM, span, || {
-            format!("dimension `{d}` may be smaller than {least}: `{goal}` is not implied")
-        })
+        self.prove_cmp(
+            d,
+            CmpOp::Ge,
+            &Dim::c(least),
+            codes::BAD_DIM,
+            R_DIM,
+            span,
+            || format!("dimension `{d}` may be smaller than {least}: `{goal}` is not implied"),
+        )
     }
 
     /// 0 when some variable of `d` is opted into `≥ 0`, else 1 (Section 2 §16).
@@ -1075,7 +1099,12 @@ impl<'a> Checker<'a> {
         match check_axes(axes, rank) {
             Ok(()) => Some(()),
             Err(e) => {
-                self.err(Diagnostic::new(codes::AXIS, rule, inst.attr_span(0), e.to_string()));
+                self.err(Diagnostic::new(
+                    codes::AXIS,
+                    rule,
+                    inst.attr_span(0),
+                    e.to_string(),
+                ));
                 None
             }
         }
@@ -1245,18 +1274,32 @@ impl<'a> Checker<'a> {
         let (mut a, mut b) = (v1.clone(), v2.clone());
         let mut changed = false;
         for (q, x, k) in atoms {
-            let Ok(r) = x.checked_rem(&Dim::c(k)) else { continue };
-            if !matches!(solver::entails(&self.ctx, &Pred::eq(r, 0)), Entailment::Valid) {
+            let Ok(r) = x.checked_rem(&Dim::c(k)) else {
+                continue;
+            };
+            if !matches!(
+                solver::entails(&self.ctx, &Pred::eq(r, 0)),
+                Entailment::Valid
+            ) {
                 continue;
             }
-            match (cancel_quotient(&a, &q, &x, k), cancel_quotient(&b, &q, &x, k)) {
+            match (
+                cancel_quotient(&a, &q, &x, k),
+                cancel_quotient(&b, &q, &x, k),
+            ) {
                 (Ok(na), Ok(nb)) => {
                     let p = power_of(&a, &q).max(power_of(&b, &q));
                     let (pa, pb) = (power_of(&a, &q), power_of(&b, &q));
                     // Bring both sides to the same scale k^p.
-                    let sa = k.checked_pow((p - pa) as u32).and_then(|s| na.checked_scale(s).ok());
-                    let sb = k.checked_pow((p - pb) as u32).and_then(|s| nb.checked_scale(s).ok());
-                    let (Some(sa), Some(sb)) = (sa, sb) else { return false };
+                    let sa = k
+                        .checked_pow((p - pa) as u32)
+                        .and_then(|s| na.checked_scale(s).ok());
+                    let sb = k
+                        .checked_pow((p - pb) as u32)
+                        .and_then(|s| nb.checked_scale(s).ok());
+                    let (Some(sa), Some(sb)) = (sa, sb) else {
+                        return false;
+                    };
                     a = sa;
                     b = sb;
                     changed = true;
@@ -1371,7 +1414,15 @@ impl<'a> Checker<'a> {
             ),
         ];
         for ((hi, lo), span, msg) in checks {
-            if !self.prove_cmp(hi, CmpOp::Ge, lo, codes::SLICE_BOUNDS, R_SLICE, span, || msg) {
+            if !self.prove_cmp(
+                hi,
+                CmpOp::Ge,
+                lo,
+                codes::SLICE_BOUNDS,
+                R_SLICE,
+                span,
+                || msg,
+            ) {
                 return None;
             }
         }

@@ -79,7 +79,9 @@ pub fn volume(shape: &[Dim]) -> Dim {
 /// The product of a list of dims, or the overflow (`[2^40, 2^40]` has no
 /// i64 volume).
 pub fn checked_volume(shape: &[Dim]) -> Result<Dim, DimError> {
-    shape.iter().try_fold(Dim::c(1), |acc, d| acc.checked_mul(d))
+    shape
+        .iter()
+        .try_fold(Dim::c(1), |acc, d| acc.checked_mul(d))
 }
 
 /// An n-ary function type `T₁ → … → Tₙ → U` with its `requires` clause (Section 2 §17).

@@ -9,14 +9,14 @@
 use std::collections::BTreeMap;
 
 use proc_macro2::{Ident, TokenStream};
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{BinOp, Expr, FnArg, Lit, Pat, ReturnType, Token, Type, UnOp};
 use tc_core::ctx::{zero_opt_ins, ShapeVar};
-use tc_core::ir::{Param, Signature, Spanned};
-use quote::ToTokens;
 use tc_core::dim::DimError;
+use tc_core::ir::{Param, Signature, Spanned};
 use tc_core::{CmpOp, Dim, Dtype, Pred, TensorType};
 
 use crate::spans::{err_at, SpanTable};
@@ -242,7 +242,13 @@ fn dim_err(at: &dyn ToTokens, err: &DimError) -> syn::Error {
         DimError::Overflow(_) => "dims are exact integers; a coefficient or constant that does not fit in an i64 is not a size",
         DimError::DivByZero(_) => "Section 2 §13 requires every dim divisor to be at least 1",
     };
-    err_at(at, format!("[{}] dim arithmetic (Section 1 §2): {err}\n  note: {note}", err.code()))
+    err_at(
+        at,
+        format!(
+            "[{}] dim arithmetic (Section 1 §2): {err}\n  note: {note}",
+            err.code()
+        ),
+    )
 }
 
 /// A predicate: comparisons of dims combined with `&&`, `||`, `!`.
