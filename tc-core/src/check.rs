@@ -25,7 +25,6 @@ const R_FORM: &str = "type formation (Section 1 §4)";
 const R_DIVVAR: &str = "division by a variable (Section 2 §13)";
 const R_DIM: &str = "dimension formation (Section 2 §16)";
 const R_DIVISOR: &str = "dim divisor (Section 2 §13)";
-const R_DIMARITH: &str = "dim arithmetic (Section 1 §2)";
 const R_SUB: &str = "subtyping (Section 3 §3.3)";
 const R_UNARY: &str = "unary (Section 2 §4)";
 const R_BINARY: &str = "binary (Section 2 §6)";
@@ -124,6 +123,11 @@ struct Checker<'a> {
     ctx: Ctx,
     sigs: Option<&'a Signatures>,
     diags: Vec<Diagnostic>,
+    /// While the signature is formed: Γ without the facts that divide by a
+    /// non-constant. A divisor obligation of the signature must not be proven
+    /// from the very predicate that contains the division (`D % G == 0`
+    /// forces `G ≥ 1` under Z3's total `mod` when `D ≥ 1`).
+    divisor_ctx: Option<Ctx>,
 }
 
 impl<'a> Checker<'a> {
@@ -132,6 +136,7 @@ impl<'a> Checker<'a> {
             ctx,
             sigs,
             diags: Vec::new(),
+            divisor_ctx: None,
         }
     }
 
@@ -165,6 +170,16 @@ impl<'a> Checker<'a> {
     // ---------------------------------------------------------------- formation
 
     fn check_sig(&mut self, sig: &Signature) {
+        let mut base = self.ctx.clone();
+        let divides = |p: &Pred| p.dims().iter().any(|d| !d.variable_divisions().is_empty());
+        base.facts.retain(|p| !divides(p));
+        base.axioms.retain(|p| !divides(p));
+        self.divisor_ctx = Some(base);
+        self.check_sig_formed(sig);
+        self.divisor_ctx = None;
+    }
+
+    fn check_sig_formed(&mut self, sig: &Signature) {
         let rule_preds: Vec<(Pred, SpanId)> = sig
             .params
             .iter()
@@ -275,17 +290,18 @@ impl<'a> Checker<'a> {
         if !self.names_bound(d, span) {
             return false;
         }
-        for (x, y) in d.divisions() {
-            if !self.divisor_ok(&x, &y, span) {
-                return false;
+        for atom in d.divisions() {
+            if let Atom::Div(_, y) | Atom::Mod(_, y) = &atom {
+                if !self.divisor_ok(&atom, y, span) {
+                    return false;
+                }
             }
         }
         true
     }
 
     /// The obligation `y ≥ 1` of one quotient or remainder `x / y`, `x % y`.
-    fn divisor_ok(&mut self, x: &Dim, y: &Dim, span: SpanId) -> bool {
-        let shown = format!("{} / {}", paren_dim(x), paren_dim(y));
+    fn divisor_ok(&mut self, shown: &Atom, y: &Dim, span: SpanId) -> bool {
         // A module constant divisor is a known value (`D / HEADS`, HEADS = 0).
         let known = y
             .checked_subst(&self.const_map())
@@ -313,7 +329,11 @@ impl<'a> Checker<'a> {
                         codes::DIVISOR,
                         R_DIVISOR,
                         span,
-                        format!("the divisor `{y}` of `{shown}` is {k}, which is negative; a dim divisor must be at least 1"),
+                        if y.as_const().is_some() {
+                            format!("the divisor of `{shown}` is {k}, which is negative; a dim divisor must be at least 1")
+                        } else {
+                            format!("the divisor `{y}` of `{shown}` is {k}, which is negative; a dim divisor must be at least 1")
+                        },
                     )
                     .help("divide by a positive constant or a shape variable known to be at least 1"),
                 );
@@ -332,6 +352,9 @@ impl<'a> Checker<'a> {
                 return true;
             }
         }
+        // In the signature, prove it under Γ minus the dividing facts.
+        let saved = self.divisor_ctx.take();
+        let body_ctx = saved.clone().map(|c| std::mem::replace(&mut self.ctx, c));
         let ok = self.prove_cmp(
             y,
             CmpOp::Ge,
@@ -341,6 +364,10 @@ impl<'a> Checker<'a> {
             span,
             || format!("the divisor `{y}` of `{shown}` may be smaller than 1"),
         );
+        if let Some(c) = body_ctx {
+            self.ctx = c;
+        }
+        self.divisor_ctx = saved;
         if !ok {
             if let Some(last) = self.diags.last_mut() {
                 if last.code == codes::DIVISOR {
@@ -1700,21 +1727,10 @@ fn cancel_quotient(d: &Dim, q: &Atom, x: &Dim, k: i64) -> Result<Dim, DimError> 
 
 /// An E0106/E0107 diagnostic for a dim operation that has no result.
 fn dim_error_diag(e: &DimError, span: SpanId) -> Diagnostic {
-    let d = Diagnostic::new(e.code(), R_DIMARITH, span, e.to_string());
+    let d = Diagnostic::new(e.code(), e.rule(), span, e.to_string()).note(e.why());
     match e {
-        DimError::Overflow(_) => d
-            .note("dims are exact integers: a coefficient or constant that does not fit in an i64 is not a size (Section 1 §2)")
-            .help("use smaller sizes, or split the dim into several axes"),
-        DimError::DivByZero(_) => d.note("Section 2 §13 requires every dim divisor to be at least 1"),
-    }
-}
-
-/// A dim as an operand of `/`: parenthesised unless atomic.
-fn paren_dim(d: &Dim) -> String {
-    if d.as_const().is_some() || d.as_var().is_some() {
-        d.to_string()
-    } else {
-        format!("({d})")
+        DimError::Overflow(_) => d.help("use smaller sizes, or split the dim into several axes"),
+        DimError::DivByZero(_) => d,
     }
 }
 

@@ -85,6 +85,22 @@ impl DimError {
             DimError::DivByZero(_) => crate::diag::codes::DIV_BY_ZERO,
         }
     }
+
+    /// The rule the error breaks, as diagnostics name it.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            DimError::Overflow(_) => "dim arithmetic (Section 1 §2)",
+            DimError::DivByZero(_) => "dim divisor (Section 2 §13)",
+        }
+    }
+
+    /// Why it is an error, for the diagnostic's note.
+    pub fn why(&self) -> &'static str {
+        match self {
+            DimError::Overflow(_) => "dims are exact integers: a coefficient or constant that does not fit in an i64 is not a size (Section 1 §2)",
+            DimError::DivByZero(_) => "Section 2 §13 requires every dim divisor to be at least 1",
+        }
+    }
 }
 
 /// `a op b` as text, for error messages about the operation that failed.
@@ -291,13 +307,20 @@ impl Dim {
         Ok(out)
     }
 
-    /// `self - rhs`, or [`DimError::Overflow`].
+    /// `self - rhs`, or [`DimError::Overflow`] (coefficient by coefficient,
+    /// so `x - i64::MIN·A` errs only when the difference itself leaves i64).
     pub fn checked_sub(&self, rhs: &Dim) -> Result<Dim, DimError> {
-        let neg = rhs
-            .checked_scale(-1)
-            .map_err(|_| self.overflow_in("-", rhs))?;
-        self.checked_add(&neg)
-            .map_err(|_| self.overflow_in("-", rhs))
+        let mut out = self.clone();
+        for (m, c) in &rhs.terms {
+            let e = out.terms.entry(m.clone()).or_insert(0);
+            *e = e
+                .checked_sub(*c)
+                .ok_or_else(|| self.overflow_in("-", rhs))?;
+            if *e == 0 {
+                out.terms.remove(m);
+            }
+        }
+        Ok(out)
     }
 
     /// `-self`, or [`DimError::Overflow`] (a coefficient `i64::MIN`).
@@ -317,19 +340,31 @@ impl Dim {
         Ok(out)
     }
 
-    /// `self · rhs`, or [`DimError::Overflow`].
+    /// `self · rhs`, or [`DimError::Overflow`] exactly when a coefficient of
+    /// the product does not fit in an i64: coefficients accumulate in i128,
+    /// so partial sums that cancel (`(A + B)·(A - B)`) do not err spuriously.
     pub fn checked_mul(&self, rhs: &Dim) -> Result<Dim, DimError> {
-        let mut out = Dim::default();
+        let over = || self.overflow_in("*", rhs);
+        let mut acc: BTreeMap<Monomial, Wide> = BTreeMap::new();
         for (m1, c1) in &self.terms {
             for (m2, c2) in &rhs.terms {
                 let mut m: Monomial = m1.iter().chain(m2.iter()).cloned().collect();
                 m.sort();
-                c1.checked_mul(*c2)
-                    .and_then(|c| out.add_term(m, c).ok())
-                    .ok_or_else(|| self.overflow_in("*", rhs))?;
+                // |c1·c2| ≤ 2^126 fits an i128; their sum may not, hence Wide.
+                let e = acc.entry(m).or_default();
+                e.add(*c1 as i128 * *c2 as i128).ok_or_else(over)?;
             }
         }
-        Ok(out)
+        let mut terms = BTreeMap::new();
+        for (m, c) in acc {
+            match c.to_i64().ok_or_else(over)? {
+                0 => {}
+                c => {
+                    terms.insert(m, c);
+                }
+            }
+        }
+        Ok(Dim { terms })
     }
 
     /// Multiply by a constant; panics where [`Dim::checked_scale`] errs.
@@ -337,22 +372,21 @@ impl Dim {
         self.checked_scale(k).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Every `(dividend, divisor)` of a quotient or remainder in the
+    /// Every quotient or remainder atom (`x / y`, `x % y`) in the
     /// expression, outermost first, each once: the divisions whose divisor
-    /// must be at least 1 (Section 2 §13).
-    pub fn divisions(&self) -> Vec<(Dim, Dim)> {
+    /// must be at least 1 (Section 2 §13), whatever the divisor.
+    pub fn divisions(&self) -> Vec<Atom> {
         let mut out = Vec::new();
         self.collect_divisions(&mut out);
         out
     }
 
-    fn collect_divisions(&self, out: &mut Vec<(Dim, Dim)>) {
+    fn collect_divisions(&self, out: &mut Vec<Atom>) {
         for m in self.terms.keys() {
             for a in m {
                 if let Atom::Div(x, y) | Atom::Mod(x, y) = a {
-                    let pair = ((**x).clone(), (**y).clone());
-                    if !out.contains(&pair) {
-                        out.push(pair);
+                    if !out.contains(a) {
+                        out.push(a.clone());
                     }
                     x.collect_divisions(out);
                     y.collect_divisions(out);
@@ -399,6 +433,40 @@ impl Dim {
             out = out.checked_add(&prod)?;
         }
         Ok(out)
+    }
+}
+
+/// An exact accumulator for sums of i128 products: `hi·2^64 + lo`, with the
+/// low 64 bits of each addend summed apart from the high ones, so partial
+/// sums that leave i128 and later cancel are still exact (Dim products must
+/// err exactly when a final coefficient leaves i64, never spuriously).
+#[derive(Clone, Copy, Default)]
+struct Wide {
+    hi: i128,
+    lo: i128,
+}
+
+impl Wide {
+    const MASK: i128 = (1 << 64) - 1;
+
+    /// `None` only after ~2^63 addends, which no dim has.
+    fn add(&mut self, p: i128) -> Option<()> {
+        self.hi = self.hi.checked_add(p >> 64)?;
+        self.lo = self.lo.checked_add(p & Self::MASK)?;
+        Some(())
+    }
+
+    fn to_i64(self) -> Option<i64> {
+        let hi = self.hi.checked_add(self.lo >> 64)?;
+        let lo = self.lo & Self::MASK;
+        // value = hi·2^64 + lo with 0 ≤ lo < 2^64: an i64 iff hi is 0 or -1
+        // and the value lands in range.
+        let v = match hi {
+            0 => lo,
+            -1 => lo - (1 << 64),
+            _ => return None,
+        };
+        i64::try_from(v).ok()
     }
 }
 
