@@ -258,7 +258,7 @@ fn divisor_that_may_be_zero_in_a_fill_shape() {
     assert!(
         es[0]
             .message
-            .contains("the divisor `G` of `D / G` may be smaller than 1"),
+            .contains("the divisor `G` of `D % G` may be smaller than 1"),
         "{}",
         es[0]
     );

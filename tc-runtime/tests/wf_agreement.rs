@@ -23,6 +23,10 @@ use tc_runtime::{Error, Tensor};
 #[derive(Clone, Debug)]
 enum Case {
     Transpose(Vec<usize>),
+    /// An identity transpose `0..k` carrying the operand's own type as its
+    /// annotation, like the `let y: T = x;` re-view: the old checker took a
+    /// short one for the identity and accepted it.
+    ReView(usize),
     Reduce(Vec<usize>, bool),
     ArgReduce(usize, bool),
     Slice(usize),
@@ -41,6 +45,7 @@ fn case() -> impl Strategy<Value = Case> {
         (0usize..=4).prop_flat_map(|r| Just((0..r).collect::<Vec<_>>())
             .prop_shuffle()
             .prop_map(Case::Transpose)),
+        (0usize..=5).prop_map(Case::ReView),
         (axes(), any::<bool>()).prop_map(|(a, k)| Case::Reduce(a, k)),
         (0usize..=5, any::<bool>()).prop_map(|(a, k)| Case::ArgReduce(a, k)),
         (0usize..=5).prop_map(Case::Slice),
@@ -52,6 +57,7 @@ fn case() -> impl Strategy<Value = Case> {
 fn op(case: &Case, shape: &[Dim], x: tc_core::ir::Value) -> Op {
     match case.clone() {
         Case::Transpose(p) => Op::Transpose(p, x),
+        Case::ReView(k) => Op::Transpose((0..k).collect(), x),
         Case::Reduce(axes, keepdims) => Op::Reduce {
             op: ReduceOp::Sum,
             axes,
@@ -87,7 +93,10 @@ proptest! {
         let ty = Type::tensor(Dtype::F32, shape.clone());
         let mut b = FnBuilder::new("f");
         let x = b.param("x", ty.clone());
-        b.op(op(&case, &shape, x));
+        match case {
+            Case::ReView(_) => b.op_annot(op(&case, &shape, x), ty.clone()),
+            _ => b.op(op(&case, &shape, x)),
+        };
         b.returns(ty);
         let f = b.finish(x);
         let checked = check_function(&f, &Signatures::new());
