@@ -740,35 +740,7 @@ impl<'a> Checker<'a> {
                 self.nonempty_axis(&t.shape[*axis], *axis, inst, R_ARG, name)?;
                 Some(Type::Tensor(reduced(&t, &[*axis], *keepdims, Dtype::I64)))
             }
-            Op::Transpose(perm, _) => {
-                let t = self.tensor_arg(&operands[0], inst, 0, R_TRANSPOSE)?;
-                if let Err(e) = check_perm(perm, t.rank()) {
-                    let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
-                    if let (true, Some(annot)) = (identity, &inst.annot) {
-                        // `let y: T = x;` re-views `x` through an identity
-                        // transpose of T's rank. A rank mismatch is malformed
-                        // IR (the interpreter refuses it too), but the user's
-                        // mistake is the annotation: say so at its span.
-                        let found = Type::Tensor(t.clone());
-                        let e = SubtypeError::Rank {
-                            found: t.rank(),
-                            expected: perm.len(),
-                        };
-                        let what = "the annotated type of this `let`";
-                        self.err(sub_diag(&e, inst.annot_span, what, &found, annot));
-                        return None;
-                    }
-                    self.err(Diagnostic::new(
-                        codes::PERMUTATION,
-                        R_TRANSPOSE,
-                        inst.attr_span(0),
-                        e.to_string(),
-                    ));
-                    return None;
-                }
-                let shape = perm.iter().map(|&p| t.shape[p].clone()).collect();
-                Some(Type::Tensor(TensorType { shape, ..t }))
-            }
+            Op::Transpose(perm, _) => self.transpose(perm, inst, &operands),
             Op::Reshape(shape, _) => self.reshape(shape, inst, &operands),
             Op::Broadcast(shape, _) => self.broadcast(shape, inst, &operands),
             Op::Slice {
@@ -801,6 +773,38 @@ impl<'a> Checker<'a> {
             }
             Op::Call(name, _) => self.call(name, inst, &operands),
         }
+    }
+
+    /// §9: `perm` must be a permutation of the operand's axes
+    /// ([`check_perm`], the rule the verifier and interpreter share).
+    fn transpose(&mut self, perm: &[usize], inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_TRANSPOSE)?;
+        if let Err(e) = check_perm(perm, t.rank()) {
+            let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
+            if let (true, Some(annot)) = (identity, &inst.annot) {
+                // `let y: T = x;` re-views `x` through an identity
+                // transpose of T's rank. A rank mismatch is malformed
+                // IR (the interpreter refuses it too), but the user's
+                // mistake is the annotation: say so at its span.
+                let found = Type::Tensor(t.clone());
+                let e = SubtypeError::Rank {
+                    found: t.rank(),
+                    expected: perm.len(),
+                };
+                let what = "the annotated type of this `let`";
+                self.err(sub_diag(&e, inst.annot_span, what, &found, annot));
+                return None;
+            }
+            self.err(Diagnostic::new(
+                codes::PERMUTATION,
+                R_TRANSPOSE,
+                inst.attr_span(0),
+                e.to_string(),
+            ));
+            return None;
+        }
+        let shape = perm.iter().map(|&p| t.shape[p].clone()).collect();
+        Some(Type::Tensor(TensorType { shape, ..t }))
     }
 
     fn tensor_arg(

@@ -236,19 +236,10 @@ pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
 }
 
 /// A checked dim operation's failure as a compile error in the checker's
-/// format (`[E0106] dim arithmetic (Section 1 §2): …`).
+/// format (`[E0106] dim arithmetic (Section 1 §2): …`, then the note).
 fn dim_err(at: &dyn ToTokens, err: &DimError) -> syn::Error {
-    let note = match err {
-        DimError::Overflow(_) => "dims are exact integers; a coefficient or constant that does not fit in an i64 is not a size",
-        DimError::DivByZero(_) => "Section 2 §13 requires every dim divisor to be at least 1",
-    };
-    err_at(
-        at,
-        format!(
-            "[{}] dim arithmetic (Section 1 §2): {err}\n  note: {note}",
-            err.code()
-        ),
-    )
+    let (code, rule, why) = (err.code(), err.rule(), err.why());
+    err_at(at, format!("[{code}] {rule}: {err}\n  note: {why}"))
 }
 
 /// A predicate: comparisons of dims combined with `&&`, `||`, `!`.
