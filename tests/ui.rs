@@ -13,6 +13,7 @@ const FAIL_CATEGORIES: &[&str] = &[
     "calls",
     "syntax",
     "transformer",
+    "dims",
 ];
 
 #[test]

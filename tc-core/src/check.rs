@@ -6,21 +6,25 @@
 //! are collected; a value whose instruction failed is *poisoned* and later
 //! uses of it are skipped, so one mistake yields one diagnostic.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::ctx::{zero_opt_ins, Ctx};
 use crate::diag::{codes, Counterexample, Diagnostic, SpanId};
-use crate::dim::{Atom, Dim};
+use crate::dim::{Atom, Dim, DimError};
 use crate::dtype::Dtype;
-use crate::ir::{verify, BinaryOp, Function, Inst, Op, Scalar, Signature, Signatures, Value};
-use crate::pred::Pred;
+use crate::ir::{
+    check_axes, check_perm, verify_structure, BinaryOp, Function, Inst, Op, Scalar, Signature,
+    Signatures, Value,
+};
+use crate::pred::{CmpOp, Pred};
 use crate::solver::{self, Entailment, Satisfiability};
 use crate::subtype::{dims_equal, subtype, DimEq, SubtypeError};
-use crate::types::{shape_string, TensorType, Type};
+use crate::types::{checked_volume, shape_string, TensorType, Type};
 
 const R_FORM: &str = "type formation (Section 1 §4)";
 const R_DIVVAR: &str = "division by a variable (Section 2 §13)";
 const R_DIM: &str = "dimension formation (Section 2 §16)";
+const R_DIVISOR: &str = "dim divisor (Section 2 §13)";
 const R_SUB: &str = "subtyping (Section 3 §3.3)";
 const R_UNARY: &str = "unary (Section 2 §4)";
 const R_BINARY: &str = "binary (Section 2 §6)";
@@ -100,7 +104,7 @@ pub fn check_function(func: &Function, sigs: &Signatures) -> Result<Checked, Vec
 }
 
 fn check_function_scoped(func: &Function, sigs: &Signatures) -> Result<Checked, Vec<Diagnostic>> {
-    if let Err(d) = verify(func) {
+    if let Err(d) = verify_structure(func) {
         return Err(vec![d]);
     }
     let ctx = signature_ctx(&func.sig);
@@ -128,6 +132,11 @@ struct Checker<'a> {
     ctx: Ctx,
     sigs: Option<&'a Signatures>,
     diags: Vec<Diagnostic>,
+    /// While the signature is formed: Γ without the facts that divide by a
+    /// non-constant. A divisor obligation of the signature must not be proven
+    /// from the very predicate that contains the division (`D % G == 0`
+    /// forces `G ≥ 1` under Z3's total `mod` when `D ≥ 1`).
+    divisor_ctx: Option<Ctx>,
 }
 
 impl<'a> Checker<'a> {
@@ -136,6 +145,7 @@ impl<'a> Checker<'a> {
             ctx,
             sigs,
             diags: Vec::new(),
+            divisor_ctx: None,
         }
     }
 
@@ -169,6 +179,16 @@ impl<'a> Checker<'a> {
     // ---------------------------------------------------------------- formation
 
     fn check_sig(&mut self, sig: &Signature) {
+        let mut base = self.ctx.clone();
+        let divides = |p: &Pred| p.dims().iter().any(|d| !d.variable_divisions().is_empty());
+        base.facts.retain(|p| !divides(p));
+        base.axioms.retain(|p| !divides(p));
+        self.divisor_ctx = Some(base);
+        self.check_sig_formed(sig);
+        self.divisor_ctx = None;
+    }
+
+    fn check_sig_formed(&mut self, sig: &Signature) {
         let rule_preds: Vec<(Pred, SpanId)> = sig
             .params
             .iter()
@@ -260,14 +280,158 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Names bound; Presburger unless an axiom; divisions by variables justified.
+    /// Names bound, divisors at least 1, Presburger unless an axiom.
     fn pred_formed(&mut self, p: &Pred, span: SpanId, is_axiom: bool) {
         for d in p.dims() {
-            self.names_bound(d, span);
-            if !is_axiom {
+            if self.dim_wf(d, span) && !is_axiom {
                 self.linear_or_error(d, span);
             }
         }
+    }
+
+    /// The check every dim the checker sees passes through, wherever it
+    /// occurs (signature types, refinements, `requires`, axioms, op shapes,
+    /// slice bounds, `let` annotations): its names are bound and every `/`
+    /// and `%` in it divides by something provably at least 1 under Γ
+    /// (Section 2 §13). Z3's `div`/`mod` are total, so without this the
+    /// solver would prove obligations about `D % 0` that no σ can meet.
+    fn dim_wf(&mut self, d: &Dim, span: SpanId) -> bool {
+        if !self.names_bound(d, span) {
+            return false;
+        }
+        for atom in d.divisions() {
+            if let Atom::Div(_, y) | Atom::Mod(_, y) = &atom {
+                if !self.divisor_ok(&atom, y, span) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The obligation `y ≥ 1` of one quotient or remainder `x / y`, `x % y`.
+    fn divisor_ok(&mut self, shown: &Atom, y: &Dim, span: SpanId) -> bool {
+        // A module constant divisor is a known value (`D / HEADS`, HEADS = 0).
+        let known = y
+            .checked_subst(&self.const_map())
+            .ok()
+            .and_then(|d| d.as_const());
+        match known {
+            Some(k) if k >= 1 => return true,
+            Some(0) => {
+                self.err(
+                    Diagnostic::new(
+                        codes::DIV_BY_ZERO,
+                        R_DIVISOR,
+                        span,
+                        format!("division by zero in a dim: `{shown}`"),
+                    )
+                    .note(format!(
+                        "`{y}` is 0; Section 2 §13 requires every dim divisor to be at least 1"
+                    )),
+                );
+                return false;
+            }
+            Some(k) => {
+                self.err(
+                    Diagnostic::new(
+                        codes::DIVISOR,
+                        R_DIVISOR,
+                        span,
+                        if y.as_const().is_some() {
+                            format!("the divisor of `{shown}` is {k}, which is negative; a dim divisor must be at least 1")
+                        } else {
+                            format!("the divisor `{y}` of `{shown}` is {k}, which is negative; a dim divisor must be at least 1")
+                        },
+                    )
+                    .help("divide by a positive constant or a shape variable known to be at least 1"),
+                );
+                return false;
+            }
+            None => {}
+        }
+        if let Some(v) = y.as_var() {
+            if self
+                .ctx
+                .vars
+                .iter()
+                .any(|cv| cv.name == v && !cv.allow_zero)
+            {
+                // Γ's default `v ≥ 1` (Section 2 §16) discharges it.
+                return true;
+            }
+        }
+        // In the signature, prove it under Γ minus the dividing facts.
+        let saved = self.divisor_ctx.take();
+        let body_ctx = saved.clone().map(|c| std::mem::replace(&mut self.ctx, c));
+        let ok = self.prove_cmp(
+            y,
+            CmpOp::Ge,
+            &Dim::c(1),
+            codes::DIVISOR,
+            R_DIVISOR,
+            span,
+            || format!("the divisor `{y}` of `{shown}` may be smaller than 1"),
+        );
+        if let Some(c) = body_ctx {
+            self.ctx = c;
+        }
+        self.divisor_ctx = saved;
+        if !ok {
+            if let Some(last) = self.diags.last_mut() {
+                if last.code == codes::DIVISOR {
+                    last.help = Some(format!(
+                        "add `requires({y} >= 1)`: a dim divisor must be at least 1 (Section 2 §13)"
+                    ));
+                }
+            }
+        }
+        ok
+    }
+
+    /// Prove `a op b`. When the comparison folds to `false` (its sides differ
+    /// by a constant) the solver still gets the unfolded comparison, so the
+    /// error carries a concrete counterexample over the variables the user
+    /// wrote (`stop S + 1 > S`: fails when S = 1) instead of none.
+    #[allow(clippy::too_many_arguments)]
+    fn prove_cmp(
+        &mut self,
+        a: &Dim,
+        op: CmpOp,
+        b: &Dim,
+        code: &'static str,
+        rule: &'static str,
+        span: SpanId,
+        msg: impl FnOnce() -> String,
+    ) -> bool {
+        let goal = Pred::cmp(a.clone(), op, b.clone());
+        let goal = if goal == Pred::False {
+            Pred::Cmp(a.clone(), op, b.clone())
+        } else {
+            goal
+        };
+        self.prove(&goal, code, rule, span, msg)
+    }
+
+    /// A checked dim operation: its value, or an E0106/E0107 error at `span`.
+    fn dim_op(&mut self, r: Result<Dim, DimError>, span: SpanId) -> Option<Dim> {
+        match r {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.err(dim_error_diag(&e, span));
+                None
+            }
+        }
+    }
+
+    /// Module constants as dims: their values are known, so a product with a
+    /// constant factor is linear (`GRID * GRID * C` with `GRID = 14`).
+    fn const_map(&self) -> BTreeMap<String, Dim> {
+        self.ctx
+            .consts
+            .iter()
+            .map(|(n, v)| (n.clone(), Dim::c(*v)))
+            .collect()
     }
 
     fn names_bound(&mut self, d: &Dim, span: SpanId) -> bool {
@@ -290,6 +454,10 @@ impl<'a> Checker<'a> {
     /// Products of variables are outside Presburger (Section 1 §3); quotients
     /// by a variable are admitted through Section 2 §13.
     fn linear_or_error(&mut self, d: &Dim, span: SpanId) -> bool {
+        let consts = self.const_map();
+        let Some(d) = self.dim_op(d.checked_subst(&consts), span) else {
+            return false;
+        };
         for (m, _) in d.terms() {
             if m.len() > 1 {
                 let prod: Vec<String> = m.iter().map(|a| a.to_string()).collect();
@@ -314,12 +482,15 @@ impl<'a> Checker<'a> {
     /// A dim in a type or op attribute: bound, Presburger, quotients by a
     /// variable exact (§13), and at least the least admitted size (§16).
     fn dim_formed(&mut self, d: &Dim, span: SpanId) -> bool {
-        if !self.names_bound(d, span) || !self.linear_or_error(d, span) {
+        if !self.dim_wf(d, span) || !self.linear_or_error(d, span) {
             return false;
         }
         for atom in d.variable_divisions() {
             if let Atom::Div(x, y) = &atom {
-                let goal = Pred::eq(x.rem(y), 0);
+                let Some(r) = self.dim_op(x.checked_rem(y), span) else {
+                    return false;
+                };
+                let goal = Pred::eq(r, 0);
                 let ok = self.prove(&goal, codes::DIV_BY_VAR, R_DIVVAR, span, || {
                     format!("`{atom}` divides by a shape variable, but `{goal}` is not implied")
                 });
@@ -349,9 +520,15 @@ impl<'a> Checker<'a> {
             return true;
         }
         let goal = Pred::ge(d.clone(), least);
-        self.prove(&goal, codes::BAD_DIM, R_DIM, span, || {
-            format!("dimension `{d}` may be smaller than {least}: `{goal}` is not implied")
-        })
+        self.prove_cmp(
+            d,
+            CmpOp::Ge,
+            &Dim::c(least),
+            codes::BAD_DIM,
+            R_DIM,
+            span,
+            || format!("dimension `{d}` may be smaller than {least}: `{goal}` is not implied"),
+        )
     }
 
     /// 0 when some variable of `d` is opted into `≥ 0`, else 1 (Section 2 §16).
@@ -430,7 +607,7 @@ impl<'a> Checker<'a> {
     }
 
     fn names_bound_pred(&mut self, p: &Pred, span: SpanId) -> bool {
-        p.dims().into_iter().all(|d| self.names_bound(d, span))
+        p.dims().into_iter().all(|d| self.dim_wf(d, span))
     }
 
     fn check_sub(&mut self, found: &Type, expected: &Type, span: SpanId, what: &str) {
@@ -572,29 +749,7 @@ impl<'a> Checker<'a> {
                 self.nonempty_axis(&t.shape[*axis], *axis, inst, R_ARG, name)?;
                 Some(Type::Tensor(reduced(&t, &[*axis], *keepdims, Dtype::I64)))
             }
-            Op::Transpose(perm, _) => {
-                let t = self.tensor_arg(&operands[0], inst, 0, R_TRANSPOSE)?;
-                let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
-                if identity && inst.annot.is_some() && perm.len() != t.rank() {
-                    // `let y: T = x;` re-views `x` through an identity transpose
-                    // that carries the annotation: let the check boundary report
-                    // the real mismatch (the rank) instead of "not a permutation".
-                    return Some(Type::Tensor(t));
-                }
-                let mut sorted = perm.clone();
-                sorted.sort_unstable();
-                if sorted != (0..t.rank()).collect::<Vec<_>>() {
-                    self.err(Diagnostic::new(
-                        codes::PERMUTATION,
-                        R_TRANSPOSE,
-                        inst.attr_span(0),
-                        format!("expected a permutation of 0..{} for a tensor of rank {}, found {perm:?}", t.rank(), t.rank()),
-                    ));
-                    return None;
-                }
-                let shape = perm.iter().map(|&p| t.shape[p].clone()).collect();
-                Some(Type::Tensor(TensorType { shape, ..t }))
-            }
+            Op::Transpose(perm, _) => self.transpose(perm, inst, &operands),
             Op::Reshape(shape, _) => self.reshape(shape, inst, &operands),
             Op::Broadcast(shape, _) => self.broadcast(shape, inst, &operands),
             Op::Slice {
@@ -618,19 +773,47 @@ impl<'a> Checker<'a> {
                     self.err(class_diag(R_LITERAL, inst.span, "iota", "numeric", *dt));
                     return None;
                 }
-                if *axis >= shape.len() {
-                    self.err(Diagnostic::new(
-                        codes::AXIS,
-                        R_LITERAL,
-                        inst.attr_span(shape.len()),
-                        format!("axis {axis} is out of range for rank {}", shape.len()),
-                    ));
+                if let Err(e) = check_axes(&[*axis], shape.len()) {
+                    let span = inst.attr_span(shape.len());
+                    self.err(Diagnostic::new(codes::AXIS, R_LITERAL, span, e.to_string()));
                     return None;
                 }
                 ok.then(|| Type::tensor(*dt, shape.clone()))
             }
             Op::Call(name, _) => self.call(name, inst, &operands),
         }
+    }
+
+    /// §9: `perm` must be a permutation of the operand's axes
+    /// ([`check_perm`], the rule the verifier and interpreter share).
+    fn transpose(&mut self, perm: &[usize], inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_TRANSPOSE)?;
+        if let Err(e) = check_perm(perm, t.rank()) {
+            let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
+            if let (true, Some(annot)) = (identity, &inst.annot) {
+                // `let y: T = x;` re-views `x` through an identity
+                // transpose of T's rank. A rank mismatch is malformed
+                // IR (the interpreter refuses it too), but the user's
+                // mistake is the annotation: say so at its span.
+                let found = Type::Tensor(t.clone());
+                let e = SubtypeError::Rank {
+                    found: t.rank(),
+                    expected: perm.len(),
+                };
+                let what = "the annotated type of this `let`";
+                self.err(sub_diag(&e, inst.annot_span, what, &found, annot));
+                return None;
+            }
+            self.err(Diagnostic::new(
+                codes::PERMUTATION,
+                R_TRANSPOSE,
+                inst.attr_span(0),
+                e.to_string(),
+            ));
+            return None;
+        }
+        let shape = perm.iter().map(|&p| t.shape[p].clone()).collect();
+        Some(Type::Tensor(TensorType { shape, ..t }))
     }
 
     fn tensor_arg(
@@ -953,22 +1136,15 @@ impl<'a> Checker<'a> {
         inst: &Inst,
         rule: &'static str,
     ) -> Option<()> {
-        let mut seen = BTreeSet::new();
-        let msg = if axes.is_empty() {
-            Some("expected at least one axis, found none".to_string())
-        } else if let Some(a) = axes.iter().find(|&&a| a >= rank) {
-            Some(format!(
-                "axis {a} is out of range for a tensor of rank {rank}"
-            ))
-        } else {
-            axes.iter()
-                .find(|a| !seen.insert(**a))
-                .map(|a| format!("axis {a} is listed twice"))
-        };
-        match msg {
-            None => Some(()),
-            Some(m) => {
-                self.err(Diagnostic::new(codes::AXIS, rule, inst.attr_span(0), m));
+        match check_axes(axes, rank) {
+            Ok(()) => Some(()),
+            Err(e) => {
+                self.err(Diagnostic::new(
+                    codes::AXIS,
+                    rule,
+                    inst.attr_span(0),
+                    e.to_string(),
+                ));
                 None
             }
         }
@@ -1012,19 +1188,18 @@ impl<'a> Checker<'a> {
         }
         // Module constants are known values: substitute them so that
         // `B * S * HIDDEN` and `B * S * HEADS * HEAD_DIM` compare as polynomials.
-        let consts: BTreeMap<String, Dim> = self
-            .ctx
-            .consts
-            .iter()
-            .map(|(n, v)| (n.clone(), Dim::c(*v)))
-            .collect();
-        let (v1, v2) = (
-            t.volume().subst(&consts),
-            crate::types::volume(shape).subst(&consts),
-        );
+        let consts = self.const_map();
+        let vspan = inst.attr_span(shape.len());
+        let v1 = checked_volume(&t.shape).and_then(|v| v.checked_subst(&consts));
+        let v1 = self.dim_op(v1, inst.arg_span(0))?;
+        let v2 = checked_volume(shape).and_then(|v| v.checked_subst(&consts));
+        let v2 = self.dim_op(v2, vspan)?;
         // §10 step 1: equal polynomials over the shape atoms prove it; step 2: Z3
         // with Γ's non-linear facts; step 3: an error naming both volumes.
-        if v1 != v2 && !self.volumes_match_modulo_division(&v1, &v2) {
+        if v1 != v2
+            && !self.volumes_match_modulo_division(&v1, &v2)
+            && !self.volumes_match_modulo_const_division(&v1, &v2)
+        {
             let goal = Pred::eq(v1.clone(), v2.clone());
             match solver::entails(&self.ctx, &goal) {
                 Entailment::Valid => {}
@@ -1056,7 +1231,9 @@ impl<'a> Checker<'a> {
     /// §10 step 1 extended by §13: with `x % y == 0` in Γ, `(x / y) * y` is `x`.
     /// Rewrites such products in both volumes and compares the polynomials.
     fn volumes_match_modulo_division(&self, v1: &Dim, v2: &Dim) -> bool {
-        let diff = v1.clone() - v2.clone();
+        let Ok(diff) = v1.checked_sub(v2) else {
+            return false;
+        };
         let mut map = BTreeMap::new();
         let mut divs = diff.variable_divisions();
         for d in v1
@@ -1070,7 +1247,8 @@ impl<'a> Checker<'a> {
         }
         for atom in &divs {
             if let Atom::Div(x, y) = atom {
-                let fact = Pred::eq(x.rem(y), 0);
+                let Ok(r) = x.checked_rem(y) else { continue };
+                let fact = Pred::eq(r, 0);
                 if self.ctx.facts.contains(&fact) || self.ctx.axioms.contains(&fact) {
                     if let Some(v) = y.as_var() {
                         map.insert(atom.clone(), (v.to_string(), (**x).clone()));
@@ -1083,7 +1261,7 @@ impl<'a> Checker<'a> {
         }
         // Substitute y := x / q for each justified quotient q = x / y by treating
         // q·y as x: expand each monomial, cancelling a y against a q.
-        let rewrite = |d: &Dim| -> Dim {
+        let rewrite = |d: &Dim| -> Result<Dim, DimError> {
             let mut out = Dim::c(0);
             for (m, c) in d.terms() {
                 let mut atoms: Vec<Atom> = m.to_vec();
@@ -1099,17 +1277,77 @@ impl<'a> Checker<'a> {
                     if let Some(yi) = atoms.iter().position(|a| *a == Atom::Var(y.clone())) {
                         atoms.remove(yi);
                     }
-                    extra = extra * x.clone();
+                    extra = extra.checked_mul(x)?;
                 }
-                let mut term = Dim::c(c) * extra;
+                let mut term = extra.checked_scale(c)?;
                 for a in atoms {
-                    term = term * atom_dim(a);
+                    term = term.checked_mul(&atom_dim(a)?)?;
                 }
-                out = out + term;
+                out = out.checked_add(&term)?;
             }
-            out
+            Ok(out)
         };
-        rewrite(v1) == rewrite(v2)
+        matches!((rewrite(v1), rewrite(v2)), (Ok(a), Ok(b)) if a == b)
+    }
+
+    /// §10 step 1 extended to constant divisors (§13): when Γ proves
+    /// `x % k == 0`, the quotient `q = x / k` satisfies `k·q = x`, so after
+    /// scaling both volumes by `k^p` (p the highest power of q) every
+    /// monomial `c·q^j·m` becomes `(c·k^p / k^j)·x^j·m`. Equal polynomials then
+    /// prove the volumes equal (scaling by `k^p ≠ 0` is injective); this keeps
+    /// `[E, 2, E / 2]` from `[E, E]` out of non-linear Z3 queries.
+    fn volumes_match_modulo_const_division(&mut self, v1: &Dim, v2: &Dim) -> bool {
+        let mut atoms: Vec<(Atom, Dim, i64)> = Vec::new();
+        for d in [v1, v2] {
+            for (m, _) in d.terms() {
+                for a in m {
+                    if let Atom::Div(x, y) = a {
+                        if let Some(k) = y.as_const().filter(|k| *k >= 2) {
+                            if !atoms.iter().any(|(b, ..)| b == a) {
+                                atoms.push((a.clone(), (**x).clone(), k));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let (mut a, mut b) = (v1.clone(), v2.clone());
+        let mut changed = false;
+        for (q, x, k) in atoms {
+            let Ok(r) = x.checked_rem(&Dim::c(k)) else {
+                continue;
+            };
+            if !matches!(
+                solver::entails(&self.ctx, &Pred::eq(r, 0)),
+                Entailment::Valid
+            ) {
+                continue;
+            }
+            match (
+                cancel_quotient(&a, &q, &x, k),
+                cancel_quotient(&b, &q, &x, k),
+            ) {
+                (Ok(na), Ok(nb)) => {
+                    let p = power_of(&a, &q).max(power_of(&b, &q));
+                    let (pa, pb) = (power_of(&a, &q), power_of(&b, &q));
+                    // Bring both sides to the same scale k^p.
+                    let sa = k
+                        .checked_pow((p - pa) as u32)
+                        .and_then(|s| na.checked_scale(s).ok());
+                    let sb = k
+                        .checked_pow((p - pb) as u32)
+                        .and_then(|s| nb.checked_scale(s).ok());
+                    let (Some(sa), Some(sb)) = (sa, sb) else {
+                        return false;
+                    };
+                    a = sa;
+                    b = sb;
+                    changed = true;
+                }
+                _ => return false,
+            }
+        }
+        changed && a == b
     }
 
     fn broadcast(&mut self, shape: &[Dim], inst: &Inst, operands: &[Type]) -> Option<Type> {
@@ -1192,34 +1430,43 @@ impl<'a> Checker<'a> {
         self.axes_ok(&[axis], t.rank(), inst, R_SLICE)?;
         let (s_span, e_span) = (inst.attr_span(1), inst.attr_span(2));
         for (d, sp) in [(start, s_span), (stop, e_span)] {
-            if !self.names_bound(d, sp) || !self.linear_or_error(d, sp) {
+            if !self.dim_wf(d, sp) || !self.linear_or_error(d, sp) {
                 return None;
             }
         }
         let d = t.shape[axis].clone();
+        let zero = Dim::c(0);
         let checks = [
             (
-                Pred::ge(start.clone(), 0),
+                (start, &zero),
                 s_span,
                 format!("start `{start}` may be negative"),
             ),
             (
-                Pred::le(start.clone(), stop.clone()),
+                (stop, start),
                 e_span,
                 format!("stop `{stop}` may be before start `{start}`"),
             ),
             (
-                Pred::le(stop.clone(), d.clone()),
+                (&d, stop),
                 e_span,
                 format!("stop `{stop}` may exceed the dimension `{d}` of axis {axis}"),
             ),
         ];
-        for (goal, span, msg) in checks {
-            if !self.prove(&goal, codes::SLICE_BOUNDS, R_SLICE, span, || msg) {
+        for ((hi, lo), span, msg) in checks {
+            if !self.prove_cmp(
+                hi,
+                CmpOp::Ge,
+                lo,
+                codes::SLICE_BOUNDS,
+                R_SLICE,
+                span,
+                || msg,
+            ) {
                 return None;
             }
         }
-        let len = stop.clone() - start.clone();
+        let len = self.dim_op(stop.checked_sub(start), e_span)?;
         let mut vs = len.vars();
         vs.extend(d.vars());
         let least = if self
@@ -1233,8 +1480,8 @@ impl<'a> Checker<'a> {
             1
         };
         if least == 1 {
-            let goal = Pred::ge(len.clone(), 1);
-            if !self.prove(&goal, codes::SLICE_BOUNDS, R_SLICE, e_span, || {
+            let one = Dim::c(1);
+            if !self.prove_cmp(&len, CmpOp::Ge, &one, codes::SLICE_BOUNDS, R_SLICE, e_span, || {
                 format!("the slice `{start}..{stop}` may be empty; its length `{len}` must be at least 1")
             }) {
                 return None;
@@ -1280,7 +1527,7 @@ impl<'a> Checker<'a> {
                 "the first operand",
                 Some(axis),
             )?;
-            total = total + t.shape[axis].clone();
+            total = self.dim_op(total.checked_add(&t.shape[axis]), inst.arg_span(i))?;
             refs.extend(t.refs.iter().filter(|p| !first.refs.contains(p)).cloned());
         }
         let mut shape = first.shape.clone();
@@ -1391,7 +1638,7 @@ impl<'a> Checker<'a> {
         }
         // Each argument against its parameter by subtyping (Section 3 §3.3).
         for (i, (p, a)) in sig.params.iter().zip(operands).enumerate() {
-            let expected = p.ty.subst(&theta);
+            let expected = self.type_op(p.ty.checked_subst(&theta), inst.arg_span(i))?;
             if let Err(e) = subtype(&self.ctx, a, &expected) {
                 let mut d = sub_diag(
                     &e,
@@ -1409,15 +1656,22 @@ impl<'a> Checker<'a> {
             }
         }
         // The callee's defaults (α ≥ 1 unless opted in) and its requires.
-        let mut obligations: Vec<Pred> = callee_ctx
+        let defaults = callee_ctx
             .vars
             .iter()
             .filter(|v| !v.fresh)
-            .map(|v| {
-                Pred::ge(Dim::var(v.name.clone()), if v.allow_zero { 0 } else { 1 }).subst(&theta)
-            })
+            .map(|v| Pred::ge(Dim::var(v.name.clone()), if v.allow_zero { 0 } else { 1 }));
+        let substituted: Result<Vec<Pred>, DimError> = defaults
+            .chain(sig.requires.iter().map(|r| r.node.clone()))
+            .map(|p| p.checked_subst(&theta))
             .collect();
-        obligations.extend(sig.requires.iter().map(|r| r.node.subst(&theta)));
+        let obligations = match substituted {
+            Ok(o) => o,
+            Err(e) => {
+                self.err(dim_error_diag(&e, inst.span));
+                return None;
+            }
+        };
         for (k, goal) in obligations.iter().enumerate() {
             let orig = if k >= callee_ctx.vars.len() {
                 sig.requires[k - callee_ctx.vars.len()].node.to_string()
@@ -1430,15 +1684,66 @@ impl<'a> Checker<'a> {
                 return None;
             }
         }
-        Some(sig.ret.subst(&theta))
+        self.type_op(sig.ret.checked_subst(&theta), inst.span)
+    }
+
+    /// A checked type substitution: its value, or an E0106/E0107 error.
+    fn type_op(&mut self, r: Result<Type, DimError>, span: SpanId) -> Option<Type> {
+        match r {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.err(dim_error_diag(&e, span));
+                None
+            }
+        }
     }
 }
 
-fn atom_dim(a: Atom) -> Dim {
+fn atom_dim(a: Atom) -> Result<Dim, DimError> {
     match a {
-        Atom::Var(v) => Dim::var(v),
-        Atom::Div(x, y) => x.div(&y),
-        Atom::Mod(x, y) => x.rem(&y),
+        Atom::Var(v) => Ok(Dim::var(v)),
+        Atom::Div(x, y) => x.checked_div(&y),
+        Atom::Mod(x, y) => x.checked_rem(&y),
+    }
+}
+
+/// The highest power of atom `q` in any monomial of `d`.
+fn power_of(d: &Dim, q: &Atom) -> usize {
+    d.terms()
+        .map(|(m, _)| m.iter().filter(|a| *a == q).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// `k^p · d` with every `q^j` (q = x / k) replaced by `x^j / k^j`, p the
+/// highest power of q in `d`: exact, since each coefficient is first scaled
+/// by `k^p`. Overflow is an error (the caller then falls back to Z3).
+fn cancel_quotient(d: &Dim, q: &Atom, x: &Dim, k: i64) -> Result<Dim, DimError> {
+    let p = power_of(d, q) as u32;
+    let over = || DimError::Overflow(format!("{d}"));
+    let kp = k.checked_pow(p).ok_or_else(over)?;
+    let mut out = Dim::c(0);
+    for (m, c) in d.terms() {
+        let j = m.iter().filter(|a| *a == q).count() as u32;
+        let coeff = c.checked_mul(kp).ok_or_else(over)? / k.checked_pow(j).ok_or_else(over)?;
+        let mut term = Dim::c(coeff);
+        for a in m.iter().filter(|a| *a != q) {
+            term = term.checked_mul(&atom_dim(a.clone())?)?;
+        }
+        for _ in 0..j {
+            term = term.checked_mul(x)?;
+        }
+        out = out.checked_add(&term)?;
+    }
+    Ok(out)
+}
+
+/// An E0106/E0107 diagnostic for a dim operation that has no result.
+fn dim_error_diag(e: &DimError, span: SpanId) -> Diagnostic {
+    let d = Diagnostic::new(e.code(), e.rule(), span, e.to_string()).note(e.why());
+    match e {
+        DimError::Overflow(_) => d.help("use smaller sizes, or split the dim into several axes"),
+        DimError::DivByZero(_) => d,
     }
 }
 

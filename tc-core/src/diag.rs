@@ -144,6 +144,13 @@ pub mod codes {
     pub const DIV_BY_VAR: &str = "E0104";
     /// A literal 0 dim, or a dim that may be negative or zero, where not admitted (Section 2 §16).
     pub const BAD_DIM: &str = "E0105";
+    /// A dim's coefficients or constant leave i64 (Section 1 §2: dims are
+    /// exact integers; a wrapped coefficient would be a different dim).
+    pub const DIM_OVERFLOW: &str = "E0106";
+    /// Division or remainder by the constant 0 in a dim (Section 2 §13).
+    pub const DIV_BY_ZERO: &str = "E0107";
+    /// A divisor of `/` or `%` in a dim is not provably at least 1 (Section 2 §13).
+    pub const DIVISOR: &str = "E0108";
     /// Dtypes differ (Section 3 §3.3, §9).
     pub const DTYPE_MISMATCH: &str = "E0201";
     /// An operation is not admissible at a dtype class (Section 2 §3).

@@ -8,6 +8,14 @@
 //! calling Z3 (Section 2 §2). Products of two non-constant dims are
 //! representable (reshape volumes, axioms: Section 2 §10, §14) but are not
 //! Presburger; [`Dim::is_linear`] tells the checker where they are allowed.
+//!
+//! Every coefficient is an `i64` and every operation is *checked*: the
+//! `checked_*` methods return [`DimError::Overflow`] instead of wrapping (a
+//! wrapped coefficient would make the checker prove facts about a different
+//! dim than the one the user wrote), and a division by the constant 0 is
+//! [`DimError::DivByZero`]. The front end and the checker use only the checked
+//! methods. The `std::ops` impls are conveniences for tests and for code that
+//! rebuilds an already-normalised dim; they panic on overflow, never wrap.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -56,6 +64,48 @@ pub enum EvalError {
     /// The value does not fit in an i64.
     #[error("arithmetic overflow while evaluating `{0}`")]
     Overflow(String),
+}
+
+/// Why a dim operation has no normalised result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DimError {
+    /// A coefficient or constant of the result does not fit in an i64.
+    #[error("dim arithmetic overflows i64 in `{0}`")]
+    Overflow(String),
+    /// Division or remainder by the constant 0.
+    #[error("division by zero in a dim: `{0}`")]
+    DivByZero(String),
+}
+
+impl DimError {
+    /// The diagnostic code the checker and the macro report this error with.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DimError::Overflow(_) => crate::diag::codes::DIM_OVERFLOW,
+            DimError::DivByZero(_) => crate::diag::codes::DIV_BY_ZERO,
+        }
+    }
+
+    /// The rule the error breaks, as diagnostics name it.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            DimError::Overflow(_) => "dim arithmetic (Section 1 §2)",
+            DimError::DivByZero(_) => "dim divisor (Section 2 §13)",
+        }
+    }
+
+    /// Why it is an error, for the diagnostic's note.
+    pub fn why(&self) -> &'static str {
+        match self {
+            DimError::Overflow(_) => "dims are exact integers: a coefficient or constant that does not fit in an i64 is not a size (Section 1 §2)",
+            DimError::DivByZero(_) => "Section 2 §13 requires every dim divisor to be at least 1",
+        }
+    }
+}
+
+/// `a op b` as text, for error messages about the operation that failed.
+fn op_text(a: &Dim, op: &str, b: &Dim) -> String {
+    format!("{} {op} {}", paren(a), paren(b))
 }
 
 impl Dim {
@@ -164,64 +214,185 @@ impl Dim {
         self.terms.iter().map(|(m, c)| (m.as_slice(), *c))
     }
 
-    /// Floor division `self / rhs` (Euclidean for a positive divisor, like Z3's `div`).
+    /// Floor division `self / rhs`; panics where [`Dim::checked_div`] errs.
     pub fn div(&self, rhs: &Dim) -> Dim {
-        self.div_mod(rhs).0
+        self.checked_div(rhs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Remainder `self % rhs`; panics where [`Dim::checked_rem`] errs.
+    pub fn rem(&self, rhs: &Dim) -> Dim {
+        self.checked_rem(rhs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Floor division `self / rhs` (Euclidean for a positive divisor, like
+    /// Z3's `div`). A divisor that is a non-positive constant other than 0, or
+    /// not a constant, stays an atom: whether it is at least 1 is the
+    /// checker's obligation (Section 2 §13), not normalisation's.
+    pub fn checked_div(&self, rhs: &Dim) -> Result<Dim, DimError> {
+        Ok(self.div_mod(rhs, "/")?.0)
     }
 
     /// Remainder `self % rhs` (Euclidean, in `[0, rhs)` for a positive divisor).
-    pub fn rem(&self, rhs: &Dim) -> Dim {
-        self.div_mod(rhs).1
+    pub fn checked_rem(&self, rhs: &Dim) -> Result<Dim, DimError> {
+        Ok(self.div_mod(rhs, "%")?.1)
     }
 
-    fn div_mod(&self, rhs: &Dim) -> (Dim, Dim) {
-        if let Some(k) = rhs.as_const() {
-            if k > 0 {
-                // self = k·q + r with every coefficient of r in [0, k):
-                // floor(self / k) = q + floor(r / k) because q is integer-valued.
-                let mut q = Dim::default();
-                let mut r = Dim::default();
-                for (m, c) in &self.terms {
-                    q.add_term(m.clone(), c.div_euclid(k));
-                    r.add_term(m.clone(), c.rem_euclid(k));
-                }
-                if let Some(rc) = r.as_const() {
-                    return (q + Dim::c(rc.div_euclid(k)), Dim::c(rc.rem_euclid(k)));
-                }
-                let rd = Dim::atom(Atom::Div(Box::new(r.clone()), Box::new(rhs.clone())));
-                let rm = Dim::atom(Atom::Mod(Box::new(r), Box::new(rhs.clone())));
-                return (q + rd, rm);
-            }
+    fn div_mod(&self, rhs: &Dim, op: &str) -> Result<(Dim, Dim), DimError> {
+        match rhs.as_const() {
+            Some(0) => return Err(DimError::DivByZero(op_text(self, op, rhs))),
+            Some(k) if k > 0 => return self.div_mod_const(k, rhs),
+            _ => {}
         }
         if self.terms.is_empty() {
             // 0 / b = 0 and 0 % b = 0 for every admissible (positive) divisor.
-            return (Dim::c(0), Dim::c(0));
+            return Ok((Dim::c(0), Dim::c(0)));
         }
-        (
+        Ok((
             Dim::atom(Atom::Div(Box::new(self.clone()), Box::new(rhs.clone()))),
             Dim::atom(Atom::Mod(Box::new(self.clone()), Box::new(rhs.clone()))),
-        )
+        ))
     }
 
-    fn add_term(&mut self, m: Monomial, c: i64) {
+    /// `self = k·q + r` with every coefficient of `r` in `[0, k)`:
+    /// `floor(self / k) = q + floor(r / k)` because `q` is integer-valued.
+    /// No step can overflow: quotients and remainders of coefficients are
+    /// no larger in magnitude than the coefficients themselves.
+    fn div_mod_const(&self, k: i64, rhs: &Dim) -> Result<(Dim, Dim), DimError> {
+        let mut q = Dim::default();
+        let mut r = Dim::default();
+        for (m, c) in &self.terms {
+            q.add_term(m.clone(), c.div_euclid(k))
+                .map_err(|_| self.overflow_in("/", rhs))?;
+            r.add_term(m.clone(), c.rem_euclid(k))
+                .map_err(|_| self.overflow_in("%", rhs))?;
+        }
+        if let Some(rc) = r.as_const() {
+            let q = q
+                .checked_add(&Dim::c(rc.div_euclid(k)))
+                .map_err(|_| self.overflow_in("/", rhs))?;
+            return Ok((q, Dim::c(rc.rem_euclid(k))));
+        }
+        let rd = Dim::atom(Atom::Div(Box::new(r.clone()), Box::new(rhs.clone())));
+        let rm = Dim::atom(Atom::Mod(Box::new(r), Box::new(rhs.clone())));
+        let q = q.checked_add(&rd).map_err(|_| self.overflow_in("/", rhs))?;
+        Ok((q, rm))
+    }
+
+    fn overflow_in(&self, op: &str, rhs: &Dim) -> DimError {
+        DimError::Overflow(op_text(self, op, rhs))
+    }
+
+    /// Adds `c·m`; `Err(())` when the coefficient leaves i64 (the caller
+    /// names the operation).
+    fn add_term(&mut self, m: Monomial, c: i64) -> Result<(), ()> {
         if c == 0 {
-            return;
+            return Ok(());
         }
         let e = self.terms.entry(m.clone()).or_insert(0);
-        *e = e.wrapping_add(c);
+        *e = e.checked_add(c).ok_or(())?;
         if *e == 0 {
             // No zero coefficients, so structural equality is value equality.
             self.terms.remove(&m);
         }
+        Ok(())
     }
 
-    /// Multiply by a constant.
-    pub fn scale(&self, k: i64) -> Dim {
+    /// `self + rhs`, or [`DimError::Overflow`].
+    pub fn checked_add(&self, rhs: &Dim) -> Result<Dim, DimError> {
+        let mut out = self.clone();
+        for (m, c) in &rhs.terms {
+            out.add_term(m.clone(), *c)
+                .map_err(|_| self.overflow_in("+", rhs))?;
+        }
+        Ok(out)
+    }
+
+    /// `self - rhs`, or [`DimError::Overflow`] (coefficient by coefficient,
+    /// so `x - i64::MIN·A` errs only when the difference itself leaves i64).
+    pub fn checked_sub(&self, rhs: &Dim) -> Result<Dim, DimError> {
+        let mut out = self.clone();
+        for (m, c) in &rhs.terms {
+            let e = out.terms.entry(m.clone()).or_insert(0);
+            *e = e
+                .checked_sub(*c)
+                .ok_or_else(|| self.overflow_in("-", rhs))?;
+            if *e == 0 {
+                out.terms.remove(m);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `-self`, or [`DimError::Overflow`] (a coefficient `i64::MIN`).
+    pub fn checked_neg(&self) -> Result<Dim, DimError> {
+        self.checked_scale(-1)
+            .map_err(|_| DimError::Overflow(format!("-{}", paren(self))))
+    }
+
+    /// `k · self`, or [`DimError::Overflow`].
+    pub fn checked_scale(&self, k: i64) -> Result<Dim, DimError> {
         let mut out = Dim::default();
         for (m, c) in &self.terms {
-            out.add_term(m.clone(), c.wrapping_mul(k));
+            let p = c.checked_mul(k);
+            p.and_then(|p| out.add_term(m.clone(), p).ok())
+                .ok_or_else(|| self.overflow_in("*", &Dim::c(k)))?;
         }
+        Ok(out)
+    }
+
+    /// `self · rhs`, or [`DimError::Overflow`] exactly when a coefficient of
+    /// the product does not fit in an i64: coefficients accumulate in i128,
+    /// so partial sums that cancel (`(A + B)·(A - B)`) do not err spuriously.
+    pub fn checked_mul(&self, rhs: &Dim) -> Result<Dim, DimError> {
+        let over = || self.overflow_in("*", rhs);
+        let mut acc: BTreeMap<Monomial, Wide> = BTreeMap::new();
+        for (m1, c1) in &self.terms {
+            for (m2, c2) in &rhs.terms {
+                let mut m: Monomial = m1.iter().chain(m2.iter()).cloned().collect();
+                m.sort();
+                // |c1·c2| ≤ 2^126 fits an i128; their sum may not, hence Wide.
+                let e = acc.entry(m).or_default();
+                e.add(*c1 as i128 * *c2 as i128).ok_or_else(over)?;
+            }
+        }
+        let mut terms = BTreeMap::new();
+        for (m, c) in acc {
+            match c.to_i64().ok_or_else(over)? {
+                0 => {}
+                c => {
+                    terms.insert(m, c);
+                }
+            }
+        }
+        Ok(Dim { terms })
+    }
+
+    /// Multiply by a constant; panics where [`Dim::checked_scale`] errs.
+    pub fn scale(&self, k: i64) -> Dim {
+        self.checked_scale(k).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Every quotient or remainder atom (`x / y`, `x % y`) in the
+    /// expression, outermost first, each once: the divisions whose divisor
+    /// must be at least 1 (Section 2 §13), whatever the divisor.
+    pub fn divisions(&self) -> Vec<Atom> {
+        let mut out = Vec::new();
+        self.collect_divisions(&mut out);
         out
+    }
+
+    fn collect_divisions(&self, out: &mut Vec<Atom>) {
+        for m in self.terms.keys() {
+            for a in m {
+                if let Atom::Div(x, y) | Atom::Mod(x, y) = a {
+                    if !out.contains(a) {
+                        out.push(a.clone());
+                    }
+                    x.collect_divisions(out);
+                    y.collect_divisions(out);
+                }
+            }
+        }
     }
 
     /// Evaluate under a concrete substitution.
@@ -239,22 +410,63 @@ impl Dim {
         Ok(total)
     }
 
-    /// Substitute variables by expressions (capture-free: dims have no binders).
+    /// Substitute variables by expressions (capture-free: dims have no
+    /// binders); panics where [`Dim::checked_subst`] errs.
     pub fn subst(&self, map: &BTreeMap<String, Dim>) -> Dim {
+        self.checked_subst(map).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Substitute variables by expressions and renormalise, or the first
+    /// overflow (or division by a divisor that became the constant 0).
+    pub fn checked_subst(&self, map: &BTreeMap<String, Dim>) -> Result<Dim, DimError> {
         let mut out = Dim::default();
         for (m, c) in &self.terms {
             let mut prod = Dim::c(*c);
             for a in m {
                 let ad = match a {
                     Atom::Var(v) => map.get(v).cloned().unwrap_or_else(|| Dim::var(v.clone())),
-                    Atom::Div(x, y) => x.subst(map).div(&y.subst(map)),
-                    Atom::Mod(x, y) => x.subst(map).rem(&y.subst(map)),
+                    Atom::Div(x, y) => x.checked_subst(map)?.checked_div(&y.checked_subst(map)?)?,
+                    Atom::Mod(x, y) => x.checked_subst(map)?.checked_rem(&y.checked_subst(map)?)?,
                 };
-                prod = prod * ad;
+                prod = prod.checked_mul(&ad)?;
             }
-            out = out + prod;
+            out = out.checked_add(&prod)?;
         }
-        out
+        Ok(out)
+    }
+}
+
+/// An exact accumulator for sums of i128 products: `hi·2^64 + lo`, with the
+/// low 64 bits of each addend summed apart from the high ones, so partial
+/// sums that leave i128 and later cancel are still exact (Dim products must
+/// err exactly when a final coefficient leaves i64, never spuriously).
+#[derive(Clone, Copy, Default)]
+struct Wide {
+    hi: i128,
+    lo: i128,
+}
+
+impl Wide {
+    const MASK: i128 = (1 << 64) - 1;
+
+    /// `None` only after ~2^63 addends, which no dim has.
+    fn add(&mut self, p: i128) -> Option<()> {
+        self.hi = self.hi.checked_add(p >> 64)?;
+        self.lo = self.lo.checked_add(p & Self::MASK)?;
+        Some(())
+    }
+
+    fn to_i64(self) -> Option<i64> {
+        let hi = self.hi.checked_add(self.lo >> 64)?;
+        let lo = self.lo & Self::MASK;
+        // value = hi·2^64 + lo with 0 ≤ lo < 2^64: an i64 iff hi is 0 or -1
+        // and the value lands in range.
+        let v = match hi {
+            0 => lo,
+            -1 => lo - (1 << 64),
+            _ => return None,
+        };
+        i64::try_from(v).ok()
     }
 }
 
@@ -295,42 +507,36 @@ impl From<&str> for Dim {
     }
 }
 
+// The operator impls panic on overflow (never wrap). They serve tests and
+// generated code that rebuilds a dim the checker already normalised (whose
+// coefficients therefore fit); the checker and the macro's parser call the
+// `checked_*` methods instead, so user input never reaches these panics.
+
 impl Add for Dim {
     type Output = Dim;
-    fn add(mut self, rhs: Dim) -> Dim {
-        for (m, c) in rhs.terms {
-            self.add_term(m, c);
-        }
-        self
+    fn add(self, rhs: Dim) -> Dim {
+        self.checked_add(&rhs).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
 impl Sub for Dim {
     type Output = Dim;
     fn sub(self, rhs: Dim) -> Dim {
-        self + rhs.scale(-1)
+        self.checked_sub(&rhs).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
 impl Neg for Dim {
     type Output = Dim;
     fn neg(self) -> Dim {
-        self.scale(-1)
+        self.checked_neg().unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
 impl Mul for Dim {
     type Output = Dim;
     fn mul(self, rhs: Dim) -> Dim {
-        let mut out = Dim::default();
-        for (m1, c1) in &self.terms {
-            for (m2, c2) in &rhs.terms {
-                let mut m: Monomial = m1.iter().chain(m2.iter()).cloned().collect();
-                m.sort();
-                out.add_term(m, c1.wrapping_mul(*c2));
-            }
-        }
-        out
+        self.checked_mul(&rhs).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

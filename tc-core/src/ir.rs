@@ -738,10 +738,123 @@ impl fmt::Display for Function {
     }
 }
 
-/// Structural well-formedness: sequential ids, operands defined before use,
-/// scalar operands are scalar parameters, dim bindings refer to defined values,
-/// the returned value exists. Type errors are the checker's business.
+/// Why an op's static axis attribute is malformed (Section 2 §8, §9, §12).
+///
+/// One rule, used by the checker (against the operand type's rank), by
+/// [`verify`] (the rank-independent part) and by the interpreter (against the
+/// run-time rank), so the three agree on what is well-formed. In particular a
+/// transpose is well-formed only with a full permutation of its operand's
+/// axes: no short "identity" permutations, not even for the `let y: T = x;`
+/// re-view the front end lowers to an identity transpose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AxisError {
+    /// An axis set (reduce) is empty.
+    NoAxes,
+    /// An axis is not below the rank.
+    OutOfRange {
+        /// The axis.
+        axis: usize,
+        /// The operand's rank.
+        rank: usize,
+    },
+    /// An axis occurs twice in an axis set.
+    Repeated(usize),
+    /// A transpose's permutation is not a permutation of `0..rank`.
+    NotPermutation {
+        /// The permutation as written.
+        perm: Vec<usize>,
+        /// The operand's rank.
+        rank: usize,
+    },
+}
+
+impl fmt::Display for AxisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AxisError::NoAxes => f.write_str("expected at least one axis, found none"),
+            AxisError::OutOfRange { axis, rank } => {
+                write!(f, "axis {axis} is out of range for a tensor of rank {rank}")
+            }
+            AxisError::Repeated(a) => write!(f, "axis {a} is listed twice"),
+            AxisError::NotPermutation { perm, rank } => write!(
+                f,
+                "expected a permutation of 0..{rank} for a tensor of rank {rank}, found {perm:?}"
+            ),
+        }
+    }
+}
+
+/// An axis set (reduce; a single axis for argmax/argmin, slice, concat,
+/// iota): non-empty, every axis below `rank`, no axis twice.
+pub fn check_axes(axes: &[usize], rank: usize) -> Result<(), AxisError> {
+    if axes.is_empty() {
+        return Err(AxisError::NoAxes);
+    }
+    if let Some(&axis) = axes.iter().find(|&&a| a >= rank) {
+        return Err(AxisError::OutOfRange { axis, rank });
+    }
+    for (i, &a) in axes.iter().enumerate() {
+        if axes[..i].contains(&a) {
+            return Err(AxisError::Repeated(a));
+        }
+    }
+    Ok(())
+}
+
+/// A transpose permutation: exactly the axes `0..rank`, each once.
+pub fn check_perm(perm: &[usize], rank: usize) -> Result<(), AxisError> {
+    let mut seen = vec![false; rank];
+    let ok = perm.len() == rank
+        && perm
+            .iter()
+            .all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    if ok {
+        Ok(())
+    } else {
+        Err(AxisError::NotPermutation {
+            perm: perm.to_vec(),
+            rank,
+        })
+    }
+}
+
+/// The part of [`check_axes`]/[`check_perm`] that holds at every rank: a
+/// permutation of its own length, a non-empty duplicate-free axis set.
+fn rank_free_axes(op: &Op) -> Result<(), AxisError> {
+    match op {
+        Op::Transpose(perm, _) => check_perm(perm, perm.len()),
+        Op::Reduce { axes, .. } => check_axes(axes, usize::MAX),
+        _ => Ok(()),
+    }
+}
+
+/// Structural well-formedness: [`verify_structure`], and every axis
+/// attribute well-formed at any rank ([`AxisError`]: a transpose permutation
+/// of its own length, a non-empty duplicate-free reduce axis set). Checking an
+/// axis against the operand's actual rank needs types: the checker does it
+/// with the same [`check_axes`]/[`check_perm`], and the interpreter does it
+/// against run-time ranks, so an accepted function is never "malformed" later.
 pub fn verify(func: &Function) -> Result<(), Diagnostic> {
+    verify_structure(func)?;
+    for inst in &func.body {
+        if let Err(e) = rank_free_axes(&inst.op) {
+            let code = match inst.op {
+                Op::Transpose(..) => codes::PERMUTATION,
+                _ => codes::AXIS,
+            };
+            let msg = format!("{}: {e}", inst.result);
+            return Err(Diagnostic::new(code, "IR verifier", inst.attr_span(0), msg));
+        }
+    }
+    Ok(())
+}
+
+/// The part of [`verify`] the checker needs before it can type anything:
+/// sequential ids, operands defined before use, scalar operands are scalar
+/// parameters, dim bindings refer to defined values, the returned value
+/// exists. (The checker then reports axis errors per instruction, with their
+/// types, so that one bad transpose does not hide the body's other errors.)
+pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
     let n_params = func.sig.params.len() as u32;
     let bad = |span: SpanId, msg: String| {
         Err(Diagnostic::new(

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::dim::{Dim, EvalError, Sigma};
+use crate::dim::{Dim, DimError, EvalError, Sigma};
 
 /// A comparison operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -78,9 +78,11 @@ pub enum Pred {
 }
 
 impl Pred {
-    /// `a op b`, folded to `True`/`False` when `a - b` is constant.
+    /// `a op b`, folded to `True`/`False` when `a - b` is constant. When
+    /// `a - b` overflows i64 the comparison stays unfolded: the solver works
+    /// over unbounded integers, so nothing is lost but the shortcut.
     pub fn cmp(a: Dim, op: CmpOp, b: Dim) -> Pred {
-        if let Some(d) = (a.clone() - b.clone()).as_const() {
+        if let Some(d) = a.checked_sub(&b).ok().and_then(|d| d.as_const()) {
             return if op.holds(d, 0) {
                 Pred::True
             } else {
@@ -220,16 +222,26 @@ impl Pred {
         }
     }
 
-    /// Substitute variables by expressions, renormalising.
+    /// Substitute variables by expressions, renormalising; panics where
+    /// [`Pred::checked_subst`] errs.
     pub fn subst(&self, map: &BTreeMap<String, Dim>) -> Pred {
-        match self {
+        self.checked_subst(map).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Substitute variables by expressions, renormalising, or the first dim
+    /// that overflows.
+    pub fn checked_subst(&self, map: &BTreeMap<String, Dim>) -> Result<Pred, DimError> {
+        let all = |ps: &[Pred]| -> Result<Vec<Pred>, DimError> {
+            ps.iter().map(|p| p.checked_subst(map)).collect()
+        };
+        Ok(match self {
             Pred::True => Pred::True,
             Pred::False => Pred::False,
-            Pred::Cmp(a, op, b) => Pred::cmp(a.subst(map), *op, b.subst(map)),
-            Pred::And(ps) => Pred::and(ps.iter().map(|p| p.subst(map))),
-            Pred::Or(ps) => Pred::or(ps.iter().map(|p| p.subst(map))),
-            Pred::Not(p) => Pred::not(p.subst(map)),
-        }
+            Pred::Cmp(a, op, b) => Pred::cmp(a.checked_subst(map)?, *op, b.checked_subst(map)?),
+            Pred::And(ps) => Pred::and(all(ps)?),
+            Pred::Or(ps) => Pred::or(all(ps)?),
+            Pred::Not(p) => Pred::not(p.checked_subst(map)?),
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::dim::Dim;
+use crate::dim::{Dim, DimError};
 use crate::dtype::Dtype;
 use crate::pred::Pred;
 
@@ -39,24 +39,49 @@ impl TensorType {
         self.shape.len()
     }
 
-    /// Substitute shape variables in dims and refinements.
+    /// Substitute shape variables in dims and refinements; panics where
+    /// [`TensorType::checked_subst`] errs.
     pub fn subst(&self, map: &BTreeMap<String, Dim>) -> TensorType {
-        TensorType {
-            dtype: self.dtype,
-            shape: self.shape.iter().map(|d| d.subst(map)).collect(),
-            refs: self.refs.iter().map(|p| p.subst(map)).collect(),
-        }
+        self.checked_subst(map).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// `vol(s)`: the product of the dims (Section 2 §10), as a polynomial.
+    /// Substitute shape variables in dims and refinements, or the first dim
+    /// that overflows.
+    pub fn checked_subst(&self, map: &BTreeMap<String, Dim>) -> Result<TensorType, DimError> {
+        Ok(TensorType {
+            dtype: self.dtype,
+            shape: self
+                .shape
+                .iter()
+                .map(|d| d.checked_subst(map))
+                .collect::<Result<_, _>>()?,
+            refs: self
+                .refs
+                .iter()
+                .map(|p| p.checked_subst(map))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// `vol(s)`: the product of the dims (Section 2 §10), as a polynomial;
+    /// panics where [`checked_volume`] errs.
     pub fn volume(&self) -> Dim {
         volume(&self.shape)
     }
 }
 
-/// The product of a list of dims (`1` for the empty shape, Section 4 §2.2).
+/// The product of a list of dims (`1` for the empty shape, Section 4 §2.2);
+/// panics where [`checked_volume`] errs.
 pub fn volume(shape: &[Dim]) -> Dim {
-    shape.iter().fold(Dim::c(1), |acc, d| acc * d.clone())
+    checked_volume(shape).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The product of a list of dims, or the overflow (`[2^40, 2^40]` has no
+/// i64 volume).
+pub fn checked_volume(shape: &[Dim]) -> Result<Dim, DimError> {
+    shape
+        .iter()
+        .try_fold(Dim::c(1), |acc, d| acc.checked_mul(d))
 }
 
 /// An n-ary function type `T₁ → … → Tₙ → U` with its `requires` clause (Section 2 §17).
@@ -105,16 +130,27 @@ impl Type {
         }
     }
 
-    /// Substitute shape variables everywhere in the type.
+    /// Substitute shape variables everywhere in the type; panics where
+    /// [`Type::checked_subst`] errs.
     pub fn subst(&self, map: &BTreeMap<String, Dim>) -> Type {
-        match self {
-            Type::Tensor(t) => Type::Tensor(t.subst(map)),
+        self.checked_subst(map).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Substitute shape variables everywhere in the type, or the first dim
+    /// that overflows.
+    pub fn checked_subst(&self, map: &BTreeMap<String, Dim>) -> Result<Type, DimError> {
+        Ok(match self {
+            Type::Tensor(t) => Type::Tensor(t.checked_subst(map)?),
             Type::Fn(f) => Type::Fn(FnType {
-                params: f.params.iter().map(|p| p.subst(map)).collect(),
-                ret: Box::new(f.ret.subst(map)),
+                params: f
+                    .params
+                    .iter()
+                    .map(|p| p.checked_subst(map))
+                    .collect::<Result<_, _>>()?,
+                ret: Box::new(f.ret.checked_subst(map)?),
             }),
             other => other.clone(),
-        }
+        })
     }
 }
 

@@ -1124,7 +1124,9 @@ fn slice_out_of_bounds() {
         codes::SLICE_BOUNDS,
         attr(&b, y, 2),
         "stop `S + 1` may exceed the dimension `S` of axis 1",
-        None, // `S + 1 <= S` normalises to false: no witness needed
+        // `S + 1 <= S` normalises to false, yet the error still shows a
+        // concrete failing σ (issue 11 item 7): every S fails, S = 1 is least.
+        Some("S = 1"),
     );
     // Out of bounds only for some S: 0..8 with S ≥ 4 fails at S = 4.
     let mut b = fb();
@@ -1181,7 +1183,7 @@ fn slice_out_of_bounds() {
         codes::SLICE_BOUNDS,
         attr(&b, y, 2),
         "stop `S - 1` may be before start `S`",
-        None,
+        Some("S = 1"),
     );
     // Empty under the default discipline.
     let mut b = fb();

@@ -9,11 +9,13 @@
 use std::collections::BTreeMap;
 
 use proc_macro2::{Ident, TokenStream};
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{BinOp, Expr, FnArg, Lit, Pat, ReturnType, Token, Type, UnOp};
 use tc_core::ctx::{zero_opt_ins, ShapeVar};
+use tc_core::dim::DimError;
 use tc_core::ir::{Param, Signature, Spanned};
 use tc_core::{CmpOp, Dim, Dtype, Pred, TensorType};
 
@@ -199,27 +201,45 @@ pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
             }
             None => Err(err_at(e, "expected a shape variable: a single identifier")),
         },
-        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => Ok(-dim_expr(&u.expr, names)?),
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
+            let d = dim_expr(&u.expr, names)?;
+            d.checked_neg().map_err(|err| dim_err(e, &err))
+        }
         Expr::Binary(b) => {
             let l = dim_expr(&b.left, names)?;
             let r = dim_expr(&b.right, names)?;
-            match b.op {
-                BinOp::Add(_) => Ok(l + r),
-                BinOp::Sub(_) => Ok(l - r),
-                BinOp::Mul(_) => Ok(l * r),
-                BinOp::Div(_) => Ok(l.div(&r)),
-                BinOp::Rem(_) => Ok(l.rem(&r)),
-                _ => Err(err_at(
-                    &b.op,
-                    "expected a dim operator (`+`, `-`, `*`, `/`, `%`)",
-                )),
-            }
+            // Checked (never wrapping) dim algebra: an overflow is E0106 at
+            // the operation, a constant-0 divisor E0107 at the divisor.
+            let res = match b.op {
+                BinOp::Add(_) => l.checked_add(&r),
+                BinOp::Sub(_) => l.checked_sub(&r),
+                BinOp::Mul(_) => l.checked_mul(&r),
+                BinOp::Div(_) => l.checked_div(&r),
+                BinOp::Rem(_) => l.checked_rem(&r),
+                _ => {
+                    return Err(err_at(
+                        &b.op,
+                        "expected a dim operator (`+`, `-`, `*`, `/`, `%`)",
+                    ))
+                }
+            };
+            res.map_err(|err| match err {
+                DimError::DivByZero(_) => dim_err(&b.right, &err),
+                DimError::Overflow(_) => dim_err(e, &err),
+            })
         }
         _ => Err(err_at(
             e,
             "expected a dim expression (integer literal, shape variable, + - * / %)",
         )),
     }
+}
+
+/// A checked dim operation's failure as a compile error in the checker's
+/// format (`[E0106] dim arithmetic (Section 1 §2): …`, then the note).
+fn dim_err(at: &dyn ToTokens, err: &DimError) -> syn::Error {
+    let (code, rule, why) = (err.code(), err.rule(), err.why());
+    err_at(at, format!("[{code}] {rule}: {err}\n  note: {why}"))
 }
 
 /// A predicate: comparisons of dims combined with `&&`, `||`, `!`.

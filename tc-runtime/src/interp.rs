@@ -1249,22 +1249,10 @@ pub mod denote {
         })
     }
 
+    /// The checker's own axis rule (`tc_core::ir::check_axes`), against the
+    /// run-time rank: one definition, so checker and interpreter agree.
     fn check_axes(op: &str, axes: &[usize], rank: usize) -> Result<()> {
-        if axes.is_empty() {
-            return Err(malformed(op, "no axes".into()));
-        }
-        for (i, &a) in axes.iter().enumerate() {
-            if a >= rank {
-                return Err(malformed(
-                    op,
-                    format!("axis {a} out of range for rank {rank}"),
-                ));
-            }
-            if axes[..i].contains(&a) {
-                return Err(malformed(op, format!("axis {a} repeated")));
-            }
-        }
-        Ok(())
+        tc_core::ir::check_axes(axes, rank).map_err(|e| malformed(op, e.to_string()))
     }
 
     /// §5.5 reduce over an axis set: `λ idx. fold_op { f(idx with the reduced
@@ -1480,17 +1468,8 @@ pub mod denote {
     pub fn transpose(perm: &[usize], x: &Tensor) -> Result<Tensor> {
         let shape = x.shape();
         let r = shape.len();
-        let mut seen = vec![false; r];
-        if perm.len() != r
-            || perm
-                .iter()
-                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
-        {
-            return Err(malformed(
-                "transpose",
-                format!("{perm:?} is not a permutation of 0..{r}"),
-            ));
-        }
+        // The checker's rule (no short "identity" permutations), at run time.
+        tc_core::ir::check_perm(perm, r).map_err(|e| malformed("transpose", e.to_string()))?;
         let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
         let xs = x.to_elems();
         let st = strides(shape);
