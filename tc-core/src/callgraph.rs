@@ -12,9 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::diag::{Diagnostic, Label, SpanId};
 use crate::ir::{Function, Op};
 
-/// Diagnostic code of a recursive call (not in `diag::codes` so that this
-/// module stays self-contained).
-pub const RECURSION: &str = "E0403";
+pub use crate::diag::codes::RECURSION;
 
 /// The rule a recursive call breaks.
 pub const R_RECURSION: &str = "call (Section 2 §17: no recursion)";

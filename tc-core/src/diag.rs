@@ -151,6 +151,9 @@ pub mod codes {
     pub const DIV_BY_ZERO: &str = "E0107";
     /// A divisor of `/` or `%` in a dim is not provably at least 1 (Section 2 §13).
     pub const DIVISOR: &str = "E0108";
+    /// A module constant used as a dim has no valid i64 value (out of range,
+    /// overflow, division by zero, a wrapping cast, or below 1 as a dim).
+    pub const MODULE_CONST: &str = "E0109";
     /// Dtypes differ (Section 3 §3.3, §9).
     pub const DTYPE_MISMATCH: &str = "E0201";
     /// An operation is not admissible at a dtype class (Section 2 §3).
@@ -163,6 +166,8 @@ pub mod codes {
     pub const REFINEMENT: &str = "E0205";
     /// Kind mismatch: tensor vs scalar vs function (Section 3 §5 step 1).
     pub const KIND_MISMATCH: &str = "E0206";
+    /// A literal does not fit the dtype it meets (Section 2 §3, §5).
+    pub const LITERAL_RANGE: &str = "E0207";
     /// Matmul contraction dims differ (Section 2 §7).
     pub const CONTRACTION: &str = "E0301";
     /// Bad axis / axis set (Section 2 §8, §12).
@@ -183,8 +188,53 @@ pub mod codes {
     pub const CALL: &str = "E0401";
     /// Unknown function or variable in a body.
     pub const UNKNOWN_NAME: &str = "E0402";
+    /// A call-graph cycle in a module: recursion (Section 2 §17 has none).
+    pub const RECURSION: &str = "E0403";
     /// The solver ran out of budget (Section 3 §5 step 4: unknown = reject).
     pub const SOLVER_UNKNOWN: &str = "E0501";
     /// The IR itself is malformed (verifier).
     pub const MALFORMED_IR: &str = "E0601";
+    /// Macro input nested too deeply or too long for the compiler's stack
+    /// (docs/syntax.md, "Size limits").
+    pub const INPUT_LIMIT: &str = "E0701";
+
+    /// Every code, in order: the error index (docs/errors.md) documents
+    /// each one, which `tc-core/tests/error_index.rs` checks.
+    pub const ALL: &[&str] = &[
+        EMPTY_TYPE,
+        UNBOUND_VAR,
+        NON_LINEAR,
+        DIV_BY_VAR,
+        BAD_DIM,
+        DIM_OVERFLOW,
+        DIV_BY_ZERO,
+        DIVISOR,
+        MODULE_CONST,
+        DTYPE_MISMATCH,
+        DTYPE_CLASS,
+        RANK_MISMATCH,
+        SHAPE_MISMATCH,
+        REFINEMENT,
+        KIND_MISMATCH,
+        LITERAL_RANGE,
+        CONTRACTION,
+        AXIS,
+        EMPTY_REDUCTION,
+        PERMUTATION,
+        RESHAPE_VOLUME,
+        BROADCAST,
+        SLICE_BOUNDS,
+        CONCAT,
+        CALL,
+        UNKNOWN_NAME,
+        RECURSION,
+        SOLVER_UNKNOWN,
+        MALFORMED_IR,
+        INPUT_LIMIT,
+    ];
+
+    /// Where the error index documents `code` (`docs/errors.md#e0204`).
+    pub fn doc_anchor(code: &str) -> String {
+        format!("docs/errors.md#{}", code.to_ascii_lowercase())
+    }
 }

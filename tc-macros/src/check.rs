@@ -8,7 +8,8 @@ use tc_core::Diagnostic;
 use crate::spans::SpanTable;
 
 /// The message of one compile error: `[code] rule: message`, the
-/// counterexample line, then notes, labels and help.
+/// counterexample line, then notes, labels and help; the help ends with the
+/// code's entry in the error index.
 pub fn render(d: &Diagnostic) -> String {
     let mut s = format!("[{}] {}", d.code, d.headline());
     for n in &d.notes {
@@ -17,10 +18,17 @@ pub fn render(d: &Diagnostic) -> String {
     for l in &d.labels {
         s.push_str(&format!("\n  note: {}", l.message));
     }
-    if let Some(h) = &d.help {
-        s.push_str(&format!("\n  help: {h}"));
-    }
+    s.push_str(&help_line(d.help.as_deref(), d.code));
     s
+}
+
+/// `help: …; see docs/errors.md#e0204` (or just the pointer).
+pub fn help_line(help: Option<&str>, code: &str) -> String {
+    let anchor = tc_core::diag::codes::doc_anchor(code);
+    match help {
+        Some(h) => format!("\n  help: {h}; see {anchor}"),
+        None => format!("\n  help: see {anchor}"),
+    }
 }
 
 /// Diagnostics → errors, de-duplicated, in the checker's order.

@@ -11,6 +11,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, ToTokens};
 use syn::{FnArg, Item, ItemFn, Pat};
 use tc_core::ir::{Function, Signature, Signatures};
+use tc_core::diag::codes;
 use tc_core::Dtype;
 
 use crate::parse::{self, Consts, FnAttr, ParamKind};
@@ -271,9 +272,11 @@ fn opaque_consts_in_dims(
             errors.push(crate::spans::err_at(
                 &c.expr,
                 format!(
-                    "`{name}` is used as a dim (in `fn {}`), but tc cannot evaluate this initialiser: a dim constant is \
-                     built from integer literals, earlier constants of the module, `+ - * / %`, parentheses and `as` casts",
-                    s.name
+                    "[{}] `{name}` is used as a dim (in `fn {}`), but tc cannot evaluate this initialiser: a dim constant is \
+                     built from integer literals, earlier constants of the module, `+ - * / %`, parentheses and `as` casts{}",
+                    codes::MODULE_CONST,
+                    s.name,
+                    crate::check::help_line(None, codes::MODULE_CONST)
                 ),
             ));
         }
@@ -304,16 +307,19 @@ fn const_dims_positive(
                 continue;
             };
             for (i, d) in t.shape.iter().enumerate() {
-                let Some(v) = d.subst(&map).as_const().filter(|v| *v < 1) else {
+                // Checked: an overflow here is reported by the checker (E0106).
+                let Some(v) = d.checked_subst(&map).ok().and_then(|d| d.as_const()).filter(|v| *v < 1) else {
                     continue;
                 };
                 if d.as_const().is_some() {
                     continue; // a literal: the checker's (E0105)
                 }
                 let msg = format!(
-                    "dimension `{d}` of `fn {}` is {v} with this module's constants; expected at least 1 \
-                     (Section 2 §16: constants are what they are, and a dim is at least 1)",
-                    sig.name
+                    "[{}] dimension `{d}` of `fn {}` is {v} with this module's constants; expected at least 1 \
+                     (Section 2 §16: constants are what they are, and a dim is at least 1){}",
+                    codes::MODULE_CONST,
+                    sig.name,
+                    crate::check::help_line(None, codes::MODULE_CONST)
                 );
                 match d.as_var().and_then(|k| module_const(items, k)) {
                     Some(c) if reported.insert(c.ident.to_string()) => {

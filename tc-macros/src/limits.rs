@@ -65,9 +65,10 @@ fn flatten(ts: TokenStream) -> Result<Vec<Flat>, syn::Error> {
                     return Err(syn::Error::new(
                         g.span_open(),
                         format!(
-                            "brackets nested too deeply: tc-macros accepts at most {MAX_NESTING} nested \
+                            "[E0701] brackets nested too deeply: tc-macros accepts at most {MAX_NESTING} nested \
                              `()`, `[]`, `{{}}` in one tensor fn or module (deeper input would overflow \
-                             the compiler's stack); bind inner results with `let`"
+                             the compiler's stack); bind inner results with `let`{}",
+                            crate::check::help_line(None, tc_core::diag::codes::INPUT_LIMIT)
                         ),
                     ));
                 }
@@ -153,9 +154,10 @@ pub fn check(ts: &TokenStream) -> Result<(), syn::Error> {
             return Err(syn::Error::new(
                 first[s].unwrap_or(f.span),
                 format!(
-                    "expression too long or too deeply nested: {cost} tokens on one path of enclosing \
+                    "[E0701] expression too long or too deeply nested: {cost} tokens on one path of enclosing \
                      expressions, tc-macros accepts at most {MAX_EXPR_TOKENS} (deeper input would overflow \
-                     the compiler's stack); split it with `let` bindings"
+                     the compiler's stack); split it with `let` bindings{}",
+                    crate::check::help_line(None, tc_core::diag::codes::INPUT_LIMIT)
                 ),
             ));
         }

@@ -97,7 +97,9 @@ pub fn check(c: &Checked, spans: &SpanTable) -> Vec<syn::Error> {
             _ => continue,
         };
         if let Some(msg) = out_of_range(s, dt) {
-            out.push(spans.error(span, format!("{msg}\n  help: {HELP}")));
+            let code = tc_core::diag::codes::LITERAL_RANGE;
+            let help = crate::check::help_line(Some(HELP), code);
+            out.push(spans.error(span, format!("[{code}] {msg}{help}")));
         }
     }
     out

@@ -239,7 +239,8 @@ pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
 /// format (`[E0106] dim arithmetic (Section 1 §2): …`, then the note).
 fn dim_err(at: &dyn ToTokens, err: &DimError) -> syn::Error {
     let (code, rule, why) = (err.code(), err.rule(), err.why());
-    err_at(at, format!("[{code}] {rule}: {err}\n  note: {why}"))
+    let help = crate::check::help_line(None, code);
+    err_at(at, format!("[{code}] {rule}: {err}\n  note: {why}{help}"))
 }
 
 /// A predicate: comparisons of dims combined with `&&`, `||`, `!`.
@@ -374,7 +375,9 @@ pub enum ConstError {
 }
 
 fn const_invalid(at: &dyn quote::ToTokens, msg: String) -> ConstError {
-    ConstError::Invalid(err_at(at, msg))
+    let code = tc_core::diag::codes::MODULE_CONST;
+    let help = crate::check::help_line(None, code);
+    ConstError::Invalid(err_at(at, format!("[{code}] {msg}{help}")))
 }
 
 /// Evaluate a constant's initialiser: integer literals, earlier constants,
