@@ -734,15 +734,15 @@ fn fast_approximations_at_their_edges() {
         let want = interp(&f, &args).unwrap();
         let got = run(&fast, &f, &args);
         assert_tolerance(&format!("{} fast edges", op.name()), &got, &want);
-        for i in 0..n {
+        for (i, &xi) in xs.iter().enumerate() {
             let (g, w) = (fval(&got, i).unwrap(), fval(&want, i).unwrap());
-            if op == UnaryOp::Erf && xs[i].abs() >= 4.0 {
-                assert_eq!(g.to_bits(), w.to_bits(), "erf({}) = {g:?}", xs[i]);
+            if op == UnaryOp::Erf && xi.abs() >= 4.0 {
+                assert_eq!(g.to_bits(), w.to_bits(), "erf({xi}) = {g:?}");
             }
             if op == UnaryOp::Exp && w != 0.0 && w < f32::MIN_POSITIVE {
                 // Subnormal results: within two units of the last place.
                 let d = (g.to_bits() as i64 - w.to_bits() as i64).abs();
-                assert!(d <= 2, "exp({}) = {g:?}, want {w:?}", xs[i]);
+                assert!(d <= 2, "exp({xi}) = {g:?}, want {w:?}");
             }
         }
     }
@@ -780,7 +780,7 @@ fn fast_approximation_error_bounds() {
         let want = interp(&f, &args).unwrap();
         let got = run(&fast, &f, &args);
         let (mut worst_rel, mut worst_abs) = (0f64, 0f64);
-        for i in 0..n {
+        for (i, &xi) in xs.iter().enumerate() {
             let (g, w) = (fval(&got, i).unwrap(), fval(&want, i).unwrap());
             if (g.is_nan() && w.is_nan()) || g == w {
                 continue;
@@ -789,10 +789,9 @@ fn fast_approximation_error_bounds() {
             worst_abs = worst_abs.max(d);
             worst_rel = worst_rel.max(d / (w as f64).abs());
             assert!(
-                d <= rel as f64 * (w as f64).abs() + abs as f64,
-                "{}({}) = {g:?}, interpreter {w:?}: outside {rel} rel + {abs} abs",
-                op.name(),
-                xs[i]
+                d <= rel * (w as f64).abs() + abs as f64,
+                "{}({xi}) = {g:?}, interpreter {w:?}: outside {rel} rel + {abs} abs",
+                op.name()
             );
         }
         eprintln!(
