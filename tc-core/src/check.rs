@@ -188,7 +188,53 @@ impl<'a> Checker<'a> {
         self.divisor_ctx = None;
     }
 
+    /// Every shape variable of a signature must be inferable at a call
+    /// (Section 2 §17: "each dimension of a parameter that is a bare variable
+    /// binds it"). One that occurs only inside compound dims (`[D, 8 * F]`)
+    /// would be accepted here and then make every call fail with an unbound
+    /// variable: an accepted signature must be callable.
+    fn check_vars_inferable(&mut self, sig: &Signature) {
+        let tensor_dims = || {
+            sig.params.iter().flat_map(|p| match &p.ty {
+                Type::Tensor(t) => t
+                    .shape
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (d, p.dim_spans.get(i).copied().unwrap_or(p.span)))
+                    .collect::<Vec<_>>(),
+                _ => Vec::new(),
+            })
+        };
+        let bare: std::collections::BTreeSet<&str> =
+            tensor_dims().filter_map(|(d, _)| d.as_var()).collect();
+        for v in &sig.vars {
+            let is_const = sig.consts.iter().any(|(c, _)| c == &v.name);
+            if bare.contains(v.name.as_str()) || is_const {
+                continue;
+            }
+            let Some((d, span)) = tensor_dims().find(|(d, _)| d.vars().contains(&v.name)) else {
+                continue; // not in a parameter: `names_bound` reports it
+            };
+            self.err(
+                Diagnostic::new(
+                    codes::UNBOUND_VAR,
+                    R_FORM,
+                    span,
+                    format!(
+                        "shape variable `{}` occurs only inside the compound dim `{d}`, so a call cannot infer it",
+                        v.name
+                    ),
+                )
+                .help(format!(
+                    "give `{}` a dim of its own in some parameter (for example a tensor whose dim is exactly `{}`), or write the dim with a variable of its own and relate the two in `requires`",
+                    v.name, v.name
+                )),
+            );
+        }
+    }
+
     fn check_sig_formed(&mut self, sig: &Signature) {
+        self.check_vars_inferable(sig);
         let rule_preds: Vec<(Pred, SpanId)> = sig
             .params
             .iter()

@@ -341,6 +341,7 @@ fn volume_overflow_is_e0106_not_a_wrap() {
     // [2^32 * N, 2^32 * N] has no i64 volume polynomial (coefficient 2^64).
     let mut b = fb();
     let big = v("N").checked_scale(1 << 32).unwrap();
+    let _n = b.param("n", f32t(vec![v("N")])); // binds N (Section 2 §17)
     let x = b.param("x", f32t(vec![big.clone(), big.clone()]));
     let y = b.op(Op::Reshape(vec![big.clone(), big.clone()], x));
     let es = errors(b, y, f32t(vec![big.clone(), big]));

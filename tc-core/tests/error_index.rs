@@ -15,9 +15,15 @@ fn every_code_has_an_entry_in_the_error_index() {
     let index = std::fs::read_to_string(root().join("docs/errors.md")).expect("docs/errors.md");
     for code in codes::ALL {
         let heading = format!("\n## {code}\n");
-        assert!(index.contains(&heading), "docs/errors.md has no `## {code}` entry");
+        assert!(
+            index.contains(&heading),
+            "docs/errors.md has no `## {code}` entry"
+        );
         let anchor = codes::doc_anchor(code);
-        assert!(anchor.ends_with(&format!("#{}", code.to_ascii_lowercase())), "{anchor}");
+        assert!(
+            anchor.ends_with(&format!("#{}", code.to_ascii_lowercase())),
+            "{anchor}"
+        );
     }
 }
 

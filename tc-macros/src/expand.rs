@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, ToTokens};
 use syn::{FnArg, Item, ItemFn, Pat};
-use tc_core::ir::{Function, Signature, Signatures};
 use tc_core::diag::codes;
+use tc_core::ir::{Function, Signature, Signatures};
 use tc_core::Dtype;
 
 use crate::parse::{self, Consts, FnAttr, ParamKind};
@@ -308,7 +308,12 @@ fn const_dims_positive(
             };
             for (i, d) in t.shape.iter().enumerate() {
                 // Checked: an overflow here is reported by the checker (E0106).
-                let Some(v) = d.checked_subst(&map).ok().and_then(|d| d.as_const()).filter(|v| *v < 1) else {
+                let Some(v) = d
+                    .checked_subst(&map)
+                    .ok()
+                    .and_then(|d| d.as_const())
+                    .filter(|v| *v < 1)
+                else {
                     continue;
                 };
                 if d.as_const().is_some() {

@@ -169,9 +169,10 @@ fn families() -> Vec<Family> {
             "dim_chain",
             |n| {
                 let d = format!("N{}", " + N".repeat(n));
+                // `n` binds N: a variable only inside a compound dim is E0102.
                 (
                     String::new(),
-                    format!("fn f(x: Tensor![f32; {d}]) -> Tensor![f32; {d}] {{ x }}"),
+                    format!("fn f(n: Tensor![f32; N], x: Tensor![f32; {d}]) -> Tensor![f32; {d}] {{ x }}"),
                 )
             },
             Expect::Ok,
