@@ -12,7 +12,7 @@ pub mod m {
     }
 
     #[tensor_fn]
-    pub fn caller(x: Tensor![f32; 4 * M]) -> Tensor![f32; 4 * M] {
+    pub fn caller(m: Tensor![f32; M], x: Tensor![f32; 4 * M]) -> Tensor![f32; 4 * M] {
         let y = big(x);
         x
     }
