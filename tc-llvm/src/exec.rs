@@ -71,7 +71,7 @@ pub fn compile_with<'f>(
     tc_core::ir::verify(func)
         .map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
     let (vals, sigma_ext) = plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?;
-    let mut st = plan::structure(func);
+    let mut st = plan::structure(func, &|v| vals[v.0 as usize].dtype);
     if !generic {
         plan::group_rows(func, &vals, &mut st);
     }

@@ -579,7 +579,11 @@ fn own_cost(op: &Op) -> u32 {
 }
 
 /// Decide materialization and form the steps (σ-independent).
-pub fn structure(func: &Function) -> Structure {
+///
+/// `dtype_of` gives each value's dtype: the planned one (`ValInfo::dtype`)
+/// when compiling, so that a call's result has its callee's return dtype
+/// (the IR alone cannot know it: see [`operand_dtype`]).
+pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structure {
     let np = func.sig.params.len();
     let n = np + func.body.len();
     let mut consumers = vec![0u32; n];
@@ -634,7 +638,8 @@ pub fn structure(func: &Function) -> Structure {
         // reshape of a buffer) over a buffer is read through strides by the
         // packing routines: no copy (a weight broadcast over the batch is
         // never materialized B times).
-        let mm_forced = mm_use[v] && !matmul_view_ok(func, &mat, np, Value(v as u32), true);
+        let mm_forced =
+            mm_use[v] && !matmul_view_ok(func, &mat, np, Value(v as u32), true, dtype_of);
         let keep = v == func.ret.0 as usize
             || forced[v]
             || mm_forced
@@ -683,7 +688,7 @@ pub fn structure(func: &Function) -> Structure {
         for p in inst.op.scalar_params() {
             let dt = match &inst.op {
                 Op::Fill(dt, ..) => *dt,
-                Op::ScalarBinary { x, .. } => operand_dtype(func, *x),
+                Op::ScalarBinary { x, .. } => dtype_of(*x),
                 _ => continue,
             };
             if !slots.contains(&(p, dt)) {
@@ -869,8 +874,16 @@ fn row_local(
 /// Can value `v` be read by matmul as a strided view of a buffer (given the
 /// materialization decided so far for earlier values)? F32 only: chains of
 /// transposes and broadcasts, ending at a buffer or at a reshape of one.
-pub fn matmul_view_ok(func: &Function, mat: &[bool], np: usize, v: Value, top: bool) -> bool {
-    if top && operand_dtype(func, v) != Dtype::F32 {
+pub fn matmul_view_ok(
+    func: &Function,
+    mat: &[bool],
+    np: usize,
+    v: Value,
+    top: bool,
+    dtype_of: &dyn Fn(Value) -> Dtype,
+) -> bool {
+    // Only f32 matmul packs through strides (`matmul::matmul_strided`).
+    if top && dtype_of(v) != Dtype::F32 {
         return false;
     }
     let i = v.0 as usize;
@@ -878,7 +891,9 @@ pub fn matmul_view_ok(func: &Function, mat: &[bool], np: usize, v: Value, top: b
         return true;
     }
     match &func.body[i - np].op {
-        Op::Transpose(_, x) | Op::Broadcast(_, x) => matmul_view_ok(func, mat, np, *x, false),
+        Op::Transpose(_, x) | Op::Broadcast(_, x) => {
+            matmul_view_ok(func, mat, np, *x, false, dtype_of)
+        }
         Op::Reshape(_, x) => (x.0 as usize) < np || mat[x.0 as usize],
         _ => false,
     }
@@ -919,7 +934,10 @@ pub fn strided_view(
     }
 }
 
-/// The dtype of a value, from the IR alone (σ-independent).
+/// The dtype of a value, from the IR alone (σ-independent). A call's result
+/// is reported as f32 because the IR does not carry the callee's signature:
+/// planning uses the planned dtypes instead (see [`structure`]); this is for
+/// diagnostics ([`describe`]).
 pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
     let np = func.sig.params.len();
     let i = v.0 as usize;
@@ -967,7 +985,7 @@ fn leaves(func: &Function, mat: &[bool], np: usize, v: Value, root: bool, out: &
 
 /// The consumers count per value, for tests and diagnostics.
 pub fn describe(func: &Function) -> BTreeMap<u32, bool> {
-    let s = structure(func);
+    let s = structure(func, &|v| operand_dtype(func, v));
     s.mat
         .iter()
         .enumerate()

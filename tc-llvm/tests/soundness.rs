@@ -634,3 +634,33 @@ fn options_are_part_of_the_key() {
     jit.call(&f, &args, &|_| None).unwrap();
     assert_eq!((jit.stats().compiles, jit.stats().hits), (2, 2));
 }
+
+// ---------------------------------------------------------------------------
+// A call's result dtype comes from the callee's signature (found by the
+// fuzzer): the planner took every call result for f32 and let a strided
+// view of an f16 call result reach the f32-only strided matmul, an error
+// where the interpreter succeeds.
+
+/// `f(x: f16 [N, N]) = y · yᵀ` with `y = g16(x) = -x`.
+#[test]
+fn matmul_of_a_narrow_call_result_and_its_transpose() {
+    let mut g = builder("g16");
+    let x = g.param("x", tt(Dtype::F16, &["N", "N"]));
+    g.returns(tt(Dtype::F16, &["N", "N"]));
+    let r = g.op(Op::Unary(UnaryOp::Neg, x));
+    let g = g.finish(r);
+    let mut b = builder("f");
+    let x = b.param("x", tt(Dtype::F16, &["N", "N"]));
+    b.returns(tt(Dtype::F16, &["N", "N"]));
+    let y = b.op(Op::Call("g16".into(), vec![x]));
+    let t = b.op(Op::Transpose(vec![1, 0], y));
+    let r = b.op(Op::Matmul(y, t));
+    let f = b.finish(r);
+    let resolve = |n: &str| (n == "g16").then_some(&g);
+    // Small integers: every product and sum is exact, so the backends agree
+    // bit for bit whatever the summation order.
+    let vals: Vec<f32> = (0..16).map(|i| (i % 3) as f32).collect();
+    let x = Tensor::from_vec(&[4, 4], vals).unwrap().cast(Dtype::F16);
+    let out = agree(&f, &[x.into()], &resolve).expect("runs on the interpreter");
+    assert_eq!(out.dtype(), Dtype::F16);
+}
