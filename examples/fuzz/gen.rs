@@ -614,16 +614,7 @@ impl<'a> Body<'a> {
             op = ReduceOp::Sum;
         }
         let keepdims = self.rng.one_in(2);
-        let shape = x
-            .shape
-            .iter()
-            .enumerate()
-            .filter_map(|(i, d)| match (axes.contains(&i), keepdims) {
-                (true, true) => Some(Dim::c(1)),
-                (true, false) => None,
-                (false, _) => Some(d.clone()),
-            })
-            .collect();
+        let shape = tc_core::types::reduced_shape(&x.shape, &axes, keepdims);
         let op_ = Op::Reduce {
             op,
             axes,

@@ -1794,16 +1794,7 @@ fn dim_error_diag(e: &DimError, span: SpanId) -> Diagnostic {
 }
 
 fn reduced(t: &TensorType, axes: &[usize], keepdims: bool, dtype: Dtype) -> TensorType {
-    let shape = t
-        .shape
-        .iter()
-        .enumerate()
-        .filter_map(|(i, d)| match (axes.contains(&i), keepdims) {
-            (true, true) => Some(Dim::c(1)),
-            (true, false) => None,
-            (false, _) => Some(d.clone()),
-        })
-        .collect();
+    let shape = crate::types::reduced_shape(&t.shape, axes, keepdims);
     TensorType {
         dtype,
         shape,

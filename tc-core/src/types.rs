@@ -70,6 +70,21 @@ impl TensorType {
     }
 }
 
+/// The shape of a reduction over `axes` (Section 2 §8): reduced axes
+/// dropped, or kept as `1` with `keepdims`. The one statement of the rule's
+/// shape, used by the checker and the fuzzer's generator.
+pub fn reduced_shape(shape: &[Dim], axes: &[usize], keepdims: bool) -> Vec<Dim> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (axes.contains(&i), keepdims) {
+            (true, true) => Some(Dim::c(1)),
+            (true, false) => None,
+            (false, _) => Some(d.clone()),
+        })
+        .collect()
+}
+
 /// The product of a list of dims (`1` for the empty shape, Section 4 §2.2);
 /// panics where [`checked_volume`] errs.
 pub fn volume(shape: &[Dim]) -> Dim {
