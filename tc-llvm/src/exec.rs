@@ -405,12 +405,13 @@ fn check_call_result(name: &str, want: &ValInfo, got: &Tensor) -> Result<(), tc_
 /// last element is cleared, to keep the storage invariant. Otherwise a
 /// fresh zeroed buffer, on transparent huge pages when large
 /// ([`tc_runtime::pool::zeroed`]).
-fn out_buffer(bytes: usize) -> Vec<u64> {
+/// `OutOfMemory` when a fresh buffer cannot be allocated.
+fn out_buffer(bytes: usize) -> tc_runtime::Result<Vec<u64>> {
     if let Some(mut v) = tc_runtime::pool::take(bytes.div_ceil(8)) {
         if let Some(last) = v.last_mut() {
             *last = 0;
         }
-        return v;
+        return Ok(v);
     }
     tc_runtime::pool::zeroed(bytes.div_ceil(8))
 }
@@ -573,7 +574,7 @@ impl CompiledFn {
             match step {
                 Step::Kernel { id, out, inputs } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.bytes());
+                    let mut buf = out_buffer(o.bytes())?;
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     if o.numel() == 0 {
                         // Nothing to write; an empty value's other dims may
@@ -635,7 +636,7 @@ impl CompiledFn {
                     let mut bufs = Vec::with_capacity(members.len());
                     for m in members {
                         let o = &vals[m.0 as usize];
-                        let mut buf = out_buffer(o.bytes());
+                        let mut buf = out_buffer(o.bytes())?;
                         ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                         list.push(ptrs[m.0 as usize]);
                         bufs.push(buf);
@@ -672,7 +673,7 @@ impl CompiledFn {
                 }
                 Step::Matmul { out, a, b } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.bytes());
+                    let mut buf = out_buffer(o.bytes())?;
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     if o.numel() == 0 {
                         // No element to compute (the batch dims of an empty

@@ -1069,10 +1069,11 @@ pub unsafe fn matmul_strided(
 /// `ptr` must hold `len` elements of `d`'s storage (2-byte aligned for the
 /// 16-bit dtypes: tensor storage is 8-byte aligned).
 // SAFETY: (contract) met by `matmul` (whole operand storage) and its test.
-unsafe fn widen(d: Dtype, ptr: *const u8, len: usize) -> Vec<f32> {
+unsafe fn widen(d: Dtype, ptr: *const u8, len: usize) -> Result<Vec<f32>, Error> {
     use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
-    let mut out = vec![0f32; len];
+    // Fallible: an operand within the element cap may still not fit twice.
+    let mut out = tc_runtime::alloc::filled(len, 0f32)?;
     match d {
         Dtype::F16 => {
             // SAFETY: `len` initialised, 2-byte aligned u16s (the contract).
@@ -1099,7 +1100,7 @@ unsafe fn widen(d: Dtype, ptr: *const u8, len: usize) -> Vec<f32> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Round f32 results into a narrow float dtype's storage at `out`, with
@@ -1189,8 +1190,8 @@ pub unsafe fn matmul(
         d if d.is_float() => {
             // SAFETY: `batch·na` and `batch·nb` elements of `d`, the whole
             // storage of `sa` and `sb`, aligned as the contract says.
-            let (af, bf) = unsafe { (widen(d, a, batch * na), widen(d, b, batch * nb)) };
-            let mut cf = vec![0f32; batch * nc];
+            let (af, bf) = unsafe { (widen(d, a, batch * na)?, widen(d, b, batch * nb)?) };
+            let mut cf = tc_runtime::alloc::filled(batch * nc, 0f32)?;
             for p in 0..batch {
                 // SAFETY: as for F32, on the widened copies `af`, `bf` and
                 // `cf` (allocated with exactly `batch` items each).
@@ -1269,7 +1270,7 @@ mod widen_tests {
                 })
                 .collect();
             // SAFETY: `words` holds `n` elements of `d`'s storage.
-            let got = unsafe { widen(d, words.as_ptr() as *const u8, n) };
+            let got = unsafe { widen(d, words.as_ptr() as *const u8, n) }.unwrap();
             for (b, g) in got.iter().enumerate() {
                 let want = cast::decode_bits(b as u16, d).unwrap_or(f32::NAN);
                 assert!(

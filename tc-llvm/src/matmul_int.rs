@@ -794,7 +794,7 @@ pub unsafe fn matmul_int_using(
     let shape = (m, k, n);
     if k == 0 {
         // SAFETY: `total` elements of `dt`: the output's storage (contract).
-        unsafe { write_zeros(dt, out, total) };
+        unsafe { write_zeros(dt, out, total)? };
         return Ok(());
     }
     let mk = micro(kind)?;
@@ -808,7 +808,7 @@ pub unsafe fn matmul_int_using(
             batched(mk, false, dt, a, b, out as *mut i64, batch, shape, threads)
         },
         Dtype::I64 => {
-            let mut tmp = vec![0i64; total];
+            let mut tmp = tc_runtime::alloc::filled(total, 0i64)?;
             // SAFETY: `tmp` has exactly `total` elements; the copy writes
             // `total` unaligned i64s, `out`'s storage (contract).
             unsafe {
@@ -823,7 +823,7 @@ pub unsafe fn matmul_int_using(
             batched(mk, pair, dt, a, b, out as *mut i32, batch, shape, threads)
         },
         _ => {
-            let mut tmp = vec![0i32; total];
+            let mut tmp = tc_runtime::alloc::filled(total, 0i32)?;
             // SAFETY: `tmp` has exactly `total` elements; `narrow` writes
             // `total` elements of `dt`, `out`'s storage (contract).
             unsafe {
@@ -840,14 +840,16 @@ pub unsafe fn matmul_int_using(
 /// # Safety
 /// As [`narrow`] for `total` elements.
 // SAFETY: (contract) met by `matmul_int_using`, its only caller.
-unsafe fn write_zeros(dt: Dtype, out: *mut u8, total: usize) {
+unsafe fn write_zeros(dt: Dtype, out: *mut u8, total: usize) -> Result<(), Error> {
     if dt == Dtype::I64 {
         for i in 0..total {
             // SAFETY: element `i < total` (the contract), unaligned write.
             unsafe { (out as *mut i64).add(i).write_unaligned(0) };
         }
     } else {
+        let zeros = tc_runtime::alloc::filled(total, 0i32)?;
         // SAFETY: the same contract.
-        unsafe { narrow(dt, &vec![0; total], out) };
+        unsafe { narrow(dt, &zeros, out) };
     }
+    Ok(())
 }

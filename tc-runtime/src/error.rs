@@ -166,6 +166,14 @@ pub enum Error {
     /// tensor built or produced (an empty shape is never over it).
     #[error("{0}")]
     Size(#[from] SizeError),
+    /// A buffer for a value within the element cap could not be allocated
+    /// (the machine has less memory than the value needs); see
+    /// [`crate::alloc`].
+    #[error("out of memory: could not allocate {bytes} bytes for a tensor value")]
+    OutOfMemory {
+        /// The bytes requested.
+        bytes: usize,
+    },
     /// Calls nest deeper than [`crate::interp::MAX_CALL_DEPTH`] (a recursive
     /// call chain: Section 4 §7.3, reported the same way by both backends
     /// instead of overflowing the stack).

@@ -241,7 +241,7 @@ impl Heap {
                 ),
             ));
         }
-        let elems = cell.data.to_elems();
+        let elems = cell.data.try_to_elems()?;
         if elems.len() != cell.data.numel() {
             return Err(bad(
                 "inhabitation",
@@ -894,7 +894,8 @@ pub mod denote {
         mut f: impl FnMut(&[usize]) -> Result<Elem>,
     ) -> Result<Tensor> {
         let n = volume(op, shape)?;
-        let mut out = Vec::with_capacity(n);
+        // Fallible: 2^31 decoded elements are 32 GiB (crate::alloc).
+        let mut out = crate::alloc::with_capacity(n)?;
         let mut idx = vec![0usize; shape.len()];
         for lin in 0..n {
             unravel(lin, shape, &mut idx);
@@ -1097,7 +1098,7 @@ pub mod denote {
     /// §5.1 elementwise unary.
     pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
         let dt = x.dtype();
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(x.shape());
         tabulate(op.name(), dt, x.shape(), |i| {
             unary_elem(op, dt, xs[ravel(i, &st)])
@@ -1107,7 +1108,7 @@ pub mod denote {
     /// §5.2 cast: `λ i. cast_value(f(i))` (Section 2 §5 value semantics,
     /// a NaN operand quieted: Section 2 §3).
     pub fn cast(to: Dtype, x: &Tensor) -> Result<Tensor> {
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(x.shape());
         tabulate("cast", to, x.shape(), |i| {
             Ok(cast::cast_value(xs[ravel(i, &st)], to))
@@ -1134,7 +1135,7 @@ pub mod denote {
     pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         same_shape(op.name(), a, b)?;
         let dt = a.dtype();
-        let (xs, ys) = (a.to_elems(), b.to_elems());
+        let (xs, ys) = (a.try_to_elems()?, b.try_to_elems()?);
         let st = strides(a.shape());
         tabulate(op.name(), op.result_dtype(dt), a.shape(), |i| {
             let k = ravel(i, &st);
@@ -1145,7 +1146,7 @@ pub mod denote {
     /// `op(x, s)` (or `op(s, x)`) with a scalar `s` already in `x`'s dtype.
     pub fn scalar_binary(op: BinaryOp, x: &Tensor, s: Elem, scalar_left: bool) -> Result<Tensor> {
         let dt = x.dtype();
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(x.shape());
         tabulate(op.name(), op.result_dtype(dt), x.shape(), |i| {
             let e = xs[ravel(i, &st)];
@@ -1172,7 +1173,7 @@ pub mod denote {
                 format!("condition shape {:?} ≠ {:?}", c.shape(), a.shape()),
             ));
         }
-        let (cs, xs, ys) = (c.to_elems(), a.to_elems(), b.to_elems());
+        let (cs, xs, ys) = (c.try_to_elems()?, a.try_to_elems()?, b.try_to_elems()?);
         let st = strides(a.shape());
         tabulate("select", a.dtype(), a.shape(), |i| {
             let k = ravel(i, &st);
@@ -1221,7 +1222,7 @@ pub mod denote {
         }
         let mut out_shape = sa[..r - 2].to_vec();
         out_shape.extend([sa[r - 2], sb[r - 1]]);
-        let (xs, ys) = (a.to_elems(), b.to_elems());
+        let (xs, ys) = (a.try_to_elems()?, b.try_to_elems()?);
         let (sta, stb) = (strides(sa), strides(sb));
         let mut ia = vec![0usize; r];
         let mut ib = vec![0usize; r];
@@ -1289,7 +1290,7 @@ pub mod denote {
         } else {
             kept.iter().map(|&i| shape[i]).collect()
         };
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; shape.len()];
         let mut ridx = vec![0usize; axes.len()];
@@ -1433,7 +1434,7 @@ pub mod denote {
                 .map(|(_, &d)| d)
                 .collect()
         };
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; shape.len()];
         tabulate(name, Dtype::I64, &out_shape, |o| {
@@ -1471,7 +1472,7 @@ pub mod denote {
         // The checker's rule (no short "identity" permutations), at run time.
         tc_core::ir::check_perm(perm, r).map_err(|e| malformed("transpose", e.to_string()))?;
         let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; r];
         tabulate("transpose", x.dtype(), &out_shape, |o| {
@@ -1503,7 +1504,7 @@ pub mod denote {
             return Err(mismatch());
         }
         let shape: Vec<usize> = to.iter().map(|&d| d as usize).collect();
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let (st_in, st_out) = (strides(from), strides(&shape));
         let mut src = vec![0usize; from.len()];
         tabulate("reshape", x.dtype(), &shape, |o| {
@@ -1535,7 +1536,7 @@ pub mod denote {
                 ));
             }
         }
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; n];
         tabulate("broadcast", x.dtype(), target, |o| {
@@ -1559,7 +1560,7 @@ pub mod denote {
         }
         let mut out_shape = shape.to_vec();
         out_shape[axis] = (stop - start) as usize;
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; shape.len()];
         tabulate("slice", x.dtype(), &out_shape, |o| {
@@ -1605,7 +1606,7 @@ pub mod denote {
         }
         let mut out_shape = shape.to_vec();
         out_shape[axis] = total;
-        let data: Vec<Vec<Elem>> = xs.iter().map(|t| t.to_elems()).collect();
+        let data: Vec<Vec<Elem>> = xs.iter().map(|t| t.try_to_elems()).collect::<Result<_>>()?;
         let sts: Vec<Vec<usize>> = xs.iter().map(|t| strides(t.shape())).collect();
         let mut src = vec![0usize; shape.len()];
         tabulate("concat", first.dtype(), &out_shape, |o| {

@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod alloc;
 pub mod error;
 
 pub use error::{Error, Result};

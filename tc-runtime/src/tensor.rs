@@ -59,8 +59,9 @@ fn volume(shape: &[usize]) -> Result<usize> {
     Ok(tc_core::size::numel(shape)?)
 }
 
-/// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes.
-fn zeroed_words(nbytes: usize) -> Vec<u64> {
+/// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes, or
+/// `OutOfMemory`.
+fn zeroed_words(nbytes: usize) -> Result<Vec<u64>> {
     crate::pool::zeroed(nbytes.div_ceil(8))
 }
 
@@ -211,7 +212,7 @@ impl Tensor {
             dtype,
             shape,
             numel,
-            zeroed_words(nbytes),
+            zeroed_words(nbytes)?,
         ))
     }
 
@@ -219,7 +220,7 @@ impl Tensor {
     pub fn full(dtype: Dtype, shape: &[usize], value: Elem) -> Result<Tensor> {
         let numel = volume(shape)?;
         let nbytes = tc_core::size::bytes(dtype, numel)?;
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         for i in 0..numel {
             store(buf, dtype, i, value);
@@ -229,7 +230,7 @@ impl Tensor {
 
     /// A rank-0 tensor holding `cast[dtype] value`.
     pub fn scalar(dtype: Dtype, value: Elem) -> Tensor {
-        let mut words = zeroed_words(8);
+        let mut words = vec![0u64; 1];
         store(word_bytes_mut(&mut words, 8), dtype, 0, value);
         Tensor::from_words(dtype, &[], 1, words)
     }
@@ -249,7 +250,7 @@ impl Tensor {
             });
         }
         let nbytes = dtype.storage_bytes(numel);
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         for (i, &e) in elems.iter().enumerate() {
             store(buf, dtype, i, e);
@@ -311,7 +312,7 @@ impl Tensor {
                 return Err(Error::InvalidBool { index, byte });
             }
         }
-        let mut words = zeroed_words(expected);
+        let mut words = zeroed_words(expected)?;
         let buf = word_bytes_mut(&mut words, expected);
         buf.copy_from_slice(bytes);
         if dtype == Dtype::I4 && numel % 2 == 1 {
@@ -340,7 +341,7 @@ impl Tensor {
             });
         }
         let nbytes = dtype.storage_bytes(numel);
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         if plain_layout::<T>() {
             // `plain_layout` holds, so `T` is a sealed PLAIN element type (f32,
@@ -397,6 +398,16 @@ impl Tensor {
         (0..self.numel).map(|i| load(buf, self.dtype, i)).collect()
     }
 
+    /// [`Tensor::to_elems`], or `OutOfMemory` when the decoded elements
+    /// (16 bytes each) cannot be allocated: the interpreter's path.
+    pub fn try_to_elems(&self) -> Result<Vec<Elem>> {
+        let buf = self.bytes();
+        crate::alloc::collect(
+            self.numel,
+            (0..self.numel).map(|i| load(buf, self.dtype, i)),
+        )
+    }
+
     /// All elements as `T` (row-major); `WrongElementType` unless `T::DTYPE == dtype`.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.check_type::<T>()?;
@@ -429,16 +440,17 @@ impl Tensor {
         })
     }
 
-    /// `cast[to]` of the whole tensor (Section 2 §5).
-    pub fn cast(&self, to: Dtype) -> Tensor {
+    /// `cast[to]` of the whole tensor (Section 2 §5); `OutOfMemory` when
+    /// the result cannot be allocated.
+    pub fn cast(&self, to: Dtype) -> Result<Tensor> {
         let buf = self.bytes();
         let nbytes = to.storage_bytes(self.numel);
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
         let out = word_bytes_mut(&mut words, nbytes);
         for i in 0..self.numel {
             store(out, to, i, load(buf, self.dtype, i));
         }
-        Tensor::from_words(to, &self.shape, self.numel, words)
+        Ok(Tensor::from_words(to, &self.shape, self.numel, words))
     }
 
     /// Copy into an owned `ndarray` of `T` (`WrongElementType` on a dtype mismatch).
