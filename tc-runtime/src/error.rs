@@ -254,3 +254,37 @@ pub enum Error {
 
 /// Result with the runtime's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<tc_core::concrete::RuleError> for Error {
+    /// Each rule error is the runtime error of the same name, so the
+    /// interpreter and the JIT (which share the rule) report alike.
+    fn from(e: tc_core::concrete::RuleError) -> Error {
+        use tc_core::concrete::RuleError as R;
+        match e {
+            R::Malformed(m) => Error::Malformed(m),
+            R::Op { op, message } => Error::Op { op, message },
+            R::ReshapeVolume {
+                from,
+                to,
+                from_volume,
+                to_volume,
+            } => Error::ReshapeVolume {
+                from,
+                to,
+                from_volume,
+                to_volume,
+            },
+            R::Eval { context, source } => Error::Eval { context, source },
+            R::NegativeDim {
+                context,
+                dim,
+                value,
+            } => Error::NegativeDim {
+                context,
+                dim,
+                value,
+            },
+            R::Size(s) => Error::Size(s),
+        }
+    }
+}
