@@ -498,11 +498,13 @@ impl CompiledFn {
         self.run_with(args, &|_| None)
     }
 
-    /// Bind the contract and run, resolving calls through `resolve`.
-    pub fn run_with<'f>(
+    /// Bind the contract, check σ against the one compiled for (unless
+    /// shape-generic), and run with `nested` for calls.
+    pub(crate) fn run_nested<'f>(
         &self,
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+        nested: &Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&self.func.sig, args)?;
         if !self.generic && bound.sigma != self.sigma {
@@ -514,11 +516,7 @@ impl CompiledFn {
                 ),
             });
         }
-        let nested = |name: &str, a: &[Arg]| {
-            let callee = crate::cache::nested_callee(name, resolve, 0)?;
-            crate::cache::Jit::global().call_at(callee, a, resolve, 1)
-        };
-        self.exec(&bound, args, resolve, &nested)
+        self.exec(&bound, args, resolve, nested)
     }
 
     /// Run on arguments already bound to `bound`.

@@ -23,7 +23,7 @@
 //!
 //! Three micro-kernels, each emitted once per process as IR text,
 //! JIT-compiled with the host's `target-cpu`/`target-features` (see
-//! [`crate::codegen::attributes`]) and cached in a `OnceLock`, as the f32 one
+//! [`crate::jit::attributes`]) and cached in a `OnceLock`, as the f32 one
 //! in [`crate::matmul`]:
 //!
 //! - `i64`: an `MR × NR` tile in `<8 x i64>` accumulators (AVX-512; `<4 x
@@ -119,7 +119,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         "llvm.x86.avx2.pmadd.wd"
     };
     let pair = kind == IntKernel::Pair16;
-    crate::matmul::ukernel_text(&crate::matmul::UkrSpec {
+    crate::gemm_common::ukernel_text(&crate::gemm_common::UkrSpec {
         elem: e,
         vw,
         mr,
@@ -785,7 +785,7 @@ pub unsafe fn matmul_int_using(
             "integer matmul at {dt} with the {kind:?} kernel"
         )));
     }
-    let (batch, m, k, n) = crate::matmul::matmul_dims(sa, sb)?;
+    let (batch, m, k, n) = crate::gemm_common::matmul_dims(sa, sb)?;
     // No overflow: `matmul_dims` checked the counts (within the cap).
     let total = batch * m * n;
     if total == 0 {

@@ -652,7 +652,7 @@ pub fn strided_view(
 ) -> (Value, Vec<isize>) {
     let np = func.sig.params.len();
     let i = v.0 as usize;
-    let contiguous = |shape: &[usize]| crate::matmul::contiguous_strides(shape);
+    let contiguous = |shape: &[usize]| crate::gemm_common::contiguous_strides(shape);
     if i < np || mat[i] {
         return (v, contiguous(&vals[i].shape));
     }

@@ -13,7 +13,8 @@ use ndarray::{ArrayBase, ArrayD, ArrayViewD, Data, Dimension, IxDyn};
 use tc_core::Dtype;
 
 use crate::cast;
-use crate::elem::{Elem, Element};
+use crate::elem::Elem;
+use crate::element::Element;
 use crate::error::{Error, Result};
 
 /// How many elements `Display`/`Debug` print before eliding the rest with `...`.
