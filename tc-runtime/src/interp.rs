@@ -872,7 +872,9 @@ pub mod denote {
             unravel(lin, shape, &mut idx);
             out.push(f(&idx)?);
         }
-        Tensor::from_elems(dt, shape, &out)
+        // Exact: every element is already a value of `dt` (§5.x results are
+        // rounded by `fl`/`int`; data movement copies stored values).
+        Tensor::from_values(dt, shape, &out)
     }
 
     /// A float result in dtype `dt`: F32 as is, narrower floats rounded (§3).

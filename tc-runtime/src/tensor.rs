@@ -112,8 +112,9 @@ fn store(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
             Dtype::BF16 => {
                 buf[2 * i..2 * i + 2].copy_from_slice(&cast::bf16_from_f32(x).to_le_bytes())
             }
-            Dtype::F8E4M3 => buf[i] = cast::f8e4m3_from_f32(x),
-            _ => buf[i] = cast::f8e5m2_from_f32(x),
+            // Exact for a member of the value set (F8E5M2's ±inf included);
+            // callers that cast round first ([`store_cast`]).
+            _ => buf[i] = cast::store_bits(x, dtype).unwrap_or(0) as u8,
         }
         return;
     }
@@ -128,6 +129,11 @@ fn store(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
         Elem::B(b) => buf[i] = b as u8,
         Elem::F(_) => {} // unreachable: convert to a non-float dtype gives I or B
     }
+}
+
+/// Store `cast[dtype] e` (Section 2 §5: a float rounded, F8 saturating).
+fn store_cast(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
+    store(buf, dtype, i, cast::convert(e, dtype));
 }
 
 /// Decode element `i` of a `dtype` buffer (the index must be in range).
@@ -224,7 +230,7 @@ impl Tensor {
         let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         for i in 0..numel {
-            store(buf, dtype, i, value);
+            store_cast(buf, dtype, i, value);
         }
         Ok(Tensor::from_words(dtype, shape, numel, words))
     }
@@ -232,7 +238,7 @@ impl Tensor {
     /// A rank-0 tensor holding `cast[dtype] value`.
     pub fn scalar(dtype: Dtype, value: Elem) -> Tensor {
         let mut words = vec![0u64; 1];
-        store(word_bytes_mut(&mut words, 8), dtype, 0, value);
+        store_cast(word_bytes_mut(&mut words, 8), dtype, 0, value);
         Tensor::from_words(dtype, &[], 1, words)
     }
 
@@ -242,6 +248,29 @@ impl Tensor {
     ///
     /// `DataLength` when `elems.len()` is not the volume of `shape`.
     pub fn from_elems(dtype: Dtype, shape: &[usize], elems: &[Elem]) -> Result<Tensor> {
+        let numel = volume(shape)?;
+        if elems.len() != numel {
+            return Err(Error::DataLength {
+                shape: shape.to_vec(),
+                expected: numel,
+                found: elems.len(),
+            });
+        }
+        let nbytes = dtype.storage_bytes(numel);
+        let mut words = zeroed_words(nbytes)?;
+        let buf = word_bytes_mut(&mut words, nbytes);
+        for (i, &e) in elems.iter().enumerate() {
+            store_cast(buf, dtype, i, e);
+        }
+        Ok(Tensor::from_words(dtype, shape, numel, words))
+    }
+
+    /// Build from elements that are already values of `dtype` (the
+    /// interpreter's results: rounded arithmetic, or copies of stored
+    /// elements), stored exactly: unlike [`Tensor::from_elems`] no cast is
+    /// applied, so F8E5M2's ±inf survives data movement
+    /// ([`cast::store_bits`]).
+    pub fn from_values(dtype: Dtype, shape: &[usize], elems: &[Elem]) -> Result<Tensor> {
         let numel = volume(shape)?;
         if elems.len() != numel {
             return Err(Error::DataLength {
@@ -449,7 +478,7 @@ impl Tensor {
         let mut words = zeroed_words(nbytes)?;
         let out = word_bytes_mut(&mut words, nbytes);
         for i in 0..self.numel {
-            store(out, to, i, load(buf, self.dtype, i));
+            store_cast(out, to, i, load(buf, self.dtype, i));
         }
         Ok(Tensor::from_words(to, &self.shape, self.numel, words))
     }
