@@ -490,6 +490,57 @@ fn run(
     }
 }
 
+/// Rewrite the variables the facts equate (`N == H`: a local `dim` binding,
+/// a `requires`) to one representative (the least name) in every other
+/// fact and in the goal. Sound: equals for equals. It matters inside `%`
+/// and `/`, whose quotient and remainder the linearisation introduces per
+/// syntactic atom: `D % N` and `D % H` are unrelated atoms unless `N` is
+/// replaced. The equalities themselves stay, so every variable keeps its
+/// value in a counterexample.
+fn unalias(facts: &[Pred], goal: Option<&Pred>) -> (Vec<Pred>, Option<Pred>) {
+    let mut rep: BTreeMap<String, String> = BTreeMap::new();
+    fn find(rep: &BTreeMap<String, String>, v: &str) -> String {
+        let mut v = v.to_string();
+        while let Some(r) = rep.get(&v) {
+            v = r.clone();
+        }
+        v
+    }
+    fn is_alias(p: &Pred) -> Option<(&str, &str)> {
+        match p {
+            Pred::Cmp(a, CmpOp::Eq, b) => a.as_var().zip(b.as_var()).filter(|(x, y)| x != y),
+            _ => None,
+        }
+    }
+    for p in facts {
+        if let Some((a, b)) = is_alias(p) {
+            let (ra, rb) = (find(&rep, a), find(&rep, b));
+            if ra != rb {
+                let (lo, hi) = if ra < rb { (ra, rb) } else { (rb, ra) };
+                rep.insert(hi, lo);
+            }
+        }
+    }
+    if rep.is_empty() {
+        return (facts.to_vec(), goal.cloned());
+    }
+    let map: BTreeMap<String, Dim> = rep
+        .keys()
+        .map(|v| (v.clone(), Dim::var(&find(&rep, v))))
+        .collect();
+    let facts = facts
+        .iter()
+        .map(|p| {
+            if is_alias(p).is_some() {
+                p.clone()
+            } else {
+                p.subst(&map)
+            }
+        })
+        .collect();
+    (facts, goal.map(|g| g.subst(&map)))
+}
+
 fn solve(
     (solver, rlimit): (&Solver, &Cell<Option<u32>>),
     facts: &[Pred],
@@ -498,6 +549,8 @@ fn solve(
     budget: Budget,
     stats: &mut Stats,
 ) -> Outcome {
+    let (facts, goal) = unalias(facts, goal);
+    let goal = goal.as_ref();
     let mut lin = Linearizer::default();
     let mut preds: Vec<Pred> = facts.iter().map(|p| lin.lower_pred(p)).collect();
     let goal = goal.map(|g| lin.lower_pred(g));

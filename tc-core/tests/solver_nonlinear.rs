@@ -345,3 +345,28 @@ fn minimisation_at_any_budget_is_a_rejection_never_a_crash() {
     let cexs: Vec<String> = es.iter().map(cex_string).collect();
     assert!(cexs.iter().any(|c| c == "A = 3, B = 1"), "{cexs:?}");
 }
+
+/// Variables Γ equates (`n == H`: a local `let n = dim(g, 0)` of a
+/// `g: [H]`, or a `requires`) are the same divisor: `D % H == 0` entails
+/// `D % n == 0`. The linearisation treats `D % n` and `D % H` as different
+/// atoms, so without rewriting aliases this was E0501 (found passing a
+/// local dim binding to a callee with `requires(D % H == 0)`).
+#[test]
+fn equated_variables_share_their_divisibility_facts() {
+    let mut g = Ctx::new();
+    for n in ["D", "H", "N"] {
+        g.declare(n);
+    }
+    g.assume(Pred::eq(v("D").rem(&v("H")), 0));
+    g.assume(Pred::eq(v("N"), v("H")));
+    let goal = Pred::eq(v("D").rem(&v("N")), 0);
+    assert_eq!(solver::entails(&g, &goal), Entailment::Valid);
+    let goal = Pred::eq(v("D").div(&v("N")) * v("N"), v("D"));
+    assert_eq!(solver::entails(&g, &goal), Entailment::Valid);
+    // Still refuted where it fails, with every variable in the counterexample.
+    let goal = Pred::eq(v("D").rem(&(v("N") * 2)), 0);
+    match solver::entails(&g, &goal) {
+        Entailment::Invalid(c) => assert_eq!(c.to_string(), "D = 1, N = 1"),
+        other => panic!("{other:?}"),
+    }
+}
