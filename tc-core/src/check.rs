@@ -195,14 +195,13 @@ impl<'a> Checker<'a> {
     /// variable: an accepted signature must be callable.
     fn check_vars_inferable(&mut self, sig: &Signature) {
         let tensor_dims = || {
-            sig.params.iter().flat_map(|p| match &p.ty {
-                Type::Tensor(t) => t
-                    .shape
+            // Tensor dims and dim parameters (`heads: Dim![H]`) alike.
+            sig.params.iter().flat_map(|p| {
+                p.ty.param_dims()
                     .iter()
                     .enumerate()
                     .map(|(i, d)| (d, p.dim_spans.get(i).copied().unwrap_or(p.span)))
-                    .collect::<Vec<_>>(),
-                _ => Vec::new(),
+                    .collect::<Vec<_>>()
             })
         };
         let bare: std::collections::BTreeSet<&str> =
@@ -282,11 +281,9 @@ impl<'a> Checker<'a> {
             return;
         }
         for p in &sig.params {
-            if let Type::Tensor(t) = &p.ty {
-                for (i, d) in t.shape.iter().enumerate() {
-                    let span = p.dim_spans.get(i).copied().unwrap_or(p.span);
-                    self.dim_formed(d, span);
-                }
+            for (i, d) in p.ty.param_dims().iter().enumerate() {
+                let span = p.dim_spans.get(i).copied().unwrap_or(p.span);
+                self.dim_formed(d, span);
             }
         }
         if let Type::Tensor(t) = &sig.ret {
@@ -1654,6 +1651,33 @@ impl<'a> Checker<'a> {
                     }
                 }
                 (Type::Scalar(pd), Type::Scalar(ad)) if pd == ad => {}
+                // A dim argument binds like one tensor dim (Section 1 §6 site 1).
+                (Type::Dim(pd), Type::Dim(ad)) => {
+                    if let Some(v) = pd.as_var() {
+                        theta.entry(v.to_string()).or_insert_with(|| ad.clone());
+                    }
+                }
+                (pt, at) if matches!(pt, Type::Dim(_)) || matches!(at, Type::Dim(_)) => {
+                    self.err(
+                        Diagnostic::new(
+                            codes::KIND_MISMATCH,
+                            R_CALL,
+                            inst.arg_span(i),
+                            format!(
+                                "argument `{}` of `{name}`: expected a {} (`{pt}`), found a {} (`{at}`)",
+                                p.name,
+                                pt.kind_name(),
+                                at.kind_name()
+                            ),
+                        )
+                        .help(if matches!(pt, Type::Dim(_)) {
+                            "a dim parameter takes a dim: a shape variable, a module constant, an integer literal or a dim expression such as `2 * H`"
+                        } else {
+                            "a dim is not a tensor: pass a tensor here, or make the parameter a `Dim![…]`"
+                        }),
+                    );
+                    return None;
+                }
                 (pt, at) => {
                     self.err(Diagnostic::new(
                         codes::KIND_MISMATCH,

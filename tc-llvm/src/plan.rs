@@ -49,6 +49,10 @@ pub enum VKind {
     TensorParam(usize),
     /// Scalar parameter `i`.
     ScalarParam(usize),
+    /// Dim parameter `i` (`heads: Dim![H]`, Section 1 §6 site 1): its size is
+    /// in σ (so in the kernel cache's key), it has no buffer and no kernel
+    /// reads it; only calls pass it on.
+    DimParam(usize),
     /// Instruction `i` of the body.
     Inst(usize),
 }
@@ -192,6 +196,7 @@ pub fn shapes<'f>(
                 vals.push(ValInfo::new(t.dtype, shape, VKind::TensorParam(i))?);
             }
             Type::Scalar(dt) => vals.push(ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?),
+            Type::Dim(_) => vals.push(ValInfo::new(Dtype::I64, vec![], VKind::DimParam(i))?),
             _ => {
                 return Err(Error::Malformed(format!(
                     "parameter `{}` is neither a tensor nor a scalar",
@@ -214,9 +219,9 @@ pub fn shapes<'f>(
         };
         let tensor = |v: &Value| -> Result<&ValInfo, Error> {
             let x = get(v)?;
-            if let VKind::ScalarParam(_) = x.kind {
+            if let VKind::ScalarParam(_) | VKind::DimParam(_) = x.kind {
                 return Err(Error::Malformed(format!(
-                    "{v} is a scalar where a tensor is needed"
+                    "{v} is a scalar or dim where a tensor is needed"
                 )));
             }
             Ok(x)
@@ -498,6 +503,16 @@ pub fn shapes<'f>(
                             }
                         }
                     }
+                    // A dim argument is a caller's dim parameter: its size is
+                    // its dim under the caller's σ.
+                    if let (Type::Dim(d), Some(Type::Dim(cd))) =
+                        (&p.ty, func.sig.params.get(v.0 as usize).map(|q| &q.ty))
+                    {
+                        if let Some(var) = d.as_var() {
+                            let n = eval(cd, &sigma, "call")?;
+                            cs.entry(var.to_string()).or_insert(n as i64);
+                        }
+                    }
                 }
                 match &callee.sig.ret {
                     Type::Tensor(t) => (
@@ -527,8 +542,10 @@ pub fn shapes<'f>(
     let ret = vals
         .get(func.ret.0 as usize)
         .ok_or_else(|| Error::Malformed("return".into()))?;
-    if let VKind::ScalarParam(_) = ret.kind {
-        return Err(Error::Malformed("a scalar parameter is returned".into()));
+    if let VKind::ScalarParam(_) | VKind::DimParam(_) = ret.kind {
+        return Err(Error::Malformed(
+            "a scalar or dim parameter is returned".into(),
+        ));
     }
     if let Type::Tensor(t) = &func.sig.ret {
         let ok = t.dtype == ret.dtype
@@ -970,7 +987,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
 fn leaves(func: &Function, mat: &[bool], np: usize, v: Value, root: bool, out: &mut Vec<Value>) {
     let i = v.0 as usize;
     if i < np || (mat[i] && !root) {
-        if i < np && matches!(func.sig.params[i].ty, Type::Scalar(_)) {
+        if i < np && matches!(func.sig.params[i].ty, Type::Scalar(_) | Type::Dim(_)) {
             return;
         }
         if !out.contains(&v) {

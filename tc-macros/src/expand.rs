@@ -44,6 +44,7 @@ fn arg_expr(name: &Ident, kind: Option<ParamKind>) -> TokenStream {
         Some(ParamKind::Scalar(Dtype::I32 | Dtype::I16 | Dtype::I8 | Dtype::I4)) => {
             quote!(::tc::runtime::contract::Arg::from(::core::primitive::i64::from(#name)))
         }
+        Some(ParamKind::Dim) => quote!(::tc::runtime::contract::Arg::Dim(#name)),
         _ => quote!(::tc::runtime::contract::Arg::from(#name)),
     }
 }
@@ -65,6 +66,9 @@ fn rust_sig(item: &ItemFn) -> RustSig {
             // so the user's import of the macro is used and IDEs see it.
             Some(ParamKind::Tensor) => pt.ty.to_token_stream(),
             Some(ParamKind::Scalar(dt)) => scalar_rust_type(dt),
+            // Kept as written too: `Dim![…]` expands to `usize`, the size the
+            // caller passes (checked against the dim range by `Arg::Dim`'s contract).
+            Some(ParamKind::Dim) => pt.ty.to_token_stream(),
             None => pt.ty.to_token_stream(),
         };
         let pat = match &*pt.pat {

@@ -30,6 +30,9 @@ enum Local {
     Scalar(Scalar, Option<Value>),
     /// A local dim binding `let n = dim(&x, 0)`.
     Dim,
+    /// A dim parameter `heads: Dim![H]`: its value (passed on to calls) and
+    /// its dim as written (`H`), which is what a shape in the body names.
+    DimParam(Value, String),
     /// A binding whose initialiser had an error.
     Poison,
 }
@@ -75,6 +78,9 @@ impl DimNames for BodyNames<'_> {
                 "`{name}` is a tensor, not a dim: bind one of its sizes with `let n = dim(&{name}, axis);`"
             )),
             Some(Local::Scalar(..)) => Err(format!("`{name}` is a scalar, not a dim")),
+            Some(Local::DimParam(_, d)) => Err(format!(
+                "`{name}` is a dim parameter; in a dim, write its dim `{d}` (the parameter binds it)"
+            )),
             _ => Ok(()),
         }
     }
@@ -383,6 +389,10 @@ impl Lowerer<'_> {
                     Some(Local::Dim) => self.fail(err_at(
                         e,
                         format!("`{id}` is a dim, not a tensor (use it in a shape, e.g. `full::<f32>([{id}], 0.0)`)"),
+                    )),
+                    Some(Local::DimParam(_, d)) => self.fail(err_at(
+                        e,
+                        format!("`{id}` is a dim parameter, not a tensor (use its dim `{d}` in a shape, e.g. `full::<f32>([{d}], 0.0)`, or pass `{id}` to a tensor fn's dim parameter)"),
                     )),
                     None => self.fail(err_at(e, format!("unknown name `{id}` in a tensor_fn body"))),
                 }
@@ -760,6 +770,14 @@ impl Lowerer<'_> {
         let mut ok = true;
         for a in args {
             let s = self.spans.alloc(*a);
+            let local = ident_of(a).and_then(|id| self.env.get(&id.to_string()));
+            if let Some(Local::DimParam(v, _)) = local {
+                // A dim parameter passed on: the callee's parameter (dim or
+                // not) is matched against its `Dim[…]` type by the checker.
+                vals.push(*v);
+                ss.push(s);
+                continue;
+            }
             match self.expr(a) {
                 Operand::Tensor(v) => vals.push(v),
                 Operand::Scalar(_, Some(v)) => vals.push(v),
@@ -927,6 +945,7 @@ pub fn function(
     for (i, p) in sig.params.iter().enumerate() {
         let local = match &p.ty {
             Type::Scalar(_) => Local::Scalar(Scalar::Param(i), Some(Value(i as u32))),
+            Type::Dim(d) => Local::DimParam(Value(i as u32), d.to_string()),
             _ => Local::Tensor(Value(i as u32)),
         };
         env.insert(p.name.clone(), local);
