@@ -56,6 +56,42 @@ pub mod heads {
         concat([x, x], 0)
     }
 
+    /// GPT-2 small's head count as a module constant.
+    pub const N_HEAD: usize = 12;
+
+    /// Calls with a dim argument (Section 2 §17): the callee's `H` is bound
+    /// to the caller's dim expression. A module constant: GPT-2 small.
+    #[tensor_fn(requires(D % N_HEAD == 0))]
+    pub fn split_gpt2(x: Tensor![f32; B, S, D]) -> Tensor![f32; B, N_HEAD, S, D / N_HEAD] {
+        split_heads(x, N_HEAD)
+    }
+
+    /// An integer literal.
+    #[tensor_fn(requires(D % 4 == 0))]
+    pub fn split_four(x: Tensor![f32; B, S, D]) -> Tensor![f32; B, 4, S, D / 4] {
+        split_heads(x, 4)
+    }
+
+    /// A compound dim: twice the caller's heads.
+    #[tensor_fn(requires(D % (2 * H) == 0))]
+    pub fn split_double(
+        x: Tensor![f32; B, S, D],
+        heads: Dim![H],
+    ) -> Tensor![f32; B, 2 * H, S, D / (2 * H)] {
+        split_heads(x, 2 * H)
+    }
+
+    /// A shape variable bound by a tensor of the caller: the old
+    /// witness-tensor style still calls the new signature.
+    #[tensor_fn(requires(D % H == 0))]
+    pub fn split_like(
+        x: Tensor![f32; B, S, D],
+        gate: Tensor![f32; H],
+    ) -> Tensor![f32; B, H, S, D / H] {
+        let a = split_heads(x, H);
+        a + a
+    }
+
     /// A dim parameter that opts into 0 (`N >= 0`): an empty mask is legal.
     #[tensor_fn(requires(N >= 0))]
     pub fn maybe_empty(n: Dim![N]) -> Tensor![f32; N] {
@@ -282,4 +318,28 @@ fn a_compound_dim_parameter_is_checked_at_the_call() {
         matches!(&err, Error::DimArg { param, dim, expected: 6, found: 5, .. } if param == "two_w" && dim == "2 * W"),
         "{err}"
     );
+}
+
+#[test]
+fn calls_bind_the_callee_dim_to_the_callers_dim_expression() {
+    let x = ramp(&[2, 3, 24], 0.13);
+    let y = both(|| heads::split_gpt2(x.clone())).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), split_ref(&x, 12));
+    let y = both(|| heads::split_four(x.clone())).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), split_ref(&x, 4));
+    for h in [1, 2, 3, 6] {
+        let y = both(|| heads::split_double(x.clone(), h)).unwrap();
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            split_ref(&x, 2 * h),
+            "heads = {h}"
+        );
+    }
+    let gate = Tensor::from_vec(&[3], vec![0.0f32; 3]).unwrap();
+    let y = both(|| heads::split_like(x.clone(), gate.clone())).unwrap();
+    let twice: Vec<f32> = split_ref(&x, 3).iter().map(|v| v + v).collect();
+    assert_eq!(y.to_vec::<f32>().unwrap(), twice);
+    // The caller's own `requires` still guards its call: 24 % (2 * 5) != 0.
+    let err = both(|| heads::split_double(x.clone(), 5)).unwrap_err();
+    assert!(matches!(err, Error::Predicate { .. }), "{err}");
 }

@@ -824,6 +824,10 @@ impl<'a> Checker<'a> {
                 ok.then(|| Type::tensor(*dt, shape.clone()))
             }
             Op::Call(name, _) => self.call(name, inst, &operands),
+            // A call's dim argument: formed like any dim in a body.
+            Op::Dim(d) => self
+                .dim_formed(d, inst.arg_span(0))
+                .then(|| Type::Dim(d.clone())),
         }
     }
 

@@ -49,10 +49,11 @@ pub enum VKind {
     TensorParam(usize),
     /// Scalar parameter `i`.
     ScalarParam(usize),
-    /// Dim parameter `i` (`heads: Dim![H]`, Section 1 §6 site 1): its size is
-    /// in σ (so in the kernel cache's key), it has no buffer and no kernel
-    /// reads it; only calls pass it on.
-    DimParam(usize),
+    /// A dim value of this size: a dim parameter (`heads: Dim![H]`, Section 1
+    /// §6 site 1) or an [`Op::Dim`] call argument. Its size follows from σ
+    /// (so from the kernel cache's key); it has no buffer, no kernel reads it
+    /// (the verifier admits it only as a call operand), calls pass it on.
+    Dim(usize),
     /// Instruction `i` of the body.
     Inst(usize),
 }
@@ -196,7 +197,10 @@ pub fn shapes<'f>(
                 vals.push(ValInfo::new(t.dtype, shape, VKind::TensorParam(i))?);
             }
             Type::Scalar(dt) => vals.push(ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?),
-            Type::Dim(_) => vals.push(ValInfo::new(Dtype::I64, vec![], VKind::DimParam(i))?),
+            Type::Dim(d) => {
+                let n = eval(d, &sigma, &format!("parameter `{}`", p.name))?;
+                vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
+            }
             _ => {
                 return Err(Error::Malformed(format!(
                     "parameter `{}` is neither a tensor nor a scalar",
@@ -213,13 +217,18 @@ pub fn shapes<'f>(
                 .ok_or_else(|| Error::Malformed(format!("dim binding `{}`", b.name)))?;
             sigma.insert(b.name.clone(), *n as i64);
         }
+        if let Op::Dim(d) = &inst.op {
+            let n = eval(d, &sigma, &format!("dim argument `{d}`"))?;
+            vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
+            continue;
+        }
         let get = |v: &Value| -> Result<&ValInfo, Error> {
             vals.get(v.0 as usize)
                 .ok_or_else(|| Error::Malformed(format!("{v} is not defined")))
         };
         let tensor = |v: &Value| -> Result<&ValInfo, Error> {
             let x = get(v)?;
-            if let VKind::ScalarParam(_) | VKind::DimParam(_) = x.kind {
+            if let VKind::ScalarParam(_) | VKind::Dim(_) = x.kind {
                 return Err(Error::Malformed(format!(
                     "{v} is a scalar or dim where a tensor is needed"
                 )));
@@ -503,14 +512,12 @@ pub fn shapes<'f>(
                             }
                         }
                     }
-                    // A dim argument is a caller's dim parameter: its size is
-                    // its dim under the caller's σ.
-                    if let (Type::Dim(d), Some(Type::Dim(cd))) =
-                        (&p.ty, func.sig.params.get(v.0 as usize).map(|q| &q.ty))
+                    // A dim argument binds like one tensor dim.
+                    if let (Type::Dim(d), Some(VKind::Dim(n))) =
+                        (&p.ty, vals.get(v.0 as usize).map(|x| &x.kind))
                     {
                         if let Some(var) = d.as_var() {
-                            let n = eval(cd, &sigma, "call")?;
-                            cs.entry(var.to_string()).or_insert(n as i64);
+                            cs.entry(var.to_string()).or_insert(*n as i64);
                         }
                     }
                 }
@@ -526,6 +533,7 @@ pub fn shapes<'f>(
                     _ => return Err(Error::Malformed(format!("`{name}` returns no tensor"))),
                 }
             }
+            Op::Dim(_) => return Err(Error::Malformed("dim value planned as a tensor".into())),
         };
         vals.push(ValInfo::new(dtype, shape, VKind::Inst(ii))?);
     }
@@ -542,7 +550,7 @@ pub fn shapes<'f>(
     let ret = vals
         .get(func.ret.0 as usize)
         .ok_or_else(|| Error::Malformed("return".into()))?;
-    if let VKind::ScalarParam(_) | VKind::DimParam(_) = ret.kind {
+    if let VKind::ScalarParam(_) | VKind::Dim(_) = ret.kind {
         return Err(Error::Malformed(
             "a scalar or dim parameter is returned".into(),
         ));
@@ -575,7 +583,7 @@ pub fn shapes<'f>(
 pub fn inlinable(op: &Op) -> bool {
     !matches!(
         op,
-        Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..)
+        Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..) | Op::Dim(_)
     )
 }
 
@@ -684,6 +692,8 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 name: name.clone(),
                 args: args.clone(),
             }),
+            // A size, no buffer: the call that takes it reads its `VKind::Dim`.
+            Op::Dim(_) => {}
             _ => {
                 let mut inputs = Vec::new();
                 leaves(func, &mat, np, out, true, &mut inputs);
@@ -979,6 +989,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Call(..) => Dtype::F32,
+        Op::Dim(_) => Dtype::I64,
     }
 }
 

@@ -331,6 +331,10 @@ fn op(o: &Op) -> TokenStream {
             let (n, xs) = (string(n), values(xs));
             quote!(__tc::Op::Call(#n, #xs))
         }
+        Op::Dim(d) => {
+            let d = dim(d);
+            quote!(__tc::Op::Dim(#d))
+        }
     }
 }
 

@@ -768,15 +768,24 @@ impl Lowerer<'_> {
         let mut vals = Vec::new();
         let mut ss = Vec::new();
         let mut ok = true;
-        for a in args {
+        let callee_sig = self.sigs.get(&n);
+        for (i, a) in args.iter().enumerate() {
             let s = self.spans.alloc(*a);
-            let local = ident_of(a).and_then(|id| self.env.get(&id.to_string()));
-            if let Some(Local::DimParam(v, _)) = local {
-                // A dim parameter passed on: the callee's parameter (dim or
-                // not) is matched against its `Dim[…]` type by the checker.
-                vals.push(*v);
-                ss.push(s);
-                continue;
+            let wants_dim = callee_sig
+                .and_then(|sig| sig.params.get(i))
+                .is_some_and(|p| matches!(p.ty, Type::Dim(_)));
+            match self.dim_arg(a, wants_dim) {
+                Some(Some(v)) => {
+                    vals.push(v);
+                    ss.push(s);
+                    continue;
+                }
+                Some(None) => {
+                    ok = false;
+                    ss.push(s);
+                    continue;
+                }
+                None => {}
             }
             match self.expr(a) {
                 Operand::Tensor(v) => vals.push(v),
@@ -798,6 +807,32 @@ impl Lowerer<'_> {
         // Attribute 0: the callee's name (where a recursive call is reported).
         let callee = vec![self.spans.alloc(name)];
         self.push(Op::Call(n, vals), whole, ss, callee)
+    }
+
+    /// A call argument as a dim value (Section 1 §6 site 1): a dim parameter
+    /// of the caller is passed on as is; for a dim parameter of the callee,
+    /// any other argument that is not a tensor or scalar name is a dim
+    /// expression (`H`, `12`, `2 * H`, a module constant), lowered to an
+    /// [`Op::Dim`]. `None`: not a dim, lower it as an expression (the checker
+    /// then reports a kind mismatch against a dim parameter); `Some(None)`:
+    /// a malformed dim, already reported.
+    fn dim_arg(&mut self, a: &Expr, wants_dim: bool) -> Option<Option<Value>> {
+        let local = ident_of(a).and_then(|id| self.env.get(&id.to_string()));
+        match local {
+            Some(Local::DimParam(v, _)) => return Some(Some(*v)),
+            Some(Local::Tensor(_) | Local::Scalar(..) | Local::Poison) => return None,
+            Some(Local::Dim) | None => {}
+        }
+        if !wants_dim {
+            return None;
+        }
+        let Some((d, span)) = self.dim(a) else {
+            return Some(None);
+        };
+        match self.push(Op::Dim(d), a, vec![span], vec![]) {
+            Operand::Tensor(v) => Some(Some(v)),
+            _ => Some(None),
+        }
     }
 
     fn let_stmt(&mut self, l: &syn::Local) {

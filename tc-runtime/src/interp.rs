@@ -510,6 +510,14 @@ impl<'a, 'f> Machine<'a, 'f> {
             return Ok(false);
         };
         self.apply_dim_bindings(self.pc)?;
+        if let Op::Dim(d) = &inst.op {
+            // A call's dim argument: its size under σ, no handle (Section 1 §6 site 1).
+            let n = eval_dim(d, &self.sigma, &format!("dim argument `{d}`"))?;
+            self.env.push(Val::Dim(n));
+            self.pc += 1;
+            self.steps += 1;
+            return Ok(true);
+        }
         let (data, callee_steps) = match &inst.op {
             Op::Call(name, xs) => self.call(name, xs)?,
             op => (self.apply(op)?, 0),
@@ -733,6 +741,7 @@ impl<'a, 'f> Machine<'a, 'f> {
             Op::Call(name, _) => {
                 return Err(Error::Malformed(format!("call of `{name}` outside a step")))
             }
+            Op::Dim(d) => return Err(Error::Malformed(format!("dim value `{d}` outside a step"))),
         };
         Ok(t)
     }
