@@ -1873,7 +1873,17 @@ fn sub_diag(
         SubtypeError::Dim { .. } => codes::SHAPE_MISMATCH,
         _ => codes::REFINEMENT,
     };
-    Diagnostic::new(code, R_SUB, span, format!("{what}: {}", e.describe()))
+    let describe = match (e, expected) {
+        // A dim value has one dim: no "dimension 0".
+        (
+            SubtypeError::Dim {
+                found, expected, ..
+            },
+            Type::Dim(_),
+        ) => format!("expected `{expected}`, found `{found}`"),
+        _ => e.describe(),
+    };
+    Diagnostic::new(code, R_SUB, span, format!("{what}: {describe}"))
         .with_cex(e.cex().cloned())
         .note(format!("expected `{expected}`\n     found `{found}`"))
 }
