@@ -1,5 +1,0 @@
-#[test]
-fn one() {
-    let t = trybuild::TestCases::new();
-    t.compile_fail("tests/ui/calls/dim_arg_mismatch.rs");
-}
