@@ -319,3 +319,48 @@ proptest! {
         run_all(attr, &src);
     }
 }
+
+/// Dim parameters (Section 1 §6 site 1): well-formed ones expand to a
+/// `usize` parameter passed as `Arg::Dim`; malformed ones are compile errors
+/// (never a panic) with the signature still emitted, so callers see no
+/// secondary errors.
+#[test]
+fn dim_parameters_expand_or_fail_cleanly() {
+    let good = [
+        ("requires(D % H == 0)", "pub fn split(x: Tensor![f32; B, S, D], heads: Dim![H]) -> Tensor![f32; B, H, S, D / H] { \
+          transpose(reshape(x, [B, S, H, D / H]), [0, 2, 1, 3]) }"),
+        ("", "pub fn ones(n: Dim![N]) -> Tensor![f32; N, N] { full::<f32>([N, N], 1.0) }"),
+        ("", "pub fn named(N: Dim![N]) -> Tensor![f32; N] { full::<f32>([N], 1.0) }"),
+        ("", "pub fn twice(x: Tensor![f32; W], w2: Dim![2 * W]) -> Tensor![f32; 2 * W] { concat([x, x], 0) }"),
+    ];
+    for (attr, src) in good {
+        let out = expand::tensor_fn(ts(attr), ts(src));
+        assert!(
+            !has_compile_error(&out),
+            "unexpected error for {src}:\n{out}"
+        );
+        assert_well_formed(&out);
+        let s = out.to_string();
+        assert!(s.contains("Arg :: Dim"), "{s}");
+    }
+    let bad = [
+        "Dim![]",
+        "Dim![H, W]",
+        "Dim![H where H > 1]",
+        "Dim![0]",
+        "Dim![-1]",
+        "Dim![99999999999999999999]",
+        "Dim![H * W]",
+        "Dim![8 * F]",
+        "Dim![H +]",
+    ];
+    for ty in bad {
+        let src = format!("pub fn f(x: Tensor![f32; W, H], d: {ty}) -> Tensor![f32; W, H] {{ x }}");
+        let out = expand::tensor_fn(ts(""), ts(&src));
+        assert!(has_compile_error(&out), "no error for {ty}:\n{out}");
+        assert!(
+            out.to_string().contains("pub fn f"),
+            "signature not re-emitted for {ty}"
+        );
+    }
+}
