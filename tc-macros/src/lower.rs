@@ -66,6 +66,9 @@ struct Lowerer<'a> {
     broken_callee: bool,
     /// Current recursion depth of `expr`.
     depth: usize,
+    /// The signature's shape variables and module constants: names that are
+    /// dims, not values (for the error when one is passed for a tensor).
+    dim_names: BTreeSet<String>,
 }
 
 /// Body dims: names of tensors and scalars are not dims.
@@ -773,10 +776,10 @@ impl Lowerer<'_> {
         let callee_sig = self.sigs.get(&n);
         for (i, a) in args.iter().enumerate() {
             let s = self.spans.alloc(*a);
-            let wants_dim = callee_sig
-                .and_then(|sig| sig.params.get(i))
-                .is_some_and(|p| matches!(p.ty, Type::Dim(_)));
-            match self.dim_arg(a, wants_dim) {
+            let param = callee_sig.and_then(|sig| sig.params.get(i));
+            let wants_dim = param.is_some_and(|p| matches!(p.ty, Type::Dim(_)));
+            let what = param.map(|p| format!("argument `{}` of `{n}`", p.name));
+            match self.dim_arg(a, wants_dim, what.as_deref()) {
                 Some(Some(v)) => {
                     vals.push(v);
                     ss.push(s);
@@ -818,7 +821,7 @@ impl Lowerer<'_> {
     /// [`Op::Dim`]. `None`: not a dim, lower it as an expression (the checker
     /// then reports a kind mismatch against a dim parameter); `Some(None)`:
     /// a malformed dim, already reported.
-    fn dim_arg(&mut self, a: &Expr, wants_dim: bool) -> Option<Option<Value>> {
+    fn dim_arg(&mut self, a: &Expr, wants_dim: bool, what: Option<&str>) -> Option<Option<Value>> {
         let local = ident_of(a).and_then(|id| self.env.get(&id.to_string()));
         match local {
             Some(Local::DimParam(v, _)) => return Some(Some(*v)),
@@ -826,6 +829,24 @@ impl Lowerer<'_> {
             Some(Local::Dim) | None => {}
         }
         if !wants_dim {
+            let id = ident_of(a).map(|id| id.to_string());
+            let what = what.filter(|_| local.is_none());
+            if let (Some(id), Some(what)) = (id.filter(|id| self.dim_names.contains(id)), what) {
+                let code = tc_core::diag::codes::KIND_MISMATCH;
+                // A shape variable or constant where the callee takes a tensor
+                // or scalar: a kind mismatch, not an unknown name.
+                self.errors.push(err_at(
+                    a,
+                    format!(
+                        "[{code}] call (Section 2 §17): {what}: expected a tensor or scalar, found the dim `{id}`{}",
+                        crate::check::help_line(
+                            Some("only a `Dim![…]` parameter takes a dim: pass a tensor, or make the callee's parameter a `Dim![…]`"),
+                            code
+                        )
+                    ),
+                ));
+                return Some(None);
+            }
             return None;
         }
         let Some((d, span)) = self.dim(a) else {
@@ -998,6 +1019,12 @@ pub fn function(
         errors: Vec::new(),
         broken_callee: false,
         depth: 0,
+        dim_names: sig
+            .vars
+            .iter()
+            .map(|v| v.name.clone())
+            .chain(sig.consts.iter().map(|(c, _)| c.clone()))
+            .collect(),
     };
     let mut ret: Option<(Operand, SpanId, &Expr)> = None;
     let n = block.stmts.len();

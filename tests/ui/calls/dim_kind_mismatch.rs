@@ -22,6 +22,11 @@ mod m {
     pub fn dim_for_tensor(k: Tensor![f32; B, KV, S, E], n_heads: Dim![H]) -> Tensor![f32; B, H, S, E] {
         repeat_kv(n_heads, k)
     }
+
+    #[tensor_fn]
+    pub fn var_for_tensor(k: Tensor![f32; B, KV, S, E], n_heads: Dim![H]) -> Tensor![f32; B, H, S, E] {
+        repeat_kv(H, n_heads)
+    }
 }
 
 fn main() {}
