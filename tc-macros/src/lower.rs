@@ -82,7 +82,7 @@ impl DimNames for BodyNames<'_> {
             )),
             Some(Local::Scalar(..)) => Err(format!("`{name}` is a scalar, not a dim")),
             // `H: Dim![H]`: the name is the very variable the parameter binds.
-            Some(Local::DimParam(_, d)) if *d == name.to_string() => Ok(()),
+            Some(Local::DimParam(_, d)) if name == d.as_str() => Ok(()),
             Some(Local::DimParam(_, d)) => Err(format!(
                 "`{name}` is a dim parameter; in a dim, write its dim `{d}` (the parameter binds it)"
             )),
