@@ -343,3 +343,29 @@ fn calls_bind_the_callee_dim_to_the_callers_dim_expression() {
     let err = both(|| heads::split_double(x.clone(), 5)).unwrap_err();
     assert!(matches!(err, Error::Predicate { .. }), "{err}");
 }
+
+#[test]
+fn dim_values_through_calls_on_specialised_and_generic_kernels() {
+    // `split_double` passes `2 * H` to `split_heads`: the callee's σ comes
+    // from the dim value, on σ-specialised plans and on the shape-generic
+    // one (planned per call) alike.
+    let x = ramp(&[1, 2, 12], 0.17);
+    let f = heads::tc_ir("split_double").unwrap();
+    let resolve = |n: &str| heads::tc_ir(n);
+    for specialize_after in [1, 1000] {
+        let jit = tc::llvm::Jit::new(tc::llvm::CacheConfig {
+            specialize_after,
+            ..Default::default()
+        });
+        for h in [1, 3, 2, 6, 3] {
+            let args = [x.clone().into(), tc::runtime::contract::Arg::Dim(h)];
+            let y = jit.call(f, &args, &resolve).unwrap();
+            assert_eq!(
+                y.to_vec::<f32>().unwrap(),
+                split_ref(&x, 2 * h),
+                "heads = {h}"
+            );
+        }
+        assert_eq!(jit.stats().fallbacks, 0, "{:?}", jit.last_fallback());
+    }
+}
