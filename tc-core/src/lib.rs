@@ -10,6 +10,7 @@
 pub mod build;
 pub mod callgraph;
 pub mod check;
+pub mod concrete;
 pub mod ctx;
 pub mod diag;
 pub mod dim;

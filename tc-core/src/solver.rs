@@ -46,8 +46,10 @@
 //!   real model. Non-convergence is `unknown`, reached in milliseconds.
 //! * Axioms are still re-checked at run time with the concrete σ (§14).
 //!
-//! **Counterexamples** are minimised with `z3::Optimize`, each user-visible
-//! variable in declaration order (lexicographic), with the same refinement: a
+//! **Counterexamples** are minimised by bounded descent with plain solver
+//! checks (never `z3::Optimize`, which crashed when an rlimit ran out), each
+//! user-visible variable in declaration order (lexicographic), with the
+//! same refinement: a
 //! minimum of the abstraction that is consistent with the products is the
 //! minimum of the real query (every real model is a model of the abstraction).
 //! Results are cached per thread by the canonical query after a syntactic
@@ -58,7 +60,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use z3::ast::{Bool, Int};
-use z3::{Config, Model, Optimize, Params, SatResult, Solver};
+use z3::{Config, Model, Params, SatResult, Solver};
 
 use crate::ctx::Ctx;
 use crate::diag::Counterexample;
@@ -537,8 +539,8 @@ fn solve(
         model: RefCell::new(None),
     };
     let fresh = Cell::new(None);
-    // The optimiser runs at the ceiling at once: Z3 4.8's optimiser crashed
-    // (SIGSEGV in `Z3_optimize_check`) when a small rlimit ran out mid-search.
+    // Minimisation runs at the ceiling at once: every descent step is a
+    // fresh query, and retrying each at growing rlimits would only add cost.
     let top = Budget::fixed(budget.ceiling);
     let cex = match refine(&opt, &fresh, &lin, top, stats, &mut Vec::new()) {
         Found::Model(m) => values(&m, shown, &vars).unwrap_or(fallback),
@@ -584,14 +586,80 @@ impl Engine for Solver {
     }
 }
 
-/// Lexicographic minimisation over the user variables. Each check builds a
-/// fresh `Optimize` rather than re-checking one after new assertions, so no
-/// optimiser state survives a refinement round.
+/// Lexicographic minimisation over the user variables, by bounded search
+/// with a plain `Solver` under the rlimit: each variable in turn is pushed
+/// down (`v ≤ 0` first, then galloping below, then bisection between the
+/// largest infeasible and the smallest feasible bound) and fixed at its
+/// minimum before the next.
+///
+/// Why not `z3::Optimize`: Z3 4.8's optimiser crashed (SIGSEGV in
+/// `Z3_optimize_check`) when an rlimit ran out mid-search, and a crash here
+/// crashes rustc. Every query below is an ordinary `check` that answers
+/// `unknown` when the budget runs out, and an `unknown` only stops the
+/// descent at the best value found so far (always a real model).
 struct Minimiser<'a> {
     asserts: RefCell<Vec<Bool>>,
     vars: &'a [Int],
     rlimit: Cell<u32>,
     model: RefCell<Option<Model>>,
+}
+
+/// Bound on the checks one variable's descent makes: 63 galloping steps
+/// reach −2^62, 63 bisection steps close any i64 interval.
+const DESCENT_STEPS: u32 = 128;
+
+impl Minimiser<'_> {
+    /// `Some(model)` when the solver's assertions plus `v ≤ bound` are sat.
+    fn below(solver: &Solver, v: &Int, bound: i64) -> Option<Model> {
+        solver.push();
+        solver.assert(&v.le(&Int::from_i64(bound)));
+        let m = match solver.check() {
+            SatResult::Sat => solver.get_model(),
+            SatResult::Unsat | SatResult::Unknown => None,
+        };
+        solver.pop(1);
+        m
+    }
+
+    /// The least value of `v` (best effort within the budget), starting
+    /// from `model`, whose value of `v` is feasible.
+    fn descend(solver: &Solver, v: &Int, mut model: Model) -> Model {
+        let value = |m: &Model| m.eval(v, true).and_then(|x| x.as_i64());
+        let Some(mut hi) = value(&model) else {
+            return model;
+        };
+        // The largest bound known infeasible (None: none found yet).
+        let mut lo: Option<i64> = None;
+        let mut step: i64 = 1;
+        let mut probe = hi.min(0);
+        for _ in 0..DESCENT_STEPS {
+            if lo.is_some_and(|l| l.saturating_add(1) >= hi) {
+                break;
+            }
+            let bound = match lo {
+                // In i128: `hi − l` can exceed i64 (the midpoint cannot).
+                Some(l) => ((l as i128 + hi as i128) / 2) as i64,
+                None if probe < hi => probe,
+                None => hi - step,
+            };
+            match Self::below(solver, v, bound) {
+                Some(m) => match value(&m) {
+                    Some(x) if x <= bound => {
+                        hi = x;
+                        model = m;
+                        if lo.is_none() {
+                            step = step.saturating_mul(2);
+                            probe = hi.saturating_sub(step);
+                        }
+                    }
+                    _ => break,
+                },
+                None => lo = Some(bound),
+            }
+        }
+        solver.assert(&v.eq(Int::from_i64(hi)));
+        model
+    }
 }
 
 impl Engine for Minimiser<'_> {
@@ -602,21 +670,24 @@ impl Engine for Minimiser<'_> {
         self.rlimit.set(rlimit);
     }
     fn check_now(&self) -> SatResult {
-        let opt = Optimize::new();
-        opt.set_params(&rlimit_params(self.rlimit.get()));
+        let solver = Solver::new();
+        solver.set_params(&rlimit_params(self.rlimit.get()));
         for a in self.asserts.borrow().iter() {
-            opt.assert(a);
+            solver.assert(a);
         }
-        for v in self.vars {
-            opt.minimize(v);
-        }
-        let r = opt.check(&[]);
-        *self.model.borrow_mut() = if r == SatResult::Sat {
-            opt.get_model()
-        } else {
-            None
+        let r = solver.check();
+        let mut model = match (r, solver.get_model()) {
+            (SatResult::Sat, Some(m)) => m,
+            _ => {
+                *self.model.borrow_mut() = None;
+                return r;
+            }
         };
-        r
+        for v in self.vars {
+            model = Self::descend(&solver, v, model);
+        }
+        *self.model.borrow_mut() = Some(model);
+        SatResult::Sat
     }
     fn model(&self) -> Option<Model> {
         self.model.borrow_mut().take()

@@ -316,3 +316,32 @@ fn abstraction_never_proves_something_false() {
     }
     assert!(valid > 3 && invalid > 3, "valid {valid}, invalid {invalid}");
 }
+
+/// Counterexample minimisation used `z3::Optimize`, which crashed (SIGSEGV
+/// in `Z3_optimize_check`, taking rustc with it) when a small rlimit ran out
+/// mid-search. It is now a descent of plain solver checks: at every budget,
+/// from one resource unit up, a refutable obligation is rejected (with a
+/// counterexample or as unknown), never accepted and never a crash; at the
+/// default budget the counterexample is the minimal one.
+#[test]
+fn minimisation_at_any_budget_is_a_rejection_never_a_crash() {
+    // Swin-style patch merge on one axis: `[A, B] → [A / 2, 2 * B]` is wrong
+    // for odd A; the minimal counterexample is A = 3 (the least odd A ≥ 2), B = 1.
+    let f = || {
+        reshape(
+            vars("A, B"),
+            vec![v("A").div(&Dim::from(2)), v("B") * 2],
+            &[Pred::ge(v("A"), 2)],
+            &[],
+        )
+    };
+    for r in [1, 10, 100, 1_000, 3_000, 10_000, 30_000, 100_000, 1_000_000] {
+        solver::set_budget(Budget::fixed(r));
+        let es = check(&f()).expect_err("an odd A is a counterexample at every budget");
+        assert!(!es.is_empty());
+    }
+    solver::set_budget(Budget::DEFAULT);
+    let es = check(&f()).expect_err("rejected");
+    let cexs: Vec<String> = es.iter().map(cex_string).collect();
+    assert!(cexs.iter().any(|c| c == "A = 3, B = 1"), "{cexs:?}");
+}

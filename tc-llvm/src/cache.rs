@@ -631,6 +631,25 @@ impl Jit {
     }
 }
 
+// `run_with` lives here, not in exec.rs, because its nested calls go
+// through the process-wide cache: exec.rs stays below the cache (no import
+// cycle, issue #14).
+impl CompiledFn {
+    /// Bind the contract and run, resolving calls through `resolve` (each
+    /// nested call runs through the process-wide cache, [`Jit::global`]).
+    pub fn run_with<'f>(
+        &self,
+        args: &[Arg],
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+    ) -> Result<Tensor, tc_runtime::Error> {
+        let nested = |name: &str, a: &[Arg]| {
+            let callee = nested_callee(name, resolve, 0)?;
+            Jit::global().call_at(callee, a, resolve, 1)
+        };
+        self.run_nested(args, resolve, &nested)
+    }
+}
+
 /// Resolve a nested call's callee, refusing a call that would nest deeper
 /// than the interpreter allows (same check, same order, same error).
 pub(crate) fn nested_callee<'f>(

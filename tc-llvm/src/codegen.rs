@@ -2278,20 +2278,6 @@ fn int_max(dt: Dtype) -> i64 {
     }
 }
 
-/// The attribute groups every module carries (issue 5: host CPU, features,
-/// 512-bit vectors on every kernel function).
-pub fn attributes() -> String {
-    let h = crate::jit::host();
-    let width = if h.has_avx512() { "512" } else { "256" };
-    format!(
-        "attributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{f}\" \"prefer-vector-width\"=\"{width}\" \"min-legal-vector-width\"=\"0\" }}\n\
-         attributes #1 = {{ nounwind readnone willreturn }}\n\
-         attributes #2 = {{ noinline nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{f}\" \"prefer-vector-width\"=\"{width}\" }}\n",
-        cpu = h.cpu,
-        f = h.features
-    )
-}
-
 /// Generate the module of every kernel step of a planned function.
 pub fn gen_module(
     func: &Function,
@@ -2354,7 +2340,7 @@ pub fn gen_module(
     ir.push_str(crate::rt::DECLS);
     ir.push('\n');
     ir.push_str(&g.globals);
-    ir.push_str(&attributes());
+    ir.push_str(&crate::jit::attributes());
     Ok(ModuleCode {
         ir,
         exports,

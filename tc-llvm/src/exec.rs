@@ -405,12 +405,13 @@ fn check_call_result(name: &str, want: &ValInfo, got: &Tensor) -> Result<(), tc_
 /// last element is cleared, to keep the storage invariant. Otherwise a
 /// fresh zeroed buffer, on transparent huge pages when large
 /// ([`tc_runtime::pool::zeroed`]).
-fn out_buffer(bytes: usize) -> Vec<u64> {
+/// `OutOfMemory` when a fresh buffer cannot be allocated.
+fn out_buffer(bytes: usize) -> tc_runtime::Result<Vec<u64>> {
     if let Some(mut v) = tc_runtime::pool::take(bytes.div_ceil(8)) {
         if let Some(last) = v.last_mut() {
             *last = 0;
         }
-        return v;
+        return Ok(v);
     }
     tc_runtime::pool::zeroed(bytes.div_ceil(8))
 }
@@ -497,11 +498,13 @@ impl CompiledFn {
         self.run_with(args, &|_| None)
     }
 
-    /// Bind the contract and run, resolving calls through `resolve`.
-    pub fn run_with<'f>(
+    /// Bind the contract, check σ against the one compiled for (unless
+    /// shape-generic), and run with `nested` for calls.
+    pub(crate) fn run_nested<'f>(
         &self,
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+        nested: &Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&self.func.sig, args)?;
         if !self.generic && bound.sigma != self.sigma {
@@ -513,11 +516,7 @@ impl CompiledFn {
                 ),
             });
         }
-        let nested = |name: &str, a: &[Arg]| {
-            let callee = crate::cache::nested_callee(name, resolve, 0)?;
-            crate::cache::Jit::global().call_at(callee, a, resolve, 1)
-        };
-        self.exec(&bound, args, resolve, &nested)
+        self.exec(&bound, args, resolve, nested)
     }
 
     /// Run on arguments already bound to `bound`.
@@ -573,7 +572,7 @@ impl CompiledFn {
             match step {
                 Step::Kernel { id, out, inputs } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.bytes());
+                    let mut buf = out_buffer(o.bytes())?;
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     if o.numel() == 0 {
                         // Nothing to write; an empty value's other dims may
@@ -635,7 +634,7 @@ impl CompiledFn {
                     let mut bufs = Vec::with_capacity(members.len());
                     for m in members {
                         let o = &vals[m.0 as usize];
-                        let mut buf = out_buffer(o.bytes());
+                        let mut buf = out_buffer(o.bytes())?;
                         ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                         list.push(ptrs[m.0 as usize]);
                         bufs.push(buf);
@@ -672,7 +671,7 @@ impl CompiledFn {
                 }
                 Step::Matmul { out, a, b } => {
                     let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.bytes());
+                    let mut buf = out_buffer(o.bytes())?;
                     ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
                     if o.numel() == 0 {
                         // No element to compute (the batch dims of an empty

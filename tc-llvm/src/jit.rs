@@ -229,3 +229,17 @@ impl JitModule {
         self.fns.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
     }
 }
+
+/// The attribute groups every module carries (issue 5: host CPU, features,
+/// 512-bit vectors on every kernel function).
+pub fn attributes() -> String {
+    let h = host();
+    let width = if h.has_avx512() { "512" } else { "256" };
+    format!(
+        "attributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{f}\" \"prefer-vector-width\"=\"{width}\" \"min-legal-vector-width\"=\"0\" }}\n\
+         attributes #1 = {{ nounwind readnone willreturn }}\n\
+         attributes #2 = {{ noinline nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{f}\" \"prefer-vector-width\"=\"{width}\" }}\n",
+        cpu = h.cpu,
+        f = h.features
+    )
+}

@@ -69,6 +69,7 @@
 pub mod cache;
 pub mod codegen;
 pub mod exec;
+mod gemm_common;
 pub mod jit;
 pub mod matmul;
 pub mod matmul_int;

@@ -23,7 +23,7 @@
 //!
 //! Three micro-kernels, each emitted once per process as IR text,
 //! JIT-compiled with the host's `target-cpu`/`target-features` (see
-//! [`crate::codegen::attributes`]) and cached in a `OnceLock`, as the f32 one
+//! [`crate::jit::attributes`]) and cached in a `OnceLock`, as the f32 one
 //! in [`crate::matmul`]:
 //!
 //! - `i64`: an `MR × NR` tile in `<8 x i64>` accumulators (AVX-512; `<4 x
@@ -119,7 +119,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         "llvm.x86.avx2.pmadd.wd"
     };
     let pair = kind == IntKernel::Pair16;
-    crate::matmul::ukernel_text(&crate::matmul::UkrSpec {
+    crate::gemm_common::ukernel_text(&crate::gemm_common::UkrSpec {
         elem: e,
         vw,
         mr,
@@ -785,7 +785,7 @@ pub unsafe fn matmul_int_using(
             "integer matmul at {dt} with the {kind:?} kernel"
         )));
     }
-    let (batch, m, k, n) = crate::matmul::matmul_dims(sa, sb)?;
+    let (batch, m, k, n) = crate::gemm_common::matmul_dims(sa, sb)?;
     // No overflow: `matmul_dims` checked the counts (within the cap).
     let total = batch * m * n;
     if total == 0 {
@@ -794,7 +794,7 @@ pub unsafe fn matmul_int_using(
     let shape = (m, k, n);
     if k == 0 {
         // SAFETY: `total` elements of `dt`: the output's storage (contract).
-        unsafe { write_zeros(dt, out, total) };
+        unsafe { write_zeros(dt, out, total)? };
         return Ok(());
     }
     let mk = micro(kind)?;
@@ -808,7 +808,7 @@ pub unsafe fn matmul_int_using(
             batched(mk, false, dt, a, b, out as *mut i64, batch, shape, threads)
         },
         Dtype::I64 => {
-            let mut tmp = vec![0i64; total];
+            let mut tmp = tc_runtime::alloc::filled(total, 0i64)?;
             // SAFETY: `tmp` has exactly `total` elements; the copy writes
             // `total` unaligned i64s, `out`'s storage (contract).
             unsafe {
@@ -823,7 +823,7 @@ pub unsafe fn matmul_int_using(
             batched(mk, pair, dt, a, b, out as *mut i32, batch, shape, threads)
         },
         _ => {
-            let mut tmp = vec![0i32; total];
+            let mut tmp = tc_runtime::alloc::filled(total, 0i32)?;
             // SAFETY: `tmp` has exactly `total` elements; `narrow` writes
             // `total` elements of `dt`, `out`'s storage (contract).
             unsafe {
@@ -840,14 +840,16 @@ pub unsafe fn matmul_int_using(
 /// # Safety
 /// As [`narrow`] for `total` elements.
 // SAFETY: (contract) met by `matmul_int_using`, its only caller.
-unsafe fn write_zeros(dt: Dtype, out: *mut u8, total: usize) {
+unsafe fn write_zeros(dt: Dtype, out: *mut u8, total: usize) -> Result<(), Error> {
     if dt == Dtype::I64 {
         for i in 0..total {
             // SAFETY: element `i < total` (the contract), unaligned write.
             unsafe { (out as *mut i64).add(i).write_unaligned(0) };
         }
     } else {
+        let zeros = tc_runtime::alloc::filled(total, 0i32)?;
         // SAFETY: the same contract.
-        unsafe { narrow(dt, &vec![0; total], out) };
+        unsafe { narrow(dt, &zeros, out) };
     }
+    Ok(())
 }

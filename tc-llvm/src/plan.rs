@@ -31,6 +31,7 @@
 
 use std::collections::BTreeMap;
 
+use tc_core::concrete::{self, Operand, RuleError};
 use tc_core::ir::{Function, Op, Value};
 use tc_core::{Dim, Dtype, Sigma, Type};
 use tc_runtime::Error;
@@ -177,8 +178,26 @@ fn eval(d: &Dim, sigma: &Sigma, what: &str) -> Result<usize, Error> {
     Ok(v as usize)
 }
 
+/// A value as an operand of the concrete rule: a tensor (a scalar parameter
+/// is not one).
+fn operand(vals: &[ValInfo], v: Value) -> Result<Operand<'_>, RuleError> {
+    let x = vals
+        .get(v.0 as usize)
+        .ok_or_else(|| RuleError::Malformed(format!("{v} is not defined")))?;
+    if let VKind::ScalarParam(_) | VKind::Dim(_) = x.kind {
+        return Err(RuleError::Malformed(format!(
+            "{v} is a scalar or dim where a tensor is needed"
+        )));
+    }
+    Ok(Operand {
+        dtype: x.dtype,
+        shape: &x.shape,
+    })
+}
+
 /// Concrete dtypes and shapes of every value under σ (extended by the local
-/// dim bindings), with the interpreter's run-time checks; also the extended σ.
+/// dim bindings): the shared concrete rule ([`tc_core::concrete`]) per op,
+/// the callee's signature per call; also the extended σ.
 pub fn shapes<'f>(
     func: &Function,
     sigma: &Sigma,
@@ -222,285 +241,7 @@ pub fn shapes<'f>(
             vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
             continue;
         }
-        let get = |v: &Value| -> Result<&ValInfo, Error> {
-            vals.get(v.0 as usize)
-                .ok_or_else(|| Error::Malformed(format!("{v} is not defined")))
-        };
-        let tensor = |v: &Value| -> Result<&ValInfo, Error> {
-            let x = get(v)?;
-            if let VKind::ScalarParam(_) | VKind::Dim(_) = x.kind {
-                return Err(Error::Malformed(format!(
-                    "{v} is a scalar or dim where a tensor is needed"
-                )));
-            }
-            Ok(x)
-        };
         let (dtype, shape) = match &inst.op {
-            Op::Unary(o, x) => {
-                let x = tensor(x)?;
-                if !o.admits(x.dtype) {
-                    return Err(Error::Malformed(format!("{} at {}", o.name(), x.dtype)));
-                }
-                (x.dtype, x.shape.clone())
-            }
-            Op::Cast(dt, x) => (*dt, tensor(x)?.shape.clone()),
-            Op::Binary(o, a, b) => {
-                let (a, b) = (tensor(a)?, tensor(b)?);
-                if a.dtype != b.dtype || !o.admits(a.dtype) {
-                    return Err(Error::Malformed(format!(
-                        "{} at {} and {}",
-                        o.name(),
-                        a.dtype,
-                        b.dtype
-                    )));
-                }
-                if a.shape != b.shape {
-                    return Err(op_err(
-                        o.name(),
-                        format!("operand shapes {:?} and {:?} differ", a.shape, b.shape),
-                    ));
-                }
-                (o.result_dtype(a.dtype), a.shape.clone())
-            }
-            Op::ScalarBinary { op, x, .. } => {
-                let x = tensor(x)?;
-                if !op.admits(x.dtype) {
-                    return Err(Error::Malformed(format!("{} at {}", op.name(), x.dtype)));
-                }
-                (op.result_dtype(x.dtype), x.shape.clone())
-            }
-            Op::Select(c, a, b) => {
-                let (c, a, b) = (tensor(c)?, tensor(a)?, tensor(b)?);
-                if c.dtype != Dtype::Bool || a.dtype != b.dtype {
-                    return Err(Error::Malformed("select operand dtypes".into()));
-                }
-                if a.shape != b.shape || c.shape != a.shape {
-                    return Err(op_err(
-                        "select",
-                        format!("shapes {:?}, {:?}, {:?}", c.shape, a.shape, b.shape),
-                    ));
-                }
-                (a.dtype, a.shape.clone())
-            }
-            Op::Matmul(a, b) => {
-                let (a, b) = (tensor(a)?, tensor(b)?);
-                let r = a.shape.len();
-                if a.dtype != b.dtype || !a.dtype.is_numeric() {
-                    return Err(Error::Malformed("matmul operand dtypes".into()));
-                }
-                if r < 2
-                    || b.shape.len() != r
-                    || a.shape[..r - 2] != b.shape[..r - 2]
-                    || a.shape[r - 1] != b.shape[r - 2]
-                {
-                    return Err(op_err(
-                        "matmul",
-                        format!("operand shapes {:?} and {:?}", a.shape, b.shape),
-                    ));
-                }
-                let mut s = a.shape[..r - 2].to_vec();
-                s.extend([a.shape[r - 2], b.shape[r - 1]]);
-                (a.dtype, s)
-            }
-            Op::Reduce {
-                op,
-                axes,
-                keepdims,
-                x,
-            } => {
-                let x = tensor(x)?;
-                let r = x.shape.len();
-                if !op.admits(x.dtype)
-                    || axes.is_empty()
-                    || axes
-                        .iter()
-                        .enumerate()
-                        .any(|(i, a)| *a >= r || axes[..i].contains(a))
-                {
-                    return Err(Error::Malformed(format!(
-                        "reduce.{} axes {axes:?}",
-                        op.name()
-                    )));
-                }
-                if op.needs_nonempty() && axes.iter().any(|&a| x.shape[a] == 0) {
-                    return Err(op_err(
-                        &format!("reduce.{}", op.name()),
-                        "empty axis".into(),
-                    ));
-                }
-                let s = if *keepdims {
-                    (0..r)
-                        .map(|i| if axes.contains(&i) { 1 } else { x.shape[i] })
-                        .collect()
-                } else {
-                    (0..r)
-                        .filter(|i| !axes.contains(i))
-                        .map(|i| x.shape[i])
-                        .collect()
-                };
-                (x.dtype, s)
-            }
-            Op::ArgReduce {
-                axis, keepdims, x, ..
-            } => {
-                let x = tensor(x)?;
-                if *axis >= x.shape.len() || x.shape[*axis] == 0 {
-                    return Err(op_err("argmax", format!("axis {axis} of {:?}", x.shape)));
-                }
-                let s = if *keepdims {
-                    x.shape
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &d)| if i == *axis { 1 } else { d })
-                        .collect()
-                } else {
-                    x.shape
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| i != axis)
-                        .map(|(_, &d)| d)
-                        .collect()
-                };
-                (Dtype::I64, s)
-            }
-            Op::Transpose(perm, x) => {
-                let x = tensor(x)?;
-                let r = x.shape.len();
-                let mut seen = vec![false; r];
-                if perm.len() != r
-                    || perm
-                        .iter()
-                        .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
-                {
-                    return Err(Error::Malformed(format!("transpose {perm:?}")));
-                }
-                (x.dtype, perm.iter().map(|&p| x.shape[p]).collect())
-            }
-            Op::Reshape(s, x) => {
-                let x = tensor(x)?;
-                let to: Vec<i64> = s
-                    .iter()
-                    .map(|d| {
-                        d.eval(&sigma).map_err(|source| Error::Eval {
-                            context: "reshape".into(),
-                            source,
-                        })
-                    })
-                    .collect::<Result<_, _>>()?;
-                let fv = x
-                    .shape
-                    .iter()
-                    .try_fold(1i64, |a, &d| a.checked_mul(d as i64));
-                let tv = to.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
-                if to.iter().any(|&d| d < 0) || fv.is_none() || fv != tv {
-                    return Err(Error::ReshapeVolume {
-                        from: x.shape.clone(),
-                        to,
-                        from_volume: fv.unwrap_or(i64::MAX),
-                        to_volume: tv.unwrap_or(i64::MAX),
-                    });
-                }
-                (x.dtype, to.iter().map(|&d| d as usize).collect())
-            }
-            Op::Broadcast(s, x) => {
-                let x = tensor(x)?;
-                let t = s
-                    .iter()
-                    .map(|d| eval(d, &sigma, "broadcast"))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let (n, m) = (x.shape.len(), t.len());
-                if n > m
-                    || x.shape
-                        .iter()
-                        .enumerate()
-                        .any(|(i, &d)| d != 1 && d != t[m - n + i])
-                {
-                    return Err(op_err(
-                        "broadcast",
-                        format!("cannot broadcast {:?} to {t:?}", x.shape),
-                    ));
-                }
-                (x.dtype, t)
-            }
-            Op::Slice {
-                axis,
-                start,
-                stop,
-                x,
-            } => {
-                let x = tensor(x)?;
-                let a = start.eval(&sigma).map_err(|source| Error::Eval {
-                    context: "slice start".into(),
-                    source,
-                })?;
-                let b = stop.eval(&sigma).map_err(|source| Error::Eval {
-                    context: "slice stop".into(),
-                    source,
-                })?;
-                if *axis >= x.shape.len() || !(0 <= a && a <= b && b <= x.shape[*axis] as i64) {
-                    return Err(op_err(
-                        "slice",
-                        format!("range {a}..{b} on axis {axis} of {:?}", x.shape),
-                    ));
-                }
-                let mut s = x.shape.clone();
-                s[*axis] = (b - a) as usize;
-                (x.dtype, s)
-            }
-            Op::Concat(axis, xs) => {
-                let first = tensor(
-                    xs.first()
-                        .ok_or_else(|| Error::Malformed("concat".into()))?,
-                )?;
-                let mut s = first.shape.clone();
-                if *axis >= s.len() {
-                    return Err(Error::Malformed("concat axis".into()));
-                }
-                let mut total = 0usize;
-                for v in xs {
-                    let t = tensor(v)?;
-                    if t.dtype != first.dtype
-                        || t.shape.len() != s.len()
-                        || t.shape
-                            .iter()
-                            .zip(&first.shape)
-                            .enumerate()
-                            .any(|(i, (a, b))| i != *axis && a != b)
-                    {
-                        return Err(op_err(
-                            "concat",
-                            format!("shapes {:?} and {:?}", first.shape, t.shape),
-                        ));
-                    }
-                    // Dims stay within i64 (what σ and the kernels' index
-                    // arithmetic hold), even for empty operands; the
-                    // interpreter's check and error.
-                    total = total
-                        .checked_add(t.shape[*axis])
-                        .filter(|&n| i64::try_from(n).is_ok())
-                        .ok_or_else(|| {
-                            op_err("concat", "concatenated dimension overflows".into())
-                        })?;
-                }
-                s[*axis] = total;
-                (first.dtype, s)
-            }
-            Op::Fill(dt, s, _) => (
-                *dt,
-                s.iter()
-                    .map(|d| eval(d, &sigma, "fill"))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Op::Iota(dt, s, axis) => {
-                let s: Vec<usize> = s
-                    .iter()
-                    .map(|d| eval(d, &sigma, "iota"))
-                    .collect::<Result<_, _>>()?;
-                if *axis >= s.len() {
-                    return Err(Error::Malformed("iota axis".into()));
-                }
-                (*dt, s)
-            }
             Op::Call(name, xs) => {
                 let callee = resolve(name).ok_or_else(|| Error::UnknownFunction(name.clone()))?;
                 let mut cs: Sigma = callee.sig.consts.iter().cloned().collect();
@@ -533,7 +274,8 @@ pub fn shapes<'f>(
                     _ => return Err(Error::Malformed(format!("`{name}` returns no tensor"))),
                 }
             }
-            Op::Dim(_) => return Err(Error::Malformed("dim value planned as a tensor".into())),
+            // Every other op: the concrete rule the interpreter uses too.
+            op => concrete::infer(op, &|v| operand(&vals, v), &sigma)?,
         };
         vals.push(ValInfo::new(dtype, shape, VKind::Inst(ii))?);
     }
@@ -936,7 +678,7 @@ pub fn strided_view(
 ) -> (Value, Vec<isize>) {
     let np = func.sig.params.len();
     let i = v.0 as usize;
-    let contiguous = |shape: &[usize]| crate::matmul::contiguous_strides(shape);
+    let contiguous = |shape: &[usize]| crate::gemm_common::contiguous_strides(shape);
     if i < np || mat[i] {
         return (v, contiguous(&vals[i].shape));
     }

@@ -50,9 +50,10 @@ extern "C" fn tc_round_to(dt: i32, x: f32) -> f32 {
     cast::round_to(x, dtype_of(dt))
 }
 
-/// Encode into a narrow float dtype's bits (Section 2 §5).
+/// A value's narrow float storage bits, exactly (every stored value is
+/// already rounded: `cast::store_bits`, the interpreter's store).
 extern "C" fn tc_encode(dt: i32, x: f32) -> u16 {
-    cast::encode_bits(x, dtype_of(dt)).unwrap_or(0)
+    cast::store_bits(x, dtype_of(dt)).unwrap_or(0)
 }
 
 /// Decode a narrow float dtype's bits.

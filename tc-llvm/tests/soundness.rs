@@ -660,7 +660,62 @@ fn matmul_of_a_narrow_call_result_and_its_transpose() {
     // Small integers: every product and sum is exact, so the backends agree
     // bit for bit whatever the summation order.
     let vals: Vec<f32> = (0..16).map(|i| (i % 3) as f32).collect();
-    let x = Tensor::from_vec(&[4, 4], vals).unwrap().cast(Dtype::F16);
+    let x = Tensor::from_vec(&[4, 4], vals)
+        .unwrap()
+        .cast(Dtype::F16)
+        .unwrap();
     let out = agree(&f, &[x.into()], &resolve).expect("runs on the interpreter");
     assert_eq!(out.dtype(), Dtype::F16);
+}
+
+// ---------------------------------------------------------------------------
+// A value within the element cap but beyond the memory available.
+
+const OOM_CHILD: &str = "TC_JIT_OOM_CHILD";
+
+/// `broadcast(x, [N, N])` at N = 2^15 is 2^30 f32 (4 GiB; the interpreter's
+/// decoded elements 16 GiB): within the element cap, so only the allocator
+/// can refuse it. In a child whose address space is capped at 3 GiB both
+/// backends must return `OutOfMemory`, not abort the process.
+#[test]
+fn a_value_the_machine_cannot_hold_is_out_of_memory_in_both_backends() {
+    if std::env::var_os(OOM_CHILD).is_some() {
+        oom_child();
+        return;
+    }
+    let name = "a_value_the_machine_cannot_hold_is_out_of_memory_in_both_backends";
+    let out = std::process::Command::new(std::env::current_exe().expect("own path"))
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(OOM_CHILD, "1")
+        .output()
+        .expect("spawn the child");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{text}");
+    assert_eq!(text.matches("OOM ok").count(), 1 + modes().len(), "{text}");
+}
+
+fn oom_child() {
+    const CAP: u64 = 3 << 30;
+    let lim = libc::rlimit {
+        rlim_cur: CAP,
+        rlim_max: CAP,
+    };
+    // SAFETY: `lim` is a valid rlimit alive across the call; it lowers this
+    // (child) process's own limit only.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
+    let f = broadcast_fn(2, false);
+    let args: Vec<Arg> = vec![
+        Tensor::from_vec(&[1], vec![1f32]).unwrap().into(),
+        Tensor::zeros(Dtype::I8, &[1 << 15]).into(),
+    ];
+    let check = |who: &str, r: Result<Tensor, Error>| match r {
+        Err(Error::OutOfMemory { bytes }) if bytes >= 4 << 30 => println!("OOM ok: {who}"),
+        Err(e) => panic!("{who}: expected OutOfMemory, got {e}"),
+        Ok(_) => panic!("{who}: a 4 GiB result under a 3 GiB address space"),
+    };
+    check("interpreter", tc_runtime::exec::call(&f, &args, &|_| None));
+    for (mode, cfg) in modes() {
+        check(mode, Jit::new(cfg).call(&f, &args, &|_| None));
+    }
 }

@@ -274,6 +274,20 @@ pub fn encode_bits(x: f32, to: Dtype) -> Option<u16> {
     }
 }
 
+/// The storage bits of `x`, a member of `to`'s value set (a result already
+/// rounded to `to`, or a copy of a stored element): exact, where
+/// [`encode_bits`] is the §5 cast. The two differ only on F8E5M2's ±inf,
+/// which the cast saturates to ±57344 but the format stores: data movement
+/// (transpose, select, concat, …) must keep it, and a fused kernel (which
+/// never stores the intermediate) must see what a materialised one reads
+/// back. Both backends store through this.
+pub fn store_bits(x: f32, to: Dtype) -> Option<u16> {
+    if to == Dtype::F8E5M2 && x.is_infinite() {
+        return Some(if x > 0.0 { 0x7C } else { 0xFC });
+    }
+    encode_bits(x, to)
+}
+
 /// Decode the bits of a narrow float dtype (F16, BF16, F8E4M3, F8E5M2; F8
 /// codes in the low byte, high byte ignored) exactly into `f32`. `None` for any
 /// other dtype.

@@ -166,6 +166,14 @@ pub enum Error {
     /// tensor built or produced (an empty shape is never over it).
     #[error("{0}")]
     Size(#[from] SizeError),
+    /// A buffer for a value within the element cap could not be allocated
+    /// (the machine has less memory than the value needs); see
+    /// [`crate::alloc`].
+    #[error("out of memory: could not allocate {bytes} bytes for a tensor value")]
+    OutOfMemory {
+        /// The bytes requested.
+        bytes: usize,
+    },
     /// Calls nest deeper than [`crate::interp::MAX_CALL_DEPTH`] (a recursive
     /// call chain: Section 4 §7.3, reported the same way by both backends
     /// instead of overflowing the stack).
@@ -280,3 +288,37 @@ pub enum Error {
 
 /// Result with the runtime's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<tc_core::concrete::RuleError> for Error {
+    /// Each rule error is the runtime error of the same name, so the
+    /// interpreter and the JIT (which share the rule) report alike.
+    fn from(e: tc_core::concrete::RuleError) -> Error {
+        use tc_core::concrete::RuleError as R;
+        match e {
+            R::Malformed(m) => Error::Malformed(m),
+            R::Op { op, message } => Error::Op { op, message },
+            R::ReshapeVolume {
+                from,
+                to,
+                from_volume,
+                to_volume,
+            } => Error::ReshapeVolume {
+                from,
+                to,
+                from_volume,
+                to_volume,
+            },
+            R::Eval { context, source } => Error::Eval { context, source },
+            R::NegativeDim {
+                context,
+                dim,
+                value,
+            } => Error::NegativeDim {
+                context,
+                dim,
+                value,
+            },
+            R::Size(s) => Error::Size(s),
+        }
+    }
+}

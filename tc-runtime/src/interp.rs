@@ -22,6 +22,7 @@
 //! default when the environment variable `TC_CHECK_HEAP` is set to anything
 //! but `0`; the test suite turns it on explicitly).
 
+use tc_core::concrete;
 use tc_core::ir::{DimBinding, Function, Op, Scalar, Value};
 use tc_core::{Dim, Dtype, Sigma, TensorType, Type};
 
@@ -244,7 +245,7 @@ impl Heap {
                 ),
             ));
         }
-        let elems = cell.data.to_elems();
+        let elems = cell.data.try_to_elems()?;
         if elems.len() != cell.data.numel() {
             return Err(bad(
                 "inhabitation",
@@ -512,7 +513,7 @@ impl<'a, 'f> Machine<'a, 'f> {
         self.apply_dim_bindings(self.pc)?;
         if let Op::Dim(d) = &inst.op {
             // A call's dim argument: its size under σ, no handle (Section 1 §6 site 1).
-            let n = eval_dim(d, &self.sigma, &format!("dim argument `{d}`"))?;
+            let n = concrete::eval_size(d, &self.sigma, &format!("dim argument `{d}`"))?;
             self.env.push(Val::Dim(n));
             self.pc += 1;
             self.steps += 1;
@@ -665,13 +666,6 @@ impl<'a, 'f> Machine<'a, 'f> {
         Ok(cast::convert(e, dt))
     }
 
-    fn dims(&self, ds: &[Dim], what: &str) -> Result<Vec<usize>> {
-        ds.iter()
-            .enumerate()
-            .map(|(i, d)| eval_dim(d, &self.sigma, &format!("{what}, dimension {i}")))
-            .collect()
-    }
-
     /// ⟦op⟧ of the instruction's operands (every op but a call).
     fn apply(&self, op: &Op) -> Result<Tensor> {
         let t = match op {
@@ -707,11 +701,11 @@ impl<'a, 'f> Machine<'a, 'f> {
             Op::Transpose(perm, x) => denote::transpose(perm, self.tensor(*x)?)?,
             Op::Reshape(s, x) => {
                 let x = self.tensor(*x)?;
-                let to = eval_dims_signed(s, &self.sigma, "reshape")?;
-                denote::reshape(&to, x)?
+                denote::reshape(&concrete::eval_target(s, &self.sigma)?, x)?
             }
             Op::Broadcast(s, x) => {
-                denote::broadcast(&self.dims(s, "broadcast")?, self.tensor(*x)?)?
+                let to = concrete::eval_shape(s, &self.sigma, "broadcast")?;
+                denote::broadcast(&to, self.tensor(*x)?)?
             }
             Op::Slice {
                 axis,
@@ -719,14 +713,7 @@ impl<'a, 'f> Machine<'a, 'f> {
                 stop,
                 x,
             } => {
-                let a = start.eval(&self.sigma).map_err(|source| Error::Eval {
-                    context: "slice start".into(),
-                    source,
-                })?;
-                let b = stop.eval(&self.sigma).map_err(|source| Error::Eval {
-                    context: "slice stop".into(),
-                    source,
-                })?;
+                let (a, b) = concrete::eval_bounds(start, stop, &self.sigma)?;
                 denote::slice(*axis, a, b, self.tensor(*x)?)?
             }
             Op::Concat(axis, xs) => {
@@ -736,8 +723,13 @@ impl<'a, 'f> Machine<'a, 'f> {
                     .collect::<Result<Vec<_>>>()?;
                 denote::concat(*axis, &ts)?
             }
-            Op::Fill(dt, s, v) => denote::fill(*dt, &self.dims(s, "fill")?, self.scalar(v, *dt)?)?,
-            Op::Iota(dt, s, axis) => denote::iota(*dt, &self.dims(s, "iota")?, *axis)?,
+            Op::Fill(dt, s, v) => {
+                let shape = concrete::eval_shape(s, &self.sigma, "fill")?;
+                denote::fill(*dt, &shape, self.scalar(v, *dt)?)?
+            }
+            Op::Iota(dt, s, axis) => {
+                denote::iota(*dt, &concrete::eval_shape(s, &self.sigma, "iota")?, *axis)?
+            }
             Op::Call(name, _) => {
                 return Err(Error::Malformed(format!("call of `{name}` outside a step")))
             }
@@ -805,38 +797,6 @@ impl<'a, 'f> Machine<'a, 'f> {
     }
 }
 
-/// Evaluate a dim to a size: eval errors → [`Error::Eval`], negative →
-/// [`Error::NegativeDim`].
-fn eval_dim(d: &Dim, sigma: &Sigma, context: &str) -> Result<usize> {
-    let v = d.eval(sigma).map_err(|source| Error::Eval {
-        context: context.to_string(),
-        source,
-    })?;
-    if v < 0 {
-        return Err(Error::NegativeDim {
-            context: context.to_string(),
-            dim: d.to_string(),
-            value: v,
-        });
-    }
-    usize::try_from(v).map_err(|_| Error::Op {
-        op: context.into(),
-        message: format!("dimension {v} is too large"),
-    })
-}
-
-fn eval_dims_signed(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<i64>> {
-    ds.iter()
-        .enumerate()
-        .map(|(i, d)| {
-            d.eval(sigma).map_err(|source| Error::Eval {
-                context: format!("{what}, dimension {i}"),
-                source,
-            })
-        })
-        .collect()
-}
-
 /// Denotations ⟦op⟧ of Section 4 §5 as index functions on concrete tensors,
 /// with the numerics of Section 2 §3.
 ///
@@ -870,7 +830,18 @@ fn eval_dims_signed(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<i64>> {
 ///   number for argmax and smaller for argmin (so the first NaN wins both).
 pub mod denote {
     use super::*;
+    use tc_core::concrete::{self as rule, Operand};
     use tc_core::ir::{BinaryOp, ReduceOp, UnaryOp};
+
+    /// A tensor as the shared concrete rule ([`tc_core::concrete`]) sees it:
+    /// every denotation below validates its operands and sizes its output
+    /// through that rule, which the JIT's planner uses too.
+    fn opd(t: &Tensor) -> Operand<'_> {
+        Operand {
+            dtype: t.dtype(),
+            shape: t.shape(),
+        }
+    }
 
     fn malformed(op: &str, msg: String) -> Error {
         Error::Malformed(format!("{op}: {msg}"))
@@ -919,13 +890,16 @@ pub mod denote {
         mut f: impl FnMut(&[usize]) -> Result<Elem>,
     ) -> Result<Tensor> {
         let n = volume(op, shape)?;
-        let mut out = Vec::with_capacity(n);
+        // Fallible: 2^31 decoded elements are 32 GiB (crate::alloc).
+        let mut out = crate::alloc::with_capacity(n)?;
         let mut idx = vec![0usize; shape.len()];
         for lin in 0..n {
             unravel(lin, shape, &mut idx);
             out.push(f(&idx)?);
         }
-        Tensor::from_elems(dt, shape, &out)
+        // Exact: every element is already a value of `dt` (§5.x results are
+        // rounded by `fl`/`int`; data movement copies stored values).
+        Tensor::from_values(dt, shape, &out)
     }
 
     /// A float result in dtype `dt`: F32 as is, narrower floats rounded (§3).
@@ -1121,10 +1095,10 @@ pub mod denote {
 
     /// §5.1 elementwise unary.
     pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
-        let dt = x.dtype();
-        let xs = x.to_elems();
+        let (dt, shape) = rule::unary(op, opd(x))?;
+        let xs = x.try_to_elems()?;
         let st = strides(x.shape());
-        tabulate(op.name(), dt, x.shape(), |i| {
+        tabulate(op.name(), dt, &shape, |i| {
             unary_elem(op, dt, xs[ravel(i, &st)])
         })
     }
@@ -1132,36 +1106,21 @@ pub mod denote {
     /// §5.2 cast: `λ i. cast_value(f(i))` (Section 2 §5 value semantics,
     /// a NaN operand quieted: Section 2 §3).
     pub fn cast(to: Dtype, x: &Tensor) -> Result<Tensor> {
-        let xs = x.to_elems();
+        let (to, shape) = rule::cast(to, opd(x))?;
+        let xs = x.try_to_elems()?;
         let st = strides(x.shape());
-        tabulate("cast", to, x.shape(), |i| {
+        tabulate("cast", to, &shape, |i| {
             Ok(cast::cast_value(xs[ravel(i, &st)], to))
         })
     }
 
-    fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
-        if a.dtype() != b.dtype() {
-            return Err(malformed(
-                op,
-                format!("operand dtypes {} and {} differ", a.dtype(), b.dtype()),
-            ));
-        }
-        if a.shape() != b.shape() {
-            return Err(op_err(
-                op,
-                format!("operand shapes {:?} and {:?} differ", a.shape(), b.shape()),
-            ));
-        }
-        Ok(())
-    }
-
     /// §5.3 elementwise binary: `λ i. op(f(i), g(i))`.
     pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        same_shape(op.name(), a, b)?;
+        let (rdt, shape) = rule::binary(op, opd(a), opd(b))?;
         let dt = a.dtype();
-        let (xs, ys) = (a.to_elems(), b.to_elems());
+        let (xs, ys) = (a.try_to_elems()?, b.try_to_elems()?);
         let st = strides(a.shape());
-        tabulate(op.name(), op.result_dtype(dt), a.shape(), |i| {
+        tabulate(op.name(), rdt, &shape, |i| {
             let k = ravel(i, &st);
             binary_elem(op, dt, xs[k], ys[k])
         })
@@ -1169,10 +1128,11 @@ pub mod denote {
 
     /// `op(x, s)` (or `op(s, x)`) with a scalar `s` already in `x`'s dtype.
     pub fn scalar_binary(op: BinaryOp, x: &Tensor, s: Elem, scalar_left: bool) -> Result<Tensor> {
+        let (rdt, shape) = rule::scalar_binary(op, opd(x))?;
         let dt = x.dtype();
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(x.shape());
-        tabulate(op.name(), op.result_dtype(dt), x.shape(), |i| {
+        tabulate(op.name(), rdt, &shape, |i| {
             let e = xs[ravel(i, &st)];
             if scalar_left {
                 binary_elem(op, dt, s, e)
@@ -1184,22 +1144,10 @@ pub mod denote {
 
     /// `select c a b`: `λ i. if c(i) then a(i) else b(i)`.
     pub fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        if c.dtype() != Dtype::Bool {
-            return Err(malformed(
-                "select",
-                format!("condition has dtype {}", c.dtype()),
-            ));
-        }
-        same_shape("select", a, b)?;
-        if c.shape() != a.shape() {
-            return Err(op_err(
-                "select",
-                format!("condition shape {:?} ≠ {:?}", c.shape(), a.shape()),
-            ));
-        }
-        let (cs, xs, ys) = (c.to_elems(), a.to_elems(), b.to_elems());
+        let (dt, shape) = rule::select(opd(c), opd(a), opd(b))?;
+        let (cs, xs, ys) = (c.try_to_elems()?, a.try_to_elems()?, b.try_to_elems()?);
         let st = strides(a.shape());
-        tabulate("select", a.dtype(), a.shape(), |i| {
+        tabulate("select", dt, &shape, |i| {
             let k = ravel(i, &st);
             Ok(if matches!(cs[k], Elem::B(true)) {
                 xs[k]
@@ -1212,41 +1160,10 @@ pub mod denote {
     /// §5.4 batched matmul: `p ++ [M, K] × p ++ [K, N] → p ++ [M, N]`,
     /// `λ (b, i, j). Σ_l a(b, i, l) · b(b, l, j)`, summed in order of l.
     pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let dt = a.dtype();
-        if dt != b.dtype() || !dt.is_numeric() {
-            return Err(malformed(
-                "matmul",
-                format!("operand dtypes {} and {}", dt, b.dtype()),
-            ));
-        }
+        let (dt, out_shape) = rule::matmul(opd(a), opd(b))?;
         let (sa, sb) = (a.shape(), b.shape());
-        let r = sa.len();
-        if r < 2 || sb.len() != r {
-            return Err(op_err(
-                "matmul",
-                format!("operand shapes {sa:?} and {sb:?}: ranks must be equal and ≥ 2"),
-            ));
-        }
-        if sa[..r - 2] != sb[..r - 2] {
-            return Err(op_err(
-                "matmul",
-                format!(
-                    "batch dims {:?} and {:?} differ",
-                    &sa[..r - 2],
-                    &sb[..r - 2]
-                ),
-            ));
-        }
-        let (k, k2) = (sa[r - 1], sb[r - 2]);
-        if k != k2 {
-            return Err(op_err(
-                "matmul",
-                format!("contraction dimension K (={k}) ≠ K' (={k2})"),
-            ));
-        }
-        let mut out_shape = sa[..r - 2].to_vec();
-        out_shape.extend([sa[r - 2], sb[r - 1]]);
-        let (xs, ys) = (a.to_elems(), b.to_elems());
+        let (r, k) = (sa.len(), sa[sa.len() - 1]);
+        let (xs, ys) = (a.try_to_elems()?, b.try_to_elems()?);
         let (sta, stb) = (strides(sa), strides(sb));
         let mut ia = vec![0usize; r];
         let mut ib = vec![0usize; r];
@@ -1274,47 +1191,24 @@ pub mod denote {
         })
     }
 
-    /// The checker's own axis rule (`tc_core::ir::check_axes`), against the
-    /// run-time rank: one definition, so checker and interpreter agree.
-    fn check_axes(op: &str, axes: &[usize], rank: usize) -> Result<()> {
-        tc_core::ir::check_axes(axes, rank).map_err(|e| malformed(op, e.to_string()))
-    }
-
     /// §5.5 reduce over an axis set: `λ idx. fold_op { f(idx with the reduced
     /// axes set to d) | d }`, folded in row-major order of the reduced axes.
     pub fn reduce(op: ReduceOp, axes: &[usize], keepdims: bool, x: &Tensor) -> Result<Tensor> {
         let name = format!("reduce.{}", op.name());
-        let dt = x.dtype();
-        if !op.admits(dt) {
-            return Err(malformed(&name, format!("not admissible at {dt}")));
-        }
+        let (dt, out_shape) = rule::reduce(op, axes, keepdims, opd(x))?;
         let shape = x.shape();
-        check_axes(&name, axes, shape.len())?;
         let red_shape: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
         // The reduced axes' volume. It is over the cap only for an input
         // that is empty through a kept axis (`[0, 2^62]` over axis 1): the
-        // output is then empty and no fold runs, so all that matters is
-        // that it is not 0 (the `needs_nonempty` check below).
+        // output is then empty and no fold runs (an empty reduced set of
+        // max/min/mean was refused by the rule).
         let count = match tc_core::size::numel(&red_shape) {
             Ok(c) => c,
             Err(_) if x.numel() == 0 => usize::MAX,
             Err(e) => return Err(e.into()),
         };
-        if count == 0 && op.needs_nonempty() {
-            return Err(op_err(
-                &name,
-                format!("reduced axes {axes:?} of shape {shape:?} are empty"),
-            ));
-        }
         let kept: Vec<usize> = (0..shape.len()).filter(|i| !axes.contains(i)).collect();
-        let out_shape: Vec<usize> = if keepdims {
-            (0..shape.len())
-                .map(|i| if axes.contains(&i) { 1 } else { shape[i] })
-                .collect()
-        } else {
-            kept.iter().map(|&i| shape[i]).collect()
-        };
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; shape.len()];
         let mut ridx = vec![0usize; axes.len()];
@@ -1435,30 +1329,10 @@ pub mod denote {
     /// argmax / argmin along one axis → I64 indices.
     pub fn arg_reduce(max: bool, axis: usize, keepdims: bool, x: &Tensor) -> Result<Tensor> {
         let name = if max { "argmax" } else { "argmin" };
+        let (_, out_shape) = rule::arg_reduce(max, axis, keepdims, opd(x))?;
         let shape = x.shape();
-        check_axes(name, &[axis], shape.len())?;
         let n = shape[axis];
-        if n == 0 {
-            return Err(op_err(
-                name,
-                format!("axis {axis} of shape {shape:?} is empty"),
-            ));
-        }
-        let out_shape: Vec<usize> = if keepdims {
-            shape
-                .iter()
-                .enumerate()
-                .map(|(i, &d)| if i == axis { 1 } else { d })
-                .collect()
-        } else {
-            shape
-                .iter()
-                .enumerate()
-                .filter(|&(i, _)| i != axis)
-                .map(|(_, &d)| d)
-                .collect()
-        };
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; shape.len()];
         tabulate(name, Dtype::I64, &out_shape, |o| {
@@ -1493,10 +1367,8 @@ pub mod denote {
     pub fn transpose(perm: &[usize], x: &Tensor) -> Result<Tensor> {
         let shape = x.shape();
         let r = shape.len();
-        // The checker's rule (no short "identity" permutations), at run time.
-        tc_core::ir::check_perm(perm, r).map_err(|e| malformed("transpose", e.to_string()))?;
-        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-        let xs = x.to_elems();
+        let (_, out_shape) = rule::transpose(perm, opd(x))?;
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; r];
         tabulate("transpose", x.dtype(), &out_shape, |o| {
@@ -1512,23 +1384,8 @@ pub mod denote {
     /// mismatch is [`Error::ReshapeVolume`] (the §7.0 backstop).
     pub fn reshape(to: &[i64], x: &Tensor) -> Result<Tensor> {
         let from = x.shape();
-        let from_volume = from.iter().try_fold(1i64, |a, &d| a.checked_mul(d as i64));
-        let to_volume = to.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
-        let mismatch = || Error::ReshapeVolume {
-            from: from.to_vec(),
-            to: to.to_vec(),
-            from_volume: from_volume.unwrap_or(i64::MAX),
-            to_volume: to_volume.unwrap_or(i64::MAX),
-        };
-        if to.iter().any(|&d| d < 0)
-            || from_volume.is_none()
-            || to_volume.is_none()
-            || from_volume != to_volume
-        {
-            return Err(mismatch());
-        }
-        let shape: Vec<usize> = to.iter().map(|&d| d as usize).collect();
-        let xs = x.to_elems();
+        let (_, shape) = rule::reshape(to, opd(x))?;
+        let xs = x.try_to_elems()?;
         let (st_in, st_out) = (strides(from), strides(&shape));
         let mut src = vec![0usize; from.len()];
         tabulate("reshape", x.dtype(), &shape, |o| {
@@ -1540,27 +1397,10 @@ pub mod denote {
     /// §5.8 broadcast to `target`: align trailing dims; a source dim of 1
     /// reads index 0, an equal dim reads the same index (Section 2 §11).
     pub fn broadcast(target: &[usize], x: &Tensor) -> Result<Tensor> {
+        rule::broadcast(target, opd(x))?;
         let shape = x.shape();
         let (n, m) = (shape.len(), target.len());
-        if n > m {
-            return Err(op_err(
-                "broadcast",
-                format!("cannot broadcast rank {n} {shape:?} to rank {m} {target:?}"),
-            ));
-        }
-        for (i, &d) in shape.iter().enumerate() {
-            let t = target[m - n + i];
-            if d != 1 && d != t {
-                return Err(op_err(
-                    "broadcast",
-                    format!(
-                        "source dim {i} (={d}) is neither 1 nor the target's {} (={t})",
-                        m - n + i
-                    ),
-                ));
-            }
-        }
-        let xs = x.to_elems();
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; n];
         tabulate("broadcast", x.dtype(), target, |o| {
@@ -1574,17 +1414,8 @@ pub mod denote {
     /// §5.9 slice `[start, stop)` along `axis`: `λ j. f(j with j[axis] + start)`.
     pub fn slice(axis: usize, start: i64, stop: i64, x: &Tensor) -> Result<Tensor> {
         let shape = x.shape();
-        check_axes("slice", &[axis], shape.len())?;
-        let d = shape[axis] as i64;
-        if !(0 <= start && start <= stop && stop <= d) {
-            return Err(op_err(
-                "slice",
-                format!("range {start}..{stop} is not within 0..{d} on axis {axis}"),
-            ));
-        }
-        let mut out_shape = shape.to_vec();
-        out_shape[axis] = (stop - start) as usize;
-        let xs = x.to_elems();
+        let (_, out_shape) = rule::slice(axis, start, stop, opd(x))?;
+        let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; shape.len()];
         tabulate("slice", x.dtype(), &out_shape, |o| {
@@ -1597,43 +1428,13 @@ pub mod denote {
     /// §5.10 concat along `axis` (k ≥ 2 operands): an index reads the operand
     /// whose range along `axis` contains it, shifted down by the sizes before.
     pub fn concat(axis: usize, xs: &[&Tensor]) -> Result<Tensor> {
-        let Some(first) = xs.first() else {
-            return Err(malformed("concat", "no operands".into()));
-        };
-        let shape = first.shape();
-        check_axes("concat", &[axis], shape.len())?;
-        let mut total = 0usize;
-        for t in xs {
-            if t.dtype() != first.dtype() {
-                return Err(malformed(
-                    "concat",
-                    format!("dtypes {} and {} differ", first.dtype(), t.dtype()),
-                ));
-            }
-            let s = t.shape();
-            if s.len() != shape.len()
-                || s.iter()
-                    .zip(shape)
-                    .enumerate()
-                    .any(|(i, (a, b))| i != axis && a != b)
-            {
-                return Err(op_err(
-                    "concat",
-                    format!("shapes {shape:?} and {s:?} differ off axis {axis}"),
-                ));
-            }
-            // A dim is an i64 in σ (and in the JIT): stay within it.
-            total = total
-                .checked_add(s[axis])
-                .filter(|&n| i64::try_from(n).is_ok())
-                .ok_or_else(|| op_err("concat", "concatenated dimension overflows".into()))?;
-        }
-        let mut out_shape = shape.to_vec();
-        out_shape[axis] = total;
-        let data: Vec<Vec<Elem>> = xs.iter().map(|t| t.to_elems()).collect();
+        let ops: Vec<Operand> = xs.iter().map(|t| opd(t)).collect();
+        let (dt, out_shape) = rule::concat(axis, &ops)?;
+        let shape = out_shape.as_slice();
+        let data: Vec<Vec<Elem>> = xs.iter().map(|t| t.try_to_elems()).collect::<Result<_>>()?;
         let sts: Vec<Vec<usize>> = xs.iter().map(|t| strides(t.shape())).collect();
         let mut src = vec![0usize; shape.len()];
-        tabulate("concat", first.dtype(), &out_shape, |o| {
+        tabulate("concat", dt, &out_shape, |o| {
             src.copy_from_slice(o);
             let mut k = 0;
             while src[axis] >= xs[k].shape()[axis] {
@@ -1646,13 +1447,14 @@ pub mod denote {
 
     /// A tensor of one repeated value (already in `dt`'s value set).
     pub fn fill(dt: Dtype, shape: &[usize], v: Elem) -> Result<Tensor> {
-        tabulate("fill", dt, shape, |_| Ok(v))
+        let (dt, shape) = rule::fill(dt, shape)?;
+        tabulate("fill", dt, &shape, |_| Ok(v))
     }
 
     /// `iota`: each element is its index along `axis`, converted to `dt`.
     pub fn iota(dt: Dtype, shape: &[usize], axis: usize) -> Result<Tensor> {
-        check_axes("iota", &[axis], shape.len())?;
-        tabulate("iota", dt, shape, |i| {
+        let (dt, shape) = rule::iota(dt, shape, axis)?;
+        tabulate("iota", dt, &shape, |i| {
             Ok(cast::convert(Elem::I(i[axis] as i64), dt))
         })
     }

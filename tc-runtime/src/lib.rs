@@ -3,16 +3,19 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod alloc;
 pub mod error;
 
 pub use error::{Error, Result};
 pub mod cast;
 pub mod elem;
+pub mod element;
 pub mod safetensors_io;
 pub mod tensor;
 
 pub use cast::convert;
-pub use elem::{Elem, Element, F8E4M3, F8E5M2, I4};
+pub use elem::Elem;
+pub use element::{Element, F8E4M3, F8E5M2, I4};
 pub use safetensors_io::{load_safetensors, load_tensor, save_safetensors};
 pub use tensor::Tensor;
 pub mod contract;

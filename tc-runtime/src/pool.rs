@@ -46,13 +46,14 @@ pub const HUGE_MIN: usize = 4 << 20;
 ///
 /// Under Miri (which cannot run `madvise`) this is a plain zeroed `Vec`, so
 /// everything built on it is still checked.
-pub fn zeroed(words: usize) -> Vec<u64> {
-    let v = vec![0u64; words];
+/// `OutOfMemory` when the allocator refuses ([`crate::alloc`]).
+pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
+    let v = crate::alloc::zeroed_words(words)?;
     #[cfg(all(target_os = "linux", not(miri)))]
     if words.saturating_mul(8) >= HUGE_MIN {
         advise_huge(&v);
     }
-    v
+    Ok(v)
 }
 
 /// Mark the whole 2 MiB pages inside `v`'s allocation for transparent huge

@@ -13,7 +13,8 @@ use ndarray::{ArrayBase, ArrayD, ArrayViewD, Data, Dimension, IxDyn};
 use tc_core::Dtype;
 
 use crate::cast;
-use crate::elem::{Elem, Element};
+use crate::elem::Elem;
+use crate::element::Element;
 use crate::error::{Error, Result};
 
 /// How many elements `Display`/`Debug` print before eliding the rest with `...`.
@@ -59,8 +60,9 @@ fn volume(shape: &[usize]) -> Result<usize> {
     Ok(tc_core::size::numel(shape)?)
 }
 
-/// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes.
-fn zeroed_words(nbytes: usize) -> Vec<u64> {
+/// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes, or
+/// `OutOfMemory`.
+fn zeroed_words(nbytes: usize) -> Result<Vec<u64>> {
     crate::pool::zeroed(nbytes.div_ceil(8))
 }
 
@@ -110,8 +112,9 @@ fn store(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
             Dtype::BF16 => {
                 buf[2 * i..2 * i + 2].copy_from_slice(&cast::bf16_from_f32(x).to_le_bytes())
             }
-            Dtype::F8E4M3 => buf[i] = cast::f8e4m3_from_f32(x),
-            _ => buf[i] = cast::f8e5m2_from_f32(x),
+            // Exact for a member of the value set (F8E5M2's ±inf included);
+            // callers that cast round first ([`store_cast`]).
+            _ => buf[i] = cast::store_bits(x, dtype).unwrap_or(0) as u8,
         }
         return;
     }
@@ -126,6 +129,11 @@ fn store(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
         Elem::B(b) => buf[i] = b as u8,
         Elem::F(_) => {} // unreachable: convert to a non-float dtype gives I or B
     }
+}
+
+/// Store `cast[dtype] e` (Section 2 §5: a float rounded, F8 saturating).
+fn store_cast(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
+    store(buf, dtype, i, cast::convert(e, dtype));
 }
 
 /// Decode element `i` of a `dtype` buffer (the index must be in range).
@@ -211,7 +219,7 @@ impl Tensor {
             dtype,
             shape,
             numel,
-            zeroed_words(nbytes),
+            zeroed_words(nbytes)?,
         ))
     }
 
@@ -219,18 +227,18 @@ impl Tensor {
     pub fn full(dtype: Dtype, shape: &[usize], value: Elem) -> Result<Tensor> {
         let numel = volume(shape)?;
         let nbytes = tc_core::size::bytes(dtype, numel)?;
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         for i in 0..numel {
-            store(buf, dtype, i, value);
+            store_cast(buf, dtype, i, value);
         }
         Ok(Tensor::from_words(dtype, shape, numel, words))
     }
 
     /// A rank-0 tensor holding `cast[dtype] value`.
     pub fn scalar(dtype: Dtype, value: Elem) -> Tensor {
-        let mut words = zeroed_words(8);
-        store(word_bytes_mut(&mut words, 8), dtype, 0, value);
+        let mut words = vec![0u64; 1];
+        store_cast(word_bytes_mut(&mut words, 8), dtype, 0, value);
         Tensor::from_words(dtype, &[], 1, words)
     }
 
@@ -249,7 +257,30 @@ impl Tensor {
             });
         }
         let nbytes = dtype.storage_bytes(numel);
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
+        let buf = word_bytes_mut(&mut words, nbytes);
+        for (i, &e) in elems.iter().enumerate() {
+            store_cast(buf, dtype, i, e);
+        }
+        Ok(Tensor::from_words(dtype, shape, numel, words))
+    }
+
+    /// Build from elements that are already values of `dtype` (the
+    /// interpreter's results: rounded arithmetic, or copies of stored
+    /// elements), stored exactly: unlike [`Tensor::from_elems`] no cast is
+    /// applied, so F8E5M2's ±inf survives data movement
+    /// ([`cast::store_bits`]).
+    pub fn from_values(dtype: Dtype, shape: &[usize], elems: &[Elem]) -> Result<Tensor> {
+        let numel = volume(shape)?;
+        if elems.len() != numel {
+            return Err(Error::DataLength {
+                shape: shape.to_vec(),
+                expected: numel,
+                found: elems.len(),
+            });
+        }
+        let nbytes = dtype.storage_bytes(numel);
+        let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         for (i, &e) in elems.iter().enumerate() {
             store(buf, dtype, i, e);
@@ -311,7 +342,7 @@ impl Tensor {
                 return Err(Error::InvalidBool { index, byte });
             }
         }
-        let mut words = zeroed_words(expected);
+        let mut words = zeroed_words(expected)?;
         let buf = word_bytes_mut(&mut words, expected);
         buf.copy_from_slice(bytes);
         if dtype == Dtype::I4 && numel % 2 == 1 {
@@ -340,7 +371,7 @@ impl Tensor {
             });
         }
         let nbytes = dtype.storage_bytes(numel);
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         if plain_layout::<T>() {
             // `plain_layout` holds, so `T` is a sealed PLAIN element type (f32,
@@ -397,6 +428,16 @@ impl Tensor {
         (0..self.numel).map(|i| load(buf, self.dtype, i)).collect()
     }
 
+    /// [`Tensor::to_elems`], or `OutOfMemory` when the decoded elements
+    /// (16 bytes each) cannot be allocated: the interpreter's path.
+    pub fn try_to_elems(&self) -> Result<Vec<Elem>> {
+        let buf = self.bytes();
+        crate::alloc::collect(
+            self.numel,
+            (0..self.numel).map(|i| load(buf, self.dtype, i)),
+        )
+    }
+
     /// All elements as `T` (row-major); `WrongElementType` unless `T::DTYPE == dtype`.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.check_type::<T>()?;
@@ -429,16 +470,17 @@ impl Tensor {
         })
     }
 
-    /// `cast[to]` of the whole tensor (Section 2 §5).
-    pub fn cast(&self, to: Dtype) -> Tensor {
+    /// `cast[to]` of the whole tensor (Section 2 §5); `OutOfMemory` when
+    /// the result cannot be allocated.
+    pub fn cast(&self, to: Dtype) -> Result<Tensor> {
         let buf = self.bytes();
         let nbytes = to.storage_bytes(self.numel);
-        let mut words = zeroed_words(nbytes);
+        let mut words = zeroed_words(nbytes)?;
         let out = word_bytes_mut(&mut words, nbytes);
         for i in 0..self.numel {
-            store(out, to, i, load(buf, self.dtype, i));
+            store_cast(out, to, i, load(buf, self.dtype, i));
         }
-        Tensor::from_words(to, &self.shape, self.numel, words)
+        Ok(Tensor::from_words(to, &self.shape, self.numel, words))
     }
 
     /// Copy into an owned `ndarray` of `T` (`WrongElementType` on a dtype mismatch).

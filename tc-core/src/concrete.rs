@@ -1,0 +1,475 @@
+//! The concrete shape rule: each op's result dtype and shape from its
+//! operands' concrete dtypes and shapes and its attributes evaluated under σ
+//! (the run-time side of Section 2's typing rules, and the preconditions of
+//! Section 4 §5's denotations).
+//!
+//! Written once, used by both backends: the interpreter's denotations
+//! (`tc_runtime::interp::denote`) validate their operands and size their
+//! output through these functions, and the JIT's planner
+//! (`tc_llvm::plan::shapes`) sizes every buffer through [`infer`]. Before
+//! this module each backend had its own copy, and the planner's copy trusted
+//! what the interpreter checked (issue #14). `tests/concrete_rule.rs` in the
+//! facade checks, for random well-typed programs and σ, that the rule gives
+//! the checker's synthesised type evaluated under σ.
+//!
+//! Element-count caps are not part of the rule: every backend builds each
+//! value through `crate::size`, which refuses shapes over the cap.
+
+use crate::dim::{Dim, EvalError, Sigma};
+use crate::dtype::Dtype;
+use crate::ir::{check_axes, check_perm, BinaryOp, Op, ReduceOp, UnaryOp, Value};
+use crate::size::SizeError;
+
+/// An operand as the rule sees it: its dtype and concrete shape.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    /// Its dtype.
+    pub dtype: Dtype,
+    /// Its shape.
+    pub shape: &'a [usize],
+}
+
+/// A result: dtype and shape.
+pub type Shaped = (Dtype, Vec<usize>);
+
+/// Why an op cannot run on these operands. The runtime maps each variant to
+/// its own error of the same name, so both backends report alike.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// IR the verifier refuses (wrong dtypes, bad axes): a bug upstream.
+    #[error("malformed IR: {0}")]
+    Malformed(String),
+    /// The operands' concrete shapes violate the op's rule.
+    #[error("{op}: {message}")]
+    Op {
+        /// The op.
+        op: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A reshape whose volumes differ (Section 2 §10, re-checked: §7.0).
+    #[error("reshape of shape {from:?} to {to:?}: volumes {from_volume} and {to_volume} differ")]
+    ReshapeVolume {
+        /// The operand's shape.
+        from: Vec<usize>,
+        /// The target, evaluated.
+        to: Vec<i64>,
+        /// Its volume (`i64::MAX` when it overflows).
+        from_volume: i64,
+        /// The target's volume (`i64::MAX` when it overflows).
+        to_volume: i64,
+    },
+    /// An attribute dim could not be evaluated under σ.
+    #[error("{context}: {source}")]
+    Eval {
+        /// Which attribute.
+        context: String,
+        /// Why.
+        source: EvalError,
+    },
+    /// An attribute dim is negative under σ.
+    #[error("{context}: dimension `{dim}` evaluates to {value}, which is negative")]
+    NegativeDim {
+        /// Which attribute.
+        context: String,
+        /// The dim expression.
+        dim: String,
+        /// Its value.
+        value: i64,
+    },
+    /// A count past the cap the backends share.
+    #[error("{0}")]
+    Size(#[from] SizeError),
+}
+
+/// Result of a rule.
+pub type Result<T, E = RuleError> = std::result::Result<T, E>;
+
+fn op_err(op: &str, message: String) -> RuleError {
+    RuleError::Op {
+        op: op.to_string(),
+        message,
+    }
+}
+
+fn malformed(op: &str, message: String) -> RuleError {
+    RuleError::Malformed(format!("{op}: {message}"))
+}
+
+fn axes_ok(op: &str, axes: &[usize], rank: usize) -> Result<()> {
+    check_axes(axes, rank).map_err(|e| malformed(op, e.to_string()))
+}
+
+// ------------------------------------------------------------ attributes
+
+/// A dim evaluated under σ as a signed value (reshape targets, slice
+/// bounds): `Eval` when it cannot be.
+pub fn eval_signed(d: &Dim, sigma: &Sigma, context: &str) -> Result<i64> {
+    d.eval(sigma).map_err(|source| RuleError::Eval {
+        context: context.to_string(),
+        source,
+    })
+}
+
+/// A dim evaluated under σ as a size: `Eval`, or `NegativeDim` below 0.
+pub fn eval_size(d: &Dim, sigma: &Sigma, context: &str) -> Result<usize> {
+    let v = eval_signed(d, sigma, context)?;
+    usize::try_from(v).map_err(|_| RuleError::NegativeDim {
+        context: context.to_string(),
+        dim: d.to_string(),
+        value: v,
+    })
+}
+
+/// A shape attribute (broadcast, fill, iota) evaluated under σ.
+pub fn eval_shape(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<usize>> {
+    ds.iter()
+        .enumerate()
+        .map(|(i, d)| eval_size(d, sigma, &format!("{what}, dimension {i}")))
+        .collect()
+}
+
+/// A reshape target evaluated under σ (signed: a negative dim is a volume
+/// mismatch, reported with the whole target).
+pub fn eval_target(ds: &[Dim], sigma: &Sigma) -> Result<Vec<i64>> {
+    ds.iter()
+        .enumerate()
+        .map(|(i, d)| eval_signed(d, sigma, &format!("reshape, dimension {i}")))
+        .collect()
+}
+
+/// A slice's `[start, stop)` evaluated under σ.
+pub fn eval_bounds(start: &Dim, stop: &Dim, sigma: &Sigma) -> Result<(i64, i64)> {
+    Ok((
+        eval_signed(start, sigma, "slice start")?,
+        eval_signed(stop, sigma, "slice stop")?,
+    ))
+}
+
+// ------------------------------------------------------------- the rules
+
+/// §5.1 elementwise unary: same dtype and shape; the op must admit it.
+pub fn unary(op: UnaryOp, x: Operand) -> Result<Shaped> {
+    if !op.admits(x.dtype) {
+        return Err(malformed(
+            op.name(),
+            format!("not admissible at {}", x.dtype),
+        ));
+    }
+    Ok((x.dtype, x.shape.to_vec()))
+}
+
+/// §5.2 cast: the target dtype, the same shape.
+pub fn cast(to: Dtype, x: Operand) -> Result<Shaped> {
+    Ok((to, x.shape.to_vec()))
+}
+
+fn same(op: &str, a: Operand, b: Operand) -> Result<()> {
+    if a.dtype != b.dtype {
+        return Err(malformed(
+            op,
+            format!("operand dtypes {} and {} differ", a.dtype, b.dtype),
+        ));
+    }
+    if a.shape != b.shape {
+        return Err(op_err(
+            op,
+            format!("operand shapes {:?} and {:?} differ", a.shape, b.shape),
+        ));
+    }
+    Ok(())
+}
+
+/// §5.3 elementwise binary: equal dtypes and shapes (no implicit
+/// broadcasting, Section 2 §6); comparisons give Bool.
+pub fn binary(op: BinaryOp, a: Operand, b: Operand) -> Result<Shaped> {
+    same(op.name(), a, b)?;
+    if !op.admits(a.dtype) {
+        return Err(malformed(
+            op.name(),
+            format!("not admissible at {}", a.dtype),
+        ));
+    }
+    Ok((op.result_dtype(a.dtype), a.shape.to_vec()))
+}
+
+/// A binary op with a scalar side: the tensor's shape.
+pub fn scalar_binary(op: BinaryOp, x: Operand) -> Result<Shaped> {
+    if !op.admits(x.dtype) {
+        return Err(malformed(
+            op.name(),
+            format!("not admissible at {}", x.dtype),
+        ));
+    }
+    Ok((op.result_dtype(x.dtype), x.shape.to_vec()))
+}
+
+/// `select c a b`: a Bool condition, branches alike, all one shape.
+pub fn select(c: Operand, a: Operand, b: Operand) -> Result<Shaped> {
+    if c.dtype != Dtype::Bool {
+        return Err(malformed(
+            "select",
+            format!("condition has dtype {}", c.dtype),
+        ));
+    }
+    same("select", a, b)?;
+    if c.shape != a.shape {
+        return Err(op_err(
+            "select",
+            format!("condition shape {:?} ≠ {:?}", c.shape, a.shape),
+        ));
+    }
+    Ok((a.dtype, a.shape.to_vec()))
+}
+
+/// §5.4 batched matmul: `p ++ [M, K] × p ++ [K, N] → p ++ [M, N]`
+/// (Section 2 §7: equal ranks ≥ 2, no batch broadcasting).
+pub fn matmul(a: Operand, b: Operand) -> Result<Shaped> {
+    let dt = a.dtype;
+    if dt != b.dtype || !dt.is_numeric() {
+        return Err(malformed(
+            "matmul",
+            format!("operand dtypes {} and {}", dt, b.dtype),
+        ));
+    }
+    let (sa, sb) = (a.shape, b.shape);
+    let r = sa.len();
+    if r < 2 || sb.len() != r {
+        return Err(op_err(
+            "matmul",
+            format!("operand shapes {sa:?} and {sb:?}: ranks must be equal and ≥ 2"),
+        ));
+    }
+    if sa[..r - 2] != sb[..r - 2] {
+        let (pa, pb) = (&sa[..r - 2], &sb[..r - 2]);
+        return Err(op_err(
+            "matmul",
+            format!("batch dims {pa:?} and {pb:?} differ"),
+        ));
+    }
+    let (k, k2) = (sa[r - 1], sb[r - 2]);
+    if k != k2 {
+        return Err(op_err(
+            "matmul",
+            format!("contraction dimension K (={k}) ≠ K' (={k2})"),
+        ));
+    }
+    let mut out = sa[..r - 2].to_vec();
+    out.extend([sa[r - 2], sb[r - 1]]);
+    Ok((dt, out))
+}
+
+/// The shape left by reducing `axes` of `shape` (kept as 1 with
+/// `keepdims`).
+fn reduced(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
+    (0..shape.len())
+        .filter(|i| keepdims || !axes.contains(i))
+        .map(|i| if axes.contains(&i) { 1 } else { shape[i] })
+        .collect()
+}
+
+/// §5.5 reduce over an axis set (Section 2 §8): valid distinct axes; max,
+/// min and mean need a non-empty reduced set.
+pub fn reduce(op: ReduceOp, axes: &[usize], keepdims: bool, x: Operand) -> Result<Shaped> {
+    let name = format!("reduce.{}", op.name());
+    if !op.admits(x.dtype) {
+        return Err(malformed(&name, format!("not admissible at {}", x.dtype)));
+    }
+    let shape = x.shape;
+    axes_ok(&name, axes, shape.len())?;
+    if op.needs_nonempty() && axes.iter().any(|&a| shape[a] == 0) {
+        return Err(op_err(
+            &name,
+            format!("reduced axes {axes:?} of shape {shape:?} are empty"),
+        ));
+    }
+    Ok((x.dtype, reduced(shape, axes, keepdims)))
+}
+
+/// argmax / argmin along one non-empty axis → I64 indices.
+pub fn arg_reduce(max: bool, axis: usize, keepdims: bool, x: Operand) -> Result<Shaped> {
+    let name = if max { "argmax" } else { "argmin" };
+    let shape = x.shape;
+    axes_ok(name, &[axis], shape.len())?;
+    if shape[axis] == 0 {
+        return Err(op_err(
+            name,
+            format!("axis {axis} of shape {shape:?} is empty"),
+        ));
+    }
+    Ok((Dtype::I64, reduced(shape, &[axis], keepdims)))
+}
+
+/// §5.6 transpose: output axis j is input axis `perm[j]` (Section 2 §9);
+/// `perm` must be a permutation of the whole rank.
+pub fn transpose(perm: &[usize], x: Operand) -> Result<Shaped> {
+    check_perm(perm, x.shape.len()).map_err(|e| malformed("transpose", e.to_string()))?;
+    Ok((x.dtype, perm.iter().map(|&p| x.shape[p]).collect()))
+}
+
+/// §5.7 reshape: equal volumes (Section 2 §10, re-checked at run time).
+pub fn reshape(to: &[i64], x: Operand) -> Result<Shaped> {
+    let from = x.shape;
+    let from_volume = from
+        .iter()
+        .try_fold(1i64, |a, &d| a.checked_mul(i64::try_from(d).ok()?));
+    let to_volume = to.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
+    if to.iter().any(|&d| d < 0) || from_volume.is_none() || from_volume != to_volume {
+        return Err(RuleError::ReshapeVolume {
+            from: from.to_vec(),
+            to: to.to_vec(),
+            from_volume: from_volume.unwrap_or(i64::MAX),
+            to_volume: to_volume.unwrap_or(i64::MAX),
+        });
+    }
+    // Every `d` is ≥ 0 and their product fits in i64, so each fits usize.
+    Ok((x.dtype, to.iter().map(|&d| d as usize).collect()))
+}
+
+/// §5.8 broadcast to `target`, trailing dims aligned; each source dim is 1
+/// or the target's (Section 2 §11).
+pub fn broadcast(target: &[usize], x: Operand) -> Result<Shaped> {
+    let shape = x.shape;
+    let (n, m) = (shape.len(), target.len());
+    if n > m {
+        return Err(op_err(
+            "broadcast",
+            format!("cannot broadcast rank {n} {shape:?} to rank {m} {target:?}"),
+        ));
+    }
+    for (i, &d) in shape.iter().enumerate() {
+        let t = target[m - n + i];
+        if d != 1 && d != t {
+            return Err(op_err(
+                "broadcast",
+                format!(
+                    "source dim {i} (={d}) is neither 1 nor the target's {} (={t})",
+                    m - n + i
+                ),
+            ));
+        }
+    }
+    Ok((x.dtype, target.to_vec()))
+}
+
+/// §5.9 slice `[start, stop)` along `axis`: `0 ≤ start ≤ stop ≤ d`.
+pub fn slice(axis: usize, start: i64, stop: i64, x: Operand) -> Result<Shaped> {
+    let shape = x.shape;
+    axes_ok("slice", &[axis], shape.len())?;
+    let d = i64::try_from(shape[axis]).unwrap_or(i64::MAX);
+    if !(0 <= start && start <= stop && stop <= d) {
+        return Err(op_err(
+            "slice",
+            format!("range {start}..{stop} is not within 0..{d} on axis {axis}"),
+        ));
+    }
+    let mut out = shape.to_vec();
+    // 0 ≤ stop − start ≤ d, a size.
+    out[axis] = (stop - start) as usize;
+    Ok((x.dtype, out))
+}
+
+/// §5.10 concat along `axis`: one dtype, shapes equal off the axis, the
+/// concatenated dim within i64 (what σ and the kernels' indices hold).
+pub fn concat(axis: usize, xs: &[Operand]) -> Result<Shaped> {
+    let Some(first) = xs.first() else {
+        return Err(malformed("concat", "no operands".into()));
+    };
+    let shape = first.shape;
+    axes_ok("concat", &[axis], shape.len())?;
+    let mut total = 0usize;
+    for t in xs {
+        if t.dtype != first.dtype {
+            return Err(malformed(
+                "concat",
+                format!("dtypes {} and {} differ", first.dtype, t.dtype),
+            ));
+        }
+        let s = t.shape;
+        let off_axis_differ = s.len() != shape.len()
+            || s.iter()
+                .zip(shape)
+                .enumerate()
+                .any(|(i, (a, b))| i != axis && a != b);
+        if off_axis_differ {
+            return Err(op_err(
+                "concat",
+                format!("shapes {shape:?} and {s:?} differ off axis {axis}"),
+            ));
+        }
+        total = total
+            .checked_add(s[axis])
+            .filter(|&n| i64::try_from(n).is_ok())
+            .ok_or_else(|| op_err("concat", "concatenated dimension overflows".into()))?;
+    }
+    let mut out = shape.to_vec();
+    out[axis] = total;
+    Ok((first.dtype, out))
+}
+
+/// `fill`: the given dtype and shape.
+pub fn fill(dt: Dtype, shape: &[usize]) -> Result<Shaped> {
+    Ok((dt, shape.to_vec()))
+}
+
+/// `iota` along a valid axis of its shape.
+pub fn iota(dt: Dtype, shape: &[usize], axis: usize) -> Result<Shaped> {
+    axes_ok("iota", &[axis], shape.len())?;
+    Ok((dt, shape.to_vec()))
+}
+
+/// The rule for any op but a call (a call's result is its callee's, which
+/// each backend obtains its own way and checks against the signature):
+/// attributes evaluated under σ, operands looked up with `operand`.
+pub fn infer<'a>(
+    op: &Op,
+    operand: &dyn Fn(Value) -> Result<Operand<'a>>,
+    sigma: &Sigma,
+) -> Result<Shaped> {
+    match op {
+        Op::Unary(o, x) => unary(*o, operand(*x)?),
+        Op::Cast(dt, x) => cast(*dt, operand(*x)?),
+        Op::Binary(o, a, b) => binary(*o, operand(*a)?, operand(*b)?),
+        Op::ScalarBinary { op, x, .. } => scalar_binary(*op, operand(*x)?),
+        Op::Select(c, a, b) => select(operand(*c)?, operand(*a)?, operand(*b)?),
+        Op::Matmul(a, b) => matmul(operand(*a)?, operand(*b)?),
+        Op::Reduce {
+            op,
+            axes,
+            keepdims,
+            x,
+        } => reduce(*op, axes, *keepdims, operand(*x)?),
+        Op::ArgReduce {
+            max,
+            axis,
+            keepdims,
+            x,
+        } => arg_reduce(*max, *axis, *keepdims, operand(*x)?),
+        Op::Transpose(perm, x) => transpose(perm, operand(*x)?),
+        Op::Reshape(s, x) => reshape(&eval_target(s, sigma)?, operand(*x)?),
+        Op::Broadcast(s, x) => broadcast(&eval_shape(s, sigma, "broadcast")?, operand(*x)?),
+        Op::Slice {
+            axis,
+            start,
+            stop,
+            x,
+        } => {
+            let (a, b) = eval_bounds(start, stop, sigma)?;
+            slice(*axis, a, b, operand(*x)?)
+        }
+        Op::Concat(axis, xs) => {
+            let ops = xs.iter().map(|v| operand(*v)).collect::<Result<Vec<_>>>()?;
+            concat(*axis, &ops)
+        }
+        Op::Fill(dt, s, _) => fill(*dt, &eval_shape(s, sigma, "fill")?),
+        Op::Iota(dt, s, axis) => iota(*dt, &eval_shape(s, sigma, "iota")?, *axis),
+        Op::Call(name, _) => Err(RuleError::Malformed(format!(
+            "call of `{name}`: a call's result is its callee's, not a rule's"
+        ))),
+        // A dim value is a call argument, never a tensor (the verifier's
+        // rule); the backends bind it before any rule runs.
+        Op::Dim(d) => Err(RuleError::Malformed(format!(
+            "`dim.value {d}` has no tensor shape"
+        ))),
+    }
+}
