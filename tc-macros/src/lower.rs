@@ -55,6 +55,9 @@ struct Lowerer<'a> {
     spans: &'a mut SpanTable,
     sigs: &'a Signatures,
     broken: &'a BTreeSet<String>,
+    /// Inside a `#[tensor_module]` (calls to its fns resolve) or a
+    /// standalone `#[tensor_fn]` (no other tensor fn is visible).
+    in_module: bool,
     n_params: usize,
     body: Vec<Inst>,
     dim_bindings: Vec<DimBinding>,
@@ -737,10 +740,18 @@ impl Lowerer<'_> {
                 whole,
                 "`dim(&x, axis)` binds a shape variable: write `let n = dim(&x, axis);` and use `n` in shapes",
             )),
-            _ => self.fail(err_at(
+            _ if self.in_module => self.fail(err_at(
                 name,
                 format!(
                     "unknown function `{n}`: not a tensor op, and no `#[tensor_fn] fn {n}` in this `#[tensor_module]`"
+                ),
+            )),
+            _ => self.fail(err_at(
+                name,
+                format!(
+                    "unknown function `{n}`: not a tensor op; a standalone `#[tensor_fn]` sees no other fns, so to call \
+                     `#[tensor_fn] fn {n}` put both fns in one `#[tensor_module] mod m {{ … }}` (calls are checked against \
+                     the callee's signature, Section 2 §17)"
                 ),
             )),
         }
@@ -921,6 +932,7 @@ pub fn function(
     block: &Block,
     sigs: &Signatures,
     broken: &BTreeSet<String>,
+    in_module: bool,
     spans: &mut SpanTable,
 ) -> Result<Function, LowerError> {
     let mut env = HashMap::new();
@@ -935,6 +947,7 @@ pub fn function(
         spans,
         sigs,
         broken,
+        in_module,
         n_params: sig.params.len(),
         body: Vec::new(),
         dim_bindings: Vec::new(),
