@@ -1907,17 +1907,24 @@ impl<'a> Checker<'a> {
             }
         };
         for (k, goal) in obligations.iter().enumerate() {
-            let (orig, shown) = if k >= callee_ctx.vars.len() {
-                let r = &sig.requires[k - callee_ctx.vars.len()].node;
-                (r.to_string(), shown_subst(r, &theta))
+            let orig = if k >= callee_ctx.vars.len() {
+                sig.requires[k - callee_ctx.vars.len()].node.clone()
             } else {
-                (
-                    format!("{} >= 1", callee_ctx.vars[k].name),
-                    goal.to_string(),
-                )
+                Pred::ge(Dim::var(callee_ctx.vars[k].name.clone()), 1)
             };
+            let fixed = self.is_fixed(goal);
             if !self.prove(goal, codes::CALL, R_CALL, inst.span, || {
-                format!("`{name}` requires `{orig}`, i.e. `{shown}` here, which the caller's facts do not imply")
+                if fixed {
+                    // Folded, `768 % 5 == 0` would read `3 == 0`: show the values.
+                    let vals: Vec<String> = orig
+                        .vars()
+                        .iter()
+                        .filter_map(|v| theta.get(v).map(|d| format!("{v} = {d}")))
+                        .collect();
+                    format!("`{name}` requires `{orig}`, which is false for these arguments ({})", vals.join(", "))
+                } else {
+                    format!("`{name}` requires `{orig}`, i.e. `{goal}` here, which the caller's facts do not imply")
+                }
             }) {
                 let help = self.requires_help(goal, &orig);
                 if let Some(last) = self.diags.last_mut() {
@@ -1929,15 +1936,18 @@ impl<'a> Checker<'a> {
         self.type_op(sig.ret.checked_subst(&theta), inst.span)
     }
 
+    /// Does `goal` mention no shape variable once module constants are known?
+    fn is_fixed(&self, goal: &Pred) -> bool {
+        goal.checked_subst(&self.const_map())
+            .map(|g| g.vars().is_empty())
+            .unwrap_or(false)
+    }
+
     /// A callee's `requires` the call does not meet: the caller can state it
     /// only if it still mentions the caller's variables; once the arguments
     /// fix every size (`768 % 5 == 0`), only other shapes can help.
-    fn requires_help(&self, goal: &Pred, orig: &str) -> String {
-        let fixed = goal
-            .checked_subst(&self.const_map())
-            .map(|g| g.vars().is_empty())
-            .unwrap_or(false);
-        if fixed {
+    fn requires_help(&self, goal: &Pred, orig: &Pred) -> String {
+        if self.is_fixed(goal) {
             format!("the arguments' shapes are constants here, so no `requires` or axiom of the caller can help: pass tensors whose dims satisfy `{orig}`")
         } else {
             format!(
@@ -1955,21 +1965,6 @@ impl<'a> Checker<'a> {
                 None
             }
         }
-    }
-}
-
-/// `p` with `theta` substituted, a comparison left unfolded so that the
-/// message shows what the call makes of it (`768 % 5 == 0`, not `false`).
-fn shown_subst(p: &Pred, theta: &BTreeMap<String, Dim>) -> String {
-    match p {
-        Pred::Cmp(a, op, b) => match (a.checked_subst(theta), b.checked_subst(theta)) {
-            (Ok(a), Ok(b)) => Pred::Cmp(a, *op, b).to_string(),
-            _ => p.to_string(),
-        },
-        _ => p
-            .checked_subst(theta)
-            .map(|q| q.to_string())
-            .unwrap_or_else(|_| p.to_string()),
     }
 }
 

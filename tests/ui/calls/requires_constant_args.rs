@@ -17,10 +17,16 @@ mod bert {
         heads(x, gate)
     }
 
-    // The same requires over the caller's own variables: the caller can state it.
+    // Whisper conv front end: the window must fit the frames. Over the
+    // caller's own variables the help is the `requires` to add.
+    #[tensor_fn(requires(W <= T))]
+    pub fn window(x: Tensor![f32; T, C], w: Tensor![f32; W]) -> Tensor![f32; T, C] {
+        x
+    }
+
     #[tensor_fn]
-    pub fn generic_caller(x: Tensor![f32; S, E], gate: Tensor![f32; G]) -> Tensor![f32; S, G, E / G] {
-        heads(x, gate)
+    pub fn frames(x: Tensor![f32; N, C], k: Tensor![f32; K]) -> Tensor![f32; N, C] {
+        window(x, k)
     }
 }
 
