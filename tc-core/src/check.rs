@@ -985,7 +985,7 @@ impl<'a> Checker<'a> {
                     dt.class()
                 ),
             )
-            .help("scalars take the tensor's dtype exactly: no implicit promotion (Section 3 §9)"),
+            .help(scalar_help(func, s, dt)),
         );
         None
     }
@@ -1965,6 +1965,20 @@ impl<'a> Checker<'a> {
                 None
             }
         }
+    }
+}
+
+/// How to make scalar `s` meet a tensor of dtype `dt`: the literal in the
+/// tensor's class, or the parameter declared with the tensor's dtype.
+fn scalar_help(func: &Function, s: &Scalar, dt: Dtype) -> String {
+    let rule = "scalars take the tensor's dtype exactly: no implicit promotion (Section 3 §9)";
+    match s {
+        Scalar::Int(x) if dt.is_float() => format!("write the literal as a float, `{x}.0`: {rule}"),
+        Scalar::Param(i) => match func.sig.params.get(*i) {
+            Some(p) => format!("declare `{}: {dt}`: {rule}", p.name),
+            None => rule.to_string(),
+        },
+        _ => rule.to_string(),
     }
 }
 
