@@ -1442,6 +1442,25 @@ impl<'a> Checker<'a> {
                 "`{v1} == {v2}` holds for no sizes the signature admits, so no `requires` or axiom can fix it: change the target shape so that its volume is `{v1}`"
             );
         }
+        // A quotient that is not known exact rounds down (Section 2 §13):
+        // its divisibility is the fact to state, not the volumes' equality.
+        let mut inexact: Vec<String> = Vec::new();
+        for atom in v1.divisions().into_iter().chain(v2.divisions()) {
+            let Atom::Div(x, y) = &atom else { continue };
+            let Ok(r) = x.checked_rem(y) else { continue };
+            let fact = Pred::eq(r, 0);
+            let known = self.ctx.facts.contains(&fact)
+                || matches!(solver::entails(&self.ctx, &fact), Entailment::Valid);
+            if !known && !inexact.contains(&fact.to_string()) {
+                inexact.push(fact.to_string());
+            }
+        }
+        if !inexact.is_empty() {
+            return format!(
+                "`/` in a dim rounds down: if the division is exact by design, add `requires({})`; otherwise change the target shape",
+                inexact.join(", ")
+            );
+        }
         let linear = [v1, v2]
             .iter()
             .all(|d| d.terms().all(|(m, _)| m.len() <= 1));

@@ -285,3 +285,19 @@ fn an_empty_type_underlines_exactly_a_minimal_unsat_core() {
         "the pool exercises few contradictions: {unsat_seen}"
     );
 }
+
+#[test]
+fn an_inexact_quotient_asks_for_divisibility_not_an_axiom() {
+    // Swin patch merging without `W % 2 == 0`: [W] → [W / 2, 2].
+    let w = Dim::var("W");
+    let half = w.checked_div(&Dim::c(2)).unwrap();
+    let mut fb = FnBuilder::new("f");
+    let x = fb.param("x", t(Dtype::F32, &[w.clone()]));
+    fb.requires(Pred::ge("W", 2));
+    let y = fb.op(Op::Reshape(vec![half.clone(), Dim::c(2)], x));
+    let d = one(fb, y, t(Dtype::F32, &[half, Dim::c(2)]));
+    assert_eq!(d.code, codes::RESHAPE_VOLUME, "{d}");
+    let help = d.help.as_deref().unwrap_or_default();
+    assert!(help.contains("add `requires(W % 2 == 0)`"), "{d}");
+    assert!(!help.contains("axiom("), "{d}");
+}

@@ -749,9 +749,9 @@ impl Lowerer<'_> {
             _ => self.fail(err_at(
                 name,
                 format!(
-                    "unknown function `{n}`: not a tensor op; a standalone `#[tensor_fn]` sees no other fns, so to call \
-                     `#[tensor_fn] fn {n}` put both fns in one `#[tensor_module] mod m {{ … }}` (calls are checked against \
-                     the callee's signature, Section 2 §17)"
+                    "unknown function `{n}`: not a tensor op (docs/syntax.md lists them), and a standalone `#[tensor_fn]` \
+                     sees no other fns: to call another `#[tensor_fn]`, put both in one `#[tensor_module] mod m {{ … }}` \
+                     (calls are checked against the callee's signature, Section 2 §17)"
                 ),
             )),
         }
