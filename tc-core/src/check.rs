@@ -1435,7 +1435,7 @@ impl<'a> Checker<'a> {
         }
         let eq = Pred::eq(v1.clone(), v2.clone());
         if matches!(
-            solver::satisfiable(&self.ctx, &[eq.clone()]),
+            solver::satisfiable(&self.ctx, std::slice::from_ref(&eq)),
             Satisfiability::Unsat
         ) {
             return format!(
@@ -1908,6 +1908,20 @@ impl<'a> Checker<'a> {
                 return None;
             }
         }
+        self.call_obligations(name, &sig, &callee_ctx, &theta, inst)?;
+        self.type_op(sig.ret.checked_subst(&theta), inst.span)
+    }
+
+    /// Section 2 §17 last step: the callee's §16 defaults and its `requires`,
+    /// instantiated by θ, must follow from the caller's facts.
+    fn call_obligations(
+        &mut self,
+        name: &str,
+        sig: &Signature,
+        callee_ctx: &Ctx,
+        theta: &BTreeMap<String, Dim>,
+        inst: &Inst,
+    ) -> Option<()> {
         // The callee's defaults (α ≥ 1 unless opted in) and its requires.
         let defaults = callee_ctx
             .vars
@@ -1916,7 +1930,7 @@ impl<'a> Checker<'a> {
             .map(|v| Pred::ge(Dim::var(v.name.clone()), if v.allow_zero { 0 } else { 1 }));
         let substituted: Result<Vec<Pred>, DimError> = defaults
             .chain(sig.requires.iter().map(|r| r.node.clone()))
-            .map(|p| p.checked_subst(&theta))
+            .map(|p| p.checked_subst(theta))
             .collect();
         let obligations = match substituted {
             Ok(o) => o,
@@ -1929,7 +1943,8 @@ impl<'a> Checker<'a> {
             let orig = if k >= callee_ctx.vars.len() {
                 sig.requires[k - callee_ctx.vars.len()].node.clone()
             } else {
-                Pred::ge(Dim::var(callee_ctx.vars[k].name.clone()), 1)
+                let v = &callee_ctx.vars[k];
+                Pred::ge(Dim::var(v.name.clone()), if v.allow_zero { 0 } else { 1 })
             };
             let fixed = self.is_fixed(goal);
             if !self.prove(goal, codes::CALL, R_CALL, inst.span, || {
@@ -1952,7 +1967,7 @@ impl<'a> Checker<'a> {
                 return None;
             }
         }
-        self.type_op(sig.ret.checked_subst(&theta), inst.span)
+        Some(())
     }
 
     /// Does `goal` mention no shape variable once module constants are known?

@@ -292,7 +292,7 @@ fn an_inexact_quotient_asks_for_divisibility_not_an_axiom() {
     let w = Dim::var("W");
     let half = w.checked_div(&Dim::c(2)).unwrap();
     let mut fb = FnBuilder::new("f");
-    let x = fb.param("x", t(Dtype::F32, &[w.clone()]));
+    let x = fb.param("x", t(Dtype::F32, std::slice::from_ref(&w)));
     fb.requires(Pred::ge("W", 2));
     let y = fb.op(Op::Reshape(vec![half.clone(), Dim::c(2)], x));
     let d = one(fb, y, t(Dtype::F32, &[half, Dim::c(2)]));
