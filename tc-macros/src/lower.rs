@@ -58,6 +58,9 @@ struct Lowerer<'a> {
     spans: &'a mut SpanTable,
     sigs: &'a Signatures,
     broken: &'a BTreeSet<String>,
+    /// Inside a `#[tensor_module]` (calls to its fns resolve) or a
+    /// standalone `#[tensor_fn]` (no other tensor fn is visible).
+    in_module: bool,
     n_params: usize,
     body: Vec<Inst>,
     dim_bindings: Vec<DimBinding>,
@@ -752,10 +755,18 @@ impl Lowerer<'_> {
                 whole,
                 "`dim(&x, axis)` binds a shape variable: write `let n = dim(&x, axis);` and use `n` in shapes",
             )),
-            _ => self.fail(err_at(
+            _ if self.in_module => self.fail(err_at(
                 name,
                 format!(
                     "unknown function `{n}`: not a tensor op, and no `#[tensor_fn] fn {n}` in this `#[tensor_module]`"
+                ),
+            )),
+            _ => self.fail(err_at(
+                name,
+                format!(
+                    "unknown function `{n}`: not a tensor op (docs/syntax.md lists them), and a standalone `#[tensor_fn]` \
+                     sees no other fns: to call another `#[tensor_fn]`, put both in one `#[tensor_module] mod m {{ … }}` \
+                     (calls are checked against the callee's signature, Section 2 §17)"
                 ),
             )),
         }
@@ -997,6 +1008,7 @@ pub fn function(
     block: &Block,
     sigs: &Signatures,
     broken: &BTreeSet<String>,
+    in_module: bool,
     spans: &mut SpanTable,
 ) -> Result<Function, LowerError> {
     let mut env = HashMap::new();
@@ -1012,6 +1024,7 @@ pub fn function(
         spans,
         sigs,
         broken,
+        in_module,
         n_params: sig.params.len(),
         body: Vec::new(),
         dim_bindings: Vec::new(),

@@ -98,6 +98,48 @@ fn file_module_is_an_error() {
     assert!(out.to_string().contains("inline module"), "{out}");
 }
 
+/// Signatures that parse but are refused by formation (Section 1 §4).
+const REFUSED: &[(&str, &str)] = &[
+    ("", "fn f(x: Tensor![f32; N + 1]) -> Tensor![f32; N + 1] { x }"),
+    ("", "fn f(x: Tensor![f32; D], w: Tensor![f32; D, 8 * F]) -> Tensor![f32; D] { x }"),
+    ("requires(Q > 1)", "fn f(x: Tensor![f32; N]) -> Tensor![f32; N] { x }"),
+    ("requires(N > 2, N < 1)", "fn f(x: Tensor![f32; N]) -> Tensor![f32; N] { x }"),
+    ("", "fn f(x: Tensor![f32; A, B], y: Tensor![f32; A * B]) -> Tensor![f32; A * B] { y }"),
+    ("", "fn f(x: Tensor![f32; D], h: Tensor![f32; H]) -> Tensor![f32; D / H] { reshape(x, [D / H]) }"),
+    ("", "fn f(x: Tensor![f32; N]) -> Tensor![f32; M] { x }"),
+    ("", "fn f(x: Tensor![f32; N]) -> Tensor![f32; N / 0] { x }"),
+    ("", "fn f(x: Tensor![f32; N, 0]) -> Tensor![f32; N] { x }"),
+];
+
+fn count_errors(out: &TokenStream) -> usize {
+    out.to_string().matches("compile_error").count()
+}
+
+/// A refused signature is reported once, at itself: callers of it, however
+/// they call it (right or wrong arity, any shapes), add no error — no
+/// "cannot infer", arity or shape error derived from a signature that is
+/// already an error.
+#[test]
+fn refused_callee_adds_no_error_at_callers() {
+    for (attr, f) in REFUSED {
+        let alone = format!("mod m {{ #[tensor_fn({attr})] {f} }}");
+        let with_callers = format!(
+            "mod m {{ #[tensor_fn({attr})] {f} \
+             #[tensor_fn] fn g(x: Tensor![f32; N]) -> Tensor![f32; N] {{ relu(f(x)) }} \
+             #[tensor_fn] fn h(a: Tensor![f32; A, B], b: Tensor![f32; B]) -> Tensor![f32; A, B] {{ f(a, b) }} }}"
+        );
+        let base = count_errors(&expand::tensor_module(TokenStream::new(), ts(&alone)));
+        let out = expand::tensor_module(TokenStream::new(), ts(&with_callers));
+        assert!(base > 0, "not refused: {f}");
+        assert_eq!(
+            count_errors(&out),
+            base,
+            "callers of {f} got errors:\n{out}"
+        );
+        assert_well_formed(&out);
+    }
+}
+
 // ------------------------------------------------------------------ fuzzing
 
 const VOCAB: &[&str] = &[
