@@ -25,7 +25,9 @@ fn attention_scores(with_divisibility: bool, wrong_key_weight: bool) -> Function
     let wq = b.param("wq", tensor(vec![v("D"), v("D")]));
     let wk_in = if wrong_key_weight { v("E") } else { v("D") };
     let wk = b.param("wk", tensor(vec![wk_in, v("D")]));
-    b.declare("H");
+    // `heads: Dim![H]`: the head count is a size argument that binds H
+    // (Section 1 §6 site 1), as in GPT-2's `n_head` (no witness tensor).
+    b.param("heads", Type::Dim(v("H")));
     if with_divisibility {
         b.requires(Pred::eq(v("D").rem(&v("H")), 0));
     }

@@ -137,3 +137,17 @@ macro_rules! Tensor {
         $crate::Tensor
     };
 }
+
+/// A dim parameter's type: `heads: Dim![H]` binds the shape variable `H`
+/// from a size passed at the call (Section 1 §6, binding site 1), as one dim
+/// of a tensor parameter would, with no witness tensor.
+///
+/// The attribute reads the dim; as a type, outside the attribute, it is
+/// `usize`, the size the caller passes (checked by the contract against σ,
+/// `requires` and the dim range at every call).
+#[macro_export]
+macro_rules! Dim {
+    ($($tokens:tt)*) => {
+        ::core::primitive::usize
+    };
+}

@@ -1178,7 +1178,8 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Concat(..) => Family::Concat,
             Op::Fill(..) => Family::Fill,
             Op::Iota(..) => Family::Iota,
-            Op::Call(..) => Family::Call,
+            // A dim value exists only as a call's argument.
+            Op::Call(..) | Op::Dim(_) => Family::Call,
         })
         .collect()
 }
@@ -1862,6 +1863,9 @@ pub fn describe(case: &Case, twins: bool) -> String {
             }
             Arg::Scalar(e) => {
                 let _ = write!(s, "\n  arg {i}: scalar {e:?}");
+            }
+            Arg::Dim(n) => {
+                let _ = write!(s, "\n  arg {i}: dim {n}");
             }
         }
     }

@@ -51,11 +51,10 @@ impl FnBuilder {
     }
 
     fn declare_vars_of(&mut self, t: &Type) {
-        if let Type::Tensor(tt) = t {
-            for d in &tt.shape {
-                for v in d.vars() {
-                    self.declare(&v);
-                }
+        // A tensor's dims and a dim parameter's dim (`Type::param_dims`).
+        for d in t.param_dims() {
+            for v in d.vars() {
+                self.declare(&v);
             }
         }
     }
@@ -85,6 +84,7 @@ impl FnBuilder {
         let span = self.span();
         let (nd, nr) = match &ty {
             Type::Tensor(t) => (t.shape.len(), t.refs.len()),
+            Type::Dim(_) => (1, 0),
             _ => (0, 0),
         };
         let dim_spans = (0..nd).map(|_| self.span()).collect();

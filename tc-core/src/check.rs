@@ -103,13 +103,34 @@ pub fn check_function(func: &Function, sigs: &Signatures) -> Result<Checked, Vec
     solver::scoped(|| check_function_scoped(func, sigs))
 }
 
+/// Check a function whose signature already passed [`check_signature`]
+/// (with no diagnostics): the body only. The macro forms every signature of
+/// a module first, so that callers of a refused one stay quiet; this keeps
+/// that one formation check the only one.
+pub fn check_formed_function(
+    func: &Function,
+    sigs: &Signatures,
+) -> Result<Checked, Vec<Diagnostic>> {
+    solver::scoped(|| check_function_inner(func, sigs, false))
+}
+
 fn check_function_scoped(func: &Function, sigs: &Signatures) -> Result<Checked, Vec<Diagnostic>> {
+    check_function_inner(func, sigs, true)
+}
+
+fn check_function_inner(
+    func: &Function,
+    sigs: &Signatures,
+    form_sig: bool,
+) -> Result<Checked, Vec<Diagnostic>> {
     if let Err(d) = verify_structure(func) {
         return Err(vec![d]);
     }
     let ctx = signature_ctx(&func.sig);
     let mut ck = Checker::new(ctx, Some(sigs));
-    ck.check_sig(&func.sig);
+    if form_sig {
+        ck.check_sig(&func.sig);
+    }
     if !ck.diags.is_empty() {
         // A malformed signature makes every body judgment meaningless.
         return Err(ck.diags);
@@ -137,6 +158,8 @@ struct Checker<'a> {
     /// from the very predicate that contains the division (`D % G == 0`
     /// forces `G ≥ 1` under Z3's total `mod` when `D ≥ 1`).
     divisor_ctx: Option<Ctx>,
+    /// The declared return type while a body is checked: where values flow.
+    ret: Option<Type>,
 }
 
 impl<'a> Checker<'a> {
@@ -146,6 +169,7 @@ impl<'a> Checker<'a> {
             sigs,
             diags: Vec::new(),
             divisor_ctx: None,
+            ret: None,
         }
     }
 
@@ -195,14 +219,13 @@ impl<'a> Checker<'a> {
     /// variable: an accepted signature must be callable.
     fn check_vars_inferable(&mut self, sig: &Signature) {
         let tensor_dims = || {
-            sig.params.iter().flat_map(|p| match &p.ty {
-                Type::Tensor(t) => t
-                    .shape
+            // Tensor dims and dim parameters (`heads: Dim![H]`) alike.
+            sig.params.iter().flat_map(|p| {
+                p.ty.param_dims()
                     .iter()
                     .enumerate()
                     .map(|(i, d)| (d, p.dim_spans.get(i).copied().unwrap_or(p.span)))
-                    .collect::<Vec<_>>(),
-                _ => Vec::new(),
+                    .collect::<Vec<_>>()
             })
         };
         let bare: std::collections::BTreeSet<&str> =
@@ -255,38 +278,15 @@ impl<'a> Checker<'a> {
         for a in &sig.axioms {
             self.pred_formed(&a.node, a.span, true);
         }
-        // Sat of each tensor's own refinement set, then of the whole Γ.
         let before = self.diags.len();
-        for p in &sig.params {
-            if let Type::Tensor(t) = &p.ty {
-                if !t.refs.is_empty() {
-                    let span = p.ref_spans.first().copied().unwrap_or(p.span);
-                    self.sat_or_empty(&t.refs, span, &format!("the refinements of `{}`", p.name));
-                }
-            }
-        }
-        if self.diags.len() == before {
-            let span = sig
-                .requires
-                .first()
-                .or(sig.axioms.first())
-                .map(|r| r.span)
-                .unwrap_or(sig.span);
-            self.sat_or_empty(
-                &[],
-                span,
-                "the signature's refinements, requires and axioms together",
-            );
-        }
+        self.sig_satisfiable(sig);
         if self.diags.len() > before {
             return;
         }
         for p in &sig.params {
-            if let Type::Tensor(t) = &p.ty {
-                for (i, d) in t.shape.iter().enumerate() {
-                    let span = p.dim_spans.get(i).copied().unwrap_or(p.span);
-                    self.dim_formed(d, span);
-                }
+            for (i, d) in p.ty.param_dims().iter().enumerate() {
+                let span = p.dim_spans.get(i).copied().unwrap_or(p.span);
+                self.dim_formed(d, span);
             }
         }
         if let Type::Tensor(t) = &sig.ret {
@@ -300,30 +300,97 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// `Sat(Γ ∧ extra)`, or an "empty type" error.
-    fn sat_or_empty(&mut self, extra: &[Pred], span: SpanId, what: &str) {
-        match solver::satisfiable(&self.ctx, extra) {
-            Satisfiability::Sat => {}
-            Satisfiability::Unsat => self.err(
-                Diagnostic::new(
-                    codes::EMPTY_TYPE,
-                    R_FORM,
-                    span,
-                    format!("{what} are unsatisfiable: the type is empty"),
-                )
-                .note("with the default `α >= 1` for every shape variable not opted into `>= 0` (Section 2 §16)")
-                .help("remove the contradictory predicate"),
-            ),
-            Satisfiability::Unknown => self.err(
-                Diagnostic::new(
-                    codes::SOLVER_UNKNOWN,
-                    R_FORM,
-                    span,
-                    format!("could not decide whether {what} are satisfiable within the solver budget ({})", solver::budget_note()),
-                )
-                .help("add a refinement or an axiom"),
-            ),
+    /// `Sat(Γ)` of the signature (Section 1 §4: an unsatisfiable refinement
+    /// set is an empty type). On failure every predicate of a minimal
+    /// unsatisfiable subset is underlined: the contradiction lies between
+    /// them, and which one to change is the user's call.
+    fn sig_satisfiable(&mut self, sig: &Signature) {
+        let preds = sig_preds(sig);
+        let together = "the signature's refinements, requires and axioms together";
+        match solver::satisfiable(&self.ctx, &[]) {
+            Satisfiability::Sat => return,
+            Satisfiability::Unsat => {}
+            Satisfiability::Unknown => {
+                let span = preds.first().map(|p| p.span).unwrap_or(sig.span);
+                self.err(
+                    Diagnostic::new(
+                        codes::SOLVER_UNKNOWN,
+                        R_FORM,
+                        span,
+                        format!("could not decide whether {together} are satisfiable within the solver budget ({})", solver::budget_note()),
+                    )
+                    .help("add a refinement or an axiom"),
+                );
+                return;
+            }
         }
+        let core: Vec<&SigPred> = self
+            .unsat_core(&preds)
+            .into_iter()
+            .map(|i| &preds[i])
+            .collect();
+        let owner = core.first().and_then(|p| p.owner.clone());
+        let what = match owner {
+            Some(o) if core.iter().all(|p| p.owner.as_ref() == Some(&o)) => {
+                format!("the refinements of `{o}`")
+            }
+            _ => together.to_string(),
+        };
+        let span = core.first().map(|p| p.span).unwrap_or(sig.span);
+        let mut d = Diagnostic::new(
+            codes::EMPTY_TYPE,
+            R_FORM,
+            span,
+            format!("{what} are unsatisfiable: the type is empty"),
+        )
+        .note("with the default `α >= 1` for every shape variable not opted into `>= 0` (Section 2 §16)");
+        if core.len() > 1 {
+            let all: Vec<String> = core.iter().map(|p| format!("`{}`", p.pred)).collect();
+            d = d.note(format!("contradictory together: {}", all.join(", ")));
+            for p in &core[1..] {
+                d = d.related(
+                    p.span,
+                    format!(
+                        "`{}` is part of the same contradiction ({})",
+                        p.pred,
+                        all.join(", ")
+                    ),
+                );
+            }
+            d = d.help("remove or relax one of the contradictory predicates");
+        } else {
+            d = d.help("remove the contradictory predicate");
+        }
+        self.err(d);
+    }
+
+    /// A minimal unsatisfiable subset of the signature's predicates (with
+    /// the §16 defaults, which always hold): drop each predicate, in
+    /// declaration order, whose removal keeps the rest unsatisfiable. One
+    /// solver query per predicate, deterministic; an `unknown` keeps the
+    /// predicate (the core may then be larger, never wrong).
+    fn unsat_core(&self, preds: &[SigPred]) -> Vec<usize> {
+        let mut keep: Vec<usize> = (0..preds.len()).collect();
+        let mut i = 0;
+        while i < keep.len() {
+            let trial: Vec<usize> = keep.iter().copied().filter(|&k| k != keep[i]).collect();
+            let mut ctx = self.ctx.clone();
+            ctx.facts.clear();
+            ctx.axioms.clear();
+            for &k in &trial {
+                if preds[k].axiom {
+                    ctx.axiom(preds[k].pred.clone());
+                } else {
+                    ctx.assume(preds[k].pred.clone());
+                }
+            }
+            if matches!(solver::satisfiable(&ctx, &[]), Satisfiability::Unsat) {
+                keep = trial;
+            } else {
+                i += 1;
+            }
+        }
+        keep
     }
 
     /// Names bound, divisors at least 1, Presburger unless an axiom.
@@ -595,6 +662,7 @@ impl<'a> Checker<'a> {
     // --------------------------------------------------------------------- body
 
     fn check_body(&mut self, func: &Function) -> Vec<Option<Type>> {
+        self.ret = Some(func.sig.ret.clone());
         let mut types: Vec<Option<Type>> =
             func.sig.params.iter().map(|p| Some(p.ty.clone())).collect();
         for (i, inst) in func.body.iter().enumerate() {
@@ -827,6 +895,10 @@ impl<'a> Checker<'a> {
                 ok.then(|| Type::tensor(*dt, shape.clone()))
             }
             Op::Call(name, _) => self.call(name, inst, &operands),
+            // A call's dim argument: formed like any dim in a body.
+            Op::Dim(d) => self
+                .dim_formed(d, inst.arg_span(0))
+                .then(|| Type::Dim(d.clone())),
         }
     }
 
@@ -914,35 +986,64 @@ impl<'a> Checker<'a> {
                     dt.class()
                 ),
             )
-            .help("scalars take the tensor's dtype exactly: no implicit promotion (Section 3 §9)"),
+            .help(scalar_help(func, s, dt)),
         );
         None
     }
 
+    /// Two operands must share a dtype (no promotion, Section 3 §9). The
+    /// error sits at the operand to cast, and its help casts it toward the
+    /// dtype the context expects ([`Self::wanted_dtype`]), else toward `a`'s:
+    /// with `a: bf16`, `b: f32` in a fn returning f32, cast `a`, not `b`.
     fn same_dtype(
         &mut self,
-        a: &TensorType,
-        b: &TensorType,
-        span: SpanId,
+        a: (&TensorType, SpanId, &str),
+        b: (&TensorType, SpanId, &str),
+        inst: &Inst,
         rule: &'static str,
-        what: &str,
     ) -> Option<()> {
-        if a.dtype == b.dtype {
+        if a.0.dtype == b.0.dtype {
             return Some(());
         }
+        let wanted = self.wanted_dtype(inst);
+        let (to, from) = if wanted == Some(b.0.dtype) {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        let why = match wanted {
+            Some(w) if w == to.0.dtype && inst.annot.is_some() => ", as the `let` annotation says",
+            Some(w) if w == to.0.dtype => ", the fn's declared return dtype",
+            _ => "",
+        };
         self.err(
             Diagnostic::new(
                 codes::DTYPE_MISMATCH,
                 rule,
-                span,
-                format!("expected dtype {} ({what}), found {}", a.dtype, b.dtype),
+                from.1,
+                format!(
+                    "expected dtype {} ({}'s{why}), found {} ({})",
+                    to.0.dtype, to.2, from.0.dtype, from.2
+                ),
             )
-            .help(format!(
-                "no implicit promotion (Section 3 §9): insert `.cast::<{}>()`",
-                a.dtype
+            .help(cast_help(
+                from.0.dtype,
+                to.0.dtype,
+                &format!("{} operand", from.0.dtype),
             )),
         );
         None
+    }
+
+    /// The dtype the value of `inst` is expected to have: its `let`
+    /// annotation's, else the fn's declared return dtype (Section 3 §7:
+    /// checking is bidirectional; these are the boundaries it flows to).
+    fn wanted_dtype(&self, inst: &Inst) -> Option<Dtype> {
+        match (&inst.annot, &self.ret) {
+            (Some(Type::Tensor(t)), _) => Some(t.dtype),
+            (_, Some(Type::Tensor(t))) => Some(t.dtype),
+            _ => None,
+        }
     }
 
     /// Dimension-wise `≡` with a rank check; `first` names the reference operand.
@@ -983,7 +1084,7 @@ impl<'a> Checker<'a> {
                     )
                     .with_cex(Some(cex));
                     if code == codes::SHAPE_MISMATCH {
-                        d = d.help("shapes must be provably equal: no implicit broadcasting (Section 2 §11); use `broadcast` explicitly");
+                        d = d.help(self.dim_mismatch_help(da, db));
                     }
                     self.err(d);
                     return None;
@@ -997,10 +1098,28 @@ impl<'a> Checker<'a> {
         Some(())
     }
 
+    /// Broadcasting is the fix only when one side may be 1; two different
+    /// constants (`768` vs `384`) mean one of the shapes is wrong.
+    fn dim_mismatch_help(&self, da: &Dim, db: &Dim) -> String {
+        let consts = self.const_map();
+        let value = |d: &Dim| d.checked_subst(&consts).ok().and_then(|d| d.as_const());
+        match (value(da), value(db)) {
+            (Some(a), Some(b)) if a != 1 && b != 1 => format!(
+                "the dims are the constants {a} and {b}, which differ: change one of the shapes (`broadcast` only stretches a dim of size 1)"
+            ),
+            _ => "shapes must be provably equal: no implicit broadcasting (Section 2 §11); use `broadcast` explicitly".to_string(),
+        }
+    }
+
     fn binary(&mut self, op: BinaryOp, inst: &Inst, operands: &[Type]) -> Option<Type> {
         let a = self.tensor_arg(&operands[0], inst, 0, R_BINARY)?;
         let b = self.tensor_arg(&operands[1], inst, 1, R_BINARY)?;
-        self.same_dtype(&a, &b, inst.arg_span(1), R_BINARY, "the left operand's")?;
+        self.same_dtype(
+            (&a, inst.arg_span(0), "the left operand"),
+            (&b, inst.arg_span(1), "the right operand"),
+            inst,
+            R_BINARY,
+        )?;
         if !op.admits(a.dtype) {
             self.err(class_diag(
                 R_BINARY,
@@ -1045,7 +1164,12 @@ impl<'a> Checker<'a> {
             );
             return None;
         }
-        self.same_dtype(&a, &b, inst.arg_span(2), R_SELECT, "the `then` branch's")?;
+        self.same_dtype(
+            (&a, inst.arg_span(1), "the `then` branch"),
+            (&b, inst.arg_span(2), "the `else` branch"),
+            inst,
+            R_SELECT,
+        )?;
         self.same_shape(
             &a,
             &c,
@@ -1091,7 +1215,12 @@ impl<'a> Checker<'a> {
                 return None;
             }
         }
-        self.same_dtype(&a, &b, inst.arg_span(1), R_MATMUL, "the left operand's")?;
+        self.same_dtype(
+            (&a, inst.arg_span(0), "the left operand"),
+            (&b, inst.arg_span(1), "the right operand"),
+            inst,
+            R_MATMUL,
+        )?;
         if !a.dtype.is_numeric() {
             self.err(class_diag(
                 R_MATMUL, inst.span, "matmul", "numeric", a.dtype,
@@ -1214,13 +1343,35 @@ impl<'a> Checker<'a> {
         )
         .then_some(())
         .or_else(|| {
+            // `max`, `min`, `argmax`, `argmin` and `mean` have no value on an
+            // empty axis, and `sum` computes something else: the fix is
+            // the fact that the axis is non-empty, stated where Γ gets it.
+            let help = self.nonempty_help(d);
             if let Some(last) = self.diags.last_mut() {
-                last.help = Some(format!(
-                    "add `{d} >= 1`, or use `sum`, which is defined on empty axes"
-                ));
+                if last.code == codes::EMPTY_REDUCTION {
+                    last.help = Some(help);
+                }
             }
             None
         })
+    }
+
+    /// How to make the axis `d` provably non-empty: a variable opted into
+    /// `>= 0` loses the opt-in or gains `requires(V >= 1)`; a compound dim
+    /// gets `requires(d >= 1)` over the signature's variables.
+    fn nonempty_help(&self, d: &Dim) -> String {
+        let opted = d.as_var().filter(|v| {
+            self.ctx
+                .vars
+                .iter()
+                .any(|cv| cv.name == *v && cv.allow_zero)
+        });
+        match opted {
+            Some(v) => format!(
+                "`{v}` is opted into 0 (`{v} >= 0`): add `requires({v} >= 1)`, or drop the opt-in so that the default `{v} >= 1` holds"
+            ),
+            None => format!("add `requires({d} >= 1)` so that the axis is never empty"),
+        }
     }
 
     fn reshape(&mut self, shape: &[Dim], inst: &Inst, operands: &[Type]) -> Option<Type> {
@@ -1258,7 +1409,7 @@ impl<'a> Checker<'a> {
                             format!("cannot prove the volumes equal: expected `{v1}` (the volume of {}), found `{v2}` (the volume of {})", shape_string(&t.shape), shape_string(shape)),
                         )
                         .with_cex(Some(cex))
-                        .help("state the relationship as an axiom, e.g. `axiom(P == X * Y)`, or reshape to a provably equal volume"),
+                        .help(self.volume_help(&v1, &v2)),
                     );
                     return None;
                 }
@@ -1272,6 +1423,53 @@ impl<'a> Checker<'a> {
             shape: shape.to_vec(),
             ..t
         }))
+    }
+
+    /// Help for volumes `v1` (operand) and `v2` (target) that differ: an
+    /// axiom or `requires` can only help when `v1 == v2` can hold at all
+    /// (`768 ≠ 384` cannot be fixed by an axiom: change the shape).
+    fn volume_help(&self, v1: &Dim, v2: &Dim) -> String {
+        if let (Some(a), Some(b)) = (v1.as_const(), v2.as_const()) {
+            return format!(
+                "the volumes are the constants {a} and {b}, and no `requires` or axiom can make constants equal: change the target shape so that its dims multiply to {a}"
+            );
+        }
+        let eq = Pred::eq(v1.clone(), v2.clone());
+        if matches!(
+            solver::satisfiable(&self.ctx, std::slice::from_ref(&eq)),
+            Satisfiability::Unsat
+        ) {
+            return format!(
+                "`{v1} == {v2}` holds for no sizes the signature admits, so no `requires` or axiom can fix it: change the target shape so that its volume is `{v1}`"
+            );
+        }
+        // A quotient that is not known exact rounds down (Section 2 §13):
+        // its divisibility is the fact to state, not the volumes' equality.
+        let mut inexact: Vec<String> = Vec::new();
+        for atom in v1.divisions().into_iter().chain(v2.divisions()) {
+            let Atom::Div(x, y) = &atom else { continue };
+            let Ok(r) = x.checked_rem(y) else { continue };
+            let fact = Pred::eq(r, 0);
+            let known = self.ctx.facts.contains(&fact)
+                || matches!(solver::entails(&self.ctx, &fact), Entailment::Valid);
+            if !known && !inexact.contains(&fact.to_string()) {
+                inexact.push(fact.to_string());
+            }
+        }
+        if !inexact.is_empty() {
+            return format!(
+                "`/` in a dim rounds down: if the division is exact by design, add `requires({})`; otherwise change the target shape",
+                inexact.join(", ")
+            );
+        }
+        let linear = [v1, v2]
+            .iter()
+            .all(|d| d.terms().all(|(m, _)| m.len() <= 1));
+        if linear {
+            format!("if the volumes are equal by design, add `requires({eq})`; otherwise change the target shape")
+        } else {
+            format!("if the volumes are equal by design, state it as an axiom, `axiom({eq})` (re-checked at every call); otherwise change the target shape")
+        }
     }
 
     /// §10 step 1 extended by §13: with `x % y == 0` in Γ, `(x / y) * y` is `x`.
@@ -1548,7 +1746,13 @@ impl<'a> Checker<'a> {
         let mut total = first.shape[axis].clone();
         let mut refs = first.refs.clone();
         for (i, t) in ts.iter().enumerate().skip(1) {
-            self.same_dtype(&first, t, inst.arg_span(i), R_CONCAT, "the first operand's")?;
+            let nth = format!("operand {i}");
+            self.same_dtype(
+                (&first, inst.arg_span(0), "the first operand"),
+                (t, inst.arg_span(i), &nth),
+                inst,
+                R_CONCAT,
+            )?;
             if t.rank() != first.rank() {
                 self.err(Diagnostic::new(
                     codes::CONCAT,
@@ -1632,7 +1836,11 @@ impl<'a> Checker<'a> {
                                     p.name, pt.dtype, at.dtype
                                 ),
                             )
-                            .help(format!("insert `.cast::<{}>()`", pt.dtype)),
+                            .help(cast_help(
+                                at.dtype,
+                                pt.dtype,
+                                &format!("{} argument", at.dtype),
+                            )),
                         );
                         return None;
                     }
@@ -1654,6 +1862,33 @@ impl<'a> Checker<'a> {
                     }
                 }
                 (Type::Scalar(pd), Type::Scalar(ad)) if pd == ad => {}
+                // A dim argument binds like one tensor dim (Section 1 §6 site 1).
+                (Type::Dim(pd), Type::Dim(ad)) => {
+                    if let Some(v) = pd.as_var() {
+                        theta.entry(v.to_string()).or_insert_with(|| ad.clone());
+                    }
+                }
+                (pt, at) if matches!(pt, Type::Dim(_)) || matches!(at, Type::Dim(_)) => {
+                    self.err(
+                        Diagnostic::new(
+                            codes::KIND_MISMATCH,
+                            R_CALL,
+                            inst.arg_span(i),
+                            format!(
+                                "argument `{}` of `{name}`: expected a {} (`{pt}`), found a {} (`{at}`)",
+                                p.name,
+                                pt.kind_name(),
+                                at.kind_name()
+                            ),
+                        )
+                        .help(if matches!(pt, Type::Dim(_)) {
+                            "a dim parameter takes a dim: a shape variable, a module constant, an integer literal or a dim expression such as `2 * H`"
+                        } else {
+                            "a dim is not a tensor: pass a tensor here, or make the parameter a `Dim![…]`"
+                        }),
+                    );
+                    return None;
+                }
                 (pt, at) => {
                     self.err(Diagnostic::new(
                         codes::KIND_MISMATCH,
@@ -1701,6 +1936,20 @@ impl<'a> Checker<'a> {
                 return None;
             }
         }
+        self.call_obligations(name, &sig, &callee_ctx, &theta, inst)?;
+        self.type_op(sig.ret.checked_subst(&theta), inst.span)
+    }
+
+    /// Section 2 §17 last step: the callee's §16 defaults and its `requires`,
+    /// instantiated by θ, must follow from the caller's facts.
+    fn call_obligations(
+        &mut self,
+        name: &str,
+        sig: &Signature,
+        callee_ctx: &Ctx,
+        theta: &BTreeMap<String, Dim>,
+        inst: &Inst,
+    ) -> Option<()> {
         // The callee's defaults (α ≥ 1 unless opted in) and its requires.
         let defaults = callee_ctx
             .vars
@@ -1709,7 +1958,7 @@ impl<'a> Checker<'a> {
             .map(|v| Pred::ge(Dim::var(v.name.clone()), if v.allow_zero { 0 } else { 1 }));
         let substituted: Result<Vec<Pred>, DimError> = defaults
             .chain(sig.requires.iter().map(|r| r.node.clone()))
-            .map(|p| p.checked_subst(&theta))
+            .map(|p| p.checked_subst(theta))
             .collect();
         let obligations = match substituted {
             Ok(o) => o,
@@ -1720,17 +1969,53 @@ impl<'a> Checker<'a> {
         };
         for (k, goal) in obligations.iter().enumerate() {
             let orig = if k >= callee_ctx.vars.len() {
-                sig.requires[k - callee_ctx.vars.len()].node.to_string()
+                sig.requires[k - callee_ctx.vars.len()].node.clone()
             } else {
-                format!("{} >= 1", callee_ctx.vars[k].name)
+                let v = &callee_ctx.vars[k];
+                Pred::ge(Dim::var(v.name.clone()), if v.allow_zero { 0 } else { 1 })
             };
+            let fixed = self.is_fixed(goal);
             if !self.prove(goal, codes::CALL, R_CALL, inst.span, || {
-                format!("`{name}` requires `{orig}`, i.e. `{goal}` here, which the caller's facts do not imply")
+                if fixed {
+                    // Folded, `768 % 5 == 0` would read `3 == 0`: show the values.
+                    let vals: Vec<String> = orig
+                        .vars()
+                        .iter()
+                        .filter_map(|v| theta.get(v).map(|d| format!("{v} = {d}")))
+                        .collect();
+                    format!("`{name}` requires `{orig}`, which is false for these arguments ({})", vals.join(", "))
+                } else {
+                    format!("`{name}` requires `{orig}`, i.e. `{goal}` here, which the caller's facts do not imply")
+                }
             }) {
+                let help = self.requires_help(goal, &orig);
+                if let Some(last) = self.diags.last_mut() {
+                    last.help = Some(help);
+                }
                 return None;
             }
         }
-        self.type_op(sig.ret.checked_subst(&theta), inst.span)
+        Some(())
+    }
+
+    /// Does `goal` mention no shape variable once module constants are known?
+    fn is_fixed(&self, goal: &Pred) -> bool {
+        goal.checked_subst(&self.const_map())
+            .map(|g| g.vars().is_empty())
+            .unwrap_or(false)
+    }
+
+    /// A callee's `requires` the call does not meet: the caller can state it
+    /// only if it still mentions the caller's variables; once the arguments
+    /// fix every size (`768 % 5 == 0`), only other shapes can help.
+    fn requires_help(&self, goal: &Pred, orig: &Pred) -> String {
+        if self.is_fixed(goal) {
+            format!("the arguments' shapes are constants here, so no `requires` or axiom of the caller can help: pass tensors whose dims satisfy `{orig}`")
+        } else {
+            format!(
+                "add `requires({goal})` to the caller, or pass tensors whose dims satisfy `{orig}`"
+            )
+        }
     }
 
     /// A checked type substitution: its value, or an E0106/E0107 error.
@@ -1743,6 +2028,58 @@ impl<'a> Checker<'a> {
             }
         }
     }
+}
+
+/// How to make scalar `s` meet a tensor of dtype `dt`: the literal in the
+/// tensor's class, or the parameter declared with the tensor's dtype.
+fn scalar_help(func: &Function, s: &Scalar, dt: Dtype) -> String {
+    let rule = "scalars take the tensor's dtype exactly: no implicit promotion (Section 3 §9)";
+    match s {
+        Scalar::Int(x) if dt.is_float() => format!("write the literal as a float, `{x}.0`: {rule}"),
+        Scalar::Param(i) => match func.sig.params.get(*i) {
+            Some(p) => format!("declare `{}: {dt}`: {rule}", p.name),
+            None => rule.to_string(),
+        },
+        _ => rule.to_string(),
+    }
+}
+
+/// One predicate a signature states, where, and whose it is.
+struct SigPred {
+    pred: Pred,
+    span: SpanId,
+    /// The tensor parameter it refines; `None` for `requires` and axioms.
+    owner: Option<String>,
+    axiom: bool,
+}
+
+/// Every predicate of a signature that Γ assumes (Section 1 §4): the
+/// parameters' refinements, `requires`, then axioms, in source order.
+fn sig_preds(sig: &Signature) -> Vec<SigPred> {
+    let mut out = Vec::new();
+    for p in &sig.params {
+        if let Type::Tensor(t) = &p.ty {
+            for (i, r) in t.refs.iter().enumerate() {
+                out.push(SigPred {
+                    pred: r.clone(),
+                    span: p.ref_spans.get(i).copied().unwrap_or(p.span),
+                    owner: Some(p.name.clone()),
+                    axiom: false,
+                });
+            }
+        }
+    }
+    for (list, axiom) in [(&sig.requires, false), (&sig.axioms, true)] {
+        for r in list {
+            out.push(SigPred {
+                pred: r.node.clone(),
+                span: r.span,
+                owner: None,
+                axiom,
+            });
+        }
+    }
+    out
 }
 
 fn atom_dim(a: Atom) -> Result<Dim, DimError> {
@@ -1845,9 +2182,32 @@ fn sub_diag(
         SubtypeError::Dim { .. } => codes::SHAPE_MISMATCH,
         _ => codes::REFINEMENT,
     };
-    Diagnostic::new(code, R_SUB, span, format!("{what}: {}", e.describe()))
+    let describe = match (e, expected) {
+        // A dim value has one dim: no "dimension 0".
+        (
+            SubtypeError::Dim {
+                found, expected, ..
+            },
+            Type::Dim(_),
+        ) => format!("expected `{expected}`, found `{found}`"),
+        _ => e.describe(),
+    };
+    let d = Diagnostic::new(code, R_SUB, span, format!("{what}: {describe}"))
         .with_cex(e.cex().cloned())
-        .note(format!("expected `{expected}`\n     found `{found}`"))
+        .note(format!("expected `{expected}`\n     found `{found}`"));
+    match e {
+        SubtypeError::Dtype { found, expected } => {
+            d.help(cast_help(*found, *expected, &format!("{found} value")))
+        }
+        _ => d,
+    }
+}
+
+/// `cast the bf16 operand to f32: `cast::<f32>(…)``: always toward the
+/// dtype that is expected, naming the thing to cast by its current dtype.
+fn cast_help(from: Dtype, to: Dtype, what: &str) -> String {
+    debug_assert_ne!(from, to);
+    format!("cast the {what} to {to}: `cast::<{to}>(…)` (no implicit promotion, Section 3 §9)")
 }
 
 /// The counterexample of a diagnostic rendered as `fails when …` (for tests).

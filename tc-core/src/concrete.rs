@@ -466,5 +466,10 @@ pub fn infer<'a>(
         Op::Call(name, _) => Err(RuleError::Malformed(format!(
             "call of `{name}`: a call's result is its callee's, not a rule's"
         ))),
+        // A dim value is a call argument, never a tensor (the verifier's
+        // rule); the backends bind it before any rule runs.
+        Op::Dim(d) => Err(RuleError::Malformed(format!(
+            "`dim.value {d}` has no tensor shape"
+        ))),
     }
 }

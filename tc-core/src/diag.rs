@@ -52,6 +52,10 @@ pub struct Diagnostic {
     pub message: String,
     /// Secondary spans.
     pub labels: Vec<Label>,
+    /// Other tokens that are part of the same error (the rest of an unsat
+    /// core): each is underlined. On stable Rust a proc macro cannot attach
+    /// secondary spans, so the macro reports each as an error of its own.
+    pub related: Vec<Label>,
     /// The failing assignment, when the solver produced one.
     pub counterexample: Option<Counterexample>,
     /// Extra facts worth knowing.
@@ -74,6 +78,7 @@ impl Diagnostic {
             span,
             message: message.into(),
             labels: Vec::new(),
+            related: Vec::new(),
             counterexample: None,
             notes: Vec::new(),
             help: None,
@@ -107,6 +112,15 @@ impl Diagnostic {
         self
     }
 
+    /// Underline `span` too, as part of this error.
+    pub fn related(mut self, span: SpanId, m: impl Into<String>) -> Self {
+        self.related.push(Label {
+            span,
+            message: m.into(),
+        });
+        self
+    }
+
     /// The one-line headline: `[E0201] matmul (Section 2 §7): … ; fails when K = 1`.
     pub fn headline(&self) -> String {
         let mut s = format!("{}: {}", self.rule, self.message);
@@ -124,6 +138,9 @@ impl fmt::Display for Diagnostic {
         write!(f, "error[{}]: {}", self.code, self.headline())?;
         for n in &self.notes {
             write!(f, "\n  note: {n}")?;
+        }
+        for r in &self.related {
+            write!(f, "\n  note: {}", r.message)?;
         }
         if let Some(h) = &self.help {
             write!(f, "\n  help: {h}")?;

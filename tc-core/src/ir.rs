@@ -440,6 +440,11 @@ pub enum Op {
     Iota(Dtype, Vec<Dim>, usize),
     /// §17 call of another tensor fn.
     Call(String, Vec<Value>),
+    /// A dim as a value, typed `Dim[d]` (Section 1 §6 site 1): the argument
+    /// of a call for a dim parameter (`split_heads(x, 2 * H)`). It has no
+    /// buffer; [`verify_structure`] admits a dim value only as an operand of
+    /// a [`Op::Call`].
+    Dim(Dim),
 }
 
 impl Op {
@@ -462,7 +467,7 @@ impl Op {
             Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
-            Op::Fill(..) | Op::Iota(..) => vec![],
+            Op::Fill(..) | Op::Iota(..) | Op::Dim(_) => vec![],
         }
     }
 
@@ -546,6 +551,7 @@ impl fmt::Display for Op {
                 let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
                 write!(f, "call {n}({})", xs.join(", "))
             }
+            Op::Dim(d) => write!(f, "dim.value {d}"),
         }
     }
 }
@@ -900,6 +906,22 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
                 }
             }
         }
+        if !matches!(inst.op, Op::Call(..)) {
+            if let Some(v) = inst
+                .op
+                .operands()
+                .into_iter()
+                .find(|v| is_dim_value(func, *v))
+            {
+                return bad(
+                    inst.span,
+                    format!(
+                        "{} reads the dim value {v}; only a call takes a dim",
+                        inst.result
+                    ),
+                );
+            }
+        }
         if let Op::Concat(_, xs) = &inst.op {
             if xs.len() < 2 {
                 return bad(
@@ -927,5 +949,24 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
             format!("return of undefined value {}", func.ret),
         );
     }
+    if is_dim_value(func, func.ret) {
+        return bad(
+            func.ret_span,
+            format!("return of the dim value {}", func.ret),
+        );
+    }
     Ok(())
+}
+
+/// Is `v` a dim value (a dim parameter or an [`Op::Dim`]), which has no
+/// buffer and may only be passed to a call?
+pub fn is_dim_value(func: &Function, v: Value) -> bool {
+    let i = v.0 as usize;
+    match func.sig.params.get(i) {
+        Some(p) => matches!(p.ty, Type::Dim(_)),
+        None => func
+            .body
+            .get(i - func.sig.params.len())
+            .is_some_and(|inst| matches!(inst.op, Op::Dim(_))),
+    }
 }

@@ -135,6 +135,10 @@ pub fn subtype(ctx: &Ctx, t1: &Type, t2: &Type) -> Result<(), SubtypeError> {
             }
         }
         (Type::Unit, Type::Unit) => Ok(()),
+        // A dim value is one dim: `Dim[a] <: Dim[b]` iff Γ ⊨ a = b (Section 2 §2).
+        (Type::Dim(a), Type::Dim(b)) => {
+            shapes_equal(ctx, std::slice::from_ref(a), std::slice::from_ref(b))
+        }
         (Type::Fn(f1), Type::Fn(f2)) => {
             // sub-fn (§3.4): contravariant parameters, covariant result.
             if f1.params.len() != f2.params.len() {

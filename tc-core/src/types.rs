@@ -117,6 +117,11 @@ pub enum Type {
     Fn(FnType),
     /// `Scalar[dt]`.
     Scalar(Dtype),
+    /// A dim parameter `Dim![d]` (Section 1 §6, binding site 1: a parameter
+    /// whose type names a dim binds it). Its value is a size, not a tensor:
+    /// it binds `d` at a call exactly as one dim of a tensor parameter does
+    /// (a bare variable binds, anything else is compared under σ).
+    Dim(Dim),
     /// `Unit`.
     Unit,
 }
@@ -141,7 +146,20 @@ impl Type {
             Type::Tensor(_) => "tensor",
             Type::Fn(_) => "function",
             Type::Scalar(_) => "scalar",
+            Type::Dim(_) => "dim",
             Type::Unit => "unit",
+        }
+    }
+
+    /// The dims a parameter of this type binds at a call: a tensor's shape,
+    /// a dim parameter's one dim, nothing for other kinds. The one statement
+    /// of "which dims does a parameter bind", shared by the checker (formation,
+    /// inferability, call unification) and the runtime contract.
+    pub fn param_dims(&self) -> &[Dim] {
+        match self {
+            Type::Tensor(t) => &t.shape,
+            Type::Dim(d) => std::slice::from_ref(d),
+            _ => &[],
         }
     }
 
@@ -164,6 +182,7 @@ impl Type {
                     .collect::<Result<_, _>>()?,
                 ret: Box::new(f.ret.checked_subst(map)?),
             }),
+            Type::Dim(d) => Type::Dim(d.checked_subst(map)?),
             other => other.clone(),
         })
     }
@@ -205,6 +224,7 @@ impl fmt::Display for Type {
                 write!(f, "fn({}) -> {}", ps.join(", "), ft.ret)
             }
             Type::Scalar(d) => write!(f, "Scalar[{d}]"),
+            Type::Dim(d) => write!(f, "Dim[{d}]"),
             Type::Unit => f.write_str("()"),
         }
     }

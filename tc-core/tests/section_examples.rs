@@ -495,7 +495,10 @@ fn s1_empty_type_is_rejected() {
     let f = b.finish(x);
     let e = one_err(&f, &Signatures::new());
     assert_eq!(e.code, codes::EMPTY_TYPE);
-    assert_eq!(e.span, f.sig.params[0].ref_spans[0]);
+    // The minimal unsat core is `B == 0` with the default `B >= 1`: the
+    // error sits at that refinement, the redundant `B >= 1` is not blamed.
+    assert_eq!(e.span, f.sig.params[0].ref_spans[1]);
+    assert!(e.related.is_empty());
     assert_eq!(
         e.message,
         "the refinements of `x` are unsatisfiable: the type is empty"
@@ -505,12 +508,16 @@ fn s1_empty_type_is_rejected() {
     let mut b = FnBuilder::new("empty2");
     let x = b.param("x", f32s("B, S"));
     let r0 = b.requires(Pred::gt("B", "S"));
-    b.requires(Pred::gt("S", "B"));
+    b.requires(Pred::ge("S", 1));
+    let r2 = b.requires(Pred::gt("S", "B"));
     b.returns(f32s("B, S"));
     let f = b.finish(x);
     let e = one_err(&f, &Signatures::new());
     assert_eq!(e.code, codes::EMPTY_TYPE);
+    // Every predicate of the unsat core is underlined, and only those.
     assert_eq!(e.span, r0);
+    let related: Vec<_> = e.related.iter().map(|l| l.span).collect();
+    assert_eq!(related, vec![r2]);
 
     // The default B ≥ 1 alone makes `B == 0` empty; the opt-in `B >= 0` does not.
     let mut b = FnBuilder::new("zero");

@@ -246,6 +246,7 @@ fn hash_op(h: &mut Fp, op: &Op) {
         }
         Op::Iota(d, s, a) => (d, s, a).hash(h),
         Op::Call(name, xs) => (name, xs).hash(h),
+        Op::Dim(d) => d.hash(h),
     }
 }
 

@@ -1274,8 +1274,13 @@ impl<'a> Gen<'a> {
                 )
             }
             Op::Concat(axis, xs) => self.concat(v, *axis, xs, idx),
-            Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..) => {
-                // Always materialized; unreachable by construction.
+            Op::Matmul(..)
+            | Op::Reduce { .. }
+            | Op::ArgReduce { .. }
+            | Op::Call(..)
+            | Op::Dim(_) => {
+                // Always materialized (a dim value is read by calls only,
+                // `ir::verify_structure`); unreachable by construction.
                 self.load(v, "0")
             }
         }

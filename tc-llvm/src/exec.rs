@@ -773,6 +773,7 @@ impl CompiledFn {
     ) -> Result<Arg, tc_runtime::Error> {
         let info = &vals[v.0 as usize];
         match info.kind {
+            VKind::Dim(n) => Ok(Arg::Dim(n)),
             VKind::TensorParam(i) | VKind::ScalarParam(i) if (v.0 as usize) < args.len() => {
                 if let (VKind::ScalarParam(_), Some(Some((e, _)))) =
                     (&info.kind, bound.scalars.get(i))

@@ -50,6 +50,11 @@ pub enum VKind {
     TensorParam(usize),
     /// Scalar parameter `i`.
     ScalarParam(usize),
+    /// A dim value of this size: a dim parameter (`heads: Dim![H]`, Section 1
+    /// §6 site 1) or an [`Op::Dim`] call argument. Its size follows from σ
+    /// (so from the kernel cache's key); it has no buffer, no kernel reads it
+    /// (the verifier admits it only as a call operand), calls pass it on.
+    Dim(usize),
     /// Instruction `i` of the body.
     Inst(usize),
 }
@@ -179,9 +184,9 @@ fn operand(vals: &[ValInfo], v: Value) -> Result<Operand<'_>, RuleError> {
     let x = vals
         .get(v.0 as usize)
         .ok_or_else(|| RuleError::Malformed(format!("{v} is not defined")))?;
-    if let VKind::ScalarParam(_) = x.kind {
+    if let VKind::ScalarParam(_) | VKind::Dim(_) = x.kind {
         return Err(RuleError::Malformed(format!(
-            "{v} is a scalar where a tensor is needed"
+            "{v} is a scalar or dim where a tensor is needed"
         )));
     }
     Ok(Operand {
@@ -211,6 +216,10 @@ pub fn shapes<'f>(
                 vals.push(ValInfo::new(t.dtype, shape, VKind::TensorParam(i))?);
             }
             Type::Scalar(dt) => vals.push(ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?),
+            Type::Dim(d) => {
+                let n = eval(d, &sigma, &format!("parameter `{}`", p.name))?;
+                vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
+            }
             _ => {
                 return Err(Error::Malformed(format!(
                     "parameter `{}` is neither a tensor nor a scalar",
@@ -227,6 +236,11 @@ pub fn shapes<'f>(
                 .ok_or_else(|| Error::Malformed(format!("dim binding `{}`", b.name)))?;
             sigma.insert(b.name.clone(), *n as i64);
         }
+        if let Op::Dim(d) = &inst.op {
+            let n = eval(d, &sigma, &format!("dim argument `{d}`"))?;
+            vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
+            continue;
+        }
         let (dtype, shape) = match &inst.op {
             Op::Call(name, xs) => {
                 let callee = resolve(name).ok_or_else(|| Error::UnknownFunction(name.clone()))?;
@@ -237,6 +251,14 @@ pub fn shapes<'f>(
                             if let Some(var) = d.as_var() {
                                 cs.entry(var.to_string()).or_insert(n as i64);
                             }
+                        }
+                    }
+                    // A dim argument binds like one tensor dim.
+                    if let (Type::Dim(d), Some(VKind::Dim(n))) =
+                        (&p.ty, vals.get(v.0 as usize).map(|x| &x.kind))
+                    {
+                        if let Some(var) = d.as_var() {
+                            cs.entry(var.to_string()).or_insert(*n as i64);
                         }
                     }
                 }
@@ -270,8 +292,10 @@ pub fn shapes<'f>(
     let ret = vals
         .get(func.ret.0 as usize)
         .ok_or_else(|| Error::Malformed("return".into()))?;
-    if let VKind::ScalarParam(_) = ret.kind {
-        return Err(Error::Malformed("a scalar parameter is returned".into()));
+    if let VKind::ScalarParam(_) | VKind::Dim(_) = ret.kind {
+        return Err(Error::Malformed(
+            "a scalar or dim parameter is returned".into(),
+        ));
     }
     if let Type::Tensor(t) = &func.sig.ret {
         let ok = t.dtype == ret.dtype
@@ -301,7 +325,7 @@ pub fn shapes<'f>(
 pub fn inlinable(op: &Op) -> bool {
     !matches!(
         op,
-        Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..)
+        Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..) | Op::Dim(_)
     )
 }
 
@@ -410,6 +434,8 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 name: name.clone(),
                 args: args.clone(),
             }),
+            // A size, no buffer: the call that takes it reads its `VKind::Dim`.
+            Op::Dim(_) => {}
             _ => {
                 let mut inputs = Vec::new();
                 leaves(func, &mat, np, out, true, &mut inputs);
@@ -705,6 +731,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Call(..) => Dtype::F32,
+        Op::Dim(_) => Dtype::I64,
     }
 }
 
@@ -713,7 +740,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
 fn leaves(func: &Function, mat: &[bool], np: usize, v: Value, root: bool, out: &mut Vec<Value>) {
     let i = v.0 as usize;
     if i < np || (mat[i] && !root) {
-        if i < np && matches!(func.sig.params[i].ty, Type::Scalar(_)) {
+        if i < np && matches!(func.sig.params[i].ty, Type::Scalar(_) | Type::Dim(_)) {
             return;
         }
         if !out.contains(&v) {

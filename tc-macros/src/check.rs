@@ -1,8 +1,8 @@
 //! Calls the tc-core checker and renders its diagnostics as `syn::Error`s at
 //! the spans the front end recorded.
 
-use tc_core::check::{check_function, Checked};
-use tc_core::ir::{Function, Signatures};
+use tc_core::check::{check_formed_function, check_signature, Checked};
+use tc_core::ir::{Function, Signature, Signatures};
 use tc_core::Diagnostic;
 
 use crate::spans::SpanTable;
@@ -43,15 +43,33 @@ pub fn to_errors(diags: &[Diagnostic], spans: &SpanTable) -> Vec<syn::Error> {
         }
         seen.push(key);
         out.push(spans.error(d.span, msg));
+        // The other tokens of the same error (e.g. the rest of an unsat
+        // core), each underlined by an error of its own: stable proc macros
+        // have no secondary spans.
+        for r in &d.related {
+            let msg = format!("[{}] {}: {}", d.code, d.rule, r.message);
+            out.push(spans.error(r.span, msg));
+        }
     }
     out
 }
 
-/// Check one function against the visible signatures.
+/// Formation of one signature (Section 1 §4), before any body is checked.
+pub fn signature(sig: &Signature, spans: &SpanTable) -> Result<(), Vec<syn::Error>> {
+    let ds = check_signature(sig);
+    if ds.is_empty() {
+        Ok(())
+    } else {
+        Err(to_errors(&ds, spans))
+    }
+}
+
+/// Check one function whose signature passed [`signature`] against the
+/// visible signatures.
 pub fn function(
     func: &Function,
     sigs: &Signatures,
     spans: &SpanTable,
 ) -> Result<Checked, Vec<syn::Error>> {
-    check_function(func, sigs).map_err(|ds| to_errors(&ds, spans))
+    check_formed_function(func, sigs).map_err(|ds| to_errors(&ds, spans))
 }

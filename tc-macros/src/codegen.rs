@@ -143,6 +143,10 @@ fn ty(t: &Type) -> TokenStream {
             let d = dtype(*d);
             quote!(__tc::Type::Scalar(#d))
         }
+        Type::Dim(d) => {
+            let d = dim(d);
+            quote!(__tc::Type::Dim(#d))
+        }
         Type::Unit => quote!(__tc::Type::Unit),
         Type::Fn(f) => {
             let ps = f.params.iter().map(ty);
@@ -326,6 +330,10 @@ fn op(o: &Op) -> TokenStream {
         Op::Call(n, xs) => {
             let (n, xs) = (string(n), values(xs));
             quote!(__tc::Op::Call(#n, #xs))
+        }
+        Op::Dim(d) => {
+            let d = dim(d);
+            quote!(__tc::Op::Dim(#d))
         }
     }
 }

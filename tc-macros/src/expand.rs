@@ -44,6 +44,7 @@ fn arg_expr(name: &Ident, kind: Option<ParamKind>) -> TokenStream {
         Some(ParamKind::Scalar(Dtype::I32 | Dtype::I16 | Dtype::I8 | Dtype::I4)) => {
             quote!(::tc::runtime::contract::Arg::from(::core::primitive::i64::from(#name)))
         }
+        Some(ParamKind::Dim) => quote!(::tc::runtime::contract::Arg::Dim(#name)),
         _ => quote!(::tc::runtime::contract::Arg::from(#name)),
     }
 }
@@ -65,6 +66,9 @@ fn rust_sig(item: &ItemFn) -> RustSig {
             // so the user's import of the macro is used and IDEs see it.
             Some(ParamKind::Tensor) => pt.ty.to_token_stream(),
             Some(ParamKind::Scalar(dt)) => scalar_rust_type(dt),
+            // Kept as written too: `Dim![…]` expands to `usize`, the size the
+            // caller passes (checked against the dim range by `Arg::Dim`'s contract).
+            Some(ParamKind::Dim) => pt.ty.to_token_stream(),
             None => pt.ty.to_token_stream(),
         };
         let pat = match &*pt.pat {
@@ -147,6 +151,9 @@ struct Unit {
     checked: Option<Function>,
     /// The lowered body, checked or not (for the call graph).
     lowered: Option<Function>,
+    /// The signature parsed but is not well formed (Section 1 §4): reported
+    /// at its own tokens; its body is not checked and its callers stay quiet.
+    refused: bool,
 }
 
 fn build_sig(
@@ -177,12 +184,34 @@ fn build_sig(
         errors,
         checked: None,
         lowered: None,
+        refused: false,
     }
 }
 
-fn check_unit(u: &mut Unit, sigs: &Signatures, broken: &BTreeSet<String>, spans: &mut SpanTable) {
+/// Pass 1 of both entry points: form the signature once (Section 1 §4).
+/// A refused one is treated like one that failed to parse, so a caller gets
+/// no error derived from it (e.g. "cannot infer" for a var the signature
+/// cannot bind), only its own.
+fn form_sig(u: &mut Unit, spans: &SpanTable) {
+    let Some(sig) = &u.sig else { return };
+    if let Err(es) = check::signature(sig, spans) {
+        u.errors.extend(es);
+        u.refused = true;
+    }
+}
+
+fn check_unit(
+    u: &mut Unit,
+    sigs: &Signatures,
+    broken: &BTreeSet<String>,
+    in_module: bool,
+    spans: &mut SpanTable,
+) {
     let Some(sig) = u.sig.clone() else { return };
-    match lower::function(sig, &u.item.block, sigs, broken, spans) {
+    match lower::function(sig, &u.item.block, sigs, broken, in_module, spans) {
+        // Lowered for its own syntax errors and the call graph, not checked:
+        // every body judgment needs a well-formed signature.
+        Ok(f) if u.refused => u.lowered = Some(f),
         Ok(f) => {
             match check::function(&f, sigs, spans) {
                 Ok(c) => {
@@ -238,8 +267,9 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     let fn_attr = syn::parse2::<FnAttr>(attr);
     let mut spans = SpanTable::default();
     let mut u = build_sig(&item, &Consts::new(), &mut spans, fn_attr);
+    form_sig(&mut u, &spans);
     let sigs = Signatures::new();
-    check_unit(&mut u, &sigs, &BTreeSet::new(), &mut spans);
+    check_unit(&mut u, &sigs, &BTreeSet::new(), false, &mut spans);
     let errs = errors_tokens(std::mem::take(&mut u.errors));
     let out = match &u.checked {
         Some(f) => {
@@ -436,7 +466,13 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
     let mut sigs = Signatures::new();
     let mut broken = BTreeSet::new();
+    for (_, u) in units.iter_mut() {
+        form_sig(u, &spans);
+    }
     for (_, u) in &units {
+        if u.refused {
+            broken.insert(u.item.sig.ident.to_string());
+        }
         match &u.sig {
             Some(s) => {
                 if sigs.insert(s.name.clone(), s.clone()).is_some() {
@@ -455,7 +491,7 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
     const_dims_positive(&items, &consts, &units, &spans, &mut errors);
     // Pass 2: bodies.
     for (_, u) in units.iter_mut() {
-        check_unit(u, &sigs, &broken, &mut spans);
+        check_unit(u, &sigs, &broken, true, &mut spans);
     }
     refuse_recursion(&mut units, &spans);
     let ok: Vec<Function> = units

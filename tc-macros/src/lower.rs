@@ -30,6 +30,9 @@ enum Local {
     Scalar(Scalar, Option<Value>),
     /// A local dim binding `let n = dim(&x, 0)`.
     Dim,
+    /// A dim parameter `heads: Dim![H]`: its value (passed on to calls) and
+    /// its dim as written (`H`), which is what a shape in the body names.
+    DimParam(Value, String),
     /// A binding whose initialiser had an error.
     Poison,
 }
@@ -55,6 +58,9 @@ struct Lowerer<'a> {
     spans: &'a mut SpanTable,
     sigs: &'a Signatures,
     broken: &'a BTreeSet<String>,
+    /// Inside a `#[tensor_module]` (calls to its fns resolve) or a
+    /// standalone `#[tensor_fn]` (no other tensor fn is visible).
+    in_module: bool,
     n_params: usize,
     body: Vec<Inst>,
     dim_bindings: Vec<DimBinding>,
@@ -63,6 +69,9 @@ struct Lowerer<'a> {
     broken_callee: bool,
     /// Current recursion depth of `expr`.
     depth: usize,
+    /// The signature's shape variables and module constants: names that are
+    /// dims, not values (for the error when one is passed for a tensor).
+    dim_names: BTreeSet<String>,
 }
 
 /// Body dims: names of tensors and scalars are not dims.
@@ -75,6 +84,11 @@ impl DimNames for BodyNames<'_> {
                 "`{name}` is a tensor, not a dim: bind one of its sizes with `let n = dim(&{name}, axis);`"
             )),
             Some(Local::Scalar(..)) => Err(format!("`{name}` is a scalar, not a dim")),
+            // `H: Dim![H]`: the name is the very variable the parameter binds.
+            Some(Local::DimParam(_, d)) if name == d.as_str() => Ok(()),
+            Some(Local::DimParam(_, d)) => Err(format!(
+                "`{name}` is a dim parameter; in a dim, write its dim `{d}` (the parameter binds it)"
+            )),
             _ => Ok(()),
         }
     }
@@ -383,6 +397,10 @@ impl Lowerer<'_> {
                     Some(Local::Dim) => self.fail(err_at(
                         e,
                         format!("`{id}` is a dim, not a tensor (use it in a shape, e.g. `full::<f32>([{id}], 0.0)`)"),
+                    )),
+                    Some(Local::DimParam(_, d)) => self.fail(err_at(
+                        e,
+                        format!("`{id}` is a dim parameter, not a tensor (use its dim `{d}` in a shape, e.g. `full::<f32>([{d}], 0.0)`, or pass `{id}` to a tensor fn's dim parameter)"),
                     )),
                     None => self.fail(err_at(e, format!("unknown name `{id}` in a tensor_fn body"))),
                 }
@@ -737,10 +755,18 @@ impl Lowerer<'_> {
                 whole,
                 "`dim(&x, axis)` binds a shape variable: write `let n = dim(&x, axis);` and use `n` in shapes",
             )),
-            _ => self.fail(err_at(
+            _ if self.in_module => self.fail(err_at(
                 name,
                 format!(
                     "unknown function `{n}`: not a tensor op, and no `#[tensor_fn] fn {n}` in this `#[tensor_module]`"
+                ),
+            )),
+            _ => self.fail(err_at(
+                name,
+                format!(
+                    "unknown function `{n}`: not a tensor op (docs/syntax.md lists them), and a standalone `#[tensor_fn]` \
+                     sees no other fns: to call another `#[tensor_fn]`, put both in one `#[tensor_module] mod m {{ … }}` \
+                     (calls are checked against the callee's signature, Section 2 §17)"
                 ),
             )),
         }
@@ -758,8 +784,25 @@ impl Lowerer<'_> {
         let mut vals = Vec::new();
         let mut ss = Vec::new();
         let mut ok = true;
-        for a in args {
+        let callee_sig = self.sigs.get(&n);
+        for (i, a) in args.iter().enumerate() {
             let s = self.spans.alloc(*a);
+            let param = callee_sig.and_then(|sig| sig.params.get(i));
+            let wants_dim = param.is_some_and(|p| matches!(p.ty, Type::Dim(_)));
+            let what = param.map(|p| format!("argument `{}` of `{n}`", p.name));
+            match self.dim_arg(a, wants_dim, what.as_deref()) {
+                Some(Some(v)) => {
+                    vals.push(v);
+                    ss.push(s);
+                    continue;
+                }
+                Some(None) => {
+                    ok = false;
+                    ss.push(s);
+                    continue;
+                }
+                None => {}
+            }
             match self.expr(a) {
                 Operand::Tensor(v) => vals.push(v),
                 Operand::Scalar(_, Some(v)) => vals.push(v),
@@ -780,6 +823,50 @@ impl Lowerer<'_> {
         // Attribute 0: the callee's name (where a recursive call is reported).
         let callee = vec![self.spans.alloc(name)];
         self.push(Op::Call(n, vals), whole, ss, callee)
+    }
+
+    /// A call argument as a dim value (Section 1 §6 site 1): a dim parameter
+    /// of the caller is passed on as is; for a dim parameter of the callee,
+    /// any other argument that is not a tensor or scalar name is a dim
+    /// expression (`H`, `12`, `2 * H`, a module constant), lowered to an
+    /// [`Op::Dim`]. `None`: not a dim, lower it as an expression (the checker
+    /// then reports a kind mismatch against a dim parameter); `Some(None)`:
+    /// a malformed dim, already reported.
+    fn dim_arg(&mut self, a: &Expr, wants_dim: bool, what: Option<&str>) -> Option<Option<Value>> {
+        let local = ident_of(a).and_then(|id| self.env.get(&id.to_string()));
+        match local {
+            Some(Local::DimParam(v, _)) => return Some(Some(*v)),
+            Some(Local::Tensor(_) | Local::Scalar(..) | Local::Poison) => return None,
+            Some(Local::Dim) | None => {}
+        }
+        if !wants_dim {
+            let id = ident_of(a).map(|id| id.to_string());
+            let what = what.filter(|_| local.is_none());
+            if let (Some(id), Some(what)) = (id.filter(|id| self.dim_names.contains(id)), what) {
+                let code = tc_core::diag::codes::KIND_MISMATCH;
+                // A shape variable or constant where the callee takes a tensor
+                // or scalar: a kind mismatch, not an unknown name.
+                self.errors.push(err_at(
+                    a,
+                    format!(
+                        "[{code}] call (Section 2 §17): {what}: expected a tensor or scalar, found the dim `{id}`{}",
+                        crate::check::help_line(
+                            Some("only a `Dim![…]` parameter takes a dim: pass a tensor, or make the callee's parameter a `Dim![…]`"),
+                            code
+                        )
+                    ),
+                ));
+                return Some(None);
+            }
+            return None;
+        }
+        let Some((d, span)) = self.dim(a) else {
+            return Some(None);
+        };
+        match self.push(Op::Dim(d), a, vec![span], vec![]) {
+            Operand::Tensor(v) => Some(Some(v)),
+            _ => Some(None),
+        }
     }
 
     fn let_stmt(&mut self, l: &syn::Local) {
@@ -921,12 +1008,14 @@ pub fn function(
     block: &Block,
     sigs: &Signatures,
     broken: &BTreeSet<String>,
+    in_module: bool,
     spans: &mut SpanTable,
 ) -> Result<Function, LowerError> {
     let mut env = HashMap::new();
     for (i, p) in sig.params.iter().enumerate() {
         let local = match &p.ty {
             Type::Scalar(_) => Local::Scalar(Scalar::Param(i), Some(Value(i as u32))),
+            Type::Dim(d) => Local::DimParam(Value(i as u32), d.to_string()),
             _ => Local::Tensor(Value(i as u32)),
         };
         env.insert(p.name.clone(), local);
@@ -935,6 +1024,7 @@ pub fn function(
         spans,
         sigs,
         broken,
+        in_module,
         n_params: sig.params.len(),
         body: Vec::new(),
         dim_bindings: Vec::new(),
@@ -942,6 +1032,12 @@ pub fn function(
         errors: Vec::new(),
         broken_callee: false,
         depth: 0,
+        dim_names: sig
+            .vars
+            .iter()
+            .map(|v| v.name.clone())
+            .chain(sig.consts.iter().map(|(c, _)| c.clone()))
+            .collect(),
     };
     let mut ret: Option<(Operand, SpanId, &Expr)> = None;
     let n = block.stmts.len();

@@ -3,6 +3,8 @@
 //! * `Tensor![dt; d₀, d₁, … where p₁, p₂]` in a parameter or return type is a
 //!   tensor type (dims are dim expressions, `where` refinements are predicates);
 //! * `f32`, `bf16`, `i64`, `bool`, … as a parameter type is `Scalar[dt]`;
+//! * `Dim![d]` as a parameter type is a dim parameter (Section 1 §6 site 1),
+//!   a `usize` at the Rust call that binds `d` like one tensor dim;
 //! * `#[tensor_fn(requires(p, …), axiom(p, …))]` carries the cross-parameter
 //!   facts (Section 2 §14, §15).
 
@@ -107,6 +109,18 @@ pub fn tensor_macro(ty: &Type) -> Option<&TokenStream> {
         }
         Type::Group(g) => tensor_macro(&g.elem),
         Type::Paren(p) => tensor_macro(&p.elem),
+        _ => None,
+    }
+}
+
+/// If `ty` is `Dim![...]` (any path ending in `Dim`), its tokens.
+pub fn dim_macro(ty: &Type) -> Option<&TokenStream> {
+    match ty {
+        Type::Macro(m) if m.mac.path.segments.last().is_some_and(|s| s.ident == "Dim") => {
+            Some(&m.mac.tokens)
+        }
+        Type::Group(g) => dim_macro(&g.elem),
+        Type::Paren(p) => dim_macro(&p.elem),
         _ => None,
     }
 }
@@ -514,6 +528,8 @@ pub enum ParamKind {
     Tensor,
     /// A scalar dtype.
     Scalar(Dtype),
+    /// `Dim![...]`: a dim parameter, a `usize` in Rust.
+    Dim,
 }
 
 /// Classify a parameter type without parsing the tensor's contents (used to
@@ -521,9 +537,28 @@ pub enum ParamKind {
 pub fn param_kind(ty: &Type) -> Option<ParamKind> {
     if tensor_macro(ty).is_some() {
         Some(ParamKind::Tensor)
+    } else if dim_macro(ty).is_some() {
+        Some(ParamKind::Dim)
     } else {
         scalar_dtype(ty).map(ParamKind::Scalar)
     }
+}
+
+/// The tokens of `Dim![d]`: exactly one dim expression (Section 1 §6 site 1),
+/// its parsed dim and its span. Refinements go in `requires`.
+fn dim_param(
+    tokens: &TokenStream,
+    spans: &mut SpanTable,
+) -> syn::Result<(Expr, Dim, tc_core::SpanId)> {
+    let e: Expr = syn::parse2(tokens.clone()).map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("expected one dim in `Dim![…]`, e.g. `Dim![H]` ({e}); state refinements in `requires(…)`"),
+        )
+    })?;
+    let d = dim_expr(&e, &AnyName)?;
+    let span = spans.alloc(&e);
+    Ok((e, d, span))
 }
 
 /// Build the IR signature of `sig` with its attribute.
@@ -591,6 +626,20 @@ pub fn signature(
                 }
                 Err(e) => errors.push(e),
             }
+        } else if let Some(toks) = dim_macro(&pt.ty) {
+            match dim_param(toks, spans) {
+                Ok((e, d, dim_span)) => {
+                    idents_in_order(&e, &mut var_order);
+                    params.push(Param {
+                        name,
+                        ty: tc_core::Type::Dim(d),
+                        span,
+                        dim_spans: vec![dim_span],
+                        ref_spans: vec![],
+                    });
+                }
+                Err(e) => errors.push(e),
+            }
         } else if let Some(dt) = scalar_dtype(&pt.ty) {
             params.push(Param {
                 name,
@@ -602,7 +651,7 @@ pub fn signature(
         } else {
             errors.push(err_at(
                 &pt.ty,
-                "a tensor_fn parameter must be `Tensor![dtype; dims…]` or a scalar dtype \
+                "a tensor_fn parameter must be `Tensor![dtype; dims…]`, `Dim![dim]` or a scalar dtype \
                  (f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, i4, bool)",
             ));
         }

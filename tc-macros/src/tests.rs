@@ -98,6 +98,48 @@ fn file_module_is_an_error() {
     assert!(out.to_string().contains("inline module"), "{out}");
 }
 
+/// Signatures that parse but are refused by formation (Section 1 §4).
+const REFUSED: &[(&str, &str)] = &[
+    ("", "fn f(x: Tensor![f32; N + 1]) -> Tensor![f32; N + 1] { x }"),
+    ("", "fn f(x: Tensor![f32; D], w: Tensor![f32; D, 8 * F]) -> Tensor![f32; D] { x }"),
+    ("requires(Q > 1)", "fn f(x: Tensor![f32; N]) -> Tensor![f32; N] { x }"),
+    ("requires(N > 2, N < 1)", "fn f(x: Tensor![f32; N]) -> Tensor![f32; N] { x }"),
+    ("", "fn f(x: Tensor![f32; A, B], y: Tensor![f32; A * B]) -> Tensor![f32; A * B] { y }"),
+    ("", "fn f(x: Tensor![f32; D], h: Tensor![f32; H]) -> Tensor![f32; D / H] { reshape(x, [D / H]) }"),
+    ("", "fn f(x: Tensor![f32; N]) -> Tensor![f32; M] { x }"),
+    ("", "fn f(x: Tensor![f32; N]) -> Tensor![f32; N / 0] { x }"),
+    ("", "fn f(x: Tensor![f32; N, 0]) -> Tensor![f32; N] { x }"),
+];
+
+fn count_errors(out: &TokenStream) -> usize {
+    out.to_string().matches("compile_error").count()
+}
+
+/// A refused signature is reported once, at itself: callers of it, however
+/// they call it (right or wrong arity, any shapes), add no error — no
+/// "cannot infer", arity or shape error derived from a signature that is
+/// already an error.
+#[test]
+fn refused_callee_adds_no_error_at_callers() {
+    for (attr, f) in REFUSED {
+        let alone = format!("mod m {{ #[tensor_fn({attr})] {f} }}");
+        let with_callers = format!(
+            "mod m {{ #[tensor_fn({attr})] {f} \
+             #[tensor_fn] fn g(x: Tensor![f32; N]) -> Tensor![f32; N] {{ relu(f(x)) }} \
+             #[tensor_fn] fn h(a: Tensor![f32; A, B], b: Tensor![f32; B]) -> Tensor![f32; A, B] {{ f(a, b) }} }}"
+        );
+        let base = count_errors(&expand::tensor_module(TokenStream::new(), ts(&alone)));
+        let out = expand::tensor_module(TokenStream::new(), ts(&with_callers));
+        assert!(base > 0, "not refused: {f}");
+        assert_eq!(
+            count_errors(&out),
+            base,
+            "callers of {f} got errors:\n{out}"
+        );
+        assert_well_formed(&out);
+    }
+}
+
 // ------------------------------------------------------------------ fuzzing
 
 const VOCAB: &[&str] = &[
@@ -317,5 +359,50 @@ proptest! {
     #[test]
     fn mutated_good_functions_never_panic(src in mutated(), attr in prop::sample::select(vec!["", "requires(S >= K)", "requires(D % H == 0)", "axiom(P == B * S)"])) {
         run_all(attr, &src);
+    }
+}
+
+/// Dim parameters (Section 1 §6 site 1): well-formed ones expand to a
+/// `usize` parameter passed as `Arg::Dim`; malformed ones are compile errors
+/// (never a panic) with the signature still emitted, so callers see no
+/// secondary errors.
+#[test]
+fn dim_parameters_expand_or_fail_cleanly() {
+    let good = [
+        ("requires(D % H == 0)", "pub fn split(x: Tensor![f32; B, S, D], heads: Dim![H]) -> Tensor![f32; B, H, S, D / H] { \
+          transpose(reshape(x, [B, S, H, D / H]), [0, 2, 1, 3]) }"),
+        ("", "pub fn ones(n: Dim![N]) -> Tensor![f32; N, N] { full::<f32>([N, N], 1.0) }"),
+        ("", "pub fn named(N: Dim![N]) -> Tensor![f32; N] { full::<f32>([N], 1.0) }"),
+        ("", "pub fn twice(x: Tensor![f32; W], w2: Dim![2 * W]) -> Tensor![f32; 2 * W] { concat([x, x], 0) }"),
+    ];
+    for (attr, src) in good {
+        let out = expand::tensor_fn(ts(attr), ts(src));
+        assert!(
+            !has_compile_error(&out),
+            "unexpected error for {src}:\n{out}"
+        );
+        assert_well_formed(&out);
+        let s = out.to_string();
+        assert!(s.contains("Arg :: Dim"), "{s}");
+    }
+    let bad = [
+        "Dim![]",
+        "Dim![H, W]",
+        "Dim![H where H > 1]",
+        "Dim![0]",
+        "Dim![-1]",
+        "Dim![99999999999999999999]",
+        "Dim![H * W]",
+        "Dim![8 * F]",
+        "Dim![H +]",
+    ];
+    for ty in bad {
+        let src = format!("pub fn f(x: Tensor![f32; W, H], d: {ty}) -> Tensor![f32; W, H] {{ x }}");
+        let out = expand::tensor_fn(ts(""), ts(&src));
+        assert!(has_compile_error(&out), "no error for {ty}:\n{out}");
+        assert!(
+            out.to_string().contains("pub fn f"),
+            "signature not re-emitted for {ty}"
+        );
     }
 }

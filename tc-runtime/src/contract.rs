@@ -6,10 +6,11 @@
 //! §2.2 from the arguments' shapes and checks, in this order:
 //!
 //! 1. arity;
-//! 2. for each parameter in order: kind (tensor vs scalar), dtype, rank, then
-//!    each dimension: a bare variable not yet bound binds σ (module constants
-//!    are pre-bound), an already-bound variable or a constant is compared;
-//!    compound dims (`S - K + 1`, `D / H`) are deferred;
+//! 2. for each parameter in order: kind (tensor, scalar or dim), dtype, rank,
+//!    then each dimension (a dim parameter's one dim, Section 1 §6 site 1,
+//!    is one more dimension): a bare variable not yet bound binds σ (module
+//!    constants are pre-bound), an already-bound variable or a constant is
+//!    compared; compound dims (`S - K + 1`, `D / H`) are deferred;
 //! 3. every deferred compound dim, evaluated under the now complete σ (so
 //!    `x: [S], y: [S - K + 1]` works whatever the parameter order);
 //! 4. every tensor refinement, every `requires`, and every axiom under σ
@@ -26,7 +27,7 @@ use std::collections::BTreeSet;
 
 use tc_core::ctx::zero_opt_ins;
 use tc_core::ir::Signature;
-use tc_core::{Dtype, Pred, Sigma, Type};
+use tc_core::{Dim, Dtype, Pred, Sigma, Type};
 
 use crate::cast;
 use crate::elem::Elem;
@@ -42,6 +43,9 @@ pub enum Arg {
     /// any float dtype (and rounded to it), an integer for any int dtype (it
     /// must lie in the dtype's range), a bool for `bool`.
     Scalar(Elem),
+    /// A size, for a dim parameter `Dim![d]` (Section 1 §6 site 1): it binds
+    /// `d` exactly as one dim of a tensor argument does. It has no buffer.
+    Dim(usize),
 }
 
 impl Arg {
@@ -50,6 +54,7 @@ impl Arg {
         match self {
             Arg::Tensor(_) => "tensor",
             Arg::Scalar(_) => "scalar",
+            Arg::Dim(_) => "dim",
         }
     }
 }
@@ -243,55 +248,27 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
                     });
                 }
                 for (axis, (d, &actual)) in tt.shape.iter().zip(shape).enumerate() {
-                    if let Some(v) = d.as_var() {
-                        match sigma.get(v) {
-                            Some(&expected) => {
-                                if expected < 0 || expected as u64 != actual as u64 {
-                                    return Err(Error::Dim {
-                                        param: p.name.clone(),
-                                        axis,
-                                        dim: d.to_string(),
-                                        expected,
-                                        found: actual,
-                                        sigma: format_sigma(sig, &sigma),
-                                    });
-                                }
-                            }
-                            None => {
-                                // Section 2 §16: the default α ≥ 1.
-                                if actual == 0 && !zero_ok.contains(v) {
-                                    return Err(Error::ZeroDim {
-                                        param: p.name.clone(),
-                                        axis,
-                                        var: v.to_string(),
-                                        sigma: format_sigma(sig, &sigma),
-                                    });
-                                }
-                                let Ok(val) = i64::try_from(actual) else {
-                                    return Err(Error::Op {
-                                        op: "bind".into(),
-                                        message: format!(
-                                            "dimension {actual} does not fit in an i64"
-                                        ),
-                                    });
-                                };
-                                sigma.insert(v.to_string(), val);
-                            }
-                        }
-                    } else if let Some(expected) = d.as_const() {
-                        if expected < 0 || expected as u64 != actual as u64 {
-                            return Err(Error::Dim {
-                                param: p.name.clone(),
-                                axis,
-                                dim: d.to_string(),
-                                expected,
-                                found: actual,
-                                sigma: format_sigma(sig, &sigma),
-                            });
-                        }
-                    } else {
+                    let site = Site {
+                        sig,
+                        param: &p.name,
+                        axis: Some(axis),
+                        dim: d,
+                    };
+                    if !bind_dim(&site, &mut sigma, &zero_ok, actual)? {
                         deferred.push((pi, axis));
                     }
+                }
+            }
+            (Type::Dim(d), Arg::Dim(n)) => {
+                scalars.push(None);
+                let site = Site {
+                    sig,
+                    param: &p.name,
+                    axis: None,
+                    dim: d,
+                };
+                if !bind_dim(&site, &mut sigma, &zero_ok, *n)? {
+                    deferred.push((pi, 0));
                 }
             }
             (Type::Scalar(dt), Arg::Scalar(e)) => {
@@ -310,12 +287,20 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
     // Pass 2: compound dims under the complete σ.
     for (pi, axis) in deferred {
         let p = &sig.params[pi];
-        let (Type::Tensor(tt), Arg::Tensor(t)) = (&p.ty, &args[pi]) else {
+        let (Some(d), Some(actual)) = (p.ty.param_dims().get(axis), arg_dim(&args[pi], axis))
+        else {
             continue;
         };
-        let d = &tt.shape[axis];
-        let actual = t.shape()[axis];
-        let context = || format!("parameter `{}`, dimension {axis} (`{d}`)", p.name);
+        let site = Site {
+            sig,
+            param: &p.name,
+            axis: Some(axis).filter(|_| matches!(p.ty, Type::Tensor(_))),
+            dim: d,
+        };
+        let context = || match site.axis {
+            Some(axis) => format!("parameter `{}`, dimension {axis} (`{d}`)", p.name),
+            None => format!("parameter `{}` (`Dim![{d}]`)", p.name),
+        };
         let expected = d.eval(&sigma).map_err(|source| Error::Eval {
             context: context(),
             source,
@@ -328,14 +313,7 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
             });
         }
         if expected as u64 != actual as u64 {
-            return Err(Error::Dim {
-                param: p.name.clone(),
-                axis,
-                dim: d.to_string(),
-                expected,
-                found: actual,
-                sigma: format_sigma(sig, &sigma),
-            });
+            return Err(site.mismatch(&sigma, expected, actual));
         }
     }
 
@@ -359,6 +337,117 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
         check_pred(sig, &sigma, &a.node, "axiom")?;
     }
     Ok(Bound { sigma, scalars })
+}
+
+/// One dim of a parameter, for binding and for the error naming it.
+struct Site<'a> {
+    sig: &'a Signature,
+    param: &'a str,
+    /// The tensor axis; `None` for a dim parameter.
+    axis: Option<usize>,
+    dim: &'a Dim,
+}
+
+impl Site<'_> {
+    fn mismatch(&self, sigma: &Sigma, expected: i64, found: usize) -> Error {
+        let (param, dim, sigma) = (
+            self.param.to_string(),
+            self.dim.to_string(),
+            format_sigma(self.sig, sigma),
+        );
+        match self.axis {
+            Some(axis) => Error::Dim {
+                param,
+                axis,
+                dim,
+                expected,
+                found,
+                sigma,
+            },
+            None => Error::DimArg {
+                param,
+                dim,
+                expected,
+                found,
+                sigma,
+            },
+        }
+    }
+
+    /// `found` is outside the sizes a variable admits: 0 without the `α ≥ 0`
+    /// opt-in, or beyond the dim range.
+    fn range(&self, sigma: &Sigma, min: i64, found: usize) -> Error {
+        let (param, dim, sigma) = (
+            self.param.to_string(),
+            self.dim.to_string(),
+            format_sigma(self.sig, sigma),
+        );
+        match (self.axis, found) {
+            (Some(axis), 0) => Error::ZeroDim {
+                param,
+                axis,
+                var: dim,
+                sigma,
+            },
+            (Some(_), _) => Error::Op {
+                op: "bind".into(),
+                message: format!("dimension {found} does not fit in an i64"),
+            },
+            (None, _) => Error::DimArgRange {
+                param,
+                dim,
+                min,
+                max: i64::MAX,
+                found,
+                sigma,
+            },
+        }
+    }
+}
+
+/// The size an argument gives its parameter's dim number `i`.
+fn arg_dim(a: &Arg, i: usize) -> Option<usize> {
+    match a {
+        Arg::Tensor(t) => t.shape().get(i).copied(),
+        Arg::Dim(n) => (i == 0).then_some(*n),
+        Arg::Scalar(_) => None,
+    }
+}
+
+/// Pass 1 for one dim (Section 2 §17 unification at run time): a bare
+/// variable not yet bound binds σ (after the `α ≥ 1` default and the dim
+/// range), a bound variable or a constant is compared. Returns `false` for a
+/// compound dim, which pass 2 checks under the complete σ.
+fn bind_dim(
+    site: &Site,
+    sigma: &mut Sigma,
+    zero_ok: &BTreeSet<String>,
+    actual: usize,
+) -> Result<bool> {
+    let d = site.dim;
+    let expected = match (d.as_var(), d.as_const()) {
+        (Some(v), _) => match sigma.get(v) {
+            Some(&e) => e,
+            None => {
+                // Section 2 §16: the default α ≥ 1.
+                let min = if zero_ok.contains(v) { 0 } else { 1 };
+                let Ok(val) = i64::try_from(actual) else {
+                    return Err(site.range(sigma, min, actual));
+                };
+                if val < min {
+                    return Err(site.range(sigma, min, actual));
+                }
+                sigma.insert(v.to_string(), val);
+                return Ok(true);
+            }
+        },
+        (None, Some(c)) => c,
+        (None, None) => return Ok(false),
+    };
+    if expected < 0 || expected as u64 != actual as u64 {
+        return Err(site.mismatch(sigma, expected, actual));
+    }
+    Ok(true)
 }
 
 /// Evaluate one predicate under σ: false → [`Error::Predicate`], not

@@ -230,6 +230,40 @@ pub enum Error {
         /// The substitution bound so far.
         sigma: String,
     },
+    /// A dim argument (`heads: Dim![H]`, Section 1 §6 site 1) disagrees with
+    /// its dim under σ: `H` already bound by a tensor dim, or a compound dim.
+    #[error(
+        "parameter `{param}` (`Dim![{dim}]`): expected {expected}, found {found} (σ = {sigma})"
+    )]
+    DimArg {
+        /// The parameter.
+        param: String,
+        /// The declared dim.
+        dim: String,
+        /// Its value under σ.
+        expected: i64,
+        /// The size passed.
+        found: usize,
+        /// The substitution bound so far.
+        sigma: String,
+    },
+    /// A dim argument outside the sizes its dim admits: 0 for a variable with
+    /// the default `α ≥ 1` (Section 2 §16), or above `i64::MAX` (the dim range).
+    #[error("parameter `{param}` (`Dim![{dim}]`): expected a size in {min}..={max}, found {found} (σ = {sigma})")]
+    DimArgRange {
+        /// The parameter.
+        param: String,
+        /// The declared dim.
+        dim: String,
+        /// The least admitted size (0 or 1).
+        min: i64,
+        /// The greatest admitted size (`i64::MAX`).
+        max: i64,
+        /// The size passed.
+        found: usize,
+        /// The substitution bound so far.
+        sigma: String,
+    },
     /// A scalar argument's value is not in its declared dtype's value set.
     #[error("parameter `{param}`: value {value} is not a {dtype} value")]
     ScalarValue {

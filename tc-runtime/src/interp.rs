@@ -60,6 +60,9 @@ pub enum Val {
     Tensor(Handle),
     /// A scalar of a dtype (always in that dtype's value set).
     Scalar(Elem, Dtype),
+    /// A dim parameter's size (Section 1 §6 site 1): already bound into σ by
+    /// the contract, kept only to be passed on to calls; it has no handle.
+    Dim(usize),
 }
 
 /// `H(τ) = (T_τ, f_τ)`: the metadata stored beside the data, and the data.
@@ -394,6 +397,7 @@ impl Interpreter {
                     let h = heap.alloc(t.clone(), p.ty.as_tensor().cloned(), &bound.sigma)?;
                     env.push(Val::Tensor(h));
                 }
+                (Arg::Dim(n), None) => env.push(Val::Dim(*n)),
                 (Arg::Scalar(_), None) => {
                     return Err(Error::Malformed("scalar argument without a binding".into()))
                 }
@@ -507,6 +511,14 @@ impl<'a, 'f> Machine<'a, 'f> {
             return Ok(false);
         };
         self.apply_dim_bindings(self.pc)?;
+        if let Op::Dim(d) = &inst.op {
+            // A call's dim argument: its size under σ, no handle (Section 1 §6 site 1).
+            let n = concrete::eval_size(d, &self.sigma, &format!("dim argument `{d}`"))?;
+            self.env.push(Val::Dim(n));
+            self.pc += 1;
+            self.steps += 1;
+            return Ok(true);
+        }
         let (data, callee_steps) = match &inst.op {
             Op::Call(name, xs) => self.call(name, xs)?,
             op => (self.apply(op)?, 0),
@@ -553,6 +565,11 @@ impl<'a, 'f> Machine<'a, 'f> {
                 }
             },
             Some(Val::Scalar(e, dt)) => (Tensor::from_elems(*dt, &[], &[*e])?, None),
+            Some(Val::Dim(_)) => {
+                return Err(Error::Malformed(format!(
+                    "return of the dim parameter {ret}"
+                )))
+            }
             None => return Err(Error::Malformed(format!("return of undefined value {ret}"))),
         };
         self.check_return(&value)?;
@@ -626,6 +643,9 @@ impl<'a, 'f> Machine<'a, 'f> {
             }
             Some(Val::Scalar(..)) => Err(Error::Malformed(format!(
                 "{v} is a scalar where a tensor is needed"
+            ))),
+            Some(Val::Dim(_)) => Err(Error::Malformed(format!(
+                "{v} is a dim where a tensor is needed"
             ))),
             None => Err(Error::Malformed(format!("{v} is not defined"))),
         }
@@ -713,6 +733,7 @@ impl<'a, 'f> Machine<'a, 'f> {
             Op::Call(name, _) => {
                 return Err(Error::Malformed(format!("call of `{name}` outside a step")))
             }
+            Op::Dim(d) => return Err(Error::Malformed(format!("dim value `{d}` outside a step"))),
         };
         Ok(t)
     }
@@ -741,6 +762,10 @@ impl<'a, 'f> Machine<'a, 'f> {
                 Some(Val::Scalar(e, _)) => {
                     args.push(Arg::Scalar(*e));
                     vals.push(Val::Scalar(*e, Dtype::Bool)); // dtype fixed below
+                }
+                Some(Val::Dim(n)) => {
+                    args.push(Arg::Dim(*n));
+                    vals.push(Val::Dim(*n));
                 }
                 None => return Err(Error::Malformed(format!("{v} is not defined"))),
             }
