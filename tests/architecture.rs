@@ -18,6 +18,17 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             if name != "lib" {
                 files.insert(name, std::fs::read_to_string(&p).expect("read"));
             }
+        } else if p.join("mod.rs").is_file() {
+            // A directory module is one node: its files together.
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let mut text = String::new();
+            for f in std::fs::read_dir(&p).expect("module dir") {
+                let f = f.expect("entry").path();
+                if f.extension().is_some_and(|x| x == "rs") {
+                    text += &std::fs::read_to_string(&f).expect("read");
+                }
+            }
+            files.insert(name, text);
         }
     }
     let names: BTreeSet<String> = files.keys().cloned().collect();

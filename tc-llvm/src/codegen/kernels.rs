@@ -1,0 +1,357 @@
+//! Loops and kernel functions: the loop nest over an output, row and group
+//! kernels, the fused-input setup, and each kernel's function wrapper.
+
+use super::*;
+
+impl<'a> Gen<'a> {
+    // ---- loops -----------------------------------------------------------
+
+    pub(super) fn label(&mut self) -> usize {
+        self.lbl += 1;
+        self.lbl
+    }
+
+    /// Open `for iv in lo..hi`; returns (iv, loop id).
+    pub(super) fn loop_begin(&mut self, lo: &str, hi: &str) -> (String, usize) {
+        let l = self.label();
+        let _ = writeln!(self.pre, "  %iv{l}.addr = alloca i64, align 8");
+        self.e(format!("store i64 {lo}, i64* %iv{l}.addr, align 8"));
+        self.e(format!("br label %L{l}.h"));
+        let _ = writeln!(self.body, "L{l}.h:");
+        self.e(format!("%iv{l} = load i64, i64* %iv{l}.addr, align 8"));
+        self.e(format!("%c{l} = icmp slt i64 %iv{l}, {hi}"));
+        self.e(format!("br i1 %c{l}, label %L{l}.b, label %L{l}.e"));
+        let _ = writeln!(self.body, "L{l}.b:");
+        self.memo.clear();
+        (format!("%iv{l}"), l)
+    }
+
+    pub(super) fn loop_end(&mut self, l: usize) {
+        self.e(format!("%iv{l}.n = add nuw nsw i64 %iv{l}, 1"));
+        self.e(format!("store i64 %iv{l}.n, i64* %iv{l}.addr, align 8"));
+        self.e(format!("br label %L{l}.h"));
+        let _ = writeln!(self.body, "L{l}.e:");
+        self.memo.clear();
+    }
+
+    // ---- kernels -----------------------------------------------------------
+
+    pub(super) fn is_flat(&self, v: Value, root: bool) -> bool {
+        let i = v.0 as usize;
+        if i < self.np || (self.st.mat[i] && !root) {
+            return true;
+        }
+        let op = &self.func.body[i - self.np].op;
+        match op {
+            Op::Broadcast(..)
+            | Op::Transpose(..)
+            | Op::Slice { .. }
+            | Op::Concat(..)
+            | Op::Iota(..) => false,
+            Op::Reduce { .. } | Op::ArgReduce { .. } => false,
+            _ => op.operands().iter().all(|o| self.is_flat(*o, false)),
+        }
+    }
+
+    pub(super) fn kernel(&mut self, id: usize, out: Value, inputs: &[Value]) -> KernelShape {
+        let all: Vec<Value> = std::iter::once(out).chain(inputs.iter().copied()).collect();
+        let params = self.setup(&all, 1);
+        let _ = writeln!(self.body, "b0:");
+        let np = self.np;
+        let func = self.func;
+        let op = &func.body[out.0 as usize - np].op;
+        let shape = match op {
+            Op::Reduce {
+                op: rop,
+                axes,
+                keepdims,
+                x,
+            } => {
+                if let Some(block) = self.col_block(axes, *x) {
+                    self.reduce_cols(out, *rop, axes, *keepdims, *x, block);
+                    KernelShape::Cols { block }
+                } else {
+                    self.reduce_body(out, *rop, axes, *keepdims, *x);
+                    KernelShape::Reduce
+                }
+            }
+            Op::ArgReduce {
+                max,
+                axis,
+                keepdims,
+                x,
+            } => {
+                self.argreduce_body(out, *max, *axis, *keepdims, *x);
+                KernelShape::Reduce
+            }
+            _ => {
+                if self.is_flat(out, true) {
+                    let (o, l) = self.loop_begin("%start", "%end");
+                    let idx = Idx {
+                        dims: None,
+                        lin: Some(o.clone()),
+                    };
+                    let x = self.val_root(out, &idx);
+                    self.store(out, &o, &x);
+                    self.loop_end(l);
+                    KernelShape::Flat
+                } else {
+                    let (o, l) = self.loop_begin("%start", "%end");
+                    self.nested_row(out, &o);
+                    self.loop_end(l);
+                    KernelShape::Nested
+                }
+            }
+        };
+        self.e("ret void".into());
+        self.finish_fn(id, &params);
+        shape
+    }
+
+    /// Row `o` of a nested elementwise kernel writing `out`: the inner loop
+    /// over its last axis.
+    pub(super) fn nested_row(&mut self, out: Value, o: &str) {
+        let r = self.vals[out.0 as usize].shape.len();
+        if r == 0 {
+            let idx = Idx {
+                dims: Some(vec![]),
+                lin: Some("0".into()),
+            };
+            let x = self.val_root(out, &idx);
+            self.store(out, "0", &x);
+            return;
+        }
+        // Unravel the outer index over dims[0..r-1].
+        let mut dims = vec![String::new(); r];
+        let mut rest = o.to_string();
+        for k in (0..r - 1).rev() {
+            let d = self.dim(out, k);
+            if k == 0 {
+                dims[k] = rest.clone();
+            } else {
+                dims[k] = self.ins(format!("urem i64 {rest}, {d}"));
+                rest = self.ins(format!("udiv i64 {rest}, {d}"));
+            }
+        }
+        let inner = self.dim(out, r - 1);
+        let base = self.bmul(o, &inner);
+        let (j, l2) = self.loop_begin("0", &inner);
+        dims[r - 1] = j.clone();
+        let lin = self.badd(&base, &j);
+        let idx = Idx {
+            dims: Some(dims),
+            lin: Some(lin.clone()),
+        };
+        let x = self.val_root(out, &idx);
+        self.store(out, &lin, &x);
+        self.loop_end(l2);
+    }
+
+    /// A row group ([`Step::Group`]): one loop over rows; per row, every
+    /// member's row in order (reductions first write their row, later
+    /// members read it while the row's inputs are still in L1).
+    pub(super) fn group_kernel(
+        &mut self,
+        id: usize,
+        members: &[Value],
+        inputs: &[Value],
+    ) -> KernelShape {
+        let all: Vec<Value> = members.iter().chain(inputs.iter()).copied().collect();
+        let params = self.setup(&all, members.len());
+        let _ = writeln!(self.body, "b0:");
+        let (o, l) = self.loop_begin("%start", "%end");
+        let np = self.np;
+        let func = self.func;
+        let stashes = self.group_stashes(members);
+        for &m in members {
+            self.memo.clear();
+            match &func.body[m.0 as usize - np].op {
+                Op::Reduce {
+                    op: rop,
+                    axes,
+                    keepdims,
+                    x,
+                } => {
+                    self.stash = stashes.iter().find(|(r, _, _)| *r == m).map(|s| (s.1, s.2));
+                    self.reduce_row(m, *rop, axes, *keepdims, *x, &o);
+                    self.stash = None;
+                }
+                _ => {
+                    self.stashed = stashes.iter().find(|s| s.2 == m).map(|s| (s.1, s.2));
+                    self.nested_row(m, &o);
+                    self.stashed = None;
+                }
+            }
+        }
+        self.loop_end(l);
+        self.e("ret void".into());
+        self.finish_fn(id, &params);
+        KernelShape::Rows
+    }
+
+    /// `(reduction member, x, later member)` triples of a row group where
+    /// the reduction's operand `x` (computed, F32, reduced over its last
+    /// axis only) is used elementwise — at the same index — by a later
+    /// non-reduction member of the same shape: the reduction pass stores
+    /// `x` into that member's row and the member reads it back (values are
+    /// identical, so results are bit-identical to recomputing).
+    pub(super) fn group_stashes(&self, members: &[Value]) -> Vec<(Value, u32, Value)> {
+        let np = self.np;
+        let mut out: Vec<(Value, u32, Value)> = Vec::new();
+        for (i, &r) in members.iter().enumerate() {
+            let Op::Reduce { axes, x, .. } = &self.func.body[r.0 as usize - np].op else {
+                continue;
+            };
+            let xi = x.0 as usize;
+            let xs = &self.vals[xi].shape;
+            if xi < np
+                || self.st.mat[xi]
+                || self.vals[xi].dtype != Dtype::F32
+                || xs.is_empty()
+                || axes.as_slice() != [xs.len() - 1]
+            {
+                continue;
+            }
+            for &m in &members[i + 1..] {
+                let mi = m.0 as usize;
+                if matches!(self.func.body[mi - np].op, Op::Reduce { .. })
+                    || self.vals[mi].shape != *xs
+                    || self.vals[mi].dtype != Dtype::F32
+                    || out.iter().any(|s| s.2 == m)
+                {
+                    continue;
+                }
+                if self.elementwise_use(m, x.0, true) == Some(true) {
+                    out.push((r, x.0, m));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether computing `v` (unmaterialized ops below it) reads `x`:
+    /// `Some(true)` only through elementwise ops (same index), `Some(false)`
+    /// not at all, `None` also through an index-changing op.
+    pub(super) fn elementwise_use(&self, v: Value, x: u32, root: bool) -> Option<bool> {
+        if v.0 == x {
+            return Some(true);
+        }
+        let i = v.0 as usize;
+        if i < self.np || (self.st.mat[i] && !root) {
+            return Some(false);
+        }
+        let op = &self.func.body[i - self.np].op;
+        let elementwise = matches!(
+            op,
+            Op::Unary(..)
+                | Op::Binary(..)
+                | Op::Cast(..)
+                | Op::Select(..)
+                | Op::ScalarBinary { .. }
+        );
+        let mut any = false;
+        for a in op.operands() {
+            match self.elementwise_use(a, x, false) {
+                None => return None,
+                Some(true) if !elementwise => return None,
+                Some(u) => any |= u,
+            }
+        }
+        Some(any)
+    }
+
+    /// Reset the per-function state and bind the buffer parameters (the
+    /// first `writable` are written).
+    pub(super) fn setup(&mut self, all: &[Value], writable: usize) -> Vec<String> {
+        self.pre.clear();
+        self.body.clear();
+        self.pmemo.clear();
+        self.memo.clear();
+        self.bufs.clear();
+        let mut params = Vec::new();
+        for (k, v) in all.iter().enumerate() {
+            let st = sty(self.vals[v.0 as usize].dtype);
+            if k < writable {
+                params.push(format!("i8* noalias nocapture %a{k}"));
+            } else {
+                params.push(format!("i8* noalias nocapture readonly %a{k}"));
+            }
+            let p = if st == "i8" {
+                format!("%a{k}")
+            } else {
+                let t = self.t();
+                let _ = writeln!(self.pre, "  {t} = bitcast i8* %a{k} to {st}*");
+                t
+            };
+            self.bufs.insert(v.0, p);
+        }
+        params
+    }
+
+    /// The root value computed (not loaded) even though it is materialized.
+    pub(super) fn val_root(&mut self, v: Value, idx: &Idx) -> String {
+        self.root = Some(v.0);
+        let r = self.val(v, idx);
+        self.root = None;
+        r
+    }
+
+    pub(super) fn out_to_in(
+        &mut self,
+        out: Value,
+        x: Value,
+        red: &[usize],
+        keepdims: bool,
+        o: &str,
+    ) -> Vec<String> {
+        let od = self.unravel(out, o);
+        let r = self.vals[x.0 as usize].shape.len();
+        let mut src = vec![String::new(); r];
+        let mut j = 0;
+        for (a, s) in src.iter_mut().enumerate() {
+            if red.contains(&a) {
+                if keepdims {
+                    j += 1;
+                }
+                continue;
+            }
+            *s = od[j].clone();
+            j += 1;
+        }
+        src
+    }
+
+    pub(super) fn finish_fn(&mut self, id: usize, params: &[String]) {
+        let mut f = String::new();
+        let _ = writeln!(
+            f,
+            "define internal void @k{id}_body({}, i64* noalias nocapture readonly %shp, i64* noalias nocapture readonly %sc, i64 %start, i64 %end) #2 {{",
+            params.join(", ")
+        );
+        f.push_str("entry:\n");
+        f.push_str(&self.pre);
+        f.push_str("  br label %b0\n");
+        f.push_str(&self.body);
+        f.push_str("}\n\n");
+        let _ = writeln!(
+            f,
+            "define void @k{id}(i8** nocapture readonly %bufs, i64* %shp, i64* %sc, i64 %start, i64 %end) #0 {{"
+        );
+        let mut args = Vec::new();
+        for k in 0..params.len() {
+            let _ = writeln!(
+                f,
+                "  %pa{k} = getelementptr inbounds i8*, i8** %bufs, i64 {k}"
+            );
+            let _ = writeln!(f, "  %p{k} = load i8*, i8** %pa{k}, align 8");
+            args.push(format!("i8* %p{k}"));
+        }
+        let _ = writeln!(
+            f,
+            "  call void @k{id}_body({}, i64* %shp, i64* %sc, i64 %start, i64 %end)\n  ret void\n}}\n",
+            args.join(", ")
+        );
+        self.globals.push_str(&f);
+    }
+}

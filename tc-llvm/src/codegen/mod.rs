@@ -1,0 +1,354 @@
+//! Lowering planned kernels to LLVM IR text.
+//!
+//! Each [`Step::Kernel`] becomes a loop nest over its output whose body is the
+//! fused expression tree of the output element (Section 4 §5: every
+//! denotation is an index function, so fusing is substituting index
+//! functions): elementwise ops compute on loaded elements, layout ops
+//! (transpose §5.6, reshape §5.7, broadcast §5.8, slice §5.9, concat §5.10)
+//! only rewrite the index. A reduction kernel (§5.5) runs its fused producer
+//! inside the reduction loop: over the last axis, one output element at a
+//! time (the reduction loop walks contiguous memory); when the last axis is
+//! kept (a sum over axis 0, or over a middle axis), in the column form
+//! ([`KernelShape::Cols`]): per output row, the reduced axes outside and the
+//! kept last axis as the inner, vectorized loop, accumulating into a row of
+//! accumulators. Both fold each output element in the interpreter's
+//! sequential order over the reduced indices.
+//!
+//! Element computation types: every float dtype computes in `float` (narrow
+//! floats are widened on load and rounded back after each op, Section 2 §3),
+//! ints in their own width (I4 in `i8`, re-wrapped to [-8, 7] after each op),
+//! Bool in `i1`. Storage follows Section 2 §5.
+//!
+//! Shape quantities are either literals (a σ-specialised kernel: LLVM folds
+//! all index arithmetic, the inner loop has a constant trip count) or loads
+//! from a runtime `i64` array (the shape-generic kernel, one per function,
+//! serving every σ: see [`QKey`]).
+//!
+//! The emitter is one `Gen` over several files, one concern each: `shape`
+//! (index arithmetic), `dtype` (constants, loads, stores, encodings),
+//! `math` (NaN rules, fast approximations), `elementwise` (per-element
+//! expressions and fusion), `kernels` (loops and kernel functions),
+//! `reduce` (reductions). This file holds the state, the instruction
+//! builder and [`gen_module`].
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp, Value};
+use tc_core::{Dtype, Sigma};
+use tc_runtime::cast;
+use tc_runtime::elem::Elem;
+
+use crate::plan::{Step, Structure, VKind, ValInfo};
+use crate::rt::{dtype_code, unary_code};
+use crate::{Error, JitOptions};
+
+mod dtype;
+mod elementwise;
+mod kernels;
+mod math;
+mod reduce;
+mod shape;
+
+/// A shape quantity a generic kernel reads at run time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum QKey {
+    /// Dim `axis` of value `v`.
+    Dim(u32, usize),
+    /// The start of the slice that defines value `v`.
+    SliceStart(u32),
+}
+
+impl QKey {
+    /// Its value under a plan.
+    pub fn value(&self, vals: &[ValInfo], func: &Function, sigma: &Sigma) -> i64 {
+        match self {
+            QKey::Dim(v, a) => vals[*v as usize].shape[*a] as i64,
+            QKey::SliceStart(v) => {
+                let np = func.sig.params.len();
+                match &func.body[*v as usize - np].op {
+                    Op::Slice { start, .. } => start.eval(sigma).unwrap_or(0),
+                    _ => 0,
+                }
+            }
+        }
+    }
+}
+
+/// What the runtime must know about a kernel to split and call it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelShape {
+    /// One loop over all output elements (no layout ops in the tree).
+    Flat,
+    /// Outer loop over all output dims but the last, inner loop over the last.
+    Nested,
+    /// Outer loop over output elements, inner loops over the reduced axes.
+    Reduce,
+    /// A row group: outer loop over the rows shared by its members.
+    Rows,
+    /// A reduction that keeps its operand's last axis (e.g. a sum over
+    /// axis 0): the outer loop runs over tiles (an output row — every
+    /// output dim but the last — and a block of at most `block` ≤
+    /// [`COL_BLOCK`] columns of it); per tile, the reduced axes run outside
+    /// an inner loop over the block's columns.
+    Cols {
+        /// Columns per tile.
+        block: usize,
+    },
+}
+
+/// The widest column block of a [`KernelShape::Cols`] reduction: its
+/// accumulator row (at most 8 KB, on the stack) stays in L1.
+pub const COL_BLOCK: usize = 1024;
+
+/// A generated module.
+#[derive(Clone, Debug)]
+pub struct ModuleCode {
+    /// The IR text.
+    pub ir: String,
+    /// Exported kernel entry points `k{id}`.
+    pub exports: Vec<String>,
+    /// Per kernel id: its loop structure.
+    pub shapes: Vec<KernelShape>,
+    /// Generic modules: the shape slots, in `%shp` order.
+    pub qkeys: Vec<QKey>,
+}
+
+/// The outer loop extent and the work per outer iteration of a kernel.
+pub fn extent(
+    func: &Function,
+    vals: &[ValInfo],
+    out: Value,
+    shape: &KernelShape,
+) -> (usize, usize) {
+    let o = &vals[out.0 as usize];
+    match shape {
+        KernelShape::Flat => (o.numel(), 1),
+        KernelShape::Nested => {
+            let r = o.shape.len();
+            if r == 0 {
+                (1, 1)
+            } else {
+                (o.shape[..r - 1].iter().product(), o.shape[r - 1])
+            }
+        }
+        KernelShape::Rows => {
+            let r = o.shape.len();
+            let last = o.shape.get(r.wrapping_sub(1)).copied().unwrap_or(1);
+            (o.shape[..r.saturating_sub(1)].iter().product(), last)
+        }
+        KernelShape::Reduce => {
+            let np = func.sig.params.len();
+            let x = match &func.body[out.0 as usize - np].op {
+                Op::Reduce { x, .. } | Op::ArgReduce { x, .. } => *x,
+                _ => out,
+            };
+            let n_in = vals[x.0 as usize].numel();
+            let n_out = o.numel();
+            (n_out, if n_out == 0 { 0 } else { n_in / n_out.max(1) })
+        }
+        KernelShape::Cols { block } => {
+            let np = func.sig.params.len();
+            let x = match &func.body[out.0 as usize - np].op {
+                Op::Reduce { x, .. } => *x,
+                _ => out,
+            };
+            let n_out = o.numel();
+            let d = o.shape.last().copied().unwrap_or(1);
+            if n_out == 0 || d == 0 {
+                return (0, 0);
+            }
+            let count = vals[x.0 as usize].numel() / n_out;
+            let block = (*block).max(1);
+            ((n_out / d) * d.div_ceil(block), count * d.min(block))
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Idx {
+    dims: Option<Vec<String>>,
+    lin: Option<String>,
+}
+
+fn is_lit(s: &str) -> Option<i64> {
+    s.parse::<i64>().ok()
+}
+
+fn cty(dt: Dtype) -> &'static str {
+    match dt {
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F8E4M3 | Dtype::F8E5M2 => "float",
+        Dtype::I64 => "i64",
+        Dtype::I32 => "i32",
+        Dtype::I16 => "i16",
+        Dtype::I8 | Dtype::I4 => "i8",
+        Dtype::Bool => "i1",
+    }
+}
+
+fn sty(dt: Dtype) -> &'static str {
+    match dt {
+        Dtype::F32 => "float",
+        Dtype::F16 | Dtype::BF16 => "i16",
+        Dtype::F8E4M3 | Dtype::F8E5M2 | Dtype::I8 | Dtype::I4 | Dtype::Bool => "i8",
+        Dtype::I64 => "i64",
+        Dtype::I32 => "i32",
+        Dtype::I16 => "i16",
+    }
+}
+
+struct Gen<'a> {
+    func: &'a Function,
+    vals: &'a [ValInfo],
+    st: &'a Structure,
+    sigma: &'a Sigma,
+    generic: bool,
+    opts: JitOptions,
+    np: usize,
+    qkeys: Vec<QKey>,
+    globals: String,
+    tables: Vec<Dtype>,
+    // per function
+    pre: String,
+    body: String,
+    n: usize,
+    pmemo: HashMap<String, String>,
+    memo: HashMap<String, String>,
+    bufs: HashMap<u32, String>,
+    lbl: usize,
+    root: Option<u32>,
+    /// Row groups: `(x, m)` — the reduction over `x` also stores each
+    /// element of `x` into member `m`'s row, and `m` then reads `x` from
+    /// there instead of recomputing it (softmax's `exp` once, not twice).
+    stash: Option<(u32, Value)>,
+    /// While `m`'s row runs: `x` is read from `m`'s buffer.
+    stashed: Option<(u32, Value)>,
+}
+
+impl<'a> Gen<'a> {
+    fn t(&mut self) -> String {
+        self.n += 1;
+        format!("%t{}", self.n)
+    }
+
+    fn e(&mut self, line: String) {
+        self.body.push_str("  ");
+        self.body.push_str(&line);
+        self.body.push('\n');
+    }
+
+    /// Emit `op` in the body and return its result.
+    fn ins(&mut self, rhs: String) -> String {
+        let t = self.t();
+        self.e(format!("{t} = {rhs}"));
+        t
+    }
+
+    /// Emit in the entry block, memoized.
+    fn pins(&mut self, rhs: String) -> String {
+        if let Some(t) = self.pmemo.get(&rhs) {
+            return t.clone();
+        }
+        let t = self.t();
+        let _ = writeln!(self.pre, "  {t} = {rhs}");
+        self.pmemo.insert(rhs, t.clone());
+        t
+    }
+}
+
+/// Order-preserving signed-integer key of a float's bits (−0 < +0).
+fn float_key(x: f32) -> i32 {
+    let b = x.to_bits() as i32;
+    b ^ ((b >> 31) & 0x7FFF_FFFF)
+}
+
+fn int_min(dt: Dtype) -> i64 {
+    match dt {
+        Dtype::I4 => -8,
+        Dtype::I8 => i8::MIN as i64,
+        Dtype::I16 => i16::MIN as i64,
+        Dtype::I32 => i32::MIN as i64,
+        _ => i64::MIN,
+    }
+}
+
+fn int_max(dt: Dtype) -> i64 {
+    match dt {
+        Dtype::I4 => 7,
+        Dtype::I8 => i8::MAX as i64,
+        Dtype::I16 => i16::MAX as i64,
+        Dtype::I32 => i32::MAX as i64,
+        _ => i64::MAX,
+    }
+}
+
+/// Generate the module of every kernel step of a planned function.
+pub fn gen_module(
+    func: &Function,
+    vals: &[ValInfo],
+    st: &Structure,
+    sigma: &Sigma,
+    generic: bool,
+    opts: JitOptions,
+) -> Result<ModuleCode, Error> {
+    let mut g = Gen {
+        func,
+        vals,
+        st,
+        sigma,
+        generic,
+        opts,
+        np: func.sig.params.len(),
+        qkeys: Vec::new(),
+        globals: String::new(),
+        tables: Vec::new(),
+        pre: String::new(),
+        body: String::new(),
+        n: 0,
+        pmemo: HashMap::new(),
+        memo: HashMap::new(),
+        bufs: HashMap::new(),
+        lbl: 0,
+        root: None,
+        stash: None,
+        stashed: None,
+    };
+    let mut exports = Vec::new();
+    let mut shapes = Vec::new();
+    for s in &st.steps {
+        if let Step::Group {
+            id,
+            members,
+            inputs,
+        } = s
+        {
+            let sh = g.group_kernel(*id, members, inputs);
+            exports.push(format!("k{id}"));
+            while shapes.len() <= *id {
+                shapes.push(KernelShape::Flat);
+            }
+            shapes[*id] = sh;
+        }
+        if let Step::Kernel { id, out, inputs } = s {
+            if matches!(vals[out.0 as usize].kind, VKind::Inst(_)) {
+                let sh = g.kernel(*id, *out, inputs);
+                exports.push(format!("k{id}"));
+                while shapes.len() <= *id {
+                    shapes.push(KernelShape::Flat);
+                }
+                shapes[*id] = sh;
+            }
+        }
+    }
+    let mut ir = String::new();
+    ir.push_str(crate::rt::DECLS);
+    ir.push('\n');
+    ir.push_str(&g.globals);
+    ir.push_str(&crate::jit::attributes());
+    Ok(ModuleCode {
+        ir,
+        exports,
+        shapes,
+        qkeys: g.qkeys,
+    })
+}

@@ -1,0 +1,125 @@
+//! Shape quantities in emitted IR: dims, strides, (un)ravelled indices, and
+//! the checked-looking index arithmetic a kernel needs. In a σ-specialised
+//! kernel they are literals LLVM folds; in the shape-generic one they are
+//! loads from the run-time shape table ([`super::QKey`]).
+
+use super::*;
+
+impl<'a> Gen<'a> {
+    // ---- shape quantities ---------------------------------------------
+
+    pub(super) fn q(&mut self, k: QKey) -> String {
+        if !self.generic {
+            return k.value(self.vals, self.func, self.sigma).to_string();
+        }
+        let slot = match self.qkeys.iter().position(|x| *x == k) {
+            Some(s) => s,
+            None => {
+                self.qkeys.push(k);
+                self.qkeys.len() - 1
+            }
+        };
+        let p = self.pins(format!("getelementptr inbounds i64, i64* %shp, i64 {slot}"));
+        self.pins(format!("load i64, i64* {p}, align 8"))
+    }
+
+    pub(super) fn dim(&mut self, v: Value, a: usize) -> String {
+        self.q(QKey::Dim(v.0, a))
+    }
+
+    pub(super) fn pmul(&mut self, a: &str, b: &str) -> String {
+        match (is_lit(a), is_lit(b)) {
+            (Some(x), Some(y)) => x.wrapping_mul(y).to_string(),
+            (Some(1), _) => b.to_string(),
+            (_, Some(1)) => a.to_string(),
+            _ => self.pins(format!("mul i64 {a}, {b}")),
+        }
+    }
+
+    pub(super) fn padd(&mut self, a: &str, b: &str) -> String {
+        match (is_lit(a), is_lit(b)) {
+            (Some(x), Some(y)) => x.wrapping_add(y).to_string(),
+            (Some(0), _) => b.to_string(),
+            (_, Some(0)) => a.to_string(),
+            _ => self.pins(format!("add i64 {a}, {b}")),
+        }
+    }
+
+    pub(super) fn bmul(&mut self, a: &str, b: &str) -> String {
+        match (is_lit(a), is_lit(b)) {
+            (Some(x), Some(y)) => x.wrapping_mul(y).to_string(),
+            (Some(0), _) | (_, Some(0)) => "0".into(),
+            (Some(1), _) => b.to_string(),
+            (_, Some(1)) => a.to_string(),
+            _ => self.ins(format!("mul nsw i64 {a}, {b}")),
+        }
+    }
+
+    pub(super) fn badd(&mut self, a: &str, b: &str) -> String {
+        match (is_lit(a), is_lit(b)) {
+            (Some(x), Some(y)) => x.wrapping_add(y).to_string(),
+            (Some(0), _) => b.to_string(),
+            (_, Some(0)) => a.to_string(),
+            _ => self.ins(format!("add nsw i64 {a}, {b}")),
+        }
+    }
+
+    pub(super) fn bsub(&mut self, a: &str, b: &str) -> String {
+        match (is_lit(a), is_lit(b)) {
+            (Some(x), Some(y)) => x.wrapping_sub(y).to_string(),
+            (_, Some(0)) => a.to_string(),
+            _ => self.ins(format!("sub nsw i64 {a}, {b}")),
+        }
+    }
+
+    pub(super) fn stride(&mut self, v: Value, i: usize) -> String {
+        let r = self.vals[v.0 as usize].shape.len();
+        let mut s = "1".to_string();
+        for j in (i + 1..r).rev() {
+            let d = self.dim(v, j);
+            s = self.pmul(&s, &d);
+        }
+        s
+    }
+
+    /// Row-major multi-index of `lin` in the shape of `v`.
+    pub(super) fn unravel(&mut self, v: Value, lin: &str) -> Vec<String> {
+        let r = self.vals[v.0 as usize].shape.len();
+        let mut out = vec![String::new(); r];
+        let mut rest = lin.to_string();
+        for i in (0..r).rev() {
+            let d = self.dim(v, i);
+            if i == 0 {
+                out[i] = rest.clone();
+                break;
+            }
+            if is_lit(&d) == Some(1) {
+                out[i] = "0".into();
+                continue;
+            }
+            out[i] = self.ins(format!("urem i64 {rest}, {d}"));
+            rest = self.ins(format!("udiv i64 {rest}, {d}"));
+        }
+        out
+    }
+
+    pub(super) fn ravel(&mut self, v: Value, dims: &[String]) -> String {
+        let mut acc = "0".to_string();
+        for (i, d) in dims.iter().enumerate() {
+            let s = self.stride(v, i);
+            let m = self.bmul(d, &s);
+            acc = self.badd(&acc, &m);
+        }
+        acc
+    }
+
+    pub(super) fn dims_of(&mut self, v: Value, idx: &Idx) -> Vec<String> {
+        match &idx.dims {
+            Some(d) => d.clone(),
+            None => {
+                let lin = idx.lin.clone().unwrap_or_else(|| "0".into());
+                self.unravel(v, &lin)
+            }
+        }
+    }
+}
