@@ -195,100 +195,83 @@ fn operand(vals: &[ValInfo], v: Value) -> Result<Operand<'_>, RuleError> {
     })
 }
 
-/// Concrete dtypes and shapes of every value under σ (extended by the local
-/// dim bindings): the shared concrete rule ([`tc_core::concrete`]) per op,
-/// the callee's signature per call; also the extended σ.
-pub fn shapes<'f>(
-    func: &Function,
-    sigma: &Sigma,
-    resolve: &dyn Fn(&str) -> Option<&'f Function>,
-) -> Result<(Vec<ValInfo>, Sigma), Error> {
-    let mut sigma = sigma.clone();
+/// The parameters' values under σ: a tensor's shape, a scalar, a dim's size.
+fn param_vals(func: &Function, sigma: &Sigma) -> Result<Vec<ValInfo>, Error> {
     let mut vals: Vec<ValInfo> = Vec::with_capacity(func.sig.params.len() + func.body.len());
     for (i, p) in func.sig.params.iter().enumerate() {
-        match &p.ty {
+        let what = format!("parameter `{}`", p.name);
+        let v = match &p.ty {
             Type::Tensor(t) => {
                 let shape = t
                     .shape
                     .iter()
-                    .map(|d| eval(d, &sigma, &format!("parameter `{}`", p.name)))
+                    .map(|d| eval(d, sigma, &what))
                     .collect::<Result<Vec<_>, _>>()?;
-                vals.push(ValInfo::new(t.dtype, shape, VKind::TensorParam(i))?);
+                ValInfo::new(t.dtype, shape, VKind::TensorParam(i))?
             }
-            Type::Scalar(dt) => vals.push(ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?),
-            Type::Dim(d) => {
-                let n = eval(d, &sigma, &format!("parameter `{}`", p.name))?;
-                vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
-            }
+            Type::Scalar(dt) => ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?,
+            Type::Dim(d) => ValInfo::new(Dtype::I64, vec![], VKind::Dim(eval(d, sigma, &what)?))?,
             _ => {
                 return Err(Error::Malformed(format!(
                     "parameter `{}` is neither a tensor nor a scalar",
                     p.name
                 )))
             }
-        }
+        };
+        vals.push(v);
     }
-    for (ii, inst) in func.body.iter().enumerate() {
-        for b in func.dim_bindings.iter().filter(|b| b.before == ii) {
-            let n = vals
-                .get(b.of.0 as usize)
-                .and_then(|v| v.shape.get(b.axis))
-                .ok_or_else(|| Error::Malformed(format!("dim binding `{}`", b.name)))?;
-            sigma.insert(b.name.clone(), *n as i64);
-        }
-        if let Op::Dim(d) = &inst.op {
-            let n = eval(d, &sigma, &format!("dim argument `{d}`"))?;
-            vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
+    Ok(vals)
+}
+
+/// A call's result under the callee's signature, its variables bound from
+/// the arguments' planned shapes and dim sizes (the result the callee
+/// actually returns is checked against this at run time:
+/// `Error::CallResult`).
+fn call_shape<'f>(
+    name: &str,
+    xs: &[Value],
+    vals: &[ValInfo],
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+) -> Result<(Dtype, Vec<usize>), Error> {
+    let callee = resolve(name).ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
+    let mut cs: Sigma = callee.sig.consts.iter().cloned().collect();
+    for (p, v) in callee.sig.params.iter().zip(xs) {
+        let Some(x) = vals.get(v.0 as usize) else {
             continue;
-        }
-        let (dtype, shape) = match &inst.op {
-            Op::Call(name, xs) => {
-                let callee = resolve(name).ok_or_else(|| Error::UnknownFunction(name.clone()))?;
-                let mut cs: Sigma = callee.sig.consts.iter().cloned().collect();
-                for (p, v) in callee.sig.params.iter().zip(xs) {
-                    if let (Type::Tensor(t), Some(x)) = (&p.ty, vals.get(v.0 as usize)) {
-                        for (d, &n) in t.shape.iter().zip(&x.shape) {
-                            if let Some(var) = d.as_var() {
-                                cs.entry(var.to_string()).or_insert(n as i64);
-                            }
-                        }
-                    }
-                    // A dim argument binds like one tensor dim.
-                    if let (Type::Dim(d), Some(VKind::Dim(n))) =
-                        (&p.ty, vals.get(v.0 as usize).map(|x| &x.kind))
-                    {
-                        if let Some(var) = d.as_var() {
-                            cs.entry(var.to_string()).or_insert(*n as i64);
-                        }
-                    }
-                }
-                match &callee.sig.ret {
-                    Type::Tensor(t) => (
-                        t.dtype,
-                        t.shape
-                            .iter()
-                            .map(|d| eval(d, &cs, "call"))
-                            .collect::<Result<_, _>>()?,
-                    ),
-                    Type::Scalar(dt) => (*dt, vec![]),
-                    _ => return Err(Error::Malformed(format!("`{name}` returns no tensor"))),
+        };
+        match (&p.ty, &x.kind) {
+            // A dim argument binds like one tensor dim.
+            (Type::Dim(d), VKind::Dim(n)) => {
+                if let Some(var) = d.as_var() {
+                    cs.entry(var.to_string()).or_insert(*n as i64);
                 }
             }
-            // Every other op: the concrete rule the interpreter uses too.
-            op => concrete::infer(op, &|v| operand(&vals, v), &sigma)?,
-        };
-        vals.push(ValInfo::new(dtype, shape, VKind::Inst(ii))?);
-    }
-    for b in func
-        .dim_bindings
-        .iter()
-        .filter(|b| b.before >= func.body.len())
-    {
-        if let Some(n) = vals.get(b.of.0 as usize).and_then(|v| v.shape.get(b.axis)) {
-            sigma.insert(b.name.clone(), *n as i64);
+            (Type::Tensor(t), _) => {
+                for (d, &n) in t.shape.iter().zip(&x.shape) {
+                    if let Some(var) = d.as_var() {
+                        cs.entry(var.to_string()).or_insert(n as i64);
+                    }
+                }
+            }
+            _ => {}
         }
     }
-    // The declared return type, checked like the interpreter does.
+    match &callee.sig.ret {
+        Type::Tensor(t) => Ok((
+            t.dtype,
+            t.shape
+                .iter()
+                .map(|d| eval(d, &cs, "call"))
+                .collect::<Result<_, _>>()?,
+        )),
+        Type::Scalar(dt) => Ok((*dt, vec![])),
+        _ => Err(Error::Malformed(format!("`{name}` returns no tensor"))),
+    }
+}
+
+/// The planned return value against the declared return type under σ
+/// (the interpreter's check).
+fn check_return(func: &Function, vals: &[ValInfo], sigma: &Sigma) -> Result<(), Error> {
     let ret = vals
         .get(func.ret.0 as usize)
         .ok_or_else(|| Error::Malformed("return".into()))?;
@@ -303,7 +286,7 @@ pub fn shapes<'f>(
             && t.shape
                 .iter()
                 .zip(&ret.shape)
-                .all(|(d, &n)| match d.eval(&sigma) {
+                .all(|(d, &n)| match d.eval(sigma) {
                     Ok(v) => v >= 0 && v as usize == n,
                     Err(tc_core::dim::EvalError::Unbound(_)) => true,
                     Err(_) => false,
@@ -318,6 +301,49 @@ pub fn shapes<'f>(
             ));
         }
     }
+    Ok(())
+}
+
+/// Concrete dtypes and shapes of every value under σ (extended by the local
+/// dim bindings): the shared concrete rule ([`tc_core::concrete`]) per op,
+/// the callee's signature per call; also the extended σ.
+pub fn shapes<'f>(
+    func: &Function,
+    sigma: &Sigma,
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+) -> Result<(Vec<ValInfo>, Sigma), Error> {
+    let mut sigma = sigma.clone();
+    let mut vals = param_vals(func, &sigma)?;
+    for (ii, inst) in func.body.iter().enumerate() {
+        for b in func.dim_bindings.iter().filter(|b| b.before == ii) {
+            let n = vals
+                .get(b.of.0 as usize)
+                .and_then(|v| v.shape.get(b.axis))
+                .ok_or_else(|| Error::Malformed(format!("dim binding `{}`", b.name)))?;
+            sigma.insert(b.name.clone(), *n as i64);
+        }
+        if let Op::Dim(d) = &inst.op {
+            let n = eval(d, &sigma, &format!("dim argument `{d}`"))?;
+            vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
+            continue;
+        }
+        let (dtype, shape) = match &inst.op {
+            Op::Call(name, xs) => call_shape(name, xs, &vals, resolve)?,
+            // Every other op: the concrete rule the interpreter uses too.
+            op => concrete::infer(op, &|v| operand(&vals, v), &sigma)?,
+        };
+        vals.push(ValInfo::new(dtype, shape, VKind::Inst(ii))?);
+    }
+    for b in func
+        .dim_bindings
+        .iter()
+        .filter(|b| b.before >= func.body.len())
+    {
+        if let Some(n) = vals.get(b.of.0 as usize).and_then(|v| v.shape.get(b.axis)) {
+            sigma.insert(b.name.clone(), *n as i64);
+        }
+    }
+    check_return(func, &vals, &sigma)?;
     Ok((vals, sigma))
 }
 
