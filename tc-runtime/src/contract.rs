@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 
 use tc_core::ctx::zero_opt_ins;
 use tc_core::ir::Signature;
-use tc_core::{Dim, Dtype, Pred, Sigma, Type};
+use tc_core::{Dim, Dtype, Pred, Sigma, TensorType, Type};
 
 use crate::cast;
 use crate::elem::Elem;
@@ -231,32 +231,14 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
         match (&p.ty, a) {
             (Type::Tensor(tt), Arg::Tensor(t)) => {
                 scalars.push(None);
-                if t.dtype() != tt.dtype {
-                    return Err(Error::Dtype {
-                        param: p.name.clone(),
-                        expected: tt.dtype,
-                        found: t.dtype(),
-                    });
-                }
-                let shape = t.shape();
-                if shape.len() != tt.shape.len() {
-                    return Err(Error::Rank {
-                        param: p.name.clone(),
-                        expected: tt.shape.len(),
-                        found: shape.len(),
-                        shape: shape.to_vec(),
-                    });
-                }
-                for (axis, (d, &actual)) in tt.shape.iter().zip(shape).enumerate() {
-                    let site = Site {
-                        sig,
-                        param: &p.name,
-                        axis: Some(axis),
-                        dim: d,
-                    };
-                    if !bind_dim(&site, &mut sigma, &zero_ok, actual)? {
-                        deferred.push((pi, axis));
-                    }
+                let site = |axis, dim| Site {
+                    sig,
+                    param: &p.name,
+                    axis: Some(axis),
+                    dim,
+                };
+                for axis in bind_tensor(&p.name, tt, t, &mut sigma, &zero_ok, &site)? {
+                    deferred.push((pi, axis));
                 }
             }
             (Type::Dim(d), Arg::Dim(n)) => {
@@ -283,47 +265,97 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
             }
         }
     }
-
     // Pass 2: compound dims under the complete σ.
     for (pi, axis) in deferred {
-        let p = &sig.params[pi];
-        let (Some(d), Some(actual)) = (p.ty.param_dims().get(axis), arg_dim(&args[pi], axis))
-        else {
-            continue;
-        };
-        let site = Site {
-            sig,
-            param: &p.name,
-            axis: Some(axis).filter(|_| matches!(p.ty, Type::Tensor(_))),
-            dim: d,
-        };
-        let context = || match site.axis {
-            Some(axis) => format!("parameter `{}`, dimension {axis} (`{d}`)", p.name),
-            None => format!("parameter `{}` (`Dim![{d}]`)", p.name),
-        };
-        let expected = d.eval(&sigma).map_err(|source| Error::Eval {
-            context: context(),
-            source,
-        })?;
-        if expected < 0 {
-            return Err(Error::NegativeDim {
-                context: context(),
-                dim: d.to_string(),
-                value: expected,
-            });
-        }
-        if expected as u64 != actual as u64 {
-            return Err(site.mismatch(&sigma, expected, actual));
+        check_compound(sig, &sigma, args, pi, axis)?;
+    }
+    // Pass 3: refinements, requires, axioms (Section 2 §14, §15).
+    check_refinements(sig, &sigma)?;
+    Ok(Bound { sigma, scalars })
+}
+
+/// Pass 1 for a tensor argument: dtype, rank, and each bare variable or
+/// constant dim bound or checked; the axes of compound dims, for pass 2.
+fn bind_tensor<'a>(
+    param: &str,
+    tt: &'a TensorType,
+    t: &Tensor,
+    sigma: &mut Sigma,
+    zero_ok: &BTreeSet<String>,
+    site: &dyn Fn(usize, &'a Dim) -> Site<'a>,
+) -> Result<Vec<usize>> {
+    if t.dtype() != tt.dtype {
+        return Err(Error::Dtype {
+            param: param.to_string(),
+            expected: tt.dtype,
+            found: t.dtype(),
+        });
+    }
+    let shape = t.shape();
+    if shape.len() != tt.shape.len() {
+        return Err(Error::Rank {
+            param: param.to_string(),
+            expected: tt.shape.len(),
+            found: shape.len(),
+            shape: shape.to_vec(),
+        });
+    }
+    let mut deferred = Vec::new();
+    for (axis, (d, &actual)) in tt.shape.iter().zip(shape).enumerate() {
+        if !bind_dim(&site(axis, d), sigma, zero_ok, actual)? {
+            deferred.push(axis);
         }
     }
+    Ok(deferred)
+}
 
-    // Pass 3: refinements, requires, axioms (Section 2 §14, §15).
+/// Pass 2: a compound dim (`2 * W`, `D / H`) against the argument's size.
+fn check_compound(
+    sig: &Signature,
+    sigma: &Sigma,
+    args: &[Arg],
+    pi: usize,
+    axis: usize,
+) -> Result<()> {
+    let p = &sig.params[pi];
+    let (Some(d), Some(actual)) = (p.ty.param_dims().get(axis), arg_dim(&args[pi], axis)) else {
+        return Ok(());
+    };
+    let site = Site {
+        sig,
+        param: &p.name,
+        axis: Some(axis).filter(|_| matches!(p.ty, Type::Tensor(_))),
+        dim: d,
+    };
+    let context = || match site.axis {
+        Some(axis) => format!("parameter `{}`, dimension {axis} (`{d}`)", p.name),
+        None => format!("parameter `{}` (`Dim![{d}]`)", p.name),
+    };
+    let expected = d.eval(sigma).map_err(|source| Error::Eval {
+        context: context(),
+        source,
+    })?;
+    if expected < 0 {
+        return Err(Error::NegativeDim {
+            context: context(),
+            dim: d.to_string(),
+            value: expected,
+        });
+    }
+    if expected as u64 != actual as u64 {
+        return Err(site.mismatch(sigma, expected, actual));
+    }
+    Ok(())
+}
+
+/// Pass 3: parameter refinements, `requires` and axioms under σ.
+fn check_refinements(sig: &Signature, sigma: &Sigma) -> Result<()> {
     for p in &sig.params {
         if let Type::Tensor(tt) = &p.ty {
             for r in &tt.refs {
                 check_pred(
                     sig,
-                    &sigma,
+                    sigma,
                     r,
                     &format!("refinement of parameter `{}`", p.name),
                 )?;
@@ -331,12 +363,12 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
         }
     }
     for r in &sig.requires {
-        check_pred(sig, &sigma, &r.node, "requires")?;
+        check_pred(sig, sigma, &r.node, "requires")?;
     }
     for a in &sig.axioms {
-        check_pred(sig, &sigma, &a.node, "axiom")?;
+        check_pred(sig, sigma, &a.node, "axiom")?;
     }
-    Ok(Bound { sigma, scalars })
+    Ok(())
 }
 
 /// One dim of a parameter, for binding and for the error naming it.
