@@ -1816,8 +1816,41 @@ impl<'a> Checker<'a> {
             ));
             return None;
         }
-        // Unification: bare-variable dims bind; everything else is an obligation.
         let callee_ctx = signature_ctx(&sig);
+        let theta = self.unify_args(name, &sig, operands, inst)?;
+        // Each argument against its parameter by subtyping (Section 3 §3.3).
+        for (i, (p, a)) in sig.params.iter().zip(operands).enumerate() {
+            let expected = self.type_op(p.ty.checked_subst(&theta), inst.arg_span(i))?;
+            if let Err(e) = subtype(&self.ctx, a, &expected) {
+                let mut d = sub_diag(
+                    &e,
+                    inst.arg_span(i),
+                    &format!("parameter `{}` of `{name}`", p.name),
+                    a,
+                    &expected,
+                );
+                d.rule = R_CALL;
+                if !e.is_unknown() {
+                    d.code = codes::CALL;
+                }
+                self.err(d);
+                return None;
+            }
+        }
+        self.call_obligations(name, &sig, &callee_ctx, &theta, inst)?;
+        self.type_op(sig.ret.checked_subst(&theta), inst.span)
+    }
+
+    /// Section 2 §17 unification: each bare-variable dim of a parameter
+    /// binds from the argument (θ); dtype, rank and kind must match; every
+    /// callee variable must end up bound. Everything else is an obligation.
+    fn unify_args(
+        &mut self,
+        name: &str,
+        sig: &Signature,
+        operands: &[Type],
+        inst: &Inst,
+    ) -> Option<BTreeMap<String, Dim>> {
         let mut theta: BTreeMap<String, Dim> = BTreeMap::new();
         for (n, v) in &sig.consts {
             theta.insert(n.clone(), Dim::c(*v));
@@ -1825,41 +1858,7 @@ impl<'a> Checker<'a> {
         for (i, (p, a)) in sig.params.iter().zip(operands).enumerate() {
             match (&p.ty, a) {
                 (Type::Tensor(pt), Type::Tensor(at)) => {
-                    if pt.dtype != at.dtype {
-                        self.err(
-                            Diagnostic::new(
-                                codes::DTYPE_MISMATCH,
-                                R_CALL,
-                                inst.arg_span(i),
-                                format!(
-                                    "argument `{}` of `{name}`: expected dtype {}, found {}",
-                                    p.name, pt.dtype, at.dtype
-                                ),
-                            )
-                            .help(cast_help(
-                                at.dtype,
-                                pt.dtype,
-                                &format!("{} argument", at.dtype),
-                            )),
-                        );
-                        return None;
-                    }
-                    if pt.rank() != at.rank() {
-                        self.err(Diagnostic::new(
-                            codes::RANK_MISMATCH,
-                            R_CALL,
-                            inst.arg_span(i),
-                            format!("argument `{}` of `{name}`: expected rank {} ({}), found rank {} ({})", p.name, pt.rank(), pt, at.rank(), shape_string(&at.shape)),
-                        ));
-                        return None;
-                    }
-                    for (pd, ad) in pt.shape.iter().zip(&at.shape) {
-                        if let Some(v) = pd.as_var() {
-                            if !theta.contains_key(v) {
-                                theta.insert(v.to_string(), ad.clone());
-                            }
-                        }
-                    }
+                    self.unify_tensor_arg(name, i, &p.name, (pt, at), inst, &mut theta)?
                 }
                 (Type::Scalar(pd), Type::Scalar(ad)) if pd == ad => {}
                 // A dim argument binds like one tensor dim (Section 1 §6 site 1).
@@ -1917,27 +1916,63 @@ impl<'a> Checker<'a> {
                 return None;
             }
         }
-        // Each argument against its parameter by subtyping (Section 3 §3.3).
-        for (i, (p, a)) in sig.params.iter().zip(operands).enumerate() {
-            let expected = self.type_op(p.ty.checked_subst(&theta), inst.arg_span(i))?;
-            if let Err(e) = subtype(&self.ctx, a, &expected) {
-                let mut d = sub_diag(
-                    &e,
+        Some(theta)
+    }
+
+    /// One tensor argument against its parameter: dtype, rank, then its
+    /// bare-variable dims into θ.
+    fn unify_tensor_arg(
+        &mut self,
+        name: &str,
+        i: usize,
+        param: &str,
+        (pt, at): (&TensorType, &TensorType),
+        inst: &Inst,
+        theta: &mut BTreeMap<String, Dim>,
+    ) -> Option<()> {
+        if pt.dtype != at.dtype {
+            self.err(
+                Diagnostic::new(
+                    codes::DTYPE_MISMATCH,
+                    R_CALL,
                     inst.arg_span(i),
-                    &format!("parameter `{}` of `{name}`", p.name),
-                    a,
-                    &expected,
-                );
-                d.rule = R_CALL;
-                if !e.is_unknown() {
-                    d.code = codes::CALL;
+                    format!(
+                        "argument `{}` of `{name}`: expected dtype {}, found {}",
+                        param, pt.dtype, at.dtype
+                    ),
+                )
+                .help(cast_help(
+                    at.dtype,
+                    pt.dtype,
+                    &format!("{} argument", at.dtype),
+                )),
+            );
+            return None;
+        }
+        if pt.rank() != at.rank() {
+            self.err(Diagnostic::new(
+                codes::RANK_MISMATCH,
+                R_CALL,
+                inst.arg_span(i),
+                format!(
+                    "argument `{}` of `{name}`: expected rank {} ({}), found rank {} ({})",
+                    param,
+                    pt.rank(),
+                    pt,
+                    at.rank(),
+                    shape_string(&at.shape)
+                ),
+            ));
+            return None;
+        }
+        for (pd, ad) in pt.shape.iter().zip(&at.shape) {
+            if let Some(v) = pd.as_var() {
+                if !theta.contains_key(v) {
+                    theta.insert(v.to_string(), ad.clone());
                 }
-                self.err(d);
-                return None;
             }
         }
-        self.call_obligations(name, &sig, &callee_ctx, &theta, inst)?;
-        self.type_op(sig.ret.checked_subst(&theta), inst.span)
+        Some(())
     }
 
     /// Section 2 §17 last step: the callee's §16 defaults and its `requires`,
