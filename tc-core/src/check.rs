@@ -13,8 +13,8 @@ use crate::diag::{codes, Counterexample, Diagnostic, SpanId};
 use crate::dim::{Atom, Dim, DimError};
 use crate::dtype::Dtype;
 use crate::ir::{
-    check_axes, check_perm, verify_structure, BinaryOp, Function, Inst, Op, Scalar, Signature,
-    Signatures, Value,
+    check_axes, check_perm, verify_structure, BinaryOp, Function, Inst, Op, ReduceOp, Scalar,
+    Signature, Signatures, Value,
 };
 use crate::pred::{CmpOp, Pred};
 use crate::solver::{self, Entailment, Satisfiability};
@@ -827,42 +827,13 @@ impl<'a> Checker<'a> {
             Op::Matmul(..) => self.matmul(inst, &operands),
             Op::Reduce {
                 op, axes, keepdims, ..
-            } => {
-                let t = self.tensor_arg(&operands[0], inst, 0, R_REDUCE)?;
-                if !op.admits(t.dtype) {
-                    self.err(class_diag(
-                        R_REDUCE,
-                        inst.span,
-                        op.name(),
-                        op.class_name(),
-                        t.dtype,
-                    ));
-                    return None;
-                }
-                self.axes_ok(axes, t.rank(), inst, R_REDUCE)?;
-                if op.needs_nonempty() {
-                    for &a in axes {
-                        self.nonempty_axis(&t.shape[a], a, inst, R_REDUCE, op.name())?;
-                    }
-                }
-                Some(Type::Tensor(reduced(&t, axes, *keepdims, t.dtype)))
-            }
+            } => self.reduce_op(*op, axes, *keepdims, inst, &operands),
             Op::ArgReduce {
                 max,
                 axis,
                 keepdims,
                 ..
-            } => {
-                let t = self.tensor_arg(&operands[0], inst, 0, R_ARG)?;
-                let name = if *max { "argmax" } else { "argmin" };
-                if !t.dtype.is_numeric() {
-                    self.err(class_diag(R_ARG, inst.span, name, "numeric", t.dtype));
-                    return None;
-                }
-                self.axes_ok(&[*axis], t.rank(), inst, R_ARG)?;
-                self.nonempty_axis(&t.shape[*axis], *axis, inst, R_ARG, name)?;
-                Some(Type::Tensor(reduced(&t, &[*axis], *keepdims, Dtype::I64)))
-            }
+            } => self.arg_reduce_op(*max, *axis, *keepdims, inst, &operands),
             Op::Transpose(perm, _) => self.transpose(perm, inst, &operands),
             Op::Reshape(shape, _) => self.reshape(shape, inst, &operands),
             Op::Broadcast(shape, _) => self.broadcast(shape, inst, &operands),
@@ -900,6 +871,56 @@ impl<'a> Checker<'a> {
                 .dim_formed(d, inst.arg_span(0))
                 .then(|| Type::Dim(d.clone())),
         }
+    }
+
+    /// §8 reduce: an admissible dtype, valid distinct axes, and a non-empty
+    /// reduced set for max/min/mean.
+    fn reduce_op(
+        &mut self,
+        op: ReduceOp,
+        axes: &[usize],
+        keepdims: bool,
+        inst: &Inst,
+        operands: &[Type],
+    ) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_REDUCE)?;
+        if !op.admits(t.dtype) {
+            self.err(class_diag(
+                R_REDUCE,
+                inst.span,
+                op.name(),
+                op.class_name(),
+                t.dtype,
+            ));
+            return None;
+        }
+        self.axes_ok(axes, t.rank(), inst, R_REDUCE)?;
+        if op.needs_nonempty() {
+            for &a in axes {
+                self.nonempty_axis(&t.shape[a], a, inst, R_REDUCE, op.name())?;
+            }
+        }
+        Some(Type::Tensor(reduced(&t, axes, keepdims, t.dtype)))
+    }
+
+    /// argmax / argmin: a numeric operand, a valid non-empty axis; I64.
+    fn arg_reduce_op(
+        &mut self,
+        max: bool,
+        axis: usize,
+        keepdims: bool,
+        inst: &Inst,
+        operands: &[Type],
+    ) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_ARG)?;
+        let name = if max { "argmax" } else { "argmin" };
+        if !t.dtype.is_numeric() {
+            self.err(class_diag(R_ARG, inst.span, name, "numeric", t.dtype));
+            return None;
+        }
+        self.axes_ok(&[axis], t.rank(), inst, R_ARG)?;
+        self.nonempty_axis(&t.shape[axis], axis, inst, R_ARG, name)?;
+        Some(Type::Tensor(reduced(&t, &[axis], keepdims, Dtype::I64)))
     }
 
     /// §9: `perm` must be a permutation of the operand's axes

@@ -267,34 +267,55 @@ impl<'a> Gen<'a> {
         r
     }
 
+    /// Element `idx` of a value that has a buffer (a parameter, a
+    /// materialised value, or a group member stashed in `m`): its load.
+    fn load_at(&mut self, v: Value, idx: &Idx) -> String {
+        let off = match &idx.lin {
+            Some(l) => l.clone(),
+            None => {
+                let d = idx.dims.clone().unwrap_or_default();
+                self.ravel(v, &d)
+            }
+        };
+        self.load(v, &off)
+    }
+
     pub(super) fn val_uncached(&mut self, v: Value, idx: &Idx) -> String {
         let i = v.0 as usize;
         if let Some((x, m)) = self.stashed {
             if x == v.0 {
                 // Same shape as `m`: the same linear index.
-                let off = match &idx.lin {
-                    Some(l) => l.clone(),
-                    None => {
-                        let d = idx.dims.clone().unwrap_or_default();
-                        self.ravel(m, &d)
-                    }
-                };
-                return self.load(m, &off);
+                return self.load_at(m, idx);
             }
         }
         if i < self.np || (self.st.mat[i] && self.root != Some(v.0)) {
-            let off = match &idx.lin {
-                Some(l) => l.clone(),
-                None => {
-                    let d = idx.dims.clone().unwrap_or_default();
-                    self.ravel(v, &d)
-                }
-            };
-            return self.load(v, &off);
+            return self.load_at(v, idx);
         }
         let func = self.func;
         let op = &func.body[i - self.np].op;
-        let dt = self.vals[i].dtype;
+        match op {
+            Op::Reshape(..)
+            | Op::Transpose(..)
+            | Op::Broadcast(..)
+            | Op::Slice { .. }
+            | Op::Concat(..) => self.layout_val(v, op, idx),
+            Op::Matmul(..)
+            | Op::Reduce { .. }
+            | Op::ArgReduce { .. }
+            | Op::Call(..)
+            | Op::Dim(_) => {
+                // Always materialized (a dim value is read by calls only,
+                // `ir::verify_structure`); unreachable by construction.
+                self.load(v, "0")
+            }
+            _ => self.compute_val(v, op, idx),
+        }
+    }
+
+    /// An elementwise op's element at `idx`: its operands' elements at the
+    /// same index, computed (§5.1–§5.3), or a fill / iota value.
+    fn compute_val(&mut self, v: Value, op: &Op, idx: &Idx) -> String {
+        let dt = self.vals[v.0 as usize].dtype;
         match op {
             Op::Unary(u, x) => {
                 let a = self.val(*x, idx);
@@ -344,6 +365,14 @@ impl<'a> Gen<'a> {
                 };
                 self.cast(Dtype::I64, *idt, &kv)
             }
+            _ => self.load(v, "0"),
+        }
+    }
+
+    /// A layout op's element at `idx`: its operand's element at the
+    /// rewritten index (§5.6–§5.10); nothing is computed.
+    fn layout_val(&mut self, v: Value, op: &Op, idx: &Idx) -> String {
+        match op {
             Op::Reshape(_, x) => {
                 let lin = match &idx.lin {
                     Some(l) => l.clone(),
@@ -412,15 +441,7 @@ impl<'a> Gen<'a> {
                 )
             }
             Op::Concat(axis, xs) => self.concat(v, *axis, xs, idx),
-            Op::Matmul(..)
-            | Op::Reduce { .. }
-            | Op::ArgReduce { .. }
-            | Op::Call(..)
-            | Op::Dim(_) => {
-                // Always materialized (a dim value is read by calls only,
-                // `ir::verify_structure`); unreachable by construction.
-                self.load(v, "0")
-            }
+            _ => self.load(v, "0"),
         }
     }
 

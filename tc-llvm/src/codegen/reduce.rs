@@ -110,61 +110,9 @@ impl<'a> Gen<'a> {
         let ro = self.vals[out.0 as usize].shape.len();
         let rx = self.vals[x.0 as usize].shape.len();
         let d = self.dim(out, ro - 1);
-        let bl = block.to_string();
-        // Blocks per output row.
-        let nb = match is_lit(&d) {
-            Some(dv) => (dv.max(0) as usize).div_ceil(block.max(1)).to_string(),
-            None => {
-                let t = self.pins(format!("add i64 {d}, {}", block - 1));
-                self.pins(format!("udiv i64 {t}, {bl}"))
-            }
-        };
         let (t, lt) = self.loop_begin("%start", "%end");
-        let (o, jlo) = if is_lit(&nb) == Some(1) {
-            (t.clone(), "0".to_string())
-        } else {
-            let o = self.ins(format!("udiv i64 {t}, {nb}"));
-            let b = self.ins(format!("urem i64 {t}, {nb}"));
-            let jlo = self.bmul(&b, &bl);
-            (o, jlo)
-        };
-        // Columns in this tile.
-        let n = match (is_lit(&d), is_lit(&nb)) {
-            (Some(dv), Some(1)) => dv.to_string(),
-            (Some(dv), Some(nbv)) if dv == nbv * block as i64 => bl.clone(),
-            _ => {
-                let rem = self.bsub(&d, &jlo);
-                let c = self.ins(format!("icmp slt i64 {rem}, {bl}"));
-                self.ins(format!("select i1 {c}, i64 {rem}, i64 {bl}"))
-            }
-        };
-        // Output row `o` over every output dim but the last; the operand's
-        // kept axes from it.
-        let mut od = vec![String::new(); ro];
-        let mut rest = o.clone();
-        for k in (0..ro - 1).rev() {
-            let dk = self.dim(out, k);
-            if k == 0 {
-                od[k] = rest.clone();
-            } else if is_lit(&dk) == Some(1) {
-                od[k] = "0".into();
-            } else {
-                od[k] = self.ins(format!("urem i64 {rest}, {dk}"));
-                rest = self.ins(format!("udiv i64 {rest}, {dk}"));
-            }
-        }
-        let mut src = vec![String::new(); rx];
-        let mut k = 0;
-        for (ax, s) in src.iter_mut().enumerate() {
-            if axes.contains(&ax) {
-                if keepdims {
-                    k += 1;
-                }
-                continue;
-            }
-            *s = od[k].clone();
-            k += 1;
-        }
+        let (o, jlo, n) = self.cols_tile(&t, &d, block);
+        let mut src = self.cols_src(out, x, &o, axes, keepdims);
         let elem = |g: &mut Self, base: &str, ty: &str, j: &str| -> String {
             g.ins(format!(
                 "getelementptr inbounds [{block} x {ty}], [{block} x {ty}]* {base}{a}, i64 0, i64 {j}"
@@ -251,6 +199,78 @@ impl<'a> Gen<'a> {
         self.store(out, &off, &res);
         self.loop_end(lj);
         self.loop_end(lt);
+    }
+
+    /// The column form's tile `t`: output row `o`, first column `jlo` and
+    /// column count `n` (≤ `block`; the last tile of a row may be short).
+    fn cols_tile(&mut self, t: &str, d: &str, block: usize) -> (String, String, String) {
+        let bl = block.to_string();
+        // Blocks per output row.
+        let nb = match is_lit(d) {
+            Some(dv) => (dv.max(0) as usize).div_ceil(block.max(1)).to_string(),
+            None => {
+                let t = self.pins(format!("add i64 {d}, {}", block - 1));
+                self.pins(format!("udiv i64 {t}, {bl}"))
+            }
+        };
+        let (o, jlo) = if is_lit(&nb) == Some(1) {
+            (t.to_string(), "0".to_string())
+        } else {
+            let o = self.ins(format!("udiv i64 {t}, {nb}"));
+            let b = self.ins(format!("urem i64 {t}, {nb}"));
+            let jlo = self.bmul(&b, &bl);
+            (o, jlo)
+        };
+        let n = match (is_lit(d), is_lit(&nb)) {
+            (Some(dv), Some(1)) => dv.to_string(),
+            (Some(dv), Some(nbv)) if dv == nbv * block as i64 => bl.clone(),
+            _ => {
+                let rem = self.bsub(d, &jlo);
+                let c = self.ins(format!("icmp slt i64 {rem}, {bl}"));
+                self.ins(format!("select i1 {c}, i64 {rem}, i64 {bl}"))
+            }
+        };
+        (o, jlo, n)
+    }
+
+    /// The operand index of output row `o` (every output dim but the last)
+    /// with the reduced axes left empty for their loops.
+    fn cols_src(
+        &mut self,
+        out: Value,
+        x: Value,
+        o: &str,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Vec<String> {
+        let ro = self.vals[out.0 as usize].shape.len();
+        let rx = self.vals[x.0 as usize].shape.len();
+        let mut od = vec![String::new(); ro];
+        let mut rest = o.to_string();
+        for k in (0..ro - 1).rev() {
+            let dk = self.dim(out, k);
+            if k == 0 {
+                od[k] = rest.clone();
+            } else if is_lit(&dk) == Some(1) {
+                od[k] = "0".into();
+            } else {
+                od[k] = self.ins(format!("urem i64 {rest}, {dk}"));
+                rest = self.ins(format!("udiv i64 {rest}, {dk}"));
+            }
+        }
+        let mut src = vec![String::new(); rx];
+        let mut k = 0;
+        for (ax, s) in src.iter_mut().enumerate() {
+            if axes.contains(&ax) {
+                if keepdims {
+                    k += 1;
+                }
+                continue;
+            }
+            *s = od[k].clone();
+            k += 1;
+        }
+        src
     }
 
     /// Output element `o` of a reduction.
