@@ -570,6 +570,128 @@ impl Lowerer<'_> {
             );
         }
         match n.as_str() {
+            "transpose" | "reshape" | "broadcast" | "slice" | "concat" => {
+                self.layout_call(&n, name, args, whole)
+            }
+            _ => self.builtin_call(&n, name, generics, args, whole),
+        }
+    }
+
+    /// The layout ops (Section 2 §9–§12): `transpose`, `reshape`,
+    /// `broadcast`, `slice`, `concat`.
+    fn layout_call(&mut self, n: &str, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        match n {
+            "transpose" => {
+                if !self.arity(name, args, 2, whole, "transpose(x, [permutation])") {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let perm = match unparen(args[1]) {
+                    Expr::Array(_) => self.axis_list(args[1]),
+                    _ => {
+                        self.errors
+                            .push(err_at(args[1], "expected a permutation: `[1, 0]`"));
+                        None
+                    }
+                };
+                let (Some((x, xs)), Some((perm, _))) = (x, perm) else {
+                    return Operand::Poison;
+                };
+                let attr = vec![self.spans.alloc(args[1])];
+                self.push(Op::Transpose(perm, x), whole, vec![xs], attr)
+            }
+            "reshape" | "broadcast" => {
+                if !self.arity(name, args, 2, whole, &format!("{n}(x, [dims])")) {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let dims = self.dim_list(args[1]);
+                let (Some((x, xs)), Some((dims, mut attr))) = (x, dims) else {
+                    return Operand::Poison;
+                };
+                // Per-dim spans, then the whole shape list at index `dims.len()`.
+                attr.push(self.spans.alloc(args[1]));
+                let op = if n == "reshape" {
+                    Op::Reshape(dims, x)
+                } else {
+                    Op::Broadcast(dims, x)
+                };
+                self.push(op, whole, vec![xs], attr)
+            }
+            "slice" => {
+                if !self.arity(name, args, 4, whole, "slice(x, axis, start, stop)") {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let axis = self.axis(args[1]);
+                let start = self.dim(args[2]);
+                let stop = self.dim(args[3]);
+                let (Some((x, xs)), Some((axis, a)), Some((start, s1)), Some((stop, s2))) =
+                    (x, axis, start, stop)
+                else {
+                    return Operand::Poison;
+                };
+                self.push(
+                    Op::Slice {
+                        axis,
+                        start,
+                        stop,
+                        x,
+                    },
+                    whole,
+                    vec![xs],
+                    vec![a, s1, s2],
+                )
+            }
+            "concat" => {
+                if !self.arity(name, args, 2, whole, "concat([a, b, …], axis)") {
+                    return Operand::Poison;
+                }
+                let Expr::Array(arr) = unparen(args[0]) else {
+                    return self.fail(err_at(
+                        args[0],
+                        "expected the tensors to concatenate: `[a, b, …]`",
+                    ));
+                };
+                let mut xs = Vec::new();
+                let mut ss = Vec::new();
+                let mut ok = true;
+                for t in &arr.elems {
+                    match self.tensor(t) {
+                        Some((v, s)) => {
+                            xs.push(v);
+                            ss.push(s);
+                        }
+                        None => ok = false,
+                    }
+                }
+                let axis = self.axis(args[1]);
+                let Some((axis, asp)) = axis else {
+                    return Operand::Poison;
+                };
+                if !ok {
+                    return Operand::Poison;
+                }
+                if xs.len() < 2 {
+                    return self.fail(err_at(args[0], "concat needs at least two tensors"));
+                }
+                self.push(Op::Concat(axis, xs), whole, ss, vec![asp])
+            }
+            _ => Operand::Poison,
+        }
+    }
+
+    /// The other built-ins (scalar forms, `cast`, `select`, `matmul`,
+    /// arg-reductions, `full`, `iota`), or an unknown name.
+    fn builtin_call(
+        &mut self,
+        n: &str,
+        name: &Ident,
+        generics: Option<&syn::AngleBracketedGenericArguments>,
+        args: &[&Expr],
+        whole: &Expr,
+    ) -> Operand {
+        match n {
             "scale" | "add_scalar" => {
                 if !self.arity(name, args, 2, whole, &format!("x.{n}(c)")) {
                     return Operand::Poison;
@@ -641,77 +763,39 @@ impl Lowerer<'_> {
                 let keepdims = n.ends_with("_keepdims");
                 self.push(Op::ArgReduce { max, axis, keepdims, x }, whole, vec![xs], vec![asp])
             }
-            "transpose" => {
-                if !self.arity(name, args, 2, whole, "transpose(x, [permutation])") {
-                    return Operand::Poison;
-                }
-                let x = self.tensor(args[0]);
-                let perm = match unparen(args[1]) {
-                    Expr::Array(_) => self.axis_list(args[1]),
-                    _ => {
-                        self.errors.push(err_at(args[1], "expected a permutation: `[1, 0]`"));
-                        None
-                    }
-                };
-                let (Some((x, xs)), Some((perm, _))) = (x, perm) else { return Operand::Poison };
-                let attr = vec![self.spans.alloc(args[1])];
-                self.push(Op::Transpose(perm, x), whole, vec![xs], attr)
-            }
-            "reshape" | "broadcast" => {
-                if !self.arity(name, args, 2, whole, &format!("{n}(x, [dims])")) {
-                    return Operand::Poison;
-                }
-                let x = self.tensor(args[0]);
-                let dims = self.dim_list(args[1]);
-                let (Some((x, xs)), Some((dims, mut attr))) = (x, dims) else { return Operand::Poison };
-                // Per-dim spans, then the whole shape list at index `dims.len()`.
-                attr.push(self.spans.alloc(args[1]));
-                let op = if n == "reshape" { Op::Reshape(dims, x) } else { Op::Broadcast(dims, x) };
-                self.push(op, whole, vec![xs], attr)
-            }
-            "slice" => {
-                if !self.arity(name, args, 4, whole, "slice(x, axis, start, stop)") {
-                    return Operand::Poison;
-                }
-                let x = self.tensor(args[0]);
-                let axis = self.axis(args[1]);
-                let start = self.dim(args[2]);
-                let stop = self.dim(args[3]);
-                let (Some((x, xs)), Some((axis, a)), Some((start, s1)), Some((stop, s2))) = (x, axis, start, stop)
-                else {
-                    return Operand::Poison;
-                };
-                self.push(Op::Slice { axis, start, stop, x }, whole, vec![xs], vec![a, s1, s2])
-            }
-            "concat" => {
-                if !self.arity(name, args, 2, whole, "concat([a, b, …], axis)") {
-                    return Operand::Poison;
-                }
-                let Expr::Array(arr) = unparen(args[0]) else {
-                    return self.fail(err_at(args[0], "expected the tensors to concatenate: `[a, b, …]`"));
-                };
-                let mut xs = Vec::new();
-                let mut ss = Vec::new();
-                let mut ok = true;
-                for t in &arr.elems {
-                    match self.tensor(t) {
-                        Some((v, s)) => {
-                            xs.push(v);
-                            ss.push(s);
-                        }
-                        None => ok = false,
-                    }
-                }
-                let axis = self.axis(args[1]);
-                let Some((axis, asp)) = axis else { return Operand::Poison };
-                if !ok {
-                    return Operand::Poison;
-                }
-                if xs.len() < 2 {
-                    return self.fail(err_at(args[0], "concat needs at least two tensors"));
-                }
-                self.push(Op::Concat(axis, xs), whole, ss, vec![asp])
-            }
+            "full" | "iota" => self.creation_call(n, name, generics, args, whole),
+            "dim" => self.fail(err_at(
+                whole,
+                "`dim(&x, axis)` binds a shape variable: write `let n = dim(&x, axis);` and use `n` in shapes",
+            )),
+            _ if self.in_module => self.fail(err_at(
+                name,
+                format!(
+                    "unknown function `{n}`: not a tensor op, and no `#[tensor_fn] fn {n}` in this `#[tensor_module]`"
+                ),
+            )),
+            _ => self.fail(err_at(
+                name,
+                format!(
+                    "unknown function `{n}`: not a tensor op (docs/syntax.md lists them), and a standalone `#[tensor_fn]` \
+                     sees no other fns: to call another `#[tensor_fn]`, put both in one `#[tensor_module] mod m {{ … }}` \
+                     (calls are checked against the callee's signature, Section 2 §17)"
+                ),
+            )),
+        }
+    }
+
+    /// `full::<dt>(shape, value)` and `iota::<dt>(shape, axis)`: the
+    /// built-ins that create a tensor from a shape.
+    fn creation_call(
+        &mut self,
+        n: &str,
+        name: &Ident,
+        generics: Option<&syn::AngleBracketedGenericArguments>,
+        args: &[&Expr],
+        whole: &Expr,
+    ) -> Operand {
+        match n {
             "full" => {
                 if !self.arity(name, args, 2, whole, "full::<dtype>([dims], value)") {
                     return Operand::Poison;
@@ -751,24 +835,7 @@ impl Lowerer<'_> {
                     _ => Operand::Poison,
                 }
             }
-            "dim" => self.fail(err_at(
-                whole,
-                "`dim(&x, axis)` binds a shape variable: write `let n = dim(&x, axis);` and use `n` in shapes",
-            )),
-            _ if self.in_module => self.fail(err_at(
-                name,
-                format!(
-                    "unknown function `{n}`: not a tensor op, and no `#[tensor_fn] fn {n}` in this `#[tensor_module]`"
-                ),
-            )),
-            _ => self.fail(err_at(
-                name,
-                format!(
-                    "unknown function `{n}`: not a tensor op (docs/syntax.md lists them), and a standalone `#[tensor_fn]` \
-                     sees no other fns: to call another `#[tensor_fn]`, put both in one `#[tensor_module] mod m {{ … }}` \
-                     (calls are checked against the callee's signature, Section 2 §17)"
-                ),
-            )),
+            _ => Operand::Poison,
         }
     }
 
