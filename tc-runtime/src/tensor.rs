@@ -248,21 +248,7 @@ impl Tensor {
     ///
     /// `DataLength` when `elems.len()` is not the volume of `shape`.
     pub fn from_elems(dtype: Dtype, shape: &[usize], elems: &[Elem]) -> Result<Tensor> {
-        let numel = volume(shape)?;
-        if elems.len() != numel {
-            return Err(Error::DataLength {
-                shape: shape.to_vec(),
-                expected: numel,
-                found: elems.len(),
-            });
-        }
-        let nbytes = dtype.storage_bytes(numel);
-        let mut words = zeroed_words(nbytes)?;
-        let buf = word_bytes_mut(&mut words, nbytes);
-        for (i, &e) in elems.iter().enumerate() {
-            store_cast(buf, dtype, i, e);
-        }
-        Ok(Tensor::from_words(dtype, shape, numel, words))
+        Tensor::encode(dtype, shape, elems, store_cast)
     }
 
     /// Build from elements that are already values of `dtype` (the
@@ -271,6 +257,16 @@ impl Tensor {
     /// applied, so F8E5M2's ±inf survives data movement
     /// ([`cast::store_bits`]).
     pub fn from_values(dtype: Dtype, shape: &[usize], elems: &[Elem]) -> Result<Tensor> {
+        Tensor::encode(dtype, shape, elems, store)
+    }
+
+    /// `elems` (row-major, one per element of `shape`) written with `put`.
+    fn encode(
+        dtype: Dtype,
+        shape: &[usize],
+        elems: &[Elem],
+        put: fn(&mut [u8], Dtype, usize, Elem),
+    ) -> Result<Tensor> {
         let numel = volume(shape)?;
         if elems.len() != numel {
             return Err(Error::DataLength {
@@ -283,7 +279,7 @@ impl Tensor {
         let mut words = zeroed_words(nbytes)?;
         let buf = word_bytes_mut(&mut words, nbytes);
         for (i, &e) in elems.iter().enumerate() {
-            store(buf, dtype, i, e);
+            put(buf, dtype, i, e);
         }
         Ok(Tensor::from_words(dtype, shape, numel, words))
     }
