@@ -22,6 +22,18 @@ pub const PAR_MIN_WORK: usize = 1 << 16;
 /// How a step calls another function by name (through a cache, which
 /// decides how the callee is identified); `Sync` so a call can run on a
 /// pool worker.
+/// The state of one run of a compiled function: each value's buffer
+/// pointer and owner, the scalar slots and the shape table the kernels
+/// read.
+struct RunState<'v> {
+    vals: &'v [ValInfo],
+    ptrs: Vec<*mut u8>,
+    owned_bufs: Vec<Option<Held>>,
+    slots: Vec<u64>,
+    shp: Vec<i64>,
+    threads: usize,
+}
+
 pub(crate) type Nested<'a> = dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error> + Sync + 'a;
 
 type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u64, i64, i64);
@@ -540,175 +552,34 @@ impl CompiledFn {
         };
         let n = vals.len();
         let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); n];
-        let mut owned_bufs: Vec<Option<Held>> = (0..n).map(|_| None).collect();
         for (i, a) in args.iter().enumerate() {
             if let Arg::Tensor(t) = a {
                 ptrs[i] = t.bytes().as_ptr() as *mut u8;
             }
         }
-        // Scalar slots.
-        let slots: Vec<u64> = self
-            .st
-            .slots
-            .iter()
-            .map(|(p, dt)| match bound.scalars.get(*p).and_then(|s| *s) {
-                Some((e, _)) => match cast::convert(e, *dt) {
-                    Elem::F(x) => x.to_bits() as u64,
-                    Elem::I(i) => i as u64,
-                    Elem::B(b) => b as u64,
-                },
-                None => 0,
-            })
-            .collect();
-        // Shape table (generic kernels).
-        let shp: Vec<i64> = match &sigma_ext {
-            Some(s) => self.qkeys.iter().map(|k| k.value(vals, func, s)).collect(),
-            None => Vec::new(),
+        let mut st = RunState {
+            vals,
+            ptrs,
+            owned_bufs: (0..n).map(|_| None).collect(),
+            slots: self.slot_values(bound),
+            // Shape table (generic kernels).
+            shp: match &sigma_ext {
+                Some(s) => self.qkeys.iter().map(|k| k.value(vals, func, s)).collect(),
+                None => Vec::new(),
+            },
+            threads: self.opts.threads,
         };
-        let threads = self.opts.threads;
         let prof = profiling();
         for step in &self.st.steps {
             let t0 = prof.then(std::time::Instant::now);
             match step {
-                Step::Kernel { id, out, inputs } => {
-                    let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.bytes())?;
-                    ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
-                    if o.numel() == 0 {
-                        // Nothing to write; an empty value's other dims may
-                        // be huge (`[2^40, 0]`), and a loop over its rows
-                        // would run 2^40 empty iterations.
-                        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
-                        continue;
-                    }
-                    let (f, shape) = &self.kernels[*id];
-                    let (outer, work) = extent(func, vals, *out, shape);
-                    let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
-                    list.push(ptrs[out.0 as usize]);
-                    for v in inputs {
-                        list.push(ptrs[v.0 as usize]);
-                    }
-                    let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
-                    let align = if matches!(shape, KernelShape::Flat) {
-                        64
-                    } else {
-                        1
-                    };
-                    let threads = if o.dtype == Dtype::I4 { 1 } else { threads };
-                    // I4 is excluded: its kernels update half bytes in place,
-                    // and a tile's stale half byte would land in the padding.
-                    let stream = matches!(shape, KernelShape::Flat)
-                        && o.dtype != Dtype::I4
-                        && streaming()
-                        && buf.len() * 8 >= STREAM_MIN
-                        && inputs
-                            .iter()
-                            .all(|v| vals[v.0 as usize].numel() == o.numel());
-                    if stream {
-                        let dts: Vec<Dtype> = std::iter::once(o.dtype)
-                            .chain(inputs.iter().map(|v| vals[v.0 as usize].dtype))
-                            .collect();
-                        // Buffers of their planned shapes as for `run_split`
-                        // below; a flat kernel reads each input at the
-                        // output's linear index.
-                        // SAFETY: and every input has the output's length
-                        // (checked in `stream`), as `run_flat_streamed` needs.
-                        unsafe { run_flat_streamed(*f, &list, &dts, p.1, p.2, outer, threads) };
-                    } else {
-                        // The arguments' shapes were checked against σ by
-                        // `contract::bind_args` (σ = the compiled one, or
-                        // `vals` was planned from it); every step output was
-                        // sized by `out_buffer` from the same `vals`.
-                        // SAFETY: so each buffer holds its planned shape, and
-                        // `outer` is the output's planned extent (`extent`).
-                        unsafe { run_split(*f, p, outer, work, align, threads) };
-                    }
-                    owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
-                }
+                Step::Kernel { id, out, inputs } => self.run_kernel(*id, *out, inputs, &mut st)?,
                 Step::Group {
                     id,
                     members,
                     inputs,
-                } => {
-                    let mut list: Vec<*mut u8> = Vec::with_capacity(members.len() + inputs.len());
-                    let mut bufs = Vec::with_capacity(members.len());
-                    for m in members {
-                        let o = &vals[m.0 as usize];
-                        let mut buf = out_buffer(o.bytes())?;
-                        ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
-                        list.push(ptrs[m.0 as usize]);
-                        bufs.push(buf);
-                    }
-                    for v in inputs {
-                        list.push(ptrs[v.0 as usize]);
-                    }
-                    let (f, _) = &self.kernels[*id];
-                    let np = func.sig.params.len();
-                    let mut work = 0usize;
-                    let mut outer = 1usize;
-                    for m in members {
-                        let s = &vals[m.0 as usize].shape;
-                        // Members have rank ≥ 2 and at least GROUP_MIN_ROW
-                        // elements per row (plan::group_rows), so the row
-                        // count is at most the (checked) element count.
-                        outer = tc_core::size::numel(&s[..s.len() - 1])?;
-                        work = work.saturating_add(match &func.body[m.0 as usize - np].op {
-                            tc_core::ir::Op::Reduce { x, .. } => {
-                                vals[x.0 as usize].shape.last().copied().unwrap_or(1)
-                            }
-                            _ => s.last().copied().unwrap_or(1),
-                        });
-                    }
-                    let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
-                    // SAFETY: as for `Step::Kernel`: members were sized by
-                    // `out_buffer` from `vals`, inputs are checked arguments
-                    // or earlier outputs; `outer` is the members' common row
-                    // count (plan::group_rows groups rows of one extent).
-                    unsafe { run_split(*f, p, outer, work, 1, threads) };
-                    for (m, buf) in members.iter().zip(bufs) {
-                        owned_bufs[m.0 as usize] = Some(Held::Buf(buf));
-                    }
-                }
-                Step::Matmul { out, a, b } => {
-                    let o = &vals[out.0 as usize];
-                    let mut buf = out_buffer(o.bytes())?;
-                    ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
-                    if o.numel() == 0 {
-                        // No element to compute (the batch dims of an empty
-                        // product may be huge).
-                        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
-                        continue;
-                    }
-                    let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
-                    // Operands that are transposes/broadcasts of buffers are
-                    // read through strides (plan::matmul_view_ok).
-                    let (ba, st_a) = plan::strided_view(func, vals, &self.st.mat, *a);
-                    let (bb, st_b) = plan::strided_view(func, vals, &self.st.mat, *b);
-                    // `ba`/`bb` hold their planned shapes (as for a kernel);
-                    // `strided_view` gives the strides of a view the planner
-                    // admitted (`matmul_view_ok`: a transpose or broadcast
-                    // of that buffer), so the view stays inside it.
-                    // SAFETY: so the operands are readable; `buf` is a fresh
-                    // buffer of the output's storage, disjoint from both.
-                    unsafe {
-                        crate::matmul::matmul_strided(
-                            o.dtype,
-                            ptrs[ba.0 as usize],
-                            &st_a,
-                            ptrs[bb.0 as usize],
-                            &st_b,
-                            buf.as_mut_ptr().cast::<u8>(),
-                            sa,
-                            sb,
-                            threads,
-                        )
-                        .map_err(|e| tc_runtime::Error::Op {
-                            op: "matmul".into(),
-                            message: e.to_string(),
-                        })?;
-                    }
-                    owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
-                }
+                } => self.run_group(*id, members, inputs, &mut st)?,
+                Step::Matmul { out, a, b } => self.run_matmul(*out, *a, *b, &mut st)?,
                 Step::Call {
                     out,
                     name,
@@ -719,8 +590,8 @@ impl CompiledFn {
                         call_args.push(self.arg_of(
                             *v,
                             vals,
-                            &mut ptrs,
-                            &mut owned_bufs,
+                            &mut st.ptrs,
+                            &mut st.owned_bufs,
                             args,
                             bound,
                         )?);
@@ -730,8 +601,8 @@ impl CompiledFn {
                     check_call_result(name, &vals[out.0 as usize], &t)?;
                     // The callee's tensor is kept as is: later kernels read
                     // its storage in place (no copy back).
-                    ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
-                    owned_bufs[out.0 as usize] = Some(Held::T(t));
+                    st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
+                    st.owned_bufs[out.0 as usize] = Some(Held::T(t));
                 }
             }
             if let Some(t0) = t0 {
@@ -751,13 +622,204 @@ impl CompiledFn {
                 _ => Err(tc_runtime::Error::Malformed("return of a scalar".into())),
             },
             _ => {
-                let held = owned_bufs[ret.0 as usize].take().ok_or_else(|| {
+                let held = st.owned_bufs[ret.0 as usize].take().ok_or_else(|| {
                     tc_runtime::Error::Malformed("returned value was not computed".into())
                 })?;
                 // The kernel wrote straight into word storage: no copy.
                 held.into_tensor(rv)
             }
         }
+    }
+
+    /// The scalar parameters' values in the kernels' slot encoding.
+    fn slot_values(&self, bound: &Bound) -> Vec<u64> {
+        self.st
+            .slots
+            .iter()
+            .map(|(p, dt)| match bound.scalars.get(*p).and_then(|s| *s) {
+                Some((e, _)) => match cast::convert(e, *dt) {
+                    Elem::F(x) => x.to_bits() as u64,
+                    Elem::I(i) => i as u64,
+                    Elem::B(b) => b as u64,
+                },
+                None => 0,
+            })
+            .collect()
+    }
+
+    /// A [`Step::Kernel`]: the output's buffer, then the kernel over it
+    /// (split across threads, or streamed for large flat outputs).
+    fn run_kernel(
+        &self,
+        id: usize,
+        out: Value,
+        inputs: &[Value],
+        st: &mut RunState,
+    ) -> Result<(), tc_runtime::Error> {
+        let func = &*self.func;
+        let (vals, threads) = (st.vals, st.threads);
+        let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
+        let (shp, slots) = (&st.shp, &st.slots);
+        let o = &vals[out.0 as usize];
+        let mut buf = out_buffer(o.bytes())?;
+        ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+        if o.numel() == 0 {
+            // Nothing to write; an empty value's other dims may
+            // be huge (`[2^40, 0]`), and a loop over its rows
+            // would run 2^40 empty iterations.
+            owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+            return Ok(());
+        }
+        let (f, shape) = &self.kernels[id];
+        let (outer, work) = extent(func, vals, out, shape);
+        let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
+        list.push(ptrs[out.0 as usize]);
+        for v in inputs {
+            list.push(ptrs[v.0 as usize]);
+        }
+        let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
+        let align = if matches!(shape, KernelShape::Flat) {
+            64
+        } else {
+            1
+        };
+        let threads = if o.dtype == Dtype::I4 { 1 } else { threads };
+        // I4 is excluded: its kernels update half bytes in place,
+        // and a tile's stale half byte would land in the padding.
+        let stream = matches!(shape, KernelShape::Flat)
+            && o.dtype != Dtype::I4
+            && streaming()
+            && buf.len() * 8 >= STREAM_MIN
+            && inputs
+                .iter()
+                .all(|v| vals[v.0 as usize].numel() == o.numel());
+        if stream {
+            let dts: Vec<Dtype> = std::iter::once(o.dtype)
+                .chain(inputs.iter().map(|v| vals[v.0 as usize].dtype))
+                .collect();
+            // Buffers of their planned shapes as for `run_split`
+            // below; a flat kernel reads each input at the
+            // output's linear index.
+            // SAFETY: and every input has the output's length
+            // (checked in `stream`), as `run_flat_streamed` needs.
+            unsafe { run_flat_streamed(*f, &list, &dts, p.1, p.2, outer, threads) };
+        } else {
+            // The arguments' shapes were checked against σ by
+            // `contract::bind_args` (σ = the compiled one, or
+            // `vals` was planned from it); every step output was
+            // sized by `out_buffer` from the same `vals`.
+            // SAFETY: so each buffer holds its planned shape, and
+            // `outer` is the output's planned extent (`extent`).
+            unsafe { run_split(*f, p, outer, work, align, threads) };
+        }
+        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+        Ok(())
+    }
+
+    /// A [`Step::Group`]: every member's buffer, then one row kernel.
+    fn run_group(
+        &self,
+        id: usize,
+        members: &[Value],
+        inputs: &[Value],
+        st: &mut RunState,
+    ) -> Result<(), tc_runtime::Error> {
+        let func = &*self.func;
+        let (vals, threads) = (st.vals, st.threads);
+        let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
+        let (shp, slots) = (&st.shp, &st.slots);
+        let mut list: Vec<*mut u8> = Vec::with_capacity(members.len() + inputs.len());
+        let mut bufs = Vec::with_capacity(members.len());
+        for m in members {
+            let o = &vals[m.0 as usize];
+            let mut buf = out_buffer(o.bytes())?;
+            ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+            list.push(ptrs[m.0 as usize]);
+            bufs.push(buf);
+        }
+        for v in inputs {
+            list.push(ptrs[v.0 as usize]);
+        }
+        let (f, _) = &self.kernels[id];
+        let np = func.sig.params.len();
+        let mut work = 0usize;
+        let mut outer = 1usize;
+        for m in members {
+            let s = &vals[m.0 as usize].shape;
+            // Members have rank ≥ 2 and at least GROUP_MIN_ROW
+            // elements per row (plan::group_rows), so the row
+            // count is at most the (checked) element count.
+            outer = tc_core::size::numel(&s[..s.len() - 1])?;
+            work = work.saturating_add(match &func.body[m.0 as usize - np].op {
+                tc_core::ir::Op::Reduce { x, .. } => {
+                    vals[x.0 as usize].shape.last().copied().unwrap_or(1)
+                }
+                _ => s.last().copied().unwrap_or(1),
+            });
+        }
+        let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
+        // SAFETY: as for `Step::Kernel`: members were sized by
+        // `out_buffer` from `vals`, inputs are checked arguments
+        // or earlier outputs; `outer` is the members' common row
+        // count (plan::group_rows groups rows of one extent).
+        unsafe { run_split(*f, p, outer, work, 1, threads) };
+        for (m, buf) in members.iter().zip(bufs) {
+            owned_bufs[m.0 as usize] = Some(Held::Buf(buf));
+        }
+        Ok(())
+    }
+
+    /// A [`Step::Matmul`]: the output's buffer, then the GEMM on the
+    /// operands' buffers read through their planned views.
+    fn run_matmul(
+        &self,
+        out: Value,
+        a: Value,
+        b: Value,
+        st: &mut RunState,
+    ) -> Result<(), tc_runtime::Error> {
+        let func = &*self.func;
+        let (vals, threads) = (st.vals, st.threads);
+        let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
+        let o = &vals[out.0 as usize];
+        let mut buf = out_buffer(o.bytes())?;
+        ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+        if o.numel() == 0 {
+            // No element to compute (the batch dims of an empty
+            // product may be huge).
+            owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+            return Ok(());
+        }
+        let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
+        // Operands that are transposes/broadcasts of buffers are
+        // read through strides (plan::matmul_view_ok).
+        let (ba, st_a) = plan::strided_view(func, vals, &self.st.mat, a);
+        let (bb, st_b) = plan::strided_view(func, vals, &self.st.mat, b);
+        // `ba`/`bb` hold their planned shapes (as for a kernel);
+        // `strided_view` gives the strides of a view the planner
+        // admitted (`matmul_view_ok`: a transpose or broadcast
+        // of that buffer), so the view stays inside it.
+        // SAFETY: so the operands are readable; `buf` is a fresh
+        // buffer of the output's storage, disjoint from both.
+        unsafe {
+            crate::matmul::matmul_strided(
+                o.dtype,
+                ptrs[ba.0 as usize],
+                &st_a,
+                ptrs[bb.0 as usize],
+                &st_b,
+                buf.as_mut_ptr().cast::<u8>(),
+                sa,
+                sb,
+                threads,
+            )
+            .map_err(|e| tc_runtime::Error::Op {
+                op: "matmul".into(),
+                message: e.to_string(),
+            })?;
+        }
+        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+        Ok(())
     }
 
     /// The argument for value `v` of a call: parameters as given, computed
