@@ -1273,9 +1273,16 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
                 Volumes::Cap
             };
         };
-        let vol = shape
-            .iter()
-            .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
+        // A zero dim makes the volume 0 whatever the others are (the
+        // empty-tensor rule): `[2^62, 2^62, 2^62, 0]` is an empty value,
+        // not one over the cap, though its other dims overflow u128.
+        let vol = if shape.contains(&0) {
+            Some(0)
+        } else {
+            shape
+                .iter()
+                .try_fold(1u128, |a, &d| a.checked_mul(d as u128))
+        };
         if i < n_params {
             // Arguments are allocated by the fuzzer: they stay small, and
             // their dims multiply within usize in any order (a tensor
