@@ -45,6 +45,10 @@ const KNOWN: &[(u64, &str, usize, usize)] = &[
     // before reaching the 0 and expected a cap error for an empty value;
     // both backends rightly return the empty tensor.
     (4296968152, "all", 7, 12),
+    // Column-form reduction codegen multiplied the block count by the block
+    // size unchecked: an empty output whose last dim is 2^63 − 1 overflowed
+    // at compile time (a panic in debug builds).
+    (4296970452, "all", 7, 12),
 ];
 
 fn cfg() -> GenConfig {

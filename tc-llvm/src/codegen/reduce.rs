@@ -223,7 +223,8 @@ impl<'a> Gen<'a> {
         };
         let n = match (is_lit(d), is_lit(&nb)) {
             (Some(dv), Some(1)) => dv.to_string(),
-            (Some(dv), Some(nbv)) if dv == nbv * block as i64 => bl.clone(),
+            // Checked: an empty output may have a last dim near i64::MAX.
+            (Some(dv), Some(nbv)) if nbv.checked_mul(block as i64) == Some(dv) => bl.clone(),
             _ => {
                 let rem = self.bsub(d, &jlo);
                 let c = self.ins(format!("icmp slt i64 {rem}, {bl}"));
