@@ -34,6 +34,23 @@ struct RunState<'v> {
     threads: usize,
 }
 
+impl RunState<'_> {
+    /// `out`'s buffer, its pointer recorded; `None` (the empty buffer held
+    /// as the value) when `out` has no element: nothing to compute, and an
+    /// empty value's other dims may be huge (`[2^40, 0]`), so a loop over
+    /// its rows would run 2^40 empty iterations.
+    fn output(&mut self, out: Value) -> Result<Option<Vec<u64>>, tc_runtime::Error> {
+        let o = &self.vals[out.0 as usize];
+        let mut buf = out_buffer(o.bytes())?;
+        self.ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+        if o.numel() == 0 {
+            self.owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+            return Ok(None);
+        }
+        Ok(Some(buf))
+    }
+}
+
 pub(crate) type Nested<'a> = dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error> + Sync + 'a;
 
 type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u64, i64, i64);
@@ -658,18 +675,12 @@ impl CompiledFn {
     ) -> Result<(), tc_runtime::Error> {
         let func = &*self.func;
         let (vals, threads) = (st.vals, st.threads);
+        let Some(buf) = st.output(out)? else {
+            return Ok(());
+        };
         let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
         let (shp, slots) = (&st.shp, &st.slots);
         let o = &vals[out.0 as usize];
-        let mut buf = out_buffer(o.bytes())?;
-        ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
-        if o.numel() == 0 {
-            // Nothing to write; an empty value's other dims may
-            // be huge (`[2^40, 0]`), and a loop over its rows
-            // would run 2^40 empty iterations.
-            owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
-            return Ok(());
-        }
         let (f, shape) = &self.kernels[id];
         let (outer, work) = extent(func, vals, out, shape);
         let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
@@ -780,16 +791,11 @@ impl CompiledFn {
     ) -> Result<(), tc_runtime::Error> {
         let func = &*self.func;
         let (vals, threads) = (st.vals, st.threads);
+        let Some(mut buf) = st.output(out)? else {
+            return Ok(());
+        };
         let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
         let o = &vals[out.0 as usize];
-        let mut buf = out_buffer(o.bytes())?;
-        ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
-        if o.numel() == 0 {
-            // No element to compute (the batch dims of an empty
-            // product may be huge).
-            owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
-            return Ok(());
-        }
         let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
         // Operands that are transposes/broadcasts of buffers are
         // read through strides (plan::matmul_view_ok).
