@@ -2696,6 +2696,8 @@ pub fn supervise(
         let mut parser = Parser::default();
         let mut timed_out = false;
         let mut heard = std::time::Instant::now();
+        let pid = child.id();
+        let mut cpu_at_heard = cpu_time(pid);
         loop {
             if !time_left(deadline) {
                 let _ = child.kill();
@@ -2705,13 +2707,15 @@ pub fn supervise(
             match rx.recv_timeout(std::time::Duration::from_millis(500)) {
                 Ok(l) => {
                     heard = std::time::Instant::now();
+                    cpu_at_heard = cpu_time(pid);
                     if let Some(r) = parser.line(&l) {
                         next = r.seed + 1;
                         stats.absorb(&r);
                         progress(stats);
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) if heard.elapsed() < case_timeout => {}
+                Err(mpsc::RecvTimeoutError::Timeout)
+                    if !stuck(pid, cpu_at_heard, heard, case_timeout) => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     timed_out = true;
                     let _ = child.kill();
@@ -2752,6 +2756,37 @@ pub fn supervise(
         progress(stats);
         next = seed + 1;
     }
+}
+
+/// Whether a silent worker is stuck: it spent `case_timeout` of CPU time
+/// since its last line, or ten times that of wall time (a worker blocked
+/// without using CPU). CPU time, not wall time, so a loaded machine does not
+/// turn slow cases into false failures.
+fn stuck(
+    pid: u32,
+    cpu_at_heard: Option<std::time::Duration>,
+    heard: std::time::Instant,
+    case_timeout: std::time::Duration,
+) -> bool {
+    let wall = heard.elapsed();
+    match (cpu_time(pid), cpu_at_heard) {
+        (Some(now), Some(then)) => {
+            now.saturating_sub(then) >= case_timeout || wall >= case_timeout * 10
+        }
+        // No /proc (not Linux): fall back to wall time.
+        _ => wall >= case_timeout,
+    }
+}
+
+/// User + system CPU time of process `pid`, read from `/proc/<pid>/stat`
+/// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it are plain.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split(' ').skip(11);
+    let ticks: u64 = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_millis(ticks.checked_mul(10)?))
 }
 
 fn time_left(deadline: Option<std::time::Instant>) -> bool {
