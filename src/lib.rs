@@ -5,13 +5,52 @@
 //! contract (σ binding, refinements, `requires`, axioms) is re-checked at
 //! every call. The surface syntax is documented in `docs/syntax.md`.
 //!
-//! ```ignore
+//! ## Quick start
+//!
+//! A `#[tensor_fn]` is checked when `cargo build` expands it; the fn it
+//! generates re-checks its contract on every call (σ binding, dtypes,
+//! refinements) and runs on the JIT:
+//!
+//! ```
 //! use tc::{tensor_fn, Tensor};
 //!
 //! #[tensor_fn]
-//! pub fn linear(x: Tensor![f32; B, I], w: Tensor![f32; I, O], b: Tensor![f32; O]) -> Tensor![f32; B, O] {
+//! pub fn linear(
+//!     x: Tensor![f32; B, I],
+//!     w: Tensor![f32; I, O],
+//!     b: Tensor![f32; O],
+//! ) -> Tensor![f32; B, O] {
 //!     matmul(x, w) + broadcast(b, [B, O])
 //! }
+//!
+//! # fn main() -> Result<(), tc::Error> {
+//! let x = Tensor::from_vec(&[2, 3], vec![1f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+//! let w = Tensor::from_vec(&[3, 1], vec![1f32, 0.0, -1.0])?;
+//! let b = Tensor::from_vec(&[1], vec![0.5f32])?;
+//! let y = linear(x.clone(), w, b.clone())?; // σ = {B: 2, I: 3, O: 1}
+//! assert_eq!(y.shape(), &[2, 1]);
+//! assert_eq!(y.to_vec::<f32>()?, vec![-1.5, -1.5]);
+//!
+//! // A weight whose rows do not match `I` is a typed error naming the
+//! // parameter and the dimension, never a panic or a wrong answer.
+//! let w4 = Tensor::from_vec(&[4, 1], vec![0f32; 4])?;
+//! let err = linear(x, w4, b).unwrap_err();
+//! assert!(err.to_string().contains('w'), "{err}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A shape mistake is a compile error with a counterexample: here
+//! `matmul(x, w)` needs `w`'s first dim to be `I`, and it is `O`.
+//!
+//! ```compile_fail
+//! use tc::{tensor_fn, Tensor};
+//!
+//! #[tensor_fn]
+//! pub fn linear(x: Tensor![f32; B, I], w: Tensor![f32; O, I]) -> Tensor![f32; B, O] {
+//!     matmul(x, w)
+//! }
+//! # fn main() {}
 //! ```
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -125,8 +125,8 @@ fn run_isolated(ranges: &[(u64, u64)], budget: usize, env: &[(&str, String)], st
     }
 }
 
-/// Fails today on the [`KNOWN`] seeds (issue #10 items 1, 2, 3, 5); seeds
-/// `0..SEEDS` pass today. Meant to pass once those items are fixed.
+/// Seeds `0..SEEDS` and every [`KNOWN`] reproducer (each failed before its
+/// fix: issue #10 items 1, 2, 3, 5 and the long runs' finds) pass.
 #[test]
 fn fuzz_fixed_seeds() {
     let n = seeds();
