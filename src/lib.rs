@@ -168,7 +168,7 @@ pub fn call_static(
 /// `Tensor![f32; B, S, D where D % 8 == 0]`.
 ///
 /// The attribute reads the tokens (dtype; dims; `where` refinements) and
-/// checks them; as a type, outside the attribute, it is [`Tensor`] — the
+/// checks them; as a type, outside the attribute, it is [`Tensor`](struct@Tensor) — the
 /// runtime value, whose shape is checked by the contract at each call.
 #[macro_export]
 macro_rules! Tensor {
