@@ -90,7 +90,10 @@ fn run_isolated(ranges: &[(u64, u64)], budget: usize, env: &[(&str, String)], st
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("TC_FUZZ_WORKER", format!("{from}:{count}:{budget}"));
+        .env("TC_FUZZ_WORKER", format!("{from}:{count}:{budget}"))
+        // Generated programs are never reused: keep them out of the
+        // persistent kernel cache.
+        .env("TC_KERNEL_CACHE", "off");
         for (k, v) in env {
             c.env(k, v);
         }

@@ -127,6 +127,11 @@ fn one_case(o: &Opts, seed: u64) {
 }
 
 fn main() {
+    // Every generated program is new: storing its kernels in the persistent
+    // cache would only fill the disk (children inherit this).
+    if std::env::var_os("TC_KERNEL_CACHE").is_none() {
+        std::env::set_var("TC_KERNEL_CACHE", "off");
+    }
     let o = match parse() {
         Ok(o) => o,
         Err(e) => {

@@ -95,6 +95,9 @@ pub struct Stats {
     pub generic_runs: u64,
     /// Total compile time, milliseconds.
     pub compile_ms: f64,
+    /// Compilations (of either kind) whose object code came from the
+    /// persistent cache ([`crate::disk`]) instead of LLVM.
+    pub disk_loads: u64,
     /// Entries evicted.
     pub evictions: u64,
     /// Calls run by the reference interpreter because the JIT could not
@@ -580,6 +583,7 @@ impl Jit {
                     s.compiles += 1;
                 }
                 s.compile_ms += c.compile_ms;
+                s.disk_loads += u64::from(c.from_disk);
             }
             // A planning error depends on σ (a size over the cap, a bad
             // dim), not on the function alone.

@@ -69,8 +69,10 @@ pub struct CompiledFn {
     par_regions: usize,
     qkeys: Vec<QKey>,
     _module: Option<JitModule>,
-    /// Milliseconds spent compiling (planning, codegen, O3, MCJIT).
+    /// Milliseconds spent compiling (planning, codegen, O3 and object code, or the persistent cache; linking).
     pub compile_ms: f64,
+    /// Its object code came from the persistent cache ([`crate::disk`]).
+    pub from_disk: bool,
     ir: String,
 }
 
@@ -114,7 +116,7 @@ pub fn compile_with<'f>(
             let a = m
                 .addr(name)
                 .ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
-            // SAFETY: `a` is the address MCJIT resolved for the export `name`,
+            // SAFETY: `a` is the address ORC resolved for the export `name`,
             // and every exported `k{id}` is emitted with exactly the
             // `KernelFn` signature (codegen::finish_fn); the code stays mapped
             // while `module` lives, and `CompiledFn` keeps it next to `ks`.
@@ -131,6 +133,7 @@ pub fn compile_with<'f>(
     } else {
         parallel_regions(func, &vals, &st, &kernels)
     };
+    let from_disk = module.as_ref().is_some_and(|m| m.from_disk);
     Ok(CompiledFn {
         par_regions,
         func: Arc::new(func.clone()),
@@ -143,6 +146,7 @@ pub fn compile_with<'f>(
         qkeys: code.qkeys,
         _module: module,
         compile_ms: t0.elapsed().as_secs_f64() * 1e3,
+        from_disk,
         ir: code.ir,
     })
 }

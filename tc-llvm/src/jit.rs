@@ -1,5 +1,6 @@
 //! From LLVM IR text to callable machine code: the host target machine, the
-//! O3 pipeline and MCJIT.
+//! O3 pipeline, object code, and linking it into the process ([`crate::orc`]),
+//! through the persistent cache ([`crate::disk`]) when one is configured.
 //!
 //! Kernels are generated as textual LLVM IR (see [`crate::codegen`]) and
 //! parsed with inkwell's `Context::create_module_from_ir`: the text form gives
@@ -15,12 +16,10 @@
 //! `prefer-vector-width`=`512`. [`host`] supplies the three strings and
 //! [`crate::codegen`] puts them on every function.
 
-use std::mem::ManuallyDrop;
 use std::sync::OnceLock;
 use std::time::Instant;
 
 use inkwell::context::Context;
-use inkwell::execution_engine::ExecutionEngine;
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
@@ -29,6 +28,7 @@ use inkwell::targets::{
 };
 use inkwell::OptimizationLevel;
 
+use crate::orc::Loader;
 use crate::Error;
 
 /// The host CPU as LLVM names it, and its feature string.
@@ -124,38 +124,16 @@ pub fn optimised_ir(ir: &str) -> Result<String, Error> {
 
 /// A JIT-compiled module: its machine code lives as long as this value.
 ///
-/// Owns its LLVM context and execution engine (dropped in that order
-/// reversed: engine first). After construction only raw function pointers
-/// are used, never the context, so moving it across threads is sound.
+/// The code is linked by its own ORC instance ([`crate::orc`]), dropped with
+/// it. Only the exported functions' addresses leave it.
 pub struct JitModule {
-    ee: ManuallyDrop<ExecutionEngine<'static>>,
-    ctx: *mut Context,
+    _loader: Loader,
     fns: Vec<(String, usize)>,
     /// Milliseconds from IR text to callable pointers.
     pub compile_ms: f64,
-}
-
-// After `compile` returns, the context and engine (whose `Rc`s and LLVM
-// handles are not thread-safe) are touched only by `Drop`, which owns the
-// module; no engine clone or context handle escapes `compile` (the module,
-// which held the engine's other `Rc`, is dropped there).
-// SAFETY: so moving a `JitModule` never splits those handles across threads;
-// shared use (`addr`) reads only `fns`, addresses of immutable machine code.
-unsafe impl Send for JitModule {}
-// SAFETY: as for `Send` just above.
-unsafe impl Sync for JitModule {}
-
-impl Drop for JitModule {
-    fn drop(&mut self) {
-        // SAFETY: `ee` is dropped exactly once (here, `ManuallyDrop`), before
-        // the context it borrows; `ctx` came from `Box::into_raw` in
-        // `JitModule::compile`, nothing else frees it, and nothing borrows
-        // the context once `ee` is gone.
-        unsafe {
-            ManuallyDrop::drop(&mut self.ee);
-            drop(Box::from_raw(self.ctx));
-        }
-    }
+    /// The object code came from the persistent cache ([`crate::disk`]):
+    /// no optimisation or code generation ran.
+    pub from_disk: bool,
 }
 
 impl std::fmt::Debug for JitModule {
@@ -163,65 +141,79 @@ impl std::fmt::Debug for JitModule {
         f.debug_struct("JitModule")
             .field("fns", &self.fns)
             .field("compile_ms", &self.compile_ms)
+            .field("from_disk", &self.from_disk)
             .finish()
     }
 }
 
+/// Optimise `ir` and generate the host's relocatable object code for it.
+pub fn object_code(ir: &str) -> Result<Vec<u8>, Error> {
+    let ctx = Context::create();
+    let module = optimise(&ctx, ir, "tc")?;
+    let tm = target_machine()?;
+    let buf = tm
+        .write_to_memory_buffer(&module, FileType::Object)
+        .map_err(|e| Error::Llvm(format!("object code: {}", e.to_string())))?;
+    Ok(buf.as_slice().to_vec())
+}
+
 impl JitModule {
-    /// Compile `ir`; `symbols` maps declared external functions to addresses
-    /// (`ExecutionEngine::add_global_mapping`); `exports` are the functions
-    /// whose addresses are wanted.
+    /// Compile `ir` (or load its object code from the persistent cache,
+    /// [`crate::disk::Store::global`]); `symbols` maps declared external
+    /// functions to addresses; `exports` are the functions whose addresses
+    /// are wanted.
     pub fn compile(
         ir: &str,
         symbols: &[(&str, usize)],
         exports: &[String],
     ) -> Result<JitModule, Error> {
+        Self::compile_with(ir, symbols, exports, crate::disk::Store::global())
+    }
+
+    /// [`JitModule::compile`] with an explicit persistent cache (`None`:
+    /// always compile, store nothing).
+    pub fn compile_with(
+        ir: &str,
+        symbols: &[(&str, usize)],
+        exports: &[String],
+        store: Option<&crate::disk::Store>,
+    ) -> Result<JitModule, Error> {
         let t0 = Instant::now();
         host();
-        // The engine borrows the context for as long as the module lives,
-        // which the borrow checker cannot express for a self-owning struct:
-        // the context is boxed here and freed by hand (in `Drop`, or below on
-        // failure). `ctx_ptr` keeps `Box::into_raw`'s ownership (a pointer
-        // derived from the `&Context` could not be used to free it).
-        let ctx_ptr: *mut Context = Box::into_raw(Box::new(Context::create()));
-        // SAFETY: `ctx_ptr` is a live, aligned box allocation; it is freed
-        // only after everything borrowing `ctx` (module, engine) is dropped.
-        let ctx: &'static Context = unsafe { &*ctx_ptr };
-        let result = (|| {
-            let module = optimise(ctx, ir, "tc")?;
-            let ee = module
-                .create_jit_execution_engine(OptimizationLevel::Aggressive)
-                .map_err(|e| Error::Llvm(format!("MCJIT: {}", e.to_string())))?;
-            for (name, addr) in symbols {
-                if let Some(f) = module.get_function(name) {
-                    ee.add_global_mapping(&f, *addr);
-                }
-            }
-            let mut fns = Vec::new();
-            for name in exports {
-                let a = ee
-                    .get_function_address(name)
-                    .map_err(|e| Error::Llvm(format!("symbol `{name}`: {e:?}")))?;
-                fns.push((name.clone(), a));
-            }
-            drop(module);
-            Ok((ee, fns))
-        })();
-        match result {
-            Ok((ee, fns)) => Ok(JitModule {
-                ee: ManuallyDrop::new(ee),
-                ctx: ctx_ptr,
-                fns,
-                compile_ms: t0.elapsed().as_secs_f64() * 1e3,
-            }),
-            Err(e) => {
-                // SAFETY: the closure's module and engine were dropped when
-                // it returned the error, so nothing borrows the context;
-                // `ctx_ptr` is from `Box::into_raw` and freed only here.
-                unsafe { drop(Box::from_raw(ctx_ptr)) };
-                Err(e)
+        if let Some(object) = store.and_then(|s| s.load(ir)) {
+            // An entry that matches the IR and this host but does not link
+            // (it cannot happen short of an LLVM change under the same
+            // identity) is recompiled and replaced, never trusted.
+            if let Ok(m) = Self::link(&object, symbols, exports, t0, true) {
+                return Ok(m);
             }
         }
+        let object = object_code(ir)?;
+        if let Some(s) = store {
+            s.save(ir, &object);
+        }
+        Self::link(&object, symbols, exports, t0, false)
+    }
+
+    fn link(
+        object: &[u8],
+        symbols: &[(&str, usize)],
+        exports: &[String],
+        t0: Instant,
+        from_disk: bool,
+    ) -> Result<JitModule, Error> {
+        let loader = Loader::new(symbols)?;
+        loader.add_object(object)?;
+        let fns = exports
+            .iter()
+            .map(|name| Ok((name.clone(), loader.lookup(name)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(JitModule {
+            _loader: loader,
+            fns,
+            compile_ms: t0.elapsed().as_secs_f64() * 1e3,
+            from_disk,
+        })
     }
 
     /// The address of an exported function.

@@ -11,7 +11,8 @@
 //!    arithmetic, reductions with their producer inside the reduction loop.
 //! 3. [`jit`]: `default<O3>` with a host `TargetMachine`, every function
 //!    carrying `target-cpu`/`target-features`/`prefer-vector-width`=512,
-//!    MCJIT to callable pointers.
+//!    object code linked into the process by ORC (`orc`), through the
+//!    persistent kernel cache ([`disk`]) when one is configured.
 //! 4. [`exec`]: buffers (reused through `tc_runtime::pool` when a call of
 //!    the same size dropped one; fresh large ones on transparent huge
 //!    pages), outer-loop splitting across the rayon pool (tiny tensors stay
@@ -68,11 +69,13 @@
 
 pub mod cache;
 pub mod codegen;
+pub mod disk;
 pub mod exec;
 mod gemm_common;
 pub mod jit;
 pub mod matmul;
 pub mod matmul_int;
+mod orc;
 pub mod plan;
 mod rt;
 

@@ -1,0 +1,250 @@
+//! The persistent kernel cache: object code on disk, so a new process (a
+//! server replica, a CLI run) links its kernels instead of compiling them
+//! (issue #15; in the spirit of JAX's persistent compilation cache).
+//!
+//! Identity. An entry is the object code of one LLVM IR text for one host:
+//! its identity is the IR text itself (which already spells out everything
+//! the kernel computes — σ literals, dtypes, fast-math flags, the
+//! `target-cpu` / `target-features` attributes) plus a header naming the
+//! code generator (tc-llvm's version, LLVM 14, the `default<O3>` pipeline,
+//! the code model) and the host (triple, CPU name, CPU features). The file
+//! name is a 128-bit hash of both, but a load compares the *whole* stored
+//! header and IR with the wanted ones, so a hash collision, a file copied
+//! from another machine, or an entry of another tc version is a miss, never
+//! foreign code.
+//!
+//! Integrity. An entry ends with a checksum of everything before it; a
+//! truncated or corrupted file fails it and is recompiled and replaced.
+//! Writes go to a private temporary file in the same directory, then are
+//! renamed into place, so concurrent writers (threads or processes) and
+//! readers only ever see whole entries; the last rename wins, and every
+//! writer wrote the same bytes' worth of meaning.
+//!
+//! Trust. The directory is trusted like any build cache: whoever can write
+//! to it can run code in processes that use it (as with `~/.cache/jax` or
+//! `~/.cargo`). The checks above stop accidents, not an attacker with write
+//! access to the user's cache directory.
+//!
+//! Configuration: `TC_KERNEL_CACHE` = a directory, or `off` / `0` to
+//! disable; unset, `$XDG_CACHE_HOME/tc/kernels` or `~/.cache/tc/kernels`.
+//! `TC_KERNEL_CACHE_MAX_MB` caps its size (default 1024): after a write
+//! that exceeds it, the oldest entries are removed.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+const MAGIC: &[u8] = b"TC-KERNEL-CACHE-1\n";
+
+/// Counters of one store (for tests, stats and the operator).
+#[derive(Debug, Default)]
+pub struct DiskStats {
+    /// Entries found and returned.
+    pub hits: AtomicU64,
+    /// Lookups that found no entry.
+    pub misses: AtomicU64,
+    /// Entries present but refused: wrong header or IR (foreign, collided)
+    /// or a failed checksum (truncated, corrupted).
+    pub rejected: AtomicU64,
+    /// Entries written.
+    pub writes: AtomicU64,
+}
+
+/// A kernel cache directory.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    identity: String,
+    max_bytes: u64,
+    /// Its counters.
+    pub stats: DiskStats,
+}
+
+/// The code generator and host part of every entry's identity.
+pub fn host_identity() -> String {
+    let h = crate::jit::host();
+    format!(
+        "tc-llvm {}\nLLVM 14 default<O3> object, large code model, static relocations\n{}\n{}\n{}\n",
+        env!("CARGO_PKG_VERSION"),
+        h.triple,
+        h.cpu,
+        h.features
+    )
+}
+
+fn hash128(parts: &[&[u8]]) -> u128 {
+    let half = |seed: u8| {
+        let mut h = DefaultHasher::new();
+        seed.hash(&mut h);
+        for p in parts {
+            p.hash(&mut h);
+        }
+        h.finish()
+    };
+    (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+impl Store {
+    /// The store the environment configures (see the module doc), created
+    /// once per process; `None` when disabled or when no directory can be
+    /// named or created.
+    pub fn global() -> Option<&'static Store> {
+        static GLOBAL: OnceLock<Option<Store>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let dir = match std::env::var_os("TC_KERNEL_CACHE") {
+                    Some(v) if v == "off" || v == "0" || v.is_empty() => return None,
+                    Some(v) => PathBuf::from(v),
+                    None => std::env::var_os("XDG_CACHE_HOME")
+                        .map(PathBuf::from)
+                        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?
+                        .join("tc")
+                        .join("kernels"),
+                };
+                let mb = std::env::var("TC_KERNEL_CACHE_MAX_MB")
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(1024);
+                Store::open(&dir, host_identity(), mb.saturating_mul(1 << 20))
+            })
+            .as_ref()
+    }
+
+    /// A store in `dir` (created if missing) whose entries carry
+    /// `identity` (normally [`host_identity`]); `None` if `dir` cannot be
+    /// created.
+    pub fn open(dir: &Path, identity: String, max_bytes: u64) -> Option<Store> {
+        fs::create_dir_all(dir).ok()?;
+        Some(Store {
+            dir: dir.to_path_buf(),
+            identity,
+            max_bytes,
+            stats: DiskStats::default(),
+        })
+    }
+
+    /// The file an entry for `ir` lives in.
+    pub fn path_of(&self, ir: &str) -> PathBuf {
+        let h = hash128(&[self.identity.as_bytes(), ir.as_bytes()]);
+        self.dir.join(format!("{h:032x}.tck"))
+    }
+
+    fn encode(&self, ir: &str, object: &[u8]) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        for part in [self.identity.as_bytes(), ir.as_bytes(), object] {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+        let sum = checksum(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// The object code stored for `ir` by this identity, if a whole,
+    /// matching entry exists.
+    pub fn load(&self, ir: &str) -> Option<Vec<u8>> {
+        let Ok(bytes) = fs::read(self.path_of(ir)) else {
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        match self.decode(&bytes, ir) {
+            Some(obj) => {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                Some(obj)
+            }
+            None => {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// The object of a whole entry whose identity and IR equal ours.
+    fn decode(&self, bytes: &[u8], ir: &str) -> Option<Vec<u8>> {
+        let body_len = bytes.len().checked_sub(8)?;
+        let (body, sum) = bytes.split_at(body_len);
+        if checksum(body) != u64::from_le_bytes(sum.try_into().ok()?) {
+            return None;
+        }
+        let mut rest = body.strip_prefix(MAGIC)?;
+        let mut parts = Vec::with_capacity(3);
+        for _ in 0..3 {
+            let (len, tail) = rest.split_at_checked(8)?;
+            let len = usize::try_from(u64::from_le_bytes(len.try_into().ok()?)).ok()?;
+            let (part, tail) = tail.split_at_checked(len)?;
+            parts.push(part);
+            rest = tail;
+        }
+        let whole = rest.is_empty();
+        (whole && parts[0] == self.identity.as_bytes() && parts[1] == ir.as_bytes())
+            .then(|| parts[2].to_vec())
+    }
+
+    /// Store `object` as the code of `ir`. Failures (a full disk, a
+    /// read-only directory) only mean the next process compiles again.
+    pub fn save(&self, ir: &str, object: &[u8]) {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmp = self.dir.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(&self.encode(ir, object)))
+            .and_then(|()| fs::rename(&tmp, self.path_of(ir)));
+        match written {
+            Ok(()) => {
+                self.stats.writes.fetch_add(1, Ordering::Relaxed);
+                self.evict();
+            }
+            Err(_) => {
+                let _ = fs::remove_file(&tmp);
+            }
+        }
+    }
+
+    /// Remove the oldest entries (and stale temporary files) until the
+    /// directory is within its cap.
+    fn evict(&self) {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut entries = Vec::new();
+        let mut total = 0u64;
+        for e in rd.flatten() {
+            let (Ok(meta), name) = (e.metadata(), e.file_name()) else {
+                continue;
+            };
+            let mtime = meta.modified().unwrap_or(now);
+            let name = name.to_string_lossy();
+            let old = now.duration_since(mtime).is_ok_and(|d| d.as_secs() > 3600);
+            if name.starts_with(".tmp-") && old {
+                let _ = fs::remove_file(e.path());
+            } else if name.ends_with(".tck") {
+                total = total.saturating_add(meta.len());
+                entries.push((mtime, meta.len(), e.path()));
+            }
+        }
+        entries.sort();
+        for (_, len, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if fs::remove_file(path).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
