@@ -51,7 +51,7 @@
 //! `(kc, packed A, packed B, C, ldc, accumulate)`; the loop nest around it is
 //! the one blocked driver of the f32 GEMM (`gemm_common::blocked`: `jc` →
 //! `pc` pack B → `ic` pack A, split across the rayon pool → micro-tiles),
-//! here with [`IntGemm`]'s packing and blocks, and with edge tiles computed
+//! here with `IntGemm`'s packing and blocks, and with edge tiles computed
 //! into a local tile and copied. I32 and I64 results are written straight
 //! into the output; the narrow dtypes accumulate into an i32 scratch matrix
 //! that is narrowed (and, for I4, packed into nibbles) at the end.
