@@ -242,7 +242,7 @@ fn par_ranges(outer: usize, align: usize, f: impl Fn(usize, usize) + Sync) {
 }
 
 /// Flat outputs from this size on are written with streaming stores
-/// ([`run_flat_streamed`]): twice the L2 of these machines, so a value
+/// (`run_flat_streamed`): twice the L2 of these machines, so a value
 /// this large would not stay in cache for its consumer anyway.
 pub const STREAM_MIN: usize = 8 << 20;
 

@@ -1,9 +1,14 @@
 //! What the float GEMM ([`crate::matmul`]) and the integer GEMM
 //! ([`crate::matmul_int`]) share: the register-tile micro-kernel emitter
-//! and the batched matmul shape rule with its checked element counts. It
-//! sits below both so neither imports the other's internals (issue #14: no
-//! import cycles between files).
+//! and its compiled form, the one blocked driver ([`blocked`], generic over
+//! a [`Family`] of element types, issue #14), the micro-tile write with its
+//! partial-tile copy, and the batched matmul shape rule with its checked
+//! element counts. It sits below both so neither imports the other's
+//! internals (issue #14: no import cycles between files).
 
+use rayon::prelude::*;
+
+use crate::jit::JitModule;
 use crate::Error;
 
 /// What differs between the register-tile micro-kernels (f32 here, the
@@ -141,4 +146,362 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
         Ok(st) => st.into_iter().map(|s| s as isize).collect(),
         Err(_) => vec![0; shape.len()],
     }
+}
+
+/// A compiled micro-kernel, `ukr(kc, packed A, packed B, C, ldc, accumulate)`
+/// (see [`ukernel_text`]). The pointers are untyped here so that the f32
+/// and the integer kernels share one type; [`call_ukr`] casts them.
+pub(crate) type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64);
+
+/// A micro-kernel with the module that holds its code and its tile
+/// (`mr × nr`); the module must live as long as `f` is called.
+pub(crate) struct Micro {
+    _module: JitModule,
+    /// The kernel.
+    pub f: Ukr,
+    /// Rows of the tile.
+    pub mr: usize,
+    /// Columns of the tile (two vectors).
+    pub nr: usize,
+}
+
+/// Compile the IR text `ir` (which must define `ukr` as [`ukernel_text`]
+/// does) into a [`Micro`] of tile `mr × nr`.
+pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize) -> Result<Micro, String> {
+    let m = JitModule::compile(ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
+    let a = m.addr("ukr").ok_or("ukr missing")?;
+    // SAFETY: `a` is MCJIT's address of `ukr`, which `ukernel_text` emits
+    // as `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64 accum)`: the `Ukr`
+    // signature and C calling convention (pointers are pointers to the C
+    // ABI whatever their pointee); `Micro` keeps the module, and so the
+    // code, alive next to `f`.
+    let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
+    Ok(Micro {
+        _module: m,
+        f,
+        mr,
+        nr,
+    })
+}
+
+/// Call the kernel `f`: `c[0..mr, 0..nr] (+)= a-panel · b-panel` over `kc ≥ 1`
+/// packed k-slots.
+///
+/// # Safety
+/// `f` is a kernel of element type `E` and tile `mr × nr`; the panels hold
+/// `kc·mr` and `kc·nr` elements of `E`, `c` is valid for an `mr × nr` tile
+/// with leading dimension `ldc` that no one else touches during the call.
+#[inline(always)]
+// SAFETY: (contract) met by `tile_into_c`, its only caller.
+unsafe fn call_ukr<E>(
+    f: Ukr,
+    kc: usize,
+    a: *const E,
+    b: *const E,
+    c: *mut E,
+    ldc: usize,
+    accum: bool,
+) {
+    // SAFETY: the kernel reads exactly the two panels and reads/writes
+    // exactly the tile (its IR, `ukernel_text`), valid by the contract.
+    unsafe {
+        f(
+            kc as i64,
+            a.cast(),
+            b.cast(),
+            c.cast(),
+            ldc as i64,
+            accum as i64,
+        )
+    };
+}
+
+/// A raw pointer that may cross into rayon tasks.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr<T>(pub *mut T);
+// SAFETY: a `SendPtr` crosses threads only inside `blocked`, the f32
+// streamed path (`matmul::streamed`), `matmul::matmul_strided` and
+// `matmul_int::batched`, which all join their tasks before returning (so
+// the pointee outlives them); the tasks only read the operands and packed
+// panels, and write disjoint parts of C (distinct column panels, row
+// blocks or batch items).
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as for `Send` just above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// An element (and accumulator) type of a kernel's C.
+pub(crate) trait GemmElem: Copy + Default + Send + Sync + 'static {
+    /// `self + o` as the kernel's accumulate path adds into C (`fadd`, or a
+    /// wrapping `add`): the partial-tile copy must round the same way.
+    fn acc(self, o: Self) -> Self;
+}
+
+impl GemmElem for f32 {
+    #[inline(always)]
+    fn acc(self, o: Self) -> Self {
+        self + o
+    }
+}
+
+impl GemmElem for i32 {
+    #[inline(always)]
+    fn acc(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+}
+
+impl GemmElem for i64 {
+    #[inline(always)]
+    fn acc(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+}
+
+/// Elements in the scratch tile of a partial panel: the largest micro-tile
+/// (`MR ≤ 14` rows, `NR ≤ 32` columns; every kernel's geometry caps MR at
+/// 14 and NR is two vectors of at most 16 lanes).
+pub(crate) const TILE_MAX: usize = 14 * 32;
+
+/// One micro-tile of C: `nrows × ncols` at `(row0, col0)`, from the packed
+/// A panel at `a` (`kc × mr` slots) and B panel at `b` (`kc × nr`), added to
+/// C when `accum`.
+pub(crate) struct Tile<E> {
+    /// Packed k-slots of the panels.
+    pub kc: usize,
+    /// First row in C.
+    pub row0: usize,
+    /// First column in C.
+    pub col0: usize,
+    /// Valid rows (≤ mr).
+    pub nrows: usize,
+    /// Valid columns (≤ nr).
+    pub ncols: usize,
+    /// Add into C rather than overwrite it.
+    pub accum: bool,
+    /// Packed A panel.
+    pub a: *const E,
+    /// Packed B panel.
+    pub b: *const E,
+}
+
+/// Compute micro-tile `t` of the `m × n` C at `c`: the full kernel straight
+/// into C for a whole tile, the edge kernel `edge` for the last row panel,
+/// else the full kernel into `tile` and the valid part copied (added with
+/// [`GemmElem::acc`] when accumulating). The one body of every GEMM path.
+///
+/// # Safety
+/// `t.a`/`t.b` hold `kc·mk.mr` and `kc·mk.nr` packed elements of `E`, `mk`
+/// (and `edge`) being kernels of element type `E`; `c` is valid for `m·n`
+/// elements and `t` lies inside it (`row0 + nrows ≤ m`, `col0 + ncols ≤
+/// n`, `nrows ≤ mr`, `ncols ≤ nr`, `mr·nr ≤ TILE_MAX`), with no one else
+/// touching that part during the call; `edge`, if any, computes the first
+/// `m % mk.mr` rows of a panel packed `mk.mr` wide.
+#[inline(always)]
+// SAFETY: (contract) met by `blocked` and `matmul::streamed`, its callers.
+pub(crate) unsafe fn tile_into_c<E: GemmElem>(
+    mk: &Micro,
+    edge: Option<Ukr>,
+    t: &Tile<E>,
+    (m, n): (usize, usize),
+    c: *mut E,
+    tile: &mut [E; TILE_MAX],
+) {
+    let (mr, nr) = (mk.mr, mk.nr);
+    // `dst` is `(row0, col0)` inside C. The full kernel writes `mr` rows of
+    // `nr` at stride `n`: a whole tile. The edge kernel writes the first
+    // `m % mr = nrows` rows (the last row panel: `row0 + nrows = m`) of `nr
+    // = ncols` columns. Otherwise the kernel writes `mr·nr ≤ TILE_MAX`
+    // elements of `tile` at stride `nr`, and the `nrows × ncols` part is copied.
+    // SAFETY: so every access is inside `t`'s part of C or `tile` (contract).
+    unsafe {
+        let dst = c.add(t.row0 * n + t.col0);
+        if t.nrows == mr && t.ncols == nr {
+            call_ukr(mk.f, t.kc, t.a, t.b, dst, n, t.accum);
+        } else if let Some(e) = edge.filter(|_| t.ncols == nr && t.nrows == m % mr) {
+            call_ukr(e, t.kc, t.a, t.b, dst, n, t.accum);
+        } else {
+            call_ukr(mk.f, t.kc, t.a, t.b, tile.as_mut_ptr(), nr, false);
+            for r in 0..t.nrows {
+                for cc in 0..t.ncols {
+                    let d = dst.add(r * n + cc);
+                    let v = tile[r * nr + cc];
+                    *d = if t.accum { (*d).acc(v) } else { v };
+                }
+            }
+        }
+    }
+}
+
+/// What the blocked driver needs to know of one GEMM family (f32 with
+/// narrow floats widened, or the integer kernels at i32/i64): the element
+/// type, the kernels, the block sizes, the packing and the packing buffers.
+pub(crate) trait Family: Sync {
+    /// The packed operands' and C's element type.
+    type E: GemmElem;
+    /// An operand as the packers read it.
+    type Src: Sync;
+    /// The full kernel, and the edge kernel for the last row panel (if any;
+    /// see [`tile_into_c`]).
+    fn kernels(&self) -> (&Micro, Option<Ukr>);
+    /// `(KC, MC, NC)`: the contraction block in steps of k, the row and
+    /// column blocks (rounded up to whole tiles by the driver).
+    fn blocks(&self) -> (usize, usize, usize);
+    /// Packed k-slots for `kc` steps of k (two steps per slot for the
+    /// integer pair kernel).
+    fn slots(&self, kc: usize) -> usize;
+    /// Pack rows `row0..row0 + mr` (zero past `m`) × k `pc..pc + kc` of A
+    /// into `dst[s·mr + r]`, all `slots(kc)·mr` of them written.
+    ///
+    /// # Safety
+    /// `a` must be readable over rows `row0..m` and k `pc..pc + kc`.
+    #[allow(clippy::too_many_arguments)]
+    // SAFETY: (contract) met by `blocked` and `matmul::streamed`.
+    unsafe fn pack_a(
+        &self,
+        a: &Self::Src,
+        pc: usize,
+        kc: usize,
+        row0: usize,
+        mr: usize,
+        m: usize,
+        dst: &mut [Self::E],
+    );
+    /// Pack k `pc..pc + kc` × columns `col0..col0 + nr` (zero past `n`) of
+    /// B into `dst[s·nr + c]`, all `slots(kc)·nr` of them written.
+    ///
+    /// # Safety
+    /// `b` must be readable over k `pc..pc + kc` and columns `col0..n`.
+    #[allow(clippy::too_many_arguments)]
+    // SAFETY: (contract) met by `blocked` and `matmul::streamed`.
+    unsafe fn pack_b(
+        &self,
+        b: &Self::Src,
+        pc: usize,
+        kc: usize,
+        col0: usize,
+        nr: usize,
+        n: usize,
+        dst: &mut [Self::E],
+    );
+    /// The packed-B buffer for one call (a family may keep it per thread).
+    fn take_b(&self) -> Vec<Self::E>;
+    /// `need` elements of `buf` for one packed B block (contents lost when
+    /// it grows).
+    fn b_block<'a>(&self, buf: &'a mut Vec<Self::E>, need: usize) -> &'a mut [Self::E];
+    /// Return the buffer of [`Family::take_b`].
+    fn give_b(&self, buf: Vec<Self::E>);
+    /// A packed-A buffer of at least `len` elements (contents unspecified).
+    fn take_a(&self, len: usize) -> Vec<Self::E>;
+    /// Return the buffer of [`Family::take_a`].
+    fn give_a(&self, buf: Vec<Self::E>);
+}
+
+/// `C[m×n] = A[m×k] · B[k×n]` (C row-major, leading dimension `n`), in the
+/// BLIS order: `jc` (NC columns, B block in L3) → `pc` (KC of the
+/// contraction, pack B) → `ic` (MC rows, pack A into L2, split across the
+/// rayon pool when `par`) → `jr` → `ir` (micro-tile). Each element of C
+/// sums its K-blocks in order, whatever the thread split: results do not
+/// depend on `par`.
+///
+/// # Safety
+/// `m, n, k ≥ 1`; `a`, `b` readable as [`Family::pack_a`] and
+/// [`Family::pack_b`] need for rows `0..m`, k `0..k`, columns `0..n`; `c`
+/// valid for writes of `m·n` elements (aligned for `F::E`) that no one else
+/// touches during the call; the kernels' tile fits [`TILE_MAX`].
+// SAFETY: (contract) met by `matmul::sgemm` and `matmul_int::batched`.
+pub(crate) unsafe fn blocked<F: Family>(
+    f: &F,
+    (m, n, k): (usize, usize, usize),
+    a: &F::Src,
+    b: &F::Src,
+    c: *mut F::E,
+    par: bool,
+) {
+    let (mk, edge) = f.kernels();
+    let (mr, nr) = (mk.mr, mk.nr);
+    let (kc_, mc_, nc_) = f.blocks();
+    let (mc_, nc_) = (mc_.div_ceil(mr) * mr, nc_.div_ceil(nr) * nr);
+    let nthreads = if par {
+        rayon::current_num_threads().max(1)
+    } else {
+        1
+    };
+    let mc = if nthreads > 1 {
+        mc_.min(m.div_ceil(nthreads).div_ceil(mr) * mr)
+    } else {
+        mc_
+    };
+    let cp = SendPtr(c);
+    let mut bp = f.take_b();
+    for jc in (0..n).step_by(nc_) {
+        let nc = nc_.min(n - jc);
+        let npanels = nc.div_ceil(nr);
+        for pc in (0..k).step_by(kc_) {
+            let kc = kc_.min(k - pc);
+            let ks = f.slots(kc);
+            // Pack B[pc.., jc..] into NR-wide panels; each fully written.
+            let bpk = f.b_block(&mut bp, npanels * ks * nr);
+            // SAFETY: k `pc..pc + kc ⊆ 0..k` and columns from `jc + q·nr <
+            // n` of B, readable by the contract; each chunk is one panel.
+            let pack =
+                |q: usize, d: &mut [F::E]| unsafe { f.pack_b(b, pc, kc, jc + q * nr, nr, n, d) };
+            if par && npanels > 1 {
+                bpk.par_chunks_mut(ks * nr)
+                    .enumerate()
+                    .for_each(|(q, d)| pack(q, d));
+            } else {
+                bpk.chunks_mut(ks * nr)
+                    .enumerate()
+                    .for_each(|(q, d)| pack(q, d));
+            }
+            let bpr = &*bpk;
+            let accum = pc > 0;
+            let do_block = |ic: usize| {
+                let c = cp;
+                let mcb = mc.min(m - ic);
+                let mpanels = mcb.div_ceil(mr);
+                let mut ap = f.take_a(mpanels * ks * mr);
+                for p in 0..mpanels {
+                    let dst = &mut ap[p * ks * mr..(p + 1) * ks * mr];
+                    // SAFETY: rows from `ic + p·mr < m`, k `pc..pc + kc ⊆
+                    // 0..k` of A, readable by the contract.
+                    unsafe { f.pack_a(a, pc, kc, ic + p * mr, mr, m, dst) };
+                }
+                let mut tile = [F::E::default(); TILE_MAX];
+                for q in 0..npanels {
+                    let col0 = jc + q * nr;
+                    let ncols = nr.min(n - col0);
+                    for p in 0..mpanels {
+                        let row0 = ic + p * mr;
+                        // B panel `q` is the `ks·nr` elements at `q·ks·nr` of
+                        // `bpr` (`npanels·ks·nr`), A panel `p` the `ks·mr` at
+                        // `p·ks·mr` of `ap` (≥ `mpanels·ks·mr`); `row0 < m`.
+                        // SAFETY: so `tile_into_c`'s contract holds; this task
+                        // alone writes C's rows of its block `ic..ic + mcb`.
+                        unsafe {
+                            let t = Tile {
+                                kc: ks,
+                                row0,
+                                col0,
+                                nrows: mr.min(m - row0),
+                                ncols,
+                                accum,
+                                a: ap.as_ptr().add(p * ks * mr),
+                                b: bpr.as_ptr().add(q * ks * nr),
+                            };
+                            tile_into_c(mk, edge, &t, (m, n), c.0, &mut tile);
+                        }
+                    }
+                }
+                f.give_a(ap);
+            };
+            let blocks: Vec<usize> = (0..m).step_by(mc).collect();
+            if par && blocks.len() > 1 {
+                blocks.par_iter().for_each(|&ic| do_block(ic));
+            } else {
+                blocks.iter().for_each(|&ic| do_block(ic));
+            }
+        }
+    }
+    f.give_b(bp);
 }

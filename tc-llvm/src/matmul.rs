@@ -18,15 +18,17 @@
 //! accumulation in the interpreter, wrapped to the dtype) is bit-exact and
 //! runs on its own packed IR micro-kernels: [`crate::matmul_int`].
 
+use crate::gemm_common::{
+    blocked, compile_micro, matmul_dims, tile_into_c, ukernel_text, Family, Micro, SendPtr, Tile,
+    Ukr, UkrSpec, TILE_MAX,
+};
 pub use crate::gemm_common::{checked_counts, contiguous_strides};
-use crate::gemm_common::{matmul_dims, ukernel_text, UkrSpec};
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
 use tc_core::Dtype;
 use tc_runtime::cast;
 
-use crate::jit::JitModule;
 use crate::Error;
 
 /// Rows of the register tile.
@@ -45,15 +47,6 @@ pub const STREAM_MAX_M: usize = 140;
 
 /// Column block.
 pub const NC: usize = 4096;
-
-type Ukr = unsafe extern "C" fn(i64, *const f32, *const f32, *mut f32, i64, i64);
-
-struct Micro {
-    _module: JitModule,
-    f: Ukr,
-    nr: usize,
-    mr: usize,
-}
 
 /// The micro-kernel's IR text for vector width `vw` (NR = 2·vw), MR = [`MR`].
 pub fn ukernel_ir(vw: usize) -> String {
@@ -123,19 +116,7 @@ fn micro() -> Result<&'static Micro, Error> {
         } else {
             params().0.min(6)
         };
-        let ir = ukernel_ir_mr(vw, mr);
-        let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
-        let a = m.addr("ukr").ok_or("ukr missing")?;
-        // SAFETY: `a` is MCJIT's address of `ukr`, which `ukernel_text`
-        // emits with exactly the `Ukr` signature and C calling convention;
-        // `Micro` keeps the module (and so the code) alive next to `f`.
-        let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
-        Ok(Micro {
-            _module: m,
-            f,
-            nr: 2 * vw,
-            mr,
-        })
+        compile_micro(&ukernel_ir_mr(vw, mr), mr, 2 * vw)
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
@@ -150,23 +131,14 @@ fn micro() -> Result<&'static Micro, Error> {
 /// add into C as the tile path: bit-identical results.
 fn edge(rows: usize) -> Result<Ukr, Error> {
     const N: usize = 14;
-    static E: [OnceLock<Result<(JitModule, Ukr), String>>; N] = [const { OnceLock::new() }; N];
+    static E: [OnceLock<Result<Micro, String>>; N] = [const { OnceLock::new() }; N];
     let mk = micro()?;
     if rows == 0 || rows >= mk.mr || rows > N {
         return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
     }
-    let r = E[rows - 1].get_or_init(|| {
-        let ir = ukernel_ir_rows(mk.nr / 2, rows, mk.mr);
-        let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
-        let a = m.addr("ukr").ok_or("ukr missing")?;
-        // SAFETY: as in `micro`: `ukernel_text` emits `ukr` with the `Ukr`
-        // signature, and the module lives in the static next to `f`.
-        let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
-        Ok((m, f))
-    });
-    r.as_ref()
-        .map(|(_, f)| *f)
-        .map_err(|e| Error::Llvm(e.clone()))
+    let r = E[rows - 1]
+        .get_or_init(|| compile_micro(&ukernel_ir_rows(mk.nr / 2, rows, mk.mr), rows, mk.nr));
+    r.as_ref().map(|e| e.f).map_err(|e| Error::Llvm(e.clone()))
 }
 
 /// `TC_MM_EDGE=0` runs edge row panels through the full kernel and a
@@ -196,16 +168,6 @@ pub fn set_edge_kernels(on: bool) {
 pub fn warm_up() -> Result<(), Error> {
     micro().map(|_| ())
 }
-
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-// SAFETY: a `SendPtr` crosses threads only inside `sgemm` and
-// `matmul_strided`, which join their tasks before returning (so the pointee
-// outlives them); the tasks only read A, B and the packed A, and write
-// disjoint parts of C (distinct column panels, row blocks or batch items).
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as for `Send` just above.
-unsafe impl<T> Sync for SendPtr<T> {}
 
 /// A strided f32 matrix view: element `(i, j)` at `ptr + i·rs + j·cs`.
 ///
@@ -274,246 +236,195 @@ pub unsafe fn sgemm(
         return Ok(());
     }
     let mk = micro()?;
-    let nr = mk.nr;
-    let (mr_, kc_) = (mk.mr, params().1);
-    let mc_ = params().2.div_ceil(mr_) * mr_;
-    let nc_ = params().3.div_ceil(mk.nr) * mk.nr;
     // The kernel for the last row panel when m is not a multiple of MR
     // (compiled before any thread needs it).
-    let edge_ukr = if !m.is_multiple_of(mr_) && edge_kernels() {
-        Some(edge(m % mr_)?)
+    let edge = if !m.is_multiple_of(mk.mr) && edge_kernels() {
+        Some(edge(m % mk.mr)?)
     } else {
         None
     };
+    let fam = F32Gemm { mk, edge };
     let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
+    if m <= STREAM_MAX_M.div_ceil(mk.mr) * mk.mr && stream_b() {
+        // SAFETY: `m, n, k ≥ 1` and the views and C as `sgemm`'s contract.
+        unsafe { streamed(&fam, (m, n, k), &a, &b, c, par) };
+    } else {
+        // SAFETY: as just above; `F32Gemm`'s packers read the views over
+        // exactly the rows, k and columns `blocked` asks for, and its tile
+        // is at most 14 × 32 (`micro`).
+        unsafe { blocked(&fam, (m, n, k), &a, &b, c, par) };
+    }
+    Ok(())
+}
+
+/// The f32 GEMM family: the micro-kernel (and edge kernel) of this call,
+/// [`params`]' blocks, [`View`] operands packed by [`pack_a_panel`] and
+/// [`pack_b_panel`], and per-thread packing buffers (B's on a huge page).
+struct F32Gemm {
+    mk: &'static Micro,
+    edge: Option<Ukr>,
+}
+
+impl Family for F32Gemm {
+    type E = f32;
+    type Src = View;
+
+    fn kernels(&self) -> (&Micro, Option<Ukr>) {
+        (self.mk, self.edge)
+    }
+
+    fn blocks(&self) -> (usize, usize, usize) {
+        let (_, kc, mc, nc) = params();
+        (kc, mc, nc)
+    }
+
+    fn slots(&self, kc: usize) -> usize {
+        kc
+    }
+
+    // SAFETY: (contract) `Family::pack_a`'s, met by its callers; it is
+    // `pack_a_panel`'s.
+    unsafe fn pack_a(
+        &self,
+        a: &View,
+        pc: usize,
+        kc: usize,
+        row0: usize,
+        mr: usize,
+        m: usize,
+        dst: &mut [f32],
+    ) {
+        // SAFETY: the same contract.
+        unsafe { pack_a_panel(a, pc, kc, row0, mr, m, dst) }
+    }
+
+    // SAFETY: (contract) `Family::pack_b`'s, met by its callers; it is
+    // `pack_b_panel`'s.
+    unsafe fn pack_b(
+        &self,
+        b: &View,
+        pc: usize,
+        kc: usize,
+        col0: usize,
+        nr: usize,
+        n: usize,
+        dst: &mut [f32],
+    ) {
+        // SAFETY: the same contract.
+        unsafe { pack_b_panel(b, pc, kc, col0, nr, n, dst) }
+    }
+
+    // The packed-B buffer (up to NC·KC floats) is kept per calling thread:
+    // no allocation, zeroing or page faults per call.
+    fn take_b(&self) -> Vec<f32> {
+        BPACK.with(|s| std::mem::take(&mut *s.borrow_mut()))
+    }
+
+    fn b_block<'a>(&self, buf: &'a mut Vec<f32>, need: usize) -> &'a mut [f32] {
+        huge_slice(buf, need)
+    }
+
+    fn give_b(&self, buf: Vec<f32>) {
+        BPACK.with(|s| *s.borrow_mut() = buf);
+    }
+
+    fn take_a(&self, len: usize) -> Vec<f32> {
+        take_scratch(len)
+    }
+
+    fn give_a(&self, buf: Vec<f32>) {
+        give_scratch(buf)
+    }
+}
+
+/// One row block (m ≤ [`STREAM_MAX_M`], e.g. a sequence of 128 tokens
+/// times a 768 × 3072 weight): pack A once per K-block and stream B panel
+/// by panel through an L1-sized buffer, so the packed B (megabytes) is
+/// never written out to L3 and read back. Same kernel, same K-blocking as
+/// [`blocked`]: the results are bit-identical to it. Threads (when `par`)
+/// split the column panels.
+///
+/// # Safety
+/// `m, n, k ≥ 1`, `m ≤ STREAM_MAX_M` rounded up to whole tiles, and the
+/// views and `c` as [`sgemm`]'s contract.
+// SAFETY: (contract) met by `sgemm`, its only caller.
+unsafe fn streamed(
+    f: &F32Gemm,
+    (m, n, k): (usize, usize, usize),
+    a: &View,
+    b: &View,
+    c: *mut f32,
+    par: bool,
+) {
+    let (mk, edge) = (f.mk, f.edge);
+    let (nr, mr, kc_) = (mk.nr, mk.mr, params().1);
     let nthreads = if par {
         rayon::current_num_threads().max(1)
     } else {
         1
     };
-    let mc = if nthreads > 1 {
-        mc_.min((m.div_ceil(nthreads)).div_ceil(mr_) * mr_)
-    } else {
-        mc_
-    };
     let cp = SendPtr(c);
-    // One row block (m ≤ MC, e.g. a sequence of 128 tokens times a
-    // 768 × 3072 weight): pack A once per K-block and stream B panel by panel
-    // through an L1-sized buffer, so the packed B (megabytes) is never
-    // written out to L3 and read back. Same kernel, same K-blocking: the
-    // results are bit-identical to the blocked path below.
-    if m <= STREAM_MAX_M.div_ceil(mr_) * mr_ && stream_b() {
-        let mpanels = m.div_ceil(mr_);
-        let mut ap = take_scratch(mpanels * kc_.min(k) * mr_);
-        for pc in (0..k).step_by(kc_) {
-            let kc = kc_.min(k - pc);
-            for p in 0..mpanels {
-                let dst = &mut ap[p * kc * mr_..(p + 1) * kc * mr_];
-                // SAFETY: rows `p·mr_ < m` (p < mpanels = ⌈m / mr_⌉) and
-                // columns `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
-                unsafe { pack_a_panel(&a, pc, kc, p * mr_, mr_, m, dst) };
-            }
-            let accum = (pc > 0) as i64;
-            let apr = SendPtr(ap.as_mut_ptr());
-            let npanels = n.div_ceil(nr);
-            let range = |q0: usize, q1: usize| {
-                let (apr, cp) = (apr, cp);
-                let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
-                if bq.len() < kc * nr {
-                    bq.resize(kc * nr, 0.0);
-                }
-                let mut tile = [0f32; TILE_MAX];
-                for q in q0..q1 {
-                    let col0 = q * nr;
-                    // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
-                    // `col0.. < n` of B, valid by the contract; the panel
-                    // buffer has `kc·nr` floats.
-                    unsafe { pack_b_panel(&b, pc, kc, col0, nr, n, &mut bq[..kc * nr]) };
-                    let ncols = nr.min(n - col0);
-                    for p in 0..mpanels {
-                        let row0 = p * mr_;
-                        let nrows = mr_.min(m - row0);
-                        // A panel `p` is the `kc·mr_` floats at `p·kc·mr_` of
-                        // `ap` (sized `mpanels·min(KC, k)·mr_` above), the B
-                        // panel the `kc·nr` of `bq`; `row0 < m`, `col0 < n`.
-                        // SAFETY: so `tile_into_c`'s contract holds; this task
-                        // alone writes C's columns of its panels `q0..q1`.
-                        unsafe {
-                            let a = apr.0.add(p * kc * mr_);
-                            let t = Tile {
-                                kc,
-                                row0,
-                                col0,
-                                nrows,
-                                ncols,
-                                accum,
-                                a,
-                                b: bq.as_ptr(),
-                            };
-                            tile_into_c(mk, edge_ukr, &t, (m, n), cp.0, &mut tile);
-                        }
-                    }
-                }
-                BPANEL.with(|s| *s.borrow_mut() = bq);
-            };
-            let chunks = (nthreads * 4).min(npanels);
-            if par && chunks > 1 {
-                (0..chunks)
-                    .into_par_iter()
-                    .for_each(|i| range(npanels * i / chunks, npanels * (i + 1) / chunks));
-            } else {
-                range(0, npanels);
-            }
+    let mpanels = m.div_ceil(mr);
+    let mut ap = take_scratch(mpanels * kc_.min(k) * mr);
+    for pc in (0..k).step_by(kc_) {
+        let kc = kc_.min(k - pc);
+        for p in 0..mpanels {
+            let dst = &mut ap[p * kc * mr..(p + 1) * kc * mr];
+            // SAFETY: rows `p·mr < m` (p < mpanels = ⌈m / mr⌉) and
+            // columns `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
+            unsafe { pack_a_panel(a, pc, kc, p * mr, mr, m, dst) };
         }
-        give_scratch(ap);
-        return Ok(());
-    }
-    // The packed-B buffer (up to NC·KC floats) is kept per calling thread:
-    // no allocation, zeroing or page faults per call.
-    let mut bp: Vec<f32> = BPACK.with(|s| std::mem::take(&mut *s.borrow_mut()));
-    for jc in (0..n).step_by(nc_) {
-        let nc = nc_.min(n - jc);
-        let npanels = nc.div_ceil(nr);
-        for pc in (0..k).step_by(kc_) {
-            let kc = kc_.min(k - pc);
-            // Pack B[pc.., jc..] into NR-wide row panels, zero-padded.
-            // Every panel is fully written by the packing (padding included).
-            let need = npanels * kc * nr;
-            let bp = huge_slice(&mut bp, need);
-            // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns from
-            // `jc + q·nr < n` of B, valid by the contract; each chunk of
-            // `bp` is one panel of `kc·nr` floats (`need` is a multiple).
-            let pack_b = |q: usize, dst: &mut [f32]| unsafe {
-                pack_b_panel(&b, pc, kc, jc + q * nr, nr, n, dst)
-            };
-            if par {
-                bp.par_chunks_mut(kc * nr)
-                    .enumerate()
-                    .for_each(|(q, d)| pack_b(q, d));
-            } else {
-                bp.chunks_mut(kc * nr)
-                    .enumerate()
-                    .for_each(|(q, d)| pack_b(q, d));
+        let accum = pc > 0;
+        let apr = SendPtr(ap.as_mut_ptr());
+        let npanels = n.div_ceil(nr);
+        let range = |q0: usize, q1: usize| {
+            let (apr, cp) = (apr, cp);
+            let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
+            if bq.len() < kc * nr {
+                bq.resize(kc * nr, 0.0);
             }
-            let bpr = &*bp;
-            let accum = (pc > 0) as i64;
-            let do_block = |ic: usize| {
-                let mcb = mc.min(m - ic);
-                let mpanels = mcb.div_ceil(mr_);
-                let mut ap = take_scratch(mpanels * kc * mr_);
+            let mut tile = [0f32; TILE_MAX];
+            for q in q0..q1 {
+                let col0 = q * nr;
+                // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
+                // `col0.. < n` of B, valid by the contract; the panel
+                // buffer has `kc·nr` floats.
+                unsafe { pack_b_panel(b, pc, kc, col0, nr, n, &mut bq[..kc * nr]) };
+                let ncols = nr.min(n - col0);
                 for p in 0..mpanels {
-                    let dst = &mut ap[p * kc * mr_..(p + 1) * kc * mr_];
-                    // SAFETY: rows from `ic + p·mr_ < m` and columns
-                    // `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
-                    unsafe { pack_a_panel(&a, pc, kc, ic + p * mr_, mr_, m, dst) };
-                }
-                let mut tile = [0f32; TILE_MAX];
-                let c = cp;
-                for q in 0..npanels {
-                    let col0 = jc + q * nr;
-                    let ncols = nr.min(n - col0);
-                    for p in 0..mpanels {
-                        let row0 = ic + p * mr_;
-                        let nrows = mr_.min(m - row0);
-                        // B panel `q` is the `kc·nr` floats at `q·kc·nr` of
-                        // `bpr` (`npanels·kc·nr`), A panel `p` the `kc·mr_` at
-                        // `p·kc·mr_` of `ap` (`mpanels·kc·mr_`); `row0 < m`.
-                        // SAFETY: so `tile_into_c`'s contract holds; this task
-                        // alone writes C's rows of its block `ic..ic + mcb`.
-                        unsafe {
-                            let b = bpr.as_ptr().add(q * kc * nr);
-                            let a = ap.as_ptr().add(p * kc * mr_);
-                            let t = Tile {
-                                kc,
-                                row0,
-                                col0,
-                                nrows,
-                                ncols,
-                                accum,
-                                a,
-                                b,
-                            };
-                            tile_into_c(mk, edge_ukr, &t, (m, n), c.0, &mut tile);
-                        }
+                    let row0 = p * mr;
+                    // A panel `p` is the `kc·mr` floats at `p·kc·mr` of
+                    // `ap` (sized `mpanels·min(KC, k)·mr` above), the B
+                    // panel the `kc·nr` of `bq`; `row0 < m`, `col0 < n`.
+                    // SAFETY: so `tile_into_c`'s contract holds; this task
+                    // alone writes C's columns of its panels `q0..q1`.
+                    unsafe {
+                        let t = Tile {
+                            kc,
+                            row0,
+                            col0,
+                            nrows: mr.min(m - row0),
+                            ncols,
+                            accum,
+                            a: apr.0.add(p * kc * mr),
+                            b: bq.as_ptr(),
+                        };
+                        tile_into_c(mk, edge, &t, (m, n), cp.0, &mut tile);
                     }
                 }
-                give_scratch(ap);
-            };
-            let blocks: Vec<usize> = (0..m).step_by(mc).collect();
-            if par && blocks.len() > 1 {
-                blocks.par_iter().for_each(|&ic| do_block(ic));
-            } else {
-                blocks.iter().for_each(|&ic| do_block(ic));
             }
-        }
-    }
-    BPACK.with(|s| *s.borrow_mut() = bp);
-    Ok(())
-}
-
-/// Floats in the scratch tile of a partial panel: the largest micro-tile
-/// (`MR ≤ 14` rows, `NR ≤ 32` columns; `params` caps MR at 14).
-const TILE_MAX: usize = 14 * 32;
-
-/// One micro-tile of C: `nrows × ncols` at `(row0, col0)`, from the packed
-/// A panel at `a` (`kc × mr`) and B panel at `b` (`kc × nr`), added to C
-/// unless `accum == 0`.
-struct Tile {
-    kc: usize,
-    row0: usize,
-    col0: usize,
-    nrows: usize,
-    ncols: usize,
-    accum: i64,
-    a: *const f32,
-    b: *const f32,
-}
-
-/// Compute micro-tile `t` of the `m × n` C at `c`: the full kernel straight
-/// into C for a whole tile, the edge kernel `edge_ukr` for the last row
-/// panel, else the full kernel into `tile` and the valid part copied. (The
-/// one body of both `sgemm` paths.)
-///
-/// # Safety
-/// `t.a`/`t.b` hold `kc·mk.mr` and `kc·mk.nr` packed floats; `c` is valid
-/// for `m·n` floats and `t` lies inside it (`row0 + nrows ≤ m`,
-/// `col0 + ncols ≤ n`, `nrows ≤ mr`, `ncols ≤ nr`), with no one else
-/// touching that part during the call; `edge_ukr` is `edge(m % mk.mr)`.
-#[inline(always)]
-// SAFETY: (contract) met by `sgemm`'s two loops, its only callers.
-unsafe fn tile_into_c(
-    mk: &Micro,
-    edge_ukr: Option<Ukr>,
-    t: &Tile,
-    (m, n): (usize, usize),
-    c: *mut f32,
-    tile: &mut [f32; TILE_MAX],
-) {
-    let (ukr, mr, nr) = (mk.f, mk.mr, mk.nr);
-    let (kc, apq, bq) = (t.kc as i64, t.a, t.b);
-    // `dst` is `(row0, col0)` inside C. The full kernel writes `mr` rows of
-    // `nr` at stride `n`: a whole tile. The edge kernel writes the first
-    // `m % mr = nrows` rows (the last row panel: `row0 + nrows = m`) of `nr
-    // = ncols` columns. Otherwise the kernel writes `mr·nr ≤ TILE_MAX`
-    // floats of `tile` at stride `nr`, and the `nrows × ncols` part is copied.
-    // SAFETY: so every write is inside `t`'s part of C or `tile` (contract).
-    unsafe {
-        let dst = c.add(t.row0 * n + t.col0);
-        if t.nrows == mr && t.ncols == nr {
-            ukr(kc, apq, bq, dst, n as i64, t.accum);
-        } else if let Some(e) = edge_ukr.filter(|_| t.ncols == nr && t.nrows == m % mr) {
-            e(kc, apq, bq, dst, n as i64, t.accum);
+            BPANEL.with(|s| *s.borrow_mut() = bq);
+        };
+        let chunks = (nthreads * 4).min(npanels);
+        if par && chunks > 1 {
+            (0..chunks)
+                .into_par_iter()
+                .for_each(|i| range(npanels * i / chunks, npanels * (i + 1) / chunks));
         } else {
-            ukr(kc, apq, bq, tile.as_mut_ptr(), nr as i64, 0);
-            for r in 0..t.nrows {
-                for cc in 0..t.ncols {
-                    let d = dst.add(r * n + cc);
-                    let v = tile[r * nr + cc];
-                    *d = if t.accum != 0 { *d + v } else { v };
-                }
-            }
+            range(0, npanels);
         }
     }
+    give_scratch(ap);
 }
 
 static STREAM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);

@@ -49,20 +49,22 @@
 //!
 //! Every kernel has the f32 kernel's signature with integer pointers:
 //! `(kc, packed A, packed B, C, ldc, accumulate)`; the loop nest around it is
-//! the BLIS order of [`crate::matmul::sgemm`] (`jc` → `pc` pack B → `ic` pack
-//! A, split across the rayon pool → micro-tiles), with edge tiles computed
+//! the one blocked driver of the f32 GEMM (`gemm_common::blocked`: `jc` →
+//! `pc` pack B → `ic` pack A, split across the rayon pool → micro-tiles),
+//! here with `IntGemm`'s packing and blocks, and with edge tiles computed
 //! into a local tile and copied. I32 and I64 results are written straight
 //! into the output; the narrow dtypes accumulate into an i32 scratch matrix
 //! that is narrowed (and, for I4, packed into nibbles) at the end.
 //! Threads split output rows or batch entries, never a dot product, and the
 //! result is exact either way.
 
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
 use tc_core::Dtype;
 
-use crate::jit::JitModule;
+use crate::gemm_common::{blocked, compile_micro, Family, GemmElem, Micro, SendPtr, Ukr};
 use crate::Error;
 
 /// Contraction block, in packed k-slots (a slot is one step of k, or two
@@ -73,9 +75,6 @@ pub const MC_INT: usize = 128;
 /// Column block.
 pub const NC_INT: usize = 4096;
 
-/// The largest tile a kernel uses (`MR × NR` elements).
-const MAX_TILE: usize = 14 * 32;
-
 /// Which micro-kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntKernel {
@@ -85,15 +84,6 @@ pub enum IntKernel {
     I32,
     /// `<vw x i32>` accumulators fed by `pmaddwd` on pairs of i16.
     Pair16,
-}
-
-type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64);
-
-struct Micro {
-    _module: JitModule,
-    f: Ukr,
-    mr: usize,
-    nr: usize,
 }
 
 fn has(feature: &str) -> bool {
@@ -187,20 +177,7 @@ fn geometry(kind: IntKernel) -> (usize, usize) {
 
 fn compile(kind: IntKernel) -> Result<Micro, String> {
     let (vw, mr) = geometry(kind);
-    let ir = ukernel_int_ir(kind, vw, mr);
-    let m = JitModule::compile(&ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
-    let a = m.addr("ukr").ok_or("ukr missing")?;
-    // SAFETY: `a` is MCJIT's address of `ukr`, which the IR defines as
-    // `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64 accum)`: the `Ukr`
-    // signature (pointers are pointers to the C ABI whatever their pointee);
-    // `Micro` keeps the module, and so the code, alive next to `f`.
-    let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
-    Ok(Micro {
-        _module: m,
-        f,
-        mr,
-        nr: 2 * vw,
-    })
+    compile_micro(&ukernel_int_ir(kind, vw, mr), mr, 2 * vw)
 }
 
 fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
@@ -215,38 +192,6 @@ fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
     cell.get_or_init(|| compile(kind))
         .as_ref()
         .map_err(|e| Error::Llvm(e.clone()))
-}
-
-/// Call the kernel: `c[0..mr, 0..nr] (+)= a-panel · b-panel` over `kc ≥ 1`
-/// slots.
-///
-/// # Safety
-/// The panels hold `kc·mr` and `kc·nr` elements of the kernel's type `T`,
-/// `c` is valid for an `mr × nr` tile with leading dimension `ldc` that no
-/// one else touches during the call.
-#[inline(always)]
-// SAFETY: (contract) met by `gemm`, its only caller.
-unsafe fn call_ukr<T>(
-    mk: &Micro,
-    kc: usize,
-    a: *const T,
-    b: *const T,
-    c: *mut T,
-    ldc: usize,
-    accum: bool,
-) {
-    // SAFETY: the kernel reads exactly the two panels and reads/writes
-    // exactly the tile (its IR, `ukernel_text`), valid by the contract.
-    unsafe {
-        (mk.f)(
-            kc as i64,
-            a.cast(),
-            b.cast(),
-            c.cast(),
-            ldc as i64,
-            accum as i64,
-        )
-    };
 }
 
 /// Which kernel [`matmul_int`] uses for dtype `dt` on this host: the pair
@@ -271,11 +216,10 @@ pub fn warm_up(dt: Dtype) -> Result<(), Error> {
 }
 
 /// An accumulator element type of a kernel.
-trait Acc: Copy + Default + Send + Sync + 'static {
+trait Acc: GemmElem {
     fn from_i64(x: i64) -> Self;
     /// Two i16 operands in one slot (low half first): pair kernel only.
     fn pair(lo: i64, hi: i64) -> Self;
-    fn wadd(self, o: Self) -> Self;
 }
 
 impl Acc for i64 {
@@ -286,10 +230,6 @@ impl Acc for i64 {
     #[inline(always)]
     fn pair(lo: i64, _hi: i64) -> Self {
         lo
-    }
-    #[inline(always)]
-    fn wadd(self, o: Self) -> Self {
-        self.wrapping_add(o)
     }
 }
 
@@ -302,21 +242,7 @@ impl Acc for i32 {
     fn pair(lo: i64, hi: i64) -> Self {
         ((lo as u16 as u32) | ((hi as u16 as u32) << 16)) as i32
     }
-    #[inline(always)]
-    fn wadd(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
 }
-
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-// SAFETY: a `SendPtr` crosses threads only inside `batched` and `gemm`,
-// which join their tasks before returning (so the pointee outlives them);
-// the tasks read the operands and write disjoint parts of C (distinct
-// batch items or row blocks).
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as for `Send` just above.
-unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Read element `i` (linear, over the whole buffer) of an int operand as
 /// i64 (sign-extended; I4: nibble `i % 2` of byte `i / 2`, low first).
@@ -423,7 +349,7 @@ macro_rules! per_dtype {
 /// `a` must be readable over rows `row0..m` and k `pc..pc + kc`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-// SAFETY: (contract) met by `gemm`, its only caller.
+// SAFETY: (contract) met by `IntGemm::pack_a`, its only caller.
 unsafe fn pack_a<T: Acc>(
     a: Mat,
     pair: bool,
@@ -468,7 +394,7 @@ unsafe fn pack_a<T: Acc>(
 /// `b` must be readable over k `pc..pc + kc` and columns `col0..n`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-// SAFETY: (contract) met by `gemm`, its only caller.
+// SAFETY: (contract) met by `IntGemm::pack_b`, its only caller.
 unsafe fn pack_b<T: Acc>(
     b: Mat,
     pair: bool,
@@ -511,122 +437,87 @@ unsafe fn pack_b<T: Acc>(
     })
 }
 
-/// `C[m×n] = A[m×k] · B[k×n]` with wrapping arithmetic in `T` (C row-major,
-/// leading dimension `n`), `k ≥ 1`, `m, n ≥ 1`.
-///
-/// # Safety
-/// `a`, `b` must be readable over `m × k` and `k × n` elements, `c` valid
-/// for writes of `m × n` (aligned for `T`) that no one else touches during
-/// the call; `mk`'s tile fits [`MAX_TILE`] (`geometry`: `mr ≤ 14`, `nr ≤ 32`).
-#[allow(clippy::too_many_arguments)]
-// SAFETY: (contract) met by `batched`, its only caller.
-unsafe fn gemm<T: Acc>(
-    mk: &Micro,
+/// The integer GEMM family at accumulator type `T` (i32 or i64): one of
+/// the kernels of [`IntKernel`], blocks of [`KC_SLOTS`] k-slots (two steps
+/// of k each for the pair kernel, so pairs never straddle blocks),
+/// [`MC_INT`] and [`NC_INT`], [`Mat`] operands widened while packing, and
+/// packing buffers allocated per call.
+struct IntGemm<'a, T> {
+    mk: &'a Micro,
     pair: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat,
-    b: Mat,
-    c: *mut T,
-    par: bool,
-) {
-    let (mr, nr) = (mk.mr, mk.nr);
-    // K-blocks hold a whole number of slots (pairs never straddle blocks).
-    let kc_ = KC_SLOTS * if pair { 2 } else { 1 };
-    let slots_of = |kc: usize| if pair { kc.div_ceil(2) } else { kc };
-    let mc_ = MC_INT.div_ceil(mr) * mr;
-    let nc_ = NC_INT.div_ceil(nr) * nr;
-    let nthreads = if par {
-        rayon::current_num_threads().max(1)
-    } else {
-        1
-    };
-    let mc = if nthreads > 1 {
-        mc_.min(m.div_ceil(nthreads).div_ceil(mr) * mr)
-    } else {
-        mc_
-    };
-    let cp = SendPtr(c);
-    let mut bp: Vec<T> = Vec::new();
-    for jc in (0..n).step_by(nc_) {
-        let nc = nc_.min(n - jc);
-        let npanels = nc.div_ceil(nr);
-        for pc in (0..k).step_by(kc_) {
-            let kc = kc_.min(k - pc);
-            let ks = slots_of(kc);
-            let need = npanels * ks * nr;
-            if bp.len() < need {
-                bp.resize(need, T::default());
-            }
-            let bpk = &mut bp[..need];
-            // SAFETY: k `pc..pc + kc ⊆ 0..k` and columns from
-            // `jc + q·nr < n` of B, readable by the contract.
-            let pack =
-                |q: usize, d: &mut [T]| unsafe { pack_b(b, pair, pc, kc, jc + q * nr, nr, n, d) };
-            if par && npanels > 1 {
-                bpk.par_chunks_mut(ks * nr)
-                    .enumerate()
-                    .for_each(|(q, d)| pack(q, d));
-            } else {
-                bpk.chunks_mut(ks * nr)
-                    .enumerate()
-                    .for_each(|(q, d)| pack(q, d));
-            }
-            let bpr = &*bpk;
-            let accum = pc > 0;
-            let do_block = |ic: usize| {
-                let c = cp;
-                let mcb = mc.min(m - ic);
-                let mpanels = mcb.div_ceil(mr);
-                let mut ap = vec![T::default(); mpanels * ks * mr];
-                for (p, d) in ap.chunks_mut(ks * mr).enumerate() {
-                    // SAFETY: rows from `ic + p·mr < m`, k `pc..pc + kc ⊆
-                    // 0..k` of A, readable by the contract.
-                    unsafe { pack_a(a, pair, pc, kc, ic + p * mr, mr, m, d) };
-                }
-                let mut tile = [T::default(); MAX_TILE];
-                for q in 0..npanels {
-                    let col0 = jc + q * nr;
-                    let ncols = nr.min(n - col0);
-                    for p in 0..mpanels {
-                        let row0 = ic + p * mr;
-                        let nrows = mr.min(m - row0);
-                        // B panel `q`: `ks·nr` slots at `q·ks·nr` of `bpr`
-                        // (`npanels·ks·nr`); A panel `p`: `ks·mr` at `p·ks·mr`
-                        // of `ap` (`mpanels·ks·mr`). A whole tile at `(row0,
-                        // col0)` lies inside C and this task's row block;
-                        // else the kernel writes `mr·nr ≤ MAX_TILE` slots of
-                        // `tile` and the `nrows × ncols` inside C are copied.
-                        // SAFETY: so all accesses are in bounds (the contract
-                        // makes C writable) and C's rows are this task's own.
-                        unsafe {
-                            let bq = bpr.as_ptr().add(q * ks * nr);
-                            let apq = ap.as_ptr().add(p * ks * mr);
-                            if nrows == mr && ncols == nr {
-                                call_ukr(mk, ks, apq, bq, c.0.add(row0 * n + col0), n, accum);
-                            } else {
-                                call_ukr(mk, ks, apq, bq, tile.as_mut_ptr(), nr, false);
-                                for r in 0..nrows {
-                                    for cc in 0..ncols {
-                                        let dst = c.0.add((row0 + r) * n + col0 + cc);
-                                        let v = tile[r * nr + cc];
-                                        *dst = if accum { (*dst).wadd(v) } else { v };
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            };
-            let blocks: Vec<usize> = (0..m).step_by(mc).collect();
-            if par && blocks.len() > 1 {
-                blocks.par_iter().for_each(|&ic| do_block(ic));
-            } else {
-                blocks.iter().for_each(|&ic| do_block(ic));
-            }
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Acc> Family for IntGemm<'_, T> {
+    type E = T;
+    type Src = Mat;
+
+    fn kernels(&self) -> (&Micro, Option<Ukr>) {
+        (self.mk, None)
+    }
+
+    fn blocks(&self) -> (usize, usize, usize) {
+        (KC_SLOTS * if self.pair { 2 } else { 1 }, MC_INT, NC_INT)
+    }
+
+    fn slots(&self, kc: usize) -> usize {
+        if self.pair {
+            kc.div_ceil(2)
+        } else {
+            kc
         }
     }
+
+    // SAFETY: (contract) `Family::pack_a`'s, met by its callers; it is
+    // `pack_a`'s.
+    unsafe fn pack_a(
+        &self,
+        a: &Mat,
+        pc: usize,
+        kc: usize,
+        row0: usize,
+        mr: usize,
+        m: usize,
+        dst: &mut [T],
+    ) {
+        // SAFETY: the same contract.
+        unsafe { pack_a(*a, self.pair, pc, kc, row0, mr, m, dst) }
+    }
+
+    // SAFETY: (contract) `Family::pack_b`'s, met by its callers; it is
+    // `pack_b`'s.
+    unsafe fn pack_b(
+        &self,
+        b: &Mat,
+        pc: usize,
+        kc: usize,
+        col0: usize,
+        nr: usize,
+        n: usize,
+        dst: &mut [T],
+    ) {
+        // SAFETY: the same contract.
+        unsafe { pack_b(*b, self.pair, pc, kc, col0, nr, n, dst) }
+    }
+
+    fn take_b(&self) -> Vec<T> {
+        Vec::new()
+    }
+
+    fn b_block<'b>(&self, buf: &'b mut Vec<T>, need: usize) -> &'b mut [T] {
+        if buf.len() < need {
+            buf.resize(need, T::default());
+        }
+        &mut buf[..need]
+    }
+
+    fn give_b(&self, _buf: Vec<T>) {}
+
+    fn take_a(&self, len: usize) -> Vec<T> {
+        vec![T::default(); len]
+    }
+
+    fn give_a(&self, _buf: Vec<T>) {}
 }
 
 /// Products below this many multiply-adds stay on the calling thread.
@@ -670,11 +561,17 @@ unsafe fn batched<T: Acc>(
             base: p * k * n,
             ld: n,
         };
+        let fam = IntGemm::<T> {
+            mk,
+            pair,
+            _t: PhantomData,
+        };
         // SAFETY: item `p < batch` of each contiguous operand starts at
         // linear element `p·m·k` (`p·k·n`), readable by the contract, and
-        // item `p` of C is the `m·n` elements at `p·m·n`, written by this
-        // call alone.
-        unsafe { gemm(mk, pair, m, n, k, am, bm, cp.0.add(p * m * n), par) };
+        // item `p` of C is the `m·n` elements at `p·m·n` (aligned for `T`),
+        // written by this call alone; `m, n, k ≥ 1` (`matmul_int_using`)
+        // and the tile is at most 14 × 32 (`geometry`).
+        unsafe { blocked(&fam, (m, n, k), &am, &bm, cp.0.add(p * m * n), par) };
     };
     if par_batch {
         (0..batch).into_par_iter().for_each(|p| run(p, false));
