@@ -397,96 +397,15 @@ fn refuse_recursion(units: &mut [(usize, Unit)], spans: &SpanTable) {
 
 /// `#[tensor_module] mod m { … }`.
 pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
-    // Before any recursive parse (see `limits`). The module is not re-emitted:
-    // recovering its items would need the very parse that is unsafe here.
-    if let Err(e) = crate::limits::check(&attr).and_then(|()| crate::limits::check(&item)) {
-        return e.into_compile_error();
-    }
-    let mut errors = Vec::new();
-    if !attr.is_empty() {
-        errors.push(crate::spans::err_at(
-            &attr,
-            "`#[tensor_module]` takes no arguments",
-        ));
-    }
-    let mut module: syn::ItemMod = match syn::parse2(item.clone()) {
-        Ok(m) => m,
-        Err(_) => {
-            let e = syn::Error::new(
-                proc_macro2::Span::call_site(),
-                "`#[tensor_module]` applies to an inline module: `#[tensor_module] mod name { … }`",
-            );
-            return quote!(#item)
-                .into_iter()
-                .chain(e.into_compile_error())
-                .collect();
-        }
+    let (module, items, mut errors) = match open_module(attr, item) {
+        Ok(opened) => opened,
+        Err(out) => return out,
     };
-    let Some((_, items)) = module.content.take() else {
-        errors.push(crate::spans::err_at(
-            &module,
-            "`#[tensor_module]` needs an inline module `mod name { … }`: on stable Rust a macro on a file module \
-             (`mod name;`) sees only that line, not the file's items",
-        ));
-        return errors_tokens(errors);
-    };
-    // Module constants (Section 1 §6 binding site 3), in order.
-    let mut consts = Consts::new();
-    let mut opaque: Vec<&syn::ItemConst> = Vec::new();
-    for it in &items {
-        if let Item::Const(c) = it {
-            if parse::is_int_type(&c.ty) {
-                match parse::const_value(c, &consts) {
-                    Ok(v) => {
-                        consts.insert(c.ident.to_string(), v);
-                    }
-                    Err(parse::ConstError::Opaque) => opaque.push(c),
-                    Err(parse::ConstError::Invalid(e)) => errors.push(e),
-                }
-            }
-        }
-    }
+    let (consts, opaque) = module_consts(&items, &mut errors);
     let mut spans = SpanTable::default();
     // Pass 1: every signature, so calls see each other.
-    let mut units: Vec<(usize, Unit)> = Vec::new();
-    for (idx, it) in items.iter().enumerate() {
-        if let Item::Fn(f) = it {
-            let Some(a) = f.attrs.iter().find(|a| is_tensor_fn_attr(a)) else {
-                continue;
-            };
-            let attr_res = match &a.meta {
-                syn::Meta::Path(_) => Ok(FnAttr::default()),
-                syn::Meta::List(l) => syn::parse2::<FnAttr>(l.tokens.clone()),
-                syn::Meta::NameValue(nv) => {
-                    Err(crate::spans::err_at(nv, "expected `#[tensor_fn(...)]`"))
-                }
-            };
-            units.push((idx, build_sig(f, &consts, &mut spans, attr_res)));
-        }
-    }
-    let mut sigs = Signatures::new();
-    let mut broken = BTreeSet::new();
-    for (_, u) in units.iter_mut() {
-        form_sig(u, &spans);
-    }
-    for (_, u) in &units {
-        if u.refused {
-            broken.insert(u.item.sig.ident.to_string());
-        }
-        match &u.sig {
-            Some(s) => {
-                if sigs.insert(s.name.clone(), s.clone()).is_some() {
-                    errors.push(crate::spans::err_at(
-                        &u.item.sig.ident,
-                        "a tensor fn of this name is already defined",
-                    ));
-                }
-            }
-            None => {
-                broken.insert(u.item.sig.ident.to_string());
-            }
-        }
-    }
+    let mut units = module_units(&items, &consts, &mut spans);
+    let (sigs, broken) = visible_sigs(&mut units, &spans, &mut errors);
     opaque_consts_in_dims(&opaque, &sigs, &mut errors);
     const_dims_positive(&items, &consts, &units, &spans, &mut errors);
     // Pass 2: bodies.
@@ -498,52 +417,8 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
         .iter()
         .filter_map(|(_, u)| u.checked.clone())
         .collect();
-    let resolve_arms: Vec<TokenStream> = ok
-        .iter()
-        .map(|f| {
-            let n = &f.sig.name;
-            let ir = format_ident!("__tc_ir_{}", n);
-            quote!(#n => ::core::option::Option::Some(#ir()),)
-        })
-        .collect();
-    let cells: Vec<TokenStream> = ok
-        .iter()
-        .map(|f| {
-            let ir = format_ident!("__tc_ir_{}", f.sig.name);
-            let cell = ir_cell(f);
-            quote!(
-                #[doc(hidden)]
-                #[allow(non_snake_case, dead_code)]
-                fn #ir() -> &'static ::tc::core::ir::Function #cell
-            )
-        })
-        .collect();
-    let mut out_items: Vec<TokenStream> = Vec::new();
-    let mut unit_iter = units.into_iter().peekable();
-    for (idx, it) in items.into_iter().enumerate() {
-        match unit_iter.peek() {
-            Some((i, _)) if *i == idx => {
-                let (_, u) = unit_iter.next().expect("peeked");
-                let errs = errors_tokens(u.errors);
-                let f = match &u.checked {
-                    Some(f) => {
-                        let irf = format_ident!("__tc_ir_{}", f.sig.name);
-                        emit_fn(
-                            &u.item,
-                            u.sig.as_ref(),
-                            Body::Run {
-                                ir: quote!(#irf()),
-                                resolve: quote!(&|n: &str| __tc_resolve(n)),
-                            },
-                        )
-                    }
-                    None => emit_fn(&u.item, None, Body::Stub),
-                };
-                out_items.push(quote!(#errs #f));
-            }
-            _ => out_items.push(it.into_token_stream()),
-        }
-    }
+    let (resolve_arms, cells) = ir_items(&ok);
+    let out_items = module_items(items, units);
     let attrs = &module.attrs;
     let vis = &module.vis;
     let unsafety = &module.unsafety;
@@ -573,4 +448,185 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
             }
         }
     }
+}
+
+/// The module and its items, with the errors so far (an argument to the
+/// attribute); `Err` is the whole output when there is no inline module to
+/// expand, so that nothing below runs on input it cannot take.
+fn open_module(
+    attr: TokenStream,
+    item: TokenStream,
+) -> Result<(syn::ItemMod, Vec<Item>, Vec<syn::Error>), TokenStream> {
+    // Before any recursive parse (see `limits`). The module is not re-emitted:
+    // recovering its items would need the very parse that is unsafe here.
+    if let Err(e) = crate::limits::check(&attr).and_then(|()| crate::limits::check(&item)) {
+        return Err(e.into_compile_error());
+    }
+    let mut errors = Vec::new();
+    if !attr.is_empty() {
+        errors.push(crate::spans::err_at(
+            &attr,
+            "`#[tensor_module]` takes no arguments",
+        ));
+    }
+    let mut module: syn::ItemMod = match syn::parse2(item.clone()) {
+        Ok(m) => m,
+        Err(_) => {
+            let e = syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "`#[tensor_module]` applies to an inline module: `#[tensor_module] mod name { … }`",
+            );
+            return Err(quote!(#item)
+                .into_iter()
+                .chain(e.into_compile_error())
+                .collect());
+        }
+    };
+    let Some((_, items)) = module.content.take() else {
+        errors.push(crate::spans::err_at(
+            &module,
+            "`#[tensor_module]` needs an inline module `mod name { … }`: on stable Rust a macro on a file module \
+             (`mod name;`) sees only that line, not the file's items",
+        ));
+        return Err(errors_tokens(errors));
+    };
+    Ok((module, items, errors))
+}
+
+/// Module constants (Section 1 §6 binding site 3), in order, and the integer
+/// constants tc cannot evaluate (an error only if a signature uses one).
+fn module_consts<'a>(
+    items: &'a [Item],
+    errors: &mut Vec<syn::Error>,
+) -> (Consts, Vec<&'a syn::ItemConst>) {
+    let mut consts = Consts::new();
+    let mut opaque: Vec<&syn::ItemConst> = Vec::new();
+    for it in items {
+        if let Item::Const(c) = it {
+            if parse::is_int_type(&c.ty) {
+                match parse::const_value(c, &consts) {
+                    Ok(v) => {
+                        consts.insert(c.ident.to_string(), v);
+                    }
+                    Err(parse::ConstError::Opaque) => opaque.push(c),
+                    Err(parse::ConstError::Invalid(e)) => errors.push(e),
+                }
+            }
+        }
+    }
+    (consts, opaque)
+}
+
+/// Pass 1's parse: a unit per `#[tensor_fn]` item, with its index among the
+/// module's items (where its expansion goes back).
+fn module_units(items: &[Item], consts: &Consts, spans: &mut SpanTable) -> Vec<(usize, Unit)> {
+    let mut units: Vec<(usize, Unit)> = Vec::new();
+    for (idx, it) in items.iter().enumerate() {
+        if let Item::Fn(f) = it {
+            let Some(a) = f.attrs.iter().find(|a| is_tensor_fn_attr(a)) else {
+                continue;
+            };
+            let attr_res = match &a.meta {
+                syn::Meta::Path(_) => Ok(FnAttr::default()),
+                syn::Meta::List(l) => syn::parse2::<FnAttr>(l.tokens.clone()),
+                syn::Meta::NameValue(nv) => {
+                    Err(crate::spans::err_at(nv, "expected `#[tensor_fn(...)]`"))
+                }
+            };
+            units.push((idx, build_sig(f, consts, spans, attr_res)));
+        }
+    }
+    units
+}
+
+/// Pass 1's formation: every signature formed once, then the signatures
+/// calls can see and the names whose callers must stay quiet (refused or
+/// unparsed); a duplicate name is an error at the second fn.
+fn visible_sigs(
+    units: &mut [(usize, Unit)],
+    spans: &SpanTable,
+    errors: &mut Vec<syn::Error>,
+) -> (Signatures, BTreeSet<String>) {
+    let mut sigs = Signatures::new();
+    let mut broken = BTreeSet::new();
+    for (_, u) in units.iter_mut() {
+        form_sig(u, spans);
+    }
+    for (_, u) in units.iter() {
+        if u.refused {
+            broken.insert(u.item.sig.ident.to_string());
+        }
+        match &u.sig {
+            Some(s) => {
+                if sigs.insert(s.name.clone(), s.clone()).is_some() {
+                    errors.push(crate::spans::err_at(
+                        &u.item.sig.ident,
+                        "a tensor fn of this name is already defined",
+                    ));
+                }
+            }
+            None => {
+                broken.insert(u.item.sig.ident.to_string());
+            }
+        }
+    }
+    (sigs, broken)
+}
+
+/// For the checked fns: the arms of `__tc_resolve` and the cells holding
+/// each one's IR, which the run-time call resolution reaches by name.
+fn ir_items(ok: &[Function]) -> (Vec<TokenStream>, Vec<TokenStream>) {
+    let resolve_arms: Vec<TokenStream> = ok
+        .iter()
+        .map(|f| {
+            let n = &f.sig.name;
+            let ir = format_ident!("__tc_ir_{}", n);
+            quote!(#n => ::core::option::Option::Some(#ir()),)
+        })
+        .collect();
+    let cells: Vec<TokenStream> = ok
+        .iter()
+        .map(|f| {
+            let ir = format_ident!("__tc_ir_{}", f.sig.name);
+            let cell = ir_cell(f);
+            quote!(
+                #[doc(hidden)]
+                #[allow(non_snake_case, dead_code)]
+                fn #ir() -> &'static ::tc::core::ir::Function #cell
+            )
+        })
+        .collect();
+    (resolve_arms, cells)
+}
+
+/// The module's items in their order, each tensor fn replaced by its
+/// expansion (its errors, then the fn with a running or a stub body).
+fn module_items(items: Vec<Item>, units: Vec<(usize, Unit)>) -> Vec<TokenStream> {
+    let mut out_items: Vec<TokenStream> = Vec::new();
+    let mut unit_iter = units.into_iter().peekable();
+    for (idx, it) in items.into_iter().enumerate() {
+        match unit_iter.peek() {
+            Some((i, _)) if *i == idx => {
+                let (_, u) = unit_iter.next().expect("peeked");
+                let errs = errors_tokens(u.errors);
+                let f = match &u.checked {
+                    Some(f) => {
+                        let irf = format_ident!("__tc_ir_{}", f.sig.name);
+                        emit_fn(
+                            &u.item,
+                            u.sig.as_ref(),
+                            Body::Run {
+                                ir: quote!(#irf()),
+                                resolve: quote!(&|n: &str| __tc_resolve(n)),
+                            },
+                        )
+                    }
+                    None => emit_fn(&u.item, None, Body::Stub),
+                };
+                out_items.push(quote!(#errs #f));
+            }
+            _ => out_items.push(it.into_token_stream()),
+        }
+    }
+    out_items
 }

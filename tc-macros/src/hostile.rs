@@ -77,9 +77,18 @@ fn body(b: String) -> (String, String) {
 }
 
 fn families() -> Vec<Family> {
-    fn fam(name: &'static str, src: fn(usize) -> (String, String), within: Expect) -> Family {
-        Family { name, src, within }
-    }
+    let mut all = expr_families();
+    all.extend(sig_families());
+    all
+}
+
+/// A family's constructor, for the tables below.
+fn fam(name: &'static str, src: fn(usize) -> (String, String), within: Expect) -> Family {
+    Family { name, src, within }
+}
+
+/// Families nested in a body expression.
+fn expr_families() -> Vec<Family> {
     vec![
         fam(
             "calls",
@@ -154,6 +163,12 @@ fn families() -> Vec<Family> {
             |n| body(format!("{}x{}", "(x + x + x + ".repeat(n), ")".repeat(n))),
             Expect::Ok,
         ),
+    ]
+}
+
+/// Families nested in a signature: dims, refinements, `requires`.
+fn sig_families() -> Vec<Family> {
+    vec![
         fam(
             "dim_parens",
             |n| {
@@ -434,6 +449,12 @@ fn float_literal_cases(out: &mut Vec<Case>) {
 }
 
 fn dim_axis_const_cases(out: &mut Vec<Case>) {
+    dim_axis_cases(out);
+    module_const_cases(out);
+}
+
+/// Dim and axis literals out of range or of the wrong kind.
+fn dim_axis_cases(out: &mut Vec<Case>) {
     let cases: Vec<(&str, String, Expect)> = vec![
         (
             "dim/beyond_i64",
@@ -469,6 +490,10 @@ fn dim_axis_const_cases(out: &mut Vec<Case>) {
     for (n, src, e) in cases {
         out.push(fn_case(n, "", src, e));
     }
+}
+
+/// Module constants: out of range, overflowing, opaque, or a dim below 1.
+fn module_const_cases(out: &mut Vec<Case>) {
     let use_k = "#[tensor_fn] pub fn f(x: Tensor![f32; K]) -> Tensor![f32; K] { relu(x) }";
     let consts: Vec<(&str, &str, Expect)> = vec![
         (
@@ -632,7 +657,17 @@ fn recursion_cases(out: &mut Vec<Case>) {
     ));
 }
 
+/// The cases that fit no size family, by category (in this order).
 fn misc_cases(out: &mut Vec<Case>) {
+    unicode_cases(out);
+    nonlinear_cases(out);
+    degenerate_cases(out);
+    soup_cases(out);
+    param_item_cases(out);
+}
+
+/// Unicode identifiers, dims, constants and literals.
+fn unicode_cases(out: &mut Vec<Case>) {
     let m = |n: &str, body: &str, e: Expect| mod_case(n, body.to_string(), e);
     let fc = |n: &str, attr: &str, item: &str, e: Expect| fn_case(n, attr, item.to_string(), e);
     // Unicode.
@@ -679,6 +714,11 @@ fn misc_cases(out: &mut Vec<Case>) {
         "fn r#fn(r#x: Tensor![f32; N]) -> Tensor![f32; N] { relu(r#x) }",
         Expect::Ok,
     ));
+}
+
+/// Non-linear axioms and `requires`: the solver budget, never a hang.
+fn nonlinear_cases(out: &mut Vec<Case>) {
+    let fc = |n: &str, attr: &str, item: &str, e: Expect| fn_case(n, attr, item.to_string(), e);
     // Non-linear axioms and requires (solver budget: `Solver`).
     for (i, a) in [
         "X * X * X == Y",
@@ -704,6 +744,12 @@ fn misc_cases(out: &mut Vec<Case>) {
         "fn f(x: Tensor![f32; X]) -> Tensor![f32; X] { x }",
         Expect::Solver,
     ));
+}
+
+/// Absurd ranks, empty bodies, modules, items and `where` clauses.
+fn degenerate_cases(out: &mut Vec<Case>) {
+    let m = |n: &str, body: &str, e: Expect| mod_case(n, body.to_string(), e);
+    let fc = |n: &str, attr: &str, item: &str, e: Expect| fn_case(n, attr, item.to_string(), e);
     // Absurd ranks.
     for r in [200, 1000] {
         let dims: Vec<String> = (0..r).map(|i| format!("D{i}")).collect();
@@ -767,6 +813,12 @@ fn misc_cases(out: &mut Vec<Case>) {
         "fn f(x: Tensor![f32; N] where N > 0) -> Tensor![f32; N] { x }",
         Expect::Err("expected `,`"),
     ));
+}
+
+/// Token soup inside `Tensor![…]` and in the attribute.
+fn soup_cases(out: &mut Vec<Case>) {
+    let m = |n: &str, body: &str, e: Expect| mod_case(n, body.to_string(), e);
+    let fc = |n: &str, attr: &str, item: &str, e: Expect| fn_case(n, attr, item.to_string(), e);
     // Token soup inside `Tensor![…]`.
     for (i, soup) in [
         "",
@@ -853,6 +905,12 @@ fn misc_cases(out: &mut Vec<Case>) {
         &format!("#[tensor_fn = \"x\"] {SIG} {{ x }}"),
         Expect::Err("expected `#[tensor_fn(...)]`"),
     ));
+}
+
+/// Duplicated and odd parameters; items that are not a tensor fn.
+fn param_item_cases(out: &mut Vec<Case>) {
+    let m = |n: &str, body: &str, e: Expect| mod_case(n, body.to_string(), e);
+    let fc = |n: &str, attr: &str, item: &str, e: Expect| fn_case(n, attr, item.to_string(), e);
     // Duplicated and odd parameters.
     out.push(fc(
         "params/duplicate",

@@ -561,7 +561,9 @@ fn dim_param(
     Ok((e, d, span))
 }
 
-/// Build the IR signature of `sig` with its attribute.
+/// Build the IR signature of `sig` with its attribute. The phases allocate
+/// spans in source order (parameters, return type, `requires`, axioms, the
+/// name), which the span table's ids follow.
 pub fn signature(
     sig: &syn::Signature,
     attr: &FnAttr,
@@ -569,6 +571,33 @@ pub fn signature(
     spans: &mut SpanTable,
 ) -> Result<Signature, Vec<syn::Error>> {
     let mut errors: Vec<syn::Error> = Vec::new();
+    refuse_qualifiers(sig, &mut errors);
+    let mut var_order: Vec<String> = Vec::new();
+    let mut all_refs: Vec<Pred> = Vec::new();
+    let params = params_of(sig, spans, &mut var_order, &mut all_refs, &mut errors);
+    let (ret, ret_span, ret_dim_spans) = return_type(sig, spans, &mut all_refs, &mut errors);
+    let (requires, axioms) = attr_facts(attr, spans, &mut all_refs, &mut errors);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let vars = shape_vars(var_order, consts, &all_refs);
+    Ok(Signature {
+        name: sig.ident.to_string(),
+        vars,
+        consts: consts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        params,
+        requires,
+        axioms,
+        ret,
+        ret_span,
+        ret_dim_spans,
+        span: spans.alloc(&sig.ident),
+    })
+}
+
+/// A tensor fn is a plain fn: an error at each qualifier, generic or
+/// variadic that the checker and the JIT have no meaning for.
+fn refuse_qualifiers(sig: &syn::Signature, errors: &mut Vec<syn::Error>) {
     if let Some(c) = &sig.constness {
         errors.push(err_at(c, "a tensor_fn cannot be `const`"));
     }
@@ -590,9 +619,18 @@ pub fn signature(
     if let Some(v) = &sig.variadic {
         errors.push(err_at(v, "a tensor_fn cannot be variadic"));
     }
+}
+
+/// The parameters, in order; the names their dims mention (in order of first
+/// occurrence: the shape variables) and their refinements are collected too.
+fn params_of(
+    sig: &syn::Signature,
+    spans: &mut SpanTable,
+    var_order: &mut Vec<String>,
+    all_refs: &mut Vec<Pred>,
+    errors: &mut Vec<syn::Error>,
+) -> Vec<Param> {
     let mut params = Vec::new();
-    let mut var_order: Vec<String> = Vec::new();
-    let mut all_refs: Vec<Pred> = Vec::new();
     for arg in &sig.inputs {
         let FnArg::Typed(pt) = arg else {
             errors.push(err_at(arg, "a tensor_fn cannot take `self`"));
@@ -613,7 +651,7 @@ pub fn signature(
             match tensor_type(toks, &AnyName, spans) {
                 Ok(t) => {
                     for d in &t.dim_exprs {
-                        idents_in_order(d, &mut var_order);
+                        idents_in_order(d, var_order);
                     }
                     all_refs.extend(t.ty.refs.iter().cloned());
                     params.push(Param {
@@ -629,7 +667,7 @@ pub fn signature(
         } else if let Some(toks) = dim_macro(&pt.ty) {
             match dim_param(toks, spans) {
                 Ok((e, d, dim_span)) => {
-                    idents_in_order(&e, &mut var_order);
+                    idents_in_order(&e, var_order);
                     params.push(Param {
                         name,
                         ty: tc_core::Type::Dim(d),
@@ -656,7 +694,18 @@ pub fn signature(
             ));
         }
     }
-    let (ret, ret_span, ret_dim_spans) = match &sig.output {
+    params
+}
+
+/// The return type (a tensor, else an error and `Unit`), its span and its
+/// dims' spans; its refinements join the ones that decide `>= 0` opt-ins.
+fn return_type(
+    sig: &syn::Signature,
+    spans: &mut SpanTable,
+    all_refs: &mut Vec<Pred>,
+    errors: &mut Vec<syn::Error>,
+) -> (tc_core::Type, tc_core::SpanId, Vec<tc_core::SpanId>) {
+    match &sig.output {
         ReturnType::Type(_, ty) => match tensor_macro(ty) {
             Some(toks) => {
                 let span = spans.alloc(ty);
@@ -686,7 +735,17 @@ pub fn signature(
             ));
             (tc_core::Type::Unit, spans.alloc(&sig.ident), vec![])
         }
-    };
+    }
+}
+
+/// `requires(…)` and `axiom(…)` of the attribute, each with its span;
+/// `requires` predicates also decide `>= 0` opt-ins, axioms do not.
+fn attr_facts(
+    attr: &FnAttr,
+    spans: &mut SpanTable,
+    all_refs: &mut Vec<Pred>,
+    errors: &mut Vec<syn::Error>,
+) -> (Vec<Spanned<Pred>>, Vec<Spanned<Pred>>) {
     let mut requires = Vec::new();
     for r in &attr.requires {
         let span = spans.alloc(r);
@@ -706,11 +765,15 @@ pub fn signature(
             Err(e) => errors.push(e),
         }
     }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let zero = zero_opt_ins(&all_refs);
-    let vars: Vec<ShapeVar> = var_order
+    (requires, axioms)
+}
+
+/// The signature's shape variables in order of first occurrence: every name
+/// its dims mention but a module constant, opted into `>= 0` where a
+/// refinement or `requires` says so (Section 2 §16).
+fn shape_vars(var_order: Vec<String>, consts: &Consts, all_refs: &[Pred]) -> Vec<ShapeVar> {
+    let zero = zero_opt_ins(all_refs);
+    var_order
         .into_iter()
         .filter(|v| !consts.contains_key(v))
         .map(|v| ShapeVar {
@@ -718,17 +781,5 @@ pub fn signature(
             name: v,
             fresh: false,
         })
-        .collect();
-    Ok(Signature {
-        name: sig.ident.to_string(),
-        vars,
-        consts: consts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        params,
-        requires,
-        axioms,
-        ret,
-        ret_span,
-        ret_dim_spans,
-        span: spans.alloc(&sig.ident),
-    })
+        .collect()
 }

@@ -1,0 +1,243 @@
+//! Signature formation (Section 1 §4): every name bound, every shape
+//! variable inferable at a call (Section 2 §17), each refinement and
+//! `requires` well formed, and the refinement set satisfiable, with a
+//! minimal unsatisfiable core underlined when it is not.
+
+use crate::diag::{codes, Diagnostic, SpanId};
+use crate::ir::Signature;
+use crate::pred::Pred;
+use crate::solver::{self, Satisfiability};
+use crate::types::Type;
+
+use super::{Checker, R_FORM};
+
+impl Checker<'_> {
+    pub(super) fn check_sig(&mut self, sig: &Signature) {
+        let mut base = self.ctx.clone();
+        let divides = |p: &Pred| p.dims().iter().any(|d| !d.variable_divisions().is_empty());
+        base.facts.retain(|p| !divides(p));
+        base.axioms.retain(|p| !divides(p));
+        self.divisor_ctx = Some(base);
+        self.check_sig_formed(sig);
+        self.divisor_ctx = None;
+    }
+
+    /// Every shape variable of a signature must be inferable at a call
+    /// (Section 2 §17: "each dimension of a parameter that is a bare variable
+    /// binds it"). One that occurs only inside compound dims (`[D, 8 * F]`)
+    /// would be accepted here and then make every call fail with an unbound
+    /// variable: an accepted signature must be callable.
+    fn check_vars_inferable(&mut self, sig: &Signature) {
+        let tensor_dims = || {
+            // Tensor dims and dim parameters (`heads: Dim![H]`) alike.
+            sig.params.iter().flat_map(|p| {
+                p.ty.param_dims()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (d, p.dim_spans.get(i).copied().unwrap_or(p.span)))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let bare: std::collections::BTreeSet<&str> =
+            tensor_dims().filter_map(|(d, _)| d.as_var()).collect();
+        for v in &sig.vars {
+            let is_const = sig.consts.iter().any(|(c, _)| c == &v.name);
+            if bare.contains(v.name.as_str()) || is_const {
+                continue;
+            }
+            let Some((d, span)) = tensor_dims().find(|(d, _)| d.vars().contains(&v.name)) else {
+                continue; // not in a parameter: `names_bound` reports it
+            };
+            self.err(
+                Diagnostic::new(
+                    codes::UNBOUND_VAR,
+                    R_FORM,
+                    span,
+                    format!(
+                        "shape variable `{}` occurs only inside the compound dim `{d}`, so a call cannot infer it",
+                        v.name
+                    ),
+                )
+                .help(format!(
+                    "give `{}` a dim of its own in some parameter (for example a tensor whose dim is exactly `{}`), or write the dim with a variable of its own and relate the two in `requires`",
+                    v.name, v.name
+                )),
+            );
+        }
+    }
+
+    fn check_sig_formed(&mut self, sig: &Signature) {
+        self.check_vars_inferable(sig);
+        let rule_preds: Vec<(Pred, SpanId)> = sig
+            .params
+            .iter()
+            .flat_map(|p| match &p.ty {
+                Type::Tensor(t) => t
+                    .refs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.clone(), p.ref_spans.get(i).copied().unwrap_or(p.span)))
+                    .collect::<Vec<_>>(),
+                _ => vec![],
+            })
+            .chain(sig.requires.iter().map(|r| (r.node.clone(), r.span)))
+            .collect();
+        for (p, span) in &rule_preds {
+            self.pred_formed(p, *span, false);
+        }
+        for a in &sig.axioms {
+            self.pred_formed(&a.node, a.span, true);
+        }
+        let before = self.diags.len();
+        self.sig_satisfiable(sig);
+        if self.diags.len() > before {
+            return;
+        }
+        for p in &sig.params {
+            for (i, d) in p.ty.param_dims().iter().enumerate() {
+                let span = p.dim_spans.get(i).copied().unwrap_or(p.span);
+                self.dim_formed(d, span);
+            }
+        }
+        if let Type::Tensor(t) = &sig.ret {
+            for (i, d) in t.shape.iter().enumerate() {
+                let span = sig.ret_dim_spans.get(i).copied().unwrap_or(sig.ret_span);
+                self.dim_formed(d, span);
+            }
+            for r in &t.refs {
+                self.pred_formed(r, sig.ret_span, false);
+            }
+        }
+    }
+
+    /// `Sat(Γ)` of the signature (Section 1 §4: an unsatisfiable refinement
+    /// set is an empty type). On failure every predicate of a minimal
+    /// unsatisfiable subset is underlined: the contradiction lies between
+    /// them, and which one to change is the user's call.
+    fn sig_satisfiable(&mut self, sig: &Signature) {
+        let preds = sig_preds(sig);
+        let together = "the signature's refinements, requires and axioms together";
+        match solver::satisfiable(&self.ctx, &[]) {
+            Satisfiability::Sat => return,
+            Satisfiability::Unsat => {}
+            Satisfiability::Unknown => {
+                let span = preds.first().map(|p| p.span).unwrap_or(sig.span);
+                self.err(
+                    Diagnostic::new(
+                        codes::SOLVER_UNKNOWN,
+                        R_FORM,
+                        span,
+                        format!("could not decide whether {together} are satisfiable within the solver budget ({})", solver::budget_note()),
+                    )
+                    .help("add a refinement or an axiom"),
+                );
+                return;
+            }
+        }
+        let core: Vec<&SigPred> = self
+            .unsat_core(&preds)
+            .into_iter()
+            .map(|i| &preds[i])
+            .collect();
+        let owner = core.first().and_then(|p| p.owner.clone());
+        let what = match owner {
+            Some(o) if core.iter().all(|p| p.owner.as_ref() == Some(&o)) => {
+                format!("the refinements of `{o}`")
+            }
+            _ => together.to_string(),
+        };
+        let span = core.first().map(|p| p.span).unwrap_or(sig.span);
+        let mut d = Diagnostic::new(
+            codes::EMPTY_TYPE,
+            R_FORM,
+            span,
+            format!("{what} are unsatisfiable: the type is empty"),
+        )
+        .note("with the default `α >= 1` for every shape variable not opted into `>= 0` (Section 2 §16)");
+        if core.len() > 1 {
+            let all: Vec<String> = core.iter().map(|p| format!("`{}`", p.pred)).collect();
+            d = d.note(format!("contradictory together: {}", all.join(", ")));
+            for p in &core[1..] {
+                d = d.related(
+                    p.span,
+                    format!(
+                        "`{}` is part of the same contradiction ({})",
+                        p.pred,
+                        all.join(", ")
+                    ),
+                );
+            }
+            d = d.help("remove or relax one of the contradictory predicates");
+        } else {
+            d = d.help("remove the contradictory predicate");
+        }
+        self.err(d);
+    }
+
+    /// A minimal unsatisfiable subset of the signature's predicates (with
+    /// the §16 defaults, which always hold): drop each predicate, in
+    /// declaration order, whose removal keeps the rest unsatisfiable. One
+    /// solver query per predicate, deterministic; an `unknown` keeps the
+    /// predicate (the core may then be larger, never wrong).
+    fn unsat_core(&self, preds: &[SigPred]) -> Vec<usize> {
+        let mut keep: Vec<usize> = (0..preds.len()).collect();
+        let mut i = 0;
+        while i < keep.len() {
+            let trial: Vec<usize> = keep.iter().copied().filter(|&k| k != keep[i]).collect();
+            let mut ctx = self.ctx.clone();
+            ctx.facts.clear();
+            ctx.axioms.clear();
+            for &k in &trial {
+                if preds[k].axiom {
+                    ctx.axiom(preds[k].pred.clone());
+                } else {
+                    ctx.assume(preds[k].pred.clone());
+                }
+            }
+            if matches!(solver::satisfiable(&ctx, &[]), Satisfiability::Unsat) {
+                keep = trial;
+            } else {
+                i += 1;
+            }
+        }
+        keep
+    }
+}
+
+/// One predicate a signature states, where, and whose it is.
+struct SigPred {
+    pred: Pred,
+    span: SpanId,
+    /// The tensor parameter it refines; `None` for `requires` and axioms.
+    owner: Option<String>,
+    axiom: bool,
+}
+
+/// Every predicate of a signature that Γ assumes (Section 1 §4): the
+/// parameters' refinements, `requires`, then axioms, in source order.
+fn sig_preds(sig: &Signature) -> Vec<SigPred> {
+    let mut out = Vec::new();
+    for p in &sig.params {
+        if let Type::Tensor(t) = &p.ty {
+            for (i, r) in t.refs.iter().enumerate() {
+                out.push(SigPred {
+                    pred: r.clone(),
+                    span: p.ref_spans.get(i).copied().unwrap_or(p.span),
+                    owner: Some(p.name.clone()),
+                    axiom: false,
+                });
+            }
+        }
+    }
+    for (list, axiom) in [(&sig.requires, false), (&sig.axioms, true)] {
+        for r in list {
+            out.push(SigPred {
+                pred: r.node.clone(),
+                span: r.span,
+                owner: None,
+                axiom,
+            });
+        }
+    }
+    out
+}
