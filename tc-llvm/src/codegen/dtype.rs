@@ -9,22 +9,19 @@ use super::*;
 impl<'a> Gen<'a> {
     // ---- constants ------------------------------------------------------
 
-    pub(super) fn fc(&mut self, x: f32) -> String {
-        self.pins(format!("bitcast i32 {} to float", x.to_bits() as i32))
+    pub(super) fn const_f32(&mut self, x: f32) -> V {
+        self.b.const_f32(x)
     }
 
-    pub(super) fn elem_const(&mut self, e: Elem, dt: Dtype) -> String {
+    pub(super) fn elem_const(&mut self, e: Elem, dt: Dtype) -> V {
         match e {
-            Elem::F(x) => self.fc(x),
-            Elem::I(i) => {
-                let w = cast::wrap_int(i, dt);
-                w.to_string()
-            }
-            Elem::B(b) => if b { "true" } else { "false" }.to_string(),
+            Elem::F(x) => self.const_f32(x),
+            Elem::I(i) => V::int(Ty::compute(dt), cast::wrap_int(i, dt)),
+            Elem::B(b) => V::bool(b),
         }
     }
 
-    pub(super) fn scalar(&mut self, s: &Scalar, dt: Dtype) -> String {
+    pub(super) fn scalar(&mut self, s: &Scalar, dt: Dtype) -> V {
         match s {
             Scalar::Float(x) => self.elem_const(cast::convert(Elem::F(*x as f32), dt), dt),
             Scalar::Int(i) => self.elem_const(cast::convert(Elem::I(*i), dt), dt),
@@ -35,24 +32,29 @@ impl<'a> Gen<'a> {
                     .slots
                     .iter()
                     .position(|x| *x == (*p, dt))
-                    .unwrap_or(0);
-                let a = self.pins(format!("getelementptr inbounds i64, i64* %sc, i64 {slot}"));
-                let raw = self.pins(format!("load i64, i64* {a}, align 8"));
-                match cty(dt) {
-                    "float" => {
-                        let b = self.pins(format!("trunc i64 {raw} to i32"));
-                        self.pins(format!("bitcast i32 {b} to float"))
+                    .unwrap_or(0) as i64;
+                // The scalar slots hold every param's bits in an `i64`.
+                self.b.hoisted(|b| {
+                    let sc = V::new(Ty::I64.ptr(), "%sc");
+                    let a = b.gep(&sc, &[&V::int(Ty::I64, slot)]);
+                    let raw = b.load(&a);
+                    match Ty::compute(dt) {
+                        Ty::Float => {
+                            let w = b.trunc(&raw, Ty::I32);
+                            b.bitcast(&w, Ty::Float)
+                        }
+                        Ty::I64 => raw,
+                        ty => b.trunc(&raw, ty),
                     }
-                    "i64" => raw,
-                    ty => self.pins(format!("trunc i64 {raw} to {ty}")),
-                }
+                })
             }
         }
     }
 
     // ---- loads and stores -------------------------------------------------
 
-    pub(super) fn f8_table(&mut self, dt: Dtype) -> String {
+    /// The 256-entry decode table of an F8 dtype (a global, emitted once).
+    pub(super) fn f8_table(&mut self, dt: Dtype) -> V {
         let name = format!("@tab_{}", dt.name());
         if !self.tables.contains(&dt) {
             self.tables.push(dt);
@@ -70,55 +72,58 @@ impl<'a> Gen<'a> {
                 items.join(", ")
             );
         }
-        name
+        V::new(Ty::Ptr(&Ty::Array(256, &Ty::I32)), name)
     }
 
-    pub(super) fn bf16_decode(&mut self, b16: &str) -> String {
-        let w = self.ins(format!("zext i16 {b16} to i32"));
-        let m = self.ins(format!("and i32 {w}, 32767"));
-        let nan = self.ins(format!("icmp ugt i32 {m}, 32640"));
-        let q = self.ins(format!("or i32 {w}, 64"));
-        let s = self.ins(format!("select i1 {nan}, i32 {q}, i32 {w}"));
-        let sh = self.ins(format!("shl i32 {s}, 16"));
-        self.ins(format!("bitcast i32 {sh} to float"))
+    pub(super) fn bf16_decode(&mut self, b16: &V) -> V {
+        let b = &mut self.b;
+        let w = b.zext(b16, Ty::I32);
+        let m = b.and(&w, &V::int(Ty::I32, 32767));
+        let nan = b.icmp("ugt", &m, &V::int(Ty::I32, 32640));
+        let q = b.or(&w, &V::int(Ty::I32, 64));
+        let s = b.select(&nan, &q, &w);
+        let sh = b.shl(&s, &V::int(Ty::I32, 16));
+        b.bitcast(&sh, Ty::Float)
     }
 
-    pub(super) fn bf16_encode(&mut self, x: &str) -> String {
-        let b = self.ins(format!("bitcast float {x} to i32"));
-        let isnan = self.ins(format!("fcmp uno float {x}, {x}"));
-        let hi = self.ins(format!("lshr i32 {b}, 16"));
-        let nanr = self.ins(format!("or i32 {hi}, 64"));
-        let lsb = self.ins(format!("and i32 {hi}, 1"));
-        let r0 = self.ins(format!("add i32 {b}, 32767"));
-        let r1 = self.ins(format!("add i32 {r0}, {lsb}"));
-        let r = self.ins(format!("lshr i32 {r1}, 16"));
-        let s = self.ins(format!("select i1 {isnan}, i32 {nanr}, i32 {r}"));
-        self.ins(format!("trunc i32 {s} to i16"))
+    pub(super) fn bf16_encode(&mut self, x: &V) -> V {
+        let b = &mut self.b;
+        let i32c = |v| V::int(Ty::I32, v);
+        let bits = b.bitcast(x, Ty::I32);
+        let isnan = b.fcmp("uno", x, x);
+        let hi = b.lshr(&bits, &i32c(16));
+        let nanr = b.or(&hi, &i32c(64));
+        let lsb = b.and(&hi, &i32c(1));
+        let r0 = b.add(&bits, &i32c(32767));
+        let r1 = b.add(&r0, &lsb);
+        let r = b.lshr(&r1, &i32c(16));
+        let s = b.select(&isnan, &nanr, &r);
+        b.trunc(&s, Ty::I16)
     }
 
     /// Encode a computed f32 into the storage bits of `dt` (Section 2 §5).
-    pub(super) fn encode(&mut self, dt: Dtype, x: &str) -> String {
+    pub(super) fn encode(&mut self, dt: Dtype, x: &V) -> V {
         match dt {
             Dtype::F16 => {
-                let h = self.ins(format!("fptrunc float {x} to half"));
-                self.ins(format!("bitcast half {h} to i16"))
+                let h = self.b.fptrunc(x, Ty::Half);
+                self.b.bitcast(&h, Ty::I16)
             }
             Dtype::BF16 => self.bf16_encode(x),
             Dtype::F8E4M3 | Dtype::F8E5M2 => {
-                let c = dtype_code(dt);
-                let r = self.ins(format!("call i16 @tc_encode(i32 {c}, float {x})"));
-                self.ins(format!("trunc i16 {r} to i8"))
+                let c = V::int(Ty::I32, dtype_code(dt) as i64);
+                let r = self.b.call(Ty::I16, "tc_encode", &[&c, x]);
+                self.b.trunc(&r, Ty::I8)
             }
-            _ => x.to_string(),
+            _ => x.clone(),
         }
     }
 
     /// Decode storage bits of `dt` into f32.
-    pub(super) fn decode(&mut self, dt: Dtype, raw: &str) -> String {
+    pub(super) fn decode(&mut self, dt: Dtype, raw: &V) -> V {
         match dt {
             Dtype::F16 => {
-                let h = self.ins(format!("bitcast i16 {raw} to half"));
-                let x = self.ins(format!("fpext half {h} to float"));
+                let h = self.b.bitcast(raw, Ty::Half);
+                let x = self.b.fpext(&h, Ty::Float);
                 // Decoding quiets a signalling NaN (cast.rs decode rule).
                 // Spelled out: LLVM folds `fptrunc(fpext h)` back into `h`.
                 self.quiet(&x)
@@ -126,98 +131,106 @@ impl<'a> Gen<'a> {
             Dtype::BF16 => self.bf16_decode(raw),
             Dtype::F8E4M3 | Dtype::F8E5M2 => {
                 let tab = self.f8_table(dt);
-                let z = self.ins(format!("zext i8 {raw} to i64"));
-                let p = self.ins(format!(
-                    "getelementptr inbounds [256 x i32], [256 x i32]* {tab}, i64 0, i64 {z}"
-                ));
-                let b = self.ins(format!("load i32, i32* {p}, align 4"));
-                self.ins(format!("bitcast i32 {b} to float"))
+                let z = self.b.zext(raw, Ty::I64);
+                let p = self.b.gep(&tab, &[&V::int(Ty::I64, 0), &z]);
+                let bits = self.b.load(&p);
+                self.b.bitcast(&bits, Ty::Float)
             }
-            _ => raw.to_string(),
+            _ => raw.clone(),
         }
     }
 
     /// `round_to(x, dt)`: the value of the nearest `dt` (Section 2 §3, §5).
-    pub(super) fn round(&mut self, dt: Dtype, x: &str) -> String {
+    pub(super) fn round(&mut self, dt: Dtype, x: &V) -> V {
         match dt {
-            Dtype::F32 => x.to_string(),
             Dtype::F16 => {
-                let h = self.ins(format!("fptrunc float {x} to half"));
-                self.ins(format!("fpext half {h} to float"))
+                let h = self.b.fptrunc(x, Ty::Half);
+                self.b.fpext(&h, Ty::Float)
             }
             Dtype::BF16 => {
                 let b = self.bf16_encode(x);
                 self.bf16_decode(&b)
             }
             Dtype::F8E4M3 | Dtype::F8E5M2 => {
-                let c = dtype_code(dt);
-                self.ins(format!("call float @tc_round_to(i32 {c}, float {x})"))
+                let c = V::int(Ty::I32, dtype_code(dt) as i64);
+                self.b.call(Ty::Float, "tc_round_to", &[&c, x])
             }
             Dtype::I4 => {
-                let s = self.ins(format!("shl i8 {x}, 4"));
-                self.ins(format!("ashr i8 {s}, 4"))
+                let four = V::int(Ty::I8, 4);
+                let s = self.b.shl(x, &four);
+                self.b.ashr(&s, &four)
             }
-            _ => x.to_string(),
+            _ => x.clone(),
         }
     }
 
-    pub(super) fn buf(&mut self, v: Value) -> String {
+    pub(super) fn buf(&mut self, v: Value) -> V {
         if let Some(b) = self.bufs.get(&v.0) {
             return b.clone();
         }
         panic!("no buffer for {v}");
     }
 
-    pub(super) fn load(&mut self, v: Value, off: &str) -> String {
+    /// Byte `off >> 1` of an I4 buffer `p`, its address and the shift
+    /// (0 or 4, an `i8`) of nibble `off` in it.
+    fn nibble(&mut self, p: &V, off: &V) -> (V, V, V) {
+        let b = &mut self.b;
+        let one = V::int(Ty::I64, 1);
+        let bi = b.lshr(off, &one);
+        let a = b.gep(p, &[&bi]);
+        let byte = b.load(&a);
+        let odd = b.and(off, &one);
+        let sh64 = b.shl(&odd, &V::int(Ty::I64, 2));
+        let sh = b.trunc(&sh64, Ty::I8);
+        (a, byte, sh)
+    }
+
+    /// Element `off` of `v`'s buffer, in its computation type.
+    pub(super) fn load(&mut self, v: Value, off: &str) -> V {
         let dt = self.vals[v.0 as usize].dtype;
         let p = self.buf(v);
-        let st = sty(dt);
+        let off = V::i64(off);
         if dt == Dtype::I4 {
-            let bi = self.ins(format!("lshr i64 {off}, 1"));
-            let a = self.ins(format!("getelementptr inbounds i8, i8* {p}, i64 {bi}"));
-            let byte = self.ins(format!("load i8, i8* {a}, align 1"));
-            let odd = self.ins(format!("and i64 {off}, 1"));
-            let sh64 = self.ins(format!("shl i64 {odd}, 2"));
-            let sh = self.ins(format!("trunc i64 {sh64} to i8"));
-            let r = self.ins(format!("lshr i8 {byte}, {sh}"));
-            let l = self.ins(format!("shl i8 {r}, 4"));
-            return self.ins(format!("ashr i8 {l}, 4"));
+            let (_, byte, sh) = self.nibble(&p, &off);
+            let b = &mut self.b;
+            let r = b.lshr(&byte, &sh);
+            let four = V::int(Ty::I8, 4);
+            let l = b.shl(&r, &four);
+            return b.ashr(&l, &four);
         }
-        let a = self.ins(format!("getelementptr inbounds {st}, {st}* {p}, i64 {off}"));
-        let raw = self.ins(format!("load {st}, {st}* {a}"));
+        let a = self.b.gep(&p, &[&off]);
+        let raw = self.b.load(&a);
         match dt {
-            Dtype::Bool => self.ins(format!("icmp ne i8 {raw}, 0")),
+            Dtype::Bool => self.b.icmp("ne", &raw, &V::int(Ty::I8, 0)),
             d if d.is_float() => self.decode(d, &raw),
             _ => raw,
         }
     }
 
-    pub(super) fn store(&mut self, v: Value, off: &str, x: &str) {
+    /// Store `x` (in `v`'s computation type) as element `off` of `v`'s buffer.
+    pub(super) fn store(&mut self, v: Value, off: &str, x: &V) {
         let dt = self.vals[v.0 as usize].dtype;
         let p = self.buf(v);
-        let st = sty(dt);
+        let off = V::i64(off);
         if dt == Dtype::I4 {
-            let bi = self.ins(format!("lshr i64 {off}, 1"));
-            let a = self.ins(format!("getelementptr inbounds i8, i8* {p}, i64 {bi}"));
-            let byte = self.ins(format!("load i8, i8* {a}, align 1"));
-            let odd = self.ins(format!("and i64 {off}, 1"));
-            let sh64 = self.ins(format!("shl i64 {odd}, 2"));
-            let sh = self.ins(format!("trunc i64 {sh64} to i8"));
-            let nib = self.ins(format!("and i8 {x}, 15"));
-            let nibs = self.ins(format!("shl i8 {nib}, {sh}"));
-            let mask = self.ins(format!("shl i8 15, {sh}"));
-            let keep = self.ins(format!("xor i8 {mask}, -1"));
-            let kept = self.ins(format!("and i8 {byte}, {keep}"));
-            let nb = self.ins(format!("or i8 {kept}, {nibs}"));
-            self.e(format!("store i8 {nb}, i8* {a}, align 1"));
+            let (a, byte, sh) = self.nibble(&p, &off);
+            let b = &mut self.b;
+            let i8c = |v| V::int(Ty::I8, v);
+            let nib = b.and(x, &i8c(15));
+            let nibs = b.shl(&nib, &sh);
+            let mask = b.shl(&i8c(15), &sh);
+            let keep = b.xor(&mask, &i8c(-1));
+            let kept = b.and(&byte, &keep);
+            let nb = b.or(&kept, &nibs);
+            b.store(&nb, &a);
             return;
         }
         let val = match dt {
-            Dtype::Bool => self.ins(format!("zext i1 {x} to i8")),
+            Dtype::Bool => self.b.zext(x, Ty::I8),
             d if d.is_float() => self.encode(d, x),
-            _ => x.to_string(),
+            _ => x.clone(),
         };
-        let a = self.ins(format!("getelementptr inbounds {st}, {st}* {p}, i64 {off}"));
-        self.e(format!("store {st} {val}, {st}* {a}"));
+        let a = self.b.gep(&p, &[&off]);
+        self.b.store(&val, &a);
     }
 }

@@ -5,23 +5,23 @@
 use super::*;
 
 impl<'a> Gen<'a> {
-    pub(super) fn unary(&mut self, op: UnaryOp, dt: Dtype, x: &str) -> String {
+    pub(super) fn unary(&mut self, op: UnaryOp, dt: Dtype, x: &V) -> V {
         use UnaryOp as U;
         if dt.is_bool() {
-            return self.ins(format!("xor i1 {x}, true"));
+            return self.b.xor(x, &V::bool(true));
         }
         if dt.is_int() {
-            let ty = cty(dt);
+            let ty = Ty::compute(dt);
             let r = match op {
-                U::Neg => self.ins(format!("sub {ty} 0, {x}")),
+                U::Neg => self.b.sub(&V::int(ty, 0), x),
                 U::Abs => {
-                    let n = self.ins(format!("sub {ty} 0, {x}"));
-                    let c = self.ins(format!("icmp slt {ty} {x}, 0"));
-                    self.ins(format!("select i1 {c}, {ty} {n}, {ty} {x}"))
+                    let n = self.b.sub(&V::int(ty, 0), x);
+                    let c = self.b.icmp("slt", x, &V::int(ty, 0));
+                    self.b.select(&c, &n, x)
                 }
                 _ => {
-                    let c = self.ins(format!("icmp sgt {ty} {x}, 0"));
-                    self.ins(format!("select i1 {c}, {ty} {x}, {ty} 0"))
+                    let c = self.b.icmp("sgt", x, &V::int(ty, 0));
+                    self.b.select(&c, x, &V::int(ty, 0))
                 }
             };
             return self.round(dt, &r);
@@ -32,33 +32,33 @@ impl<'a> Gen<'a> {
             // sign and is quieted (Section 2 §3).
             U::Neg | U::Abs => {
                 let r = if op == U::Neg {
-                    self.ins(format!("fneg float {x}"))
+                    self.b.fneg(x)
                 } else {
-                    self.fcall1("fabs", x)
+                    self.llvm_f32("fabs", &[x])
                 };
                 let q = self.quiet(&r);
                 return self.round(dt, &q);
             }
             // relu x = maximum(x, +0) (Section 2 §3): relu(−0) = +0.
             U::Relu => {
-                let zero = self.fc(0.0);
+                let zero = self.const_f32(0.0);
                 let r = self.extremum(true, x, &zero);
                 return self.round(dt, &r);
             }
-            U::Sqrt => self.fcall1("sqrt", x),
+            U::Sqrt => self.llvm_f32("sqrt", &[x]),
             U::Recip => {
-                let one = self.fc(1.0);
-                self.fop("fdiv", &one, x)
+                let one = self.const_f32(1.0);
+                self.b.fdiv(&one, x)
             }
-            U::Floor => self.fcall1("floor", x),
-            U::Ceil => self.fcall1("ceil", x),
-            U::Round => self.fcall1("rint", x),
+            U::Floor => self.llvm_f32("floor", &[x]),
+            U::Ceil => self.llvm_f32("ceil", &[x]),
+            U::Round => self.llvm_f32("rint", &[x]),
             U::Rsqrt => {
                 // Exactly the interpreter's `1.0 / (x as f64).sqrt()` rounded to f32.
-                let d = self.ins(format!("fpext float {x} to double"));
-                let s = self.ins(format!("call double @llvm.sqrt.f64(double {d})"));
-                let q = self.ins(format!("fdiv double 1.0, {s}"));
-                self.ins(format!("fptrunc double {q} to float"))
+                let d = self.b.fpext(x, Ty::Double);
+                let s = self.b.call(Ty::Double, "llvm.sqrt.f64", &[&d]);
+                let q = self.b.fdiv(&V::new(Ty::Double, "1.0"), &s);
+                self.b.fptrunc(&q, Ty::Float)
             }
             U::Exp if fast => self.fast_exp(x),
             U::Log if fast => self.fast_log(x),
@@ -69,15 +69,15 @@ impl<'a> Gen<'a> {
             // (x < −87.3) the result is e itself, subnormal, within 2⁻¹⁴⁸;
             // exactly 0 at −∞ (and below −104), 1 at +∞.
             U::Sigmoid if fast => {
-                let ax = self.fcall1("fabs", x);
-                let n = self.ins(format!("fneg float {ax}"));
+                let ax = self.llvm_f32("fabs", &[x]);
+                let n = self.b.fneg(&ax);
                 let e = self.fast_exp(&n);
-                let one = self.fc(1.0);
-                let d = self.fop("fadd", &one, &e);
-                let zero = self.fc(0.0);
-                let neg = self.ins(format!("fcmp olt float {x}, {zero}"));
-                let num = self.ins(format!("select i1 {neg}, float {e}, float {one}"));
-                self.fop("fdiv", &num, &d)
+                let one = self.const_f32(1.0);
+                let d = self.b.fadd(&one, &e);
+                let zero = self.const_f32(0.0);
+                let neg = self.b.fcmp("olt", x, &zero);
+                let num = self.b.select(&neg, &e, &one);
+                self.b.fdiv(&num, &d)
             }
             U::Erf if fast => self.fast_erf(x),
             // x·½·(1 + erf(x/√2)) with fast_erf. Error bound: relative ≤ 4
@@ -86,109 +86,109 @@ impl<'a> Gen<'a> {
             // true value is above −1.1e-7 there), NaN at −∞ (∞ · 0, as the
             // interpreter's formula gives).
             U::Gelu if fast => {
-                let k = self.fc(std::f32::consts::FRAC_1_SQRT_2);
-                let xs = self.fop("fmul", x, &k);
+                let k = self.const_f32(std::f32::consts::FRAC_1_SQRT_2);
+                let xs = self.b.fmul(x, &k);
                 let e = self.fast_erf(&xs);
-                let one = self.fc(1.0);
-                let s = self.fop("fadd", &one, &e);
-                let half = self.fc(0.5);
-                let hx = self.fop("fmul", x, &half);
-                let g = self.fop("fmul", &hx, &s);
+                let one = self.const_f32(1.0);
+                let s = self.b.fadd(&one, &e);
+                let half = self.const_f32(0.5);
+                let hx = self.b.fmul(x, &half);
+                let g = self.b.fmul(&hx, &s);
                 // Far left tail: 1 + erf cancels; gelu(x) < 1e-7 in magnitude there.
-                let lim = self.fc(-5.5);
-                let tail = self.ins(format!("fcmp olt float {x}, {lim}"));
-                let zero = self.fc(0.0);
-                let z = self.fop("fmul", x, &zero);
-                self.ins(format!("select i1 {tail}, float {z}, float {g}"))
+                let lim = self.const_f32(-5.5);
+                let tail = self.b.fcmp("olt", x, &lim);
+                let zero = self.const_f32(0.0);
+                let z = self.b.fmul(x, &zero);
+                self.b.select(&tail, &z, &g)
             }
             _ => {
-                let c = unary_code(op);
-                self.ins(format!("call float @tc_unary_exact(i32 {c}, float {x})"))
+                let c = V::int(Ty::I32, unary_code(op) as i64);
+                self.b.call(Ty::Float, "tc_unary_exact", &[&c, x])
             }
         };
         let r = self.nan_result(&r, &[x]);
         self.round(dt, &r)
     }
 
-    pub(super) fn binary(&mut self, op: BinaryOp, dt: Dtype, a: &str, b: &str) -> String {
+    pub(super) fn binary(&mut self, op: BinaryOp, dt: Dtype, a: &V, b: &V) -> V {
         use BinaryOp as B;
-        let ty = cty(dt);
+        let ty = Ty::compute(dt);
         if dt.is_bool() {
             return match op {
-                B::And => self.ins(format!("and i1 {a}, {b}")),
-                B::Or => self.ins(format!("or i1 {a}, {b}")),
-                B::Xor => self.ins(format!("xor i1 {a}, {b}")),
-                B::Eq => self.ins(format!("icmp eq i1 {a}, {b}")),
-                B::Ne => self.ins(format!("icmp ne i1 {a}, {b}")),
-                B::Lt => self.ins(format!("icmp ult i1 {a}, {b}")),
-                B::Le => self.ins(format!("icmp ule i1 {a}, {b}")),
-                B::Gt => self.ins(format!("icmp ugt i1 {a}, {b}")),
-                _ => self.ins(format!("icmp uge i1 {a}, {b}")),
+                B::And => self.b.and(a, b),
+                B::Or => self.b.or(a, b),
+                B::Xor => self.b.xor(a, b),
+                B::Eq => self.b.icmp("eq", a, b),
+                B::Ne => self.b.icmp("ne", a, b),
+                B::Lt => self.b.icmp("ult", a, b),
+                B::Le => self.b.icmp("ule", a, b),
+                B::Gt => self.b.icmp("ugt", a, b),
+                _ => self.b.icmp("uge", a, b),
             };
         }
         if dt.is_int() {
             let r = match op {
-                B::Add => self.ins(format!("add {ty} {a}, {b}")),
-                B::Sub => self.ins(format!("sub {ty} {a}, {b}")),
-                B::Mul => self.ins(format!("mul {ty} {a}, {b}")),
+                B::Add => self.b.add(a, b),
+                B::Sub => self.b.sub(a, b),
+                B::Mul => self.b.mul(a, b),
                 B::Div | B::Rem => {
                     // ÷0 = 0; MIN ÷ −1 wraps (Section 2 §3); no UB divisor reaches sdiv.
-                    let z = self.ins(format!("icmp eq {ty} {b}, 0"));
-                    let m1 = self.ins(format!("icmp eq {ty} {b}, -1"));
-                    let bad = self.ins(format!("or i1 {z}, {m1}"));
-                    let safe = self.ins(format!("select i1 {bad}, {ty} 1, {ty} {b}"));
+                    let z = self.b.icmp("eq", b, &V::int(ty, 0));
+                    let m1 = self.b.icmp("eq", b, &V::int(ty, -1));
+                    let bad = self.b.or(&z, &m1);
+                    let safe = self.b.select(&bad, &V::int(ty, 1), b);
                     if op == B::Div {
-                        let q = self.ins(format!("sdiv {ty} {a}, {safe}"));
-                        let n = self.ins(format!("sub {ty} 0, {a}"));
-                        let q1 = self.ins(format!("select i1 {m1}, {ty} {n}, {ty} {q}"));
-                        self.ins(format!("select i1 {z}, {ty} 0, {ty} {q1}"))
+                        let q = self.b.sdiv(a, &safe);
+                        let n = self.b.sub(&V::int(ty, 0), a);
+                        let q1 = self.b.select(&m1, &n, &q);
+                        self.b.select(&z, &V::int(ty, 0), &q1)
                     } else {
-                        let r = self.ins(format!("srem {ty} {a}, {safe}"));
-                        self.ins(format!("select i1 {bad}, {ty} 0, {ty} {r}"))
+                        let r = self.b.srem(a, &safe);
+                        self.b.select(&bad, &V::int(ty, 0), &r)
                     }
                 }
                 B::Max => {
-                    let c = self.ins(format!("icmp sgt {ty} {a}, {b}"));
-                    self.ins(format!("select i1 {c}, {ty} {a}, {ty} {b}"))
+                    let c = self.b.icmp("sgt", a, b);
+                    self.b.select(&c, a, b)
                 }
                 B::Min => {
-                    let c = self.ins(format!("icmp slt {ty} {a}, {b}"));
-                    self.ins(format!("select i1 {c}, {ty} {a}, {ty} {b}"))
+                    let c = self.b.icmp("slt", a, b);
+                    self.b.select(&c, a, b)
                 }
-                B::Eq => return self.ins(format!("icmp eq {ty} {a}, {b}")),
-                B::Ne => return self.ins(format!("icmp ne {ty} {a}, {b}")),
-                B::Lt => return self.ins(format!("icmp slt {ty} {a}, {b}")),
-                B::Le => return self.ins(format!("icmp sle {ty} {a}, {b}")),
-                B::Gt => return self.ins(format!("icmp sgt {ty} {a}, {b}")),
-                B::Ge => return self.ins(format!("icmp sge {ty} {a}, {b}")),
-                _ => return "0".into(),
+                B::Eq => return self.b.icmp("eq", a, b),
+                B::Ne => return self.b.icmp("ne", a, b),
+                B::Lt => return self.b.icmp("slt", a, b),
+                B::Le => return self.b.icmp("sle", a, b),
+                B::Gt => return self.b.icmp("sgt", a, b),
+                B::Ge => return self.b.icmp("sge", a, b),
+                _ => return V::int(ty, 0),
             };
             return self.round(dt, &r);
         }
         let r = match op {
-            B::Add => self.fop("fadd", a, b),
-            B::Sub => self.fop("fsub", a, b),
-            B::Mul => self.fop("fmul", a, b),
-            B::Div => self.fop("fdiv", a, b),
+            B::Add => self.b.fadd(a, b),
+            B::Sub => self.b.fsub(a, b),
+            B::Mul => self.b.fmul(a, b),
+            B::Div => self.b.fdiv(a, b),
             B::Max | B::Min => {
                 let m = self.extremum(op == B::Max, a, b);
                 return self.round(dt, &m);
             }
-            B::Pow => self.ins(format!("call float @tc_pow_exact(float {a}, float {b})")),
-            B::Eq => return self.ins(format!("fcmp oeq float {a}, {b}")),
-            B::Ne => return self.ins(format!("fcmp une float {a}, {b}")),
-            B::Lt => return self.ins(format!("fcmp olt float {a}, {b}")),
-            B::Le => return self.ins(format!("fcmp ole float {a}, {b}")),
-            B::Gt => return self.ins(format!("fcmp ogt float {a}, {b}")),
-            B::Ge => return self.ins(format!("fcmp oge float {a}, {b}")),
-            _ => return self.fc(0.0),
+            B::Pow => self.b.call(Ty::Float, "tc_pow_exact", &[a, b]),
+            B::Eq => return self.b.fcmp("oeq", a, b),
+            B::Ne => return self.b.fcmp("une", a, b),
+            B::Lt => return self.b.fcmp("olt", a, b),
+            B::Le => return self.b.fcmp("ole", a, b),
+            B::Gt => return self.b.fcmp("ogt", a, b),
+            B::Ge => return self.b.fcmp("oge", a, b),
+            _ => return self.const_f32(0.0),
         };
         let r = self.nan_result(&r, &[a, b]);
         self.round(dt, &r)
     }
 
     /// `cast[to]` on a computed element of dtype `from` (Section 2 §5).
-    pub(super) fn cast(&mut self, from: Dtype, to: Dtype, x: &str) -> String {
+    pub(super) fn cast(&mut self, from: Dtype, to: Dtype, x: &V) -> V {
         if from.is_float() && to.is_float() {
             // `cast_value`: a NaN operand is quieted (Section 2 §3), also
             // for a same-dtype cast.
@@ -196,59 +196,58 @@ impl<'a> Gen<'a> {
             return self.round(to, &q);
         }
         if from == to {
-            return x.to_string();
+            return x.clone();
         }
-        let (ft, tt) = (cty(from), cty(to));
+        let (ft, tt) = (Ty::compute(from), Ty::compute(to));
         if from.is_float() {
             if to.is_bool() {
-                let z = self.fc(0.0);
-                return self.ins(format!("fcmp une float {x}, {z}"));
+                let z = self.const_f32(0.0);
+                return self.b.fcmp("une", x, &z);
             }
             // Truncate toward zero, saturate, NaN → 0 (Rust `as`).
-            let r = self.ins(format!("call {tt} @llvm.fptosi.sat.{tt}.f32(float {x})"));
+            let r = self.b.call(tt, &format!("llvm.fptosi.sat.{tt}.f32"), &[x]);
             if to == Dtype::I4 {
-                let lo = self.ins(format!("icmp slt i8 {r}, -8"));
-                let r1 = self.ins(format!("select i1 {lo}, i8 -8, i8 {r}"));
-                let hi = self.ins(format!("icmp sgt i8 {r1}, 7"));
-                return self.ins(format!("select i1 {hi}, i8 7, i8 {r1}"));
+                let lo = self.b.icmp("slt", &r, &V::int(Ty::I8, -8));
+                let r1 = self.b.select(&lo, &V::int(Ty::I8, -8), &r);
+                let hi = self.b.icmp("sgt", &r1, &V::int(Ty::I8, 7));
+                return self.b.select(&hi, &V::int(Ty::I8, 7), &r1);
             }
             return r;
         }
         if from.is_bool() {
             if to.is_float() {
-                return self.ins(format!("uitofp i1 {x} to float"));
+                return self.b.uitofp(x, Ty::Float);
             }
-            return self.ins(format!("zext i1 {x} to {tt}"));
+            return self.b.zext(x, tt);
         }
         // From an int.
         if to.is_bool() {
-            return self.ins(format!("icmp ne {ft} {x}, 0"));
+            return self.b.icmp("ne", x, &V::int(ft, 0));
         }
         if to.is_float() {
             if to == Dtype::F32 {
-                return self.ins(format!("sitofp {ft} {x} to float"));
+                return self.b.sitofp(x, Ty::Float);
             }
             if matches!(from, Dtype::I8 | Dtype::I4 | Dtype::I16) {
                 // Exact in f32, so one rounding into the narrow dtype.
-                let f = self.ins(format!("sitofp {ft} {x} to float"));
+                let f = self.b.sitofp(x, Ty::Float);
                 return self.round(to, &f);
             }
-            let w = if ft == "i64" {
-                x.to_string()
+            let w = if ft == Ty::I64 {
+                x.clone()
             } else {
-                self.ins(format!("sext {ft} {x} to i64"))
+                self.b.sext(x, Ty::I64)
             };
-            let c = dtype_code(to);
-            return self.ins(format!("call float @tc_int_to_float(i32 {c}, i64 {w})"));
+            let c = V::int(Ty::I32, dtype_code(to) as i64);
+            return self.b.call(Ty::Float, "tc_int_to_float", &[&c, &w]);
         }
         // int → int: sign-extend or keep the low bits.
-        let bits = |t: &str| t[1..].parse::<u32>().unwrap_or(64);
-        let r = if bits(ft) < bits(tt) {
-            self.ins(format!("sext {ft} {x} to {tt}"))
-        } else if bits(ft) > bits(tt) {
-            self.ins(format!("trunc {ft} {x} to {tt}"))
+        let r = if ft.int_bits() < tt.int_bits() {
+            self.b.sext(x, tt)
+        } else if ft.int_bits() > tt.int_bits() {
+            self.b.trunc(x, tt)
         } else {
-            x.to_string()
+            x.clone()
         };
         if to == Dtype::I4 {
             return self.round(Dtype::I4, &r);
@@ -257,7 +256,7 @@ impl<'a> Gen<'a> {
     }
 
     /// The element of `v` at `idx`, in its computation type.
-    pub(super) fn val(&mut self, v: Value, idx: &Idx) -> String {
+    pub(super) fn val(&mut self, v: Value, idx: &Idx) -> V {
         let key = format!("{}|{:?}|{:?}", v.0, idx.dims, idx.lin);
         if let Some(r) = self.memo.get(&key) {
             return r.clone();
@@ -269,7 +268,7 @@ impl<'a> Gen<'a> {
 
     /// Element `idx` of a value that has a buffer (a parameter, a
     /// materialised value, or a group member stashed in `m`): its load.
-    fn load_at(&mut self, v: Value, idx: &Idx) -> String {
+    fn load_at(&mut self, v: Value, idx: &Idx) -> V {
         let off = match &idx.lin {
             Some(l) => l.clone(),
             None => {
@@ -280,7 +279,7 @@ impl<'a> Gen<'a> {
         self.load(v, &off)
     }
 
-    pub(super) fn val_uncached(&mut self, v: Value, idx: &Idx) -> String {
+    pub(super) fn val_uncached(&mut self, v: Value, idx: &Idx) -> V {
         let i = v.0 as usize;
         if let Some((x, m)) = self.stashed {
             if x == v.0 {
@@ -314,7 +313,7 @@ impl<'a> Gen<'a> {
 
     /// An elementwise op's element at `idx`: its operands' elements at the
     /// same index, computed (§5.1–§5.3), or a fill / iota value.
-    fn compute_val(&mut self, v: Value, op: &Op, idx: &Idx) -> String {
+    fn compute_val(&mut self, v: Value, op: &Op, idx: &Idx) -> V {
         let dt = self.vals[v.0 as usize].dtype;
         match op {
             Op::Unary(u, x) => {
@@ -351,17 +350,16 @@ impl<'a> Gen<'a> {
                 let cv = self.val(*c, idx);
                 let x = self.val(*a, idx);
                 let y = self.val(*b, idx);
-                let ty = cty(dt);
-                self.ins(format!("select i1 {cv}, {ty} {x}, {ty} {y}"))
+                self.b.select(&cv, &x, &y)
             }
             Op::Fill(fdt, _, s) => self.scalar(s, *fdt),
             Op::Iota(idt, _, axis) => {
                 let d = self.dims_of(v, idx);
                 let k = d[*axis].clone();
                 let kv = if is_lit(&k).is_some() {
-                    k
+                    V::i64(&k)
                 } else {
-                    self.ins(format!("add i64 {k}, 0"))
+                    self.b.add(&V::i64(&k), &V::int(Ty::I64, 0))
                 };
                 self.cast(Dtype::I64, *idt, &kv)
             }
@@ -371,7 +369,7 @@ impl<'a> Gen<'a> {
 
     /// A layout op's element at `idx`: its operand's element at the
     /// rewritten index (§5.6–§5.10); nothing is computed.
-    fn layout_val(&mut self, v: Value, op: &Op, idx: &Idx) -> String {
+    fn layout_val(&mut self, v: Value, op: &Op, idx: &Idx) -> V {
         match op {
             Op::Reshape(_, x) => {
                 let lin = match &idx.lin {
@@ -414,8 +412,9 @@ impl<'a> Gen<'a> {
                         Some(1) => "0".to_string(),
                         Some(_) => d[m - n + k].clone(),
                         None => {
-                            let one = self.pins(format!("icmp eq i64 {sd}, 1"));
-                            self.ins(format!("select i1 {one}, i64 0, i64 {}", d[m - n + k]))
+                            let (sd, zero) = (V::i64(&sd), V::int(Ty::I64, 0));
+                            let one = self.b.hoisted(|b| b.icmp("eq", &sd, &V::int(Ty::I64, 1)));
+                            self.b.select(&one, &zero, &V::i64(&d[m - n + k])).name
                         }
                     };
                     src.push(s);
@@ -430,7 +429,7 @@ impl<'a> Gen<'a> {
             }
             Op::Slice { axis, x, .. } => {
                 let mut d = self.dims_of(v, idx);
-                let s = self.q(QKey::SliceStart(v.0));
+                let s = self.shape_qty(QKey::SliceStart(v.0));
                 d[*axis] = self.badd(&d[*axis], &s);
                 self.val(
                     *x,
@@ -453,31 +452,31 @@ impl<'a> Gen<'a> {
     /// operand, one selected: the loop vectorizes). With run-time dims
     /// (the shape-generic kernel) each operand is read in its own branch,
     /// only when the index falls inside it.
-    pub(super) fn concat(&mut self, v: Value, axis: usize, xs: &[Value], idx: &Idx) -> String {
+    pub(super) fn concat(&mut self, v: Value, axis: usize, xs: &[Value], idx: &Idx) -> V {
         let d = self.dims_of(v, idx);
         let dks: Vec<String> = xs.iter().map(|x| self.dim(*x, axis)).collect();
         if dks.iter().any(|dk| is_lit(dk).is_none()) {
             return self.concat_branches(v, axis, xs, &dks, &d);
         }
         let dt = self.vals[v.0 as usize].dtype;
-        let ty = cty(dt);
-        let j = d[axis].clone();
+        let j = V::i64(&d[axis]);
         let mut off = "0".to_string();
         let mut parts = Vec::new();
         for (x, dk) in xs.iter().zip(&dks) {
             if is_lit(dk) == Some(0) {
                 continue;
             }
-            let local = self.bsub(&j, &off);
+            let local = V::i64(&self.bsub(&j.name, &off));
             // Clamp into [0, dk − 1] (dk ≥ 1 here): every non-empty operand
             // is read, only one is selected.
-            let neg = self.ins(format!("icmp slt i64 {local}, 0"));
-            let l0 = self.ins(format!("select i1 {neg}, i64 0, i64 {local}"));
-            let last = self.padd(dk, "-1");
-            let big = self.ins(format!("icmp sgt i64 {l0}, {last}"));
-            let l1 = self.ins(format!("select i1 {big}, i64 {last}, i64 {l0}"));
+            let zero = V::int(Ty::I64, 0);
+            let neg = self.b.icmp("slt", &local, &zero);
+            let l0 = self.b.select(&neg, &zero, &local);
+            let last = V::i64(&self.padd(dk, "-1"));
+            let big = self.b.icmp("sgt", &l0, &last);
+            let l1 = self.b.select(&big, &last, &l0);
             let mut sd = d.clone();
-            sd[axis] = l1;
+            sd[axis] = l1.name;
             let e = self.val(
                 *x,
                 &Idx {
@@ -495,8 +494,8 @@ impl<'a> Gen<'a> {
         };
         let mut acc = last;
         for (e, end) in parts.iter().rev().skip(1) {
-            let c = self.ins(format!("icmp slt i64 {j}, {end}"));
-            acc = self.ins(format!("select i1 {c}, {ty} {e}, {ty} {acc}"));
+            let c = self.b.icmp("slt", &j, &V::i64(end));
+            acc = self.b.select(&c, e, &acc);
         }
         acc
     }
@@ -512,22 +511,21 @@ impl<'a> Gen<'a> {
         xs: &[Value],
         dks: &[String],
         d: &[String],
-    ) -> String {
+    ) -> V {
         let dt = self.vals[v.0 as usize].dtype;
-        let ty = cty(dt);
-        let j = d[axis].clone();
+        let j = V::i64(&d[axis]);
         let l = self.label();
         let saved = self.memo.clone();
         let mut off = "0".to_string();
         let mut incoming = Vec::new();
         for (k, (x, dk)) in xs.iter().zip(dks).enumerate() {
             let end = self.padd(&off, dk);
-            let inside = self.ins(format!("icmp slt i64 {j}, {end}"));
-            self.e(format!(
+            let inside = self.b.icmp("slt", &j, &V::i64(&end));
+            self.b.emit(&format!(
                 "br i1 {inside}, label %Cb{l}.{k}, label %Cn{l}.{k}"
             ));
-            let _ = writeln!(self.body, "Cb{l}.{k}:");
-            let local = self.bsub(&j, &off);
+            self.b.block(&format!("Cb{l}.{k}"));
+            let local = self.bsub(&j.name, &off);
             let mut sd = d.to_vec();
             sd[axis] = local;
             let e = self.val(
@@ -537,28 +535,27 @@ impl<'a> Gen<'a> {
                     lin: None,
                 },
             );
-            self.e(format!("br label %Ce{l}.{k}"));
-            let _ = writeln!(self.body, "Ce{l}.{k}:");
-            self.e(format!("br label %Cm{l}"));
-            incoming.push(format!("[ {e}, %Ce{l}.{k} ]"));
+            self.b.emit(&format!("br label %Ce{l}.{k}"));
+            self.b.block(&format!("Ce{l}.{k}"));
+            self.b.emit(&format!("br label %Cm{l}"));
+            incoming.push((e, format!("Ce{l}.{k}")));
             self.memo = saved.clone();
-            let _ = writeln!(self.body, "Cn{l}.{k}:");
+            self.b.block(&format!("Cn{l}.{k}"));
             off = end;
         }
         // Past every operand: unreachable for an index inside the output.
         let z = self.zero_of(dt);
-        self.e(format!("br label %Cm{l}"));
-        incoming.push(format!("[ {z}, %Cn{l}.{} ]", xs.len() - 1));
-        let _ = writeln!(self.body, "Cm{l}:");
-        self.ins(format!("phi {ty} {}", incoming.join(", ")))
+        self.b.emit(&format!("br label %Cm{l}"));
+        incoming.push((z, format!("Cn{l}.{}", xs.len() - 1)));
+        self.b.block(&format!("Cm{l}"));
+        self.b.phi(&incoming)
     }
 
     /// The zero of `dt`'s computation type, as an operand.
-    pub(super) fn zero_of(&mut self, dt: Dtype) -> String {
-        match cty(dt) {
-            "float" => self.fc(0.0),
-            "i1" => "false".into(),
-            _ => "0".into(),
+    pub(super) fn zero_of(&mut self, dt: Dtype) -> V {
+        match Ty::compute(dt) {
+            Ty::Float => self.const_f32(0.0),
+            ty => V::int(ty, 0),
         }
     }
 }

@@ -14,23 +14,29 @@ impl<'a> Gen<'a> {
     /// Open `for iv in lo..hi`; returns (iv, loop id).
     pub(super) fn loop_begin(&mut self, lo: &str, hi: &str) -> (String, usize) {
         let l = self.label();
-        let _ = writeln!(self.pre, "  %iv{l}.addr = alloca i64, align 8");
-        self.e(format!("store i64 {lo}, i64* %iv{l}.addr, align 8"));
-        self.e(format!("br label %L{l}.h"));
-        let _ = writeln!(self.body, "L{l}.h:");
-        self.e(format!("%iv{l} = load i64, i64* %iv{l}.addr, align 8"));
-        self.e(format!("%c{l} = icmp slt i64 %iv{l}, {hi}"));
-        self.e(format!("br i1 %c{l}, label %L{l}.b, label %L{l}.e"));
-        let _ = writeln!(self.body, "L{l}.b:");
+        self.b
+            .entry_line(&format!("%iv{l}.addr = alloca i64, align 8"));
+        self.b
+            .emit(&format!("store i64 {lo}, i64* %iv{l}.addr, align 8"));
+        self.b.emit(&format!("br label %L{l}.h"));
+        self.b.block(&format!("L{l}.h"));
+        self.b
+            .emit(&format!("%iv{l} = load i64, i64* %iv{l}.addr, align 8"));
+        self.b.emit(&format!("%c{l} = icmp slt i64 %iv{l}, {hi}"));
+        self.b
+            .emit(&format!("br i1 %c{l}, label %L{l}.b, label %L{l}.e"));
+        self.b.block(&format!("L{l}.b"));
         self.memo.clear();
         (format!("%iv{l}"), l)
     }
 
     pub(super) fn loop_end(&mut self, l: usize) {
-        self.e(format!("%iv{l}.n = add nuw nsw i64 %iv{l}, 1"));
-        self.e(format!("store i64 %iv{l}.n, i64* %iv{l}.addr, align 8"));
-        self.e(format!("br label %L{l}.h"));
-        let _ = writeln!(self.body, "L{l}.e:");
+        self.b
+            .emit(&format!("%iv{l}.n = add nuw nsw i64 %iv{l}, 1"));
+        self.b
+            .emit(&format!("store i64 %iv{l}.n, i64* %iv{l}.addr, align 8"));
+        self.b.emit(&format!("br label %L{l}.h"));
+        self.b.block(&format!("L{l}.e"));
         self.memo.clear();
     }
 
@@ -56,7 +62,7 @@ impl<'a> Gen<'a> {
     pub(super) fn kernel(&mut self, id: usize, out: Value, inputs: &[Value]) -> KernelShape {
         let all: Vec<Value> = std::iter::once(out).chain(inputs.iter().copied()).collect();
         let params = self.setup(&all, 1);
-        let _ = writeln!(self.body, "b0:");
+        self.b.block("b0");
         let np = self.np;
         let func = self.func;
         let op = &func.body[out.0 as usize - np].op;
@@ -103,7 +109,7 @@ impl<'a> Gen<'a> {
                 }
             }
         };
-        self.e("ret void".into());
+        self.b.emit("ret void");
         self.finish_fn(id, &params);
         shape
     }
@@ -129,8 +135,8 @@ impl<'a> Gen<'a> {
             if k == 0 {
                 dims[k] = rest.clone();
             } else {
-                dims[k] = self.ins(format!("urem i64 {rest}, {d}"));
-                rest = self.ins(format!("udiv i64 {rest}, {d}"));
+                dims[k] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
+                rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
             }
         }
         let inner = self.dim(out, r - 1);
@@ -158,7 +164,7 @@ impl<'a> Gen<'a> {
     ) -> KernelShape {
         let all: Vec<Value> = members.iter().chain(inputs.iter()).copied().collect();
         let params = self.setup(&all, members.len());
-        let _ = writeln!(self.body, "b0:");
+        self.b.block("b0");
         let (o, l) = self.loop_begin("%start", "%end");
         let np = self.np;
         let func = self.func;
@@ -184,7 +190,7 @@ impl<'a> Gen<'a> {
             }
         }
         self.loop_end(l);
-        self.e("ret void".into());
+        self.b.emit("ret void");
         self.finish_fn(id, &params);
         KernelShape::Rows
     }
@@ -264,25 +270,22 @@ impl<'a> Gen<'a> {
     /// Reset the per-function state and bind the buffer parameters (the
     /// first `writable` are written).
     pub(super) fn setup(&mut self, all: &[Value], writable: usize) -> Vec<String> {
-        self.pre.clear();
-        self.body.clear();
-        self.pmemo.clear();
+        self.b.reset();
         self.memo.clear();
         self.bufs.clear();
         let mut params = Vec::new();
         for (k, v) in all.iter().enumerate() {
-            let st = sty(self.vals[v.0 as usize].dtype);
+            let st = Ty::storage(self.vals[v.0 as usize].dtype);
             if k < writable {
                 params.push(format!("i8* noalias nocapture %a{k}"));
             } else {
                 params.push(format!("i8* noalias nocapture readonly %a{k}"));
             }
-            let p = if st == "i8" {
-                format!("%a{k}")
+            let raw = V::new(Ty::I8.ptr(), format!("%a{k}"));
+            let p = if st == Ty::I8 {
+                raw
             } else {
-                let t = self.t();
-                let _ = writeln!(self.pre, "  {t} = bitcast i8* %a{k} to {st}*");
-                t
+                self.b.hoisted(|b| b.bitcast(&raw, st.ptr()))
             };
             self.bufs.insert(v.0, p);
         }
@@ -290,7 +293,7 @@ impl<'a> Gen<'a> {
     }
 
     /// The root value computed (not loaded) even though it is materialized.
-    pub(super) fn val_root(&mut self, v: Value, idx: &Idx) -> String {
+    pub(super) fn val_root(&mut self, v: Value, idx: &Idx) -> V {
         self.root = Some(v.0);
         let r = self.val(v, idx);
         self.root = None;
@@ -330,9 +333,9 @@ impl<'a> Gen<'a> {
             params.join(", ")
         );
         f.push_str("entry:\n");
-        f.push_str(&self.pre);
+        f.push_str(&self.b.pre);
         f.push_str("  br label %b0\n");
-        f.push_str(&self.body);
+        f.push_str(&self.b.body);
         f.push_str("}\n\n");
         let _ = writeln!(
             f,

@@ -28,8 +28,9 @@
 //! (index arithmetic), `dtype` (constants, loads, stores, encodings),
 //! `math` (NaN rules, fast approximations), `elementwise` (per-element
 //! expressions and fusion), `kernels` (loops and kernel functions),
-//! `reduce` (reductions). This file holds the state, the instruction
-//! builder and [`gen_module`].
+//! `reduce` (reductions), over `ir`, the typed instruction builder (a
+//! value carries its LLVM type; every instruction checks its operands).
+//! This file holds the state and [`gen_module`].
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -42,9 +43,11 @@ use tc_runtime::elem::Elem;
 use crate::plan::{Step, Structure, VKind, ValInfo};
 use crate::rt::{dtype_code, unary_code};
 use crate::{Error, JitOptions};
+use ir::{Builder, Ty, V};
 
 mod dtype;
 mod elementwise;
+mod ir;
 mod kernels;
 mod math;
 mod reduce;
@@ -175,28 +178,6 @@ fn is_lit(s: &str) -> Option<i64> {
     s.parse::<i64>().ok()
 }
 
-fn cty(dt: Dtype) -> &'static str {
-    match dt {
-        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F8E4M3 | Dtype::F8E5M2 => "float",
-        Dtype::I64 => "i64",
-        Dtype::I32 => "i32",
-        Dtype::I16 => "i16",
-        Dtype::I8 | Dtype::I4 => "i8",
-        Dtype::Bool => "i1",
-    }
-}
-
-fn sty(dt: Dtype) -> &'static str {
-    match dt {
-        Dtype::F32 => "float",
-        Dtype::F16 | Dtype::BF16 => "i16",
-        Dtype::F8E4M3 | Dtype::F8E5M2 | Dtype::I8 | Dtype::I4 | Dtype::Bool => "i8",
-        Dtype::I64 => "i64",
-        Dtype::I32 => "i32",
-        Dtype::I16 => "i16",
-    }
-}
-
 struct Gen<'a> {
     func: &'a Function,
     vals: &'a [ValInfo],
@@ -208,13 +189,11 @@ struct Gen<'a> {
     qkeys: Vec<QKey>,
     globals: String,
     tables: Vec<Dtype>,
+    /// The current kernel function's text.
+    b: Builder,
     // per function
-    pre: String,
-    body: String,
-    n: usize,
-    pmemo: HashMap<String, String>,
-    memo: HashMap<String, String>,
-    bufs: HashMap<u32, String>,
+    memo: HashMap<String, V>,
+    bufs: HashMap<u32, V>,
     lbl: usize,
     root: Option<u32>,
     /// Row groups: `(x, m)` — the reduction over `x` also stores each
@@ -223,37 +202,6 @@ struct Gen<'a> {
     stash: Option<(u32, Value)>,
     /// While `m`'s row runs: `x` is read from `m`'s buffer.
     stashed: Option<(u32, Value)>,
-}
-
-impl<'a> Gen<'a> {
-    fn t(&mut self) -> String {
-        self.n += 1;
-        format!("%t{}", self.n)
-    }
-
-    fn e(&mut self, line: String) {
-        self.body.push_str("  ");
-        self.body.push_str(&line);
-        self.body.push('\n');
-    }
-
-    /// Emit `op` in the body and return its result.
-    fn ins(&mut self, rhs: String) -> String {
-        let t = self.t();
-        self.e(format!("{t} = {rhs}"));
-        t
-    }
-
-    /// Emit in the entry block, memoized.
-    fn pins(&mut self, rhs: String) -> String {
-        if let Some(t) = self.pmemo.get(&rhs) {
-            return t.clone();
-        }
-        let t = self.t();
-        let _ = writeln!(self.pre, "  {t} = {rhs}");
-        self.pmemo.insert(rhs, t.clone());
-        t
-    }
 }
 
 /// Order-preserving signed-integer key of a float's bits (−0 < +0).
@@ -302,10 +250,7 @@ pub fn gen_module(
         qkeys: Vec::new(),
         globals: String::new(),
         tables: Vec::new(),
-        pre: String::new(),
-        body: String::new(),
-        n: 0,
-        pmemo: HashMap::new(),
+        b: Builder::default(),
         memo: HashMap::new(),
         bufs: HashMap::new(),
         lbl: 0,

@@ -96,16 +96,16 @@ impl<'a> Gen<'a> {
     ) {
         let dt = self.vals[x.0 as usize].dtype;
         let keyed = self.reduce_keyed(rop, dt);
-        let ty = if keyed { "i32" } else { cty(dt) };
+        let ty = if keyed { Ty::I32 } else { Ty::compute(dt) };
         // Accumulator row in memory: Bool as bytes (an `i1` array does not vectorize).
-        let mty = if ty == "i1" { "i8" } else { ty };
+        let mty = if ty == Ty::I1 { Ty::I8 } else { ty };
         let nan_tracked = dt.is_float() && matches!(rop, ReduceOp::Max | ReduceOp::Min);
         let a = self.label();
-        let arr = format!("[{block} x {mty}]");
-        let _ = writeln!(self.pre, "  %acc{a} = alloca {arr}, align 64");
-        let narr = format!("[{block} x i8]");
+        self.b
+            .entry_line(&format!("%acc{a} = alloca [{block} x {mty}], align 64"));
         if nan_tracked {
-            let _ = writeln!(self.pre, "  %nan{a} = alloca {narr}, align 64");
+            self.b
+                .entry_line(&format!("%nan{a} = alloca [{block} x i8], align 64"));
         }
         let ro = self.vals[out.0 as usize].shape.len();
         let rx = self.vals[x.0 as usize].shape.len();
@@ -113,24 +113,26 @@ impl<'a> Gen<'a> {
         let (t, lt) = self.loop_begin("%start", "%end");
         let (o, jlo, n) = self.cols_tile(&t, &d, block);
         let mut src = self.cols_src(out, x, &o, axes, keepdims);
-        let elem = |g: &mut Self, base: &str, ty: &str, j: &str| -> String {
-            g.ins(format!(
-                "getelementptr inbounds [{block} x {ty}], [{block} x {ty}]* {base}{a}, i64 0, i64 {j}"
-            ))
+        // Element j of the row `%{base}{a}` (a `[block x ty]` alloca).
+        let elem = |g: &mut Self, base: &str, ty: Ty, j: &str| -> V {
+            g.b.def_text(
+                ty.ptr(),
+                format!("getelementptr inbounds [{block} x {ty}], [{block} x {ty}]* {base}{a}, i64 0, i64 {j}"),
+            )
         };
         // acc[0..n] = identity.
         let init = self.reduce_init(rop, dt, keyed);
         let init = if mty != ty {
-            if init == "true" { "1" } else { "0" }.to_string()
+            V::int(mty, (init == V::bool(true)) as i64)
         } else {
             init
         };
         let (j, lj) = self.loop_begin("0", &n);
         let p = elem(self, "%acc", mty, &j);
-        self.e(format!("store {mty} {init}, {mty}* {p}"));
+        self.b.store(&init, &p);
         if nan_tracked {
-            let q = elem(self, "%nan", "i8", &j);
-            self.e(format!("store i8 0, i8* {q}"));
+            let q = elem(self, "%nan", Ty::I8, &j);
+            self.b.store(&V::int(Ty::I8, 0), &q);
         }
         self.loop_end(lj);
         // The reduced axes, then the columns.
@@ -151,27 +153,27 @@ impl<'a> Gen<'a> {
             },
         );
         let p = elem(self, "%acc", mty, &j);
-        let raw = self.ins(format!("load {mty}, {mty}* {p}"));
+        let raw = self.b.load(&p);
         let acc = if mty != ty {
-            self.ins(format!("trunc {mty} {raw} to {ty}"))
+            self.b.trunc(&raw, ty)
         } else {
             raw
         };
         // Sequential per output element in every mode: no reassociation flags.
         let (nacc, isn) = self.reduce_combine(rop, dt, keyed, &acc, &e, "");
         if let Some(isn) = isn {
-            let q = elem(self, "%nan", "i8", &j);
-            let old = self.ins(format!("load i8, i8* {q}"));
-            let z = self.ins(format!("zext i1 {isn} to i8"));
-            let nn = self.ins(format!("or i8 {old}, {z}"));
-            self.e(format!("store i8 {nn}, i8* {q}"));
+            let q = elem(self, "%nan", Ty::I8, &j);
+            let old = self.b.load(&q);
+            let z = self.b.zext(&isn, Ty::I8);
+            let nn = self.b.or(&old, &z);
+            self.b.store(&nn, &q);
         }
         let nacc = if mty != ty {
-            self.ins(format!("zext {ty} {nacc} to {mty}"))
+            self.b.zext(&nacc, mty)
         } else {
             nacc
         };
-        self.e(format!("store {mty} {nacc}, {mty}* {p}"));
+        self.b.store(&nacc, &p);
         self.loop_end(lj);
         for li in ls.into_iter().rev() {
             self.loop_end(li);
@@ -181,20 +183,20 @@ impl<'a> Gen<'a> {
         let base = self.badd(&row, &jlo);
         let (j, lj) = self.loop_begin("0", &n);
         let p = elem(self, "%acc", mty, &j);
-        let raw = self.ins(format!("load {mty}, {mty}* {p}"));
+        let raw = self.b.load(&p);
         let res = if mty != ty {
-            self.ins(format!("trunc {mty} {raw} to {ty}"))
+            self.b.trunc(&raw, ty)
         } else {
             raw
         };
         let nan = if nan_tracked {
-            let q = elem(self, "%nan", "i8", &j);
-            let f = self.ins(format!("load i8, i8* {q}"));
-            Some(self.ins(format!("icmp ne i8 {f}, 0")))
+            let q = elem(self, "%nan", Ty::I8, &j);
+            let f = self.b.load(&q);
+            Some(self.b.icmp("ne", &f, &V::int(Ty::I8, 0)))
         } else {
             None
         };
-        let res = self.reduce_finish(rop, dt, keyed, &res, nan.as_deref(), x, axes);
+        let res = self.reduce_finish(rop, dt, keyed, &res, nan.as_ref(), x, axes);
         let off = self.badd(&base, &j);
         self.store(out, &off, &res);
         self.loop_end(lj);
@@ -209,15 +211,18 @@ impl<'a> Gen<'a> {
         let nb = match is_lit(d) {
             Some(dv) => (dv.max(0) as usize).div_ceil(block.max(1)).to_string(),
             None => {
-                let t = self.pins(format!("add i64 {d}, {}", block - 1));
-                self.pins(format!("udiv i64 {t}, {bl}"))
+                let (d, bl) = (V::i64(d), V::i64(&bl));
+                self.b.hoisted(|b| {
+                    let t = b.add(&d, &V::int(Ty::I64, block as i64 - 1));
+                    b.udiv(&t, &bl).name
+                })
             }
         };
         let (o, jlo) = if is_lit(&nb) == Some(1) {
             (t.to_string(), "0".to_string())
         } else {
-            let o = self.ins(format!("udiv i64 {t}, {nb}"));
-            let b = self.ins(format!("urem i64 {t}, {nb}"));
+            let o = self.b.udiv(&V::i64(t), &V::i64(&nb)).name;
+            let b = self.b.urem(&V::i64(t), &V::i64(&nb)).name;
             let jlo = self.bmul(&b, &bl);
             (o, jlo)
         };
@@ -226,9 +231,9 @@ impl<'a> Gen<'a> {
             // Checked: an empty output may have a last dim near i64::MAX.
             (Some(dv), Some(nbv)) if nbv.checked_mul(block as i64) == Some(dv) => bl.clone(),
             _ => {
-                let rem = self.bsub(d, &jlo);
-                let c = self.ins(format!("icmp slt i64 {rem}, {bl}"));
-                self.ins(format!("select i1 {c}, i64 {rem}, i64 {bl}"))
+                let (rem, bl) = (V::i64(&self.bsub(d, &jlo)), V::i64(&bl));
+                let c = self.b.icmp("slt", &rem, &bl);
+                self.b.select(&c, &rem, &bl).name
             }
         };
         (o, jlo, n)
@@ -255,8 +260,8 @@ impl<'a> Gen<'a> {
             } else if is_lit(&dk) == Some(1) {
                 od[k] = "0".into();
             } else {
-                od[k] = self.ins(format!("urem i64 {rest}, {dk}"));
-                rest = self.ins(format!("udiv i64 {rest}, {dk}"));
+                od[k] = self.b.urem(&V::i64(&rest), &V::i64(&dk)).name;
+                rest = self.b.udiv(&V::i64(&rest), &V::i64(&dk)).name;
             }
         }
         let mut src = vec![String::new(); rx];
@@ -285,17 +290,16 @@ impl<'a> Gen<'a> {
         o: &str,
     ) {
         let dt = self.vals[x.0 as usize].dtype;
-        let ty = cty(dt);
         let o = o.to_string();
         let mut src = self.out_to_in(out, x, axes, keepdims, &o);
         let a = self.label();
         let keyed = self.reduce_keyed(rop, dt);
-        let ty = if keyed { "i32" } else { ty };
-        let _ = writeln!(self.pre, "  %acc{a} = alloca {ty}, align 8");
-        let _ = writeln!(self.pre, "  %nan{a} = alloca i1, align 1");
+        let ty = if keyed { Ty::I32 } else { Ty::compute(dt) };
+        let accp = self.b.alloca(&format!("%acc{a}"), ty, 8);
+        let nanp = self.b.alloca(&format!("%nan{a}"), Ty::I1, 1);
         let init = self.reduce_init(rop, dt, keyed);
-        self.e(format!("store {ty} {init}, {ty}* %acc{a}"));
-        self.e(format!("store i1 false, i1* %nan{a}"));
+        self.b.store(&init, &accp);
+        self.b.store(&V::bool(false), &nanp);
         let mut ls = Vec::new();
         for &ax in axes {
             let d = self.dim(x, ax);
@@ -316,7 +320,7 @@ impl<'a> Gen<'a> {
                 self.store(m, &off, &e);
             }
         }
-        let acc = self.ins(format!("load {ty}, {ty}* %acc{a}"));
+        let acc = self.b.load(&accp);
         // Deterministic mode: the interpreter's sequential order (no reassociation).
         let ra = if self.opts.deterministic {
             ""
@@ -325,21 +329,21 @@ impl<'a> Gen<'a> {
         };
         let (nacc, isn) = self.reduce_combine(rop, dt, keyed, &acc, &e, ra);
         if let Some(isn) = isn {
-            let old = self.ins(format!("load i1, i1* %nan{a}"));
-            let nn = self.ins(format!("or i1 {old}, {isn}"));
-            self.e(format!("store i1 {nn}, i1* %nan{a}"));
+            let old = self.b.load(&nanp);
+            let nn = self.b.or(&old, &isn);
+            self.b.store(&nn, &nanp);
         }
-        self.e(format!("store {ty} {nacc}, {ty}* %acc{a}"));
+        self.b.store(&nacc, &accp);
         for li in ls.into_iter().rev() {
             self.loop_end(li);
         }
-        let res = self.ins(format!("load {ty}, {ty}* %acc{a}"));
+        let res = self.b.load(&accp);
         let nan = if dt.is_float() && matches!(rop, ReduceOp::Max | ReduceOp::Min) {
-            Some(self.ins(format!("load i1, i1* %nan{a}")))
+            Some(self.b.load(&nanp))
         } else {
             None
         };
-        let res = self.reduce_finish(rop, dt, keyed, &res, nan.as_deref(), x, axes);
+        let res = self.reduce_finish(rop, dt, keyed, &res, nan.as_ref(), x, axes);
         self.store(out, &o, &res);
     }
 
@@ -356,21 +360,23 @@ impl<'a> Gen<'a> {
 
     /// The identity of `rop` at `dt`, in the accumulator type (`i32` keys
     /// when `keyed`).
-    pub(super) fn reduce_init(&mut self, rop: ReduceOp, dt: Dtype, keyed: bool) -> String {
+    pub(super) fn reduce_init(&mut self, rop: ReduceOp, dt: Dtype, keyed: bool) -> V {
+        let ty = Ty::compute(dt);
+        let key = |x: f32| V::int(Ty::I32, float_key(x) as i64);
         match (rop, dt.is_float()) {
-            (ReduceOp::Sum | ReduceOp::Mean, true) => self.fc(0.0),
-            (ReduceOp::Prod, true) => self.fc(1.0),
-            (ReduceOp::Max, true) if keyed => float_key(f32::NEG_INFINITY).to_string(),
-            (ReduceOp::Min, true) if keyed => float_key(f32::INFINITY).to_string(),
-            (ReduceOp::Max, true) => self.fc(f32::NEG_INFINITY),
-            (ReduceOp::Min, true) => self.fc(f32::INFINITY),
-            (ReduceOp::Sum, false) => "0".into(),
-            (ReduceOp::Prod, false) => "1".into(),
-            (ReduceOp::Max, false) => int_min(dt).to_string(),
-            (ReduceOp::Min, false) => int_max(dt).to_string(),
-            (ReduceOp::Any, _) => "false".into(),
-            (ReduceOp::All, _) => "true".into(),
-            (ReduceOp::Mean, false) => "0".into(),
+            (ReduceOp::Sum | ReduceOp::Mean, true) => self.const_f32(0.0),
+            (ReduceOp::Prod, true) => self.const_f32(1.0),
+            (ReduceOp::Max, true) if keyed => key(f32::NEG_INFINITY),
+            (ReduceOp::Min, true) if keyed => key(f32::INFINITY),
+            (ReduceOp::Max, true) => self.const_f32(f32::NEG_INFINITY),
+            (ReduceOp::Min, true) => self.const_f32(f32::INFINITY),
+            (ReduceOp::Sum, false) => V::int(ty, 0),
+            (ReduceOp::Prod, false) => V::int(ty, 1),
+            (ReduceOp::Max, false) => V::int(ty, int_min(dt)),
+            (ReduceOp::Min, false) => V::int(ty, int_max(dt)),
+            (ReduceOp::Any, _) => V::bool(false),
+            (ReduceOp::All, _) => V::bool(true),
+            (ReduceOp::Mean, false) => V::int(ty, 0),
         }
     }
 
@@ -383,53 +389,44 @@ impl<'a> Gen<'a> {
         rop: ReduceOp,
         dt: Dtype,
         keyed: bool,
-        acc: &str,
-        e: &str,
+        acc: &V,
+        e: &V,
         ra: &str,
-    ) -> (String, Option<String>) {
-        let ty = cty(dt);
+    ) -> (V, Option<V>) {
         match (rop, dt.is_float()) {
             (ReduceOp::Sum | ReduceOp::Mean, true) => {
-                (self.ins(format!("fadd {ra}float {acc}, {e}")), None)
+                (self.b.float_binop("fadd", ra, acc, e), None)
             }
-            (ReduceOp::Prod, true) => (self.ins(format!("fmul {ra}float {acc}, {e}")), None),
+            (ReduceOp::Prod, true) => (self.b.float_binop("fmul", ra, acc, e), None),
             (ReduceOp::Max | ReduceOp::Min, true) if keyed => {
-                let b = self.ins(format!("bitcast float {e} to i32"));
-                let sgn = self.ins(format!("ashr i32 {b}, 31"));
-                let msk = self.ins(format!("and i32 {sgn}, 2147483647"));
-                let key = self.ins(format!("xor i32 {b}, {msk}"));
+                let b = self.b.bitcast(e, Ty::I32);
+                let sgn = self.b.ashr(&b, &V::int(Ty::I32, 31));
+                let msk = self.b.and(&sgn, &V::int(Ty::I32, 2147483647));
+                let key = self.b.xor(&b, &msk);
                 let cmp = if rop == ReduceOp::Max { "sgt" } else { "slt" };
-                let c = self.ins(format!("icmp {cmp} i32 {key}, {acc}"));
-                let m = self.ins(format!("select i1 {c}, i32 {key}, i32 {acc}"));
-                let isn = self.ins(format!("fcmp uno float {e}, {e}"));
+                let c = self.b.icmp(cmp, &key, acc);
+                let m = self.b.select(&c, &key, acc);
+                let isn = self.b.fcmp("uno", e, e);
                 (m, Some(isn))
             }
             (ReduceOp::Max | ReduceOp::Min, true) => {
                 // Not reached (float max/min are keyed); kept total.
                 let m = self.extremum(rop == ReduceOp::Max, acc, e);
-                let isn = self.ins(format!("fcmp uno float {e}, {e}"));
+                let isn = self.b.fcmp("uno", e, e);
                 (m, Some(isn))
             }
-            (ReduceOp::Sum | ReduceOp::Mean, false) => {
-                (self.ins(format!("add {ty} {acc}, {e}")), None)
-            }
-            (ReduceOp::Prod, false) => (self.ins(format!("mul {ty} {acc}, {e}")), None),
+            (ReduceOp::Sum | ReduceOp::Mean, false) => (self.b.add(acc, e), None),
+            (ReduceOp::Prod, false) => (self.b.mul(acc, e), None),
             (ReduceOp::Max, false) => {
-                let c = self.ins(format!("icmp sgt {ty} {e}, {acc}"));
-                (
-                    self.ins(format!("select i1 {c}, {ty} {e}, {ty} {acc}")),
-                    None,
-                )
+                let c = self.b.icmp("sgt", e, acc);
+                (self.b.select(&c, e, acc), None)
             }
             (ReduceOp::Min, false) => {
-                let c = self.ins(format!("icmp slt {ty} {e}, {acc}"));
-                (
-                    self.ins(format!("select i1 {c}, {ty} {e}, {ty} {acc}")),
-                    None,
-                )
+                let c = self.b.icmp("slt", e, acc);
+                (self.b.select(&c, e, acc), None)
             }
-            (ReduceOp::Any, _) => (self.ins(format!("or i1 {acc}, {e}")), None),
-            (ReduceOp::All, _) => (self.ins(format!("and i1 {acc}, {e}")), None),
+            (ReduceOp::Any, _) => (self.b.or(acc, e), None),
+            (ReduceOp::All, _) => (self.b.and(acc, e), None),
         }
     }
 
@@ -442,23 +439,23 @@ impl<'a> Gen<'a> {
         rop: ReduceOp,
         dt: Dtype,
         keyed: bool,
-        res: &str,
-        nan: Option<&str>,
+        res: &V,
+        nan: Option<&V>,
         x: Value,
         axes: &[usize],
-    ) -> String {
-        let mut res = res.to_string();
+    ) -> V {
+        let mut res = res.clone();
         if keyed {
             // The key map is an involution: key(key(b)) = b.
-            let sgn = self.ins(format!("ashr i32 {res}, 31"));
-            let msk = self.ins(format!("and i32 {sgn}, 2147483647"));
-            let b = self.ins(format!("xor i32 {res}, {msk}"));
-            res = self.ins(format!("bitcast i32 {b} to float"));
+            let sgn = self.b.ashr(&res, &V::int(Ty::I32, 31));
+            let msk = self.b.and(&sgn, &V::int(Ty::I32, 2147483647));
+            let b = self.b.xor(&res, &msk);
+            res = self.b.bitcast(&b, Ty::Float);
         }
         if dt.is_float() {
             if let Some(nn) = nan {
-                let nanc = self.fc(f32::NAN);
-                res = self.ins(format!("select i1 {nn}, float {nanc}, float {res}"));
+                let nanc = self.const_f32(f32::NAN);
+                res = self.b.select(nn, &nanc, &res);
             }
             if rop == ReduceOp::Mean {
                 let mut cnt = "1".to_string();
@@ -466,14 +463,14 @@ impl<'a> Gen<'a> {
                     let d = self.dim(x, ax);
                     cnt = self.pmul(&cnt, &d);
                 }
-                let c = self.ins(format!("sitofp i64 {cnt} to float"));
-                res = self.fop("fdiv", &res, &c);
+                let c = self.b.sitofp(&V::i64(&cnt), Ty::Float);
+                res = self.b.fdiv(&res, &c);
             }
             // A reduction's NaN is the canonical one, whichever element
             // (or fold order) produced it (Section 2 §3, as the interpreter).
-            let canon = self.fc(cast::CANONICAL_NAN);
-            let isn = self.ins(format!("fcmp uno float {res}, {res}"));
-            res = self.ins(format!("select i1 {isn}, float {canon}, float {res}"));
+            let canon = self.const_f32(cast::CANONICAL_NAN);
+            let isn = self.b.fcmp("uno", &res, &res);
+            res = self.b.select(&isn, &canon, &res);
             res = self.round(dt, &res);
         } else if dt == Dtype::I4 {
             res = self.round(dt, &res);
@@ -490,12 +487,11 @@ impl<'a> Gen<'a> {
         x: Value,
     ) {
         let dt = self.vals[x.0 as usize].dtype;
-        let ty = cty(dt);
         let (o, l) = self.loop_begin("%start", "%end");
         let mut src = self.out_to_in(out, x, &[axis], keepdims, &o);
         let a = self.label();
-        let _ = writeln!(self.pre, "  %bv{a} = alloca {ty}, align 8");
-        let _ = writeln!(self.pre, "  %bi{a} = alloca i64, align 8");
+        let bvp = self.b.alloca(&format!("%bv{a}"), Ty::compute(dt), 8);
+        let bip = self.b.alloca(&format!("%bi{a}"), Ty::I64, 8);
         src[axis] = "0".into();
         let first = self.val(
             x,
@@ -504,8 +500,8 @@ impl<'a> Gen<'a> {
                 lin: None,
             },
         );
-        self.e(format!("store {ty} {first}, {ty}* %bv{a}"));
-        self.e(format!("store i64 0, i64* %bi{a}"));
+        self.b.store(&first, &bvp);
+        self.b.store(&V::int(Ty::I64, 0), &bip);
         let d = self.dim(x, axis);
         let (iv, li) = self.loop_begin("1", &d);
         src[axis] = iv.clone();
@@ -516,29 +512,29 @@ impl<'a> Gen<'a> {
                 lin: None,
             },
         );
-        let bv = self.ins(format!("load {ty}, {ty}* %bv{a}"));
+        let bv = self.b.load(&bvp);
         // Ties keep the first index; NaN beats every number (first NaN wins).
         let better = if dt.is_float() {
-            let bnan = self.ins(format!("fcmp uno float {bv}, {bv}"));
-            let enan = self.ins(format!("fcmp uno float {e}, {e}"));
+            let bnan = self.b.fcmp("uno", &bv, &bv);
+            let enan = self.b.fcmp("uno", &e, &e);
             let cmp = if max { "ogt" } else { "olt" };
-            let c = self.ins(format!("fcmp {cmp} float {e}, {bv}"));
-            let c1 = self.ins(format!("or i1 {enan}, {c}"));
-            self.ins(format!("select i1 {bnan}, i1 false, i1 {c1}"))
+            let c = self.b.fcmp(cmp, &e, &bv);
+            let c1 = self.b.or(&enan, &c);
+            self.b.select(&bnan, &V::bool(false), &c1)
         } else if dt.is_bool() {
             let cmp = if max { "ugt" } else { "ult" };
-            self.ins(format!("icmp {cmp} i1 {e}, {bv}"))
+            self.b.icmp(cmp, &e, &bv)
         } else {
             let cmp = if max { "sgt" } else { "slt" };
-            self.ins(format!("icmp {cmp} {ty} {e}, {bv}"))
+            self.b.icmp(cmp, &e, &bv)
         };
-        let nbv = self.ins(format!("select i1 {better}, {ty} {e}, {ty} {bv}"));
-        self.e(format!("store {ty} {nbv}, {ty}* %bv{a}"));
-        let bi = self.ins(format!("load i64, i64* %bi{a}"));
-        let nbi = self.ins(format!("select i1 {better}, i64 {iv}, i64 {bi}"));
-        self.e(format!("store i64 {nbi}, i64* %bi{a}"));
+        let nbv = self.b.select(&better, &e, &bv);
+        self.b.store(&nbv, &bvp);
+        let bi = self.b.load(&bip);
+        let nbi = self.b.select(&better, &V::i64(&iv), &bi);
+        self.b.store(&nbi, &bip);
         self.loop_end(li);
-        let r = self.ins(format!("load i64, i64* %bi{a}"));
+        let r = self.b.load(&bip);
         self.store(out, &o, &r);
         self.loop_end(l);
     }

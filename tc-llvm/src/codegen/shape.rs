@@ -8,7 +8,9 @@ use super::*;
 impl<'a> Gen<'a> {
     // ---- shape quantities ---------------------------------------------
 
-    pub(super) fn q(&mut self, k: QKey) -> String {
+    /// A shape quantity: a literal, or (shape-generic) its load from the
+    /// run-time shape table, once per kernel.
+    pub(super) fn shape_qty(&mut self, k: QKey) -> String {
         if !self.generic {
             return k.value(self.vals, self.func, self.sigma).to_string();
         }
@@ -19,12 +21,15 @@ impl<'a> Gen<'a> {
                 self.qkeys.len() - 1
             }
         };
-        let p = self.pins(format!("getelementptr inbounds i64, i64* %shp, i64 {slot}"));
-        self.pins(format!("load i64, i64* {p}, align 8"))
+        let shp = V::new(Ty::I64.ptr(), "%shp");
+        self.b.hoisted(|b| {
+            let p = b.gep(&shp, &[&V::int(Ty::I64, slot as i64)]);
+            b.load(&p).name
+        })
     }
 
     pub(super) fn dim(&mut self, v: Value, a: usize) -> String {
-        self.q(QKey::Dim(v.0, a))
+        self.shape_qty(QKey::Dim(v.0, a))
     }
 
     pub(super) fn pmul(&mut self, a: &str, b: &str) -> String {
@@ -32,7 +37,7 @@ impl<'a> Gen<'a> {
             (Some(x), Some(y)) => x.wrapping_mul(y).to_string(),
             (Some(1), _) => b.to_string(),
             (_, Some(1)) => a.to_string(),
-            _ => self.pins(format!("mul i64 {a}, {b}")),
+            _ => self.b.hoisted(|ir| ir.mul(&V::i64(a), &V::i64(b)).name),
         }
     }
 
@@ -41,7 +46,7 @@ impl<'a> Gen<'a> {
             (Some(x), Some(y)) => x.wrapping_add(y).to_string(),
             (Some(0), _) => b.to_string(),
             (_, Some(0)) => a.to_string(),
-            _ => self.pins(format!("add i64 {a}, {b}")),
+            _ => self.b.hoisted(|ir| ir.add(&V::i64(a), &V::i64(b)).name),
         }
     }
 
@@ -51,7 +56,7 @@ impl<'a> Gen<'a> {
             (Some(0), _) | (_, Some(0)) => "0".into(),
             (Some(1), _) => b.to_string(),
             (_, Some(1)) => a.to_string(),
-            _ => self.ins(format!("mul nsw i64 {a}, {b}")),
+            _ => self.b.mul_nsw(&V::i64(a), &V::i64(b)).name,
         }
     }
 
@@ -60,7 +65,7 @@ impl<'a> Gen<'a> {
             (Some(x), Some(y)) => x.wrapping_add(y).to_string(),
             (Some(0), _) => b.to_string(),
             (_, Some(0)) => a.to_string(),
-            _ => self.ins(format!("add nsw i64 {a}, {b}")),
+            _ => self.b.add_nsw(&V::i64(a), &V::i64(b)).name,
         }
     }
 
@@ -68,7 +73,7 @@ impl<'a> Gen<'a> {
         match (is_lit(a), is_lit(b)) {
             (Some(x), Some(y)) => x.wrapping_sub(y).to_string(),
             (_, Some(0)) => a.to_string(),
-            _ => self.ins(format!("sub nsw i64 {a}, {b}")),
+            _ => self.b.sub_nsw(&V::i64(a), &V::i64(b)).name,
         }
     }
 
@@ -97,8 +102,8 @@ impl<'a> Gen<'a> {
                 out[i] = "0".into();
                 continue;
             }
-            out[i] = self.ins(format!("urem i64 {rest}, {d}"));
-            rest = self.ins(format!("udiv i64 {rest}, {d}"));
+            out[i] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
+            rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
         }
         out
     }
