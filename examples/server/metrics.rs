@@ -88,6 +88,8 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<&'static str, Histogram>>,
     /// HTTP requests being served (decremented by [`RequestGuard`]'s drop).
     pub in_flight: AtomicI64,
+    /// Open HTTP connections (within the connection cap).
+    pub connections: AtomicI64,
     /// Forward passes running now.
     pub busy_workers: AtomicI64,
     /// Sentences waiting in the batcher (channel or pending list).
@@ -274,6 +276,13 @@ fn render_http_gauges(o: &mut String, state: &AppState) {
         "gauge",
         "HTTP requests being served.",
         &m.in_flight.load(Ordering::Relaxed),
+    );
+    single(
+        o,
+        "tc_http_connections_open",
+        "gauge",
+        "Open HTTP connections (within the connection cap).",
+        &m.connections.load(Ordering::Relaxed),
     );
     single(
         o,

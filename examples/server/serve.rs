@@ -100,8 +100,11 @@ pub async fn serve(
             Ok(slot) => {
                 let conn = builder.serve_connection(io, TowerToHyperService::new(app.clone()));
                 let conn = graceful.watch(conn);
+                let st = state.clone();
+                st.metrics.connections.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move {
                     let _ = conn.await;
+                    st.metrics.connections.fetch_sub(1, Ordering::Relaxed);
                     drop(slot);
                 });
             }
