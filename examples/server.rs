@@ -1,16 +1,21 @@
 //! An embedding server for all-MiniLM-L6-v2 speaking the OpenAI embeddings API.
 //!
 //! `cargo run --release --example server -- [--port 8080] [--host 127.0.0.1]
-//!  [--buckets 16,32,64,128,256|none] [--max-batch 32] [--no-pad-rows]
-//!  [--workers N] [--body-limit BYTES] [--max-inputs N] [--warmup]
-//!  [--cache-capacity N] [--specialize-after N]`
+//!  [--buckets 16,32,64,128,256|none] [--max-batch 32] [--max-batch-tokens 16384]
+//!  [--max-wait-ms 5] [--no-pad-rows] [--workers N] [--body-limit BYTES]
+//!  [--max-inputs N] [--max-concurrent-requests 512] [--max-connections 1024]
+//!  [--header-read-timeout 10] [--body-read-timeout 30] [--request-timeout 300]
+//!  [--shutdown-timeout 30] [--log-format text|json] [--warmup]
+//!  [--cache-capacity N] [--specialize-after N] [--kernel-cache-dir DIR]`
 //!
-//! Every flag has an environment twin (`TC_SERVE_PORT`, `TC_SERVE_HOST`,
-//! `TC_SERVE_BUCKETS`, `TC_SERVE_MAX_BATCH`, `TC_SERVE_PAD_ROWS=0|1`,
-//! `TC_SERVE_WORKERS`, `TC_SERVE_BODY_LIMIT`, `TC_SERVE_MAX_INPUTS`,
-//! `TC_SERVE_WARMUP=1`, `TC_SERVE_CACHE_CAPACITY`, `TC_SERVE_SPECIALIZE_AFTER`);
-//! a flag wins over its variable. Routes:
-//! `POST /v1/embeddings`, `GET /v1/models`, `GET /health`, `GET /metrics`.
+//! Every flag has an environment twin: `TC_SERVE_` and the flag's name in
+//! upper case with `_` for `-` (`TC_SERVE_PORT`, `TC_SERVE_MAX_WAIT_MS`,
+//! `TC_SERVE_LOG_FORMAT`, …), plus `TC_SERVE_PAD_ROWS=0|1` and
+//! `TC_SERVE_WARMUP=1`; a flag wins over its variable. Timeouts are seconds.
+//! Routes: `POST /v1/embeddings`, `GET /v1/models`, `GET /health` (= ready),
+//! `GET /health/ready`, `GET /health/live`, `GET /metrics`.
+//! SIGTERM or Ctrl-C drains: stop accepting, finish in-flight requests (up
+//! to `--shutdown-timeout`), exit 0.
 //! See the README's "Embedding server" section and `examples/server/app.rs`.
 
 #[path = "server/app.rs"]
@@ -19,71 +24,129 @@ mod app;
 mod model;
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use app::{parse_buckets, AppState, Config, Embedder};
 use model::{model_dir, BoxError, MiniLm};
 
 const USAGE: &str =
     "usage: server [--host ADDR] [--port N] [--buckets 16,32,64,128,256|none] [--max-batch N] \
-[--no-pad-rows] [--workers N] [--body-limit BYTES] [--max-inputs N] [--warmup] [--cache-capacity N] \
-[--specialize-after N]";
+[--max-batch-tokens N] [--max-wait-ms MS] [--no-pad-rows] [--workers N] [--body-limit BYTES] \
+[--max-inputs N] [--max-concurrent-requests N] [--max-connections N] [--header-read-timeout S] \
+[--body-read-timeout S] [--request-timeout S] [--shutdown-timeout S] [--log-format text|json] \
+[--warmup] [--cache-capacity N] [--specialize-after N] [--kernel-cache-dir DIR]";
+
+/// Flags that take a value; each also reads `TC_SERVE_<NAME>`.
+const VALUE_FLAGS: &[&str] = &[
+    "host",
+    "port",
+    "buckets",
+    "max-batch",
+    "max-batch-tokens",
+    "max-wait-ms",
+    "workers",
+    "body-limit",
+    "max-inputs",
+    "max-concurrent-requests",
+    "max-connections",
+    "header-read-timeout",
+    "body-read-timeout",
+    "request-timeout",
+    "shutdown-timeout",
+    "log-format",
+    "cache-capacity",
+    "specialize-after",
+    "kernel-cache-dir",
+];
 
 struct Options {
     host: String,
     port: u16,
     warmup: bool,
+    json_logs: bool,
     cache_capacity: usize,
     specialize_after: Option<u32>,
+    /// Hook for a persistent kernel cache (see `kernel_cache_hook`).
+    kernel_cache_dir: Option<PathBuf>,
     config: Config,
 }
 
-fn parse_args() -> Result<Options, String> {
-    let env = |k: &str| std::env::var(k).ok();
-    let num = |what: &str, v: &str| {
-        v.parse::<usize>()
-            .map_err(|e| format!("{what}: `{v}`: {e}"))
+/// Set one valued option (`flag` without its leading `--`).
+fn set(o: &mut Options, flag: &str, v: &str) -> Result<(), String> {
+    let num = |v: &str| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|e| format!("--{flag}: `{v}`: {e}"))
     };
+    let secs = |v: &str| -> Result<Duration, String> {
+        let s: f64 = v
+            .trim()
+            .parse()
+            .map_err(|e| format!("--{flag}: `{v}`: {e}"))?;
+        Duration::try_from_secs_f64(s).map_err(|e| format!("--{flag}: `{v}`: {e}"))
+    };
+    let c = &mut o.config;
+    match flag {
+        "host" => o.host = v.to_string(),
+        "port" => o.port = u16::try_from(num(v)?).map_err(|e| format!("--port: {e}"))?,
+        "buckets" => c.buckets = parse_buckets(v)?,
+        "max-batch" => c.max_batch = num(v)?,
+        "max-batch-tokens" => c.max_batch_tokens = num(v)?,
+        "max-wait-ms" => c.max_wait = Duration::from_millis(num(v)? as u64),
+        "workers" => c.workers = num(v)?,
+        "body-limit" => c.body_limit = num(v)?,
+        "max-inputs" => c.max_inputs = num(v)?,
+        "max-concurrent-requests" => c.max_concurrent_requests = num(v)?,
+        "max-connections" => c.max_connections = num(v)?,
+        "header-read-timeout" => c.header_read_timeout = secs(v)?,
+        "body-read-timeout" => c.body_read_timeout = secs(v)?,
+        "request-timeout" => c.request_timeout = secs(v)?,
+        "shutdown-timeout" => c.shutdown_timeout = secs(v)?,
+        "log-format" => {
+            o.json_logs = match v {
+                "json" => true,
+                "text" => false,
+                _ => return Err(format!("--log-format: `{v}`: text or json")),
+            }
+        }
+        "cache-capacity" => o.cache_capacity = num(v)?,
+        "specialize-after" => o.specialize_after = Some(num(v)? as u32),
+        "kernel-cache-dir" => o.kernel_cache_dir = Some(PathBuf::from(v)),
+        _ => return Err(format!("unknown argument `--{flag}`\n{USAGE}")),
+    }
+    Ok(())
+}
+
+fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         host: "127.0.0.1".into(),
         port: 8080,
         warmup: false,
+        json_logs: false,
         cache_capacity: 1024,
         specialize_after: None,
+        kernel_cache_dir: None,
         config: Config::default(),
     };
-    if let Some(v) = env("TC_SERVE_HOST") {
-        o.host = v;
+    let env = |name: &str| {
+        std::env::var(format!(
+            "TC_SERVE_{}",
+            name.to_uppercase().replace('-', "_")
+        ))
+        .ok()
+    };
+    for flag in VALUE_FLAGS {
+        if let Some(v) = env(flag) {
+            set(&mut o, flag, &v)?;
+        }
     }
-    if let Some(v) = env("TC_SERVE_PORT") {
-        o.port = num("TC_SERVE_PORT", &v)? as u16;
-    }
-    if let Some(v) = env("TC_SERVE_BUCKETS") {
-        o.config.buckets = parse_buckets(&v)?;
-    }
-    if let Some(v) = env("TC_SERVE_MAX_BATCH") {
-        o.config.max_batch = num("TC_SERVE_MAX_BATCH", &v)?;
-    }
-    if let Some(v) = env("TC_SERVE_PAD_ROWS") {
+    if let Some(v) = env("pad-rows") {
         o.config.pad_rows = v != "0";
     }
-    if let Some(v) = env("TC_SERVE_WORKERS") {
-        o.config.workers = num("TC_SERVE_WORKERS", &v)?;
-    }
-    if let Some(v) = env("TC_SERVE_BODY_LIMIT") {
-        o.config.body_limit = num("TC_SERVE_BODY_LIMIT", &v)?;
-    }
-    if let Some(v) = env("TC_SERVE_MAX_INPUTS") {
-        o.config.max_inputs = num("TC_SERVE_MAX_INPUTS", &v)?;
-    }
-    if let Some(v) = env("TC_SERVE_WARMUP") {
+    if let Some(v) = env("warmup") {
         o.warmup = v != "0";
-    }
-    if let Some(v) = env("TC_SERVE_CACHE_CAPACITY") {
-        o.cache_capacity = num("TC_SERVE_CACHE_CAPACITY", &v)?;
-    }
-    if let Some(v) = env("TC_SERVE_SPECIALIZE_AFTER") {
-        o.specialize_after = Some(num("TC_SERVE_SPECIALIZE_AFTER", &v)? as u32);
     }
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -91,29 +154,18 @@ fn parse_args() -> Result<Options, String> {
             Some((f, v)) => (f.to_string(), Some(v.to_string())),
             None => (a.clone(), None),
         };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or(format!("{flag} needs a value\n{USAGE}"))
-        };
         match flag.as_str() {
-            "--host" => o.host = value()?,
-            "--port" => o.port = num("--port", &value()?)? as u16,
-            "--buckets" => o.config.buckets = parse_buckets(&value()?)?,
-            "--max-batch" => o.config.max_batch = num("--max-batch", &value()?)?,
             "--no-pad-rows" => o.config.pad_rows = false,
-            "--workers" => o.config.workers = num("--workers", &value()?)?,
-            "--body-limit" => o.config.body_limit = num("--body-limit", &value()?)?,
-            "--max-inputs" => o.config.max_inputs = num("--max-inputs", &value()?)?,
             "--warmup" => o.warmup = true,
-            "--cache-capacity" => o.cache_capacity = num("--cache-capacity", &value()?)?,
-            "--specialize-after" => {
-                o.specialize_after = Some(num("--specialize-after", &value()?)? as u32)
-            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
+            }
+            f if f.starts_with("--") && VALUE_FLAGS.contains(&&f[2..]) => {
+                let v = inline
+                    .or_else(|| args.next())
+                    .ok_or(format!("{flag} needs a value\n{USAGE}"))?;
+                set(&mut o, &f[2..], &v)?;
             }
             _ => return Err(format!("unknown argument `{a}`\n{USAGE}")),
         }
@@ -122,27 +174,53 @@ fn parse_args() -> Result<Options, String> {
     Ok(o)
 }
 
-fn main() -> Result<(), BoxError> {
-    let opts = parse_args()?;
-    let dir = model_dir()?;
-    let t0 = Instant::now();
-    let model = MiniLm::load(&dir)?;
-    let embedder = Embedder::new(model, &dir, opts.config.clone())?;
-    eprintln!(
-        "loaded {} from {} in {:.2} s",
-        app::MODEL_NAME,
-        dir.display(),
-        t0.elapsed().as_secs_f64()
+/// Structured logs on stderr: one line per request (`tc_server::request`)
+/// plus lifecycle lines; `--log-format json` for log pipelines.
+fn init_logging(json: bool) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO);
+    if json {
+        builder.json().init();
+    } else {
+        builder.with_ansi(false).init();
+    }
+}
+
+/// The persistent-kernel-cache hook. tc-llvm keeps compiled kernels in
+/// memory only, so a replica compiles its σ set at warm-up (`--warmup`)
+/// before it reports ready. `--kernel-cache-dir` is where a replica would
+/// load kernels from before warm-up and save them after, once tc-llvm can
+/// serialise its cache; today it only records the folder and says so.
+fn kernel_cache_hook(dir: Option<&PathBuf>) {
+    if let Some(dir) = dir {
+        tracing::warn!(
+            dir = %dir.display(),
+            "--kernel-cache-dir: tc-llvm has no on-disk kernel cache yet; kernels are compiled in memory"
+        );
+    }
+}
+
+/// One pass per padded shape the policy can produce (every bucket, every row
+/// count), so requests find their kernels compiled. Without row padding
+/// only single-row shapes are warmed. Then the server reports ready.
+fn warm_up(state: &AppState) -> Result<(), BoxError> {
+    let t = Instant::now();
+    let shapes = app::shapes(&state.embedder.config);
+    for &(seq, rows) in &shapes {
+        state.embedder.embed_padded(&["warm up"], seq, rows)?;
+    }
+    tracing::info!(
+        shapes = shapes.len(),
+        seconds = t.elapsed().as_secs_f64(),
+        kernel_cache_entries = tc::llvm::Jit::global().len(),
+        "warm-up done; ready"
     );
-    eprintln!(
-        "policy: buckets {:?}, max batch {}, pad rows to a power of two: {}, workers {}, body limit {} B, max inputs {}",
-        opts.config.buckets,
-        opts.config.max_batch,
-        opts.config.pad_rows,
-        opts.config.workers,
-        opts.config.body_limit,
-        opts.config.max_inputs
-    );
+    state.set_ready(true);
+    Ok(())
+}
+
+fn configure_kernel_cache(opts: &Options) {
     // The kernel cache: room for every (function, σ) the buckets allow.
     let jit = tc::llvm::Jit::global();
     let mut cache = jit.config();
@@ -151,28 +229,30 @@ fn main() -> Result<(), BoxError> {
         cache.specialize_after = n;
     }
     jit.set_config(cache);
-    eprintln!(
-        "backend: {:?}, kernel cache capacity {}, specialize after {} call(s)",
-        tc::backend(),
-        cache.capacity,
-        cache.specialize_after.max(1)
+    tracing::info!(
+        backend = ?tc::backend(),
+        capacity = cache.capacity,
+        specialize_after = cache.specialize_after.max(1),
+        "kernel cache"
     );
-    if opts.warmup {
-        // One pass per padded shape the policy can produce (every bucket, every
-        // row count), so requests find their kernels compiled. Without row
-        // padding only single-row shapes are warmed.
-        let t = Instant::now();
-        let shapes = app::shapes(&opts.config);
-        for &(seq, rows) in &shapes {
-            embedder.embed_padded(&["warm up"], seq, rows)?;
-        }
-        eprintln!(
-            "warm-up: {} shapes in {:.1} s, {} kernel-cache entries",
-            shapes.len(),
-            t.elapsed().as_secs_f64(),
-            jit.len()
-        );
-    }
+    kernel_cache_hook(opts.kernel_cache_dir.as_ref());
+}
+
+fn main() -> Result<(), BoxError> {
+    let opts = parse_args()?;
+    init_logging(opts.json_logs);
+    let dir = model_dir()?;
+    let t0 = Instant::now();
+    let model = MiniLm::load(&dir)?;
+    let embedder = Embedder::new(model, &dir, opts.config.clone())?;
+    tracing::info!(
+        model = app::MODEL_NAME,
+        dir = %dir.display(),
+        seconds = t0.elapsed().as_secs_f64(),
+        "loaded"
+    );
+    tracing::info!(policy = ?opts.config, "settings");
+    configure_kernel_cache(&opts);
     let state = AppState::new(embedder);
     let addr: SocketAddr = format!("{}:{}", opts.host, opts.port).parse()?;
     tokio::runtime::Builder::new_multi_thread()
@@ -180,13 +260,20 @@ fn main() -> Result<(), BoxError> {
         .build()?
         .block_on(async move {
             let listener = tokio::net::TcpListener::bind(addr).await?;
-            eprintln!("listening on http://{}", listener.local_addr()?);
-            axum::serve(listener, app::router(state))
-                .with_graceful_shutdown(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                    eprintln!("shutting down");
-                })
-                .await?;
+            tracing::info!("listening on http://{}", listener.local_addr()?);
+            if opts.warmup {
+                // Live at once, ready after warm-up (load balancers wait on /health).
+                state.set_ready(false);
+                let st: Arc<AppState> = state.clone();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = warm_up(&st) {
+                        tracing::error!("warm-up failed: {e}");
+                    }
+                });
+            }
+            let app = app::router(state.clone());
+            app::serve::serve(listener, app, state, app::serve::shutdown_signal()).await?;
+            tracing::info!("shut down");
             Ok(())
         })
 }

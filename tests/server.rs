@@ -14,8 +14,9 @@ mod model;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use app::{AppState, Config, Embedder};
 use model::{cosine, model_dir, MiniLm};
@@ -26,38 +27,61 @@ const BODY_LIMIT: usize = 64 * 1024;
 struct Server {
     addr: SocketAddr,
     state: Arc<AppState>,
+    /// Triggers the same drain path as SIGTERM (`serve`'s shutdown future).
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Receives once `serve` has returned (drained).
+    done: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+/// Start a server in-process on an ephemeral loopback port, on its own
+/// runtime thread, through the binary's accept loop (`app::serve::serve`).
+fn start(config: Config) -> Server {
+    let dir = model_dir().expect("model folder");
+    let model = MiniLm::load(&dir).expect("load model");
+    let state = AppState::new(Embedder::new(model, &dir, config).expect("embedder"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let st = state.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let app = app::router(st.clone());
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            app::serve::serve(listener, app, st, shutdown)
+                .await
+                .unwrap();
+        });
+        let _ = done_tx.send(());
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("server started");
+    Server {
+        addr,
+        state,
+        stop: Mutex::new(Some(stop)),
+        done: Mutex::new(done),
+    }
 }
 
 fn server() -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
     S.get_or_init(|| {
-        let dir = model_dir().expect("model folder");
-        let model = MiniLm::load(&dir).expect("load model");
-        let config = Config {
+        start(Config {
             body_limit: BODY_LIMIT,
             max_inputs: 8,
             workers: 2,
             ..Config::default()
-        };
-        let state = AppState::new(Embedder::new(model, &dir, config).expect("embedder"));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let st = state.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                axum::serve(listener, app::router(st)).await.unwrap();
-            });
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("server started");
-        Server { addr, state }
+        })
     })
 }
 
@@ -75,19 +99,26 @@ impl Reply {
 
 /// Send raw header lines and body; read the whole reply (`Connection: close`).
 fn raw(method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Reply {
-    let s = server();
-    let mut stream = TcpStream::connect(s.addr).expect("connect");
+    raw_at(server().addr, method, path, extra_headers, body)
+}
+
+/// [`raw`] against the server at `addr`.
+fn raw_at(addr: SocketAddr, method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(600)))
         .unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{extra_headers}\r\n",
-        s.addr
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra_headers}\r\n"
     );
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(body).unwrap();
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf).expect("read reply");
+    parse_reply(buf)
+}
+
+fn parse_reply(buf: Vec<u8>) -> Reply {
     let text = String::from_utf8(buf).expect("utf-8 reply");
     let (headers, body) = text.split_once("\r\n\r\n").expect("header/body separator");
     let status = headers
@@ -128,15 +159,23 @@ fn get(path: &str) -> Reply {
 }
 
 fn post(path: &str, body: &str) -> Reply {
+    post_at(server().addr, path, body)
+}
+
+fn post_at(addr: SocketAddr, path: &str, body: &str) -> Reply {
     let h = format!(
         "Content-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
     );
-    raw("POST", path, &h, body.as_bytes())
+    raw_at(addr, "POST", path, &h, body.as_bytes())
 }
 
 fn embed(body: Value) -> Reply {
     post("/v1/embeddings", &body.to_string())
+}
+
+fn embed_at(addr: SocketAddr, body: Value) -> Reply {
+    post_at(addr, "/v1/embeddings", &body.to_string())
 }
 
 /// Check the OpenAI response shape and return the embeddings.
@@ -443,7 +482,16 @@ fn metrics_in_prometheus_text() {
         "# TYPE tc_http_request_duration_seconds histogram",
         "tc_http_request_duration_seconds_bucket{route=\"/v1/embeddings\",le=\"+Inf\"}",
         "tc_http_request_duration_seconds_count{route=\"/v1/embeddings\"}",
-        "tc_model_forward_passes_total{seq=\"16\",rows=\"1\"}",
+        // Concurrent tests' sentences may share passes: any row count.
+        "tc_model_forward_passes_total{seq=\"16\",rows=",
+        "# TYPE tc_batch_queue_seconds histogram",
+        "tc_batch_queue_seconds_bucket{le=\"+Inf\"}",
+        "# TYPE tc_batch_size histogram",
+        "tc_batch_size_count",
+        "tc_batch_queue_depth",
+        "tc_batch_cancelled_total",
+        "tc_http_requests_in_flight",
+        "tc_http_connections_open",
         "tc_kernel_cache_hits_total",
         "tc_kernel_cache_misses_total",
         "tc_kernel_cache_compiles_total",
@@ -457,4 +505,321 @@ fn metrics_in_prometheus_text() {
         let v = line.rsplit(' ').next().unwrap();
         assert!(v.parse::<f64>().is_ok(), "bad sample line `{line}`");
     }
+}
+
+/// Poll `cond` every 10 ms for up to `secs` seconds.
+fn wait_until(what: &str, secs: u64, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Hold every worker slot: the batcher queues sentences but runs no pass.
+fn hold_workers(s: &Server) -> tokio::sync::OwnedSemaphorePermit {
+    let n = s.state.embedder.config.workers as u32;
+    s.state
+        .batcher
+        .workers
+        .clone()
+        .try_acquire_many_owned(n)
+        .expect("idle workers")
+}
+
+fn embedding_of(v: &Value, i: usize) -> Vec<f32> {
+    v["data"][i]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn concurrent_requests_are_merged_into_one_pass() {
+    let s = start(Config {
+        workers: 1,
+        ..Config::default()
+    });
+    let singles = [
+        "A man is eating food.",
+        "A man is riding a horse.",
+        "A woman is playing violin.",
+        "Hi there",
+        "Two men pushed carts.",
+    ];
+    let multi = [
+        "A monkey is playing drums.",
+        "Hi",
+        "The girl carries a baby.",
+    ];
+    let held = hold_workers(&s);
+    let passes = || s.state.metrics.forward_passes.load(Ordering::Relaxed);
+    let before = passes();
+    let addr = s.addr;
+    let mut threads: Vec<_> = singles
+        .iter()
+        .map(|t| {
+            let t = t.to_string();
+            std::thread::spawn(move || embed_at(addr, json!({"input": t})))
+        })
+        .collect();
+    threads.push(std::thread::spawn(move || {
+        embed_at(addr, json!({"input": multi}))
+    }));
+    wait_until("8 queued sentences", 120, || {
+        s.state.metrics.queued.load(Ordering::Relaxed) == 8
+    });
+    assert_eq!(passes(), before, "no pass while the workers are held");
+    drop(held);
+    let replies: Vec<Value> = threads
+        .into_iter()
+        .map(|t| {
+            let r = t.join().expect("request thread");
+            assert_eq!(r.status, 200, "{}", r.body);
+            r.json()
+        })
+        .collect();
+    // All 8 sentences (16-token bucket) went through one [8, 16] pass.
+    assert_eq!(passes(), before + 1);
+    let sizes = s.state.metrics.batch_sizes();
+    assert_eq!((sizes.count(), sizes.sum()), (1, 8.0));
+    // Each answer equals the unbatched one (what a request alone computes:
+    // bucket 16, one row), within 1e-6, in its request's order.
+    let e = &s.state.embedder;
+    let unbatched = |t: &str| e.embed_padded(&[t], 16, 1).unwrap().remove(0);
+    for (i, t) in singles.iter().enumerate() {
+        let d = max_abs_diff(&embedding_of(&replies[i], 0), &unbatched(t));
+        assert!(d <= 1e-6, "{t}: max abs difference {d}");
+    }
+    for (i, t) in multi.iter().enumerate() {
+        let d = max_abs_diff(&embedding_of(&replies[5], i), &unbatched(t));
+        assert!(d <= 1e-6, "{t}: max abs difference {d}");
+    }
+    let m = get_at(s.addr, "/metrics").body;
+    assert!(
+        m.contains("tc_model_forward_passes_total{seq=\"16\",rows=\"8\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("tc_batch_size_bucket{le=\"8\"} 1"), "{m}");
+}
+
+fn get_at(addr: SocketAddr, path: &str) -> Reply {
+    raw_at(addr, "GET", path, "", b"")
+}
+
+#[test]
+fn a_disconnected_clients_queued_sentences_are_not_computed() {
+    let s = start(Config {
+        workers: 1,
+        ..Config::default()
+    });
+    let m = &s.state.metrics;
+    let held = hold_workers(&s);
+    let before = m.forward_passes.load(Ordering::Relaxed);
+    let body =
+        json!({"input": ["one sentence", "another one", "a third", "and a fourth"]}).to_string();
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    wait_until("4 queued sentences", 60, || {
+        m.queued.load(Ordering::Relaxed) == 4
+    });
+    assert_eq!(m.in_flight.load(Ordering::Relaxed), 1);
+    drop(stream);
+    // The request's future is dropped: the gauge comes back to 0 …
+    wait_until("the in-flight gauge back at 0", 30, || {
+        m.in_flight.load(Ordering::Relaxed) == 0
+    });
+    drop(held);
+    // … and the batcher skips its sentences instead of computing them.
+    wait_until("4 cancelled sentences", 30, || {
+        m.cancelled.load(Ordering::Relaxed) == 4
+    });
+    assert_eq!(m.queued.load(Ordering::Relaxed), 0);
+    assert_eq!(m.forward_passes.load(Ordering::Relaxed), before);
+    let text = get_at(s.addr, "/metrics").body;
+    assert!(
+        text.contains("tc_http_requests_total{route=\"/v1/embeddings\",status=\"499\"} 1"),
+        "{text}"
+    );
+    // Still serving, and the gauge is 0 again after a normal request.
+    let r = embed_at(s.addr, json!({"input": "Hi"}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(m.in_flight.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn shutdown_finishes_the_in_flight_request() {
+    let s = start(Config {
+        workers: 1,
+        ..Config::default()
+    });
+    let held = hold_workers(&s);
+    let addr = s.addr;
+    let request = std::thread::spawn(move || embed_at(addr, json!({"input": "A long request"})));
+    wait_until("a queued sentence", 60, || {
+        s.state.metrics.queued.load(Ordering::Relaxed) == 1
+    });
+    // What SIGTERM does in the binary: resolve `serve`'s shutdown future.
+    s.stop.lock().unwrap().take().unwrap().send(()).unwrap();
+    wait_until("the listener closed", 30, || {
+        TcpStream::connect(addr).is_err()
+    });
+    let done = s.done.lock().unwrap();
+    assert!(
+        done.recv_timeout(Duration::from_millis(200)).is_err(),
+        "serve returned with a request in flight"
+    );
+    drop(held);
+    let r = request.join().expect("request thread");
+    assert_eq!(r.status, 200, "{}", r.body);
+    check_shape(&r, 1);
+    done.recv_timeout(Duration::from_secs(30))
+        .expect("serve returned after draining");
+}
+
+#[test]
+fn a_slow_header_client_is_cut_off() {
+    let s = start(Config {
+        header_read_timeout: Duration::from_secs(1),
+        ..Config::default()
+    });
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let t = Instant::now();
+    stream
+        .write_all(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    // EOF (or a reset) once the timeout fires; never a hang.
+    let _ = stream.read_to_end(&mut buf);
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "cut off after {waited:?}"
+    );
+    // Other clients are unaffected.
+    assert_eq!(get_at(s.addr, "/health").status, 200);
+}
+
+#[test]
+fn saturation_gives_503_with_retry_after() {
+    let s = start(Config {
+        workers: 1,
+        max_concurrent_requests: 1,
+        max_connections: 3,
+        ..Config::default()
+    });
+    let m = &s.state.metrics;
+    let held = hold_workers(&s);
+    let addr = s.addr;
+    let first = std::thread::spawn(move || embed_at(addr, json!({"input": "first"})));
+    wait_until("a queued sentence", 60, || {
+        m.queued.load(Ordering::Relaxed) == 1
+    });
+    // Over the concurrency limit: shed at once.
+    let r = embed_at(addr, json!({"input": "second"}));
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.headers.to_ascii_lowercase().contains("retry-after: 1"),
+        "{}",
+        r.headers
+    );
+    assert_eq!(r.json()["error"]["code"], "overloaded");
+    // Health and metrics are not limited.
+    assert_eq!(get_at(addr, "/health").status, 200);
+    // Over the connection cap: the first request's connection plus two idle.
+    wait_until("one open connection", 30, || {
+        m.connections.load(Ordering::Relaxed) == 1
+    });
+    let idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    wait_until("three open connections", 30, || {
+        m.connections.load(Ordering::Relaxed) == 3
+    });
+    let r = get_at(addr, "/health");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.headers.to_ascii_lowercase().contains("retry-after: 1"),
+        "{}",
+        r.headers
+    );
+    drop(idle);
+    drop(held);
+    let r = first.join().expect("request thread");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let text = get_at(addr, "/metrics").body;
+    assert!(text.contains("tc_http_requests_shed_total 2"), "{text}");
+}
+
+#[test]
+fn health_distinguishes_live_from_ready() {
+    let s = start(Config::default());
+    assert_eq!(get_at(s.addr, "/health/ready").status, 200);
+    s.state.set_ready(false);
+    let r = get_at(s.addr, "/health");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.json()["ready"], false);
+    assert_eq!(get_at(s.addr, "/health/ready").status, 503);
+    assert_eq!(get_at(s.addr, "/health/live").status, 200);
+    s.state.set_ready(true);
+    assert_eq!(get_at(s.addr, "/health").status, 200);
+    assert!(get_at(s.addr, "/metrics").body.contains("tc_ready 1"));
+}
+
+#[test]
+fn batcher_selection_respects_buckets_batch_and_token_budget() {
+    use app::batcher::{select, Job};
+    use std::collections::VecDeque;
+    let job = |len: usize| Job {
+        text: String::new(),
+        len,
+        enqueued: Instant::now(),
+        reply: tokio::sync::oneshot::channel().0,
+    };
+    let config = Config {
+        max_batch: 4,
+        ..Config::default()
+    };
+    // The oldest sentence's bucket (16) only, oldest first.
+    let q: VecDeque<Job> = [5, 40, 6, 7].into_iter().map(job).collect();
+    assert_eq!(select(&q, &config), (vec![0, 2, 3], false));
+    // Full at max_batch.
+    let q: VecDeque<Job> = [5, 5, 5, 5, 5].into_iter().map(job).collect();
+    assert_eq!(select(&q, &config), (vec![0, 1, 2, 3], true));
+    // Token budget: 2 rows × 32 fit in 64 positions, 4 rows × 32 do not.
+    let tight = Config {
+        max_batch_tokens: 64,
+        ..config.clone()
+    };
+    let q: VecDeque<Job> = [20, 20, 20].into_iter().map(job).collect();
+    assert_eq!(select(&q, &tight), (vec![0, 1], true));
+    // A single sentence always goes, whatever the budget.
+    let q: VecDeque<Job> = [200].into_iter().map(job).collect();
+    assert_eq!(select(&q, &tight), (vec![0], false));
+    // No buckets: one group, padded to the longest.
+    let none = Config {
+        buckets: Vec::new(),
+        ..config
+    };
+    let q: VecDeque<Job> = [5, 40, 6].into_iter().map(job).collect();
+    assert_eq!(select(&q, &none), (vec![0, 1, 2], false));
 }

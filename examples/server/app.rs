@@ -1,5 +1,8 @@
 //! The embedding server's application: settings, the length-bucket policy,
-//! request validation, the OpenAI-shaped handlers, and Prometheus metrics.
+//! request validation, the OpenAI-shaped handlers and the router with its
+//! overload and timeout layers. The cross-request batcher is `batcher.rs`,
+//! the metrics and the request log `metrics.rs`, the accept loop and the
+//! graceful drain `serve.rs`.
 //!
 //! Shared by `examples/server.rs` (the binary) and `tests/server.rs` (which
 //! builds the same router in-process); both declare `mod model` (the MiniLM
@@ -10,9 +13,11 @@
 //!   ([CLS] and [SEP] included); more than [`MAX_POSITIONS`] (512, the
 //!   model's position table) is a 400; otherwise it is truncated to the
 //!   model's `max_seq_length` (256), as sentence-transformers does;
-//! * the inputs of one request are sorted by length and cut into chunks of at
-//!   most `max_batch` sentences that fall into the same length bucket;
-//! * each chunk is padded with [PAD] (id 0, mask 0) up to its bucket (the
+//! * every input becomes one queued sentence; the batcher merges queued
+//!   sentences of all requests into passes of at most `max_batch` sentences
+//!   that fall into the same length bucket, with at most `max_batch_tokens`
+//!   padded positions, waiting at most `max_wait` for a pass to fill;
+//! * each pass is padded with [PAD] (id 0, mask 0) up to its bucket (the
 //!   smallest configured bucket ≥ its longest sentence; past the largest
 //!   bucket, its longest sentence), and, with `pad_rows`, its row count is
 //!   rounded up to a power of two with copies of its first row (dropped from
@@ -23,16 +28,24 @@
 //! So the tensor fns only ever see `[B, S]` with S a bucket and B a power of
 //! two ≤ `max_batch`: with the default buckets (16, 32, 64, 128, 256) and
 //! `max_batch` 32 that is at most 5 × 6 = 30 shapes σ, whatever the traffic.
+//! ([`plan`] is the same policy applied to one request's inputs alone.)
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+#[path = "batcher.rs"]
+pub mod batcher;
+#[path = "metrics.rs"]
+pub mod metrics;
+#[path = "serve.rs"]
+pub mod serve;
+
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::{to_bytes, Body};
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -41,9 +54,12 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Serialize;
 use tokenizers::Tokenizer;
-use tokio::sync::Semaphore;
+use tower::ServiceBuilder;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 use crate::model::{Batch, BoxError, MiniLm};
+use batcher::Batcher;
+use metrics::{Metrics, RequestGuard, RequestStats};
 
 /// The model name the API answers with.
 pub const MODEL_NAME: &str = "all-MiniLM-L6-v2";
@@ -59,11 +75,16 @@ pub const DEFAULT_BUCKETS: &[usize] = &[16, 32, 64, 128, 256];
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Length buckets, ascending; empty: pad each chunk to its longest sentence only.
+    /// Length buckets, ascending; empty: pad each pass to its longest sentence only.
     pub buckets: Vec<usize>,
     /// Most sentences per forward pass.
     pub max_batch: usize,
-    /// Round each chunk's row count up to a power of two (≤ `max_batch`).
+    /// Most padded positions (`rows × seq`) per forward pass; a single
+    /// sentence always fits.
+    pub max_batch_tokens: usize,
+    /// Longest a queued sentence waits for its pass to fill.
+    pub max_wait: Duration,
+    /// Round each pass's row count up to a power of two (≤ `max_batch`).
     pub pad_rows: bool,
     /// Forward passes run at once (each on a blocking thread).
     pub workers: usize,
@@ -71,6 +92,18 @@ pub struct Config {
     pub body_limit: usize,
     /// Most inputs in one request.
     pub max_inputs: usize,
+    /// Embedding requests served at once; more get 503 + `Retry-After`.
+    pub max_concurrent_requests: usize,
+    /// Open connections at once; more get 503 + `Retry-After` and are closed.
+    pub max_connections: usize,
+    /// Longest a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Longest a client may take to send a request's body (408 past it).
+    pub body_read_timeout: Duration,
+    /// Longest a request may take in all (503 past it; its queued work is dropped).
+    pub request_timeout: Duration,
+    /// On SIGTERM / Ctrl-C, longest to wait for in-flight requests.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for Config {
@@ -78,12 +111,20 @@ impl Default for Config {
         Config {
             buckets: DEFAULT_BUCKETS.to_vec(),
             max_batch: 32,
+            max_batch_tokens: 16384,
+            max_wait: Duration::from_millis(5),
             pad_rows: true,
             workers: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),
             body_limit: 2 << 20,
             max_inputs: 2048,
+            max_concurrent_requests: 512,
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(300),
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -104,6 +145,15 @@ impl Config {
         if self.max_batch == 0 || self.workers == 0 || self.max_inputs == 0 || self.body_limit == 0
         {
             return Err("max batch, workers, max inputs and body limit must be positive".into());
+        }
+        if self.max_batch_tokens == 0
+            || self.max_concurrent_requests == 0
+            || self.max_connections == 0
+        {
+            return Err(
+                "max batch tokens, max concurrent requests and max connections must be positive"
+                    .into(),
+            );
         }
         Ok(self)
     }
@@ -270,88 +320,95 @@ impl Embedder {
     }
 }
 
-/// A fixed-bucket latency histogram.
-#[derive(Clone, Debug, Default)]
-struct Histogram {
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-/// Histogram upper bounds, seconds.
-pub const LATENCY_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
-
-impl Histogram {
-    fn observe(&mut self, v: f64) {
-        if self.counts.is_empty() {
-            self.counts = vec![0; LATENCY_BUCKETS.len()];
-        }
-        for (c, &le) in self.counts.iter_mut().zip(LATENCY_BUCKETS) {
-            if v <= le {
-                *c += 1;
-            }
-        }
-        self.sum += v;
-        self.count += 1;
-    }
-}
-
-/// Server counters.
-#[derive(Default)]
-pub struct Metrics {
-    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
-    latency: Mutex<BTreeMap<&'static str, Histogram>>,
-    in_flight: AtomicI64,
-    busy_workers: AtomicI64,
-    inputs: AtomicU64,
-    prompt_tokens: AtomicU64,
-    passes: Mutex<BTreeMap<(usize, usize), u64>>,
-    positions: AtomicU64,
-    forward_us: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Shared state of the handlers.
 pub struct AppState {
     /// The model.
     pub embedder: Arc<Embedder>,
     /// Counters for `/metrics`.
-    pub metrics: Metrics,
-    permits: Arc<Semaphore>,
+    pub metrics: Arc<Metrics>,
+    /// The cross-request batcher every embedding request goes through.
+    pub batcher: Batcher,
+    ready: AtomicBool,
+    next_id: AtomicU64,
     started: Instant,
 }
 
 impl AppState {
-    /// State around a model.
+    /// State around a model; starts the batcher thread. Ready at once (the
+    /// binary clears readiness while it warms up, see [`AppState::set_ready`]).
     pub fn new(embedder: Embedder) -> Arc<AppState> {
-        let permits = Arc::new(Semaphore::new(embedder.config.workers));
+        let embedder = Arc::new(embedder);
+        let metrics = Arc::new(Metrics::default());
+        let batcher = Batcher::start(embedder.clone(), metrics.clone());
         Arc::new(AppState {
-            embedder: Arc::new(embedder),
-            metrics: Metrics::default(),
-            permits,
+            embedder,
+            metrics,
+            batcher,
+            ready: AtomicBool::new(true),
+            next_id: AtomicU64::new(1),
             started: Instant::now(),
         })
     }
+
+    /// Whether `/health/ready` answers 200 (load balancers route on it).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Mark the server ready (after warm-up) or not (while draining).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
 }
 
-/// The HTTP application.
+/// The HTTP application: routes, request tracking (outermost), the request
+/// timeout, and on `/v1/embeddings` the body read timeout and the
+/// concurrency limit that sheds load with 503 + `Retry-After`.
 pub fn router(state: Arc<AppState>) -> Router {
+    let config = &state.embedder.config;
+    let st = state.clone();
+    let overload = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(move |_: tower::BoxError| {
+            let st = st.clone();
+            async move {
+                st.metrics.shed.fetch_add(1, Ordering::Relaxed);
+                overloaded()
+            }
+        }))
+        .load_shed()
+        .concurrency_limit(config.max_concurrent_requests);
+    let embeddings_route = post(embeddings)
+        .layer::<_, std::convert::Infallible>(overload)
+        .layer::<_, std::convert::Infallible>(RequestBodyTimeoutLayer::new(
+            config.body_read_timeout,
+        ));
     Router::new()
         .route("/health", get(health))
-        .route("/metrics", get(metrics))
+        .route("/health/live", get(live))
+        .route("/health/ready", get(health))
+        .route("/metrics", get(metrics_handler))
         .route("/v1/models", get(models))
-        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/embeddings", embeddings_route)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            config.request_timeout,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .with_state(state)
 }
 
+/// 503 with `Retry-After` for a request over the concurrency limit.
+fn overloaded() -> Response {
+    let mut r = ApiError::internal("the server is saturated; retry later")
+        .with_status(StatusCode::SERVICE_UNAVAILABLE)
+        .with_code("overloaded")
+        .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
 /// An OpenAI-shaped error.
 #[derive(Debug)]
 pub struct ApiError {
@@ -431,6 +488,8 @@ async fn method_not_allowed(req: Request) -> ApiError {
 fn route_label(path: &str) -> &'static str {
     match path {
         "/health" => "/health",
+        "/health/live" => "/health/live",
+        "/health/ready" => "/health/ready",
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/embeddings" => "/v1/embeddings",
@@ -438,33 +497,52 @@ fn route_label(path: &str) -> &'static str {
     }
 }
 
-/// Count requests by route and status, and time them.
+/// Count requests by route and status, time and log them, and tag each
+/// response with its `x-request-id`. The guard does the counting, so a
+/// request whose future is dropped (client gone) still leaves the in-flight
+/// gauge and is logged as 499.
 async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let route = route_label(req.uri().path());
-    let t0 = Instant::now();
-    state.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-    let resp = next.run(req).await;
-    state.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
-    let m = &state.metrics;
-    *lock(&m.requests)
-        .entry((route, resp.status().as_u16()))
-        .or_default() += 1;
-    lock(&m.latency)
-        .entry(route)
-        .or_default()
-        .observe(t0.elapsed().as_secs_f64());
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{}", state.next_id.fetch_add(1, Ordering::Relaxed)));
+    let guard = RequestGuard::new(state.clone(), id.clone(), route, req.method().to_string());
+    let mut resp = next.run(req).await;
+    let stats = resp.extensions().get::<RequestStats>().copied();
+    guard.finish(resp.status().as_u16(), stats);
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
     resp
 }
 
-async fn health(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    axum::Json(serde_json::json!({
-        "status": "ok",
+/// Readiness (`/health`, `/health/ready`): 200 once warmed up, 503 while
+/// warming up or draining.
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let ready = state.is_ready();
+    let body = axum::Json(serde_json::json!({
+        "status": if ready { "ok" } else { "unavailable" },
+        "ready": ready,
         "model": MODEL_NAME,
         "dimensions": DIM,
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
-    }))
+    }));
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, body).into_response()
 }
 
+/// Liveness (`/health/live`): 200 while the process serves HTTP at all.
+async fn live() -> impl IntoResponse {
+    axum::Json(serde_json::json!({"status": "alive"}))
+}
 async fn models() -> impl IntoResponse {
     axum::Json(serde_json::json!({
         "object": "list",
@@ -626,12 +704,12 @@ pub fn base64_f32(v: &[f32]) -> String {
     out
 }
 
-async fn embeddings(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+/// Read the body under the size limit; a body read timeout is a 408.
+async fn read_body(
+    headers: &HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
-    let limit = state.embedder.config.body_limit;
+    limit: usize,
+) -> Result<axum::body::Bytes, ApiError> {
     let too_large = || {
         ApiError::invalid(
             format!("the request body is larger than {limit} bytes"),
@@ -645,31 +723,35 @@ async fn embeddings(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let bytes = to_bytes(body, limit).await.map_err(|e| {
-        // `http_body_util::LengthLimitError`, seen through axum's error wrapper.
-        if e.to_string().contains("length limit exceeded") {
+    to_bytes(body, limit).await.map_err(|e| {
+        // `http_body_util::LengthLimitError` / tower-http's `TimeoutError`,
+        // seen through axum's error wrapper.
+        let text = e.to_string();
+        if text.contains("length limit exceeded") {
             too_large()
+        } else if text.contains("timed out") || text.contains("timeout") {
+            ApiError::invalid("timed out reading the request body", None)
+                .with_status(StatusCode::REQUEST_TIMEOUT)
         } else {
             ApiError::invalid(format!("could not read the request body: {e}"), None)
         }
-    })?;
-    let embedder = state.embedder.clone();
-    let req = parse_request(&bytes, &embedder.config)?;
+    })
+}
 
-    // Count tokens (untruncated) off the async threads.
-    let (req, counts) = {
-        let embedder = embedder.clone();
-        tokio::task::spawn_blocking(move || {
-            let counts: Result<Vec<usize>, BoxError> = req
-                .inputs
-                .iter()
-                .map(|s| embedder.count_tokens(s))
-                .collect();
-            (req, counts)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
-    };
+/// Count tokens (untruncated) off the async threads; reject inputs past the
+/// position table; return the truncated lengths.
+async fn token_lengths(
+    embedder: &Arc<Embedder>,
+    inputs: Vec<String>,
+) -> Result<(Vec<String>, Vec<usize>), ApiError> {
+    let e = embedder.clone();
+    let (inputs, counts) = tokio::task::spawn_blocking(move || {
+        let counts: Result<Vec<usize>, BoxError> =
+            inputs.iter().map(|s| e.count_tokens(s)).collect();
+        (inputs, counts)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?;
     let counts = counts.map_err(|e| {
         ApiError::invalid(format!("could not tokenize the input: {e}"), Some("input"))
     })?;
@@ -684,71 +766,58 @@ async fn embeddings(
         )
         .with_code("context_length_exceeded"));
     }
-    let lens: Vec<usize> = counts.iter().map(|&n| n.min(embedder.max_len())).collect();
-    let prompt_tokens: usize = lens.iter().sum();
+    let lens = counts.iter().map(|&n| n.min(embedder.max_len())).collect();
+    Ok((inputs, lens))
+}
 
-    let inputs = Arc::new(req.inputs);
-    let mut tasks = Vec::new();
-    for chunk in plan(&lens, &embedder.config) {
-        let (state, inputs) = (state.clone(), inputs.clone());
-        tasks.push(tokio::spawn(async move {
-            let permit = state
-                .permits
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|e| e.to_string())?;
-            let st = state.clone();
-            let handle = tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                let m = &st.metrics;
-                m.busy_workers.fetch_add(1, Ordering::Relaxed);
-                let t0 = Instant::now();
-                let sentences: Vec<&str> =
-                    chunk.indices.iter().map(|&i| inputs[i].as_str()).collect();
-                let out = st.embedder.embed_padded(&sentences, chunk.seq, chunk.rows);
-                m.forward_us
-                    .fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-                m.busy_workers.fetch_sub(1, Ordering::Relaxed);
-                *lock(&m.passes).entry((chunk.seq, chunk.rows)).or_default() += 1;
-                m.positions
-                    .fetch_add((chunk.seq * chunk.rows) as u64, Ordering::Relaxed);
-                out.map(|e| (chunk.indices, e)).map_err(|e| e.to_string())
-            });
-            handle
-                .await
-                .map_err(|e| format!("model task failed: {e}"))?
-        }));
-    }
-    let mut embeddings: Vec<Vec<f32>> = vec![Vec::new(); inputs.len()];
-    for t in tasks {
-        let (indices, out) = t
-            .await
-            .map_err(|e| ApiError::internal(format!("model task failed: {e}")))?
-            .map_err(|e| ApiError::internal(format!("embedding failed: {e}")))?;
-        for (i, e) in indices.into_iter().zip(out) {
-            embeddings[i] = e;
+async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let embedder = state.embedder.clone();
+    let bytes = read_body(&headers, body, embedder.config.body_limit).await?;
+    let req = parse_request(&bytes, &embedder.config)?;
+    let base64 = req.base64;
+    let (inputs, lens) = token_lengths(&embedder, req.inputs).await?;
+    let prompt_tokens: usize = lens.iter().sum();
+    let n = inputs.len();
+
+    // Dropping this future (client gone, request timeout) drops the
+    // batcher's reply receivers: the sentences not yet computed are skipped.
+    let results = state
+        .batcher
+        .embed(inputs, &lens, &state.metrics)
+        .await
+        .map_err(|e| ApiError::internal(format!("embedding failed: {e}")))?;
+    let m = &state.metrics;
+    m.inputs.fetch_add(n as u64, Ordering::Relaxed);
+    m.prompt_tokens
+        .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
+    let mut stats = RequestStats {
+        inputs: n,
+        tokens: prompt_tokens,
+        ..RequestStats::default()
+    };
+    let mut seen_passes = Vec::new();
+    for r in &results {
+        stats.queue_ms = stats.queue_ms.max(r.queue.as_secs_f64() * 1e3);
+        if !seen_passes.contains(&r.pass) {
+            seen_passes.push(r.pass);
+            stats.compute_ms += r.compute.as_secs_f64() * 1e3;
         }
     }
-    state
-        .metrics
-        .inputs
-        .fetch_add(inputs.len() as u64, Ordering::Relaxed);
-    state
-        .metrics
-        .prompt_tokens
-        .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
 
-    let data = embeddings
+    let data = results
         .into_iter()
         .enumerate()
-        .map(|(index, e)| EmbeddingItem {
+        .map(|(index, r)| EmbeddingItem {
             object: "embedding",
             index,
-            embedding: if req.base64 {
-                EmbeddingData::Base64(base64_f32(&e))
+            embedding: if base64 {
+                EmbeddingData::Base64(base64_f32(&r.embedding))
             } else {
-                EmbeddingData::Float(e)
+                EmbeddingData::Float(r.embedding)
             },
         })
         .collect();
@@ -762,211 +831,24 @@ async fn embeddings(
         },
     };
     let json = serde_json::to_vec(&resp).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok((
+    let mut out = (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
         json,
     )
-        .into_response())
+        .into_response();
+    out.extensions_mut().insert(stats);
+    Ok(out)
 }
 
-/// Render the counters in Prometheus text format (0.0.4).
-pub fn render_metrics(state: &AppState) -> String {
-    use std::fmt::Write;
-    let m = &state.metrics;
-    let mut o = String::new();
-    let head = |o: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
-    head(
-        &mut o,
-        "tc_http_requests_total",
-        "counter",
-        "HTTP requests by route and status code.",
-    );
-    for ((route, status), n) in lock(&m.requests).iter() {
-        let _ = writeln!(
-            o,
-            "tc_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-        );
-    }
-    head(
-        &mut o,
-        "tc_http_request_duration_seconds",
-        "histogram",
-        "HTTP request latency by route.",
-    );
-    for (route, h) in lock(&m.latency).iter() {
-        for (le, c) in LATENCY_BUCKETS.iter().zip(&h.counts) {
-            let _ = writeln!(
-                o,
-                "tc_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{le}\"}} {c}"
-            );
-        }
-        let _ = writeln!(
-            o,
-            "tc_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
-            h.count
-        );
-        let _ = writeln!(
-            o,
-            "tc_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
-            h.sum
-        );
-        let _ = writeln!(
-            o,
-            "tc_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
-            h.count
-        );
-    }
-    // A metric with one unlabelled sample: HELP/TYPE lines and the value.
-    let single = |o: &mut String, name: &str, kind: &str, help: &str, v: &dyn std::fmt::Display| {
-        head(o, name, kind, help);
-        let _ = writeln!(o, "{name} {v}");
-    };
-    single(
-        &mut o,
-        "tc_http_requests_in_flight",
-        "gauge",
-        "HTTP requests being served.",
-        &m.in_flight.load(Ordering::Relaxed),
-    );
-    single(
-        &mut o,
-        "tc_embedding_inputs_total",
-        "counter",
-        "Inputs embedded.",
-        &m.inputs.load(Ordering::Relaxed),
-    );
-    single(
-        &mut o,
-        "tc_embedding_prompt_tokens_total",
-        "counter",
-        "Tokens embedded (after truncation, with [CLS]/[SEP]).",
-        &m.prompt_tokens.load(Ordering::Relaxed),
-    );
-    head(
-        &mut o,
-        "tc_model_forward_passes_total",
-        "counter",
-        "Forward passes by padded shape [rows, seq].",
-    );
-    for ((seq, rows), n) in lock(&m.passes).iter() {
-        let _ = writeln!(
-            o,
-            "tc_model_forward_passes_total{{seq=\"{seq}\",rows=\"{rows}\"}} {n}"
-        );
-    }
-    single(
-        &mut o,
-        "tc_model_padded_positions_total",
-        "counter",
-        "Token positions computed, padding included.",
-        &m.positions.load(Ordering::Relaxed),
-    );
-    single(
-        &mut o,
-        "tc_model_forward_seconds_total",
-        "counter",
-        "Time spent in forward passes.",
-        &(m.forward_us.load(Ordering::Relaxed) as f64 / 1e6),
-    );
-    single(
-        &mut o,
-        "tc_model_workers",
-        "gauge",
-        "Forward passes allowed at once.",
-        &state.embedder.config.workers,
-    );
-    single(
-        &mut o,
-        "tc_model_busy_workers",
-        "gauge",
-        "Forward passes running.",
-        &m.busy_workers.load(Ordering::Relaxed),
-    );
-
-    let s = tc::kernel_cache_stats();
-    let counters: [(&str, &str, f64); 8] = [
-        (
-            "hits",
-            "Kernel-cache calls that found a specialised entry.",
-            s.hits as f64,
-        ),
-        (
-            "misses",
-            "Kernel-cache calls that created a specialised entry.",
-            s.misses as f64,
-        ),
-        (
-            "compiles",
-            "Shape-specialised kernel compilations.",
-            s.compiles as f64,
-        ),
-        (
-            "generic_compiles",
-            "Shape-generic kernel compilations.",
-            s.generic_compiles as f64,
-        ),
-        (
-            "generic_runs",
-            "Calls served by a shape-generic kernel.",
-            s.generic_runs as f64,
-        ),
-        (
-            "evictions",
-            "Kernel-cache entries evicted.",
-            s.evictions as f64,
-        ),
-        (
-            "fallbacks",
-            "Calls the JIT handed to the reference interpreter.",
-            s.fallbacks as f64,
-        ),
-        (
-            "compile_seconds",
-            "Total kernel compile time.",
-            s.compile_ms / 1e3,
-        ),
-    ];
-    for (name, help, v) in counters {
-        single(
-            &mut o,
-            &format!("tc_kernel_cache_{name}_total"),
-            "counter",
-            help,
-            &v,
-        );
-    }
-    single(
-        &mut o,
-        "tc_kernel_cache_entries",
-        "gauge",
-        "Specialised kernel-cache entries.",
-        &tc::llvm::Jit::global().len(),
-    );
-    head(
-        &mut o,
-        "tc_backend_info",
-        "gauge",
-        "The engine running the tensor fns (TC_BACKEND=interp for the interpreter).",
-    );
-    let backend = match tc::backend() {
-        tc::Backend::Jit => "jit",
-        tc::Backend::Interpreter => "interpreter",
-    };
-    let _ = writeln!(o, "tc_backend_info{{backend=\"{backend}\"}} 1");
-    o
-}
-
-async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+async fn metrics_handler(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render_metrics(&state),
+        metrics::render_metrics(&state),
     )
 }

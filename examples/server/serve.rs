@@ -1,0 +1,134 @@
+//! The server's accept loop: HTTP/1.1 connections with a header read
+//! timeout, a cap on open connections (503 + `Retry-After` past it), and a
+//! graceful drain on shutdown (stop accepting, let in-flight requests finish
+//! up to a deadline).
+//!
+//! Why not `axum::serve`: axum 0.8's `serve` sets no header read timeout and
+//! no connection cap, so a client that opens connections and trickles header
+//! bytes could hold sockets forever. hyper's HTTP/1 builder has the timeout;
+//! hyper-util's `GracefulShutdown` drains the connections.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Response, StatusCode};
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use super::{AppState, Config};
+
+/// Resolves on SIGTERM or Ctrl-C (SIGINT): what the binary drains on.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM: draining"),
+                    _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: draining"),
+                }
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM ({e}); Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("Ctrl-C: draining");
+    }
+}
+
+/// The answer on a connection over the cap: 503, retry later, close.
+fn saturated() -> Response<Body> {
+    let body = serde_json::json!({"error": {
+        "message": "the server has too many open connections; retry later",
+        "type": "server_error", "param": null, "code": "overloaded"}});
+    Response::builder()
+        .status(StatusCode::SERVICE_UNAVAILABLE)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::RETRY_AFTER, "1")
+        .header(header::CONNECTION, "close")
+        .body(Body::from(body.to_string()))
+        .expect("static response")
+}
+
+/// Serve `app` on `listener` until `shutdown` resolves, then stop accepting
+/// and wait for open connections to finish their requests, at most
+/// `config.shutdown_timeout`. Returns once drained (or the deadline passed).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let config: Config = state.embedder.config.clone();
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, go on.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(stream);
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                let conn = builder.serve_connection(io, TowerToHyperService::new(app.clone()));
+                let conn = graceful.watch(conn);
+                let st = state.clone();
+                st.metrics.connections.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                    st.metrics.connections.fetch_sub(1, Ordering::Relaxed);
+                    drop(slot);
+                });
+            }
+            Err(_) => {
+                state.metrics.shed.fetch_add(1, Ordering::Relaxed);
+                let mut b = builder.clone();
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(saturated())
+                });
+                let conn = b.keep_alive(false).serve_connection(io, svc);
+                tokio::spawn(conn);
+            }
+        }
+    }
+    drop(listener);
+    state.set_ready(false);
+    tracing::info!(
+        connections = graceful.count(),
+        "stopped accepting; draining"
+    );
+    let deadline = config.shutdown_timeout;
+    match tokio::time::timeout(deadline, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("drained"),
+        Err(_) => tracing::warn!("drain deadline ({deadline:?}) passed; closing"),
+    }
+    Ok(())
+}
