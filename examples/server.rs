@@ -187,17 +187,33 @@ fn init_logging(json: bool) {
     }
 }
 
-/// The persistent-kernel-cache hook. tc-llvm keeps compiled kernels in
-/// memory only, so a replica compiles its σ set at warm-up (`--warmup`)
-/// before it reports ready. `--kernel-cache-dir` is where a replica would
-/// load kernels from before warm-up and save them after, once tc-llvm can
-/// serialise its cache; today it only records the folder and says so.
+/// The persistent kernel cache (tc-llvm's `disk` module): a replica that
+/// starts on a warm cache directory links its σ set's object code instead of
+/// compiling it, so `--warmup` takes well under a second. `--kernel-cache-dir`
+/// names the folder (`off` disables it); without it `TC_KERNEL_CACHE` or the
+/// user cache folder applies. Called first in `main`, before any thread
+/// exists, because the store reads the environment once.
 fn kernel_cache_hook(dir: Option<&PathBuf>) {
     if let Some(dir) = dir {
-        tracing::warn!(
-            dir = %dir.display(),
-            "--kernel-cache-dir: tc-llvm has no on-disk kernel cache yet; kernels are compiled in memory"
-        );
+        std::env::set_var("TC_KERNEL_CACHE", dir);
+    }
+}
+
+/// The kernel-cache folder in use and its counters, for the warm-up log.
+fn disk_cache_report() -> String {
+    match tc::llvm::disk::Store::global() {
+        None => "off".to_string(),
+        Some(s) => {
+            let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+            format!(
+                "{} (hits {}, misses {}, rejected {}, writes {})",
+                s.dir().display(),
+                n(&s.stats.hits),
+                n(&s.stats.misses),
+                n(&s.stats.rejected),
+                n(&s.stats.writes)
+            )
+        }
     }
 }
 
@@ -214,6 +230,7 @@ fn warm_up(state: &AppState) -> Result<(), BoxError> {
         shapes = shapes.len(),
         seconds = t.elapsed().as_secs_f64(),
         kernel_cache_entries = tc::llvm::Jit::global().len(),
+        disk_cache = %disk_cache_report(),
         "warm-up done; ready"
     );
     state.set_ready(true);
@@ -235,11 +252,11 @@ fn configure_kernel_cache(opts: &Options) {
         specialize_after = cache.specialize_after.max(1),
         "kernel cache"
     );
-    kernel_cache_hook(opts.kernel_cache_dir.as_ref());
 }
 
 fn main() -> Result<(), BoxError> {
     let opts = parse_args()?;
+    kernel_cache_hook(opts.kernel_cache_dir.as_ref());
     init_logging(opts.json_logs);
     let dir = model_dir()?;
     let t0 = Instant::now();

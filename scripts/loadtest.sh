@@ -9,9 +9,12 @@
 # then runs three bounded wrk scenarios against POST /v1/embeddings:
 #   single      1 connection, one short sentence per request
 #   concurrent  $CONNS connections (default 8), one short sentence per request
+#   concurrent32 32 connections, one short sentence per request
 #   batch       $CONNS connections, 8 sentences per request
 # and prints one SUMMARY line per scenario (requests, throughput, p50/p90/p99
-# latency, errors), then the server's kernel-cache and forward-pass metrics.
+# latency, errors), a sentences/s table with the single / batched ratios
+# (issue #13's goal: >= 0.85), then the server's kernel-cache, batch and
+# forward-pass metrics.
 # Extra server flags can be passed in SERVER_ARGS (e.g. "--buckets none").
 # Traffic goes to 127.0.0.1 only; the server is stopped on exit.
 set -euo pipefail
@@ -79,13 +82,28 @@ write_lua "$work/single.lua" '{"input": "A man is eating food.", "model": "all-M
 write_lua "$work/batch.lua" '{"input": ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.", "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.", "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums."], "model": "all-MiniLM-L6-v2"}'
 
 url="http://127.0.0.1:$PORT"
-run() { # $1: name, $2: threads, $3: connections, $4: script
+declare -A sents
+run() { # $1: name, $2: threads, $3: connections, $4: script, $5: sentences per request
   echo "== $1: wrk -t$2 -c$3 -d${DURATION}s ($4)"
-  wrk -t"$2" -c"$3" -d"${DURATION}s" --timeout "${TIMEOUT}s" --latency -s "$work/$4" "$url" | sed 's/^/   /'
+  wrk -t"$2" -c"$3" -d"${DURATION}s" --timeout "${TIMEOUT}s" --latency -s "$work/$4" "$url" \
+    | tee "$work/$1.out" | sed 's/^/   /'
+  local rps
+  rps=$(sed -n 's/^SUMMARY .*req_per_s=\([0-9.]*\).*/\1/p' "$work/$1.out")
+  sents[$1]=$(awk -v r="${rps:-0}" -v k="$5" 'BEGIN { printf "%.1f", r * k }')
 }
-run single 1 1 single.lua
-run concurrent "$THREADS" "$CONNS" single.lua
-run batch "$THREADS" "$CONNS" batch.lua
+run single 1 1 single.lua 1
+run concurrent "$THREADS" "$CONNS" single.lua 1
+run concurrent32 "$THREADS" 32 single.lua 1
+run batch "$THREADS" "$CONNS" batch.lua 8
+
+echo "== sentences/s (single-sentence requests are merged by the server's batcher)"
+printf '   %-34s %10s\n' "scenario" "sentences/s"
+printf '   %-34s %10s\n' "single, 1 connection" "${sents[single]}"
+printf '   %-34s %10s\n' "single, $CONNS connections" "${sents[concurrent]}"
+printf '   %-34s %10s\n' "single, 32 connections" "${sents[concurrent32]}"
+printf '   %-34s %10s\n' "batched (8 per request), $CONNS conn." "${sents[batch]}"
+awk -v a="${sents[concurrent]}" -v b="${sents[concurrent32]}" -v c="${sents[batch]}" 'BEGIN {
+  if (c > 0) printf "   ratio single-%s / batched: %.2f; single-32 / batched: %.2f\n", "'"$CONNS"'", a / c, b / c }'
 
 echo "== server metrics"
-curl -sf "$url/metrics" | grep -E '^tc_(kernel_cache|model_forward|embedding|http_requests_total)' | sed 's/^/   /'
+curl -sf "$url/metrics" | grep -E '^tc_(kernel_cache|model_forward|embedding|http_requests_total|batch)' | sed 's/^/   /'

@@ -121,6 +121,11 @@ impl Store {
             .as_ref()
     }
 
+    /// The folder this store reads and writes.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// A store in `dir` (created if missing) whose entries carry
     /// `identity` (normally [`host_identity`]); `None` if `dir` cannot be
     /// created.
