@@ -67,7 +67,7 @@ pub struct Store {
 
 /// The code generator and host part of every entry's identity.
 pub fn host_identity() -> String {
-    let h = crate::jit::host();
+    let h = crate::host::host();
     format!(
         "tc-llvm {}\nLLVM 14 default<O3> object, large code model, static relocations\n{}\n{}\n{}\n",
         env!("CARGO_PKG_VERSION"),

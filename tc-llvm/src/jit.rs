@@ -16,55 +16,19 @@
 //! `prefer-vector-width`=`512`. [`host`] supplies the three strings and
 //! [`crate::codegen`] puts them on every function.
 
-use std::sync::OnceLock;
 use std::time::Instant;
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{
-    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine,
-};
+use inkwell::targets::{CodeModel, FileType, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
 use crate::orc::Loader;
 use crate::Error;
 
-/// The host CPU as LLVM names it, and its feature string.
-#[derive(Clone, Debug)]
-pub struct Host {
-    /// `TargetMachine::get_host_cpu_name()` (e.g. `icelake-client`).
-    pub cpu: String,
-    /// `TargetMachine::get_host_cpu_features()` (`+avx512f,…`).
-    pub features: String,
-    /// The default target triple.
-    pub triple: String,
-}
-
-impl Host {
-    /// True when the host has AVX-512F.
-    pub fn has_avx512(&self) -> bool {
-        self.features.split(',').any(|f| f == "+avx512f")
-    }
-}
-
-/// Initialise the native target once and describe the host.
-pub fn host() -> &'static Host {
-    static HOST: OnceLock<Host> = OnceLock::new();
-    HOST.get_or_init(|| {
-        Target::initialize_native(&InitializationConfig::default())
-            .expect("LLVM native target initialisation");
-        Host {
-            cpu: TargetMachine::get_host_cpu_name().to_string(),
-            features: TargetMachine::get_host_cpu_features().to_string(),
-            triple: TargetMachine::get_default_triple()
-                .as_str()
-                .to_string_lossy()
-                .into_owned(),
-        }
-    })
-}
+pub use crate::host::{host, Host};
 
 fn target_machine() -> Result<TargetMachine, Error> {
     let h = host();

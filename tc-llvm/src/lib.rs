@@ -72,6 +72,7 @@ pub mod codegen;
 pub mod disk;
 pub mod exec;
 mod gemm_common;
+mod host;
 pub mod jit;
 pub mod matmul;
 pub mod matmul_int;
