@@ -115,13 +115,16 @@ pub enum Family {
     Fill,
     /// An index tensor.
     Iota,
+    /// §12a gather, with ids valid by construction (an iota or an argmax
+    /// over an axis of the table's size).
+    Gather,
     /// §17 call of a generated function.
     Call,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 16] = [
+    pub const ALL: [Family; 17] = [
         Family::Unary,
         Family::Cast,
         Family::Binary,
@@ -137,6 +140,7 @@ impl Family {
         Family::Concat,
         Family::Fill,
         Family::Iota,
+        Family::Gather,
         Family::Call,
     ];
 
@@ -158,6 +162,7 @@ impl Family {
             Family::Concat => "concat",
             Family::Fill => "fill",
             Family::Iota => "iota",
+            Family::Gather => "gather",
             Family::Call => "call",
         }
     }
@@ -513,8 +518,53 @@ impl<'a> Body<'a> {
                 let axis = self.rng.below(shape.len());
                 Some(self.push(Op::Iota(dt, shape.clone(), axis), dt, shape))
             }
+            Family::Gather => self.gather(),
             Family::Call => self.call(),
         }
+    }
+
+    /// `gather[axis] x, ids` with every id in range by construction: an
+    /// iota along an axis of size `dim(x, axis)`, or an argmax over an axis
+    /// of that size (an empty axis gives empty ids, which is legal).
+    fn gather(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| !v.shape.is_empty() && v.shape.len() < MAX_RANK)?;
+        let axis = self.rng.below(x.shape.len());
+        let d = x.shape[axis].clone();
+        let w = self.world;
+        let reducible = |v: &Val| {
+            v.dt.is_numeric() && !w.may_zero(&d) && v.shape.iter().any(|e| *e == d)
+        };
+        let ids = match self.pick_val(reducible) {
+            Some(y) if self.rng.one_in(2) => {
+                let a = (0..y.shape.len()).find(|&a| y.shape[a] == d)?;
+                let mut shape = y.shape.clone();
+                shape.remove(a);
+                let op = Op::ArgReduce {
+                    max: self.rng.one_in(2),
+                    axis: a,
+                    keepdims: false,
+                    x: y.v,
+                };
+                self.push(op, Dtype::I64, shape)
+            }
+            _ => {
+                let room = MAX_RANK - x.shape.len();
+                let mut shape = self.random_shape(0, room.min(2));
+                let k = self.rng.below(shape.len() + 1);
+                shape.insert(k, d);
+                self.push(Op::Iota(Dtype::I64, shape.clone(), k), Dtype::I64, shape)
+            }
+        };
+        if x.shape.len() + ids.shape.len() > MAX_RANK + 1 {
+            return None;
+        }
+        let shape = [&x.shape[..axis], &ids.shape[..], &x.shape[axis + 1..]].concat();
+        let op = Op::Gather {
+            axis,
+            table: x.v,
+            ids: ids.v,
+        };
+        Some(self.push(op, x.dt, shape))
     }
 
     fn unary(&mut self) -> Option<Val> {
@@ -1178,6 +1228,7 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Concat(..) => Family::Concat,
             Op::Fill(..) => Family::Fill,
             Op::Iota(..) => Family::Iota,
+            Op::Gather { .. } => Family::Gather,
             // A dim value exists only as a call's argument.
             Op::Call(..) | Op::Dim(_) => Family::Call,
         })
@@ -1659,6 +1710,13 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
         } else if is_tolerance_source(&inst.op, ck, o) {
             if ins == Taint::Exact {
                 Taint::Direct
+            } else {
+                Taint::Indirect
+            }
+        } else if let Op::Gather { table, ids, .. } = &inst.op {
+            // Ids that may differ select other elements: nothing bounds that.
+            if t[ids.0 as usize] == Taint::Exact {
+                t[table.0 as usize]
             } else {
                 Taint::Indirect
             }

@@ -1,6 +1,6 @@
 //! all-MiniLM-L6-v2 (a 6-layer BERT encoder, hidden 384, 12 heads, FFN 1536)
-//! written as tensor fns, plus the host code that tokenizes, gathers the
-//! embedding rows and runs the layers.
+//! written as tensor fns, plus the host code that tokenizes and runs the
+//! layers.
 //!
 //! It reproduces sentence-transformers' pipeline for this model step by step
 //! (modules.json: Transformer → Pooling(mean) → Normalize):
@@ -12,8 +12,9 @@
 //! * Pooling: `sum(h · mask) / clamp(sum(mask), min = 1e-9)` over tokens;
 //! * Normalize: `x / max(‖x‖₂, 1e-12)`.
 //!
-//! The embedding lookup (a gather of rows by token id) is done on the host:
-//! gather is not a Phase 0 core op (Section 1 §2 mentions it for Phase 1).
+//! The embedding lookup is `gather` inside the model (`bert::embeddings`):
+//! a token id past the vocabulary, or a sequence longer than the position
+//! table, is a typed `IndexOutOfRange` naming the id and its position.
 
 #![allow(dead_code)]
 
@@ -63,16 +64,21 @@ pub mod bert {
         y * broadcast(gamma, [B, S, HIDDEN]) + broadcast(beta, [B, S, HIDDEN])
     }
 
-    /// Word + position + token-type embeddings, then LayerNorm.
+    /// Word + position + token-type embeddings (looked up by id), then
+    /// LayerNorm.
     #[tensor_fn]
     pub fn embeddings(
-        words: Tensor![f32; B, S, HIDDEN],
-        positions: Tensor![f32; S, HIDDEN],
+        word_table: Tensor![f32; V, HIDDEN],
+        position_table: Tensor![f32; P, HIDDEN],
+        ids: Tensor![i64; B, S],
+        position_ids: Tensor![i64; S],
         token_type: Tensor![f32; HIDDEN],
         gamma: Tensor![f32; HIDDEN],
         beta: Tensor![f32; HIDDEN],
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
+        let words = gather(word_table, ids);
+        let positions = gather(position_table, position_ids);
         let x =
             words + broadcast(positions, [B, S, HIDDEN]) + broadcast(token_type, [B, S, HIDDEN]);
         layer_norm(x, gamma, beta, eps)
@@ -299,33 +305,24 @@ impl MiniLm {
         Ok(self.tokenizer.encode(sentence, true)?.get_ids().len())
     }
 
-    /// Gather embedding rows on the host (gather is not a Phase 0 core op).
-    fn gather(&self, batch: &Batch) -> Result<(Tensor, Tensor), BoxError> {
-        let word = self.word.as_slice::<f32>()?;
-        let pos = self.position.as_slice::<f32>()?;
-        let mut words = Vec::with_capacity(batch.b * batch.s * 384);
-        for &id in &batch.ids {
-            let row = word
-                .get(id as usize * 384..id as usize * 384 + 384)
-                .ok_or("token id out of vocabulary")?;
-            words.extend_from_slice(row);
-        }
-        let positions = pos
-            .get(..batch.s * 384)
-            .ok_or("sequence longer than the position table")?
-            .to_vec();
+    /// The batch's token ids `[B, S]` and position ids `[S]` (i64).
+    fn id_tensors(&self, batch: &Batch) -> Result<(Tensor, Tensor), BoxError> {
+        let ids: Vec<i64> = batch.ids.iter().map(|&i| i64::from(i)).collect();
+        let positions: Vec<i64> = (0..batch.s as i64).collect();
         Ok((
-            Tensor::from_vec(&[batch.b, batch.s, 384], words)?,
-            Tensor::from_vec(&[batch.s, 384], positions)?,
+            Tensor::from_vec(&[batch.b, batch.s], ids)?,
+            Tensor::from_vec(&[batch.s], positions)?,
         ))
     }
 
     /// Unit-norm sentence embeddings `[B, 384]` of a tokenized batch.
     pub fn embed_batch(&self, batch: &Batch) -> Result<Tensor, BoxError> {
-        let (words, positions) = self.gather(batch)?;
+        let (ids, positions) = self.id_tensors(batch)?;
         let mask = Tensor::from_vec(&[batch.b, batch.s], batch.mask.clone())?;
         let mut h = bert::embeddings(
-            words,
+            self.word.clone(),
+            self.position.clone(),
+            ids,
             positions,
             self.token_type.clone(),
             self.emb_ln.0.clone(),

@@ -80,6 +80,21 @@ pub enum RuleError {
     /// A count past the cap the backends share.
     #[error("{0}")]
     Size(#[from] SizeError),
+    /// An index tensor holds an id outside the indexed axis (`gather`): the
+    /// first one in row-major order, with its position in the index tensor.
+    #[error("{op}: index {index} at position {position:?} of the indices is out of range 0..{bound} (axis {axis} of the table)")]
+    IndexOutOfRange {
+        /// The op.
+        op: String,
+        /// The table's indexed axis.
+        axis: usize,
+        /// The id's position in the index tensor.
+        position: Vec<usize>,
+        /// The id.
+        index: i64,
+        /// The axis' size: valid ids are `0..bound`.
+        bound: usize,
+    },
 }
 
 /// Result of a rule.
@@ -407,6 +422,52 @@ pub fn concat(axis: usize, xs: &[Operand]) -> Result<Shaped> {
     Ok((first.dtype, out))
 }
 
+/// §12a gather along `axis` (docs/syntax.md "gather"): `table`'s shape with
+/// axis `axis` replaced by `ids`' shape; `ids` is I64. The ids' values are
+/// checked by [`gather_ids`].
+pub fn gather(axis: usize, table: Operand, ids: Operand) -> Result<Shaped> {
+    axes_ok("gather", &[axis], table.shape.len())?;
+    if ids.dtype != Dtype::I64 {
+        return Err(malformed(
+            "gather",
+            format!("indices have dtype {}, expected i64", ids.dtype),
+        ));
+    }
+    let t = table.shape;
+    let shape = [&t[..axis], ids.shape, &t[axis + 1..]].concat();
+    Ok((table.dtype, shape))
+}
+
+/// The run-time half of the gather rule, shared by both backends: every id
+/// in `0..bound`, else the first bad one (row-major) with its position in
+/// an index tensor of shape `ids_shape`.
+pub fn gather_ids(
+    axis: usize,
+    bound: usize,
+    ids_shape: &[usize],
+    ids: impl IntoIterator<Item = i64>,
+) -> Result<()> {
+    let ok = |i: i64| usize::try_from(i).is_ok_and(|u| u < bound);
+    let Some((flat, index)) = ids.into_iter().enumerate().find(|&(_, i)| !ok(i)) else {
+        return Ok(());
+    };
+    let mut position = vec![0; ids_shape.len()];
+    let mut rest = flat;
+    for (p, &d) in position.iter_mut().zip(ids_shape).rev() {
+        if d > 0 {
+            *p = rest % d;
+            rest /= d;
+        }
+    }
+    Err(RuleError::IndexOutOfRange {
+        op: "gather".into(),
+        axis,
+        position,
+        index,
+        bound,
+    })
+}
+
 /// `fill`: the given dtype and shape.
 pub fn fill(dt: Dtype, shape: &[usize]) -> Result<Shaped> {
     Ok((dt, shape.to_vec()))
@@ -461,6 +522,7 @@ pub fn infer<'a>(
             let ops = xs.iter().map(|v| operand(*v)).collect::<Result<Vec<_>>>()?;
             concat(*axis, &ops)
         }
+        Op::Gather { axis, table, ids } => gather(*axis, operand(*table)?, operand(*ids)?),
         Op::Fill(dt, s, _) => fill(*dt, &eval_shape(s, sigma, "fill")?),
         Op::Iota(dt, s, axis) => iota(*dt, &eval_shape(s, sigma, "iota")?, *axis),
         Op::Call(name, _) => Err(RuleError::Malformed(format!(

@@ -434,6 +434,18 @@ pub enum Op {
     },
     /// §12 concat (k ≥ 2).
     Concat(usize, Vec<Value>),
+    /// §12a gather along `axis` (docs/syntax.md "gather"): the result is
+    /// `table`'s shape with axis `axis` replaced by `ids`' shape, and
+    /// `out[p…, j…, q…] = table[p…, ids[j…], q…]`. `ids` is I64; an id
+    /// outside `[0, dim(table, axis))` is a run-time error, never a read.
+    Gather {
+        /// The indexed axis of `table`.
+        axis: usize,
+        /// The tensor read.
+        table: Value,
+        /// The indices (I64).
+        ids: Value,
+    },
     /// A tensor of one repeated scalar (a literal in tensor position).
     Fill(Dtype, Vec<Dim>, Scalar),
     /// Index along `axis` as a value (`iota`), for masks such as a causal one.
@@ -465,6 +477,7 @@ impl Op {
                 vec![*x]
             }
             Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
+            Op::Gather { table, ids, .. } => vec![*table, *ids],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
             Op::Fill(..) | Op::Iota(..) | Op::Dim(_) => vec![],
@@ -545,6 +558,7 @@ impl fmt::Display for Op {
                 let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
                 write!(f, "concat[axis={axis}] {}", xs.join(", "))
             }
+            Op::Gather { axis, table, ids } => write!(f, "gather[axis={axis}] {table}, {ids}"),
             Op::Fill(d, s, v) => write!(f, "fill[{d}; {}] {v}", dims(s)),
             Op::Iota(d, s, a) => write!(f, "iota[{d}; {}, axis={a}]", dims(s)),
             Op::Call(n, xs) => {

@@ -1294,6 +1294,72 @@ fn concat_rejected() {
     );
 }
 
+// --------------------------------------------------- §12a gather
+
+#[test]
+fn gather_accepted() {
+    // Axis 0: an embedding lookup [V, D] by [B, S] ids.
+    let mut b = fb();
+    let w = b.param("w", f32s("V, D"));
+    let ids = b.param("ids", t(Dtype::I64, "B, S"));
+    let y = b.op(Op::Gather {
+        axis: 0,
+        table: w,
+        ids,
+    });
+    assert_eq!(accept(b, y, f32s("B, S, D")), "Tensor[f32; B, S, D]");
+    // An inner axis of a bf16 table, scalar (rank-0) ids: the axis goes.
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::BF16, "B, C, 4"));
+    let ids = b.param("ids", t(Dtype::I64, ""));
+    let y = b.op(Op::Gather {
+        axis: 1,
+        table: x,
+        ids,
+    });
+    assert_eq!(accept(b, y, t(Dtype::BF16, "B, 4")), "Tensor[bf16; B, 4]");
+}
+
+#[test]
+fn gather_rejected() {
+    // Float ids.
+    let mut b = fb();
+    let w = b.param("w", f32s("V, D"));
+    let ids = b.param("ids", f32s("S"));
+    let y = b.op(Op::Gather {
+        axis: 0,
+        table: w,
+        ids,
+    });
+    let d = reject(&b, y);
+    expect(&d, codes::DTYPE_MISMATCH, arg(&b, y, 1), "expected indices of dtype i64, found f32", None);
+    assert!(d.help.as_deref().is_some_and(|h| h.contains("round")), "{:?}", d.help);
+    // i32 ids: the help is a cast.
+    let mut b = fb();
+    let w = b.param("w", f32s("V, D"));
+    let ids = b.param("ids", t(Dtype::I32, "S"));
+    let y = b.op(Op::Gather {
+        axis: 0,
+        table: w,
+        ids,
+    });
+    let d = reject(&b, y);
+    expect(&d, codes::DTYPE_MISMATCH, arg(&b, y, 1), "expected indices of dtype i64, found i32", None);
+    assert!(d.help.as_deref().is_some_and(|h| h.contains("cast::<i64>")), "{:?}", d.help);
+    // Axis past the table's rank.
+    let mut b = fb();
+    let w = b.param("w", f32s("V, D"));
+    let ids = b.param("ids", t(Dtype::I64, "S"));
+    let y = b.op(Op::Gather {
+        axis: 2,
+        table: w,
+        ids,
+    });
+    let d = reject(&b, y);
+    assert_eq!(d.code, codes::AXIS);
+    assert_eq!(d.span, attr(&b, y, 0));
+}
+
 // --------------------------------------------------- §13 division by a variable
 
 #[test]

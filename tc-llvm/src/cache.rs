@@ -243,6 +243,7 @@ fn hash_op(h: &mut Fp, op: &Op) {
             x,
         } => (axis, start, stop, x).hash(h),
         Op::Concat(a, xs) => (a, xs).hash(h),
+        Op::Gather { axis, table, ids } => (axis, table, ids).hash(h),
         Op::Fill(d, s, v) => {
             (d, s).hash(h);
             hash_scalar(h, v);

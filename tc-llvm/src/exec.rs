@@ -178,6 +178,8 @@ fn parallel_regions(
                 numel(out).saturating_mul(k) >= 1 << 18
             }
             Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
+            // Block copies on the calling thread.
+            Step::Gather { .. } => false,
         })
         .count()
 }
@@ -407,6 +409,9 @@ fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
         ),
         Step::Matmul { out, a, b } => format!("matmul {} x {} -> {}", sh(a), sh(b), sh(out)),
         Step::Call { name, out, .. } => format!("call {name} -> {}", sh(out)),
+        Step::Gather { out, table, ids, .. } => {
+            format!("gather {} by {} -> {}", sh(table), sh(ids), sh(out))
+        }
     }
 }
 
@@ -447,6 +452,53 @@ fn out_buffer(bytes: usize) -> tc_runtime::Result<Vec<u64>> {
         return Ok(v);
     }
     tc_runtime::pool::zeroed(bytes.div_ceil(8))
+}
+
+/// A [`Step::Gather`]: the ids checked, then the output's buffer and the
+/// block copies ([`crate::gather`]).
+fn run_gather(
+    out: Value,
+    axis: usize,
+    table: Value,
+    ids: Value,
+    st: &mut RunState,
+) -> Result<(), tc_runtime::Error> {
+    let vals = st.vals;
+    let (t, x) = (&vals[table.0 as usize], &vals[ids.0 as usize]);
+    let (tp, ip) = (st.ptrs[table.0 as usize], st.ptrs[ids.0 as usize]);
+    // SAFETY: a gather's operands are materialized (plan::structure forces
+    // them) and computed by earlier steps or bound as arguments, so each
+    // pointer is the storage of its value's planned shape (an argument
+    // checked against σ by `contract::bind_args`, or a buffer sized by
+    // `out_buffer` from the same `vals`) and `bytes()` is its size; those
+    // buffers stay alive in `st.owned_bufs`/`args` for the whole step and
+    // nothing writes them during it (the output below is a fresh buffer).
+    let (ids_bytes, table_bytes) = unsafe { (bytes_of(ip, x.bytes()), bytes_of(tp, t.bytes())) };
+    crate::gather::check_ids(axis, &t.shape, &x.shape, ids_bytes)?;
+    let Some(mut buf) = st.output(out)? else {
+        return Ok(());
+    };
+    let o = &vals[out.0 as usize];
+    let n = o.bytes().min(buf.len() * 8);
+    // SAFETY: `buf` is an owned, initialised `Vec<u64>` of at least
+    // `o.bytes()` bytes (`out_buffer`), viewed as bytes for the copy only.
+    let out_bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), n) };
+    crate::gather::copy(o.dtype, axis, &t.shape, table_bytes, ids_bytes, out_bytes)?;
+    st.owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+    Ok(())
+}
+
+/// `n` bytes at `p` (none when `n` is 0 or `p` is null).
+///
+/// # Safety
+/// When `n > 0` and `p` is not null, `p` points at `n` initialised bytes
+/// that stay valid and unwritten for `'a`.
+unsafe fn bytes_of<'a>(p: *mut u8, n: usize) -> &'a [u8] {
+    if n == 0 || p.is_null() {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(p.cast_const(), n) }
 }
 
 /// A computed value's storage: the kernel's word buffer, or (once it has
@@ -601,6 +653,12 @@ impl CompiledFn {
                     inputs,
                 } => self.run_group(*id, members, inputs, &mut st)?,
                 Step::Matmul { out, a, b } => self.run_matmul(*out, *a, *b, &mut st)?,
+                Step::Gather {
+                    out,
+                    axis,
+                    table,
+                    ids,
+                } => run_gather(*out, *axis, *table, *ids, &mut st)?,
                 Step::Call {
                     out,
                     name,

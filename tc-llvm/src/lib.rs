@@ -71,6 +71,7 @@ pub mod cache;
 pub mod codegen;
 pub mod disk;
 pub mod exec;
+mod gather;
 mod gemm_common;
 mod host;
 pub mod jit;

@@ -133,6 +133,21 @@ pub enum Step {
         /// Right operand.
         b: Value,
     },
+    /// A gather (§12a), run on the host: every id is checked against the
+    /// table's axis ([`tc_core::concrete::gather_ids`]), then each id's
+    /// contiguous block of the table is copied (`memcpy`). A data-dependent
+    /// read is the one place a kernel could read out of bounds, so it is not
+    /// fused: the check must see the ids before any read.
+    Gather {
+        /// Result.
+        out: Value,
+        /// The indexed axis.
+        axis: usize,
+        /// The table (a buffer).
+        table: Value,
+        /// The I64 ids (a buffer).
+        ids: Value,
+    },
     /// A call of another tensor fn (run through [`crate::call`]).
     Call {
         /// Result.
@@ -351,7 +366,12 @@ pub fn shapes<'f>(
 pub fn inlinable(op: &Op) -> bool {
     !matches!(
         op,
-        Op::Matmul(..) | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Call(..) | Op::Dim(_)
+        Op::Matmul(..)
+            | Op::Reduce { .. }
+            | Op::ArgReduce { .. }
+            | Op::Gather { .. }
+            | Op::Call(..)
+            | Op::Dim(_)
     )
 }
 
@@ -394,7 +414,9 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
             if let Some(c) = consumers.get_mut(v.0 as usize) {
                 *c += 1;
             }
-            if matches!(inst.op, Op::Call(..)) {
+            // A call's arguments and a gather's operands are read from
+            // buffers by host code.
+            if matches!(inst.op, Op::Call(..) | Op::Gather { .. }) {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
                     *f = true;
                 }
@@ -455,6 +477,12 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
         let out = Value(v as u32);
         match &inst.op {
             Op::Matmul(a, b) => steps.push(Step::Matmul { out, a: *a, b: *b }),
+            Op::Gather { axis, table, ids } => steps.push(Step::Gather {
+                out,
+                axis: *axis,
+                table: *table,
+                ids: *ids,
+            }),
             Op::Call(name, args) => steps.push(Step::Call {
                 out,
                 name: name.clone(),
@@ -756,6 +784,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::Select(_, a, _) | Op::Matmul(a, _) => operand_dtype(func, *a),
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
+        Op::Gather { table, .. } => operand_dtype(func, *table),
         Op::Call(..) => Dtype::F32,
         Op::Dim(_) => Dtype::I64,
     }

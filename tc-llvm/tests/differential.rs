@@ -545,3 +545,114 @@ fn matmul_every_numeric_dtype() {
         }
     }
 }
+
+fn gather_fn(dt: Dtype, axis: usize) -> Function {
+    let mut b = builder("gather");
+    let t = b.param("t", tt(dt, &["A", "B", "C"]));
+    let ids = b.param("ids", tt(Dtype::I64, &["M", "N"]));
+    let mut out: Vec<&str> = vec!["A", "B", "C"];
+    out.splice(axis..=axis, ["M", "N"]);
+    b.returns(tt(dt, &out));
+    let g = b.op(Op::Gather {
+        axis,
+        table: t,
+        ids,
+    });
+    b.finish(g)
+}
+
+fn ids(shape: &[usize], v: &[i64]) -> Arg {
+    tc_runtime::Tensor::from_slice(shape, v).unwrap().into()
+}
+
+#[test]
+fn gather_every_dtype_and_axis() {
+    let mut rng = Rng(21);
+    for dt in Dtype::ALL {
+        for axis in 0..3 {
+            let f = gather_fn(dt, axis);
+            let table = random(&mut rng, dt, &[3, 4, 5], true);
+            let bound = table.shape()[axis] as i64;
+            let v: Vec<i64> = (0..6).map(|i| (i * 7 + 2) % bound).collect();
+            let args: Vec<Arg> = vec![table.clone().into(), ids(&[2, 3], &v)];
+            let want = interp(&f, &args).unwrap();
+            for opts in [EXACT, DET] {
+                assert_bits(
+                    &format!("gather {dt} axis {axis}"),
+                    &jit(&f, &args, opts),
+                    &want,
+                    false,
+                );
+            }
+            // Empty ids: an empty result, whatever the ids' other dim.
+            let args: Vec<Arg> = vec![table.into(), ids(&[0, 3], &[])];
+            let want = interp(&f, &args).unwrap();
+            assert_eq!(want.shape().iter().product::<usize>(), 0);
+            assert_bits(&format!("gather {dt} empty"), &jit(&f, &args, EXACT), &want, false);
+        }
+    }
+}
+
+#[test]
+fn gather_out_of_range_ids_are_the_same_typed_error_in_both_backends() {
+    let f = gather_fn(Dtype::F32, 1);
+    let mut rng = Rng(22);
+    let table = random(&mut rng, Dtype::F32, &[2, 4, 3], false);
+    for (bad, pos) in [(4i64, vec![0, 2]), (-1, vec![1, 0]), (i64::MIN, vec![0, 2])] {
+        let mut v = vec![0i64, 3, 1, 2, 2, 1];
+        v[pos[0] * 3 + pos[1]] = bad;
+        if bad == i64::MIN {
+            v[5] = 9;
+        }
+        let args: Vec<Arg> = vec![table.clone().into(), ids(&[2, 3], &v)];
+        let want = tc_runtime::Error::IndexOutOfRange {
+            op: "gather".into(),
+            axis: 1,
+            position: pos.clone(),
+            index: bad,
+            bound: 4,
+        };
+        assert_eq!(interp(&f, &args).unwrap_err(), want, "interpreter, id {bad}");
+        let j = jit_with(EXACT);
+        assert_eq!(j.call(&f, &args, &|_| None).unwrap_err(), want, "JIT, id {bad}");
+        assert_eq!(j.stats().fallbacks, 0, "the JIT reported it itself");
+    }
+}
+
+#[test]
+fn gather_of_a_computed_table_and_computed_ids_fuses_around_the_step() {
+    // An embedding lookup as a model writes it: ids computed (argmax), the
+    // table computed (scaled), the result consumed by an elementwise op.
+    let mut b = builder("emb");
+    let w = b.param("w", tt(Dtype::F32, &["V", "D"]));
+    let x = b.param("x", tt(Dtype::F32, &["B", "V"]));
+    b.returns(tt(Dtype::F32, &["B", "D"]));
+    let t = b.op(Op::ScalarBinary {
+        op: BinaryOp::Mul,
+        x: w,
+        s: Scalar::Float(2.0),
+        scalar_left: false,
+    });
+    let i = b.op(Op::ArgReduce {
+        max: true,
+        axis: 1,
+        keepdims: false,
+        x,
+    });
+    let g = b.op(Op::Gather {
+        axis: 0,
+        table: t,
+        ids: i,
+    });
+    let r = b.op(Op::Unary(UnaryOp::Relu, g));
+    let f = b.finish(r);
+    let mut rng = Rng(23);
+    let args: Vec<Arg> = vec![
+        random(&mut rng, Dtype::F32, &[7, 5], false).into(),
+        random(&mut rng, Dtype::F32, &[4, 7], false).into(),
+    ];
+    let want = interp(&f, &args).unwrap();
+    for opts in [EXACT, DET] {
+        assert_bits("computed gather", &jit(&f, &args, opts), &want, false);
+    }
+}

@@ -319,6 +319,10 @@ fn op(o: &Op) -> TokenStream {
             let (axis, xs) = (usize_lit(*axis), values(xs));
             quote!(__tc::Op::Concat(#axis, #xs))
         }
+        Op::Gather { axis, table, ids } => {
+            let (axis, table, ids) = (usize_lit(*axis), value(*table), value(*ids));
+            quote!(__tc::Op::Gather { axis: #axis, table: #table, ids: #ids })
+        }
         Op::Fill(d, s, v) => {
             let (d, s, v) = (dtype(*d), dims(s), scalar(v));
             quote!(__tc::Op::Fill(#d, #s, #v))

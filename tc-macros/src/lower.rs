@@ -681,6 +681,28 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `gather(table, ids)` (axis 0: an embedding lookup) or
+    /// `gather(table, ids, axis)`.
+    fn gather_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        if args.len() != 2 && args.len() != 3 {
+            let usage = "gather(table, ids)` or `gather(table, ids, axis)";
+            return self.fail(err_at(
+                whole,
+                format!("`{name}` takes 2 or 3 arguments (`{usage}`), found {}", args.len()),
+            ));
+        }
+        let table = self.tensor(args[0]);
+        let ids = self.tensor(args[1]);
+        let axis = match args.get(2) {
+            Some(a) => self.axis(a),
+            None => Some((0, self.spans.alloc(whole))),
+        };
+        let (Some((table, ts)), Some((ids, is)), Some((axis, asp))) = (table, ids, axis) else {
+            return Operand::Poison;
+        };
+        self.push(Op::Gather { axis, table, ids }, whole, vec![ts, is], vec![asp])
+    }
+
     /// The other built-ins (scalar forms, `cast`, `select`, `matmul`,
     /// arg-reductions, `full`, `iota`), or an unknown name.
     fn builtin_call(
@@ -763,6 +785,7 @@ impl Lowerer<'_> {
                 let keepdims = n.ends_with("_keepdims");
                 self.push(Op::ArgReduce { max, axis, keepdims, x }, whole, vec![xs], vec![asp])
             }
+            "gather" => self.gather_call(name, args, whole),
             "full" | "iota" => self.creation_call(n, name, generics, args, whole),
             "dim" => self.fail(err_at(
                 whole,

@@ -199,6 +199,7 @@ const VOCAB: &[&str] = &[
     "broadcast",
     "slice",
     "concat",
+    "gather",
     "transpose",
     "select",
     "full",

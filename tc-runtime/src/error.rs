@@ -166,6 +166,22 @@ pub enum Error {
     /// tensor built or produced (an empty shape is never over it).
     #[error("{0}")]
     Size(#[from] SizeError),
+    /// An index tensor holds an id outside the indexed axis (`gather`): the
+    /// first bad id in row-major order and its position, checked by both
+    /// backends before any element is read.
+    #[error("{op}: index {index} at position {position:?} of the indices is out of range 0..{bound} (axis {axis} of the table)")]
+    IndexOutOfRange {
+        /// The op.
+        op: String,
+        /// The table's indexed axis.
+        axis: usize,
+        /// The id's position in the index tensor.
+        position: Vec<usize>,
+        /// The id.
+        index: i64,
+        /// The axis' size: valid ids are `0..bound`.
+        bound: usize,
+    },
     /// A buffer for a value within the element cap could not be allocated
     /// (the machine has less memory than the value needs); see
     /// [`crate::alloc`].
@@ -319,6 +335,19 @@ impl From<tc_core::concrete::RuleError> for Error {
                 value,
             },
             R::Size(s) => Error::Size(s),
+            R::IndexOutOfRange {
+                op,
+                axis,
+                position,
+                index,
+                bound,
+            } => Error::IndexOutOfRange {
+                op,
+                axis,
+                position,
+                index,
+                bound,
+            },
         }
     }
 }

@@ -723,6 +723,9 @@ impl<'a, 'f> Machine<'a, 'f> {
                     .collect::<Result<Vec<_>>>()?;
                 denote::concat(*axis, &ts)?
             }
+            Op::Gather { axis, table, ids } => {
+                denote::gather(*axis, self.tensor(*table)?, self.tensor(*ids)?)?
+            }
             Op::Fill(dt, s, v) => {
                 let shape = concrete::eval_shape(s, &self.sigma, "fill")?;
                 denote::fill(*dt, &shape, self.scalar(v, *dt)?)?
@@ -1442,6 +1445,38 @@ pub mod denote {
                 k += 1;
             }
             Ok(data[k][ravel(&src, &sts[k])])
+        })
+    }
+
+    /// §12a gather along `axis`: every id is checked against the table's
+    /// axis first ([`rule::gather_ids`]), then
+    /// `out[p…, j…, q…] = table[p…, ids[j…], q…]`.
+    pub fn gather(axis: usize, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+        let (dt, out_shape) = rule::gather(axis, opd(table), opd(ids))?;
+        let id_elems = ids.try_to_elems()?;
+        let id_vals: Vec<i64> = id_elems
+            .iter()
+            .map(|e| match e {
+                Elem::I(i) => *i,
+                // The rule admits only I64 indices, which decode as `Elem::I`.
+                _ => -1,
+            })
+            .collect();
+        rule::gather_ids(axis, table.shape()[axis], ids.shape(), id_vals.iter().copied())?;
+        // Elements are decoded as read: an embedding table is far larger
+        // than the rows a batch reads.
+        let st = strides(table.shape());
+        let ist = strides(ids.shape());
+        let m = ids.shape().len();
+        let mut src = vec![0usize; table.shape().len()];
+        tabulate("gather", dt, &out_shape, |o| {
+            src[..axis].copy_from_slice(&o[..axis]);
+            src[axis + 1..].copy_from_slice(&o[axis + m..]);
+            // In range: checked by `gather_ids` above.
+            src[axis] = id_vals[ravel(&o[axis..axis + m], &ist)] as usize;
+            table
+                .get(ravel(&src, &st))
+                .ok_or_else(|| malformed("gather", "read past the table".into()))
         })
     }
 

@@ -196,6 +196,7 @@ impl Checker<'_> {
                 axis, start, stop, ..
             } => self.slice(*axis, start, stop, inst, &operands),
             Op::Concat(axis, _) => self.concat(*axis, inst, &operands),
+            Op::Gather { axis, .. } => self.gather(*axis, inst, &operands),
             Op::Fill(dt, shape, s) => {
                 let mut ok = true;
                 for (i, d) in shape.iter().enumerate() {

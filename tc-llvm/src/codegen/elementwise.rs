@@ -301,6 +301,7 @@ impl<'a> Gen<'a> {
             Op::Matmul(..)
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
+            | Op::Gather { .. }
             | Op::Call(..)
             | Op::Dim(_) => {
                 // Always materialized (a dim value is read by calls only,
