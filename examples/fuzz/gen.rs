@@ -531,9 +531,8 @@ impl<'a> Body<'a> {
         let axis = self.rng.below(x.shape.len());
         let d = x.shape[axis].clone();
         let w = self.world;
-        let reducible = |v: &Val| {
-            v.dt.is_numeric() && !w.may_zero(&d) && v.shape.iter().any(|e| *e == d)
-        };
+        let reducible =
+            |v: &Val| v.dt.is_numeric() && !w.may_zero(&d) && v.shape.iter().any(|e| *e == d);
         let ids = match self.pick_val(reducible) {
             Some(y) if self.rng.one_in(2) => {
                 let a = (0..y.shape.len()).find(|&a| y.shape[a] == d)?;

@@ -1332,8 +1332,18 @@ fn gather_rejected() {
         ids,
     });
     let d = reject(&b, y);
-    expect(&d, codes::DTYPE_MISMATCH, arg(&b, y, 1), "expected indices of dtype i64, found f32", None);
-    assert!(d.help.as_deref().is_some_and(|h| h.contains("round")), "{:?}", d.help);
+    expect(
+        &d,
+        codes::DTYPE_MISMATCH,
+        arg(&b, y, 1),
+        "expected indices of dtype i64, found f32",
+        None,
+    );
+    assert!(
+        d.help.as_deref().is_some_and(|h| h.contains("round")),
+        "{:?}",
+        d.help
+    );
     // i32 ids: the help is a cast.
     let mut b = fb();
     let w = b.param("w", f32s("V, D"));
@@ -1344,8 +1354,18 @@ fn gather_rejected() {
         ids,
     });
     let d = reject(&b, y);
-    expect(&d, codes::DTYPE_MISMATCH, arg(&b, y, 1), "expected indices of dtype i64, found i32", None);
-    assert!(d.help.as_deref().is_some_and(|h| h.contains("cast::<i64>")), "{:?}", d.help);
+    expect(
+        &d,
+        codes::DTYPE_MISMATCH,
+        arg(&b, y, 1),
+        "expected indices of dtype i64, found i32",
+        None,
+    );
+    assert!(
+        d.help.as_deref().is_some_and(|h| h.contains("cast::<i64>")),
+        "{:?}",
+        d.help
+    );
     // Axis past the table's rank.
     let mut b = fb();
     let w = b.param("w", f32s("V, D"));

@@ -409,7 +409,9 @@ fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
         ),
         Step::Matmul { out, a, b } => format!("matmul {} x {} -> {}", sh(a), sh(b), sh(out)),
         Step::Call { name, out, .. } => format!("call {name} -> {}", sh(out)),
-        Step::Gather { out, table, ids, .. } => {
+        Step::Gather {
+            out, table, ids, ..
+        } => {
             format!("gather {} by {} -> {}", sh(table), sh(ids), sh(out))
         }
     }

@@ -41,7 +41,8 @@ pub(crate) fn copy(
     ids: &[u8],
     out: &mut [u8],
 ) -> Result<(), tc_runtime::Error> {
-    let short = || tc_runtime::Error::Malformed("gather: a buffer is shorter than its shape".into());
+    let short =
+        || tc_runtime::Error::Malformed("gather: a buffer is shorter than its shape".into());
     let pre = tc_core::size::numel(&table_shape[..axis])?;
     let v = table_shape[axis];
     let block = tc_core::size::numel(&table_shape[axis + 1..])?;
@@ -58,7 +59,9 @@ pub(crate) fn copy(
             let src = ((p * v + id) * block) * eb;
             let dst = ((p * n + j) * block) * eb;
             let from = table.get(src..src + bb).ok_or_else(short)?;
-            out.get_mut(dst..dst + bb).ok_or_else(short)?.copy_from_slice(from);
+            out.get_mut(dst..dst + bb)
+                .ok_or_else(short)?
+                .copy_from_slice(from);
         }
     }
     Ok(())

@@ -391,14 +391,17 @@ fn own_cost(op: &Op) -> u32 {
     }
 }
 
-/// Decide materialization and form the steps (σ-independent).
-///
-/// `dtype_of` gives each value's dtype: the planned one (`ValInfo::dtype`)
-/// when compiling, so that a call's result has its callee's return dtype
-/// (the IR alone cannot know it: see [`operand_dtype`]).
-pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structure {
-    let np = func.sig.params.len();
-    let n = np + func.body.len();
+/// Per value: how many instructions read it, whether host code reads it
+/// from a buffer (a call's argument, a gather's operand: it must be
+/// materialized), and whether a matmul reads it.
+struct Uses {
+    consumers: Vec<u32>,
+    forced: Vec<bool>,
+    mm_use: Vec<bool>,
+}
+
+fn uses(func: &Function) -> Uses {
+    let n = func.sig.params.len() + func.body.len();
     let mut consumers = vec![0u32; n];
     let mut forced = vec![false; n];
     let mut mm_use = vec![false; n];
@@ -428,6 +431,26 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
             }
         }
     }
+    Uses {
+        consumers,
+        forced,
+        mm_use,
+    }
+}
+
+/// Decide materialization and form the steps (σ-independent).
+///
+/// `dtype_of` gives each value's dtype: the planned one (`ValInfo::dtype`)
+/// when compiling, so that a call's result has its callee's return dtype
+/// (the IR alone cannot know it: see [`operand_dtype`]).
+pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structure {
+    let np = func.sig.params.len();
+    let n = np + func.body.len();
+    let Uses {
+        consumers,
+        forced,
+        mm_use,
+    } = uses(func);
     let mut mat = vec![true; n];
     let mut cost = vec![1u32; n];
     for (i, inst) in func.body.iter().enumerate() {

@@ -550,6 +550,8 @@ fn gather_fn(dt: Dtype, axis: usize) -> Function {
     let mut b = builder("gather");
     let t = b.param("t", tt(dt, &["A", "B", "C"]));
     let ids = b.param("ids", tt(Dtype::I64, &["M", "N"]));
+    // Empty ids are legal once M opts into 0 (Section 2 §16).
+    b.requires(tc_core::Pred::ge(Dim::var("M"), Dim::c(0)));
     let mut out: Vec<&str> = vec!["A", "B", "C"];
     out.splice(axis..=axis, ["M", "N"]);
     b.returns(tt(dt, &out));
@@ -588,7 +590,12 @@ fn gather_every_dtype_and_axis() {
             let args: Vec<Arg> = vec![table.into(), ids(&[0, 3], &[])];
             let want = interp(&f, &args).unwrap();
             assert_eq!(want.shape().iter().product::<usize>(), 0);
-            assert_bits(&format!("gather {dt} empty"), &jit(&f, &args, EXACT), &want, false);
+            assert_bits(
+                &format!("gather {dt} empty"),
+                &jit(&f, &args, EXACT),
+                &want,
+                false,
+            );
         }
     }
 }
@@ -612,9 +619,17 @@ fn gather_out_of_range_ids_are_the_same_typed_error_in_both_backends() {
             index: bad,
             bound: 4,
         };
-        assert_eq!(interp(&f, &args).unwrap_err(), want, "interpreter, id {bad}");
+        assert_eq!(
+            interp(&f, &args).unwrap_err(),
+            want,
+            "interpreter, id {bad}"
+        );
         let j = jit_with(EXACT);
-        assert_eq!(j.call(&f, &args, &|_| None).unwrap_err(), want, "JIT, id {bad}");
+        assert_eq!(
+            j.call(&f, &args, &|_| None).unwrap_err(),
+            want,
+            "JIT, id {bad}"
+        );
         assert_eq!(j.stats().fallbacks, 0, "the JIT reported it itself");
     }
 }

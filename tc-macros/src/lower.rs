@@ -688,7 +688,10 @@ impl Lowerer<'_> {
             let usage = "gather(table, ids)` or `gather(table, ids, axis)";
             return self.fail(err_at(
                 whole,
-                format!("`{name}` takes 2 or 3 arguments (`{usage}`), found {}", args.len()),
+                format!(
+                    "`{name}` takes 2 or 3 arguments (`{usage}`), found {}",
+                    args.len()
+                ),
             ));
         }
         let table = self.tensor(args[0]);
@@ -700,7 +703,12 @@ impl Lowerer<'_> {
         let (Some((table, ts)), Some((ids, is)), Some((axis, asp))) = (table, ids, axis) else {
             return Operand::Poison;
         };
-        self.push(Op::Gather { axis, table, ids }, whole, vec![ts, is], vec![asp])
+        self.push(
+            Op::Gather { axis, table, ids },
+            whole,
+            vec![ts, is],
+            vec![asp],
+        )
     }
 
     /// The other built-ins (scalar forms, `cast`, `select`, `matmul`,

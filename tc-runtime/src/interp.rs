@@ -1462,7 +1462,12 @@ pub mod denote {
                 _ => -1,
             })
             .collect();
-        rule::gather_ids(axis, table.shape()[axis], ids.shape(), id_vals.iter().copied())?;
+        rule::gather_ids(
+            axis,
+            table.shape()[axis],
+            ids.shape(),
+            id_vals.iter().copied(),
+        )?;
         // Elements are decoded as read: an embedding table is far larger
         // than the rows a batch reads.
         let st = strides(table.shape());
