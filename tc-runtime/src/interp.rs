@@ -1275,7 +1275,18 @@ pub mod denote {
 
     /// One step of a max/min reduction: IEEE `maximum`/`minimum` on floats
     /// (−0 < +0, Section 2 §3), the int max/min otherwise.
+    /// Not rounded: the max/min of `dt` values is one of them (a NaN
+    /// result is made canonical at the end), so a reduction of one element
+    /// and of many agree; rounding would saturate an F8E5M2 ±inf to the
+    /// cast's ±57344 (the JIT's rule too: fuzz seed 17179870744).
     fn extremum(op: ReduceOp, dt: Dtype, a: Elem, b: Elem) -> Result<Elem> {
+        if let (Elem::F(x), Elem::F(y)) = (a, b) {
+            return Ok(Elem::F(if op == ReduceOp::Max {
+                cast::maximum(x, y)
+            } else {
+                cast::minimum(x, y)
+            }));
+        }
         let bop = if op == ReduceOp::Max {
             BinaryOp::Max
         } else {
