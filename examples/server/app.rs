@@ -82,7 +82,8 @@ pub struct Config {
     /// Most padded positions (`rows × seq`) per forward pass; a single
     /// sentence always fits.
     pub max_batch_tokens: usize,
-    /// Longest a queued sentence waits for its pass to fill.
+    /// Longest a queued sentence waits for its pass to fill (only while
+    /// another pass runs).
     pub max_wait: Duration,
     /// Round each pass's row count up to a power of two (≤ `max_batch`).
     pub pad_rows: bool,

@@ -171,8 +171,9 @@ fn drop_cancelled(pending: &mut VecDeque<Job>, metrics: &Metrics) {
 }
 
 /// The batcher loop: wait for a sentence and a free worker, wait up to
-/// `max_wait` (from the oldest sentence's arrival) for a full pass, then hand
-/// the pass to a blocking thread and go round again.
+/// `max_wait` (from the oldest sentence's arrival) for a full pass when
+/// another pass is running, then hand the pass to a blocking thread and go
+/// round again.
 async fn run(
     mut rx: mpsc::UnboundedReceiver<Job>,
     embedder: Arc<Embedder>,
@@ -191,13 +192,23 @@ async fn run(
             }
         }
         let permit = workers.clone().acquire_owned().await.expect("never closed");
+        // While another pass runs, sentences keep arriving and a fuller pass
+        // pays off: wait up to `max_wait`. With every other worker idle, wait
+        // only while sentences keep coming (a gap of `max_wait / 10` ends
+        // the pass): a lone client's request is not held for company that
+        // is not coming, and a burst still lands in one pass.
+        let others_busy = workers.available_permits() + 1 < config.workers;
         loop {
             while let Ok(j) = rx.try_recv() {
                 pending.push_back(j);
             }
             drop_cancelled(&mut pending, &metrics);
             let Some(first) = pending.front() else { break };
-            let deadline = first.enqueued + config.max_wait;
+            let mut deadline = first.enqueued + config.max_wait;
+            if !others_busy {
+                let last = pending.back().map_or(first.enqueued, |j| j.enqueued);
+                deadline = deadline.min(last + config.max_wait / 10);
+            }
             if !open || select(&pending, &config).1 || Instant::now() >= deadline {
                 break;
             }
