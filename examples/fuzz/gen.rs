@@ -833,12 +833,20 @@ impl<'a> Body<'a> {
             }
         }
         let (start, stop) = self.rng.pick(&cands);
+        // Mostly plain slices; sometimes strided (⌈len / step⌉ long).
+        let step = self.rng.pick(&[1, 1, 1, 2, 3, 7]);
         let mut shape = x.shape.clone();
-        shape[axis] = stop.clone() - start.clone();
+        let len = stop.clone() - start.clone();
+        shape[axis] = if step == 1 {
+            len
+        } else {
+            (len + Dim::c(step as i64 - 1)).div(&Dim::c(step as i64))
+        };
         let op = Op::Slice {
             axis,
             start,
             stop,
+            step,
             x: x.v,
         };
         Some(self.push(op, x.dt, shape))
@@ -935,6 +943,7 @@ impl<'a> Body<'a> {
             axis: last,
             start: Dim::c(0),
             stop: shape[last].clone(),
+            step: 1,
             x: r.v,
         };
         Some(self.push(op, r.dt, shape))

@@ -63,12 +63,14 @@ pub fn body_200() -> Function {
             axis: 2,
             start: Dim::c(0),
             stop: cut.clone(),
+            step: 1,
             x: s,
         });
         let hi = b.op(Op::Slice {
             axis: 2,
             start: cut,
             stop: v("D"),
+            step: 1,
             x: s,
         });
         let cc = b.op(Op::Concat(2, vec![lo, hi]));

@@ -367,8 +367,13 @@ pub fn broadcast(target: &[usize], x: Operand) -> Result<Shaped> {
     Ok((x.dtype, target.to_vec()))
 }
 
-/// §5.9 slice `[start, stop)` along `axis`: `0 ≤ start ≤ stop ≤ d`.
-pub fn slice(axis: usize, start: i64, stop: i64, x: Operand) -> Result<Shaped> {
+/// §5.9 slice `[start, stop)` along `axis`, every `step`-th index:
+/// `0 ≤ start ≤ stop ≤ d`, `step ≥ 1`; the axis becomes
+/// `⌈(stop − start) / step⌉` long (docs/syntax.md "Strided slice").
+pub fn slice(axis: usize, start: i64, stop: i64, step: usize, x: Operand) -> Result<Shaped> {
+    if step == 0 {
+        return Err(malformed("slice", "step 0".into()));
+    }
     let shape = x.shape;
     axes_ok("slice", &[axis], shape.len())?;
     let d = i64::try_from(shape[axis]).unwrap_or(i64::MAX);
@@ -380,7 +385,7 @@ pub fn slice(axis: usize, start: i64, stop: i64, x: Operand) -> Result<Shaped> {
     }
     let mut out = shape.to_vec();
     // 0 ≤ stop − start ≤ d, a size.
-    out[axis] = (stop - start) as usize;
+    out[axis] = ((stop - start) as usize).div_ceil(step);
     Ok((x.dtype, out))
 }
 
@@ -513,10 +518,11 @@ pub fn infer<'a>(
             axis,
             start,
             stop,
+            step,
             x,
         } => {
             let (a, b) = eval_bounds(start, stop, sigma)?;
-            slice(*axis, a, b, operand(*x)?)
+            slice(*axis, a, b, *step, operand(*x)?)
         }
         Op::Concat(axis, xs) => {
             let ops = xs.iter().map(|v| operand(*v)).collect::<Result<Vec<_>>>()?;

@@ -429,6 +429,8 @@ pub enum Op {
         start: Dim,
         /// Last index (exclusive).
         stop: Dim,
+        /// Every `step`-th index from `start` (≥ 1; 1 is the plain slice).
+        step: usize,
         /// Operand.
         x: Value,
     },
@@ -552,8 +554,16 @@ impl fmt::Display for Op {
                 axis,
                 start,
                 stop,
+                step,
                 x,
-            } => write!(f, "slice[axis={axis}, {start}..{stop}] {x}"),
+            } if *step == 1 => write!(f, "slice[axis={axis}, {start}..{stop}] {x}"),
+            Op::Slice {
+                axis,
+                start,
+                stop,
+                step,
+                x,
+            } => write!(f, "slice[axis={axis}, {start}..{stop}, step={step}] {x}"),
             Op::Concat(axis, xs) => {
                 let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
                 write!(f, "concat[axis={axis}] {}", xs.join(", "))

@@ -219,12 +219,14 @@ fn deep_body(blocks: usize) -> Function {
             axis: 2,
             start: Dim::c(0),
             stop: cut.clone(),
+            step: 1,
             x: s,
         });
         let hi = b.op(Op::Slice {
             axis: 2,
             start: cut,
             stop: v("D") + (i as i64 % 3) - 1, // out of bounds when i % 3 == 2
+            step: 1,
             x: s,
         });
         let cc = b.op(Op::Concat(2, vec![lo, hi]));
@@ -309,6 +311,7 @@ fn slice_broadcast(name: &str, req: &[Pred], k: i64) -> Function {
         axis: 0,
         start: Dim::c(1),
         stop: stop.clone(),
+        step: 1,
         x,
     });
     let target = vec![v("C"), stop - 1, v("B")];

@@ -272,6 +272,7 @@ fn divisor_that_may_be_zero_in_slice_bounds() {
         axis: 0,
         start: Dim::c(0),
         stop: rem(v("D"), v("G")),
+        step: 1,
         x,
     });
     let es = errors(b, y, f32t(vec![v("D")]));

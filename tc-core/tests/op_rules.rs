@@ -1113,8 +1113,44 @@ fn slice(b: &mut FnBuilder, axis: usize, start: Dim, stop: Dim, x: Value) -> Val
         axis,
         start,
         stop,
+        step: 1,
         x,
     })
+}
+
+#[test]
+fn strided_slice() {
+    let strided = |b: &mut FnBuilder, start: Dim, stop: Dim, step: usize, x: Value| {
+        b.op(Op::Slice {
+            axis: 1,
+            start,
+            stop,
+            step,
+            x,
+        })
+    };
+    // Every other position of a length-S axis: ⌈S / 2⌉ = (S + 1) / 2.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, S"));
+    let y = strided(&mut b, c(0), v("S"), 2, x);
+    let out = td(Dtype::F32, vec![v("B"), (v("S") + 1).div(&c(2))]);
+    assert_eq!(accept(b, y, out), "Tensor[f32; B, (S + 1) / 2]");
+    // Constant bounds: ⌈(10 − 1) / 3⌉ = 3.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, 10"));
+    let y = strided(&mut b, c(1), c(10), 3, x);
+    assert_eq!(accept(b, y, f32s("B, 3")), "Tensor[f32; B, 3]");
+    // Step 0 is refused at the step.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, 10"));
+    let y = strided(&mut b, c(1), c(10), 0, x);
+    expect(
+        &reject(&b, y),
+        codes::SLICE_BOUNDS,
+        attr(&b, y, 3),
+        "the step must be between 1 and 9223372036854775807, found 0",
+        None,
+    );
 }
 
 #[test]

@@ -240,8 +240,9 @@ fn hash_op(h: &mut Fp, op: &Op) {
             axis,
             start,
             stop,
+            step,
             x,
-        } => (axis, start, stop, x).hash(h),
+        } => (axis, start, stop, step, x).hash(h),
         Op::Concat(a, xs) => (a, xs).hash(h),
         Op::Gather { axis, table, ids } => (axis, table, ids).hash(h),
         Op::Fill(d, s, v) => {

@@ -158,6 +158,7 @@ fn generic_kernels_every_op_kind() {
         axis: 1,
         start: Dim::c(1),
         stop: Dim::var("A"),
+        step: 1,
         x: s,
     });
     let m = b.op(Op::Reduce {

@@ -6,7 +6,7 @@
 mod util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
-use tc_core::{Dim, Dtype};
+use tc_core::{Dim, Dtype, Type};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
@@ -382,6 +382,7 @@ fn layout_ops_every_dtype() {
             axis: 1,
             start: Dim::c(1),
             stop: Dim::var("B") - Dim::c(1),
+            step: 1,
             x,
         });
         let cc = b.op(Op::Concat(1, vec![y, sl, x]));
@@ -670,4 +671,54 @@ fn gather_of_a_computed_table_and_computed_ids_fuses_around_the_step() {
     for opts in [EXACT, DET] {
         assert_bits("computed gather", &jit(&f, &args, opts), &want, false);
     }
+}
+
+fn strided_fn(dt: Dtype, start: i64, stop: Dim, step: usize) -> Function {
+    let mut b = builder("strided");
+    let x = b.param("x", tt(dt, &["A", "B"]));
+    let len = stop.clone() - Dim::c(start);
+    let out = if step == 1 {
+        len
+    } else {
+        (len + Dim::c(step as i64 - 1)).div(&Dim::c(step as i64))
+    };
+    b.returns(Type::tensor(dt, vec![Dim::var("A"), out]));
+    let s = b.op(Op::Slice {
+        axis: 1,
+        start: Dim::c(start),
+        stop,
+        step,
+        x,
+    });
+    b.finish(s)
+}
+
+#[test]
+fn strided_slices_every_dtype_specialised_and_generic() {
+    let mut rng = Rng(24);
+    let generic = tc_llvm::Jit::new(tc_llvm::CacheConfig {
+        capacity: 64,
+        specialize_after: 100,
+        options: EXACT,
+    });
+    for dt in Dtype::ALL {
+        for (start, stop, step) in [
+            (1, Dim::c(10), 3),
+            (0, Dim::var("B"), 4),
+            (2, Dim::c(3), 5),
+            (0, Dim::var("B"), 1),
+            (3, Dim::var("B") - Dim::c(1), 2),
+        ] {
+            let f = strided_fn(dt, start, stop.clone(), step);
+            let x = random(&mut rng, dt, &[3, 10], true);
+            let args: Vec<Arg> = vec![x.into()];
+            let want = interp(&f, &args).unwrap();
+            let what = format!("slice {start}..{stop} step {step} at {dt}");
+            assert_bits(&what, &jit(&f, &args, EXACT), &want, false);
+            assert_bits(&what, &jit(&f, &args, DET), &want, false);
+            let g = generic.call(&f, &args, &|_| None).unwrap();
+            assert_bits(&format!("{what} (generic)"), &g, &want, false);
+        }
+    }
+    assert!(generic.stats().generic_runs > 0, "{:?}", generic.stats());
 }

@@ -150,12 +150,14 @@ fn build(p: &Plan) -> tc_core::ir::Function {
                     axis: 1,
                     start: Dim::c(0),
                     stop: Dim::c(1),
+                    step: 1,
                     x: xv,
                 });
                 let hi = fb.op(Op::Slice {
                     axis: 1,
                     start: Dim::c(1),
                     stop: Dim::var("B"),
+                    step: 1,
                     x: yv,
                 });
                 (

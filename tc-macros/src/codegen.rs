@@ -310,10 +310,12 @@ fn op(o: &Op) -> TokenStream {
             axis,
             start,
             stop,
+            step,
             x,
         } => {
             let (axis, start, stop, x) = (usize_lit(*axis), dim(start), dim(stop), value(*x));
-            quote!(__tc::Op::Slice { axis: #axis, start: #start, stop: #stop, x: #x })
+            let step = usize_lit(*step);
+            quote!(__tc::Op::Slice { axis: #axis, start: #start, stop: #stop, step: #step, x: #x })
         }
         Op::Concat(axis, xs) => {
             let (axis, xs) = (usize_lit(*axis), values(xs));

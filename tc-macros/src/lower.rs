@@ -618,31 +618,7 @@ impl Lowerer<'_> {
                 };
                 self.push(op, whole, vec![xs], attr)
             }
-            "slice" => {
-                if !self.arity(name, args, 4, whole, "slice(x, axis, start, stop)") {
-                    return Operand::Poison;
-                }
-                let x = self.tensor(args[0]);
-                let axis = self.axis(args[1]);
-                let start = self.dim(args[2]);
-                let stop = self.dim(args[3]);
-                let (Some((x, xs)), Some((axis, a)), Some((start, s1)), Some((stop, s2))) =
-                    (x, axis, start, stop)
-                else {
-                    return Operand::Poison;
-                };
-                self.push(
-                    Op::Slice {
-                        axis,
-                        start,
-                        stop,
-                        x,
-                    },
-                    whole,
-                    vec![xs],
-                    vec![a, s1, s2],
-                )
-            }
+            "slice" => self.slice_call(name, args, whole),
             "concat" => {
                 if !self.arity(name, args, 2, whole, "concat([a, b, …], axis)") {
                     return Operand::Poison;
@@ -678,6 +654,60 @@ impl Lowerer<'_> {
                 self.push(Op::Concat(axis, xs), whole, ss, vec![asp])
             }
             _ => Operand::Poison,
+        }
+    }
+
+    /// `slice(x, axis, start, stop)` or, strided, `slice(x, axis, start,
+    /// stop, step)` with `step` an integer literal.
+    fn slice_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        if args.len() != 4 && args.len() != 5 {
+            let usage = "slice(x, axis, start, stop)` or `slice(x, axis, start, stop, step)";
+            return self.fail(err_at(
+                whole,
+                format!(
+                    "`{name}` takes 4 or 5 arguments (`{usage}`), found {}",
+                    args.len()
+                ),
+            ));
+        }
+        let x = self.tensor(args[0]);
+        let axis = self.axis(args[1]);
+        let start = self.dim(args[2]);
+        let stop = self.dim(args[3]);
+        let step = match args.get(4) {
+            Some(e) => self.step(e),
+            None => Some((1, self.spans.alloc(whole))),
+        };
+        let (Some((x, xs)), Some((axis, a)), Some((start, s1)), Some((stop, s2)), Some((step, s3))) =
+            (x, axis, start, stop, step)
+        else {
+            return Operand::Poison;
+        };
+        let op = Op::Slice {
+            axis,
+            start,
+            stop,
+            step,
+            x,
+        };
+        self.push(op, whole, vec![xs], vec![a, s1, s2, s3])
+    }
+
+    /// A slice step: an integer literal (the checker requires ≥ 1).
+    fn step(&mut self, e: &Expr) -> Option<(usize, SpanId)> {
+        let span = self.spans.alloc(e);
+        match int_lit(e).map(usize::try_from) {
+            Some(Ok(v)) => Some((v, span)),
+            Some(Err(_)) => {
+                self.errors
+                    .push(err_at(e, "a slice step is a positive integer literal"));
+                None
+            }
+            None => {
+                self.errors
+                    .push(err_at(e, "a slice step is an integer literal, e.g. `2`"));
+                None
+            }
         }
     }
 

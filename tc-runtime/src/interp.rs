@@ -711,10 +711,11 @@ impl<'a, 'f> Machine<'a, 'f> {
                 axis,
                 start,
                 stop,
+                step,
                 x,
             } => {
                 let (a, b) = concrete::eval_bounds(start, stop, &self.sigma)?;
-                denote::slice(*axis, a, b, self.tensor(*x)?)?
+                denote::slice(*axis, a, b, *step, self.tensor(*x)?)?
             }
             Op::Concat(axis, xs) => {
                 let ts = xs
@@ -1426,15 +1427,16 @@ pub mod denote {
     }
 
     /// §5.9 slice `[start, stop)` along `axis`: `λ j. f(j with j[axis] + start)`.
-    pub fn slice(axis: usize, start: i64, stop: i64, x: &Tensor) -> Result<Tensor> {
+    pub fn slice(axis: usize, start: i64, stop: i64, step: usize, x: &Tensor) -> Result<Tensor> {
         let shape = x.shape();
-        let (_, out_shape) = rule::slice(axis, start, stop, opd(x))?;
+        let (_, out_shape) = rule::slice(axis, start, stop, step, opd(x))?;
         let xs = x.try_to_elems()?;
         let st = strides(shape);
         let mut src = vec![0usize; shape.len()];
         tabulate("slice", x.dtype(), &out_shape, |o| {
             src.copy_from_slice(o);
-            src[axis] += start as usize;
+            // Below `stop` ≤ the axis' size: the rule sized the output.
+            src[axis] = start as usize + o[axis] * step;
             Ok(xs[ravel(&src, &st)])
         })
     }

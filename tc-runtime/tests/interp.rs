@@ -1065,6 +1065,7 @@ fn slice_and_concat_every_dtype() {
             axis: 1,
             start: d("1"),
             stop: d("3"),
+            step: 1,
             x: v,
         })
         .unwrap();
@@ -1092,6 +1093,7 @@ fn slice_and_concat_every_dtype() {
         axis: 0,
         start: d("K"),
         stop: d("N") - 1,
+        step: 1,
         x,
     });
     b.konst("K", 1);

@@ -94,8 +94,8 @@ proptest! {
         let r = x.shape().len();
         let mut b = FnBuilder::new("cs");
         let v = b.tensor("x", x.dtype(), var_dims(r));
-        let lo = b.op(Op::Slice { axis, start: Dim::c(0), stop: Dim::c(k as i64), x: v });
-        let hi = b.op(Op::Slice { axis, start: Dim::c(k as i64), stop: Dim::var(format!("D{axis}")), x: v });
+        let lo = b.op(Op::Slice { axis, start: Dim::c(0), stop: Dim::c(k as i64), step: 1, x: v });
+        let hi = b.op(Op::Slice { axis, start: Dim::c(k as i64), stop: Dim::var(format!("D{axis}")), step: 1, x: v });
         let c = b.op(Op::Concat(axis, vec![lo, hi]));
         let f = b.ret(c, tt(x.dtype(), var_dims(r)));
         let out = run(&f, vec![x.clone().into()]).unwrap();
@@ -178,7 +178,7 @@ proptest! {
                     (b.op(Op::Cast(to, cur)), shape.clone())
                 }
                 7 if shape[0] < 8 => (b.op(Op::Concat(0, vec![cur, cur])), vec![shape[0] * 2, shape[1]]),
-                8 => (b.op(Op::Slice { axis: 1, start: Dim::c(0), stop: Dim::c(1), x: cur }), vec![shape[0], 1]),
+                8 => (b.op(Op::Slice { axis: 1, start: Dim::c(0), stop: Dim::c(1), step: 1, x: cur }), vec![shape[0], 1]),
                 9 => {
                     let t = b.op(Op::Transpose(vec![1, 0], cur));
                     (b.op(Op::Matmul(cur, t)), vec![shape[0], shape[0]])
@@ -234,7 +234,7 @@ proptest! {
             4 => Op::Transpose(perm.clone(), p),
             5 => Op::Reshape(vec![Dim::c(lo), Dim::c(hi)], p),
             6 => Op::Broadcast(vec![Dim::c(hi); axis], p),
-            7 => Op::Slice { axis, start: Dim::c(lo), stop: Dim::c(hi), x: p },
+            7 => Op::Slice { axis, start: Dim::c(lo), stop: Dim::c(hi), step: 1, x: p },
             8 => Op::Concat(axis, vec![p, q]),
             9 => Op::Select(p, q, q),
             10 => Op::Iota(Dtype::I4, vec![Dim::c(lo)], axis),

@@ -74,6 +74,7 @@ fn op(case: &Case, shape: &[Dim], x: tc_core::ir::Value) -> Op {
             axis,
             start: Dim::c(0),
             stop: Dim::c(1),
+            step: 1,
             x,
         },
         Case::Concat(axis) => Op::Concat(axis, vec![x, x]),

@@ -193,8 +193,12 @@ impl Checker<'_> {
             Op::Reshape(shape, _) => self.reshape(shape, inst, &operands),
             Op::Broadcast(shape, _) => self.broadcast(shape, inst, &operands),
             Op::Slice {
-                axis, start, stop, ..
-            } => self.slice(*axis, start, stop, inst, &operands),
+                axis,
+                start,
+                stop,
+                step,
+                ..
+            } => self.slice(*axis, (start, stop, *step), inst, &operands),
             Op::Concat(axis, _) => self.concat(*axis, inst, &operands),
             Op::Gather { axis, .. } => self.gather(*axis, inst, &operands),
             Op::Fill(dt, shape, s) => {

@@ -123,15 +123,18 @@ impl Checker<'_> {
         }))
     }
 
+    /// §12 slice `[start, stop)` along `axis`, every `step`-th index
+    /// (docs/syntax.md "Strided slice": the axis becomes
+    /// `(stop − start + step − 1) / step` long, `stop − start` at step 1).
     pub(super) fn slice(
         &mut self,
         axis: usize,
-        start: &Dim,
-        stop: &Dim,
+        (start, stop, step): (&Dim, &Dim, usize),
         inst: &Inst,
         operands: &[Type],
     ) -> Option<Type> {
         let t = self.tensor_arg(&operands[0], inst, 0, R_SLICE)?;
+        let step = self.slice_step(step, inst)?;
         self.axes_ok(&[axis], t.rank(), inst, R_SLICE)?;
         let (s_span, e_span) = (inst.attr_span(1), inst.attr_span(2));
         for (d, sp) in [(start, s_span), (stop, e_span)] {
@@ -193,8 +196,30 @@ impl Checker<'_> {
             }
         }
         let mut shape = t.shape.clone();
-        shape[axis] = len;
+        shape[axis] = if step == 1 {
+            len
+        } else {
+            let up = self.dim_op(len.checked_add(&Dim::c(step - 1)), e_span)?;
+            self.dim_op(up.checked_div(&Dim::c(step)), inst.attr_span(3))?
+        };
         Some(Type::Tensor(TensorType { shape, ..t }))
+    }
+
+    /// A slice's step: at least 1 (a literal, so no proof is needed) and a
+    /// dim coefficient (within i64).
+    fn slice_step(&mut self, step: usize, inst: &Inst) -> Option<i64> {
+        match i64::try_from(step) {
+            Ok(s) if s >= 1 => Some(s),
+            _ => {
+                self.err(Diagnostic::new(
+                    codes::SLICE_BOUNDS,
+                    R_SLICE,
+                    inst.attr_span(3),
+                    format!("the step must be between 1 and {}, found {step}", i64::MAX),
+                ));
+                None
+            }
+        }
     }
 
     pub(super) fn concat(&mut self, axis: usize, inst: &Inst, operands: &[Type]) -> Option<Type> {

@@ -428,10 +428,12 @@ impl<'a> Gen<'a> {
                     },
                 )
             }
-            Op::Slice { axis, x, .. } => {
+            Op::Slice { axis, step, x, .. } => {
                 let mut d = self.dims_of(v, idx);
                 let s = self.shape_qty(QKey::SliceStart(v.0));
-                d[*axis] = self.badd(&d[*axis], &s);
+                // start + i·step < stop ≤ the operand's dim (the rule's bound).
+                let i = self.bmul(&d[*axis], &step.to_string());
+                d[*axis] = self.badd(&i, &s);
                 self.val(
                     *x,
                     &Idx {
