@@ -7,6 +7,10 @@
 //! contiguous block per (outer index, id) — `memcpy` of `block` elements,
 //! which is what an embedding lookup is — so a wrong id is a typed error
 //! naming its position and never a read. Packed I4 copies nibble by nibble.
+//! Narrow floats are then re-stored as the interpreter stores a copied
+//! element (decode, exact store): a copy keeps every bit except a
+//! signalling NaN, which comes out quiet (Section 2 §5's decode rule, the
+//! rule of every data-movement op).
 
 use tc_core::concrete;
 use tc_core::Dtype;
@@ -64,7 +68,34 @@ pub(crate) fn copy(
                 .copy_from_slice(from);
         }
     }
+    let written = (pre * n * block * eb).min(out.len());
+    quiet_narrow(dtype, &mut out[..written]);
     Ok(())
+}
+
+/// Re-store every narrow float element of `bytes` through decode and the
+/// exact store, as the interpreter does with a copied element: identity but
+/// for signalling NaNs, which become quiet (sign and payload kept).
+fn quiet_narrow(dtype: Dtype, bytes: &mut [u8]) {
+    let restore = |b: u16| {
+        tc_runtime::cast::decode_bits(b, dtype)
+            .and_then(|x| tc_runtime::cast::store_bits(x, dtype))
+            .unwrap_or(b)
+    };
+    match dtype {
+        Dtype::F16 | Dtype::BF16 => {
+            for c in bytes.chunks_exact_mut(2) {
+                let b = restore(u16::from_le_bytes([c[0], c[1]]));
+                c.copy_from_slice(&b.to_le_bytes());
+            }
+        }
+        Dtype::F8E4M3 | Dtype::F8E5M2 => {
+            for c in bytes.iter_mut() {
+                *c = restore(u16::from(*c)) as u8;
+            }
+        }
+        _ => {}
+    }
 }
 
 /// [`copy`] for packed I4 (two per byte, low nibble first: Section 2 §5).
@@ -125,6 +156,23 @@ mod tests {
                 bound: 3,
             }
         );
+    }
+
+    #[test]
+    fn a_narrow_signalling_nan_comes_out_quiet() {
+        // F16 [sNaN 0x7C01, -0.0, 1.0]: the copy quiets the NaN only.
+        let table: Vec<u8> = [0x7C01u16, 0x8000, 0x3C00]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
+        let ids = le(&[0, 1, 2]);
+        let mut out = vec![0u8; 6];
+        copy(Dtype::F16, 0, &[3], &table, &ids, &mut out).unwrap();
+        let got: Vec<u16> = out
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(got, [0x7E01, 0x8000, 0x3C00]);
     }
 
     #[test]
