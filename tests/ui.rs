@@ -14,6 +14,7 @@ const FAIL_CATEGORIES: &[&str] = &[
     "syntax",
     "transformer",
     "dims",
+    "params",
 ];
 
 #[test]

@@ -18,7 +18,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use tc::{tensor_module, Tensor};
@@ -64,24 +63,35 @@ pub mod bert {
         y * broadcast(gamma, [B, S, HIDDEN]) + broadcast(beta, [B, S, HIDDEN])
     }
 
+    /// BertEmbeddings' weights (`embeddings.*` in model.safetensors).
+    #[tensor_params]
+    pub struct Embeddings {
+        #[tensor_name = "word_embeddings.weight"]
+        pub word: Tensor![f32; V, HIDDEN],
+        #[tensor_name = "position_embeddings.weight"]
+        pub position: Tensor![f32; P, HIDDEN],
+        #[tensor_name = "token_type_embeddings.weight"]
+        pub token_type: Tensor![f32; T, HIDDEN],
+        #[tensor_name = "LayerNorm.weight"]
+        pub ln_gamma: Tensor![f32; HIDDEN],
+        #[tensor_name = "LayerNorm.bias"]
+        pub ln_beta: Tensor![f32; HIDDEN],
+    }
+
     /// Word + position + token-type embeddings (looked up by id), then
     /// LayerNorm.
     #[tensor_fn]
     pub fn embeddings(
-        word_table: Tensor![f32; V, HIDDEN],
-        position_table: Tensor![f32; P, HIDDEN],
+        e: Embeddings,
         ids: Tensor![i64; B, S],
         position_ids: Tensor![i64; S],
-        token_type: Tensor![f32; HIDDEN],
-        gamma: Tensor![f32; HIDDEN],
-        beta: Tensor![f32; HIDDEN],
+        type_ids: Tensor![i64; S],
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let words = gather(word_table, ids);
-        let positions = gather(position_table, position_ids);
-        let x =
-            words + broadcast(positions, [B, S, HIDDEN]) + broadcast(token_type, [B, S, HIDDEN]);
-        layer_norm(x, gamma, beta, eps)
+        let words = gather(e.word, ids);
+        let positions = broadcast(gather(e.position, position_ids), [B, S, HIDDEN]);
+        let types = broadcast(gather(e.token_type, type_ids), [B, S, HIDDEN]);
+        layer_norm(words + positions + types, e.ln_gamma, e.ln_beta, eps)
     }
 
     /// Softmax over the last axis of attention scores.
@@ -92,30 +102,60 @@ pub mod bert {
         e / broadcast(sum_keepdims(e, [3]), [B, H, S, T])
     }
 
+    /// One BertLayer's weights (`encoder.layer.N.*` in model.safetensors).
+    #[tensor_params]
+    pub struct Layer {
+        #[tensor_name = "attention.self.query.weight"]
+        pub wq: Tensor![f32; HIDDEN, HIDDEN],
+        #[tensor_name = "attention.self.query.bias"]
+        pub bq: Tensor![f32; HIDDEN],
+        #[tensor_name = "attention.self.key.weight"]
+        pub wk: Tensor![f32; HIDDEN, HIDDEN],
+        #[tensor_name = "attention.self.key.bias"]
+        pub bk: Tensor![f32; HIDDEN],
+        #[tensor_name = "attention.self.value.weight"]
+        pub wv: Tensor![f32; HIDDEN, HIDDEN],
+        #[tensor_name = "attention.self.value.bias"]
+        pub bv: Tensor![f32; HIDDEN],
+        #[tensor_name = "attention.output.dense.weight"]
+        pub wo: Tensor![f32; HIDDEN, HIDDEN],
+        #[tensor_name = "attention.output.dense.bias"]
+        pub bo: Tensor![f32; HIDDEN],
+        #[tensor_name = "attention.output.LayerNorm.weight"]
+        pub ln1_g: Tensor![f32; HIDDEN],
+        #[tensor_name = "attention.output.LayerNorm.bias"]
+        pub ln1_b: Tensor![f32; HIDDEN],
+        #[tensor_name = "intermediate.dense.weight"]
+        pub w1: Tensor![f32; FFN, HIDDEN],
+        #[tensor_name = "intermediate.dense.bias"]
+        pub b1: Tensor![f32; FFN],
+        #[tensor_name = "output.dense.weight"]
+        pub w2: Tensor![f32; HIDDEN, FFN],
+        #[tensor_name = "output.dense.bias"]
+        pub b2: Tensor![f32; HIDDEN],
+        #[tensor_name = "output.LayerNorm.weight"]
+        pub ln2_g: Tensor![f32; HIDDEN],
+        #[tensor_name = "output.LayerNorm.bias"]
+        pub ln2_b: Tensor![f32; HIDDEN],
+    }
+
     /// BertSelfAttention + BertSelfOutput's dense (residual and norm are the caller's).
     #[tensor_fn]
     pub fn attention(
         x: Tensor![f32; B, S, HIDDEN],
         mask: Tensor![f32; B, S],
-        wq: Tensor![f32; HIDDEN, HIDDEN],
-        bq: Tensor![f32; HIDDEN],
-        wk: Tensor![f32; HIDDEN, HIDDEN],
-        bk: Tensor![f32; HIDDEN],
-        wv: Tensor![f32; HIDDEN, HIDDEN],
-        bv: Tensor![f32; HIDDEN],
-        wo: Tensor![f32; HIDDEN, HIDDEN],
-        bo: Tensor![f32; HIDDEN],
+        l: Layer,
     ) -> Tensor![f32; B, S, HIDDEN] {
         let q = transpose(
-            reshape(linear(x, wq, bq), [B, S, HEADS, HEAD_DIM]),
+            reshape(linear(x, l.wq, l.bq), [B, S, HEADS, HEAD_DIM]),
             [0, 2, 1, 3],
         );
         let k = transpose(
-            reshape(linear(x, wk, bk), [B, S, HEADS, HEAD_DIM]),
+            reshape(linear(x, l.wk, l.bk), [B, S, HEADS, HEAD_DIM]),
             [0, 2, 3, 1],
         );
         let v = transpose(
-            reshape(linear(x, wv, bv), [B, S, HEADS, HEAD_DIM]),
+            reshape(linear(x, l.wv, l.bv), [B, S, HEADS, HEAD_DIM]),
             [0, 2, 1, 3],
         );
         // 1/√HEAD_DIM, as BertSelfAttention divides by math.sqrt(attention_head_size).
@@ -125,7 +165,7 @@ pub mod bert {
         let bias = broadcast(reshape(bias, [B, 1, 1, S]), [B, HEADS, S, S]);
         let probs = softmax(scores + bias);
         let ctx = transpose(matmul(probs, v), [0, 2, 1, 3]);
-        linear(reshape(ctx, [B, S, HIDDEN]), wo, bo)
+        linear(reshape(ctx, [B, S, HIDDEN]), l.wo, l.bo)
     }
 
     /// One BertLayer.
@@ -133,28 +173,13 @@ pub mod bert {
     pub fn encoder_layer(
         x: Tensor![f32; B, S, HIDDEN],
         mask: Tensor![f32; B, S],
-        wq: Tensor![f32; HIDDEN, HIDDEN],
-        bq: Tensor![f32; HIDDEN],
-        wk: Tensor![f32; HIDDEN, HIDDEN],
-        bk: Tensor![f32; HIDDEN],
-        wv: Tensor![f32; HIDDEN, HIDDEN],
-        bv: Tensor![f32; HIDDEN],
-        wo: Tensor![f32; HIDDEN, HIDDEN],
-        bo: Tensor![f32; HIDDEN],
-        ln1_g: Tensor![f32; HIDDEN],
-        ln1_b: Tensor![f32; HIDDEN],
-        w1: Tensor![f32; FFN, HIDDEN],
-        b1: Tensor![f32; FFN],
-        w2: Tensor![f32; HIDDEN, FFN],
-        b2: Tensor![f32; HIDDEN],
-        ln2_g: Tensor![f32; HIDDEN],
-        ln2_b: Tensor![f32; HIDDEN],
+        l: Layer,
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let a = attention(x, mask, wq, bq, wk, bk, wv, bv, wo, bo);
-        let h = layer_norm(a + x, ln1_g, ln1_b, eps);
-        let f = linear(gelu(linear(h, w1, b1)), w2, b2);
-        layer_norm(f + h, ln2_g, ln2_b, eps)
+        let a = attention(x, mask, l);
+        let h = layer_norm(a + x, l.ln1_g, l.ln1_b, eps);
+        let f = linear(gelu(linear(h, l.w1, l.b1)), l.w2, l.b2);
+        layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
     }
 
     /// sentence-transformers Pooling(mean) followed by Normalize.
@@ -175,19 +200,11 @@ pub mod bert {
 /// Errors of the host side.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The weights of one BertLayer, in `encoder_layer`'s parameter order.
-pub struct Layer {
-    tensors: Vec<Tensor>,
-}
-
 /// The loaded model.
 pub struct MiniLm {
     tokenizer: Tokenizer,
-    word: Tensor,
-    position: Tensor,
-    token_type: Tensor,
-    emb_ln: (Tensor, Tensor),
-    layers: Vec<Layer>,
+    embeddings: bert::Embeddings,
+    layers: Vec<bert::Layer>,
     eps: f32,
     /// Maximum tokens per sentence (sentence-transformers' `max_seq_length`).
     pub max_len: usize,
@@ -205,11 +222,6 @@ pub struct Batch {
     pub mask: Vec<f32>,
 }
 
-fn take(map: &mut BTreeMap<String, Tensor>, name: &str) -> Result<Tensor, BoxError> {
-    map.remove(name)
-        .ok_or_else(|| format!("model.safetensors lacks `{name}`").into())
-}
-
 impl MiniLm {
     /// Load weights, tokenizer and configs from a folder laid out like the
     /// model's Hugging Face repository (what `scripts/fetch-minilm.sh` makes).
@@ -223,34 +235,12 @@ impl MiniLm {
             dir.join("sentence_bert_config.json"),
         )?)?;
         let max_len = st["max_seq_length"].as_u64().unwrap_or(256) as usize;
-        let mut w = tc::runtime::load_safetensors(dir.join("model.safetensors"))?;
-        let mut layers = Vec::new();
-        for l in 0..6 {
-            let p = |s: &str| format!("encoder.layer.{l}.{s}");
-            let names = [
-                "attention.self.query.weight",
-                "attention.self.query.bias",
-                "attention.self.key.weight",
-                "attention.self.key.bias",
-                "attention.self.value.weight",
-                "attention.self.value.bias",
-                "attention.output.dense.weight",
-                "attention.output.dense.bias",
-                "attention.output.LayerNorm.weight",
-                "attention.output.LayerNorm.bias",
-                "intermediate.dense.weight",
-                "intermediate.dense.bias",
-                "output.dense.weight",
-                "output.dense.bias",
-                "output.LayerNorm.weight",
-                "output.LayerNorm.bias",
-            ];
-            let tensors = names
-                .iter()
-                .map(|n| take(&mut w, &p(n)))
-                .collect::<Result<Vec<_>, _>>()?;
-            layers.push(Layer { tensors });
-        }
+        let w = tc::runtime::load_safetensors(dir.join("model.safetensors"))?;
+        // Every weight's dtype and shape is checked here, by name.
+        let layers = (0..6)
+            .map(|l| bert::Layer::load(&w, &format!("encoder.layer.{l}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let embeddings = bert::Embeddings::load(&w, "embeddings")?;
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
         tokenizer.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
@@ -262,17 +252,9 @@ impl MiniLm {
                 ..Default::default()
             }))
             .map_err(|e| e.to_string())?;
-        let token_type_all = take(&mut w, "embeddings.token_type_embeddings.weight")?;
-        let tt: Vec<f32> = token_type_all.to_vec()?;
         Ok(MiniLm {
             tokenizer,
-            word: take(&mut w, "embeddings.word_embeddings.weight")?,
-            position: take(&mut w, "embeddings.position_embeddings.weight")?,
-            token_type: Tensor::from_vec(&[384], tt[..384].to_vec())?,
-            emb_ln: (
-                take(&mut w, "embeddings.LayerNorm.weight")?,
-                take(&mut w, "embeddings.LayerNorm.bias")?,
-            ),
+            embeddings,
             layers,
             eps,
             max_len,
@@ -305,53 +287,26 @@ impl MiniLm {
         Ok(self.tokenizer.encode(sentence, true)?.get_ids().len())
     }
 
-    /// The batch's token ids `[B, S]` and position ids `[S]` (i64).
-    fn id_tensors(&self, batch: &Batch) -> Result<(Tensor, Tensor), BoxError> {
+    /// The batch's token ids `[B, S]`, position ids `[S]` and token-type
+    /// ids `[S]` (all type 0, as sentence-transformers passes for one
+    /// segment), i64.
+    fn id_tensors(&self, batch: &Batch) -> Result<(Tensor, Tensor, Tensor), BoxError> {
         let ids: Vec<i64> = batch.ids.iter().map(|&i| i64::from(i)).collect();
         let positions: Vec<i64> = (0..batch.s as i64).collect();
         Ok((
             Tensor::from_vec(&[batch.b, batch.s], ids)?,
             Tensor::from_vec(&[batch.s], positions)?,
+            Tensor::from_vec(&[batch.s], vec![0i64; batch.s])?,
         ))
     }
 
     /// Unit-norm sentence embeddings `[B, 384]` of a tokenized batch.
     pub fn embed_batch(&self, batch: &Batch) -> Result<Tensor, BoxError> {
-        let (ids, positions) = self.id_tensors(batch)?;
+        let (ids, positions, types) = self.id_tensors(batch)?;
         let mask = Tensor::from_vec(&[batch.b, batch.s], batch.mask.clone())?;
-        let mut h = bert::embeddings(
-            self.word.clone(),
-            self.position.clone(),
-            ids,
-            positions,
-            self.token_type.clone(),
-            self.emb_ln.0.clone(),
-            self.emb_ln.1.clone(),
-            self.eps,
-        )?;
+        let mut h = bert::embeddings(&self.embeddings, ids, positions, types, self.eps)?;
         for layer in &self.layers {
-            let t = &layer.tensors;
-            h = bert::encoder_layer(
-                h,
-                mask.clone(),
-                t[0].clone(),
-                t[1].clone(),
-                t[2].clone(),
-                t[3].clone(),
-                t[4].clone(),
-                t[5].clone(),
-                t[6].clone(),
-                t[7].clone(),
-                t[8].clone(),
-                t[9].clone(),
-                t[10].clone(),
-                t[11].clone(),
-                t[12].clone(),
-                t[13].clone(),
-                t[14].clone(),
-                t[15].clone(),
-                self.eps,
-            )?;
+            h = bert::encoder_layer(h, mask.clone(), layer, self.eps)?;
         }
         Ok(bert::mean_pool_normalize(h, mask)?)
     }

@@ -945,7 +945,11 @@ fn gather_copies_special_values_like_the_interpreter() {
         let args: Vec<Arg> = vec![table.into(), ids.into()];
         let want = interp(&f, &args).unwrap();
         for m in modes() {
-            assert_same_bits(&format!("gather at {dt} ({})", m.name), &run(&m, &f, &args), &want);
+            assert_same_bits(
+                &format!("gather at {dt} ({})", m.name),
+                &run(&m, &f, &args),
+                &want,
+            );
         }
     }
 }

@@ -41,7 +41,8 @@ fn span_id(s: SpanId) -> TokenStream {
     quote!(__tc::SpanId(#n))
 }
 
-fn dtype(d: Dtype) -> TokenStream {
+/// Constructor of a dtype (`__tc::Dtype::…`).
+pub fn dtype(d: Dtype) -> TokenStream {
     let v = variant(&d);
     quote!(__tc::Dtype::#v)
 }

@@ -5,15 +5,16 @@
 //! signature rewritten as the successful expansion would have it (body
 //! replaced), so callers see only the real errors, never secondary ones.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use proc_macro2::{Ident, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{format_ident, quote, ToTokens};
 use syn::{FnArg, Item, ItemFn, Pat};
 use tc_core::diag::codes;
 use tc_core::ir::{Function, Signature, Signatures};
 use tc_core::Dtype;
 
+use crate::params::{self, Structs};
 use crate::parse::{self, Consts, FnAttr, ParamKind};
 use crate::spans::{combine, SpanTable};
 use crate::{check, codegen, lower};
@@ -38,8 +39,8 @@ fn scalar_rust_type(dt: Dtype) -> TokenStream {
     }
 }
 
-/// `Arg` from a parameter.
-fn arg_expr(name: &Ident, kind: Option<ParamKind>) -> TokenStream {
+/// `Arg` from a parameter's value.
+fn arg_expr(name: &TokenStream, kind: Option<ParamKind>) -> TokenStream {
     match kind {
         Some(ParamKind::Scalar(Dtype::I32 | Dtype::I16 | Dtype::I8 | Dtype::I4)) => {
             quote!(::tc::runtime::contract::Arg::from(::core::primitive::i64::from(#name)))
@@ -49,17 +50,26 @@ fn arg_expr(name: &Ident, kind: Option<ParamKind>) -> TokenStream {
     }
 }
 
-/// The parameters of the expanded fn and the names bound by them.
+/// The parameters of the expanded fn and the values it passes, in the
+/// IR's parameter order.
 struct RustSig {
     params: Vec<TokenStream>,
-    names: Vec<(Ident, Option<ParamKind>)>,
+    names: Vec<(TokenStream, Option<ParamKind>)>,
 }
 
-fn rust_sig(item: &ItemFn) -> RustSig {
+fn rust_sig(item: &ItemFn, structs: &Structs) -> RustSig {
     let mut params = Vec::new();
     let mut names = Vec::new();
     for arg in &item.sig.inputs {
         let FnArg::Typed(pt) = arg else { continue };
+        // A weight struct: taken by reference, its fields passed in order.
+        if let (Some(s), Pat::Ident(pi)) = (params::struct_of(&pt.ty, structs), &*pt.pat) {
+            params.push(params::rust_param(&pt.pat, &pt.ty));
+            for a in params::field_args(&pi.ident, s) {
+                names.push((a, Some(ParamKind::Tensor)));
+            }
+            continue;
+        }
         let kind = parse::param_kind(&pt.ty);
         let ty = match kind {
             // Kept as written: `Tensor![…]` expands (macro_rules) to `tc::Tensor`,
@@ -73,7 +83,7 @@ fn rust_sig(item: &ItemFn) -> RustSig {
         };
         let pat = match &*pt.pat {
             Pat::Ident(pi) => {
-                names.push((pi.ident.clone(), kind));
+                names.push((pi.ident.to_token_stream(), kind));
                 let id = &pi.ident;
                 quote!(#id)
             }
@@ -97,11 +107,16 @@ enum Body {
     Stub,
 }
 
-fn emit_fn(item: &ItemFn, sig_doc: Option<&Signature>, body: Body) -> TokenStream {
+fn emit_fn(
+    item: &ItemFn,
+    sig_doc: Option<&Signature>,
+    body: Body,
+    structs: &Structs,
+) -> TokenStream {
     let attrs = item.attrs.iter().filter(|a| !is_tensor_fn_attr(a));
     let vis = &item.vis;
     let name = &item.sig.ident;
-    let rs = rust_sig(item);
+    let rs = rust_sig(item, structs);
     let params = &rs.params;
     let doc = sig_doc.map(|s| {
         let text = format!(" ```text\n {}\n ```", s.to_string().replace('\n', "\n "));
@@ -256,7 +271,7 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     // Before any recursive parse: an input beyond the limits would overflow
     // the compiler's stack in `syn` (see `limits`).
     if let Err(e) = crate::limits::check(&attr).and_then(|()| crate::limits::check(&item)) {
-        let stub = signature_only(&item).map(|f| emit_fn(&f, None, Body::Stub));
+        let stub = signature_only(&item).map(|f| emit_fn(&f, None, Body::Stub, &Structs::new()));
         let e = e.into_compile_error();
         return quote!(#e #stub);
     }
@@ -279,9 +294,14 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
                 __tc_ir()
             });
             let resolve = quote!(&|_: &str| ::core::option::Option::None);
-            emit_fn(&u.item, u.sig.as_ref(), Body::Run { ir, resolve })
+            emit_fn(
+                &u.item,
+                u.sig.as_ref(),
+                Body::Run { ir, resolve },
+                &Structs::new(),
+            )
         }
-        None => emit_fn(&u.item, None, Body::Stub),
+        None => emit_fn(&u.item, None, Body::Stub, &Structs::new()),
     };
     quote!(#errs #out)
 }
@@ -403,8 +423,10 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     let (consts, opaque) = module_consts(&items, &mut errors);
     let mut spans = SpanTable::default();
+    let structs = params::collect(&items, &mut spans, &mut errors);
+    let (check_items, ir_names) = flatten_struct_params(&items, &structs, &mut errors);
     // Pass 1: every signature, so calls see each other.
-    let mut units = module_units(&items, &consts, &mut spans);
+    let mut units = module_units(&check_items, &consts, &mut spans);
     let (sigs, broken) = visible_sigs(&mut units, &spans, &mut errors);
     opaque_consts_in_dims(&opaque, &sigs, &mut errors);
     const_dims_positive(&items, &consts, &units, &spans, &mut errors);
@@ -413,12 +435,13 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
         check_unit(u, &sigs, &broken, true, &mut spans);
     }
     refuse_recursion(&mut units, &spans);
+    name_struct_fields(&mut units, &ir_names);
     let ok: Vec<Function> = units
         .iter()
         .filter_map(|(_, u)| u.checked.clone())
         .collect();
     let (resolve_arms, cells) = ir_items(&ok);
-    let out_items = module_items(items, units);
+    let out_items = module_items(items, units, &structs, &consts);
     let attrs = &module.attrs;
     let vis = &module.vis;
     let unsafety = &module.unsafety;
@@ -573,6 +596,52 @@ fn visible_sigs(
     (sigs, broken)
 }
 
+/// The items as the checker sees them: each tensor fn that takes a weight
+/// struct flattened (`params::flatten_fn`), with the IR names of its
+/// flattened parameters by item index.
+fn flatten_struct_params(
+    items: &[Item],
+    structs: &Structs,
+    errors: &mut Vec<syn::Error>,
+) -> (Vec<Item>, BTreeMap<usize, BTreeMap<String, String>>) {
+    let mut names = BTreeMap::new();
+    let out = items
+        .iter()
+        .enumerate()
+        .map(|(idx, it)| match it {
+            Item::Fn(f) if f.attrs.iter().any(is_tensor_fn_attr) => {
+                match params::flatten_fn(f, structs, errors) {
+                    Some((flat, n)) => {
+                        names.insert(idx, n);
+                        Item::Fn(flat)
+                    }
+                    None => it.clone(),
+                }
+            }
+            _ => it.clone(),
+        })
+        .collect();
+    (out, names)
+}
+
+/// Run-time errors name a flattened parameter by its field (`layer.wq`),
+/// not by the checker's spelling (`layer__wq`).
+fn name_struct_fields(
+    units: &mut [(usize, Unit)],
+    names: &BTreeMap<usize, BTreeMap<String, String>>,
+) {
+    for (idx, u) in units.iter_mut() {
+        let (Some(f), Some(n)) = (u.checked.as_mut(), names.get(idx)) else {
+            continue;
+        };
+        for p in f.sig.params.iter_mut() {
+            if let Some(shown) = n.get(&p.name) {
+                p.name = shown.clone();
+            }
+        }
+    }
+}
+
 /// For the checked fns: the arms of `__tc_resolve` and the cells holding
 /// each one's IR, which the run-time call resolution reaches by name.
 fn ir_items(ok: &[Function]) -> (Vec<TokenStream>, Vec<TokenStream>) {
@@ -600,28 +669,49 @@ fn ir_items(ok: &[Function]) -> (Vec<TokenStream>, Vec<TokenStream>) {
 }
 
 /// The module's items in their order, each tensor fn replaced by its
-/// expansion (its errors, then the fn with a running or a stub body).
-fn module_items(items: Vec<Item>, units: Vec<(usize, Unit)>) -> Vec<TokenStream> {
+/// expansion (its errors, then the fn with a running or a stub body, with
+/// the signature as the user wrote it) and each weight struct by its.
+fn module_items(
+    items: Vec<Item>,
+    units: Vec<(usize, Unit)>,
+    structs: &Structs,
+    consts: &Consts,
+) -> Vec<TokenStream> {
     let mut out_items: Vec<TokenStream> = Vec::new();
     let mut unit_iter = units.into_iter().peekable();
     for (idx, it) in items.into_iter().enumerate() {
+        if let Item::Struct(st) = &it {
+            if let Some(ps) = structs
+                .get(&st.ident.to_string())
+                .filter(|_| params::is_params_struct(&it))
+            {
+                out_items.push(params::expand_struct(ps, consts));
+                continue;
+            }
+        }
         match unit_iter.peek() {
             Some((i, _)) if *i == idx => {
-                let (_, u) = unit_iter.next().expect("peeked");
+                let (_, mut u) = unit_iter.next().expect("peeked");
+                if let Item::Fn(orig) = it {
+                    u.item = orig;
+                }
                 let errs = errors_tokens(u.errors);
                 let f = match &u.checked {
                     Some(f) => {
                         let irf = format_ident!("__tc_ir_{}", f.sig.name);
+                        // The checked signature: flattened weight structs
+                        // show as `layer.wq`, …
                         emit_fn(
                             &u.item,
-                            u.sig.as_ref(),
+                            Some(&f.sig),
                             Body::Run {
                                 ir: quote!(#irf()),
                                 resolve: quote!(&|n: &str| __tc_resolve(n)),
                             },
+                            structs,
                         )
                     }
-                    None => emit_fn(&u.item, None, Body::Stub),
+                    None => emit_fn(&u.item, None, Body::Stub, structs),
                 };
                 out_items.push(quote!(#errs #f));
             }

@@ -968,7 +968,82 @@ fn all_cases() -> Vec<Case> {
     dim_axis_const_cases(&mut out);
     recursion_cases(&mut out);
     misc_cases(&mut out);
+    weight_struct_cases(&mut out);
     out
+}
+
+/// Weight structs (`params.rs`): odd structs and odd uses of a struct
+/// parameter end in a diagnostic or a clean expansion, never a panic.
+fn weight_struct_cases(out: &mut Vec<Case>) {
+    const S: &str =
+        "#[tensor_params] pub struct P { pub w: Tensor![f32; N], pub b: Tensor![f32; N] }";
+    let uses: &[(&str, &str, Expect)] = &[
+        ("field", "p.w + p.b", Expect::Ok),
+        ("unknown_field", "p.q", Expect::Err("no field `q` on `P`")),
+        ("bare", "p", Expect::Err("is a `P` of tensors")),
+        ("field_of_field", "p.w.w", Expect::Err("compile_error")),
+        ("method", "p.w()", Expect::Err("is a `P` of tensors")),
+        ("dangling_dot", "x + p.", Expect::Err("compile_error")),
+        ("double_dot", "p..w", Expect::Err("compile_error")),
+        ("tuple_field", "p.0", Expect::Err("is a `P` of tensors")),
+        ("in_brackets", "concat([p.w, p.b], 0)", Expect::Solver),
+        (
+            "whole_in_concat",
+            "concat([p], 0)",
+            Expect::Err("compile_error"),
+        ),
+        ("passed_whole", "g(p)", Expect::Ok),
+        ("passed_twice", "g2(p, p)", Expect::Err("compile_error")),
+    ];
+    for (name, body, expect) in uses {
+        let item = format!(
+            "{S} #[tensor_fn] fn g(p: P) -> Tensor![f32; N] {{ p.w }} \
+             #[tensor_fn] fn g2(p: P) -> Tensor![f32; N] {{ p.b }} \
+             #[tensor_fn] fn f(x: Tensor![f32; N], p: P) -> Tensor![f32; N] {{ {body} }}"
+        );
+        out.push(mod_case(format!("params/{name}"), item, expect.clone()));
+    }
+    let structs: &[(&str, &str, Expect)] = &[
+        ("empty", "#[tensor_params] pub struct P {}", Expect::Ok),
+        (
+            "tuple",
+            "#[tensor_params] pub struct P(Tensor![f32; N]);",
+            Expect::Err("named fields"),
+        ),
+        (
+            "generic",
+            "#[tensor_params] pub struct P<T> { pub w: T }",
+            Expect::Err("no generics"),
+        ),
+        (
+            "scalar_field",
+            "#[tensor_params] pub struct P { pub w: f32 }",
+            Expect::Err("is a tensor"),
+        ),
+        (
+            "bad_dims",
+            "#[tensor_params] pub struct P { pub w: Tensor![f32; N +] }",
+            Expect::Err("compile_error"),
+        ),
+        (
+            "bad_name",
+            "#[tensor_params] pub struct P { #[tensor_name = 3] pub w: Tensor![f32; N] }",
+            Expect::Err("expected a string"),
+        ),
+        (
+            "unit",
+            "#[tensor_params] pub struct P;",
+            Expect::Err("named fields"),
+        ),
+    ];
+    for (name, st, expect) in structs {
+        let item = format!("{st} #[tensor_fn] fn f(x: Tensor![f32; N]) -> Tensor![f32; N] {{ x }}");
+        out.push(mod_case(
+            format!("params/struct_{name}"),
+            item,
+            expect.clone(),
+        ));
+    }
 }
 
 fn ts(s: &str) -> TokenStream {

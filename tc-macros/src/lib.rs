@@ -18,6 +18,7 @@ pub(crate) mod expand;
 mod limits;
 mod literals;
 mod lower;
+mod params;
 mod parse;
 mod spans;
 
@@ -57,4 +58,20 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
 pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
     let (attr, item) = (attr.into(), item.into());
     guarded(|| expand::tensor_module(attr, item)).into()
+}
+
+/// A weight struct: typed tensors loaded and checked together, taken by a
+/// tensor fn as one parameter (docs/syntax.md "Weight structs"). It is
+/// expanded by the enclosing `#[tensor_module]`, which also sees the tensor
+/// fns that take it; on its own it is an error at the attribute.
+#[proc_macro_attribute]
+pub fn tensor_params(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item: proc_macro2::TokenStream = item.into();
+    let _ = attr;
+    let e = syn::Error::new(
+        proc_macro2::Span::call_site(),
+        "`#[tensor_params]` structs live in a `#[tensor_module]`, which checks the tensor fns that take them",
+    )
+    .into_compile_error();
+    quote::quote!(#e #item).into()
 }

@@ -127,6 +127,12 @@ pub enum Error {
     /// A safetensors file could not be read or a tensor in it does not match.
     #[error("safetensors: {0}")]
     Safetensors(String),
+    /// A weight struct's tensor is not in the map it is loaded from.
+    #[error("no tensor named `{name}` to load")]
+    MissingTensor {
+        /// Its full name (prefix included).
+        name: String,
+    },
     /// A call of an unknown tensor fn.
     #[error("unknown tensor fn `{0}`")]
     UnknownFunction(String),

@@ -21,6 +21,7 @@ pub use tensor::Tensor;
 pub mod contract;
 pub mod exec;
 pub mod interp;
+pub mod params;
 pub mod pool;
 
 pub use contract::{bind, Arg};
