@@ -118,13 +118,15 @@ pub enum Family {
     /// §12a gather, with ids valid by construction (an iota or an argmax
     /// over an axis of the table's size).
     Gather,
+    /// §8a top-k values or indices, `k` provably within the axis.
+    TopK,
     /// §17 call of a generated function.
     Call,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 17] = [
+    pub const ALL: [Family; 18] = [
         Family::Unary,
         Family::Cast,
         Family::Binary,
@@ -141,6 +143,7 @@ impl Family {
         Family::Fill,
         Family::Iota,
         Family::Gather,
+        Family::TopK,
         Family::Call,
     ];
 
@@ -163,6 +166,7 @@ impl Family {
             Family::Fill => "fill",
             Family::Iota => "iota",
             Family::Gather => "gather",
+            Family::TopK => "topk",
             Family::Call => "call",
         }
     }
@@ -519,8 +523,36 @@ impl<'a> Body<'a> {
                 Some(self.push(Op::Iota(dt, shape.clone(), axis), dt, shape))
             }
             Family::Gather => self.gather(),
+            Family::TopK => self.topk(),
             Family::Call => self.call(),
         }
+    }
+
+    /// `topk[k, axis] x` with `k` the whole axis, 1 (a non-empty axis) or a
+    /// constant within a constant axis.
+    fn topk(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| v.dt.is_numeric() && !v.shape.is_empty())?;
+        let axis = self.rng.below(x.shape.len());
+        let d = x.shape[axis].clone();
+        let mut ks = vec![d.clone()];
+        if !self.world.may_zero(&d) {
+            ks.push(Dim::c(1));
+        }
+        if let Some(c) = d.as_const().filter(|&c| c >= 1) {
+            ks.push(Dim::c(1 + self.rng.below(c as usize) as i64));
+        }
+        let k = self.rng.pick(&ks);
+        let indices = self.rng.one_in(2);
+        let mut shape = x.shape.clone();
+        shape[axis] = k.clone();
+        let dt = if indices { Dtype::I64 } else { x.dt };
+        let op = Op::TopK {
+            k,
+            axis,
+            indices,
+            x: x.v,
+        };
+        Some(self.push(op, dt, shape))
     }
 
     /// `gather[axis] x, ids` with every id in range by construction: an
@@ -1237,6 +1269,7 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Fill(..) => Family::Fill,
             Op::Iota(..) => Family::Iota,
             Op::Gather { .. } => Family::Gather,
+            Op::TopK { .. } => Family::TopK,
             // A dim value exists only as a call's argument.
             Op::Call(..) | Op::Dim(_) => Family::Call,
         })
@@ -1718,6 +1751,13 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
         } else if is_tolerance_source(&inst.op, ck, o) {
             if ins == Taint::Exact {
                 Taint::Direct
+            } else {
+                Taint::Indirect
+            }
+        } else if let Op::TopK { x, .. } = &inst.op {
+            // Values that may differ may sort differently.
+            if t[x.0 as usize] == Taint::Exact {
+                Taint::Exact
             } else {
                 Taint::Indirect
             }

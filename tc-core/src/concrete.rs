@@ -473,6 +473,25 @@ pub fn gather_ids(
     })
 }
 
+/// §8a top-k: `k ≤ dim(x, axis)`; the axis becomes `k` long; values keep
+/// `x`'s dtype, indices are I64.
+pub fn topk(k: usize, axis: usize, indices: bool, x: Operand) -> Result<Shaped> {
+    axes_ok("topk", &[axis], x.shape.len())?;
+    if x.dtype == Dtype::Bool {
+        return Err(malformed("topk", "bool operand".into()));
+    }
+    let d = x.shape[axis];
+    if k > d {
+        return Err(op_err(
+            "topk",
+            format!("k = {k} exceeds axis {axis} of size {d}"),
+        ));
+    }
+    let mut out = x.shape.to_vec();
+    out[axis] = k;
+    Ok((if indices { Dtype::I64 } else { x.dtype }, out))
+}
+
 /// `fill`: the given dtype and shape.
 pub fn fill(dt: Dtype, shape: &[usize]) -> Result<Shaped> {
     Ok((dt, shape.to_vec()))
@@ -529,6 +548,12 @@ pub fn infer<'a>(
             concat(*axis, &ops)
         }
         Op::Gather { axis, table, ids } => gather(*axis, operand(*table)?, operand(*ids)?),
+        Op::TopK {
+            k,
+            axis,
+            indices,
+            x,
+        } => topk(eval_size(k, sigma, "topk")?, *axis, *indices, operand(*x)?),
         Op::Fill(dt, s, _) => fill(*dt, &eval_shape(s, sigma, "fill")?),
         Op::Iota(dt, s, axis) => iota(*dt, &eval_shape(s, sigma, "iota")?, *axis),
         Op::Call(name, _) => Err(RuleError::Malformed(format!(

@@ -201,6 +201,8 @@ pub mod codes {
     pub const SLICE_BOUNDS: &str = "E0307";
     /// Concat operands disagree (Section 2 §12).
     pub const CONCAT: &str = "E0308";
+    /// A top-k count not provably within its axis (docs/syntax.md §8a).
+    pub const TOPK: &str = "E0309";
     /// A call's arity, unification or `requires` fails (Section 2 §17).
     pub const CALL: &str = "E0401";
     /// Unknown function or variable in a body.
@@ -242,6 +244,7 @@ pub mod codes {
         BROADCAST,
         SLICE_BOUNDS,
         CONCAT,
+        TOPK,
         CALL,
         UNKNOWN_NAME,
         RECURSION,

@@ -448,6 +448,19 @@ pub enum Op {
         /// The indices (I64).
         ids: Value,
     },
+    /// §8a top-k along `axis` (docs/syntax.md "topk"): the `k` greatest
+    /// elements of each lane in descending order (NaN greatest, ties by
+    /// lower index: argmax's order), or their indices (I64) when `indices`.
+    TopK {
+        /// How many (a dim: `0 ≤ k ≤ dim(x, axis)`).
+        k: Dim,
+        /// The axis.
+        axis: usize,
+        /// The indices instead of the values.
+        indices: bool,
+        /// Operand.
+        x: Value,
+    },
     /// A tensor of one repeated scalar (a literal in tensor position).
     Fill(Dtype, Vec<Dim>, Scalar),
     /// Index along `axis` as a value (`iota`), for masks such as a causal one.
@@ -475,7 +488,8 @@ impl Op {
             Op::ScalarBinary { x, .. }
             | Op::Reduce { x, .. }
             | Op::ArgReduce { x, .. }
-            | Op::Slice { x, .. } => {
+            | Op::Slice { x, .. }
+            | Op::TopK { x, .. } => {
                 vec![*x]
             }
             Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
@@ -569,6 +583,15 @@ impl fmt::Display for Op {
                 write!(f, "concat[axis={axis}] {}", xs.join(", "))
             }
             Op::Gather { axis, table, ids } => write!(f, "gather[axis={axis}] {table}, {ids}"),
+            Op::TopK {
+                k,
+                axis,
+                indices,
+                x,
+            } => {
+                let what = if *indices { "topk.indices" } else { "topk" };
+                write!(f, "{what}[k={k}, axis={axis}] {x}")
+            }
             Op::Fill(d, s, v) => write!(f, "fill[{d}; {}] {v}", dims(s)),
             Op::Iota(d, s, a) => write!(f, "iota[{d}; {}, axis={a}]", dims(s)),
             Op::Call(n, xs) => {

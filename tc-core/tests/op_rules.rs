@@ -1330,6 +1330,58 @@ fn concat_rejected() {
     );
 }
 
+// --------------------------------------------------- §8a top-k
+
+fn topk(b: &mut FnBuilder, k: Dim, axis: usize, indices: bool, x: Value) -> Value {
+    b.op(Op::TopK {
+        k,
+        axis,
+        indices,
+        x,
+    })
+}
+
+#[test]
+fn topk_accepted() {
+    // A sampler's top-k over the vocabulary, K ≤ V stated.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, V"));
+    b.requires(Pred::le("K", "V"));
+    let y = topk(&mut b, v("K"), 1, false, x);
+    assert_eq!(accept(b, y, f32s("B, K")), "Tensor[f32; B, K]");
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::BF16, "B, 8"));
+    let y = topk(&mut b, c(3), 1, true, x);
+    assert_eq!(accept(b, y, t(Dtype::I64, "B, 3")), "Tensor[i64; B, 3]");
+}
+
+#[test]
+fn topk_rejected() {
+    // K not known to fit: counterexample.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, V"));
+    let _k = b.param("k", tc_core::Type::Dim(v("K")));
+    let y = topk(&mut b, v("K"), 1, false, x);
+    expect(
+        &reject(&b, y),
+        codes::TOPK,
+        attr(&b, y, 1),
+        "k `K` may exceed the dimension `V` of axis 1",
+        Some("V = 1, K = 2"),
+    );
+    // A constant K past a constant axis.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, 4"));
+    let y = topk(&mut b, c(5), 1, false, x);
+    let d = reject(&b, y);
+    assert_eq!(d.code, codes::TOPK);
+    // Bool operand.
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::Bool, "B, 4"));
+    let y = topk(&mut b, c(1), 1, false, x);
+    assert_eq!(reject(&b, y).code, codes::DTYPE_CLASS);
+}
+
 // --------------------------------------------------- §12a gather
 
 #[test]

@@ -245,6 +245,12 @@ fn hash_op(h: &mut Fp, op: &Op) {
         } => (axis, start, stop, step, x).hash(h),
         Op::Concat(a, xs) => (a, xs).hash(h),
         Op::Gather { axis, table, ids } => (axis, table, ids).hash(h),
+        Op::TopK {
+            k,
+            axis,
+            indices,
+            x,
+        } => (k, axis, indices, x).hash(h),
         Op::Fill(d, s, v) => {
             (d, s).hash(h);
             hash_scalar(h, v);

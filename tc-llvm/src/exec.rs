@@ -61,6 +61,9 @@ pub struct CompiledFn {
     st: Structure,
     vals: Vec<ValInfo>,
     sigma: Sigma,
+    /// σ extended by the body's dim bindings (what host steps evaluate
+    /// their attributes under; generic runs plan their own).
+    sigma_ext: Sigma,
     generic: bool,
     opts: JitOptions,
     kernels: Vec<(KernelFn, KernelShape)>,
@@ -140,6 +143,7 @@ pub fn compile_with<'f>(
         st,
         vals,
         sigma: sigma.clone(),
+        sigma_ext,
         generic,
         opts,
         kernels,
@@ -178,8 +182,8 @@ fn parallel_regions(
                 numel(out).saturating_mul(k) >= 1 << 18
             }
             Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
-            // Block copies on the calling thread.
-            Step::Gather { .. } => false,
+            // Block copies / lane sorts on the calling thread.
+            Step::Gather { .. } | Step::Host { .. } => false,
         })
         .count()
 }
@@ -414,6 +418,7 @@ fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
         } => {
             format!("gather {} by {} -> {}", sh(table), sh(ids), sh(out))
         }
+        Step::Host { out } => format!("host op -> {}", sh(out)),
     }
 }
 
@@ -661,6 +666,10 @@ impl CompiledFn {
                     table,
                     ids,
                 } => run_gather(*out, *axis, *table, *ids, &mut st)?,
+                Step::Host { out } => {
+                    let sigma = sigma_ext.as_ref().unwrap_or(&self.sigma_ext);
+                    self.run_host(*out, sigma, &mut st)?
+                }
                 Step::Call {
                     out,
                     name,
@@ -841,6 +850,43 @@ impl CompiledFn {
         for (m, buf) in members.iter().zip(bufs) {
             owned_bufs[m.0 as usize] = Some(Held::Buf(buf));
         }
+        Ok(())
+    }
+
+    /// A [`Step::Host`]: the op's reference denotation on its operand's
+    /// buffer (copied into a tensor), the result held as a call's is.
+    fn run_host(
+        &self,
+        out: Value,
+        sigma: &Sigma,
+        st: &mut RunState,
+    ) -> Result<(), tc_runtime::Error> {
+        let np = self.func.sig.params.len();
+        let op = &self.func.body[out.0 as usize - np].op;
+        let tc_core::ir::Op::TopK {
+            k,
+            axis,
+            indices,
+            x,
+        } = op
+        else {
+            return Err(tc_runtime::Error::Malformed(format!(
+                "host step for `{op}`"
+            )));
+        };
+        let xv = &st.vals[x.0 as usize];
+        // SAFETY: the operand is materialized (plan::structure forces a
+        // host op's operands) and computed by an earlier step or bound as an
+        // argument, so its pointer is the storage of its planned shape
+        // (checked against σ by `contract::bind_args`, or sized by
+        // `out_buffer` from the same `vals`), alive for this step.
+        let bytes = unsafe { bytes_of(st.ptrs[x.0 as usize], xv.bytes()) };
+        let xt = Tensor::from_raw_slice(xv.dtype, &xv.shape, bytes)?;
+        let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
+        let t = tc_runtime::interp::denote::topk(k, *axis, *indices, &xt)?;
+        check_call_result("topk", &st.vals[out.0 as usize], &t)?;
+        st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
+        st.owned_bufs[out.0 as usize] = Some(Held::T(t));
         Ok(())
     }
 

@@ -148,6 +148,14 @@ pub enum Step {
         /// The I64 ids (a buffer).
         ids: Value,
     },
+    /// An op run on the host by the reference denotation
+    /// (`tc_runtime::interp::denote`): top-k, whose per-lane stable sort is
+    /// not a loop nest over the output. Both backends then agree by
+    /// construction; its operand is a buffer.
+    Host {
+        /// Result (its instruction names the op).
+        out: Value,
+    },
     /// A call of another tensor fn (run through [`crate::call`]).
     Call {
         /// Result.
@@ -370,6 +378,7 @@ pub fn inlinable(op: &Op) -> bool {
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
             | Op::Gather { .. }
+            | Op::TopK { .. }
             | Op::Call(..)
             | Op::Dim(_)
     )
@@ -419,7 +428,7 @@ fn uses(func: &Function) -> Uses {
             }
             // A call's arguments and a gather's operands are read from
             // buffers by host code.
-            if matches!(inst.op, Op::Call(..) | Op::Gather { .. }) {
+            if matches!(inst.op, Op::Call(..) | Op::Gather { .. } | Op::TopK { .. }) {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
                     *f = true;
                 }
@@ -506,6 +515,7 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 table: *table,
                 ids: *ids,
             }),
+            Op::TopK { .. } => steps.push(Step::Host { out }),
             Op::Call(name, args) => steps.push(Step::Call {
                 out,
                 name: name.clone(),
@@ -808,6 +818,8 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Gather { table, .. } => operand_dtype(func, *table),
+        Op::TopK { indices: true, .. } => Dtype::I64,
+        Op::TopK { x, .. } => operand_dtype(func, *x),
         Op::Call(..) => Dtype::F32,
         Op::Dim(_) => Dtype::I64,
     }

@@ -722,3 +722,58 @@ fn strided_slices_every_dtype_specialised_and_generic() {
     }
     assert!(generic.stats().generic_runs > 0, "{:?}", generic.stats());
 }
+
+fn topk_fn(dt: Dtype, k: Dim, axis: usize, indices: bool) -> Function {
+    let mut b = builder("topk");
+    let x = b.param("x", tt(dt, &["A", "B"]));
+    b.requires(tc_core::Pred::ge(Dim::var("B"), Dim::c(3)));
+    let mut out = vec![Dim::var("A"), Dim::var("B")];
+    out[axis] = k.clone();
+    b.returns(Type::tensor(if indices { Dtype::I64 } else { dt }, out));
+    let t = b.op(Op::TopK {
+        k,
+        axis,
+        indices,
+        x,
+    });
+    b.finish(t)
+}
+
+#[test]
+fn topk_values_and_indices_every_numeric_dtype() {
+    let mut rng = Rng(25);
+    for dt in Dtype::ALL.into_iter().filter(|d| d.is_numeric()) {
+        for (k, axis) in [
+            (Dim::c(3), 1),
+            (Dim::var("B"), 1),
+            (Dim::c(1), 0),
+            (Dim::var("A"), 0),
+        ] {
+            for indices in [false, true] {
+                let f = topk_fn(dt, k.clone(), axis, indices);
+                // Ties and specials (NaN, ±0, ±inf) included.
+                let x = random(&mut rng, dt, &[4, 9], true);
+                let args: Vec<Arg> = vec![x.into()];
+                let want = interp(&f, &args).unwrap();
+                let what = format!("topk k={k} axis={axis} indices={indices} at {dt}");
+                assert_bits(&what, &jit(&f, &args, EXACT), &want, false);
+                assert_bits(&what, &jit(&f, &args, DET), &want, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn topk_orders_like_argmax() {
+    // NaN first, then descending, ties by the lower index, −0 = +0.
+    let f = topk_fn(Dtype::F32, Dim::var("B"), 1, true);
+    let x = tc_runtime::Tensor::from_vec(
+        &[1, 7],
+        vec![1.0f32, f32::NAN, -0.0, 3.0, 0.0, 3.0, f32::NEG_INFINITY],
+    )
+    .unwrap();
+    let args: Vec<Arg> = vec![x.into()];
+    let got = jit(&f, &args, EXACT).to_vec::<i64>().unwrap();
+    assert_eq!(got, vec![1, 3, 5, 0, 2, 4, 6]);
+    assert_eq!(interp(&f, &args).unwrap().to_vec::<i64>().unwrap(), got);
+}

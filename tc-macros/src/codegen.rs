@@ -322,6 +322,15 @@ fn op(o: &Op) -> TokenStream {
             let (axis, xs) = (usize_lit(*axis), values(xs));
             quote!(__tc::Op::Concat(#axis, #xs))
         }
+        Op::TopK {
+            k,
+            axis,
+            indices,
+            x,
+        } => {
+            let (k, axis, x) = (dim(k), usize_lit(*axis), value(*x));
+            quote!(__tc::Op::TopK { k: #k, axis: #axis, indices: #indices, x: #x })
+        }
         Op::Gather { axis, table, ids } => {
             let (axis, table, ids) = (usize_lit(*axis), value(*table), value(*ids));
             quote!(__tc::Op::Gather { axis: #axis, table: #table, ids: #ids })

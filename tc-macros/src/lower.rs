@@ -824,6 +824,19 @@ impl Lowerer<'_> {
                 self.push(Op::ArgReduce { max, axis, keepdims, x }, whole, vec![xs], vec![asp])
             }
             "gather" => self.gather_call(name, args, whole),
+            "topk" | "topk_indices" => {
+                if !self.arity(name, args, 3, whole, &format!("{n}(x, K, axis)")) {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let k = self.dim(args[1]);
+                let axis = self.axis(args[2]);
+                let (Some((x, xs)), Some((k, ks)), Some((axis, asp))) = (x, k, axis) else {
+                    return Operand::Poison;
+                };
+                let indices = n == "topk_indices";
+                self.push(Op::TopK { k, axis, indices, x }, whole, vec![xs], vec![asp, ks])
+            }
             "full" | "iota" => self.creation_call(n, name, generics, args, whole),
             "dim" => self.fail(err_at(
                 whole,

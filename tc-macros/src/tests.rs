@@ -200,6 +200,7 @@ const VOCAB: &[&str] = &[
     "slice",
     "concat",
     "gather",
+    "topk",
     "transpose",
     "select",
     "full",

@@ -727,6 +727,15 @@ impl<'a, 'f> Machine<'a, 'f> {
             Op::Gather { axis, table, ids } => {
                 denote::gather(*axis, self.tensor(*table)?, self.tensor(*ids)?)?
             }
+            Op::TopK {
+                k,
+                axis,
+                indices,
+                x,
+            } => {
+                let k = concrete::eval_size(k, &self.sigma, "topk")?;
+                denote::topk(k, *axis, *indices, self.tensor(*x)?)?
+            }
             Op::Fill(dt, s, v) => {
                 let shape = concrete::eval_shape(s, &self.sigma, "fill")?;
                 denote::fill(*dt, &shape, self.scalar(v, *dt)?)?
@@ -1495,6 +1504,59 @@ pub mod denote {
             table
                 .get(ravel(&src, &st))
                 .ok_or_else(|| malformed("gather", "read past the table".into()))
+        })
+    }
+
+    /// §8a top-k: each lane along `axis` ordered by argmax's order (NaN
+    /// above every number, −0 = +0, ties keep the lower index: a stable
+    /// sort on "strictly better"), its first `k` values or their indices.
+    /// The JIT runs this same function (a host step), so both backends
+    /// agree by construction.
+    pub fn topk(k: usize, axis: usize, indices: bool, x: &Tensor) -> Result<Tensor> {
+        let (dt, out_shape) = rule::topk(k, axis, indices, opd(x))?;
+        let shape = x.shape();
+        let n = shape[axis];
+        let xs = x.try_to_elems()?;
+        let st = strides(shape);
+        let mut src = vec![0usize; shape.len()];
+        // One stable sort per lane, done when the lane is first reached.
+        let lane_shape: Vec<usize> = (0..shape.len())
+            .filter(|&i| i != axis)
+            .map(|i| shape[i])
+            .collect();
+        let lst = strides(&lane_shape);
+        let lanes = if n == 0 { 0 } else { xs.len() / n };
+        let mut orders: Vec<Option<Vec<usize>>> = vec![None; lanes];
+        tabulate("topk", dt, &out_shape, |o| {
+            src.copy_from_slice(o);
+            src[axis] = 0;
+            let lane_idx: Vec<usize> = (0..o.len()).filter(|&i| i != axis).map(|i| o[i]).collect();
+            let id = ravel(&lane_idx, &lst);
+            let base = ravel(&src, &st);
+            let step = st[axis];
+            let order = orders
+                .get_mut(id)
+                .ok_or_else(|| malformed("topk", "lane out of range".into()))?
+                .get_or_insert_with(|| {
+                    let at = |d: usize| xs[base + d * step];
+                    let mut lane: Vec<usize> = (0..n).collect();
+                    lane.sort_by(|&a, &b| {
+                        if arg_better(true, at(a), at(b)) {
+                            std::cmp::Ordering::Less
+                        } else if arg_better(true, at(b), at(a)) {
+                            std::cmp::Ordering::Greater
+                        } else {
+                            std::cmp::Ordering::Equal
+                        }
+                    });
+                    lane
+                });
+            let d = order[o[axis]];
+            Ok(if indices {
+                Elem::I(d as i64)
+            } else {
+                xs[base + d * step]
+            })
         })
     }
 

@@ -201,6 +201,9 @@ impl Checker<'_> {
             } => self.slice(*axis, (start, stop, *step), inst, &operands),
             Op::Concat(axis, _) => self.concat(*axis, inst, &operands),
             Op::Gather { axis, .. } => self.gather(*axis, inst, &operands),
+            Op::TopK {
+                k, axis, indices, ..
+            } => self.topk((k, *axis, *indices), inst, &operands),
             Op::Fill(dt, shape, s) => {
                 let mut ok = true;
                 for (i, d) in shape.iter().enumerate() {

@@ -302,6 +302,7 @@ impl<'a> Gen<'a> {
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
             | Op::Gather { .. }
+            | Op::TopK { .. }
             | Op::Call(..)
             | Op::Dim(_) => {
                 // Always materialized (a dim value is read by calls only,
