@@ -120,13 +120,15 @@ pub enum Family {
     Gather,
     /// §8a top-k values or indices, `k` provably within the axis.
     TopK,
+    /// §8b running sum.
+    CumSum,
     /// §17 call of a generated function.
     Call,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 18] = [
+    pub const ALL: [Family; 19] = [
         Family::Unary,
         Family::Cast,
         Family::Binary,
@@ -144,6 +146,7 @@ impl Family {
         Family::Iota,
         Family::Gather,
         Family::TopK,
+        Family::CumSum,
         Family::Call,
     ];
 
@@ -167,6 +170,7 @@ impl Family {
             Family::Iota => "iota",
             Family::Gather => "gather",
             Family::TopK => "topk",
+            Family::CumSum => "cumsum",
             Family::Call => "call",
         }
     }
@@ -524,6 +528,11 @@ impl<'a> Body<'a> {
             }
             Family::Gather => self.gather(),
             Family::TopK => self.topk(),
+            Family::CumSum => {
+                let x = self.pick_val(|v| v.dt.is_numeric() && !v.shape.is_empty())?;
+                let axis = self.rng.below(x.shape.len());
+                Some(self.push(Op::CumSum { axis, x: x.v }, x.dt, x.shape))
+            }
             Family::Call => self.call(),
         }
     }
@@ -1292,6 +1301,7 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Iota(..) => Family::Iota,
             Op::Gather { .. } => Family::Gather,
             Op::TopK { .. } => Family::TopK,
+            Op::CumSum { .. } => Family::CumSum,
             // A dim value exists only as a call's argument.
             Op::Call(..) | Op::Dim(_) => Family::Call,
         })
@@ -1776,7 +1786,7 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
             } else {
                 Taint::Indirect
             }
-        } else if let Op::TopK { x, .. } = &inst.op {
+        } else if let Op::TopK { x, .. } | Op::CumSum { x, .. } = &inst.op {
             // Values that may differ may sort differently.
             if t[x.0 as usize] == Taint::Exact {
                 Taint::Exact

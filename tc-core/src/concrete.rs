@@ -492,6 +492,15 @@ pub fn topk(k: usize, axis: usize, indices: bool, x: Operand) -> Result<Shaped> 
     Ok((if indices { Dtype::I64 } else { x.dtype }, out))
 }
 
+/// §8b cumsum: a numeric operand and a valid axis; same dtype and shape.
+pub fn cumsum(axis: usize, x: Operand) -> Result<Shaped> {
+    axes_ok("cumsum", &[axis], x.shape.len())?;
+    if !x.dtype.is_numeric() {
+        return Err(malformed("cumsum", format!("{} operand", x.dtype)));
+    }
+    Ok((x.dtype, x.shape.to_vec()))
+}
+
 /// `fill`: the given dtype and shape.
 pub fn fill(dt: Dtype, shape: &[usize]) -> Result<Shaped> {
     Ok((dt, shape.to_vec()))
@@ -554,6 +563,7 @@ pub fn infer<'a>(
             indices,
             x,
         } => topk(eval_size(k, sigma, "topk")?, *axis, *indices, operand(*x)?),
+        Op::CumSum { axis, x } => cumsum(*axis, operand(*x)?),
         Op::Fill(dt, s, _) => fill(*dt, &eval_shape(s, sigma, "fill")?),
         Op::Iota(dt, s, axis) => iota(*dt, &eval_shape(s, sigma, "iota")?, *axis),
         Op::Call(name, _) => Err(RuleError::Malformed(format!(

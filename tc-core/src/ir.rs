@@ -461,6 +461,14 @@ pub enum Op {
         /// Operand.
         x: Value,
     },
+    /// §8b running sum along `axis` (docs/syntax.md "cumsum"): each
+    /// element is the `sum` of its lane's prefix up to it.
+    CumSum {
+        /// The axis.
+        axis: usize,
+        /// Operand.
+        x: Value,
+    },
     /// A tensor of one repeated scalar (a literal in tensor position).
     Fill(Dtype, Vec<Dim>, Scalar),
     /// Index along `axis` as a value (`iota`), for masks such as a causal one.
@@ -489,7 +497,8 @@ impl Op {
             | Op::Reduce { x, .. }
             | Op::ArgReduce { x, .. }
             | Op::Slice { x, .. }
-            | Op::TopK { x, .. } => {
+            | Op::TopK { x, .. }
+            | Op::CumSum { x, .. } => {
                 vec![*x]
             }
             Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
@@ -592,6 +601,7 @@ impl fmt::Display for Op {
                 let what = if *indices { "topk.indices" } else { "topk" };
                 write!(f, "{what}[k={k}, axis={axis}] {x}")
             }
+            Op::CumSum { axis, x } => write!(f, "cumsum[axis={axis}] {x}"),
             Op::Fill(d, s, v) => write!(f, "fill[{d}; {}] {v}", dims(s)),
             Op::Iota(d, s, a) => write!(f, "iota[{d}; {}, axis={a}]", dims(s)),
             Op::Call(n, xs) => {

@@ -1382,6 +1382,22 @@ fn topk_rejected() {
     assert_eq!(reject(&b, y).code, codes::DTYPE_CLASS);
 }
 
+#[test]
+fn cumsum_rule() {
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::I16, "B, S"));
+    let y = b.op(Op::CumSum { axis: 1, x });
+    assert_eq!(accept(b, y, t(Dtype::I16, "B, S")), "Tensor[i16; B, S]");
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::Bool, "B, S"));
+    let y = b.op(Op::CumSum { axis: 1, x });
+    assert_eq!(reject(&b, y).code, codes::DTYPE_CLASS);
+    let mut b = fb();
+    let x = b.param("x", f32s("B, S"));
+    let y = b.op(Op::CumSum { axis: 2, x });
+    assert_eq!(reject(&b, y).code, codes::AXIS);
+}
+
 // --------------------------------------------------- §12a gather
 
 #[test]

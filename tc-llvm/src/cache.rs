@@ -251,6 +251,7 @@ fn hash_op(h: &mut Fp, op: &Op) {
             indices,
             x,
         } => (k, axis, indices, x).hash(h),
+        Op::CumSum { axis, x } => (axis, x).hash(h),
         Op::Fill(d, s, v) => {
             (d, s).hash(h);
             hash_scalar(h, v);

@@ -861,15 +861,10 @@ impl CompiledFn {
         sigma: &Sigma,
         st: &mut RunState,
     ) -> Result<(), tc_runtime::Error> {
+        use tc_core::ir::Op;
         let np = self.func.sig.params.len();
         let op = &self.func.body[out.0 as usize - np].op;
-        let tc_core::ir::Op::TopK {
-            k,
-            axis,
-            indices,
-            x,
-        } = op
-        else {
+        let (Op::TopK { x, .. } | Op::CumSum { x, .. }) = op else {
             return Err(tc_runtime::Error::Malformed(format!(
                 "host step for `{op}`"
             )));
@@ -882,9 +877,21 @@ impl CompiledFn {
         // `out_buffer` from the same `vals`), alive for this step.
         let bytes = unsafe { bytes_of(st.ptrs[x.0 as usize], xv.bytes()) };
         let xt = Tensor::from_raw_slice(xv.dtype, &xv.shape, bytes)?;
-        let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
-        let t = tc_runtime::interp::denote::topk(k, *axis, *indices, &xt)?;
-        check_call_result("topk", &st.vals[out.0 as usize], &t)?;
+        let t = match op {
+            Op::TopK {
+                k, axis, indices, ..
+            } => {
+                let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
+                tc_runtime::interp::denote::topk(k, *axis, *indices, &xt)?
+            }
+            Op::CumSum { axis, .. } => tc_runtime::interp::denote::cumsum(*axis, &xt)?,
+            _ => {
+                return Err(tc_runtime::Error::Malformed(format!(
+                    "host step for `{op}`"
+                )))
+            }
+        };
+        check_call_result("host op", &st.vals[out.0 as usize], &t)?;
         st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
         st.owned_bufs[out.0 as usize] = Some(Held::T(t));
         Ok(())

@@ -150,7 +150,8 @@ pub enum Step {
     },
     /// An op run on the host by the reference denotation
     /// (`tc_runtime::interp::denote`): top-k, whose per-lane stable sort is
-    /// not a loop nest over the output. Both backends then agree by
+    /// not a loop nest over the output, and cumsum, a sequential scan whose
+    /// order fixes its float rounding. Both backends then agree by
     /// construction; its operand is a buffer.
     Host {
         /// Result (its instruction names the op).
@@ -379,6 +380,7 @@ pub fn inlinable(op: &Op) -> bool {
             | Op::ArgReduce { .. }
             | Op::Gather { .. }
             | Op::TopK { .. }
+            | Op::CumSum { .. }
             | Op::Call(..)
             | Op::Dim(_)
     )
@@ -428,7 +430,10 @@ fn uses(func: &Function) -> Uses {
             }
             // A call's arguments and a gather's operands are read from
             // buffers by host code.
-            if matches!(inst.op, Op::Call(..) | Op::Gather { .. } | Op::TopK { .. }) {
+            if matches!(
+                inst.op,
+                Op::Call(..) | Op::Gather { .. } | Op::TopK { .. } | Op::CumSum { .. }
+            ) {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
                     *f = true;
                 }
@@ -515,7 +520,7 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 table: *table,
                 ids: *ids,
             }),
-            Op::TopK { .. } => steps.push(Step::Host { out }),
+            Op::TopK { .. } | Op::CumSum { .. } => steps.push(Step::Host { out }),
             Op::Call(name, args) => steps.push(Step::Call {
                 out,
                 name: name.clone(),
@@ -819,7 +824,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Gather { table, .. } => operand_dtype(func, *table),
         Op::TopK { indices: true, .. } => Dtype::I64,
-        Op::TopK { x, .. } => operand_dtype(func, *x),
+        Op::TopK { x, .. } | Op::CumSum { x, .. } => operand_dtype(func, *x),
         Op::Call(..) => Dtype::F32,
         Op::Dim(_) => Dtype::I64,
     }

@@ -777,3 +777,44 @@ fn topk_orders_like_argmax() {
     assert_eq!(got, vec![1, 3, 5, 0, 2, 4, 6]);
     assert_eq!(interp(&f, &args).unwrap().to_vec::<i64>().unwrap(), got);
 }
+
+#[test]
+fn cumsum_every_numeric_dtype() {
+    let mut rng = Rng(26);
+    for dt in Dtype::ALL.into_iter().filter(|d| d.is_numeric()) {
+        for axis in [0, 1] {
+            let mut b = builder("cumsum");
+            let x = b.param("x", tt(dt, &["A", "B"]));
+            b.returns(tt(dt, &["A", "B"]));
+            let c = b.op(Op::CumSum { axis, x });
+            // A fused consumer reads the host step's result.
+            let r = b.op(Op::Binary(BinaryOp::Add, c, x));
+            let f = b.finish(r);
+            let args: Vec<Arg> = vec![random(&mut rng, dt, &[5, 7], true).into()];
+            let want = interp(&f, &args).unwrap();
+            for opts in [EXACT, DET] {
+                assert_bits(
+                    &format!("cumsum axis {axis} at {dt}"),
+                    &jit(&f, &args, opts),
+                    &want,
+                    false,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cumsum_is_the_prefix_sum_in_order() {
+    let mut b = builder("cumsum");
+    let x = b.param("x", tt(Dtype::I8, &["N"]));
+    b.returns(tt(Dtype::I8, &["N"]));
+    let c = b.op(Op::CumSum { axis: 0, x });
+    let f = b.finish(c);
+    // i8 wraps: 100 + 100 = -56.
+    let x = tc_runtime::Tensor::from_vec(&[4], vec![100i8, 100, -1, 1]).unwrap();
+    let args: Vec<Arg> = vec![x.into()];
+    let got = jit(&f, &args, EXACT).to_vec::<i8>().unwrap();
+    assert_eq!(got, vec![100, -56, -57, -56]);
+    assert_eq!(interp(&f, &args).unwrap().to_vec::<i8>().unwrap(), got);
+}

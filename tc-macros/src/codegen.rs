@@ -331,6 +331,10 @@ fn op(o: &Op) -> TokenStream {
             let (k, axis, x) = (dim(k), usize_lit(*axis), value(*x));
             quote!(__tc::Op::TopK { k: #k, axis: #axis, indices: #indices, x: #x })
         }
+        Op::CumSum { axis, x } => {
+            let (axis, x) = (usize_lit(*axis), value(*x));
+            quote!(__tc::Op::CumSum { axis: #axis, x: #x })
+        }
         Op::Gather { axis, table, ids } => {
             let (axis, table, ids) = (usize_lit(*axis), value(*table), value(*ids));
             quote!(__tc::Op::Gather { axis: #axis, table: #table, ids: #ids })

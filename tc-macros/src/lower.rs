@@ -824,6 +824,17 @@ impl Lowerer<'_> {
                 self.push(Op::ArgReduce { max, axis, keepdims, x }, whole, vec![xs], vec![asp])
             }
             "gather" => self.gather_call(name, args, whole),
+            "cumsum" => {
+                if !self.arity(name, args, 2, whole, "cumsum(x, axis)") {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let axis = self.axis(args[1]);
+                let (Some((x, xs)), Some((axis, asp))) = (x, axis) else {
+                    return Operand::Poison;
+                };
+                self.push(Op::CumSum { axis, x }, whole, vec![xs], vec![asp])
+            }
             "topk" | "topk_indices" => {
                 if !self.arity(name, args, 3, whole, &format!("{n}(x, K, axis)")) {
                     return Operand::Poison;

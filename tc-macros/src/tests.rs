@@ -201,6 +201,7 @@ const VOCAB: &[&str] = &[
     "concat",
     "gather",
     "topk",
+    "cumsum",
     "transpose",
     "select",
     "full",

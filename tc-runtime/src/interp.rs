@@ -736,6 +736,7 @@ impl<'a, 'f> Machine<'a, 'f> {
                 let k = concrete::eval_size(k, &self.sigma, "topk")?;
                 denote::topk(k, *axis, *indices, self.tensor(*x)?)?
             }
+            Op::CumSum { axis, x } => denote::cumsum(*axis, self.tensor(*x)?)?,
             Op::Fill(dt, s, v) => {
                 let shape = concrete::eval_shape(s, &self.sigma, "fill")?;
                 denote::fill(*dt, &shape, self.scalar(v, *dt)?)?
@@ -1558,6 +1559,42 @@ pub mod denote {
                 xs[base + d * step]
             })
         })
+    }
+
+    /// §8b cumsum: element j of a lane is the `sum` reduction (§5.5) of
+    /// the lane's elements 0..=j, accumulated in order: f32 for floats
+    /// (then rounded to `dt`, a NaN made canonical), wrapping i64 for ints
+    /// (then wrapped to `dt`). The JIT runs this same function (a host
+    /// step).
+    pub fn cumsum(axis: usize, x: &Tensor) -> Result<Tensor> {
+        let (dt, shape) = rule::cumsum(axis, opd(x))?;
+        let xs = x.try_to_elems()?;
+        let st = strides(&shape);
+        let step = st[axis];
+        let n = shape[axis];
+        let mut out = xs.clone();
+        // Every lane start: index 0 along `axis`.
+        for base in 0..xs.len() {
+            if (base / step) % n.max(1) != 0 {
+                continue;
+            }
+            let (mut f, mut i) = (0f32, 0i64);
+            for j in 0..n {
+                let at = base + j * step;
+                out[at] = match xs[at] {
+                    Elem::F(v) => {
+                        f += v;
+                        fl(dt, reduced_nan(f))
+                    }
+                    Elem::I(v) => {
+                        i = i.wrapping_add(v);
+                        int(dt, i)
+                    }
+                    e => e,
+                };
+            }
+        }
+        Tensor::from_values(dt, &shape, &out)
     }
 
     /// A tensor of one repeated value (already in `dt`'s value set).

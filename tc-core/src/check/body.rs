@@ -204,6 +204,7 @@ impl Checker<'_> {
             Op::TopK {
                 k, axis, indices, ..
             } => self.topk((k, *axis, *indices), inst, &operands),
+            Op::CumSum { axis, .. } => self.cumsum_op(*axis, inst, &operands),
             Op::Fill(dt, shape, s) => {
                 let mut ok = true;
                 for (i, d) in shape.iter().enumerate() {

@@ -53,6 +53,7 @@ const R_SLICE: &str = "slice (Section 2 §12)";
 const R_CONCAT: &str = "concat (Section 2 §12)";
 const R_GATHER: &str = "gather (Section 2 §12a, docs/syntax.md)";
 const R_TOPK: &str = "topk (Section 2 §8a, docs/syntax.md)";
+const R_CUMSUM: &str = "cumsum (Section 2 §8b, docs/syntax.md)";
 const R_CALL: &str = "call (Section 2 §17)";
 const R_LITERAL: &str = "literal (Section 2 §4)";
 const R_BIND: &str = "dim binding (Section 1 §6)";

@@ -10,7 +10,7 @@ use crate::pred::Pred;
 use crate::types::{TensorType, Type};
 
 use super::diags::class_diag;
-use super::{Checker, R_ARG, R_REDUCE};
+use super::{Checker, R_ARG, R_CUMSUM, R_REDUCE};
 
 impl Checker<'_> {
     /// §8 reduce: an admissible dtype, valid distinct axes, and a non-empty
@@ -61,6 +61,25 @@ impl Checker<'_> {
         self.axes_ok(&[axis], t.rank(), inst, R_ARG)?;
         self.nonempty_axis(&t.shape[axis], axis, inst, R_ARG, name)?;
         Some(Type::Tensor(reduced(&t, &[axis], keepdims, Dtype::I64)))
+    }
+
+    /// §8b cumsum: a numeric operand and a valid axis; the type is the
+    /// operand's (an empty axis is an empty result, nothing to prove).
+    pub(super) fn cumsum_op(
+        &mut self,
+        axis: usize,
+        inst: &Inst,
+        operands: &[Type],
+    ) -> Option<Type> {
+        let t = self.tensor_arg(&operands[0], inst, 0, R_CUMSUM)?;
+        if !t.dtype.is_numeric() {
+            self.err(class_diag(
+                R_CUMSUM, inst.span, "cumsum", "numeric", t.dtype,
+            ));
+            return None;
+        }
+        self.axes_ok(&[axis], t.rank(), inst, R_CUMSUM)?;
+        Some(Type::Tensor(t))
     }
 
     pub(super) fn axes_ok(

@@ -303,6 +303,7 @@ impl<'a> Gen<'a> {
             | Op::ArgReduce { .. }
             | Op::Gather { .. }
             | Op::TopK { .. }
+            | Op::CumSum { .. }
             | Op::Call(..)
             | Op::Dim(_) => {
                 // Always materialized (a dim value is read by calls only,

@@ -54,7 +54,11 @@ impl<'a> Gen<'a> {
             | Op::Slice { .. }
             | Op::Concat(..)
             | Op::Iota(..) => false,
-            Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Gather { .. } | Op::TopK { .. } => false,
+            Op::Reduce { .. }
+            | Op::ArgReduce { .. }
+            | Op::Gather { .. }
+            | Op::TopK { .. }
+            | Op::CumSum { .. } => false,
             _ => op.operands().iter().all(|o| self.is_flat(*o, false)),
         }
     }
