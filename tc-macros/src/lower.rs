@@ -657,6 +657,48 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `topk(x, K, axis)`, `topk_indices(x, K, axis)`, `cumsum(x, axis)`:
+    /// the ops that look along a whole lane.
+    fn scan_call(&mut self, n: &str, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        match n {
+            "cumsum" => {
+                if !self.arity(name, args, 2, whole, "cumsum(x, axis)") {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let axis = self.axis(args[1]);
+                let (Some((x, xs)), Some((axis, asp))) = (x, axis) else {
+                    return Operand::Poison;
+                };
+                self.push(Op::CumSum { axis, x }, whole, vec![xs], vec![asp])
+            }
+            "topk" | "topk_indices" => {
+                if !self.arity(name, args, 3, whole, &format!("{n}(x, K, axis)")) {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let k = self.dim(args[1]);
+                let axis = self.axis(args[2]);
+                let (Some((x, xs)), Some((k, ks)), Some((axis, asp))) = (x, k, axis) else {
+                    return Operand::Poison;
+                };
+                let indices = n == "topk_indices";
+                self.push(
+                    Op::TopK {
+                        k,
+                        axis,
+                        indices,
+                        x,
+                    },
+                    whole,
+                    vec![xs],
+                    vec![asp, ks],
+                )
+            }
+            _ => Operand::Poison,
+        }
+    }
+
     /// `slice(x, axis, start, stop)` or, strided, `slice(x, axis, start,
     /// stop, step)` with `step` an integer literal.
     fn slice_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
@@ -824,30 +866,7 @@ impl Lowerer<'_> {
                 self.push(Op::ArgReduce { max, axis, keepdims, x }, whole, vec![xs], vec![asp])
             }
             "gather" => self.gather_call(name, args, whole),
-            "cumsum" => {
-                if !self.arity(name, args, 2, whole, "cumsum(x, axis)") {
-                    return Operand::Poison;
-                }
-                let x = self.tensor(args[0]);
-                let axis = self.axis(args[1]);
-                let (Some((x, xs)), Some((axis, asp))) = (x, axis) else {
-                    return Operand::Poison;
-                };
-                self.push(Op::CumSum { axis, x }, whole, vec![xs], vec![asp])
-            }
-            "topk" | "topk_indices" => {
-                if !self.arity(name, args, 3, whole, &format!("{n}(x, K, axis)")) {
-                    return Operand::Poison;
-                }
-                let x = self.tensor(args[0]);
-                let k = self.dim(args[1]);
-                let axis = self.axis(args[2]);
-                let (Some((x, xs)), Some((k, ks)), Some((axis, asp))) = (x, k, axis) else {
-                    return Operand::Poison;
-                };
-                let indices = n == "topk_indices";
-                self.push(Op::TopK { k, axis, indices, x }, whole, vec![xs], vec![asp, ks])
-            }
+            "topk" | "topk_indices" | "cumsum" => self.scan_call(n, name, args, whole),
             "full" | "iota" => self.creation_call(n, name, generics, args, whole),
             "dim" => self.fail(err_at(
                 whole,
