@@ -1,5 +1,5 @@
 //! From LLVM IR text to callable machine code: the host target machine, the
-//! O3 pipeline, object code, and linking it into the process ([`crate::orc`]),
+//! O3 pipeline, object code, and linking it into the process (`orc.rs`),
 //! through the persistent cache ([`crate::disk`]) when one is configured.
 //!
 //! Kernels are generated as textual LLVM IR (see [`crate::codegen`]) and
@@ -88,7 +88,7 @@ pub fn optimised_ir(ir: &str) -> Result<String, Error> {
 
 /// A JIT-compiled module: its machine code lives as long as this value.
 ///
-/// The code is linked by its own ORC instance ([`crate::orc`]), dropped with
+/// The code is linked by its own ORC instance (`orc.rs`), dropped with
 /// it. Only the exported functions' addresses leave it.
 pub struct JitModule {
     _loader: Loader,
