@@ -122,13 +122,15 @@ pub enum Family {
     TopK,
     /// §8b running sum.
     CumSum,
+    /// §12b constant padding.
+    Pad,
     /// §17 call of a generated function.
     Call,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 19] = [
+    pub const ALL: [Family; 20] = [
         Family::Unary,
         Family::Cast,
         Family::Binary,
@@ -147,6 +149,7 @@ impl Family {
         Family::Gather,
         Family::TopK,
         Family::CumSum,
+        Family::Pad,
         Family::Call,
     ];
 
@@ -171,6 +174,7 @@ impl Family {
             Family::Gather => "gather",
             Family::TopK => "topk",
             Family::CumSum => "cumsum",
+            Family::Pad => "pad",
             Family::Call => "call",
         }
     }
@@ -528,6 +532,23 @@ impl<'a> Body<'a> {
             }
             Family::Gather => self.gather(),
             Family::TopK => self.topk(),
+            Family::Pad => {
+                let x = self.pick_val(|v| !v.shape.is_empty())?;
+                let axis = self.rng.below(x.shape.len());
+                let widths = [Dim::c(0), Dim::c(1), Dim::c(3), self.pool_dim()];
+                let (before, after) = (self.rng.pick(&widths), self.rng.pick(&widths));
+                let mut shape = x.shape.clone();
+                shape[axis] = before.clone() + x.shape[axis].clone() + after.clone();
+                let value = self.scalar_for(x.dt);
+                let op = Op::Pad {
+                    axis,
+                    before,
+                    after,
+                    value,
+                    x: x.v,
+                };
+                Some(self.push(op, x.dt, shape))
+            }
             Family::CumSum => {
                 let x = self.pick_val(|v| v.dt.is_numeric() && !v.shape.is_empty())?;
                 let axis = self.rng.below(x.shape.len());
@@ -1302,6 +1323,7 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Gather { .. } => Family::Gather,
             Op::TopK { .. } => Family::TopK,
             Op::CumSum { .. } => Family::CumSum,
+            Op::Pad { .. } => Family::Pad,
             // A dim value exists only as a call's argument.
             Op::Call(..) | Op::Dim(_) => Family::Call,
         })
@@ -1771,7 +1793,8 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
             | Op::Reshape(..)
             | Op::Broadcast(..)
             | Op::Slice { .. }
-            | Op::Concat(..) => true,
+            | Op::Concat(..)
+            | Op::Pad { .. } => true,
             Op::Cast(d, _) => d.is_float(),
             _ => false,
         };

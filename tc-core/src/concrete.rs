@@ -501,6 +501,27 @@ pub fn cumsum(axis: usize, x: Operand) -> Result<Shaped> {
     Ok((x.dtype, x.shape.to_vec()))
 }
 
+/// §12b pad: `before`, `after` ≥ 0 under σ; the axis becomes
+/// `before + d + after` (within i64, what σ and the kernels' indices hold).
+pub fn pad(axis: usize, before: i64, after: i64, x: Operand) -> Result<Shaped> {
+    axes_ok("pad", &[axis], x.shape.len())?;
+    let d = i64::try_from(x.shape[axis]).unwrap_or(i64::MAX);
+    if before < 0 || after < 0 {
+        return Err(op_err(
+            "pad",
+            format!("padding {before}, {after} on axis {axis} is negative"),
+        ));
+    }
+    let total = before
+        .checked_add(d)
+        .and_then(|t| t.checked_add(after))
+        .ok_or_else(|| op_err("pad", "the padded dimension overflows".into()))?;
+    let mut out = x.shape.to_vec();
+    // 0 ≤ total ≤ i64::MAX.
+    out[axis] = total as usize;
+    Ok((x.dtype, out))
+}
+
 /// `fill`: the given dtype and shape.
 pub fn fill(dt: Dtype, shape: &[usize]) -> Result<Shaped> {
     Ok((dt, shape.to_vec()))
@@ -564,6 +585,18 @@ pub fn infer<'a>(
             x,
         } => topk(eval_size(k, sigma, "topk")?, *axis, *indices, operand(*x)?),
         Op::CumSum { axis, x } => cumsum(*axis, operand(*x)?),
+        Op::Pad {
+            axis,
+            before,
+            after,
+            x,
+            ..
+        } => pad(
+            *axis,
+            eval_signed(before, sigma, "pad before")?,
+            eval_signed(after, sigma, "pad after")?,
+            operand(*x)?,
+        ),
         Op::Fill(dt, s, _) => fill(*dt, &eval_shape(s, sigma, "fill")?),
         Op::Iota(dt, s, axis) => iota(*dt, &eval_shape(s, sigma, "iota")?, *axis),
         Op::Call(name, _) => Err(RuleError::Malformed(format!(

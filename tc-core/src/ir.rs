@@ -436,6 +436,20 @@ pub enum Op {
     },
     /// §12 concat (k ≥ 2).
     Concat(usize, Vec<Value>),
+    /// §12b constant padding along `axis` (docs/syntax.md "pad"): `before`
+    /// and `after` elements of `value` around the operand.
+    Pad {
+        /// The axis.
+        axis: usize,
+        /// Elements added in front (a dim, proven ≥ 0).
+        before: Dim,
+        /// Elements added behind (a dim, proven ≥ 0).
+        after: Dim,
+        /// The fill value, in the operand's dtype.
+        value: Scalar,
+        /// Operand.
+        x: Value,
+    },
     /// §12a gather along `axis` (docs/syntax.md "gather"): the result is
     /// `table`'s shape with axis `axis` replaced by `ids`' shape, and
     /// `out[p…, j…, q…] = table[p…, ids[j…], q…]`. `ids` is I64; an id
@@ -498,7 +512,8 @@ impl Op {
             | Op::ArgReduce { x, .. }
             | Op::Slice { x, .. }
             | Op::TopK { x, .. }
-            | Op::CumSum { x, .. } => {
+            | Op::CumSum { x, .. }
+            | Op::Pad { x, .. } => {
                 vec![*x]
             }
             Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
@@ -516,7 +531,11 @@ impl Op {
                 s: Scalar::Param(i),
                 ..
             }
-            | Op::Fill(_, _, Scalar::Param(i)) => vec![*i],
+            | Op::Fill(_, _, Scalar::Param(i))
+            | Op::Pad {
+                value: Scalar::Param(i),
+                ..
+            } => vec![*i],
             _ => vec![],
         }
     }
@@ -602,6 +621,13 @@ impl fmt::Display for Op {
                 write!(f, "{what}[k={k}, axis={axis}] {x}")
             }
             Op::CumSum { axis, x } => write!(f, "cumsum[axis={axis}] {x}"),
+            Op::Pad {
+                axis,
+                before,
+                after,
+                value,
+                x,
+            } => write!(f, "pad[axis={axis}, {before}, {after}, {value}] {x}"),
             Op::Fill(d, s, v) => write!(f, "fill[{d}; {}] {v}", dims(s)),
             Op::Iota(d, s, a) => write!(f, "iota[{d}; {}, axis={a}]", dims(s)),
             Op::Call(n, xs) => {

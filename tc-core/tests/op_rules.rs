@@ -1398,6 +1398,40 @@ fn cumsum_rule() {
     assert_eq!(reject(&b, y).code, codes::AXIS);
 }
 
+#[test]
+fn pad_rule() {
+    let pad = |b: &mut FnBuilder, before: Dim, after: Dim, value: Scalar, x: Value| {
+        b.op(Op::Pad {
+            axis: 1,
+            before,
+            after,
+            value,
+            x,
+        })
+    };
+    let mut b = fb();
+    let x = b.param("x", f32s("B, S"));
+    let y = pad(&mut b, c(1), v("P"), Scalar::Float(0.0), x);
+    let out = td(Dtype::F32, vec![v("B"), v("S") + v("P") + 1]);
+    assert_eq!(accept(b, y, out), "Tensor[f32; B, P + S + 1]");
+    // A width that may be negative, with its counterexample.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, S"));
+    let y = pad(&mut b, v("S") - 2, c(0), Scalar::Float(0.0), x);
+    expect(
+        &reject(&b, y),
+        codes::SLICE_BOUNDS,
+        attr(&b, y, 1),
+        "the padding before `S - 2` may be negative",
+        Some("S = 1"),
+    );
+    // The value's class must be the tensor's.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, S"));
+    let y = pad(&mut b, c(1), c(1), Scalar::Int(0), x);
+    assert_eq!(reject(&b, y).code, codes::DTYPE_MISMATCH);
+}
+
 // --------------------------------------------------- §12a gather
 
 #[test]

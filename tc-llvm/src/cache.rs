@@ -252,6 +252,16 @@ fn hash_op(h: &mut Fp, op: &Op) {
             x,
         } => (k, axis, indices, x).hash(h),
         Op::CumSum { axis, x } => (axis, x).hash(h),
+        Op::Pad {
+            axis,
+            before,
+            after,
+            value,
+            x,
+        } => {
+            (axis, before, after, x).hash(h);
+            hash_scalar(h, value);
+        }
         Op::Fill(d, s, v) => {
             (d, s).hash(h);
             hash_scalar(h, v);

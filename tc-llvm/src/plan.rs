@@ -397,7 +397,7 @@ fn own_cost(op: &Op) -> u32 {
         },
         Op::Binary(..) | Op::ScalarBinary { .. } | Op::Select(..) | Op::Cast(..) => 1,
         Op::Concat(_, xs) => xs.len() as u32,
-        Op::Reshape(..) => 2,
+        Op::Reshape(..) | Op::Pad { .. } => 2,
         _ => 0,
     }
 }
@@ -549,7 +549,7 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
         for p in inst.op.scalar_params() {
             let dt = match &inst.op {
                 Op::Fill(dt, ..) => *dt,
-                Op::ScalarBinary { x, .. } => dtype_of(*x),
+                Op::ScalarBinary { x, .. } | Op::Pad { x, .. } => dtype_of(*x),
                 _ => continue,
             };
             if !slots.contains(&(p, dt)) {
@@ -824,7 +824,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Gather { table, .. } => operand_dtype(func, *table),
         Op::TopK { indices: true, .. } => Dtype::I64,
-        Op::TopK { x, .. } | Op::CumSum { x, .. } => operand_dtype(func, *x),
+        Op::TopK { x, .. } | Op::CumSum { x, .. } | Op::Pad { x, .. } => operand_dtype(func, *x),
         Op::Call(..) => Dtype::F32,
         Op::Dim(_) => Dtype::I64,
     }

@@ -818,3 +818,61 @@ fn cumsum_is_the_prefix_sum_in_order() {
     assert_eq!(got, vec![100, -56, -57, -56]);
     assert_eq!(interp(&f, &args).unwrap().to_vec::<i8>().unwrap(), got);
 }
+
+fn pad_fn(dt: Dtype, axis: usize, before: Dim, after: Dim, value: Scalar) -> Function {
+    let mut b = builder("pad");
+    let x = b.param("x", tt(dt, &["A", "B"]));
+    // P (bound by w) makes a width symbolic, so generic kernels read it at run time.
+    let _w = b.param("w", tt(dt, &["P"]));
+    b.requires(tc_core::Pred::ge(Dim::var("A"), Dim::c(0)));
+    let mut out = vec![Dim::var("A"), Dim::var("B")];
+    out[axis] = before.clone() + out[axis].clone() + after.clone();
+    b.returns(Type::tensor(dt, out));
+    let p = b.op(Op::Pad {
+        axis,
+        before,
+        after,
+        value,
+        x,
+    });
+    b.finish(p)
+}
+
+#[test]
+fn pad_every_dtype_specialised_and_generic() {
+    let mut rng = Rng(27);
+    let generic = tc_llvm::Jit::new(tc_llvm::CacheConfig {
+        capacity: 64,
+        specialize_after: 100,
+        options: EXACT,
+    });
+    for dt in Dtype::ALL {
+        let value = if dt.is_float() {
+            Scalar::Float(-2.5)
+        } else if dt.is_int() {
+            Scalar::Int(-3)
+        } else {
+            Scalar::Bool(true)
+        };
+        for (axis, before, after) in [
+            (1, Dim::c(2), Dim::c(1)),
+            (0, Dim::var("P"), Dim::c(0)),
+            (1, Dim::c(0), Dim::var("P")),
+        ] {
+            let f = pad_fn(dt, axis, before.clone(), after.clone(), value.clone());
+            // A = 0 too: padding an empty axis reads nothing.
+            for a in [3, 0] {
+                let args: Vec<Arg> = vec![
+                    random(&mut rng, dt, &[a, 4], true).into(),
+                    random(&mut rng, dt, &[2], true).into(),
+                ];
+                let want = interp(&f, &args).unwrap();
+                let what = format!("pad axis {axis} ({before}, {after}) of [{a}, 4] at {dt}");
+                assert_bits(&what, &jit(&f, &args, EXACT), &want, false);
+                assert_bits(&what, &jit(&f, &args, DET), &want, false);
+                let g = generic.call(&f, &args, &|_| None).unwrap();
+                assert_bits(&format!("{what} (generic)"), &g, &want, false);
+            }
+        }
+    }
+}

@@ -322,23 +322,7 @@ fn op(o: &Op) -> TokenStream {
             let (axis, xs) = (usize_lit(*axis), values(xs));
             quote!(__tc::Op::Concat(#axis, #xs))
         }
-        Op::TopK {
-            k,
-            axis,
-            indices,
-            x,
-        } => {
-            let (k, axis, x) = (dim(k), usize_lit(*axis), value(*x));
-            quote!(__tc::Op::TopK { k: #k, axis: #axis, indices: #indices, x: #x })
-        }
-        Op::CumSum { axis, x } => {
-            let (axis, x) = (usize_lit(*axis), value(*x));
-            quote!(__tc::Op::CumSum { axis: #axis, x: #x })
-        }
-        Op::Gather { axis, table, ids } => {
-            let (axis, table, ids) = (usize_lit(*axis), value(*table), value(*ids));
-            quote!(__tc::Op::Gather { axis: #axis, table: #table, ids: #ids })
-        }
+        Op::Gather { .. } | Op::TopK { .. } | Op::CumSum { .. } | Op::Pad { .. } => lane_op(o),
         Op::Fill(d, s, v) => {
             let (d, s, v) = (dtype(*d), dims(s), scalar(v));
             quote!(__tc::Op::Fill(#d, #s, #v))
@@ -355,6 +339,41 @@ fn op(o: &Op) -> TokenStream {
             let d = dim(d);
             quote!(__tc::Op::Dim(#d))
         }
+    }
+}
+
+/// [`op`] for gather, top-k, cumsum and pad (the ops beyond Section 2).
+fn lane_op(o: &Op) -> TokenStream {
+    match o {
+        Op::Pad {
+            axis,
+            before,
+            after,
+            value,
+            x,
+        } => {
+            let (axis, before, after) = (usize_lit(*axis), dim(before), dim(after));
+            let (value, x) = (scalar(value), self::value(*x));
+            quote!(__tc::Op::Pad { axis: #axis, before: #before, after: #after, value: #value, x: #x })
+        }
+        Op::CumSum { axis, x } => {
+            let (axis, x) = (usize_lit(*axis), value(*x));
+            quote!(__tc::Op::CumSum { axis: #axis, x: #x })
+        }
+        Op::TopK {
+            k,
+            axis,
+            indices,
+            x,
+        } => {
+            let (k, axis, x) = (dim(k), usize_lit(*axis), value(*x));
+            quote!(__tc::Op::TopK { k: #k, axis: #axis, indices: #indices, x: #x })
+        }
+        Op::Gather { axis, table, ids } => {
+            let (axis, table, ids) = (usize_lit(*axis), value(*table), value(*ids));
+            quote!(__tc::Op::Gather { axis: #axis, table: #table, ids: #ids })
+        }
+        _ => TokenStream::new(),
     }
 }
 

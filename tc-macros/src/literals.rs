@@ -94,6 +94,10 @@ pub fn check(c: &Checked, spans: &SpanTable) -> Vec<syn::Error> {
                 _ => continue,
             },
             Op::Fill(dt, _, s) => (s, *dt, inst.arg_span(0)),
+            Op::Pad { x, value, .. } => match c.types.get(x.0 as usize) {
+                Some(Type::Tensor(t)) => (value, t.dtype, inst.arg_span(1)),
+                _ => continue,
+            },
             _ => continue,
         };
         if let Some(msg) = out_of_range(s, dt) {

@@ -699,6 +699,40 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `pad(x, axis, before, after, value)`: dims for the widths, a scalar
+    /// (literal or scalar parameter) for the value.
+    fn pad_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        if !self.arity(name, args, 5, whole, "pad(x, axis, before, after, value)") {
+            return Operand::Poison;
+        }
+        let x = self.tensor(args[0]);
+        let axis = self.axis(args[1]);
+        let before = self.dim(args[2]);
+        let after = self.dim(args[3]);
+        let vs = self.spans.alloc(args[4]);
+        let value = match self.expr(args[4]) {
+            Operand::Scalar(s, _) => Some(s),
+            Operand::Tensor(_) => return self.fail(err_at(
+                args[4],
+                "`pad` takes a scalar fill value (a literal or a scalar parameter), found a tensor",
+            )),
+            Operand::Poison => None,
+        };
+        let (Some((x, xs)), Some((axis, a)), Some((before, s1)), Some((after, s2)), Some(value)) =
+            (x, axis, before, after, value)
+        else {
+            return Operand::Poison;
+        };
+        let op = Op::Pad {
+            axis,
+            before,
+            after,
+            value,
+            x,
+        };
+        self.push(op, whole, vec![xs, vs], vec![a, s1, s2])
+    }
+
     /// `slice(x, axis, start, stop)` or, strided, `slice(x, axis, start,
     /// stop, step)` with `step` an integer literal.
     fn slice_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
@@ -867,6 +901,7 @@ impl Lowerer<'_> {
             }
             "gather" => self.gather_call(name, args, whole),
             "topk" | "topk_indices" | "cumsum" => self.scan_call(n, name, args, whole),
+            "pad" => self.pad_call(name, args, whole),
             "full" | "iota" => self.creation_call(n, name, generics, args, whole),
             "dim" => self.fail(err_at(
                 whole,

@@ -202,6 +202,7 @@ const VOCAB: &[&str] = &[
     "gather",
     "topk",
     "cumsum",
+    "pad",
     "transpose",
     "select",
     "full",

@@ -737,6 +737,18 @@ impl<'a, 'f> Machine<'a, 'f> {
                 denote::topk(k, *axis, *indices, self.tensor(*x)?)?
             }
             Op::CumSum { axis, x } => denote::cumsum(*axis, self.tensor(*x)?)?,
+            Op::Pad {
+                axis,
+                before,
+                after,
+                value,
+                x,
+            } => {
+                let t = self.tensor(*x)?;
+                let b = concrete::eval_signed(before, &self.sigma, "pad before")?;
+                let a = concrete::eval_signed(after, &self.sigma, "pad after")?;
+                denote::pad(*axis, (b, a), self.scalar(value, t.dtype())?, t)?
+            }
             Op::Fill(dt, s, v) => {
                 let shape = concrete::eval_shape(s, &self.sigma, "fill")?;
                 denote::fill(*dt, &shape, self.scalar(v, *dt)?)?
@@ -1595,6 +1607,33 @@ pub mod denote {
             }
         }
         Tensor::from_values(dt, &shape, &out)
+    }
+
+    /// §12b pad: `value` at the `before` leading and `after` trailing
+    /// positions of `axis`, the operand's element shifted by `before`
+    /// elsewhere (a copy: data movement).
+    pub fn pad(
+        axis: usize,
+        (before, after): (i64, i64),
+        value: Elem,
+        x: &Tensor,
+    ) -> Result<Tensor> {
+        let (dt, out_shape) = rule::pad(axis, before, after, opd(x))?;
+        let xs = x.try_to_elems()?;
+        let st = strides(x.shape());
+        let d = x.shape()[axis];
+        // 0 ≤ before (the rule).
+        let before = before as usize;
+        let mut src = vec![0usize; out_shape.len()];
+        tabulate("pad", dt, &out_shape, |o| {
+            let j = o[axis];
+            if j < before || j - before >= d {
+                return Ok(value);
+            }
+            src.copy_from_slice(o);
+            src[axis] = j - before;
+            Ok(xs[ravel(&src, &st)])
+        })
     }
 
     /// A tensor of one repeated value (already in `dt`'s value set).

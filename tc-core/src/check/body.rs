@@ -205,6 +205,13 @@ impl Checker<'_> {
                 k, axis, indices, ..
             } => self.topk((k, *axis, *indices), inst, &operands),
             Op::CumSum { axis, .. } => self.cumsum_op(*axis, inst, &operands),
+            Op::Pad {
+                axis,
+                before,
+                after,
+                value,
+                ..
+            } => self.pad(func, (*axis, before, after, value), inst, &operands),
             Op::Fill(dt, shape, s) => {
                 let mut ok = true;
                 for (i, d) in shape.iter().enumerate() {
@@ -259,7 +266,7 @@ impl Checker<'_> {
     }
 
     /// Literal class or scalar parameter dtype must match (no promotion, Section 3 §9).
-    fn scalar_matches(
+    pub(super) fn scalar_matches(
         &mut self,
         func: &Function,
         s: &Scalar,

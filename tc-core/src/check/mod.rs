@@ -9,7 +9,7 @@
 //! One file per concern: `signature` (formation, Section 1 §4), `dims` (dim
 //! and predicate formation, Section 2 §13, §16), `body` (the instruction
 //! walk and operand checks, Section 3 §7), one file per op family
-//! (`elementwise`, `matmul`, `reduce`, `reshape`, `layout`, `gather`, `topk`), `call`
+//! (`elementwise`, `matmul`, `reduce`, `reshape`, `layout`, `gather`, `topk`, `pad`), `call`
 //! (Section 2 §17) and `diags` (diagnostics the rules share). This file holds
 //! the entry points, the checker's state and the rule names.
 
@@ -21,6 +21,7 @@ mod elementwise;
 mod gather;
 mod layout;
 mod matmul;
+mod pad;
 mod reduce;
 mod reshape;
 mod signature;
@@ -54,6 +55,7 @@ const R_CONCAT: &str = "concat (Section 2 §12)";
 const R_GATHER: &str = "gather (Section 2 §12a, docs/syntax.md)";
 const R_TOPK: &str = "topk (Section 2 §8a, docs/syntax.md)";
 const R_CUMSUM: &str = "cumsum (Section 2 §8b, docs/syntax.md)";
+const R_PAD: &str = "pad (Section 2 §12b, docs/syntax.md)";
 const R_CALL: &str = "call (Section 2 §17)";
 const R_LITERAL: &str = "literal (Section 2 §4)";
 const R_BIND: &str = "dim binding (Section 1 §6)";

@@ -297,7 +297,8 @@ impl<'a> Gen<'a> {
             | Op::Transpose(..)
             | Op::Broadcast(..)
             | Op::Slice { .. }
-            | Op::Concat(..) => self.layout_val(v, op, idx),
+            | Op::Concat(..)
+            | Op::Pad { .. } => self.layout_val(v, op, idx),
             Op::Matmul(..)
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
@@ -445,6 +446,7 @@ impl<'a> Gen<'a> {
                 )
             }
             Op::Concat(axis, xs) => self.concat(v, *axis, xs, idx),
+            Op::Pad { axis, value, x, .. } => self.pad(v, (*axis, value, *x), idx),
             _ => self.load(v, "0"),
         }
     }
@@ -554,6 +556,53 @@ impl<'a> Gen<'a> {
         incoming.push((z, format!("Cn{l}.{}", xs.len() - 1)));
         self.b.block(&format!("Cm{l}"));
         self.b.phi(&incoming)
+    }
+
+    /// §12b pad: the operand's element at `j − before` when that is inside
+    /// it, else the fill value. A branch, not a clamped read: an empty
+    /// operand (`d = 0`, opted in) has nothing to read, and a load must not
+    /// be issued for it (the lesson of concat, issue #10 item 5).
+    pub(super) fn pad(
+        &mut self,
+        v: Value,
+        (axis, value, x): (usize, &Scalar, Value),
+        idx: &Idx,
+    ) -> V {
+        let dt = self.vals[v.0 as usize].dtype;
+        let d = self.dims_of(v, idx);
+        let before = self.shape_qty(QKey::PadBefore(v.0));
+        let local = self.bsub(&d[axis], &before);
+        let dx = self.dim(x, axis);
+        let l = V::i64(&local);
+        let ge = self.b.icmp("sge", &l, &V::int(Ty::I64, 0));
+        let lt = self.b.icmp("slt", &l, &V::i64(&dx));
+        let inside = self.b.and(&ge, &lt);
+        // Computed before the branch, so it dominates the merge.
+        let fill = self.scalar(value, dt);
+        let lab = self.label();
+        let saved = self.memo.clone();
+        self.b
+            .emit(&format!("br i1 {inside}, label %Pb{lab}, label %Pm{lab}.f"));
+        self.b.block(&format!("Pb{lab}"));
+        let mut sd = d.clone();
+        sd[axis] = local;
+        let e = self.val(
+            x,
+            &Idx {
+                dims: Some(sd),
+                lin: None,
+            },
+        );
+        self.b.emit(&format!("br label %Pe{lab}"));
+        self.b.block(&format!("Pe{lab}"));
+        self.b.emit(&format!("br label %Pm{lab}"));
+        // Values computed inside the branch do not dominate what follows.
+        self.memo = saved;
+        self.b.block(&format!("Pm{lab}.f"));
+        self.b.emit(&format!("br label %Pm{lab}"));
+        self.b.block(&format!("Pm{lab}"));
+        self.b
+            .phi(&[(e, format!("Pe{lab}")), (fill, format!("Pm{lab}.f"))])
     }
 
     /// The zero of `dt`'s computation type, as an operand.

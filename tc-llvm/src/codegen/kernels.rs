@@ -53,6 +53,7 @@ impl<'a> Gen<'a> {
             | Op::Transpose(..)
             | Op::Slice { .. }
             | Op::Concat(..)
+            | Op::Pad { .. }
             | Op::Iota(..) => false,
             Op::Reduce { .. }
             | Op::ArgReduce { .. }

@@ -60,6 +60,8 @@ pub enum QKey {
     Dim(u32, usize),
     /// The start of the slice that defines value `v`.
     SliceStart(u32),
+    /// The leading padding of the pad that defines value `v`.
+    PadBefore(u32),
 }
 
 impl QKey {
@@ -67,10 +69,11 @@ impl QKey {
     pub fn value(&self, vals: &[ValInfo], func: &Function, sigma: &Sigma) -> i64 {
         match self {
             QKey::Dim(v, a) => vals[*v as usize].shape[*a] as i64,
-            QKey::SliceStart(v) => {
+            QKey::SliceStart(v) | QKey::PadBefore(v) => {
                 let np = func.sig.params.len();
                 match &func.body[*v as usize - np].op {
                     Op::Slice { start, .. } => start.eval(sigma).unwrap_or(0),
+                    Op::Pad { before, .. } => before.eval(sigma).unwrap_or(0),
                     _ => 0,
                 }
             }
