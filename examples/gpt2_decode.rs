@@ -165,7 +165,7 @@ impl Rng {
     }
 }
 
-fn weights(layers: usize, vocab: usize) -> (gpt2::Embeddings, Vec<gpt2::Block>) {
+pub(crate) fn weights(layers: usize, vocab: usize) -> (gpt2::Embeddings, Vec<gpt2::Block>) {
     let mut r = Rng(0x5eed_6d2);
     let ones = |n| Tensor::from_vec(&[n], vec![1.0f32; n]).expect("ones");
     let zeros = |n| Tensor::from_vec(&[n], vec![0.0f32; n]).expect("zeros");
@@ -203,7 +203,7 @@ fn mask(s: usize, t: usize) -> Result<Tensor, tc::Error> {
 }
 
 /// One forward pass of `ids` at positions `start..`, growing the caches.
-fn forward(
+pub(crate) fn forward(
     e: &gpt2::Embeddings,
     blocks: &[gpt2::Block],
     cache: &mut [(Tensor, Tensor)],
