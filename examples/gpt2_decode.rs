@@ -32,26 +32,42 @@ pub mod gpt2 {
     /// Token and position embeddings (`wte`, `wpe`) and the final norm.
     #[tensor_params]
     pub struct Embeddings {
+        #[tensor_name = "wte.weight"]
         pub wte: Tensor![f32; V, D],
+        #[tensor_name = "wpe.weight"]
         pub wpe: Tensor![f32; P, D],
+        #[tensor_name = "ln_f.weight"]
         pub lnf_g: Tensor![f32; D],
+        #[tensor_name = "ln_f.bias"]
         pub lnf_b: Tensor![f32; D],
     }
 
     /// One block's weights (GPT-2's Conv1D `[in, out]` layout).
     #[tensor_params]
     pub struct Block {
+        #[tensor_name = "ln_1.weight"]
         pub ln1_g: Tensor![f32; D],
+        #[tensor_name = "ln_1.bias"]
         pub ln1_b: Tensor![f32; D],
+        #[tensor_name = "attn.c_attn.weight"]
         pub attn_w: Tensor![f32; D, QKV],
+        #[tensor_name = "attn.c_attn.bias"]
         pub attn_b: Tensor![f32; QKV],
+        #[tensor_name = "attn.c_proj.weight"]
         pub proj_w: Tensor![f32; D, D],
+        #[tensor_name = "attn.c_proj.bias"]
         pub proj_b: Tensor![f32; D],
+        #[tensor_name = "ln_2.weight"]
         pub ln2_g: Tensor![f32; D],
+        #[tensor_name = "ln_2.bias"]
         pub ln2_b: Tensor![f32; D],
+        #[tensor_name = "mlp.c_fc.weight"]
         pub fc_w: Tensor![f32; D, F],
+        #[tensor_name = "mlp.c_fc.bias"]
         pub fc_b: Tensor![f32; F],
+        #[tensor_name = "mlp.c_proj.weight"]
         pub out_w: Tensor![f32; F, D],
+        #[tensor_name = "mlp.c_proj.bias"]
         pub out_b: Tensor![f32; D],
     }
 
@@ -194,6 +210,21 @@ pub(crate) fn weights(layers: usize, vocab: usize) -> (gpt2::Embeddings, Vec<gpt
     (e, blocks)
 }
 
+/// The weights in transformers' GPT-2 layout (`wte.weight`,
+/// `h.N.attn.c_attn.weight`, …) from `dir/model.safetensors`, every tensor's
+/// shape checked by name.
+pub(crate) fn load(
+    dir: &std::path::Path,
+) -> Result<(gpt2::Embeddings, Vec<gpt2::Block>), tc::Error> {
+    let w = tc::runtime::load_safetensors(dir.join("model.safetensors"))?;
+    let e = gpt2::Embeddings::load(&w, "")?;
+    let layers = (0..)
+        .take_while(|l| w.contains_key(&format!("h.{l}.ln_1.weight")))
+        .map(|l| gpt2::Block::load(&w, &format!("h.{l}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((e, layers))
+}
+
 /// `[S, T]` additive mask: query i (at position T − S + i) sees keys ≤ it.
 fn mask(s: usize, t: usize) -> Result<Tensor, tc::Error> {
     let data = (0..s * t)
@@ -246,11 +277,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.specialize_after = u32::MAX;
     jit.set_config(cfg);
     let t0 = Instant::now();
-    let (e, blocks) = weights(layers, vocab);
-    println!(
-        "random GPT-2-small weights ({layers} layers, vocab {vocab}) in {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/gpt2-seed0");
+    let (e, blocks) = if dir.join("model.safetensors").exists() {
+        let w = load(&dir)?;
+        println!(
+            "GPT-2-small weights (transformers' init, seed 0) from {} in {:.1} s",
+            dir.display(),
+            t0.elapsed().as_secs_f64()
+        );
+        w
+    } else {
+        let w = weights(layers, vocab);
+        println!(
+            "random GPT-2-small weights ({layers} layers, vocab {vocab}) in {:.1} s \
+             (scripts/gpt2-reference.py makes transformers' own)",
+            t0.elapsed().as_secs_f64()
+        );
+        w
+    };
+    let layers = blocks.len();
     let prompt: Vec<i64> = vec![464, 2068, 7586, 21831, 18045, 625, 262, 16931];
     let mut cache: Vec<(Tensor, Tensor)> = (0..layers)
         .map(|_| {
