@@ -350,6 +350,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "KV-cache check: the last step's logits vs one pass over all {} tokens: max |diff| {diff:.2e}",
         all.len()
     );
+    println!(
+        "RESULT system=tc threads={} tokens={tokens} prefill_ms={:.2} decode_ms={:.2} tokens_per_s={:.2} compiles={}",
+        rayon::current_num_threads(),
+        prefill.as_secs_f64() * 1e3,
+        decode.as_secs_f64() * 1e3,
+        tokens as f64 / decode.as_secs_f64(),
+        s.compiles + s.generic_compiles
+    );
     if diff > 1e-3 {
         return Err(format!("the cached decode disagrees with the full pass ({diff})").into());
     }
