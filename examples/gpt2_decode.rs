@@ -8,7 +8,8 @@
 //! run the shape-generic kernels: `specialize_after` is set past the number
 //! of steps), and the tokens/s.
 //!
-//! `cargo run --release --example gpt2_decode [-- TOKENS]` (default 32)
+//! `cargo run --release --example gpt2_decode [-- TOKENS [--sample K]]`
+//! (default 32 greedy tokens; `--sample K`: top-k sampling, seeded)
 
 use std::time::Instant;
 
@@ -225,6 +226,23 @@ pub(crate) fn load(
     Ok((e, layers))
 }
 
+/// Top-k sampling: one of the candidates (best first), drawn with the
+/// softmax of their logits.
+fn sample(logits: &Tensor, cands: &Tensor, rng: &mut Rng) -> Result<i64, tc::Error> {
+    let (l, c) = (logits.to_vec::<f32>()?, cands.to_vec::<i64>()?);
+    let top = l[c[0] as usize];
+    let w: Vec<f32> = c.iter().map(|&i| (l[i as usize] - top).exp()).collect();
+    let u = (rng.tensor(&[1], 1.0).to_vec::<f32>()?[0] * 0.5 + 0.5) * w.iter().sum::<f32>();
+    let mut acc = 0.0;
+    for (i, wi) in c.iter().zip(&w) {
+        acc += wi;
+        if u <= acc {
+            return Ok(*i);
+        }
+    }
+    Ok(c[c.len() - 1])
+}
+
 /// `[S, T]` additive mask: query i (at position T − S + i) sees keys ≤ it.
 fn mask(s: usize, t: usize) -> Result<Tensor, tc::Error> {
     let data = (0..s * t)
@@ -268,7 +286,14 @@ pub(crate) fn forward(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let tokens: usize = std::env::args().nth(1).map_or(Ok(32), |a| a.parse())?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tokens: usize = args.first().map_or(Ok(32), |a| a.parse())?;
+    // `--sample K`: top-k sampling (seeded) instead of greedy.
+    let sample_k: Option<usize> = match args.iter().position(|a| a == "--sample") {
+        Some(i) => Some(args.get(i + 1).ok_or("--sample K")?.parse()?),
+        None => None,
+    };
+    let mut rng = Rng(0x5a3e_91);
     let (layers, vocab) = (12, 50257);
     // Decode steps see each T once: run them on the shape-generic kernels
     // instead of compiling a σ-specialised set per step.
@@ -312,9 +337,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut out = Vec::new();
     let t2 = Instant::now();
     for step in 0..tokens {
-        let top = gpt2::candidates(logits, 5)?.to_vec::<i64>()?;
-        out.push(top[0]);
-        logits = forward(&e, &blocks, &mut cache, &[top[0]], prompt.len() + step)?;
+        let next = match sample_k {
+            None => gpt2::candidates(logits.clone(), 1)?.to_vec::<i64>()?[0],
+            Some(k) => sample(&logits, &gpt2::candidates(logits.clone(), k)?, &mut rng)?,
+        };
+        out.push(next);
+        logits = forward(&e, &blocks, &mut cache, &[next], prompt.len() + step)?;
     }
     let decode = t2.elapsed();
     let s = tc::kernel_cache_stats();
@@ -336,7 +364,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prefill.as_secs_f64() * 1e3
     );
     println!(
-        "{tokens} greedy tokens: {:.1} ms, {:.1} tokens/s; ids {:?}",
+        "{tokens} {} tokens: {:.1} ms, {:.1} tokens/s; ids {:?}",
+        if sample_k.is_some() {
+            "sampled (top-k)"
+        } else {
+            "greedy"
+        },
         decode.as_secs_f64() * 1e3,
         tokens as f64 / decode.as_secs_f64(),
         out
