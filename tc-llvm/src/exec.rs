@@ -473,13 +473,12 @@ fn run_gather(
     let vals = st.vals;
     let (t, x) = (&vals[table.0 as usize], &vals[ids.0 as usize]);
     let (tp, ip) = (st.ptrs[table.0 as usize], st.ptrs[ids.0 as usize]);
-    // SAFETY: a gather's operands are materialized (plan::structure forces
-    // them) and computed by earlier steps or bound as arguments, so each
-    // pointer is the storage of its value's planned shape (an argument
-    // checked against σ by `contract::bind_args`, or a buffer sized by
-    // `out_buffer` from the same `vals`) and `bytes()` is its size; those
-    // buffers stay alive in `st.owned_bufs`/`args` for the whole step and
-    // nothing writes them during it (the output below is a fresh buffer).
+    // A gather's operands are materialized (plan::structure forces them)
+    // and computed by earlier steps or bound as arguments: each pointer is
+    // the storage of its planned shape (checked by `contract::bind_args`,
+    // or sized by `out_buffer` from the same `vals`).
+    // SAFETY: so `bytes()` initialised bytes are there, alive in
+    // `st.owned_bufs`/`args` for the step and unwritten (the output is new).
     let (ids_bytes, table_bytes) = unsafe { (bytes_of(ip, x.bytes()), bytes_of(tp, t.bytes())) };
     crate::gather::check_ids(axis, &t.shape, &x.shape, ids_bytes)?;
     let Some(mut buf) = st.output(out)? else {
@@ -500,6 +499,7 @@ fn run_gather(
 /// # Safety
 /// When `n > 0` and `p` is not null, `p` points at `n` initialised bytes
 /// that stay valid and unwritten for `'a`.
+// SAFETY: an `unsafe fn`: its callers uphold the contract just above.
 unsafe fn bytes_of<'a>(p: *mut u8, n: usize) -> &'a [u8] {
     if n == 0 || p.is_null() {
         return &[];
@@ -870,11 +870,10 @@ impl CompiledFn {
             )));
         };
         let xv = &st.vals[x.0 as usize];
-        // SAFETY: the operand is materialized (plan::structure forces a
-        // host op's operands) and computed by an earlier step or bound as an
-        // argument, so its pointer is the storage of its planned shape
-        // (checked against σ by `contract::bind_args`, or sized by
-        // `out_buffer` from the same `vals`), alive for this step.
+        // The operand is materialized (plan::structure forces a host op's
+        // operands): the storage of its planned shape, checked by
+        // `contract::bind_args` or sized by `out_buffer` from `vals`.
+        // SAFETY: so `bytes()` initialised bytes are there, alive this step.
         let bytes = unsafe { bytes_of(st.ptrs[x.0 as usize], xv.bytes()) };
         let xt = Tensor::from_raw_slice(xv.dtype, &xv.shape, bytes)?;
         let t = match op {

@@ -170,11 +170,11 @@ pub(crate) struct Micro {
 pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize) -> Result<Micro, String> {
     let m = JitModule::compile(ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
     let a = m.addr("ukr").ok_or("ukr missing")?;
-    // SAFETY: `a` is MCJIT's address of `ukr`, which `ukernel_text` emits
-    // as `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64 accum)`: the `Ukr`
-    // signature and C calling convention (pointers are pointers to the C
-    // ABI whatever their pointee); `Micro` keeps the module, and so the
-    // code, alive next to `f`.
+    // `ukernel_text` emits `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64
+    // accum)`: the `Ukr` signature and C calling convention (a pointer is a
+    // pointer to the C ABI whatever its pointee).
+    // SAFETY: `a` is ORC's address of that `ukr`; `Micro` keeps the module,
+    // and so the code, alive next to `f`.
     let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
     Ok(Micro {
         _module: m,
@@ -219,12 +219,12 @@ unsafe fn call_ukr<E>(
 /// A raw pointer that may cross into rayon tasks.
 #[derive(Clone, Copy)]
 pub(crate) struct SendPtr<T>(pub *mut T);
-// SAFETY: a `SendPtr` crosses threads only inside `blocked`, the f32
-// streamed path (`matmul::streamed`), `matmul::matmul_strided` and
-// `matmul_int::batched`, which all join their tasks before returning (so
-// the pointee outlives them); the tasks only read the operands and packed
-// panels, and write disjoint parts of C (distinct column panels, row
-// blocks or batch items).
+// A `SendPtr` crosses threads only inside `blocked`, the f32 streamed path
+// (`matmul::streamed`), `matmul::matmul_strided` and `matmul_int::batched`,
+// which all join their tasks before returning (so the pointee outlives
+// them); the tasks only read the operands and packed panels, and write
+// disjoint parts of C (distinct column panels, row blocks or batch items).
+// SAFETY: hence sending the pointer cannot create a data race.
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as for `Send` just above.
 unsafe impl<T> Sync for SendPtr<T> {}

@@ -566,11 +566,11 @@ unsafe fn batched<T: Acc>(
             pair,
             _t: PhantomData,
         };
-        // SAFETY: item `p < batch` of each contiguous operand starts at
-        // linear element `p·m·k` (`p·k·n`), readable by the contract, and
-        // item `p` of C is the `m·n` elements at `p·m·n` (aligned for `T`),
-        // written by this call alone; `m, n, k ≥ 1` (`matmul_int_using`)
-        // and the tile is at most 14 × 32 (`geometry`).
+        // Item `p < batch` of each contiguous operand starts at linear
+        // element `p·m·k` (`p·k·n`), readable by the contract; `m, n, k ≥ 1`
+        // (`matmul_int_using`) and the tile is at most 14 × 32 (`geometry`).
+        // SAFETY: so the reads are in bounds, and item `p` of C (the `m·n`
+        // elements at `p·m·n`, aligned for `T`) is written by this call alone.
         unsafe { blocked(&fam, (m, n, k), &am, &bm, cp.0.add(p * m * n), par) };
     };
     if par_batch {
