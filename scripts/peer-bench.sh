@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Peer benchmark (issue #15): all-MiniLM-L6-v2 in tc against ONNX Runtime on
-# the same weights, in one run.
+# Peer benchmark (issue #15): all-MiniLM-L6-v2 in tc against ONNX Runtime
+# and PyTorch on the same weights, in one run.
 #
 #   scripts/peer-bench.sh                 # 5 rounds x 10 reps
 #   ROUNDS=7 REPS=20 scripts/peer-bench.sh
 #
-# Installs the Python side with pip (onnx, onnxruntime, safetensors, numpy),
+# Installs the Python side with pip (onnx, onnxruntime, safetensors, numpy;
+# torch and transformers for the PyTorch column, left out if they will not
+# install),
 # exports the model to ONNX from the same model.safetensors without PyTorch
 # (benches/peers/minilm_onnx.py: the same graph, erf GELU, finfo.min mask,
 # mean pooling, L2 norm), builds examples/peer_bench.rs, then runs ROUNDS
 # rounds; each round runs every system once per thread count (1 and 2) in a
 # rotating order, each process a long-lived worker timing REPS calls per
 # workload after warm-up. It prints the median over rounds of each
-# process's median, tc's speed relative to ONNX Runtime (> 1: tc is
-# faster), and the largest difference between the two systems' embeddings.
-# candle and PyTorch are not in it yet (the issue's other peers).
+# process's median, tc's speed relative to the best peer (> 1: tc is
+# faster), and the largest difference between tc's embeddings and a peer's.
+# candle is not in it yet (the issue's other peer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -22,6 +24,9 @@ REPS=${REPS:-10}
 out=target/peers
 mkdir -p "$out"
 python3 -m pip install --quiet onnx onnxruntime safetensors numpy
+torch=1
+python3 -c "import torch, transformers" 2>/dev/null ||
+  python3 -m pip install --quiet torch transformers || torch=0
 bash scripts/fetch-minilm.sh >/dev/null
 model=models/all-MiniLM-L6-v2
 [ -f "$out/minilm.onnx" ] || python3 benches/peers/minilm_onnx.py "$model" "$out/minilm.onnx"
@@ -34,7 +39,12 @@ for r in $(seq 1 "$ROUNDS"); do
   for t in 1 2; do
     run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" >>"$results"; }
     run_ort() { python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
-    if [ $(( (r + t) % 2 )) -eq 0 ]; then run_tc; run_ort; else run_ort; run_tc; fi
+    run_pt() { [ "$torch" = 1 ] && python3 benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
+    case $(( (r + t) % 3 )) in
+      0) run_tc; run_ort; run_pt ;;
+      1) run_ort; run_pt; run_tc ;;
+      *) run_pt; run_tc; run_ort ;;
+    esac
   done
   echo "round $r done"
 done
@@ -46,12 +56,17 @@ key = lambda r: (r["b"], r["s"], r["threads"])
 by = {}
 for r in rows:
     by.setdefault((key(r), r["system"]), []).append(r)
-print("| MiniLM, ms per batch | threads | tc | ONNX Runtime | tc vs ORT | max |embedding diff| |")
-print("|---|---|---|---|---|---|")
+peers = [p for p in ("ort", "pytorch") if any(s == p for (_, s) in by)]
+names = {"ort": "ONNX Runtime", "pytorch": "PyTorch"}
+print("| MiniLM, ms per batch | threads | tc | " + " | ".join(names[p] for p in peers)
+      + " | tc vs best | max \\|embedding diff\\| to tc |")
+print("|---|---|---|" + "---|" * len(peers) + "---|---|")
 for k in sorted({key(r) for r in rows}):
-    tc = by[(k, "tc")]; ort = by[(k, "ort")]
+    tc = by[(k, "tc")]
     mt = statistics.median(r["ms"] for r in tc)
-    mo = statistics.median(r["ms"] for r in ort)
-    diff = max(abs(a - b) for a, b in zip(tc[0]["emb"], ort[0]["emb"]))
-    print(f"| {k[0]} x {k[1]} tokens | {k[2]} | {mt:.2f} | {mo:.2f} | {mo / mt:.2f}x | {diff:.1e} |")
+    ms = {p: statistics.median(r["ms"] for r in by[(k, p)]) for p in peers if (k, p) in by}
+    diff = max(abs(a - b) for p in ms for a, b in zip(tc[0]["emb"], by[(k, p)][0]["emb"]))
+    cells = " | ".join(f"{ms[p]:.2f}" if p in ms else "-" for p in peers)
+    best = min(ms.values())
+    print(f"| {k[0]} x {k[1]} tokens | {k[2]} | {mt:.2f} | {cells} | {best / mt:.2f}x | {diff:.1e} |")
 PY
