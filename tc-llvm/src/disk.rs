@@ -69,8 +69,9 @@ pub struct Store {
 pub fn host_identity() -> String {
     let h = crate::host::host();
     format!(
-        "tc-llvm {}\nLLVM 14 default<O3> object, large code model, static relocations\n{}\n{}\n{}\n",
+        "tc-llvm {}\nLLVM 14 default<O3> object, large code model, static relocations, options {}\n{}\n{}\n{}\n",
         env!("CARGO_PKG_VERSION"),
+        crate::host::LLVM_OPTIONS.join(" "),
         h.triple,
         h.cpu,
         h.features

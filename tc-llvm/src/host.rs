@@ -25,10 +25,39 @@ impl Host {
     }
 }
 
-/// Initialise the native target once and describe the host.
+/// LLVM options set once per process, before any compilation; part of the
+/// persistent cache's identity (`disk::host_identity`), since they change
+/// the object code.
+///
+/// `-enable-epilogue-vectorization=0`: LLVM 14's X86 backend miscompiles
+/// the vectorized epilogue of a loop with an interleaved group of F16 loads
+/// (stride 3 or 6 halves) when a scalar remainder follows (28 = 16 + 8 + 4
+/// iterations): an F16 transpose of a `[28, 6]` tensor wrote wrong elements.
+/// Found by the long fuzz run (seed 42949678659); the regression test is
+/// `edge_values::f16_transposes_of_every_small_shape`. Without the
+/// epilogue, remainders run scalar.
+pub const LLVM_OPTIONS: &[&str] = &["-enable-epilogue-vectorization=0"];
+
+fn set_llvm_options() {
+    let args: Vec<std::ffi::CString> = std::iter::once("tc")
+        .chain(LLVM_OPTIONS.iter().copied())
+        .filter_map(|a| std::ffi::CString::new(a).ok())
+        .collect();
+    let ptrs: Vec<*const std::os::raw::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    let argc = i32::try_from(ptrs.len()).unwrap_or(1);
+    // SAFETY: `ptrs` are `argc` valid NUL-terminated strings kept alive by
+    // `args` across the call; run once, from `host`'s `OnceLock` init.
+    unsafe {
+        llvm_sys::support::LLVMParseCommandLineOptions(argc, ptrs.as_ptr(), std::ptr::null())
+    };
+}
+
+/// Initialise the native target and the LLVM options once, and describe
+/// the host.
 pub fn host() -> &'static Host {
     static HOST: OnceLock<Host> = OnceLock::new();
     HOST.get_or_init(|| {
+        set_llvm_options();
         Target::initialize_native(&InitializationConfig::default())
             .expect("LLVM native target initialisation");
         Host {

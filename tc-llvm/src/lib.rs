@@ -73,7 +73,7 @@ pub mod disk;
 pub mod exec;
 mod gather;
 mod gemm_common;
-mod host;
+pub mod host;
 pub mod jit;
 pub mod matmul;
 pub mod matmul_int;
