@@ -299,18 +299,10 @@ impl<'a> Gen<'a> {
             | Op::Slice { .. }
             | Op::Concat(..)
             | Op::Pad { .. } => self.layout_val(v, op, idx),
-            Op::Matmul(..)
-            | Op::Reduce { .. }
-            | Op::ArgReduce { .. }
-            | Op::Gather { .. }
-            | Op::TopK { .. }
-            | Op::CumSum { .. }
-            | Op::Call(..)
-            | Op::Dim(_) => {
-                // Always materialized (a dim value is read by calls only,
-                // `ir::verify_structure`); unreachable by construction.
-                self.load(v, "0")
-            }
+            // Never inlined, so always materialized (a dim value is read by
+            // calls only, `ir::verify_structure`): unreachable by
+            // construction. `plan::inlinable` is the one list of such ops.
+            _ if !crate::plan::inlinable(op) => self.load(v, "0"),
             _ => self.compute_val(v, op, idx),
         }
     }
