@@ -1543,8 +1543,13 @@ pub mod denote {
         tabulate("topk", dt, &out_shape, |o| {
             src.copy_from_slice(o);
             src[axis] = 0;
-            let lane_idx: Vec<usize> = (0..o.len()).filter(|&i| i != axis).map(|i| o[i]).collect();
-            let id = ravel(&lane_idx, &lst);
+            // The lane's index: `o` without `axis`, raveled (no allocation
+            // per element: the JIT runs this function as its host step).
+            let id: usize = (0..o.len())
+                .filter(|&i| i != axis)
+                .zip(&lst)
+                .map(|(i, s)| o[i] * s)
+                .sum();
             let base = ravel(&src, &st);
             let step = st[axis];
             let order = orders
