@@ -16,7 +16,7 @@
 //!     return type evaluated under σ;
 //! (c) every JIT mode equals the interpreter: bit for bit unless a value on
 //!     the way to the result comes from an op the crate docs give a
-//!     tolerance (float sum/prod/mean outside deterministic mode, float
+//!     tolerance (float sum/mean outside deterministic mode, float
 //!     matmul, the fast F32 transcendentals);
 //! (d) the same case in a long-lived cache shared with earlier cases equals
 //!     a fresh cache bit for bit, and so does a "twin" of the program (same
@@ -1755,9 +1755,7 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
     let float = |v: &Value| dt(v).is_some_and(|d| d.is_float());
     match op {
         Op::Reduce { op, x, .. } => {
-            float(x)
-                && !o.deterministic
-                && matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Mean)
+            float(x) && !o.deterministic && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
         }
         Op::Matmul(a, _) => float(a),
         Op::Unary(u, x) => {

@@ -53,13 +53,19 @@
 //!   beyond its clamp, `exp` rounds onto the subnormal grid rather than
 //!   flushing to 0). Checked by `tests/edge_values.rs` and the dense sweep
 //!   in `tests/differential.rs`.
-//! - Float reductions (sum, prod, mean) over the last axis and matmul: the
+//! - Float reductions (sum, mean) over the last axis and matmul: the
 //!   summation order differs (vectorized partial sums, FMA, K-blocking),
-//!   which Section 4 §6 allows. Reductions over other axes vectorize across
+//!   which Section 4 §6 allows. Float `prod` keeps the interpreter's order
+//!   in every mode and is bit-identical: a reordered product overflows to
+//!   ±inf (and inf · 0 = NaN) where the in-order fold is finite, which no
+//!   error bound covers. Reductions over other axes vectorize across
 //!   the kept last axis and fold each output element in the interpreter's
 //!   order: bit-identical in every mode. The difference from the interpreter is bounded by
 //!   `2·(n+2)·2⁻²⁴·Σ|terms|` for a reduction or dot product of `n` terms
-//!   (plus one rounding of the result for the narrow dtypes). With
+//!   (plus one rounding of the result for the narrow dtypes) when
+//!   `Σ|terms|` is below `f32::MAX`; beyond that a partial sum may
+//!   overflow in one order and not the other (±inf or NaN against a
+//!   finite value). With
 //!   [`JitOptions::deterministic`] reductions run in the interpreter's
 //!   sequential order and are bit-identical to it. Either way the result
 //!   does not depend on the thread count: threads split only output rows,

@@ -321,8 +321,12 @@ impl<'a> Gen<'a> {
             }
         }
         let acc = self.b.load(&accp);
-        // Deterministic mode: the interpreter's sequential order (no reassociation).
-        let ra = if self.opts.deterministic {
+        // The interpreter's sequential order (no reassociation) in
+        // deterministic mode, and for products in every mode: a reordered
+        // product's partial products overflow to ±inf (then inf · 0 = NaN)
+        // where the in-order fold stays finite, and no error bound covers
+        // that, so products are bit-identical instead (crate docs).
+        let ra = if self.opts.deterministic || rop == ReduceOp::Prod {
             ""
         } else {
             "reassoc "
