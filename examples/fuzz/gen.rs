@@ -29,7 +29,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tc_core::build::FnBuilder;
 use tc_core::check::{check_function, Checked};
-use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, Signatures, UnaryOp, Value};
+use tc_core::ir::{
+    BinaryOp, Function, Op, PoolKind, ReduceOp, Scalar, Signatures, UnaryOp, Value, Window,
+};
 use tc_core::{Dim, Dtype, Pred, Sigma, TensorType, Type};
 use tc_llvm::{CacheConfig, Jit, JitOptions};
 use tc_runtime::contract::Arg;
@@ -124,13 +126,17 @@ pub enum Family {
     CumSum,
     /// §12b constant padding.
     Pad,
+    /// §12c convolution (1-d and 2-d, strides, padding, dilation, groups).
+    Conv,
+    /// §12d max and average pooling.
+    Pool,
     /// §17 call of a generated function.
     Call,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 20] = [
+    pub const ALL: [Family; 22] = [
         Family::Unary,
         Family::Cast,
         Family::Binary,
@@ -150,6 +156,8 @@ impl Family {
         Family::TopK,
         Family::CumSum,
         Family::Pad,
+        Family::Conv,
+        Family::Pool,
         Family::Call,
     ];
 
@@ -175,6 +183,8 @@ impl Family {
             Family::TopK => "topk",
             Family::CumSum => "cumsum",
             Family::Pad => "pad",
+            Family::Conv => "conv",
+            Family::Pool => "pool",
             Family::Call => "call",
         }
     }
@@ -554,8 +564,132 @@ impl<'a> Body<'a> {
                 let axis = self.rng.below(x.shape.len());
                 Some(self.push(Op::CumSum { axis, x: x.v }, x.dt, x.shape))
             }
+            Family::Conv => self.conv(),
+            Family::Pool => self.pool(),
             Family::Call => self.call(),
         }
+    }
+
+    /// One spatial axis of a window op: `(s + 2p − d·(k − 1) − 1) / st + 1`,
+    /// built in the checker's order (`check/window.rs`), so the normal
+    /// forms agree.
+    fn window_dim(s: &Dim, k: &Dim, (st, p, d): (usize, usize, usize)) -> Option<Dim> {
+        let padded = s.checked_add(&Dim::c(2 * p as i64)).ok()?;
+        let reach = k
+            .checked_scale(d as i64)
+            .ok()?
+            .checked_sub(&Dim::c(d as i64 - 1))
+            .ok()?;
+        let q = padded
+            .checked_sub(&reach)
+            .ok()?
+            .checked_div(&Dim::c(st as i64))
+            .ok()?;
+        q.checked_add(&Dim::c(1)).ok()
+    }
+
+    /// A kernel extent, stride, padding and dilation for spatial extent
+    /// `s` that fit provably: a constant `s` bounds the dilated kernel; a
+    /// variable (≥ 1, or ≥ 0 when opted in) needs padding that covers it.
+    fn window_axis(&mut self, s: &Dim, max_pad_half: bool) -> (usize, usize, usize, usize) {
+        let k = 1 + self.rng.below(3);
+        let st = 1 + self.rng.below(3);
+        let d = if max_pad_half {
+            1
+        } else {
+            1 + self.rng.below(2)
+        };
+        let reach = (d * (k - 1) + 1) as i64;
+        let floor = if self.world.may_zero(s) { 0 } else { 1 };
+        let have = s.as_const().unwrap_or(floor);
+        let need = (reach - have).max(0) as usize;
+        let mut p = self.rng.below(3).max(need.div_ceil(2));
+        if max_pad_half {
+            p = p.min(k / 2);
+        }
+        (k, st, p, d)
+    }
+
+    /// `conv{1,2}d` on a value of rank 3 or 4 (weights from `like`, groups
+    /// when the channel count is a constant they divide).
+    fn conv(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| v.dt.is_numeric() && (3..=4).contains(&v.shape.len()))?;
+        let r = x.shape.len() - 2;
+        let c = x.shape[1].clone();
+        let groups = match c.as_const() {
+            Some(n) if n >= 2 && n % 2 == 0 && self.rng.one_in(3) => 2,
+            _ => 1,
+        };
+        let cg = if groups == 1 {
+            c
+        } else {
+            Dim::c(c.as_const()? / groups as i64)
+        };
+        let o = if groups == 1 {
+            self.pool_dim()
+        } else {
+            Dim::c(groups as i64 * (1 + self.rng.below(3) as i64))
+        };
+        let mut wshape = vec![o.clone(), cg];
+        let mut window = Window {
+            stride: vec![],
+            padding: vec![],
+            dilation: vec![],
+        };
+        let mut shape = vec![x.shape[0].clone(), o];
+        for a in 0..r {
+            let s = x.shape[2 + a].clone();
+            let (k, st, p, d) = self.window_axis(&s, false);
+            wshape.push(Dim::c(k as i64));
+            window.stride.push(st);
+            window.padding.push(p);
+            window.dilation.push(d);
+            shape.push(Self::window_dim(&s, &Dim::c(k as i64), (st, p, d))?);
+        }
+        let w = self.like(&wshape, x.dt);
+        let op = Op::Conv {
+            window,
+            groups,
+            x: x.v,
+            w: w.v,
+        };
+        Some(self.push(op, x.dt, shape))
+    }
+
+    /// `max_pool` / `avg_pool` over the last 1 or 2 axes.
+    fn pool(&mut self) -> Option<Val> {
+        let avg = self.rng.one_in(2);
+        let x = self.pick_val(|v| if avg { v.dt.is_float() } else { v.dt.is_numeric() } && !v.shape.is_empty())?;
+        let r = if x.shape.len() >= 2 && self.rng.one_in(2) {
+            2
+        } else {
+            1
+        };
+        let lead = x.shape.len() - r;
+        let mut kernel = vec![];
+        let mut window = Window {
+            stride: vec![],
+            padding: vec![],
+            dilation: vec![],
+        };
+        let mut shape = x.shape[..lead].to_vec();
+        for a in 0..r {
+            let s = x.shape[lead + a].clone();
+            let (k, st, p, _) = self.window_axis(&s, true);
+            kernel.push(k);
+            window.stride.push(st);
+            window.padding.push(p);
+            window.dilation.push(1);
+            shape.push(Self::window_dim(&s, &Dim::c(k as i64), (st, p, 1))?);
+        }
+        let kind = if avg { PoolKind::Avg } else { PoolKind::Max };
+        let op = Op::Pool {
+            kind,
+            kernel,
+            window,
+            x: x.v,
+        };
+        Some(self.push(op, x.dt, shape))
     }
 
     /// The values computed from a call's result (directly or not).
@@ -1324,6 +1458,8 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::TopK { .. } => Family::TopK,
             Op::CumSum { .. } => Family::CumSum,
             Op::Pad { .. } => Family::Pad,
+            Op::Conv { .. } => Family::Conv,
+            Op::Pool { .. } => Family::Pool,
             // A dim value exists only as a call's argument.
             Op::Call(..) | Op::Dim(_) => Family::Call,
         })
@@ -1757,7 +1893,7 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
         Op::Reduce { op, x, .. } => {
             float(x) && !o.deterministic && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
         }
-        Op::Matmul(a, _) => float(a),
+        Op::Matmul(a, _) | Op::Conv { x: a, .. } => float(a),
         Op::Unary(u, x) => {
             o.fast_math
                 && dt(x) == Some(Dtype::F32)

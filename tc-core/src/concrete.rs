@@ -17,7 +17,7 @@
 
 use crate::dim::{Dim, EvalError, Sigma};
 use crate::dtype::Dtype;
-use crate::ir::{check_axes, check_perm, BinaryOp, Op, ReduceOp, UnaryOp, Value};
+use crate::ir::{check_axes, check_perm, BinaryOp, Op, PoolKind, ReduceOp, UnaryOp, Value, Window};
 use crate::size::SizeError;
 
 /// An operand as the rule sees it: its dtype and concrete shape.
@@ -522,6 +522,141 @@ pub fn pad(axis: usize, before: i64, after: i64, x: Operand) -> Result<Shaped> {
     Ok((x.dtype, out))
 }
 
+/// One spatial axis of a window op (§12c): `(s + 2·pad − dil·(k − 1) − 1)
+/// / stride + 1` elements, or `None` when the dilated kernel does not fit
+/// in the padded input (or `k`, `stride` or `dil` is 0, or a count
+/// overflows). The checker's symbolic rule is the same formula over dims.
+pub fn window_len(s: usize, k: usize, stride: usize, pad: usize, dil: usize) -> Option<usize> {
+    if k == 0 || stride == 0 || dil == 0 {
+        return None;
+    }
+    let padded = pad.checked_mul(2)?.checked_add(s)?;
+    let span = dil.checked_mul(k - 1)?.checked_add(1)?;
+    Some(padded.checked_sub(span)? / stride + 1)
+}
+
+/// A window's output extents over the spatial `dims` with kernel extents
+/// `kernel`, or an error naming the first axis that does not fit.
+fn window_out(op: &str, dims: &[usize], kernel: &[usize], w: &Window) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(dims.len());
+    for (i, (&s, &k)) in dims.iter().zip(kernel).enumerate() {
+        let (st, p, d) = (w.stride[i], w.padding[i], w.dilation[i]);
+        let n = window_len(s, k, st, p, d).ok_or_else(|| {
+            op_err(
+                op,
+                format!(
+                    "spatial axis {i}: a kernel of {k} (dilation {d}) does not fit in {s} elements padded by {p} on each side (stride {st})"
+                ),
+            )
+        })?;
+        out.push(n);
+    }
+    Ok(out)
+}
+
+fn window_attrs_ok(op: &str, w: &Window, r: usize) -> Result<()> {
+    let ok = w.stride.len() == r && w.padding.len() == r && w.dilation.len() == r;
+    if !ok || !(1..=2).contains(&r) {
+        return Err(malformed(op, format!("window {w} for {r} spatial axes")));
+    }
+    Ok(())
+}
+
+/// §12c conv: `x: [N, C, S…]`, `w: [O, C / groups, K…]` of one numeric
+/// dtype, `O` a multiple of `groups`; the result is `[N, O, S'…]` with
+/// `S'` from [`window_len`].
+pub fn conv(window: &Window, groups: usize, x: Operand, w: Operand) -> Result<Shaped> {
+    let r = window.rank();
+    window_attrs_ok("conv", window, r)?;
+    if x.dtype != w.dtype || !x.dtype.is_numeric() {
+        return Err(malformed(
+            "conv",
+            format!("operand dtypes {} and {}", x.dtype, w.dtype),
+        ));
+    }
+    let (sx, sw) = (x.shape, w.shape);
+    if sx.len() != r + 2 || sw.len() != r + 2 {
+        return Err(op_err(
+            "conv",
+            format!(
+                "input {sx:?} and weights {sw:?} for {r} spatial axes: both need rank {}",
+                r + 2
+            ),
+        ));
+    }
+    let per_group = sw[1];
+    if groups == 0 || sx[1] != per_group.checked_mul(groups).unwrap_or(usize::MAX) {
+        return Err(op_err(
+            "conv",
+            format!(
+                "the input's {} channels are not {groups} groups of the weights' {per_group}",
+                sx[1]
+            ),
+        ));
+    }
+    if !sw[0].is_multiple_of(groups) {
+        return Err(op_err(
+            "conv",
+            format!(
+                "{} output channels do not split into {groups} groups",
+                sw[0]
+            ),
+        ));
+    }
+    let mut out = vec![sx[0], sw[0]];
+    out.extend(window_out("conv", &sx[2..], &sw[2..], window)?);
+    Ok((x.dtype, out))
+}
+
+/// §12d pooling over the last `kernel.len()` axes: a numeric operand (a
+/// float one for an average), dilation 1, padding at most half the kernel
+/// and, for a max, non-empty spatial axes, so every max window holds an
+/// input element; those axes get [`window_len`] elements.
+pub fn pool(kind: PoolKind, kernel: &[usize], window: &Window, x: Operand) -> Result<Shaped> {
+    let r = kernel.len();
+    window_attrs_ok("pool", window, r)?;
+    let numeric = match kind {
+        PoolKind::Max => x.dtype.is_numeric(),
+        PoolKind::Avg => x.dtype.is_float(),
+    };
+    if !numeric {
+        return Err(malformed("pool", format!("{} operand", x.dtype)));
+    }
+    if x.shape.len() < r {
+        return Err(op_err(
+            "pool",
+            format!("{r} spatial axes in a tensor of rank {}", x.shape.len()),
+        ));
+    }
+    if window.dilation.iter().any(|&d| d != 1) {
+        return Err(malformed(
+            "pool",
+            format!("dilation {:?} (pooling has none)", window.dilation),
+        ));
+    }
+    if let Some(i) = (0..r).find(|&i| window.padding[i] > kernel[i] / 2) {
+        return Err(op_err(
+            "pool",
+            format!(
+                "spatial axis {i}: padding {} exceeds half the kernel {}",
+                window.padding[i], kernel[i]
+            ),
+        ));
+    }
+    let lead = x.shape.len() - r;
+    if kind == PoolKind::Max {
+        if let Some(i) = (0..r).find(|&i| x.shape[lead + i] == 0) {
+            return Err(op_err(
+                "max_pool",
+                format!("spatial axis {i} is empty: a window would hold padding only"),
+            ));
+        }
+    }
+    let mut out = x.shape[..lead].to_vec();
+    out.extend(window_out("pool", &x.shape[lead..], kernel, window)?);
+    Ok((x.dtype, out))
+}
+
 /// `fill`: the given dtype and shape.
 pub fn fill(dt: Dtype, shape: &[usize]) -> Result<Shaped> {
     Ok((dt, shape.to_vec()))
@@ -597,6 +732,18 @@ pub fn infer<'a>(
             eval_signed(after, sigma, "pad after")?,
             operand(*x)?,
         ),
+        Op::Conv {
+            window,
+            groups,
+            x,
+            w,
+        } => conv(window, *groups, operand(*x)?, operand(*w)?),
+        Op::Pool {
+            kind,
+            kernel,
+            window,
+            x,
+        } => pool(*kind, kernel, window, operand(*x)?),
         Op::Fill(dt, s, _) => fill(*dt, &eval_shape(s, sigma, "fill")?),
         Op::Iota(dt, s, axis) => iota(*dt, &eval_shape(s, sigma, "iota")?, *axis),
         Op::Call(name, _) => Err(RuleError::Malformed(format!(

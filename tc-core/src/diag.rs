@@ -203,6 +203,10 @@ pub mod codes {
     pub const CONCAT: &str = "E0308";
     /// A top-k count not provably within its axis (docs/syntax.md §8a).
     pub const TOPK: &str = "E0309";
+    /// A convolution's or pooling's window not provably valid: a constant
+    /// out of range, channels that do not split into the groups, a kernel
+    /// that may not fit in the padded input (docs/syntax.md §12c, §12d).
+    pub const WINDOW: &str = "E0310";
     /// A call's arity, unification or `requires` fails (Section 2 §17).
     pub const CALL: &str = "E0401";
     /// Unknown function or variable in a body.
@@ -245,6 +249,7 @@ pub mod codes {
         SLICE_BOUNDS,
         CONCAT,
         TOPK,
+        WINDOW,
         CALL,
         UNKNOWN_NAME,
         RECURSION,

@@ -271,6 +271,40 @@ impl BinaryOp {
     }
 }
 
+/// The window of a convolution or a pooling over the operand's last `r`
+/// axes, its spatial axes (`r` = 1 or 2, the length of every vector here):
+/// constants, as in PyTorch (docs/syntax.md §12c). Along axis `i` the
+/// output has `(S + 2·padding − dilation·(K − 1) − 1) / stride + 1`
+/// elements (floor division, [`crate::concrete::window_len`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// Step between windows (≥ 1).
+    pub stride: Vec<usize>,
+    /// Elements added on each side (zeros for a convolution and an average,
+    /// never chosen by a max).
+    pub padding: Vec<usize>,
+    /// Step between a window's taps (≥ 1).
+    pub dilation: Vec<usize>,
+}
+
+impl Window {
+    /// The number of spatial axes.
+    pub fn rank(&self) -> usize {
+        self.stride.len()
+    }
+}
+
+/// The reduction of a pooling window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    /// IEEE 754-2019 `maximum` of the window's elements inside the input
+    /// (the padding is never chosen), like `reduce.max`.
+    Max,
+    /// The window's sum over the zero-padded input, divided by the window's
+    /// volume (PyTorch's `count_include_pad=True`), like `reduce.mean`.
+    Avg,
+}
+
 /// Reductions (Section 2 §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
@@ -483,6 +517,33 @@ pub enum Op {
         /// Operand.
         x: Value,
     },
+    /// §12c convolution (docs/syntax.md "conv"): `x` is `[N, C, S…]`, `w`
+    /// is `[O, C / groups, K…]`, the result `[N, O, S'…]`; a cross-
+    /// correlation over the zero-padded input, as PyTorch's `conv1d` /
+    /// `conv2d` (no bias: add one with a broadcast).
+    Conv {
+        /// Stride, padding and dilation per spatial axis.
+        window: Window,
+        /// Channel groups (≥ 1): output channel `o` reads input channels
+        /// of group `o / (O / groups)` only.
+        groups: usize,
+        /// Input.
+        x: Value,
+        /// Weights.
+        w: Value,
+    },
+    /// §12d pooling (docs/syntax.md "pool") over the last `kernel.len()`
+    /// axes of `x`: each output element reduces one window.
+    Pool {
+        /// Max or average.
+        kind: PoolKind,
+        /// The window's extent per spatial axis (≥ 1).
+        kernel: Vec<usize>,
+        /// Stride, padding (at most half the kernel) and dilation.
+        window: Window,
+        /// Operand.
+        x: Value,
+    },
     /// A tensor of one repeated scalar (a literal in tensor position).
     Fill(Dtype, Vec<Dim>, Scalar),
     /// Index along `axis` as a value (`iota`), for masks such as a causal one.
@@ -516,7 +577,8 @@ impl Op {
             | Op::Pad { x, .. } => {
                 vec![*x]
             }
-            Op::Binary(_, a, b) | Op::Matmul(a, b) => vec![*a, *b],
+            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Conv { x: a, w: b, .. } => vec![*a, *b],
+            Op::Pool { x, .. } => vec![*x],
             Op::Gather { table, ids, .. } => vec![*table, *ids],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
@@ -628,6 +690,32 @@ impl fmt::Display for Op {
                 value,
                 x,
             } => write!(f, "pad[axis={axis}, {before}, {after}, {value}] {x}"),
+            Op::Conv {
+                window,
+                groups,
+                x,
+                w,
+            } => write!(
+                f,
+                "conv{}d[{window}, groups={groups}] {x}, {w}",
+                window.rank()
+            ),
+            Op::Pool {
+                kind,
+                kernel,
+                window,
+                x,
+            } => {
+                let k = match kind {
+                    PoolKind::Max => "max",
+                    PoolKind::Avg => "avg",
+                };
+                write!(
+                    f,
+                    "{k}_pool{}d[kernel={kernel:?}, {window}] {x}",
+                    kernel.len()
+                )
+            }
             Op::Fill(d, s, v) => write!(f, "fill[{d}; {}] {v}", dims(s)),
             Op::Iota(d, s, a) => write!(f, "iota[{d}; {}, axis={a}]", dims(s)),
             Op::Call(n, xs) => {
@@ -909,6 +997,36 @@ pub fn check_perm(perm: &[usize], rank: usize) -> Result<(), AxisError> {
 
 /// The part of [`check_axes`]/[`check_perm`] that holds at every rank: a
 /// permutation of its own length, a non-empty duplicate-free axis set.
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stride={:?}, padding={:?}, dilation={:?}",
+            self.stride, self.padding, self.dilation
+        )
+    }
+}
+
+/// A window's vectors (and a pooling's kernel) have one entry per spatial
+/// axis, and there are 1 or 2 of those: the verifier's structural rule for
+/// [`Op::Conv`] and [`Op::Pool`] (values are the checker's, with spans).
+fn window_shape_ok(op: &Op) -> Result<(), String> {
+    let (w, kernel) = match op {
+        Op::Conv { window, .. } => (window, None),
+        Op::Pool { kernel, window, .. } => (window, Some(kernel.len())),
+        _ => return Ok(()),
+    };
+    let r = w.rank();
+    let lens = [w.padding.len(), w.dilation.len(), kernel.unwrap_or(r)];
+    if !(1..=2).contains(&r) || lens.iter().any(|&l| l != r) {
+        return Err(format!(
+            "a window needs 1 or 2 spatial axes and one entry per axis in each attribute, found {w}{}",
+            kernel.map(|k| format!(", kernel of {k}")).unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
 fn rank_free_axes(op: &Op) -> Result<(), AxisError> {
     match op {
         Op::Transpose(perm, _) => check_perm(perm, perm.len()),
@@ -1004,6 +1122,9 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
                     ),
                 );
             }
+        }
+        if let Err(m) = window_shape_ok(&inst.op) {
+            return bad(inst.span, format!("{}: {m}", inst.result));
         }
         if let Op::Concat(_, xs) = &inst.op {
             if xs.len() < 2 {

@@ -267,6 +267,18 @@ fn hash_op(h: &mut Fp, op: &Op) {
             hash_scalar(h, v);
         }
         Op::Iota(d, s, a) => (d, s, a).hash(h),
+        Op::Conv {
+            window,
+            groups,
+            x,
+            w,
+        } => (window, groups, x, w).hash(h),
+        Op::Pool {
+            kind,
+            kernel,
+            window,
+            x,
+        } => (kind, kernel, window, x).hash(h),
         Op::Call(name, xs) => (name, xs).hash(h),
         Op::Dim(d) => d.hash(h),
     }

@@ -864,26 +864,29 @@ impl CompiledFn {
         use tc_core::ir::Op;
         let np = self.func.sig.params.len();
         let op = &self.func.body[out.0 as usize - np].op;
-        let (Op::TopK { x, .. } | Op::CumSum { x, .. }) = op else {
-            return Err(tc_runtime::Error::Malformed(format!(
-                "host step for `{op}`"
-            )));
+        let tensor = |v: Value| {
+            let info = &st.vals[v.0 as usize];
+            // The operand is materialized (plan::structure forces a host
+            // op's operands): the storage of its planned shape, checked by
+            // `contract::bind_args` or sized by `out_buffer` from `vals`.
+            // SAFETY: so `bytes()` initialised bytes are there, alive this step.
+            let bytes = unsafe { bytes_of(st.ptrs[v.0 as usize], info.bytes()) };
+            Tensor::from_raw_slice(info.dtype, &info.shape, bytes)
         };
-        let xv = &st.vals[x.0 as usize];
-        // The operand is materialized (plan::structure forces a host op's
-        // operands): the storage of its planned shape, checked by
-        // `contract::bind_args` or sized by `out_buffer` from `vals`.
-        // SAFETY: so `bytes()` initialised bytes are there, alive this step.
-        let bytes = unsafe { bytes_of(st.ptrs[x.0 as usize], xv.bytes()) };
-        let xt = Tensor::from_raw_slice(xv.dtype, &xv.shape, bytes)?;
         let t = match op {
-            Op::TopK {
-                k, axis, indices, ..
-            } => {
-                let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
-                tc_runtime::interp::denote::topk(k, *axis, *indices, &xt)?
-            }
-            Op::CumSum { axis, .. } => tc_runtime::interp::denote::cumsum(*axis, &xt)?,
+            Op::Conv {
+                window,
+                groups,
+                x,
+                w,
+            } => crate::conv::conv(window, *groups, &tensor(*x)?, &tensor(*w)?, st.threads)?,
+            Op::Pool {
+                kind,
+                kernel,
+                window,
+                x,
+            } => tc_runtime::interp::denote::pool(*kind, kernel, window, &tensor(*x)?)?,
+            Op::TopK { x, .. } | Op::CumSum { x, .. } => Self::lane_host(op, &tensor(*x)?, sigma)?,
             _ => {
                 return Err(tc_runtime::Error::Malformed(format!(
                     "host step for `{op}`"
@@ -894,6 +897,30 @@ impl CompiledFn {
         st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
         st.owned_bufs[out.0 as usize] = Some(Held::T(t));
         Ok(())
+    }
+
+    /// Top-k or cumsum on the host: the reference denotation.
+    fn lane_host(
+        op: &tc_core::ir::Op,
+        xt: &Tensor,
+        sigma: &Sigma,
+    ) -> Result<Tensor, tc_runtime::Error> {
+        use tc_core::ir::Op;
+        let t = match op {
+            Op::TopK {
+                k, axis, indices, ..
+            } => {
+                let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
+                tc_runtime::interp::denote::topk(k, *axis, *indices, xt)?
+            }
+            Op::CumSum { axis, .. } => tc_runtime::interp::denote::cumsum(*axis, xt)?,
+            _ => {
+                return Err(tc_runtime::Error::Malformed(format!(
+                    "host step for `{op}`"
+                )))
+            }
+        };
+        Ok(t)
     }
 
     /// A [`Step::Matmul`]: the output's buffer, then the GEMM on the

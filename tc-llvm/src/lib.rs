@@ -75,6 +75,7 @@
 
 pub mod cache;
 pub mod codegen;
+pub mod conv;
 pub mod disk;
 pub mod exec;
 mod gather;

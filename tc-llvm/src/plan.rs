@@ -148,11 +148,12 @@ pub enum Step {
         /// The I64 ids (a buffer).
         ids: Value,
     },
-    /// An op run on the host by the reference denotation
-    /// (`tc_runtime::interp::denote`): top-k, whose per-lane stable sort is
-    /// not a loop nest over the output, and cumsum, a sequential scan whose
-    /// order fixes its float rounding. Both backends then agree by
-    /// construction; its operand is a buffer.
+    /// An op run on the host: top-k, whose per-lane stable sort is not a
+    /// loop nest over the output, cumsum, a sequential scan whose order
+    /// fixes its float rounding, and pooling run the reference denotation
+    /// (`tc_runtime::interp::denote`), so both backends agree by
+    /// construction; a float convolution runs im2col + the f32 GEMM
+    /// ([`crate::conv`]). Its operands are buffers.
     Host {
         /// Result (its instruction names the op).
         out: Value,
@@ -381,6 +382,8 @@ pub fn inlinable(op: &Op) -> bool {
             | Op::Gather { .. }
             | Op::TopK { .. }
             | Op::CumSum { .. }
+            | Op::Conv { .. }
+            | Op::Pool { .. }
             | Op::Call(..)
             | Op::Dim(_)
     )
@@ -432,7 +435,12 @@ fn uses(func: &Function) -> Uses {
             // buffers by host code.
             if matches!(
                 inst.op,
-                Op::Call(..) | Op::Gather { .. } | Op::TopK { .. } | Op::CumSum { .. }
+                Op::Call(..)
+                    | Op::Gather { .. }
+                    | Op::TopK { .. }
+                    | Op::CumSum { .. }
+                    | Op::Conv { .. }
+                    | Op::Pool { .. }
             ) {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
                     *f = true;
@@ -520,7 +528,9 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 table: *table,
                 ids: *ids,
             }),
-            Op::TopK { .. } | Op::CumSum { .. } => steps.push(Step::Host { out }),
+            Op::TopK { .. } | Op::CumSum { .. } | Op::Conv { .. } | Op::Pool { .. } => {
+                steps.push(Step::Host { out })
+            }
             Op::Call(name, args) => steps.push(Step::Call {
                 out,
                 name: name.clone(),
@@ -824,7 +834,11 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Gather { table, .. } => operand_dtype(func, *table),
         Op::TopK { indices: true, .. } => Dtype::I64,
-        Op::TopK { x, .. } | Op::CumSum { x, .. } | Op::Pad { x, .. } => operand_dtype(func, *x),
+        Op::TopK { x, .. }
+        | Op::CumSum { x, .. }
+        | Op::Pad { x, .. }
+        | Op::Conv { x, .. }
+        | Op::Pool { x, .. } => operand_dtype(func, *x),
         Op::Call(..) => Dtype::F32,
         Op::Dim(_) => Dtype::I64,
     }

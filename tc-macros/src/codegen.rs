@@ -8,7 +8,9 @@
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::quote;
 use tc_core::dim::Atom;
-use tc_core::ir::{DimBinding, Function, Inst, Op, Param, Scalar, Signature, Spanned};
+use tc_core::ir::{
+    DimBinding, Function, Inst, Op, Param, PoolKind, Scalar, Signature, Spanned, Window,
+};
 use tc_core::{CmpOp, Dim, Dtype, Pred, SpanId, TensorType, Type};
 
 fn variant(x: &impl std::fmt::Debug) -> Ident {
@@ -323,6 +325,7 @@ fn op(o: &Op) -> TokenStream {
             quote!(__tc::Op::Concat(#axis, #xs))
         }
         Op::Gather { .. } | Op::TopK { .. } | Op::CumSum { .. } | Op::Pad { .. } => lane_op(o),
+        Op::Conv { .. } | Op::Pool { .. } => window_op(o),
         Op::Fill(d, s, v) => {
             let (d, s, v) = (dtype(*d), dims(s), scalar(v));
             quote!(__tc::Op::Fill(#d, #s, #v))
@@ -339,6 +342,43 @@ fn op(o: &Op) -> TokenStream {
             let d = dim(d);
             quote!(__tc::Op::Dim(#d))
         }
+    }
+}
+
+/// [`op`] for convolution and pooling.
+fn window_op(o: &Op) -> TokenStream {
+    let usizes = |v: &[usize]| {
+        let v = v.iter().map(|&x| usize_lit(x));
+        quote!(::std::vec![#(#v),*])
+    };
+    let window = |w: &Window| {
+        let (s, p, d) = (usizes(&w.stride), usizes(&w.padding), usizes(&w.dilation));
+        quote!(__tc::Window { stride: #s, padding: #p, dilation: #d })
+    };
+    match o {
+        Op::Conv {
+            window: w,
+            groups,
+            x,
+            w: wt,
+        } => {
+            let (win, g, x, wt) = (window(w), usize_lit(*groups), value(*x), value(*wt));
+            quote!(__tc::Op::Conv { window: #win, groups: #g, x: #x, w: #wt })
+        }
+        Op::Pool {
+            kind,
+            kernel,
+            window: w,
+            x,
+        } => {
+            let kind = match kind {
+                PoolKind::Max => quote!(__tc::PoolKind::Max),
+                PoolKind::Avg => quote!(__tc::PoolKind::Avg),
+            };
+            let (k, win, x) = (usizes(kernel), window(w), value(*x));
+            quote!(__tc::Op::Pool { kind: #kind, kernel: #k, window: #win, x: #x })
+        }
+        _ => TokenStream::new(),
     }
 }
 
@@ -426,7 +466,8 @@ pub fn function(f: &Function) -> TokenStream {
             pub use ::tc::core::dim::Dim;
             pub use ::tc::core::dtype::Dtype;
             pub use ::tc::core::ir::{
-                BinaryOp, DimBinding, Function, Inst, Op, Param, ReduceOp, Scalar, Signature, Spanned, UnaryOp, Value,
+                BinaryOp, DimBinding, Function, Inst, Op, Param, PoolKind, ReduceOp, Scalar, Signature, Spanned,
+                UnaryOp, Value, Window,
             };
             pub use ::tc::core::pred::{CmpOp, Pred};
             pub use ::tc::core::types::{FnType, TensorType, Type};

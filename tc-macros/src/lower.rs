@@ -13,12 +13,14 @@ use proc_macro2::Ident;
 use quote::ToTokens;
 use syn::{BinOp, Block, Expr, GenericArgument, Lit, Pat, PathArguments, Stmt, UnOp};
 use tc_core::ir::{
-    BinaryOp, DimBinding, Function, Inst, Op, ReduceOp, Scalar, Signature, Signatures, UnaryOp,
-    Value,
+    BinaryOp, DimBinding, Function, Inst, Op, PoolKind, ReduceOp, Scalar, Signature, Signatures,
+    UnaryOp, Value,
 };
 use tc_core::{Dim, Dtype, SpanId, Type};
 
 use crate::parse::{self, ident_of, int_lit, unparen, DimNames};
+
+mod window;
 use crate::spans::{err_at, SpanTable};
 
 /// What a name in the body refers to.
@@ -902,6 +904,12 @@ impl Lowerer<'_> {
             "gather" => self.gather_call(name, args, whole),
             "topk" | "topk_indices" | "cumsum" => self.scan_call(n, name, args, whole),
             "pad" => self.pad_call(name, args, whole),
+            "conv1d" => self.conv_call(1, name, args, whole),
+            "conv2d" => self.conv_call(2, name, args, whole),
+            "max_pool1d" => self.pool_call(PoolKind::Max, 1, name, args, whole),
+            "max_pool2d" => self.pool_call(PoolKind::Max, 2, name, args, whole),
+            "avg_pool1d" => self.pool_call(PoolKind::Avg, 1, name, args, whole),
+            "avg_pool2d" => self.pool_call(PoolKind::Avg, 2, name, args, whole),
             "full" | "iota" => self.creation_call(n, name, generics, args, whole),
             "dim" => self.fail(err_at(
                 whole,

@@ -749,6 +749,18 @@ impl<'a, 'f> Machine<'a, 'f> {
                 let a = concrete::eval_signed(after, &self.sigma, "pad after")?;
                 denote::pad(*axis, (b, a), self.scalar(value, t.dtype())?, t)?
             }
+            Op::Conv {
+                window,
+                groups,
+                x,
+                w,
+            } => denote::conv(window, *groups, self.tensor(*x)?, self.tensor(*w)?)?,
+            Op::Pool {
+                kind,
+                kernel,
+                window,
+                x,
+            } => denote::pool(*kind, kernel, window, self.tensor(*x)?)?,
             Op::Fill(dt, s, v) => {
                 let shape = concrete::eval_shape(s, &self.sigma, "fill")?;
                 denote::fill(*dt, &shape, self.scalar(v, *dt)?)?
@@ -857,7 +869,7 @@ impl<'a, 'f> Machine<'a, 'f> {
 pub mod denote {
     use super::*;
     use tc_core::concrete::{self as rule, Operand};
-    use tc_core::ir::{BinaryOp, ReduceOp, UnaryOp};
+    use tc_core::ir::{BinaryOp, PoolKind, ReduceOp, UnaryOp, Window};
 
     /// A tensor as the shared concrete rule ([`tc_core::concrete`]) sees it:
     /// every denotation below validates its operands and sizes its output
@@ -1638,6 +1650,124 @@ pub mod denote {
             src.copy_from_slice(o);
             src[axis] = j - before;
             Ok(xs[ravel(&src, &st)])
+        })
+    }
+
+    /// The input index along spatial axis `a` of output position `p` and
+    /// kernel tap `k`, or `None` in the padding (i128: no product of two
+    /// `usize` overflows it, whatever hand-built IR holds).
+    fn tap(w: &Window, a: usize, p: usize, k: usize, len: usize) -> Option<usize> {
+        let pos = p as i128 * w.stride[a] as i128 + k as i128 * w.dilation[a] as i128
+            - w.padding[a] as i128;
+        usize::try_from(pos).ok().filter(|&i| i < len)
+    }
+
+    /// §12c conv: `λ [n, o, p…]. Σ_{c, k…} xpad[n, g·Cg + c, p·stride +
+    /// k·dilation] · w[o, c, k…]` with `g = o / (O / groups)`, `Cg` the
+    /// weights' dim 1 and `xpad` the input with `padding` zeros on each
+    /// side; the terms in row-major order of `(c, k…)` (the matmul's
+    /// accumulation: f32 for floats, then one rounding, the canonical NaN;
+    /// wrapping i64 for ints).
+    pub fn conv(window: &Window, groups: usize, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let (dt, out_shape) = rule::conv(window, groups, opd(x), opd(w))?;
+        let r = window.rank();
+        let (sx, sw) = (x.shape(), w.shape());
+        let (xs, ws) = (x.try_to_elems()?, w.try_to_elems()?);
+        let (stx, stw) = (strides(sx), strides(sw));
+        let (cg, og) = (sw[1], sw[0] / groups);
+        let kshape = &sw[2..];
+        let taps = volume("conv", kshape)?;
+        let zero = if dt.is_float() {
+            Elem::F(0.0)
+        } else {
+            Elem::I(0)
+        };
+        let (mut xi, mut wi, mut k) = (vec![0; r + 2], vec![0; r + 2], vec![0; r]);
+        tabulate("conv", dt, &out_shape, |o| {
+            // `og ≥ 1` here: an output element exists, so `O ≥ 1`.
+            let g = o[1] / og;
+            let (mut facc, mut iacc) = (0f32, 0i64);
+            for c in 0..cg {
+                for t in 0..taps {
+                    unravel(t, kshape, &mut k);
+                    let inside = (0..r).all(|a| {
+                        tap(window, a, o[2 + a], k[a], sx[2 + a])
+                            .map(|i| xi[2 + a] = i)
+                            .is_some()
+                    });
+                    (xi[0], xi[1]) = (o[0], g * cg + c);
+                    (wi[0], wi[1]) = (o[1], c);
+                    wi[2..].copy_from_slice(&k);
+                    let xe = if inside { xs[ravel(&xi, &stx)] } else { zero };
+                    match (xe, ws[ravel(&wi, &stw)]) {
+                        (Elem::F(a), Elem::F(b)) => facc += a * b,
+                        (Elem::I(a), Elem::I(b)) => iacc = iacc.wrapping_add(a.wrapping_mul(b)),
+                        (a, b) => return Err(malformed("conv", format!("elements {a:?}, {b:?}"))),
+                    }
+                }
+            }
+            Ok(if dt.is_float() {
+                fl(dt, reduced_nan(facc))
+            } else {
+                int(dt, iacc)
+            })
+        })
+    }
+
+    /// §12d pooling over the last `kernel.len()` axes: per output element,
+    /// its window's taps in row-major order. Max: `reduce.max`'s IEEE
+    /// `maximum` over the taps inside the input (the rule keeps at least
+    /// one in every window). Avg: the f32 sum over the zero-padded input
+    /// divided by the kernel's volume, then one rounding (`reduce.mean`'s
+    /// arithmetic).
+    pub fn pool(kind: PoolKind, kernel: &[usize], window: &Window, x: &Tensor) -> Result<Tensor> {
+        let (dt, out_shape) = rule::pool(kind, kernel, window, opd(x))?;
+        let r = kernel.len();
+        let sx = x.shape();
+        let lead = sx.len() - r;
+        let xs = x.try_to_elems()?;
+        let stx = strides(sx);
+        let taps = volume("pool", kernel)?;
+        let (mut xi, mut k) = (vec![0; sx.len()], vec![0; r]);
+        tabulate("pool", dt, &out_shape, |o| {
+            xi[..lead].copy_from_slice(&o[..lead]);
+            let mut best: Option<Elem> = None;
+            let mut fsum = 0f32;
+            for t in 0..taps {
+                unravel(t, kernel, &mut k);
+                let inside = (0..r).all(|a| {
+                    tap(window, a, o[lead + a], k[a], sx[lead + a])
+                        .map(|i| xi[lead + a] = i)
+                        .is_some()
+                });
+                let e = if inside {
+                    xs[ravel(&xi, &stx)]
+                } else {
+                    Elem::F(0.0)
+                };
+                match kind {
+                    PoolKind::Avg => match e {
+                        Elem::F(v) => fsum += v,
+                        e => return Err(malformed("avg_pool", format!("element {e:?}"))),
+                    },
+                    PoolKind::Max if inside => {
+                        best = Some(match best {
+                            None => e,
+                            Some(b) => extremum(ReduceOp::Max, dt, b, e)?,
+                        })
+                    }
+                    PoolKind::Max => {}
+                }
+            }
+            match (kind, best) {
+                (PoolKind::Avg, _) => Ok(fl(dt, reduced_nan(fsum / taps as f32))),
+                (PoolKind::Max, Some(Elem::F(b))) => Ok(Elem::F(reduced_nan(b))),
+                (PoolKind::Max, Some(e)) => Ok(e),
+                (PoolKind::Max, None) => Err(malformed(
+                    "max_pool",
+                    "a window with no input element".into(),
+                )),
+            }
         })
     }
 

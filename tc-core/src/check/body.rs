@@ -212,6 +212,13 @@ impl Checker<'_> {
                 value,
                 ..
             } => self.pad(func, (*axis, before, after, value), inst, &operands),
+            Op::Conv { window, groups, .. } => self.conv((window, *groups), inst, &operands),
+            Op::Pool {
+                kind,
+                kernel,
+                window,
+                ..
+            } => self.pool((*kind, kernel, window), inst, &operands),
             Op::Fill(dt, shape, s) => {
                 let mut ok = true;
                 for (i, d) in shape.iter().enumerate() {

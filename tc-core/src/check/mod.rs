@@ -26,6 +26,7 @@ mod reduce;
 mod reshape;
 mod signature;
 mod topk;
+mod window;
 
 use crate::ctx::{zero_opt_ins, Ctx};
 use crate::diag::{Counterexample, Diagnostic, SpanId};
@@ -56,6 +57,8 @@ const R_GATHER: &str = "gather (Section 2 §12a, docs/syntax.md)";
 const R_TOPK: &str = "topk (Section 2 §8a, docs/syntax.md)";
 const R_CUMSUM: &str = "cumsum (Section 2 §8b, docs/syntax.md)";
 const R_PAD: &str = "pad (Section 2 §12b, docs/syntax.md)";
+const R_CONV: &str = "conv (Section 2 §12c, docs/syntax.md)";
+const R_POOL: &str = "pool (Section 2 §12d, docs/syntax.md)";
 const R_CALL: &str = "call (Section 2 §17)";
 const R_LITERAL: &str = "literal (Section 2 §4)";
 const R_BIND: &str = "dim binding (Section 1 §6)";

@@ -59,7 +59,9 @@ impl<'a> Gen<'a> {
             | Op::ArgReduce { .. }
             | Op::Gather { .. }
             | Op::TopK { .. }
-            | Op::CumSum { .. } => false,
+            | Op::CumSum { .. }
+            | Op::Conv { .. }
+            | Op::Pool { .. } => false,
             _ => op.operands().iter().all(|o| self.is_flat(*o, false)),
         }
     }

@@ -1,0 +1,235 @@
+//! Convolution in the JIT (docs/syntax.md §12c), a host step: per batch
+//! element and channel group, the input's windows are unfolded into a
+//! `[C/groups · K…, S'…]` matrix (im2col, padding as zeros) and multiplied
+//! by the group's `[O/groups, C/groups · K…]` weights with the f32 GEMM
+//! ([`crate::matmul::sgemm`]: packing, the micro-kernel, the pool split).
+//!
+//! Numerics: the GEMM sums the same terms as the reference denotation
+//! (`tc_runtime::interp::denote::conv`, Section 4 style) in another order,
+//! so a float convolution is within the matmul's documented tolerance; the
+//! result is rounded once into the dtype with the interpreter's own `fl`,
+//! and a NaN is the canonical one. Integer convolutions run the
+//! denotation itself (bit-identical).
+//!
+//! Memory: the unfolded matrix is built for a tile of output positions at
+//! a time, at most [`TILE_FLOATS`] floats, so a large image costs a bounded
+//! scratch buffer rather than `K…` copies of itself.
+
+use tc_core::concrete::{self, Operand};
+use tc_core::ir::Window;
+use tc_core::Dtype;
+use tc_runtime::elem::Elem;
+use tc_runtime::interp::denote;
+use tc_runtime::{Error, Tensor};
+
+use crate::matmul::{sgemm, View};
+
+/// The unfolded matrix's tile size, in floats (16 MiB).
+pub const TILE_FLOATS: usize = 1 << 22;
+
+/// The sizes of one convolution, from the concrete rule's shapes.
+struct Geometry {
+    /// Batch, input channels per group, output channels per group.
+    n: usize,
+    cg: usize,
+    og: usize,
+    /// Spatial input extents, kernel extents, output extents.
+    sin: Vec<usize>,
+    kern: Vec<usize>,
+    sout: Vec<usize>,
+    /// Products: input positions, kernel taps, output positions.
+    in_vol: usize,
+    taps: usize,
+    out_vol: usize,
+}
+
+fn volume(s: &[usize]) -> Result<usize, Error> {
+    Ok(tc_core::size::numel(s)?)
+}
+
+/// `conv[window, groups] x, w` (the operands as the denotation takes them).
+pub fn conv(
+    window: &Window,
+    groups: usize,
+    x: &Tensor,
+    w: &Tensor,
+    threads: usize,
+) -> Result<Tensor, Error> {
+    let (dt, out_shape) = concrete::conv(window, groups, opd(x), opd(w))?;
+    if !dt.is_float() {
+        return denote::conv(window, groups, x, w);
+    }
+    let (sx, sw) = (x.shape(), w.shape());
+    let g = Geometry {
+        n: sx[0],
+        cg: sw[1],
+        og: sw[0] / groups,
+        in_vol: volume(&sx[2..])?,
+        taps: volume(&sw[2..])?,
+        out_vol: volume(&out_shape[2..])?,
+        sin: sx[2..].to_vec(),
+        kern: sw[2..].to_vec(),
+        sout: out_shape[2..].to_vec(),
+    };
+    let xs = floats(x)?;
+    let ws = floats(w)?;
+    let mut out = vec![0f32; volume(&out_shape)?];
+    for b in 0..g.n {
+        for grp in 0..groups {
+            group(&g, window, (b, grp, groups), &xs, &ws, &mut out, threads)?;
+        }
+    }
+    finish(dt, &out_shape, out)
+}
+
+fn opd(t: &Tensor) -> Operand<'_> {
+    Operand {
+        dtype: t.dtype(),
+        shape: t.shape(),
+    }
+}
+
+/// The elements of a float tensor as f32 (exact: every float dtype's values
+/// are f32 values).
+fn floats(t: &Tensor) -> Result<Vec<f32>, Error> {
+    if t.dtype() == Dtype::F32 {
+        return Ok(t.as_slice::<f32>()?.to_vec());
+    }
+    t.try_to_elems()?
+        .into_iter()
+        .map(|e| match e {
+            Elem::F(v) => Ok(v),
+            e => Err(Error::Malformed(format!(
+                "conv: element {e:?} of a float tensor"
+            ))),
+        })
+        .collect()
+}
+
+/// One batch element's channel group: tiles of output positions, each
+/// unfolded then multiplied into `out`.
+fn group(
+    g: &Geometry,
+    window: &Window,
+    (b, grp, groups): (usize, usize, usize),
+    xs: &[f32],
+    ws: &[f32],
+    out: &mut [f32],
+    threads: usize,
+) -> Result<(), Error> {
+    let rows = g.cg * g.taps;
+    let c_total = g.cg * groups;
+    let x_base = (b * c_total + grp * g.cg) * g.in_vol;
+    let xg = &xs[x_base..x_base + g.cg * g.in_vol];
+    let wg = &ws[grp * g.og * rows..(grp + 1) * g.og * rows];
+    let o_total = g.og * groups;
+    let out_base = (b * o_total + grp * g.og) * g.out_vol;
+    let og_out = &mut out[out_base..out_base + g.og * g.out_vol];
+    if g.og == 0 || g.out_vol == 0 {
+        return Ok(());
+    }
+    let tile = (TILE_FLOATS / rows.max(1)).clamp(1, g.out_vol);
+    let mut cols = vec![0f32; rows * tile];
+    let mut ctile = if tile < g.out_vol {
+        vec![0f32; g.og * tile]
+    } else {
+        Vec::new()
+    };
+    let mut start = 0;
+    while start < g.out_vol {
+        let width = tile.min(g.out_vol - start);
+        unfold(g, window, xg, start, width, &mut cols[..rows * width]);
+        let direct = width == g.out_vol;
+        let c: &mut [f32] = if direct {
+            og_out
+        } else {
+            &mut ctile[..g.og * width]
+        };
+        // SAFETY: A is `wg`, `og × rows` row-major (`og·rows` floats, sliced
+        // above); B is `cols`, `rows × width` row-major (sliced to exactly
+        // that); C is `c`, `og·width` floats, a distinct `&mut` buffer, so
+        // it overlaps neither and nothing else touches it during the call
+        // (`sgemm`'s contract).
+        unsafe {
+            sgemm(
+                g.og,
+                width,
+                rows,
+                View::new(wg.as_ptr(), rows, 1),
+                View::new(cols.as_ptr(), width, 1),
+                c.as_mut_ptr(),
+                threads,
+            )
+        }
+        .map_err(|e| Error::Op {
+            op: "conv".into(),
+            message: e.to_string(),
+        })?;
+        if !direct {
+            for o in 0..g.og {
+                let dst = o * g.out_vol + start;
+                og_out[dst..dst + width].copy_from_slice(&ctile[o * width..(o + 1) * width]);
+            }
+        }
+        start += width;
+    }
+    Ok(())
+}
+
+/// im2col for output positions `start..start + width` (row-major over the
+/// output's spatial extents): row `(c, k…)`, column `p` holds
+/// `xpad[c, p·stride + k·dilation]`, 0 in the padding.
+fn unfold(g: &Geometry, w: &Window, xg: &[f32], start: usize, width: usize, cols: &mut [f32]) {
+    let r = g.sin.len();
+    let mut k = vec![0usize; r];
+    let mut p = vec![0usize; r];
+    for c in 0..g.cg {
+        let xc = &xg[c * g.in_vol..(c + 1) * g.in_vol];
+        for t in 0..g.taps {
+            unravel(t, &g.kern, &mut k);
+            let row = &mut cols[(c * g.taps + t) * width..(c * g.taps + t + 1) * width];
+            for (j, slot) in row.iter_mut().enumerate() {
+                unravel(start + j, &g.sout, &mut p);
+                let mut lin = 0usize;
+                let mut inside = true;
+                for a in 0..r {
+                    match tap(w, a, p[a], k[a], g.sin[a]) {
+                        Some(i) => lin = lin * g.sin[a] + i,
+                        None => inside = false,
+                    }
+                }
+                *slot = if inside { xc[lin] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// The input index along spatial axis `a` (the denotation's rule: in i128,
+/// `None` in the padding).
+fn tap(w: &Window, a: usize, p: usize, k: usize, len: usize) -> Option<usize> {
+    let pos =
+        p as i128 * w.stride[a] as i128 + k as i128 * w.dilation[a] as i128 - w.padding[a] as i128;
+    usize::try_from(pos).ok().filter(|&i| i < len)
+}
+
+fn unravel(mut lin: usize, shape: &[usize], idx: &mut [usize]) {
+    for i in (0..shape.len()).rev() {
+        if shape[i] > 0 {
+            idx[i] = lin % shape[i];
+            lin /= shape[i];
+        }
+    }
+}
+
+/// The f32 results as a `dt` tensor: the canonical NaN, one rounding
+/// (the denotation's `fl`).
+fn finish(dt: Dtype, shape: &[usize], mut out: Vec<f32>) -> Result<Tensor, Error> {
+    for v in out.iter_mut().filter(|v| v.is_nan()) {
+        *v = tc_runtime::cast::CANONICAL_NAN;
+    }
+    if dt == Dtype::F32 {
+        return Tensor::from_vec(shape, out);
+    }
+    let elems: Vec<Elem> = out.into_iter().map(|v| denote::fl(dt, v)).collect();
+    Tensor::from_values(dt, shape, &elems)
+}
