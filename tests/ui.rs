@@ -15,6 +15,7 @@ const FAIL_CATEGORIES: &[&str] = &[
     "transformer",
     "dims",
     "params",
+    "window",
 ];
 
 #[test]

@@ -65,7 +65,13 @@ impl ConvCase {
         let w = self.window();
         let mut out = vec![self.x[0], self.w[0]];
         for i in 0..w.rank() {
-            let n = window_len(self.x[2 + i], self.w[2 + i], w.stride[i], w.padding[i], w.dilation[i]);
+            let n = window_len(
+                self.x[2 + i],
+                self.w[2 + i],
+                w.stride[i],
+                w.padding[i],
+                w.dilation[i],
+            );
             out.push(n.expect("a case that fits"));
         }
         out
@@ -189,7 +195,10 @@ fn conv_of_a_large_image_takes_the_tiled_path() {
     };
     let rows = 16 * 9;
     let cols: usize = case.out_shape()[2..].iter().product();
-    assert!(rows * cols > tc_llvm::conv::TILE_FLOATS, "the case must tile");
+    assert!(
+        rows * cols > tc_llvm::conv::TILE_FLOATS,
+        "the case must tile"
+    );
     let mut rng = Rng(0xC1);
     let f = case.func(Dtype::F32);
     let args: Vec<Arg> = vec![
@@ -221,12 +230,23 @@ fn conv_padding_is_zeros_that_enter_the_sum() {
     let want = interp(&f, &args).unwrap().to_vec::<f32>().unwrap();
     assert!(want[0].is_nan(), "0 · inf at the left border: {want:?}");
     assert_eq!(&want[1..], &[f32::INFINITY, f32::INFINITY]);
-    let got = jit(&f, &args, JitOptions::default()).to_vec::<f32>().unwrap();
-    assert!(got[0].is_nan() && got[0].to_bits() == f32::NAN.to_bits(), "{got:?}");
+    let got = jit(&f, &args, JitOptions::default())
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(
+        got[0].is_nan() && got[0].to_bits() == f32::NAN.to_bits(),
+        "{got:?}"
+    );
     assert_eq!(&got[1..], &want[1..]);
 }
 
-fn pool_func(dt: Dtype, x: &[usize], kind: PoolKind, kernel: &[usize], window: &Window) -> Function {
+fn pool_func(
+    dt: Dtype,
+    x: &[usize],
+    kind: PoolKind,
+    kernel: &[usize],
+    window: &Window,
+) -> Function {
     let lead = x.len() - kernel.len();
     let mut out = x[..lead].to_vec();
     for (i, &k) in kernel.iter().enumerate() {
@@ -304,5 +324,8 @@ fn pooling_semantics_match_pytorch_by_hand() {
     let f = pool_func(Dtype::F32, &[1, 4], PoolKind::Max, &[2], &win(&[2], &[0]));
     let got = interp(&f, &[x.into()]).unwrap().to_elems();
     assert!(matches!(got[0], Elem::F(v) if v.to_bits() == f32::NAN.to_bits()));
-    assert!(matches!(got[1], Elem::F(v) if v.to_bits() == 0.0f32.to_bits()), "max(-0, +0) = +0");
+    assert!(
+        matches!(got[1], Elem::F(v) if v.to_bits() == 0.0f32.to_bits()),
+        "max(-0, +0) = +0"
+    );
 }

@@ -164,18 +164,20 @@ impl Checker<'_> {
             ));
             ok = false;
         }
-        for (i, &k) in kernel.iter().enumerate() {
-            ok &= self.const_in(k, 1, "kernel", inst.attr_span(0), R_POOL);
-            let p = window.padding[i];
-            if k >= 1 && p > k / 2 {
-                self.err(Diagnostic::new(
+        ok &= self.consts_in(kernel, 1, "kernel", inst.attr_span(0), R_POOL);
+        // One error for the attribute (both axes share its token).
+        if let Some(i) = (0..r).find(|&i| kernel[i] >= 1 && window.padding[i] > kernel[i] / 2) {
+            let (p, k) = (window.padding[i], kernel[i]);
+            self.err(
+                Diagnostic::new(
                     codes::WINDOW,
                     R_POOL,
                     inst.attr_span(2),
                     format!("padding {p} exceeds half the kernel {k} (spatial axis {i}): a window could hold padding only"),
-                ));
-                ok = false;
-            }
+                )
+                .help(format!("use a padding of at most {}", k / 2)),
+            );
+            ok = false;
         }
         let (class, fits) = match kind {
             PoolKind::Max => ("numeric", x.dtype.is_numeric()),
@@ -256,11 +258,29 @@ impl Checker<'_> {
             (&w.dilation, 1, "dilation"),
         ];
         for (j, (vals, least, what)) in lists.into_iter().enumerate() {
-            for &v in vals {
-                ok &= self.const_in(v, least, what, inst.attr_span(first + j), rule);
-            }
+            ok &= self.consts_in(vals, least, what, inst.attr_span(first + j), rule);
         }
         ok
+    }
+
+    /// An attribute's constants (one per axis, one token) in
+    /// `least..=WINDOW_CONST_MAX`, else one E0310 at `span` for the first
+    /// bad one.
+    fn consts_in(
+        &mut self,
+        vals: &[usize],
+        least: usize,
+        what: &str,
+        span: SpanId,
+        rule: &'static str,
+    ) -> bool {
+        match vals
+            .iter()
+            .find(|v| !(least..=WINDOW_CONST_MAX).contains(*v))
+        {
+            Some(&v) => self.const_in(v, least, what, span, rule),
+            None => true,
+        }
     }
 
     /// A window constant in `least..=WINDOW_CONST_MAX`, else E0310 at `span`.
