@@ -2264,3 +2264,187 @@ fn poisoned_values_do_not_cascade() {
     assert_eq!(es[0].code, codes::CONTRACTION);
     assert_eq!(es[0].span, arg(&b, m, 1));
 }
+
+// ------------------------------------------------ §12c conv, §12d pool
+
+fn window(s: &[usize], p: &[usize], d: &[usize]) -> tc_core::ir::Window {
+    tc_core::ir::Window {
+        stride: s.to_vec(),
+        padding: p.to_vec(),
+        dilation: d.to_vec(),
+    }
+}
+
+#[test]
+fn conv_accepted() {
+    // Same-padding 3×3 keeps H × W; stride 2 gives (H − 1) / 2 + 1.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, C, H, W"));
+    let w = b.param("w", f32s("O, C, 3, 3"));
+    let y = b.op(Op::Conv {
+        window: window(&[1, 1], &[1, 1], &[1, 1]),
+        groups: 1,
+        x,
+        w,
+    });
+    assert_eq!(accept(b, y, f32s("B, O, H, W")), "Tensor[f32; B, O, H, W]");
+    let mut b = fb();
+    let x = b.param("x", f32s("B, C, H, W"));
+    let w = b.param("w", f32s("O, C, 3, 3"));
+    let y = b.op(Op::Conv {
+        window: window(&[2, 2], &[1, 1], &[1, 1]),
+        groups: 1,
+        x,
+        w,
+    });
+    let down = td(
+        Dtype::F32,
+        vec![
+            v("B"),
+            v("O"),
+            (v("H") + c(1)).div(&c(2)),
+            (v("W") + c(1)).div(&c(2)),
+        ],
+    );
+    assert_eq!(
+        accept(b, y, down),
+        "Tensor[f32; B, O, (H + 1) / 2, (W + 1) / 2]"
+    );
+    // Grouped 1-d with dilation: 8 channels in 4 groups of 2.
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::I32, "B, 8, 20"));
+    let w = b.param("w", t(Dtype::I32, "12, 2, 3"));
+    let y = b.op(Op::Conv {
+        window: window(&[1], &[0], &[2]),
+        groups: 4,
+        x,
+        w,
+    });
+    assert_eq!(
+        accept(b, y, t(Dtype::I32, "B, 12, 16")),
+        "Tensor[i32; B, 12, 16]"
+    );
+}
+
+#[test]
+fn conv_rejected() {
+    let mut b = fb();
+    let x = b.param("x", f32s("B, C, T"));
+    let w = b.param("w", f32s("O, 4, 3"));
+    let y = b.op(Op::Conv {
+        window: window(&[1], &[1], &[1]),
+        groups: 1,
+        x,
+        w,
+    });
+    expect(
+        &reject(&b, y),
+        codes::WINDOW,
+        arg(&b, y, 1),
+        "input channels: expected `4` (dim 1 of the weights), found `C`",
+        Some("C = 1"),
+    );
+    let mut b = fb();
+    let x = b.param("x", f32s("B, 4, T"));
+    let w = b.param("w", f32s("O, 4, 5"));
+    let y = b.op(Op::Conv {
+        window: window(&[1], &[0], &[1]),
+        groups: 1,
+        x,
+        w,
+    });
+    expect(
+        &reject(&b, y),
+        codes::WINDOW,
+        arg(&b, y, 1),
+        "the kernel `5` of spatial axis 0 may not fit in its `T` elements",
+        Some("T = 1"),
+    );
+    let mut b = fb();
+    let x = b.param("x", f32s("B, 4, T"));
+    let w = b.param("w", f32s("O, 2, 1"));
+    let y = b.op(Op::Conv {
+        window: window(&[1], &[0], &[1]),
+        groups: 2,
+        x,
+        w,
+    });
+    expect(
+        &reject(&b, y),
+        codes::WINDOW,
+        attr(&b, y, 3),
+        "the output channels `O` (dim 0 of the weights) may not split into 2 groups",
+        Some("O = 1"),
+    );
+    let mut b = fb();
+    let x = b.param("x", f32s("B, 4, T"));
+    let w = b.param("w", f32s("O, 4, 1"));
+    let y = b.op(Op::Conv {
+        window: window(&[0], &[0], &[1]),
+        groups: 1,
+        x,
+        w,
+    });
+    expect(
+        &reject(&b, y),
+        codes::WINDOW,
+        attr(&b, y, 0),
+        "the stride must be between 1 and 2147483647, found 0",
+        None,
+    );
+}
+
+#[test]
+fn pool_accepted_and_rejected() {
+    let mut b = fb();
+    let x = b.param("x", f32s("B, C, H, W"));
+    let y = b.op(Op::Pool {
+        kind: tc_core::ir::PoolKind::Max,
+        kernel: vec![3, 3],
+        window: window(&[2, 2], &[1, 1], &[1, 1]),
+        x,
+    });
+    let out = td(
+        Dtype::F32,
+        vec![
+            v("B"),
+            v("C"),
+            (v("H") + c(1)).div(&c(2)),
+            (v("W") + c(1)).div(&c(2)),
+        ],
+    );
+    assert_eq!(
+        accept(b, y, out),
+        "Tensor[f32; B, C, (H + 1) / 2, (W + 1) / 2]"
+    );
+    let mut b = fb();
+    let x = b.param("x", tr(Dtype::F32, "B, T", vec![Pred::ge("T", 0)]));
+    let y = b.op(Op::Pool {
+        kind: tc_core::ir::PoolKind::Max,
+        kernel: vec![2],
+        window: window(&[2], &[1], &[1]),
+        x,
+    });
+    expect(
+        &reject(&b, y),
+        codes::WINDOW,
+        arg(&b, y, 0),
+        "`max_pool` needs a non-empty spatial axis 0, but `T` may be 0",
+        Some("T = 0"),
+    );
+    let mut b = fb();
+    let x = b.param("x", f32s("B, T"));
+    let y = b.op(Op::Pool {
+        kind: tc_core::ir::PoolKind::Avg,
+        kernel: vec![3],
+        window: window(&[1], &[2], &[1]),
+        x,
+    });
+    expect(
+        &reject(&b, y),
+        codes::WINDOW,
+        attr(&b, y, 2),
+        "padding 2 exceeds half the kernel 3",
+        None,
+    );
+}

@@ -145,11 +145,9 @@ fn group(
         } else {
             &mut ctile[..g.og * width]
         };
-        // SAFETY: A is `wg`, `og × rows` row-major (`og·rows` floats, sliced
-        // above); B is `cols`, `rows × width` row-major (sliced to exactly
-        // that); C is `c`, `og·width` floats, a distinct `&mut` buffer, so
-        // it overlaps neither and nothing else touches it during the call
-        // (`sgemm`'s contract).
+        // SAFETY: A = `wg` (`og × rows`), B = `cols` (`rows × width`), both
+        // sliced to exactly those extents; C = `c`, `og·width` floats of a
+        // distinct `&mut`, overlapping neither (`sgemm`'s contract).
         unsafe {
             sgemm(
                 g.og,
