@@ -535,6 +535,16 @@ pub fn window_len(s: usize, k: usize, stride: usize, pad: usize, dil: usize) -> 
     Some(padded.checked_sub(span)? / stride + 1)
 }
 
+/// The input index along spatial axis `a` of output position `p` and kernel
+/// tap `k` (`p·stride + k·dilation − padding`), or `None` in the padding.
+/// In i128: no product of two `usize` overflows it, whatever hand-built IR
+/// holds. Both backends' convolution and pooling index through this.
+pub fn window_tap(w: &Window, a: usize, p: usize, k: usize, len: usize) -> Option<usize> {
+    let pos =
+        p as i128 * w.stride[a] as i128 + k as i128 * w.dilation[a] as i128 - w.padding[a] as i128;
+    usize::try_from(pos).ok().filter(|&i| i < len)
+}
+
 /// A window's output extents over the spatial `dims` with kernel extents
 /// `kernel`, or an error naming the first axis that does not fit.
 fn window_out(op: &str, dims: &[usize], kernel: &[usize], w: &Window) -> Result<Vec<usize>> {

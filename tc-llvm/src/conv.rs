@@ -191,7 +191,7 @@ fn unfold(g: &Geometry, w: &Window, xg: &[f32], start: usize, width: usize, cols
                 let mut lin = 0usize;
                 let mut inside = true;
                 for a in 0..r {
-                    match tap(w, a, p[a], k[a], g.sin[a]) {
+                    match concrete::window_tap(w, a, p[a], k[a], g.sin[a]) {
                         Some(i) => lin = lin * g.sin[a] + i,
                         None => inside = false,
                     }
@@ -200,14 +200,6 @@ fn unfold(g: &Geometry, w: &Window, xg: &[f32], start: usize, width: usize, cols
             }
         }
     }
-}
-
-/// The input index along spatial axis `a` (the denotation's rule: in i128,
-/// `None` in the padding).
-fn tap(w: &Window, a: usize, p: usize, k: usize, len: usize) -> Option<usize> {
-    let pos =
-        p as i128 * w.stride[a] as i128 + k as i128 * w.dilation[a] as i128 - w.padding[a] as i128;
-    usize::try_from(pos).ok().filter(|&i| i < len)
 }
 
 fn unravel(mut lin: usize, shape: &[usize], idx: &mut [usize]) {

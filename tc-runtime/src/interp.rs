@@ -1653,15 +1653,6 @@ pub mod denote {
         })
     }
 
-    /// The input index along spatial axis `a` of output position `p` and
-    /// kernel tap `k`, or `None` in the padding (i128: no product of two
-    /// `usize` overflows it, whatever hand-built IR holds).
-    fn tap(w: &Window, a: usize, p: usize, k: usize, len: usize) -> Option<usize> {
-        let pos = p as i128 * w.stride[a] as i128 + k as i128 * w.dilation[a] as i128
-            - w.padding[a] as i128;
-        usize::try_from(pos).ok().filter(|&i| i < len)
-    }
-
     /// §12c conv: `λ [n, o, p…]. Σ_{c, k…} xpad[n, g·Cg + c, p·stride +
     /// k·dilation] · w[o, c, k…]` with `g = o / (O / groups)`, `Cg` the
     /// weights' dim 1 and `xpad` the input with `padding` zeros on each
@@ -1691,7 +1682,7 @@ pub mod denote {
                 for t in 0..taps {
                     unravel(t, kshape, &mut k);
                     let inside = (0..r).all(|a| {
-                        tap(window, a, o[2 + a], k[a], sx[2 + a])
+                        rule::window_tap(window, a, o[2 + a], k[a], sx[2 + a])
                             .map(|i| xi[2 + a] = i)
                             .is_some()
                     });
@@ -1736,7 +1727,7 @@ pub mod denote {
             for t in 0..taps {
                 unravel(t, kernel, &mut k);
                 let inside = (0..r).all(|a| {
-                    tap(window, a, o[lead + a], k[a], sx[lead + a])
+                    rule::window_tap(window, a, o[lead + a], k[a], sx[lead + a])
                         .map(|i| xi[lead + a] = i)
                         .is_some()
                 });
