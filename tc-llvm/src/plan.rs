@@ -150,7 +150,8 @@ pub enum Step {
     },
     /// An op run on the host: top-k, whose per-lane stable sort is not a
     /// loop nest over the output, cumsum, a sequential scan whose order
-    /// fixes its float rounding, and pooling run the reference denotation
+    /// fixes its float rounding, and a pooling with window constants past
+    /// the checker's limit (hand-built IR) run the reference denotation
     /// (`tc_runtime::interp::denote`), so both backends agree by
     /// construction; a float convolution runs im2col + the f32 GEMM
     /// ([`crate::conv`]). Its operands are buffers.
@@ -372,6 +373,20 @@ pub fn shapes<'f>(
     Ok((vals, sigma))
 }
 
+/// A pooling whose window constants exceed what the checker admits
+/// (hand-built IR): its kernel's index arithmetic assumes them below 2³¹,
+/// so it runs the denotation on the host instead. Decided from the IR
+/// alone, like the rest of the structure.
+fn host_pool(op: &Op) -> bool {
+    let Op::Pool { kernel, window, .. } = op else {
+        return false;
+    };
+    let max = tc_core::check::WINDOW_CONST_MAX;
+    [kernel, &window.stride, &window.padding, &window.dilation]
+        .iter()
+        .any(|v| v.iter().any(|&c| c > max))
+}
+
 /// Is this op computed inside its consumers' loops?
 pub fn inlinable(op: &Op) -> bool {
     !matches!(
@@ -440,8 +455,8 @@ fn uses(func: &Function) -> Uses {
                     | Op::TopK { .. }
                     | Op::CumSum { .. }
                     | Op::Conv { .. }
-                    | Op::Pool { .. }
-            ) {
+            ) || host_pool(&inst.op)
+            {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
                     *f = true;
                 }
@@ -528,9 +543,8 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 table: *table,
                 ids: *ids,
             }),
-            Op::TopK { .. } | Op::CumSum { .. } | Op::Conv { .. } | Op::Pool { .. } => {
-                steps.push(Step::Host { out })
-            }
+            Op::TopK { .. } | Op::CumSum { .. } | Op::Conv { .. } => steps.push(Step::Host { out }),
+            op if host_pool(op) => steps.push(Step::Host { out }),
             Op::Call(name, args) => steps.push(Step::Call {
                 out,
                 name: name.clone(),

@@ -329,3 +329,61 @@ fn pooling_semantics_match_pytorch_by_hand() {
         "max(-0, +0) = +0"
     );
 }
+
+/// Pooling is a kernel (not a host step) with its producer fused into the
+/// window loop, in σ-specialised and shape-generic kernels alike, and
+/// matches the denotation bit for bit on a σ with padding at both ends.
+#[test]
+fn pooling_is_a_fused_kernel_specialised_and_generic() {
+    use tc_core::ir::UnaryOp;
+    for (kind, dt) in [
+        (PoolKind::Max, Dtype::F16),
+        (PoolKind::Avg, Dtype::BF16),
+        (PoolKind::Max, Dtype::I8),
+    ] {
+        let mut b = builder("relu_pool");
+        let x = b.param("x", tt(dt, &["B", "C", "H", "W"]));
+        let out = |d: &str| (Dim::var(d) + Dim::c(-1)).div(&Dim::c(2)) + Dim::c(1);
+        b.returns(Type::tensor(
+            dt,
+            vec![Dim::var("B"), Dim::var("C"), out("H"), out("W")],
+        ));
+        let r = b.op(Op::Unary(UnaryOp::Relu, x));
+        let p = b.op(Op::Pool {
+            kind,
+            kernel: vec![3, 3],
+            window: win(&[2, 2], &[1, 1]),
+            x: r,
+        });
+        let f = b.finish(p);
+        let sigma: tc_core::Sigma = [("B", 2), ("C", 3), ("H", 7), ("W", 6)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let c = tc_llvm::exec::compile(&f, &sigma, JitOptions::default()).unwrap();
+        assert!(
+            c.steps()
+                .iter()
+                .all(|s| matches!(s, tc_llvm::plan::Step::Kernel { .. })),
+            "one fused kernel: {:?}",
+            c.steps()
+        );
+        let mut rng = Rng(0xB1);
+        let args: Vec<Arg> = vec![random(&mut rng, dt, &[2, 3, 7, 6], true).into()];
+        let want = interp(&f, &args).unwrap();
+        assert_bits(
+            "specialised",
+            &jit(&f, &args, JitOptions::default()),
+            &want,
+            false,
+        );
+        let generic = tc_llvm::Jit::new(tc_llvm::CacheConfig {
+            capacity: 8,
+            specialize_after: 100,
+            options: JitOptions::default(),
+        });
+        let g = generic.call(&f, &args, &|_| None).unwrap();
+        assert_eq!(generic.stats().generic_runs, 1);
+        assert_bits("generic", &g, &want, false);
+    }
+}

@@ -28,6 +28,8 @@ mod signature;
 mod topk;
 mod window;
 
+pub use window::WINDOW_CONST_MAX;
+
 use crate::ctx::{zero_opt_ins, Ctx};
 use crate::diag::{Counterexample, Diagnostic, SpanId};
 use crate::ir::{verify_structure, Function, Signature, Signatures, Value};

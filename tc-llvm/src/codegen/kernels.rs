@@ -97,6 +97,15 @@ impl<'a> Gen<'a> {
                 self.argreduce_body(out, *max, *axis, *keepdims, *x);
                 KernelShape::Reduce
             }
+            Op::Pool {
+                kind,
+                kernel,
+                window,
+                x,
+            } => {
+                self.pool_body(out, *kind, kernel, window, *x);
+                KernelShape::Reduce
+            }
             _ => {
                 if self.is_flat(out, true) {
                     let (o, l) = self.loop_begin("%start", "%end");

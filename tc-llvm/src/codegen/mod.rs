@@ -50,6 +50,7 @@ mod elementwise;
 mod ir;
 mod kernels;
 mod math;
+mod pool;
 mod reduce;
 mod shape;
 
