@@ -886,7 +886,15 @@ impl CompiledFn {
                 window,
                 x,
             } => tc_runtime::interp::denote::pool(*kind, kernel, window, &tensor(*x)?)?,
-            Op::TopK { x, .. } | Op::CumSum { x, .. } => Self::lane_host(op, &tensor(*x)?, sigma)?,
+            Op::TopK {
+                k,
+                axis,
+                indices,
+                x,
+            } => {
+                let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
+                tc_runtime::interp::denote::topk(k, *axis, *indices, &tensor(*x)?)?
+            }
             _ => {
                 return Err(tc_runtime::Error::Malformed(format!(
                     "host step for `{op}`"
@@ -897,30 +905,6 @@ impl CompiledFn {
         st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
         st.owned_bufs[out.0 as usize] = Some(Held::T(t));
         Ok(())
-    }
-
-    /// Top-k or cumsum on the host: the reference denotation.
-    fn lane_host(
-        op: &tc_core::ir::Op,
-        xt: &Tensor,
-        sigma: &Sigma,
-    ) -> Result<Tensor, tc_runtime::Error> {
-        use tc_core::ir::Op;
-        let t = match op {
-            Op::TopK {
-                k, axis, indices, ..
-            } => {
-                let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
-                tc_runtime::interp::denote::topk(k, *axis, *indices, xt)?
-            }
-            Op::CumSum { axis, .. } => tc_runtime::interp::denote::cumsum(*axis, xt)?,
-            _ => {
-                return Err(tc_runtime::Error::Malformed(format!(
-                    "host step for `{op}`"
-                )))
-            }
-        };
-        Ok(t)
     }
 
     /// A [`Step::Matmul`]: the output's buffer, then the GEMM on the

@@ -149,8 +149,7 @@ pub enum Step {
         ids: Value,
     },
     /// An op run on the host: top-k, whose per-lane stable sort is not a
-    /// loop nest over the output, cumsum, a sequential scan whose order
-    /// fixes its float rounding, and a pooling with window constants past
+    /// loop nest over the output, and a pooling with window constants past
     /// the checker's limit (hand-built IR) run the reference denotation
     /// (`tc_runtime::interp::denote`), so both backends agree by
     /// construction; a float convolution runs im2col + the f32 GEMM
@@ -450,11 +449,7 @@ fn uses(func: &Function) -> Uses {
             // buffers by host code.
             if matches!(
                 inst.op,
-                Op::Call(..)
-                    | Op::Gather { .. }
-                    | Op::TopK { .. }
-                    | Op::CumSum { .. }
-                    | Op::Conv { .. }
+                Op::Call(..) | Op::Gather { .. } | Op::TopK { .. } | Op::Conv { .. }
             ) || host_pool(&inst.op)
             {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
@@ -543,7 +538,7 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 table: *table,
                 ids: *ids,
             }),
-            Op::TopK { .. } | Op::CumSum { .. } | Op::Conv { .. } => steps.push(Step::Host { out }),
+            Op::TopK { .. } | Op::Conv { .. } => steps.push(Step::Host { out }),
             op if host_pool(op) => steps.push(Step::Host { out }),
             Op::Call(name, args) => steps.push(Step::Call {
                 out,

@@ -97,6 +97,10 @@ impl<'a> Gen<'a> {
                 self.argreduce_body(out, *max, *axis, *keepdims, *x);
                 KernelShape::Reduce
             }
+            Op::CumSum { axis, x } => {
+                self.scan_body(out, *axis, *x);
+                KernelShape::Scan { axis: *axis }
+            }
             Op::Pool {
                 kind,
                 kernel,

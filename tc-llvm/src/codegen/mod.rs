@@ -52,6 +52,7 @@ mod kernels;
 mod math;
 mod pool;
 mod reduce;
+mod scan;
 mod shape;
 
 /// A shape quantity a generic kernel reads at run time.
@@ -102,6 +103,12 @@ pub enum KernelShape {
         /// Columns per tile.
         block: usize,
     },
+    /// A cumsum along `axis`: the outer loop runs over its lanes, the
+    /// inner loop along one lane in order.
+    Scan {
+        /// The scanned axis.
+        axis: usize,
+    },
 }
 
 /// The widest column block of a [`KernelShape::Cols`] reduction: its
@@ -148,11 +155,28 @@ pub fn extent(
             let np = func.sig.params.len();
             let x = match &func.body[out.0 as usize - np].op {
                 Op::Reduce { x, .. } | Op::ArgReduce { x, .. } => *x,
+                // Its work per output element is the window's taps.
+                Op::Pool { kernel, .. } => {
+                    return (
+                        o.numel(),
+                        kernel.iter().fold(1, |a: usize, &k| a.saturating_mul(k)),
+                    )
+                }
                 _ => out,
             };
             let n_in = vals[x.0 as usize].numel();
             let n_out = o.numel();
             (n_out, if n_out == 0 { 0 } else { n_in / n_out.max(1) })
+        }
+        KernelShape::Scan { axis } => {
+            let d = o.shape.get(*axis).copied().unwrap_or(1);
+            let lanes = o
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i != axis)
+                .fold(1, |a: usize, (_, &s)| a.saturating_mul(s));
+            (lanes, d)
         }
         KernelShape::Cols { block } => {
             let np = func.sig.params.len();

@@ -1,0 +1,65 @@
+//! Cumsum kernels (docs/syntax.md §8b, [`KernelShape::Scan`]): an outer
+//! loop over the lanes along the axis (split across threads), an inner
+//! sequential loop along the lane that folds `sum` in index order and
+//! stores every prefix. The accumulator is the reductions' (f32 for every
+//! float dtype, the dtype's width for ints), each stored prefix finished as
+//! a reduction's result (canonical NaN, one rounding into the dtype), so
+//! the result is bit-identical to the interpreter's `denote::cumsum`; the
+//! producer of `x` is fused into the inner loop.
+
+use super::*;
+
+impl<'a> Gen<'a> {
+    pub(super) fn scan_body(&mut self, out: Value, axis: usize, x: Value) {
+        let dt = self.vals[x.0 as usize].dtype;
+        let (lane, lp) = self.loop_begin("%start", "%end");
+        let mut src = self.unravel_lane(out, &lane, axis);
+        let a = self.label();
+        let accp = self.b.alloca(&format!("%acc{a}"), Ty::compute(dt), 8);
+        let init = self.reduce_init(ReduceOp::Sum, dt, false);
+        self.b.store(&init, &accp);
+        let d = self.dim(x, axis);
+        let (j, lj) = self.loop_begin("0", &d);
+        src[axis] = j;
+        let e = self.val(
+            x,
+            &Idx {
+                dims: Some(src.clone()),
+                lin: None,
+            },
+        );
+        let acc = self.b.load(&accp);
+        let (nacc, _) = self.reduce_combine(ReduceOp::Sum, dt, false, &acc, &e, "");
+        self.b.store(&nacc, &accp);
+        let res = self.reduce_finish(ReduceOp::Sum, dt, false, &nacc, None, x, &[]);
+        let off = self.ravel(out, &src);
+        self.store(out, &off, &res);
+        self.loop_end(lj);
+        self.loop_end(lp);
+    }
+
+    /// The multi-index of lane `lane` of `v` along `axis`: every other axis
+    /// unravelled from the lane number (row-major), `axis` itself 0.
+    fn unravel_lane(&mut self, v: Value, lane: &str, axis: usize) -> Vec<String> {
+        let r = self.vals[v.0 as usize].shape.len();
+        let mut out = vec!["0".to_string(); r];
+        let mut rest = lane.to_string();
+        let last = (0..r).find(|&i| i != axis);
+        for i in (0..r).rev() {
+            if i == axis {
+                continue;
+            }
+            if Some(i) == last {
+                out[i] = rest.clone();
+                break;
+            }
+            let d = self.dim(v, i);
+            if is_lit(&d) == Some(1) {
+                continue;
+            }
+            out[i] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
+            rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
+        }
+        out
+    }
+}
