@@ -38,7 +38,23 @@ pub(super) fn class_diag(
             found.class()
         ),
     )
-    .help("insert an explicit `.cast::<..>()` (Section 3 §9: no implicit promotion)")
+    .help(class_help(class, found))
+}
+
+/// A cast toward the class the op expects: to f32 for a float op, to i64
+/// (counts) for a numeric op given a bool, otherwise generic.
+fn class_help(class: &str, found: Dtype) -> String {
+    let target = match class {
+        "float" => Some("f32"),
+        "numeric" if found.is_bool() => Some("i64"),
+        _ => None,
+    };
+    match target {
+        Some(t) => format!(
+            "insert `.cast::<{t}>()` on the operand (Section 3 §9: no implicit promotion)"
+        ),
+        None => "insert an explicit `.cast::<..>()` (Section 3 §9: no implicit promotion)".into(),
+    }
 }
 
 pub(super) fn unknown_diag(rule: &'static str, span: SpanId, goal: &Pred) -> Diagnostic {
