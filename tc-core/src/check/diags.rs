@@ -50,9 +50,9 @@ fn class_help(class: &str, found: Dtype) -> String {
         _ => None,
     };
     match target {
-        Some(t) => format!(
-            "insert `.cast::<{t}>()` on the operand (Section 3 §9: no implicit promotion)"
-        ),
+        Some(t) => {
+            format!("insert `.cast::<{t}>()` on the operand (Section 3 §9: no implicit promotion)")
+        }
         None => "insert an explicit `.cast::<..>()` (Section 3 §9: no implicit promotion)".into(),
     }
 }

@@ -112,7 +112,12 @@ impl Checker<'_> {
                             "input channels: expected {expected}, found `{c}` (dim 1 of the input)"
                         ),
                     )
-                    .with_cex(Some(cex)),
+                    .with_cex(Some(cex))
+                    .help(if groups == 1 {
+                        format!("declare the weights as `[O, {c}, …]`, or feed an input of `{want}` channels")
+                    } else {
+                        format!("the weights' dim 1 is the input channels per group: `{c}` / {groups}")
+                    }),
                 );
                 return None;
             }
@@ -136,6 +141,7 @@ impl Checker<'_> {
                 inst.attr_span(3),
                 msg,
             ) {
+                self.help_last(format!("add `requires({o} % {groups} == 0)`, or use a multiple of {groups} output channels"));
                 return None;
             }
         }
@@ -243,8 +249,25 @@ impl Checker<'_> {
                 R_POOL,
                 inst.arg_span(0),
                 msg,
-            )
+            ) || self.help_last(format!(
+                "add `requires({s} >= 1)` so that the axis is never empty"
+            ))
         })
+    }
+
+    /// Attach `help` to the error just reported when it is this rule's own
+    /// (a solver `unknown` keeps its budget help). Returns false, the
+    /// verdict of the failed proof it follows.
+    fn help_last(&mut self, help: String) -> bool {
+        if let Some(d) = self.diags.pop() {
+            let d = if d.code == codes::WINDOW {
+                d.help(help)
+            } else {
+                d
+            };
+            self.diags.push(d);
+        }
+        false
     }
 
     /// Stride and dilation in `1..=WINDOW_CONST_MAX`, padding in
@@ -327,6 +350,7 @@ impl Checker<'_> {
         let one = Dim::c(1);
         let kmsg = || format!("the kernel `{k}` of spatial axis {i} may be smaller than 1");
         if !self.prove_cmp(k, CmpOp::Ge, &one, codes::WINDOW, rule, span, kmsg) {
+            self.help_last(format!("add `requires({k} >= 1)`"));
             return None;
         }
         let padded = self.dim_op(s.checked_add(&Dim::c(2 * p)), span)?;
@@ -348,6 +372,9 @@ impl Checker<'_> {
             )
         };
         if !self.prove_cmp(&padded, CmpOp::Ge, &reach, codes::WINDOW, rule, span, msg) {
+            self.help_last(format!(
+                "add `requires({padded} >= {reach})`, or pad the input (a larger padding)"
+            ));
             return None;
         }
         let room = self.dim_op(padded.checked_sub(&reach), span)?;
