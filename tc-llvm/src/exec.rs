@@ -659,7 +659,7 @@ impl CompiledFn {
                     members,
                     inputs,
                 } => self.run_group(*id, members, inputs, &mut st)?,
-                Step::Matmul { out, a, b } => self.run_matmul(*out, *a, *b, &mut st)?,
+                Step::Matmul { out, a, b } => self.run_matmul((*out, *a, *b), args, &mut st)?,
                 Step::Gather {
                     out,
                     axis,
@@ -911,9 +911,8 @@ impl CompiledFn {
     /// operands' buffers read through their planned views.
     fn run_matmul(
         &self,
-        out: Value,
-        a: Value,
-        b: Value,
+        (out, a, b): (Value, Value, Value),
+        args: &[Arg],
         st: &mut RunState,
     ) -> Result<(), tc_runtime::Error> {
         let func = &*self.func;
@@ -928,6 +927,15 @@ impl CompiledFn {
         // read through strides (plan::matmul_view_ok).
         let (ba, st_a) = plan::strided_view(func, vals, &self.st.mat, a);
         let (bb, st_b) = plan::strided_view(func, vals, &self.st.mat, b);
+        // A right operand read from a tensor parameter (a weight) keeps its
+        // packing across calls (`prepack`: keyed by the storage, checked).
+        let weight = match (&vals[bb.0 as usize].kind, crate::prepack::enabled()) {
+            (VKind::TensorParam(i), true) => match args.get(*i) {
+                Some(Arg::Tensor(t)) => Some(crate::prepack::Owner(t)),
+                _ => None,
+            },
+            _ => None,
+        };
         // `ba`/`bb` hold their planned shapes (as for a kernel);
         // `strided_view` gives the strides of a view the planner
         // admitted (`matmul_view_ok`: a transpose or broadcast
@@ -945,6 +953,7 @@ impl CompiledFn {
                 sa,
                 sb,
                 threads,
+                weight.as_ref().map(|w| w as &dyn crate::matmul::PackCache),
             )
             .map_err(|e| tc_runtime::Error::Op {
                 op: "matmul".into(),

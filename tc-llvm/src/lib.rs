@@ -86,6 +86,7 @@ pub mod matmul;
 pub mod matmul_int;
 mod orc;
 pub mod plan;
+pub mod prepack;
 mod rt;
 
 pub use cache::{CacheConfig, Jit, Stats};

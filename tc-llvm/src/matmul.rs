@@ -245,9 +245,9 @@ pub unsafe fn sgemm(
     };
     let fam = F32Gemm { mk, edge };
     let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
-    if m <= STREAM_MAX_M.div_ceil(mk.mr) * mk.mr && stream_b() {
+    if streams(m)? {
         // SAFETY: `m, n, k ≥ 1` and the views and C as `sgemm`'s contract.
-        unsafe { streamed(&fam, (m, n, k), &a, &b, c, par) };
+        unsafe { streamed(&fam, (m, n, k), &a, BSrc::View(&b), c, par) };
     } else {
         // SAFETY: as just above; `F32Gemm`'s packers read the views over
         // exactly the rows, k and columns `blocked` asks for, and its tile
@@ -352,7 +352,7 @@ unsafe fn streamed(
     f: &F32Gemm,
     (m, n, k): (usize, usize, usize),
     a: &View,
-    b: &View,
+    b: BSrc<'_>,
     c: *mut f32,
     par: bool,
 ) {
@@ -380,16 +380,22 @@ unsafe fn streamed(
         let range = |q0: usize, q1: usize| {
             let (apr, cp) = (apr, cp);
             let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
-            if bq.len() < kc * nr {
+            if bq.len() < kc * nr && matches!(b, BSrc::View(_)) {
                 bq.resize(kc * nr, 0.0);
             }
             let mut tile = [0f32; TILE_MAX];
             for q in q0..q1 {
                 let col0 = q * nr;
-                // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
-                // `col0.. < n` of B, valid by the contract; the panel
-                // buffer has `kc·nr` floats.
-                unsafe { pack_b_panel(b, pc, kc, col0, nr, n, &mut bq[..kc * nr]) };
+                let bpanel = match b {
+                    BSrc::View(v) => {
+                        // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
+                        // `col0.. < n` of B, valid by the contract; the
+                        // panel buffer has `kc·nr` floats.
+                        unsafe { pack_b_panel(v, pc, kc, col0, nr, n, &mut bq[..kc * nr]) };
+                        bq.as_ptr()
+                    }
+                    BSrc::Packed(p) => p.panel(pc, q).as_ptr(),
+                };
                 let ncols = nr.min(n - col0);
                 for p in 0..mpanels {
                     let row0 = p * mr;
@@ -407,7 +413,7 @@ unsafe fn streamed(
                             ncols,
                             accum,
                             a: apr.0.add(p * kc * mr),
-                            b: bq.as_ptr(),
+                            b: bpanel,
                         };
                         tile_into_c(mk, edge, &t, (m, n), cp.0, &mut tile);
                     }
@@ -425,6 +431,132 @@ unsafe fn streamed(
         }
     }
     give_scratch(ap);
+}
+
+/// Where [`streamed`] takes B's panels from.
+#[derive(Clone, Copy)]
+enum BSrc<'a> {
+    /// Packed panel by panel from the view, on every call.
+    View(&'a View),
+    /// Packed once ([`PackedB`]).
+    Packed(&'a PackedB),
+}
+
+/// Does an `m`-row product take the streamed path (one row block), the one
+/// a [`PackedB`] serves?
+pub fn streams(m: usize) -> Result<bool, Error> {
+    Ok(m <= STREAM_MAX_M.div_ceil(micro()?.mr) * micro()?.mr && stream_b())
+}
+
+/// A right operand packed once (issue #15: a weight is constant across
+/// calls, yet packing it, a transpose for PyTorch-layout weights, was most
+/// of a small batch's time): every K-block's column panels, in
+/// [`pack_b_panel`]'s layout, block after block. The same panels the
+/// streamed path packs per call, so results are bit-identical.
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    kc: usize,
+    nr: usize,
+    data: Vec<f32>,
+}
+
+impl PackedB {
+    /// Pack the `k × n` view `b` (`k, n ≥ 1`).
+    ///
+    /// # Safety
+    /// `b` must be valid for reads of every `(i, j)`, `i < k`, `j < n`.
+    // SAFETY: (contract) met by `matmul_strided`, its caller, under its own.
+    pub unsafe fn pack(b: &View, k: usize, n: usize) -> Result<PackedB, Error> {
+        let (nr, kc) = (micro()?.nr, params().1);
+        let npanels = n.div_ceil(nr);
+        let total = npanels
+            .checked_mul(nr)
+            .and_then(|w| w.checked_mul(k))
+            .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
+        let mut data = vec![0f32; total];
+        for pc in (0..k).step_by(kc) {
+            let kcb = kc.min(k - pc);
+            for q in 0..npanels {
+                let off = pc * npanels * nr + q * kcb * nr;
+                // SAFETY: rows `pc..pc + kcb ⊆ 0..k`, columns `q·nr.. < n`
+                // (the contract); the slice holds the panel's `kcb·nr`.
+                unsafe { pack_b_panel(b, pc, kcb, q * nr, nr, n, &mut data[off..off + kcb * nr]) };
+            }
+        }
+        Ok(PackedB { k, n, kc, nr, data })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+
+    /// Panel `q` of the K-block starting at row `pc`.
+    fn panel(&self, pc: usize, q: usize) -> &[f32] {
+        let npanels = self.n.div_ceil(self.nr);
+        let kcb = self.kc.min(self.k - pc);
+        let off = pc * npanels * self.nr + q * kcb * self.nr;
+        &self.data[off..off + kcb * self.nr]
+    }
+}
+
+/// The packed weights a caller keeps across calls ([`matmul_strided`]'s
+/// `b_cache`): looked up by the view's address, strides and extents, which
+/// identify the bytes only together with the caller's own check that the
+/// storage under them is still the one it was packed from.
+pub trait PackCache: Sync {
+    /// The packing of this view, if kept.
+    fn get(&self, key: &ViewKey) -> Option<std::sync::Arc<PackedB>>;
+    /// Keep a packing.
+    fn put(&self, key: ViewKey, packed: std::sync::Arc<PackedB>);
+}
+
+/// A view's address, strides and extents (`k × n`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ViewKey {
+    /// First element's address.
+    pub ptr: usize,
+    /// Row and column strides (elements).
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+    /// Rows.
+    pub k: usize,
+    /// Columns.
+    pub n: usize,
+}
+
+/// `C[m×n] = A[m×k] · B` with B packed ([`PackedB`]), on the streamed
+/// path (`streams(m)` must hold).
+///
+/// # Safety
+/// `a` valid for reads of every `(i, j)`, `i < m`, `j < k` (`k` =
+/// `b.k`); `c` as in [`sgemm`].
+// SAFETY: (contract) met by `matmul_strided`, its only caller.
+unsafe fn sgemm_packed(
+    m: usize,
+    a: View,
+    b: &PackedB,
+    c: *mut f32,
+    threads: usize,
+) -> Result<(), Error> {
+    let (n, k) = (b.n, b.k);
+    if m == 0 || n == 0 || k == 0 || !streams(m)? {
+        return Err(Error::Unsupported(format!("packed-B product of {m} rows")));
+    }
+    let mk = micro()?;
+    let edge = if !m.is_multiple_of(mk.mr) && edge_kernels() {
+        Some(edge(m % mk.mr)?)
+    } else {
+        None
+    };
+    let fam = F32Gemm { mk, edge };
+    let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
+    // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
+    // panels are in memory (`b`).
+    unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };
+    Ok(())
 }
 
 static STREAM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
@@ -759,6 +891,7 @@ pub unsafe fn matmul_strided(
     sa: &[usize],
     sb: &[usize],
     threads: usize,
+    b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
     let (batch, m, k, n) = matmul_dims(sa, sb)?;
     let r = sa.len();
@@ -807,6 +940,15 @@ pub unsafe fn matmul_strided(
         // `(batch·M) × K` matrix of row stride `st_a[r−2]`, B one `K × N`.
         // SAFETY: so the views address exactly the elements the contract makes
         // readable, and C (contiguous `p ++ [M, N]`) is `(batch·M) × N`.
+        if let Some(cache) = b_cache.filter(|_| k > 0) {
+            if streams(batch * m)? {
+                // SAFETY: as just above (B is `k × n` at `vb`).
+                let packed = unsafe { packed_b(cache, &vb, k, n)? };
+                // SAFETY: as just above.
+                return unsafe { sgemm_packed(batch * m, va, &packed, c, threads) };
+            }
+        }
+        // SAFETY: as above: the views and C as the contract makes them.
         return unsafe { sgemm(batch * m, n, k, va, vb, c, threads) };
     }
     let offs = |p: usize, st: &[isize]| -> isize {
@@ -854,6 +996,33 @@ pub unsafe fn matmul_strided(
     } else {
         (0..batch).try_for_each(one)
     }
+}
+
+/// `b` packed, from `cache` or packed now and kept there.
+///
+/// # Safety
+/// `b` valid for reads of every `(i, j)`, `i < k`, `j < n`.
+// SAFETY: (contract) met by `matmul_strided`, its only caller.
+unsafe fn packed_b(
+    cache: &dyn PackCache,
+    b: &View,
+    k: usize,
+    n: usize,
+) -> Result<std::sync::Arc<PackedB>, Error> {
+    let key = ViewKey {
+        ptr: b.ptr as usize,
+        rs: b.rs,
+        cs: b.cs,
+        k,
+        n,
+    };
+    if let Some(p) = cache.get(&key) {
+        return Ok(p);
+    }
+    // SAFETY: the contract.
+    let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n)? });
+    cache.put(key, p.clone());
+    Ok(p)
 }
 
 /// Widen `len` elements of a narrow float dtype's storage at `ptr` to f32
@@ -1127,7 +1296,7 @@ mod dims_tests {
                 assert!(r.is_err(), "matmul {dt} {sa:?} × {sb:?}");
                 let (st_a, st_b) = (contiguous_strides(sa), contiguous_strides(sb));
                 // SAFETY: as above.
-                let r = unsafe { matmul_strided(dt, p, &st_a, p, &st_b, p, sa, sb, 1) };
+                let r = unsafe { matmul_strided(dt, p, &st_a, p, &st_b, p, sa, sb, 1, None) };
                 assert!(r.is_err(), "matmul_strided {dt} {sa:?} × {sb:?}");
             }
         }
@@ -1135,7 +1304,7 @@ mod dims_tests {
         let (sa, sb) = ([2usize, 3], [3usize, 2]);
         for (st_a, st_b) in [(vec![3isize], vec![2, 1]), (vec![3, 1], vec![-2, 1])] {
             // SAFETY: as above.
-            let r = unsafe { matmul_strided(Dtype::F32, p, &st_a, p, &st_b, p, &sa, &sb, 1) };
+            let r = unsafe { matmul_strided(Dtype::F32, p, &st_a, p, &st_b, p, &sa, &sb, 1, None) };
             assert!(r.is_err(), "strides {st_a:?} {st_b:?}");
         }
     }

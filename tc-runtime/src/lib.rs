@@ -17,7 +17,7 @@ pub use cast::convert;
 pub use elem::Elem;
 pub use element::{Element, F8E4M3, F8E5M2, I4};
 pub use safetensors_io::{load_safetensors, load_tensor, save_safetensors};
-pub use tensor::Tensor;
+pub use tensor::{StorageId, Tensor};
 pub mod contract;
 pub mod exec;
 pub mod interp;

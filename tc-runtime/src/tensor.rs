@@ -47,6 +47,38 @@ impl std::ops::Deref for Storage {
     }
 }
 
+/// A weak handle on a tensor's storage: it names that storage while any
+/// tensor holds it, and never keeps it alive. Storage is immutable (no API
+/// writes into a built tensor), so while [`StorageId::holds`] is true the
+/// bytes are the ones seen when the id was taken: what a cache of data
+/// derived from a tensor (the JIT's packed weights) needs to be sound.
+/// Once every tensor on it is dropped the id is dead for good: its address
+/// stays reserved by the weak reference, so no later storage takes it.
+#[derive(Clone, Debug)]
+pub struct StorageId(std::sync::Weak<Storage>);
+
+impl StorageId {
+    /// The id of `t`'s storage.
+    pub fn of(t: &Tensor) -> StorageId {
+        StorageId(Arc::downgrade(&t.words))
+    }
+
+    /// Is `t`'s storage this one (alive)?
+    pub fn holds(&self, t: &Tensor) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&t.words)) && self.0.strong_count() > 0
+    }
+
+    /// Is some tensor still holding it?
+    pub fn alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// A number unique among live ids (the storage's address), for hashing.
+    pub fn addr(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
 impl Drop for Storage {
     fn drop(&mut self) {
         crate::pool::give(std::mem::take(&mut self.0));

@@ -1,0 +1,106 @@
+//! Weights packed once (`tc_llvm::prepack`, issue #15): a matmul whose
+//! right operand is a tensor parameter keeps its packing across calls. The
+//! packing is the GEMM's own, so results are bit-identical to per-call
+//! packing; and a cache keyed by storage must never serve a dropped
+//! weight's packing to a new tensor that happens to reuse its buffer.
+
+mod util;
+
+use tc_core::ir::{BinaryOp, Op};
+use tc_core::{Dim, Dtype, Type};
+use tc_llvm::JitOptions;
+use tc_runtime::contract::Arg;
+use tc_runtime::Tensor;
+use util::*;
+
+/// `x · wᵀ` with `w: [N, K]` in PyTorch's layout (read through strides),
+/// or, with `copy`, through `wᵀ · 1` materialized first (packed per call).
+fn linear(copy: bool) -> tc_core::ir::Function {
+    let mut b = builder(if copy { "linear_copy" } else { "linear" });
+    let x = b.param("x", tt(Dtype::F32, &["M", "K"]));
+    let w = b.param("w", tt(Dtype::F32, &["N", "K"]));
+    b.returns(tt(Dtype::F32, &["M", "N"]));
+    let mut wt = b.op(Op::Transpose(vec![1, 0], w));
+    if copy {
+        wt = b.op(Op::ScalarBinary {
+            op: BinaryOp::Mul,
+            x: wt,
+            s: tc_core::ir::Scalar::Float(1.0),
+            scalar_left: false,
+        });
+    }
+    let y = b.op(Op::Matmul(x, wt));
+    b.finish(y)
+}
+
+#[test]
+fn a_packed_weight_gives_the_bits_of_per_call_packing() {
+    let mut rng = Rng(0xA1);
+    let (f, g) = (linear(false), linear(true));
+    let jit = jit_with(JitOptions::default());
+    let w = random(&mut rng, Dtype::F32, &[300, 257], false);
+    for m in [1, 10, 37] {
+        let x = random(&mut rng, Dtype::F32, &[m, 257], false);
+        let args: Vec<Arg> = vec![x.clone().into(), w.clone().into()];
+        let before = tc_llvm::prepack::kept_bytes();
+        let cached = jit.call(&f, &args, &|_| None).unwrap();
+        let again = jit.call(&f, &args, &|_| None).unwrap();
+        let per_call = jit.call(&g, &args, &|_| None).unwrap();
+        assert_bits(&format!("m = {m}, second call"), &again, &cached, false);
+        assert_bits(
+            &format!("m = {m}, per-call packing"),
+            &cached,
+            &per_call,
+            false,
+        );
+        assert!(tc_llvm::prepack::kept_bytes() >= before);
+    }
+    assert!(
+        tc_llvm::prepack::kept_bytes() >= 300 * 257 * 4,
+        "the weight was kept"
+    );
+}
+
+/// The unsound case a storage-keyed cache must refuse: the weight is
+/// dropped, its buffer goes back to the pool, and a new weight with other
+/// values is built in that very buffer (same address, same view). The next
+/// call must read the new values.
+#[test]
+fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
+    let f = linear(false);
+    let jit = jit_with(JitOptions::default());
+    // JIT outputs come from the storage pool (buffers of ≥ 1 MiB).
+    let mut b = builder("fill");
+    let s = b.param("s", Type::Scalar(Dtype::F32));
+    b.returns(tt(Dtype::F32, &["512", "512"]));
+    let _ = s;
+    let v = b.op(Op::Fill(
+        Dtype::F32,
+        vec![Dim::c(512), Dim::c(512)],
+        tc_core::ir::Scalar::Param(0),
+    ));
+    let fill = b.finish(v);
+    let make = |x: f32| {
+        jit.call(&fill, &[Arg::Scalar(tc_runtime::Elem::F(x))], &|_| None)
+            .unwrap()
+    };
+    let x = Tensor::from_vec(&[2, 512], vec![1.0f32; 1024]).unwrap();
+    let w1 = make(1.0);
+    let addr = w1.bytes().as_ptr();
+    let y1 = jit
+        .call(&f, &[x.clone().into(), w1.clone().into()], &|_| None)
+        .unwrap();
+    assert_eq!(y1.to_vec::<f32>().unwrap()[0], 512.0);
+    drop(w1);
+    let w2 = make(2.0);
+    assert_eq!(
+        w2.bytes().as_ptr(),
+        addr,
+        "the pool reused the buffer (the case under test)"
+    );
+    let y2 = jit.call(&f, &[x.into(), w2.into()], &|_| None).unwrap();
+    assert!(
+        y2.to_vec::<f32>().unwrap().iter().all(|&v| v == 1024.0),
+        "stale packing served"
+    );
+}
