@@ -506,10 +506,21 @@ impl PackedB {
 /// identify the bytes only together with the caller's own check that the
 /// storage under them is still the one it was packed from.
 pub trait PackCache: Sync {
-    /// The packing of this view, if kept.
-    fn get(&self, key: &ViewKey) -> Option<std::sync::Arc<PackedB>>;
+    /// What to do with this view.
+    fn get(&self, key: &ViewKey) -> Lookup;
     /// Keep a packing.
     fn put(&self, key: ViewKey, packed: std::sync::Arc<PackedB>);
+}
+
+/// A [`PackCache`]'s answer.
+pub enum Lookup {
+    /// The packing kept for this view.
+    Hit(std::sync::Arc<PackedB>),
+    /// Seen before: pack it whole now and keep it.
+    Pack,
+    /// Not (yet) worth keeping (first sighting: an activation passed as a
+    /// parameter is new on every call): pack per call, as without a cache.
+    Skip,
 }
 
 /// A view's address, strides and extents (`k × n`).
@@ -943,9 +954,10 @@ pub unsafe fn matmul_strided(
         if let Some(cache) = b_cache.filter(|_| k > 0) {
             if streams(batch * m)? {
                 // SAFETY: as just above (B is `k × n` at `vb`).
-                let packed = unsafe { packed_b(cache, &vb, k, n)? };
-                // SAFETY: as just above.
-                return unsafe { sgemm_packed(batch * m, va, &packed, c, threads) };
+                if let Some(packed) = unsafe { packed_b(cache, &vb, k, n)? } {
+                    // SAFETY: as just above.
+                    return unsafe { sgemm_packed(batch * m, va, &packed, c, threads) };
+                }
             }
         }
         // SAFETY: as above: the views and C as the contract makes them.
@@ -998,7 +1010,8 @@ pub unsafe fn matmul_strided(
     }
 }
 
-/// `b` packed, from `cache` or packed now and kept there.
+/// `b` packed, from `cache` or packed now and kept there; `None` when the
+/// cache says to pack per call.
 ///
 /// # Safety
 /// `b` valid for reads of every `(i, j)`, `i < k`, `j < n`.
@@ -1008,7 +1021,7 @@ unsafe fn packed_b(
     b: &View,
     k: usize,
     n: usize,
-) -> Result<std::sync::Arc<PackedB>, Error> {
+) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
     let key = ViewKey {
         ptr: b.ptr as usize,
         rs: b.rs,
@@ -1016,13 +1029,16 @@ unsafe fn packed_b(
         k,
         n,
     };
-    if let Some(p) = cache.get(&key) {
-        return Ok(p);
+    match cache.get(&key) {
+        Lookup::Hit(p) => Ok(Some(p)),
+        Lookup::Skip => Ok(None),
+        Lookup::Pack => {
+            // SAFETY: the contract.
+            let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n)? });
+            cache.put(key, p.clone());
+            Ok(Some(p))
+        }
     }
-    // SAFETY: the contract.
-    let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n)? });
-    cache.put(key, p.clone());
-    Ok(p)
 }
 
 /// Widen `len` elements of a narrow float dtype's storage at `ptr` to f32

@@ -3,7 +3,10 @@
 //! transpose) on every call: most of a batch-1 MiniLM's time. Here the
 //! packed form ([`PackedB`]) of a matmul's right operand that is a tensor
 //! *parameter* is kept, keyed by that tensor's storage identity
-//! ([`StorageId`]) and the view (address, strides, extents).
+//! ([`StorageId`]) and the view (address, strides, extents). It is packed
+//! whole on the second call that sees the same live storage: a weight comes
+//! back, while an activation passed to a callee is new storage every call
+//! and keeps the per-call packing.
 //!
 //! Sound because storage is immutable: while the id still names the live
 //! storage of the tensor passed now (checked on every hit), its bytes are
@@ -20,7 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tc_runtime::{StorageId, Tensor};
 
-use crate::matmul::{PackCache, PackedB, ViewKey};
+use crate::matmul::{Lookup, PackCache, PackedB, ViewKey};
 
 struct Entry {
     id: StorageId,
@@ -30,6 +33,9 @@ struct Entry {
 #[derive(Default)]
 struct Store {
     map: HashMap<(usize, ViewKey), Entry>,
+    /// Views seen once (a weight is what comes back on a later call; an
+    /// activation passed to a callee is new storage every call).
+    seen: HashMap<(usize, ViewKey), StorageId>,
     bytes: usize,
 }
 
@@ -64,16 +70,32 @@ fn lock() -> std::sync::MutexGuard<'static, Store> {
     store().lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// At most this many views remembered as seen once (dead ones are dropped
+/// when it fills).
+const MAX_SEEN: usize = 4096;
+
 /// The cache as seen for one operand: the tensor whose storage the view
 /// reads.
 pub struct Owner<'t>(pub &'t Tensor);
 
 impl PackCache for Owner<'_> {
-    fn get(&self, key: &ViewKey) -> Option<Arc<PackedB>> {
+    fn get(&self, key: &ViewKey) -> Lookup {
         let id = StorageId::of(self.0);
-        let st = lock();
-        let e = st.map.get(&(id.addr(), *key))?;
-        e.id.holds(self.0).then(|| e.packed.clone())
+        let k = (id.addr(), *key);
+        let mut st = lock();
+        if let Some(e) = st.map.get(&k).filter(|e| e.id.holds(self.0)) {
+            return Lookup::Hit(e.packed.clone());
+        }
+        if st.seen.get(&k).is_some_and(|s| s.holds(self.0)) {
+            return Lookup::Pack;
+        }
+        if st.seen.len() >= MAX_SEEN {
+            st.seen.retain(|_, s| s.alive());
+        }
+        if st.seen.len() < MAX_SEEN {
+            st.seen.insert(k, id);
+        }
+        Lookup::Skip
     }
 
     fn put(&self, key: ViewKey, packed: Arc<PackedB>) {
@@ -87,6 +109,7 @@ impl PackCache for Owner<'_> {
             return;
         }
         let id = StorageId::of(self.0);
+        st.seen.remove(&(id.addr(), key));
         st.bytes += packed.bytes();
         if let Some(old) = st.map.insert((id.addr(), key), Entry { id, packed }) {
             st.bytes -= old.packed.bytes();

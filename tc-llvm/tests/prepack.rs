@@ -87,10 +87,18 @@ fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
     let x = Tensor::from_vec(&[2, 512], vec![1.0f32; 1024]).unwrap();
     let w1 = make(1.0);
     let addr = w1.bytes().as_ptr();
-    let y1 = jit
-        .call(&f, &[x.clone().into(), w1.clone().into()], &|_| None)
-        .unwrap();
-    assert_eq!(y1.to_vec::<f32>().unwrap()[0], 512.0);
+    // Twice: a weight is packed and kept on its second call.
+    let before = tc_llvm::prepack::kept_bytes();
+    for _ in 0..2 {
+        let y1 = jit
+            .call(&f, &[x.clone().into(), w1.clone().into()], &|_| None)
+            .unwrap();
+        assert_eq!(y1.to_vec::<f32>().unwrap()[0], 512.0);
+    }
+    assert!(
+        tc_llvm::prepack::kept_bytes() > before,
+        "w1's packing is kept"
+    );
     drop(w1);
     let w2 = make(2.0);
     assert_eq!(
