@@ -219,13 +219,19 @@ fn disk_cache_report() -> String {
 
 /// One pass per padded shape the policy can produce (every bucket, every row
 /// count), so requests find their kernels compiled. Without row padding
-/// only single-row shapes are warmed. Then the server reports ready.
+/// only single-row shapes are warmed. Each pass is a dry run
+/// (`tc::llvm::dry_run`): kernels are compiled, or linked from the
+/// persistent cache, but nothing is computed; the shapes are prepared in
+/// parallel on the rayon pool (the kernel cache is shared and thread-safe;
+/// a dry run covers the calls of its own thread). Then the server reports
+/// ready.
 fn warm_up(state: &AppState) -> Result<(), BoxError> {
+    use rayon::prelude::*;
     let t = Instant::now();
     let shapes = app::shapes(&state.embedder.config);
-    for &(seq, rows) in &shapes {
-        state.embedder.embed_padded(&["warm up"], seq, rows)?;
-    }
+    shapes.par_iter().try_for_each(|&(seq, rows)| {
+        tc::llvm::dry_run(|| state.embedder.embed_padded(&["warm up"], seq, rows)).map(drop)
+    })?;
     tracing::info!(
         shapes = shapes.len(),
         seconds = t.elapsed().as_secs_f64(),

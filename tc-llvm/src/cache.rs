@@ -632,6 +632,7 @@ impl Jit {
             }
         }
         match compiled {
+            Ok(c) if dry() => c.dry_run(&bound, args, resolve, nested),
             Ok(c) => {
                 if c.wants_worker()
                     && rayon::current_thread_index().is_none()
@@ -664,6 +665,38 @@ impl Jit {
             }
         }
     }
+}
+
+thread_local! {
+    static DRY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn dry() -> bool {
+    DRY.with(|d| d.get())
+}
+
+/// Run `f` with every JIT call made on this thread *prepared but not
+/// computed*: each call compiles its kernels, or links them from the
+/// persistent cache ([`crate::disk`]), exactly as a real call with the
+/// same shapes would, does the same for every nested call (with zero
+/// tensors of the planned shapes as their arguments), and returns zeros of
+/// its planned result shape without running a kernel.
+///
+/// For warm-up (issue #15): a server runs its forward pass once per shape
+/// it will serve under `dry_run`, so that traffic finds every kernel ready,
+/// without paying for the arithmetic. The values `f` sees are zeros, not
+/// results. A call whose compilation fails falls back to the interpreter
+/// and computes, as it would outside. Calls on other threads are not
+/// affected.
+pub fn dry_run<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DRY.with(|d| d.set(self.0));
+        }
+    }
+    let _reset = Reset(DRY.with(|d| d.replace(true)));
+    f()
 }
 
 // `run_with` lives here, not in exec.rs, because its nested calls go

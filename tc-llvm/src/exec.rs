@@ -964,6 +964,54 @@ impl CompiledFn {
         Ok(())
     }
 
+    /// A prepared-but-not-computed call ([`crate::cache::dry_run`]): each
+    /// nested call goes through `nested` with zero tensors of the planned
+    /// shapes in place of computed values (parameters as given), so the
+    /// callees' kernels are compiled or linked too; no step of this
+    /// function runs; the result is zeros of its planned shape.
+    pub(crate) fn dry_run<'f>(
+        &self,
+        bound: &Bound,
+        args: &[Arg],
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+        nested: &Nested,
+    ) -> Result<Tensor, tc_runtime::Error> {
+        let func = &*self.func;
+        let owned;
+        let vals: &[ValInfo] = if self.generic {
+            owned = plan::shapes(func, &bound.sigma, resolve)?.0;
+            &owned
+        } else {
+            &self.vals
+        };
+        let zeros = |v: Value| {
+            let i = &vals[v.0 as usize];
+            Tensor::try_zeros(i.dtype, &i.shape)
+        };
+        for step in &self.st.steps {
+            let Step::Call {
+                name, args: cargs, ..
+            } = step
+            else {
+                continue;
+            };
+            let mut call_args = Vec::with_capacity(cargs.len());
+            for v in cargs {
+                call_args.push(match vals[v.0 as usize].kind {
+                    VKind::Dim(n) => Arg::Dim(n),
+                    VKind::TensorParam(i) => args[i].clone(),
+                    VKind::ScalarParam(i) => match bound.scalars.get(i) {
+                        Some(Some((e, _))) => Arg::Scalar(*e),
+                        _ => args[i].clone(),
+                    },
+                    VKind::Inst(_) => Arg::Tensor(zeros(*v)?),
+                });
+            }
+            nested(name, &call_args)?;
+        }
+        zeros(func.ret)
+    }
+
     /// The argument for value `v` of a call: parameters as given, computed
     /// values as tensors sharing their buffer (an `Arc` clone, no copy).
     fn arg_of(

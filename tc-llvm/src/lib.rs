@@ -89,7 +89,7 @@ pub mod plan;
 pub mod prepack;
 mod rt;
 
-pub use cache::{CacheConfig, Jit, Stats};
+pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
 
 use tc_core::ir::Function;
