@@ -64,6 +64,11 @@ const KNOWN: &[(u64, &str, usize, usize)] = &[
     // and then inf · 0 = NaN (final long run of 2026-12-01; products now
     // keep their order in every mode).
     (51539620640, "all", 7, 12),
+    // A conv1d of an empty `[0, 0, 2^32 + 1]` input: the JIT's im2col sized
+    // the spatial extent against the element cap (a `Size` error) where the
+    // interpreter computed the empty result (final run of 2026-12-01, with
+    // window ops).
+    (104294972713, "all", 7, 12),
 ];
 
 fn cfg() -> GenConfig {

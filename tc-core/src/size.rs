@@ -71,6 +71,18 @@ pub fn numel(shape: &[usize]) -> Result<usize, SizeError> {
     }
 }
 
+/// The product of some axes of a value (a window's taps, a convolution's
+/// spatial extent): an index extent, never an allocation, so no cap and
+/// no error. Saturating: when the whole value is within [`MAX_ELEMS`] the
+/// product is exact; when the value is empty through another axis it may
+/// be huge (`[0, 2^32]`'s spatial extent is 2^32), and every loop over it
+/// then runs inside a loop over that empty axis (found by the fuzzer,
+/// seed 104294972713: a convolution of an empty input with a 2^32 + 1 long
+/// axis refused for size in the JIT, computed empty by the interpreter).
+pub fn extent(shape: &[usize]) -> usize {
+    shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
+}
+
 /// The storage bytes of `numel` elements of `dtype` (Section 2 §5 layout:
 /// I4 packs two per byte, rounding up), for a count within [`MAX_ELEMS`].
 pub fn bytes(dtype: Dtype, numel: usize) -> Result<usize, SizeError> {

@@ -64,9 +64,9 @@ pub fn conv(
         n: sx[0],
         cg: sw[1],
         og: sw[0] / groups,
-        in_vol: volume(&sx[2..])?,
-        taps: volume(&sw[2..])?,
-        out_vol: volume(&out_shape[2..])?,
+        in_vol: tc_core::size::extent(&sx[2..]),
+        taps: tc_core::size::extent(&sw[2..]),
+        out_vol: tc_core::size::extent(&out_shape[2..]),
         sin: sx[2..].to_vec(),
         kern: sw[2..].to_vec(),
         sout: out_shape[2..].to_vec(),
@@ -117,6 +117,14 @@ fn group(
     out: &mut [f32],
     threads: usize,
 ) -> Result<(), Error> {
+    // An empty output part computes nothing; past this point the output
+    // (`og·out_vol ≥ 1` per group) and, when `cg ≥ 1`, the input and the
+    // weights are non-empty, so every product below is within their
+    // checked element counts (the extents alone may be huge for an empty
+    // operand, `tc_core::size::extent`).
+    if g.og == 0 || g.out_vol == 0 {
+        return Ok(());
+    }
     let rows = g.cg * g.taps;
     let c_total = g.cg * groups;
     let x_base = (b * c_total + grp * g.cg) * g.in_vol;
@@ -125,9 +133,6 @@ fn group(
     let o_total = g.og * groups;
     let out_base = (b * o_total + grp * g.og) * g.out_vol;
     let og_out = &mut out[out_base..out_base + g.og * g.out_vol];
-    if g.og == 0 || g.out_vol == 0 {
-        return Ok(());
-    }
     let tile = (TILE_FLOATS / rows.max(1)).clamp(1, g.out_vol);
     let mut cols = vec![0f32; rows * tile];
     let mut ctile = if tile < g.out_vol {

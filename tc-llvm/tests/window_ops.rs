@@ -387,3 +387,61 @@ fn pooling_is_a_fused_kernel_specialised_and_generic() {
         assert_bits("generic", &g, &want, false);
     }
 }
+
+/// An empty operand may have a huge axis (a zero-element tensor is fine
+/// whatever its other dims): a window's taps or a convolution's spatial
+/// extent are index extents then, never sizes. Fuzz seed 104294972713: a
+/// conv1d of an empty `[0, 0, 2^32 + 1]` input was a `Size` error in the
+/// JIT and an empty result in the interpreter.
+#[test]
+fn empty_operands_with_huge_axes_are_not_sized() {
+    let huge = (1usize << 32) + 1;
+    let convs = [
+        // Empty batch: the output is empty too.
+        (vec![0, 1, huge], vec![1, 1, 3], vec![1], 1),
+        // No input channels: the output is zeros, 4097 of them.
+        (vec![1, 0, huge], vec![1, 0, 3], vec![1 << 20], 1),
+    ];
+    for (x, w, stride, groups) in convs {
+        let case = ConvCase {
+            x: x.clone(),
+            w: w.clone(),
+            stride,
+            padding: vec![0],
+            dilation: vec![1],
+            groups,
+        };
+        let f = case.func(Dtype::F32);
+        let args: Vec<Arg> = vec![
+            Tensor::zeros(Dtype::F32, &x).into(),
+            Tensor::zeros(Dtype::F32, &w).into(),
+        ];
+        let want = interp(&f, &args).unwrap();
+        assert_eq!(want.shape(), case.out_shape().as_slice());
+        for (name, o) in modes() {
+            assert_bits(
+                &format!("conv {x:?} * {w:?} ({name})"),
+                &jit(&f, &args, o),
+                &want,
+                false,
+            );
+        }
+    }
+    // A pooling whose kernel volume (2^31 · 4) is over the element cap, on
+    // an empty operand.
+    let x = [0, 1 << 31, 8];
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        let f = pool_func(Dtype::F32, &x, kind, &[1 << 30, 4], &win(&[1, 1], &[0, 0]));
+        let args: Vec<Arg> = vec![Tensor::zeros(Dtype::F32, &x).into()];
+        let want = interp(&f, &args).unwrap();
+        assert_eq!(want.numel(), 0);
+        for (name, o) in modes() {
+            assert_bits(
+                &format!("{kind:?} pool of {x:?} ({name})"),
+                &jit(&f, &args, o),
+                &want,
+                false,
+            );
+        }
+    }
+}

@@ -1667,7 +1667,9 @@ pub mod denote {
         let (stx, stw) = (strides(sx), strides(sw));
         let (cg, og) = (sw[1], sw[0] / groups);
         let kshape = &sw[2..];
-        let taps = volume("conv", kshape)?;
+        // An index extent, not a size: the loop runs only for an element of
+        // a non-empty output with `Cg ≥ 1`, where it is within the weights.
+        let taps = tc_core::size::extent(kshape);
         let zero = if dt.is_float() {
             Elem::F(0.0)
         } else {
@@ -1718,7 +1720,8 @@ pub mod denote {
         let lead = sx.len() - r;
         let xs = x.try_to_elems()?;
         let stx = strides(sx);
-        let taps = volume("pool", kernel)?;
+        // An index extent (the loop runs only for an output element).
+        let taps = tc_core::size::extent(kernel);
         let (mut xi, mut k) = (vec![0; sx.len()], vec![0; r]);
         tabulate("pool", dt, &out_shape, |o| {
             xi[..lead].copy_from_slice(&o[..lead]);
