@@ -392,7 +392,8 @@ fn pooling_is_a_fused_kernel_specialised_and_generic() {
 /// whatever its other dims): a window's taps or a convolution's spatial
 /// extent are index extents then, never sizes. Fuzz seed 104294972713: a
 /// conv1d of an empty `[0, 0, 2^32 + 1]` input was a `Size` error in the
-/// JIT and an empty result in the interpreter.
+/// JIT and an empty result in the interpreter; seed 114294977020: a batch
+/// of 2^63 − 1 empty items made the JIT's convolution loop over the batch.
 #[test]
 fn empty_operands_with_huge_axes_are_not_sized() {
     let huge = (1usize << 32) + 1;
@@ -401,6 +402,9 @@ fn empty_operands_with_huge_axes_are_not_sized() {
         (vec![0, 1, huge], vec![1, 1, 3], vec![1], 1),
         // No input channels: the output is zeros, 4097 of them.
         (vec![1, 0, huge], vec![1, 0, 3], vec![1 << 20], 1),
+        // A batch of 2^63 − 1 empty items and no output channels (fuzz
+        // seed 114294977020: the JIT looped over the batch, for ever).
+        (vec![i64::MAX as usize, 0, 2], vec![0, 0, 1], vec![2], 1),
     ];
     for (x, w, stride, groups) in convs {
         let case = ConvCase {
