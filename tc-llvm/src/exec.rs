@@ -622,14 +622,8 @@ impl CompiledFn {
         nested: &Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let func = &*self.func;
-        let owned;
-        let (vals, sigma_ext): (&[ValInfo], Option<Sigma>) = if self.generic {
-            let (v, s) = plan::shapes(func, &bound.sigma, resolve)?;
-            owned = v;
-            (&owned, Some(s))
-        } else {
-            (&self.vals, None)
-        };
+        let (vals, sigma_ext) = self.vals_for(bound, resolve)?;
+        let vals: &[ValInfo] = &vals;
         let n = vals.len();
         let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); n];
         for (i, a) in args.iter().enumerate() {
@@ -964,6 +958,22 @@ impl CompiledFn {
         Ok(())
     }
 
+    /// Every value's type for this call: planned at compile time, or, for a
+    /// shape-generic compilation, planned now from σ (with the extended σ
+    /// the generic kernels read).
+    fn vals_for<'f>(
+        &self,
+        bound: &Bound,
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+    ) -> Result<(std::borrow::Cow<'_, [ValInfo]>, Option<Sigma>), tc_runtime::Error> {
+        if self.generic {
+            let (v, s) = plan::shapes(&self.func, &bound.sigma, resolve)?;
+            Ok((std::borrow::Cow::Owned(v), Some(s)))
+        } else {
+            Ok((std::borrow::Cow::Borrowed(&self.vals), None))
+        }
+    }
+
     /// A prepared-but-not-computed call ([`crate::cache::dry_run`]): each
     /// nested call goes through `nested` with zero tensors of the planned
     /// shapes in place of computed values (parameters as given), so the
@@ -977,13 +987,7 @@ impl CompiledFn {
         nested: &Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let func = &*self.func;
-        let owned;
-        let vals: &[ValInfo] = if self.generic {
-            owned = plan::shapes(func, &bound.sigma, resolve)?.0;
-            &owned
-        } else {
-            &self.vals
-        };
+        let (vals, _) = self.vals_for(bound, resolve)?;
         let zeros = |v: Value| {
             let i = &vals[v.0 as usize];
             Tensor::try_zeros(i.dtype, &i.shape)

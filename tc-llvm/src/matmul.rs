@@ -235,16 +235,7 @@ pub unsafe fn sgemm(
         unsafe { std::ptr::write_bytes(c, 0, m * n) };
         return Ok(());
     }
-    let mk = micro()?;
-    // The kernel for the last row panel when m is not a multiple of MR
-    // (compiled before any thread needs it).
-    let edge = if !m.is_multiple_of(mk.mr) && edge_kernels() {
-        Some(edge(m % mk.mr)?)
-    } else {
-        None
-    };
-    let fam = F32Gemm { mk, edge };
-    let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
+    let (fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     if streams(m)? {
         // SAFETY: `m, n, k ≥ 1` and the views and C as `sgemm`'s contract.
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::View(&b), c, par) };
@@ -263,6 +254,25 @@ pub unsafe fn sgemm(
 struct F32Gemm {
     mk: &'static Micro,
     edge: Option<Ukr>,
+}
+
+impl F32Gemm {
+    /// The family for an `m × n × k` product and whether it splits across
+    /// the pool: the micro-kernel, and the kernel for the last row panel
+    /// when `m` is not a multiple of MR (compiled before any thread needs it).
+    fn for_product(
+        (m, n, k): (usize, usize, usize),
+        threads: usize,
+    ) -> Result<(F32Gemm, bool), Error> {
+        let mk = micro()?;
+        let edge = if !m.is_multiple_of(mk.mr) && edge_kernels() {
+            Some(edge(m % mk.mr)?)
+        } else {
+            None
+        };
+        let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
+        Ok((F32Gemm { mk, edge }, par))
+    }
 }
 
 impl Family for F32Gemm {
@@ -556,14 +566,7 @@ unsafe fn sgemm_packed(
     if m == 0 || n == 0 || k == 0 || !streams(m)? {
         return Err(Error::Unsupported(format!("packed-B product of {m} rows")));
     }
-    let mk = micro()?;
-    let edge = if !m.is_multiple_of(mk.mr) && edge_kernels() {
-        Some(edge(m % mk.mr)?)
-    } else {
-        None
-    };
-    let fam = F32Gemm { mk, edge };
-    let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
+    let (fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
     // panels are in memory (`b`).
     unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };

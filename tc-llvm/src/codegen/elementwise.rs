@@ -571,17 +571,24 @@ impl<'a> Gen<'a> {
         let inside = self.b.and(&ge, &lt);
         // Computed before the branch, so it dominates the merge.
         let fill = self.scalar(value, dt);
+        let mut sd = d.clone();
+        sd[axis] = local;
+        self.read_if(&inside, x, sd, fill)
+    }
+
+    /// `x` at `dims` when `inside`, read in a branch (so an index outside
+    /// reads no memory), else `other` (computed before, so it dominates the
+    /// merge): pad's and pooling's guarded read.
+    pub(super) fn read_if(&mut self, inside: &V, x: Value, dims: Vec<String>, other: V) -> V {
         let lab = self.label();
         let saved = self.memo.clone();
         self.b
             .emit(&format!("br i1 {inside}, label %Pb{lab}, label %Pm{lab}.f"));
         self.b.block(&format!("Pb{lab}"));
-        let mut sd = d.clone();
-        sd[axis] = local;
         let e = self.val(
             x,
             &Idx {
-                dims: Some(sd),
+                dims: Some(dims),
                 lin: None,
             },
         );
@@ -594,7 +601,7 @@ impl<'a> Gen<'a> {
         self.b.emit(&format!("br label %Pm{lab}"));
         self.b.block(&format!("Pm{lab}"));
         self.b
-            .phi(&[(e, format!("Pe{lab}")), (fill, format!("Pm{lab}.f"))])
+            .phi(&[(e, format!("Pe{lab}")), (other, format!("Pm{lab}.f"))])
     }
 
     /// The zero of `dt`'s computation type, as an operand.

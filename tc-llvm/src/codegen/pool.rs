@@ -60,14 +60,7 @@ impl<'a> Gen<'a> {
             src[lead + i] = pos;
         }
         let e = self.pool_tap(kind, dt, x, src, inside.expect("a pooling has a kernel"));
-        let acc = self.b.load(&accp);
-        let (nacc, isn) = self.reduce_combine(rop, dt, keyed, &acc, &e, "");
-        if let Some(isn) = isn {
-            let old = self.b.load(&nanp);
-            let nn = self.b.or(&old, &isn);
-            self.b.store(&nn, &nanp);
-        }
-        self.b.store(&nacc, &accp);
+        self.fold_into((rop, dt, keyed), (&accp, &nanp), &e, "");
         for li in ls.into_iter().rev() {
             self.loop_end(li);
         }
@@ -96,27 +89,6 @@ impl<'a> Gen<'a> {
             (PoolKind::Max, false) => V::int(Ty::compute(dt), int_min(dt)),
             (PoolKind::Avg, _) => self.zero_of(dt),
         };
-        let lab = self.label();
-        let saved = self.memo.clone();
-        self.b
-            .emit(&format!("br i1 {inside}, label %Qb{lab}, label %Qm{lab}.f"));
-        self.b.block(&format!("Qb{lab}"));
-        let e = self.val(
-            x,
-            &Idx {
-                dims: Some(src),
-                lin: None,
-            },
-        );
-        self.b.emit(&format!("br label %Qe{lab}"));
-        self.b.block(&format!("Qe{lab}"));
-        self.b.emit(&format!("br label %Qm{lab}"));
-        // Values computed inside the branch do not dominate what follows.
-        self.memo = saved;
-        self.b.block(&format!("Qm{lab}.f"));
-        self.b.emit(&format!("br label %Qm{lab}"));
-        self.b.block(&format!("Qm{lab}"));
-        self.b
-            .phi(&[(e, format!("Qe{lab}")), (pad, format!("Qm{lab}.f"))])
+        self.read_if(&inside, x, src, pad)
     }
 }

@@ -320,7 +320,6 @@ impl<'a> Gen<'a> {
                 self.store(m, &off, &e);
             }
         }
-        let acc = self.b.load(&accp);
         // The interpreter's sequential order (no reassociation) in
         // deterministic mode, and for products in every mode: a reordered
         // product's partial products overflow to ±inf (then inf · 0 = NaN)
@@ -331,13 +330,7 @@ impl<'a> Gen<'a> {
         } else {
             "reassoc "
         };
-        let (nacc, isn) = self.reduce_combine(rop, dt, keyed, &acc, &e, ra);
-        if let Some(isn) = isn {
-            let old = self.b.load(&nanp);
-            let nn = self.b.or(&old, &isn);
-            self.b.store(&nn, &nanp);
-        }
-        self.b.store(&nacc, &accp);
+        self.fold_into((rop, dt, keyed), (&accp, &nanp), &e, ra);
         for li in ls.into_iter().rev() {
             self.loop_end(li);
         }
@@ -349,6 +342,25 @@ impl<'a> Gen<'a> {
         };
         let res = self.reduce_finish(rop, dt, keyed, &res, nan.as_ref(), x, axes);
         self.store(out, &o, &res);
+    }
+
+    /// `*accp = *accp op e` ([`Gen::reduce_combine`]), OR-ing float max/min's
+    /// "e is NaN" into `*nanp`: one fold step of a reduction or pooling.
+    pub(super) fn fold_into(
+        &mut self,
+        (rop, dt, keyed): (ReduceOp, Dtype, bool),
+        (accp, nanp): (&V, &V),
+        e: &V,
+        ra: &str,
+    ) {
+        let acc = self.b.load(accp);
+        let (nacc, isn) = self.reduce_combine(rop, dt, keyed, &acc, e, ra);
+        if let Some(isn) = isn {
+            let old = self.b.load(nanp);
+            let nn = self.b.or(&old, &isn);
+            self.b.store(&nn, nanp);
+        }
+        self.b.store(&nacc, accp);
     }
 
     /// Float max/min, in every mode: an integer max/min over
