@@ -82,6 +82,13 @@ const KNOWN: &[(u64, &str, usize, usize)] = &[
     // f8e5m2: the documented bound is infinite there, but the oracle only
     // recognised a non-finite result (oracle fix, run of 2026-12-02).
     (130000000607, "all", 7, 12),
+    // A pooling then a keepdims max over the same rows: the planner's row
+    // grouping took the pooling for an elementwise member, so the group
+    // read its unwritten output (0 where 3.95 or 448 is right). Fixed in
+    // `plan::group_rows`, with a plan verifier for the class (run of
+    // 2026-12-02, seeds 140000000555 and 140000010122).
+    (140000000555, "all", 7, 12),
+    (140000010122, "all", 7, 12),
 ];
 
 fn cfg() -> GenConfig {

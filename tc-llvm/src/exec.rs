@@ -61,9 +61,6 @@ pub struct CompiledFn {
     st: Structure,
     vals: Vec<ValInfo>,
     sigma: Sigma,
-    /// σ extended by the body's dim bindings (what host steps evaluate
-    /// their attributes under; generic runs plan their own).
-    sigma_ext: Sigma,
     generic: bool,
     opts: JitOptions,
     kernels: Vec<(KernelFn, KernelShape)>,
@@ -109,6 +106,7 @@ pub fn compile_with<'f>(
     if !generic {
         plan::group_rows(func, &vals, &mut st);
     }
+    plan::verify(func, &st).map_err(Error::Llvm)?;
     let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
     let (module, kernels) = if code.exports.is_empty() {
         (None, Vec::new())
@@ -143,7 +141,6 @@ pub fn compile_with<'f>(
         st,
         vals,
         sigma: sigma.clone(),
-        sigma_ext,
         generic,
         opts,
         kernels,
@@ -660,10 +657,7 @@ impl CompiledFn {
                     table,
                     ids,
                 } => run_gather(*out, *axis, *table, *ids, &mut st)?,
-                Step::Host { out } => {
-                    let sigma = sigma_ext.as_ref().unwrap_or(&self.sigma_ext);
-                    self.run_host(*out, sigma, &mut st)?
-                }
+                Step::Host { out } => self.run_host(*out, &mut st)?,
                 Step::Call {
                     out,
                     name,
@@ -750,11 +744,22 @@ impl CompiledFn {
         let o = &vals[out.0 as usize];
         let (f, shape) = &self.kernels[id];
         let (outer, work) = extent(func, vals, out, shape);
-        let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 1);
+        let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 2);
         list.push(ptrs[out.0 as usize]);
         for v in inputs {
             list.push(ptrs[v.0 as usize]);
         }
+        // A top-k's heap rows: `i64`s laid out like the output, written
+        // before they are read (`codegen/topk.rs`), so stale pool words
+        // are fine.
+        let scratch = match shape {
+            KernelShape::Select { scratch: true, .. } => {
+                let mut s = out_buffer(tc_core::size::bytes(Dtype::I64, o.numel())?)?;
+                list.push(s.as_mut_ptr().cast::<u8>());
+                Some(s)
+            }
+            _ => None,
+        };
         let p = Ptrs(list.as_ptr(), shp.as_ptr(), slots.as_ptr());
         let align = if matches!(shape, KernelShape::Flat) {
             64
@@ -789,6 +794,9 @@ impl CompiledFn {
             // SAFETY: so each buffer holds its planned shape, and
             // `outer` is the output's planned extent (`extent`).
             unsafe { run_split(*f, p, outer, work, align, threads) };
+        }
+        if let Some(s) = scratch {
+            tc_runtime::pool::give(s);
         }
         owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
         Ok(())
@@ -849,12 +857,7 @@ impl CompiledFn {
 
     /// A [`Step::Host`]: the op's reference denotation on its operand's
     /// buffer (copied into a tensor), the result held as a call's is.
-    fn run_host(
-        &self,
-        out: Value,
-        sigma: &Sigma,
-        st: &mut RunState,
-    ) -> Result<(), tc_runtime::Error> {
+    fn run_host(&self, out: Value, st: &mut RunState) -> Result<(), tc_runtime::Error> {
         use tc_core::ir::Op;
         let np = self.func.sig.params.len();
         let op = &self.func.body[out.0 as usize - np].op;
@@ -880,15 +883,6 @@ impl CompiledFn {
                 window,
                 x,
             } => tc_runtime::interp::denote::pool(*kind, kernel, window, &tensor(*x)?)?,
-            Op::TopK {
-                k,
-                axis,
-                indices,
-                x,
-            } => {
-                let k = tc_core::concrete::eval_size(k, sigma, "topk")?;
-                tc_runtime::interp::denote::topk(k, *axis, *indices, &tensor(*x)?)?
-            }
             _ => {
                 return Err(tc_runtime::Error::Malformed(format!(
                     "host step for `{op}`"

@@ -148,11 +148,10 @@ pub enum Step {
         /// The I64 ids (a buffer).
         ids: Value,
     },
-    /// An op run on the host: top-k, whose per-lane stable sort is not a
-    /// loop nest over the output, and a pooling with window constants past
-    /// the checker's limit (hand-built IR) run the reference denotation
+    /// An op run on the host: a pooling with window constants past the
+    /// checker's limit (hand-built IR) runs the reference denotation
     /// (`tc_runtime::interp::denote`), so both backends agree by
-    /// construction; a float convolution runs im2col + the f32 GEMM
+    /// construction; a convolution runs im2col + the f32 GEMM
     /// ([`crate::conv`]). Its operands are buffers.
     Host {
         /// Result (its instruction names the op).
@@ -538,7 +537,7 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
                 table: *table,
                 ids: *ids,
             }),
-            Op::TopK { .. } | Op::Conv { .. } => steps.push(Step::Host { out }),
+            Op::Conv { .. } => steps.push(Step::Host { out }),
             op if host_pool(op) => steps.push(Step::Host { out }),
             Op::Call(name, args) => steps.push(Step::Call {
                 out,
@@ -579,6 +578,49 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
     Structure { mat, steps, slots }
 }
 
+/// The plan verifier: each step computes its op in a loop form that
+/// implements that op (`codegen::kernels` for a kernel, `reduce_row` or
+/// `nested_row` for a row group's member, host code for the rest). A
+/// violation is a planner bug, refused before code generation (the call
+/// then runs on the interpreter) instead of compiled into a wrong loop: a
+/// cumsum that joined a row group was computed as an elementwise member
+/// and read its own unwritten output.
+pub fn verify(func: &Function, st: &Structure) -> Result<(), String> {
+    let np = func.sig.params.len();
+    let op_of = |v: &Value| {
+        (v.0 as usize)
+            .checked_sub(np)
+            .and_then(|i| func.body.get(i))
+            .map(|i| &i.op)
+    };
+    let own_loop = |op: &Op| {
+        matches!(
+            op,
+            Op::Reduce { .. } | Op::ArgReduce { .. } | Op::CumSum { .. } | Op::TopK { .. }
+        ) || (matches!(op, Op::Pool { .. }) && !host_pool(op))
+    };
+    for step in &st.steps {
+        let ok = match step {
+            Step::Kernel { out, .. } => op_of(out).is_some_and(|op| inlinable(op) || own_loop(op)),
+            Step::Group { members, .. } => members.iter().all(|m| {
+                op_of(m).is_some_and(|op| inlinable(op) || matches!(op, Op::Reduce { .. }))
+            }),
+            Step::Matmul { out, .. } => matches!(op_of(out), Some(Op::Matmul(..))),
+            Step::Gather { out, .. } => matches!(op_of(out), Some(Op::Gather { .. })),
+            Step::Host { out } => {
+                op_of(out).is_some_and(|op| matches!(op, Op::Conv { .. }) || host_pool(op))
+            }
+            Step::Call { out, .. } => matches!(op_of(out), Some(Op::Call(..))),
+        };
+        if !ok {
+            return Err(format!(
+                "plan verifier: the step {step:?} does not implement its op"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Fewest elements per row for a kernel to join a row group.
 pub const GROUP_MIN_ROW: usize = 8;
 
@@ -611,7 +653,10 @@ pub fn group_rows(func: &Function, vals: &[ValInfo], st: &mut Structure) {
                 }
                 xs[r - 1]
             }
-            Op::ArgReduce { .. } => return None,
+            // A member's row is computed by `nested_row` (an elementwise
+            // tree) or `reduce_row`: an op with its own loop form (argmax,
+            // cumsum, pooling, top-k) must stay its own kernel.
+            op if !inlinable(op) => return None,
             _ => o.shape[r - 1],
         };
         if inner < GROUP_MIN_ROW {

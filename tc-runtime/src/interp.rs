@@ -1535,8 +1535,8 @@ pub mod denote {
     /// §8a top-k: each lane along `axis` ordered by argmax's order (NaN
     /// above every number, −0 = +0, ties keep the lower index: a stable
     /// sort on "strictly better"), its first `k` values or their indices.
-    /// The JIT runs this same function (a host step), so both backends
-    /// agree by construction.
+    /// The JIT's kernel (`tc-llvm/src/codegen/topk.rs`) selects the same
+    /// prefix with a heap: (value by that order, index) is a total order.
     pub fn topk(k: usize, axis: usize, indices: bool, x: &Tensor) -> Result<Tensor> {
         let (dt, out_shape) = rule::topk(k, axis, indices, opd(x))?;
         let shape = x.shape();

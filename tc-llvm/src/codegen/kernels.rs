@@ -68,7 +68,7 @@ impl<'a> Gen<'a> {
 
     pub(super) fn kernel(&mut self, id: usize, out: Value, inputs: &[Value]) -> KernelShape {
         let all: Vec<Value> = std::iter::once(out).chain(inputs.iter().copied()).collect();
-        let params = self.setup(&all, 1);
+        let mut params = self.setup(&all, 1);
         self.b.block("b0");
         let np = self.np;
         let func = self.func;
@@ -109,6 +109,22 @@ impl<'a> Gen<'a> {
             } => {
                 self.pool_body(out, *kind, kernel, window, *x);
                 KernelShape::Reduce
+            }
+            Op::TopK {
+                axis, indices, x, ..
+            } => {
+                // The values form's heap: one more (written) buffer.
+                let scratch = (!*indices).then(|| {
+                    let k = params.len();
+                    params.push(format!("i8* noalias nocapture %a{k}"));
+                    let raw = V::new(Ty::I8.ptr(), format!("%a{k}"));
+                    self.b.hoisted(|b| b.bitcast(&raw, Ty::I64.ptr()))
+                });
+                self.topk_body(out, *axis, *indices, *x, scratch);
+                KernelShape::Select {
+                    axis: *axis,
+                    scratch: !*indices,
+                }
             }
             _ => {
                 if self.is_flat(out, true) {

@@ -28,7 +28,8 @@
 //! (index arithmetic), `dtype` (constants, loads, stores, encodings),
 //! `math` (NaN rules, fast approximations), `elementwise` (per-element
 //! expressions and fusion), `kernels` (loops and kernel functions),
-//! `reduce` (reductions), over `ir`, the typed instruction builder (a
+//! `reduce` (reductions), `pool`, `scan` (cumsum) and `topk` (per-lane
+//! heap selection), over `ir`, the typed instruction builder (a
 //! value carries its LLVM type; every instruction checks its operands).
 //! This file holds the state and [`gen_module`].
 
@@ -54,6 +55,7 @@ mod pool;
 mod reduce;
 mod scan;
 mod shape;
+mod topk;
 
 /// A shape quantity a generic kernel reads at run time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +110,17 @@ pub enum KernelShape {
     Scan {
         /// The scanned axis.
         axis: usize,
+    },
+    /// A top-k along `axis` (`codegen/topk.rs`): the outer loop runs over
+    /// its lanes, each selected by a heap of indices in one pass over the
+    /// operand's lane.
+    Select {
+        /// The selected axis.
+        axis: usize,
+        /// The values form: the kernel takes one more buffer, an `i64`
+        /// scratch row per lane laid out like the output (the heap), after
+        /// its inputs.
+        scratch: bool,
     },
 }
 
@@ -170,6 +183,21 @@ pub fn extent(
         }
         KernelShape::Scan { axis } => {
             let d = o.shape.get(*axis).copied().unwrap_or(1);
+            let lanes = o
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i != axis)
+                .fold(1, |a: usize, (_, &s)| a.saturating_mul(s));
+            (lanes, d)
+        }
+        KernelShape::Select { axis, .. } => {
+            let np = func.sig.params.len();
+            let x = match &func.body[out.0 as usize - np].op {
+                Op::TopK { x, .. } => *x,
+                _ => out,
+            };
+            let d = vals[x.0 as usize].shape.get(*axis).copied().unwrap_or(1);
             let lanes = o
                 .shape
                 .iter()

@@ -40,7 +40,7 @@ impl<'a> Gen<'a> {
 
     /// The multi-index of lane `lane` of `v` along `axis`: every other axis
     /// unravelled from the lane number (row-major), `axis` itself 0.
-    fn unravel_lane(&mut self, v: Value, lane: &str, axis: usize) -> Vec<String> {
+    pub(super) fn unravel_lane(&mut self, v: Value, lane: &str, axis: usize) -> Vec<String> {
         let r = self.vals[v.0 as usize].shape.len();
         let mut out = vec!["0".to_string(); r];
         let mut rest = lane.to_string();
