@@ -11,17 +11,6 @@ use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
 
-const EXACT: JitOptions = JitOptions {
-    fast_math: false,
-    deterministic: false,
-    threads: 1,
-};
-const DET: JitOptions = JitOptions {
-    fast_math: false,
-    deterministic: true,
-    threads: 0,
-};
-
 fn unary_fn(op: UnaryOp, dt: Dtype) -> Function {
     let mut b = builder("u");
     let x = b.param("x", tt(dt, &["A", "B"]));

@@ -7,22 +7,11 @@ mod util;
 use tc_core::ir::{Function, Op, PoolKind, ReduceOp, Window};
 use tc_core::{Dim, Dtype, Pred, Type};
 use tc_llvm::plan::Step;
-use tc_llvm::{CacheConfig, Jit, JitOptions};
+use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use tc_runtime::elem::Elem;
 use tc_runtime::Tensor;
 use util::*;
-
-const EXACT: JitOptions = JitOptions {
-    fast_math: false,
-    deterministic: false,
-    threads: 1,
-};
-const DET: JitOptions = JitOptions {
-    fast_math: false,
-    deterministic: true,
-    threads: 0,
-};
 
 /// `topk(x, K, axis)` of a rank-`shape.len()` `x`, `K` bound by a
 /// parameter `w: [K]` (so σ fixes it like any dim) and proved `≤` the axis.
@@ -106,11 +95,7 @@ fn args(x: Tensor, k: usize) -> Vec<Arg> {
 #[test]
 fn topk_is_a_heap_kernel_in_every_mode() {
     let mut rng = Rng(31);
-    let generic = Jit::new(CacheConfig {
-        capacity: 8,
-        specialize_after: 1000,
-        options: EXACT,
-    });
+    let generic = generic_jit();
     let exact = jit_with(EXACT);
     for dt in [
         Dtype::F32,
@@ -175,11 +160,7 @@ fn topk_is_a_heap_kernel_in_every_mode() {
 #[test]
 fn topk_heap_matches_the_stable_sort_on_every_small_lane() {
     let al: [u32; 5] = [0x8000_0000, 0, 0x3f80_0000, 0x7fc0_0001, 0xffc0_0002];
-    let generic = Jit::new(CacheConfig {
-        capacity: 8,
-        specialize_after: 1000,
-        options: EXACT,
-    });
+    let generic = generic_jit();
     for indices in [false, true] {
         let f = topk_fn(Dtype::F32, 2, 1, indices);
         for d in 1..=6usize {

@@ -9,6 +9,29 @@ use tc_runtime::contract::Arg;
 use tc_runtime::elem::Elem;
 use tc_runtime::{cast, Tensor};
 
+/// Exact mode on one thread: no fast math, no reordering.
+pub const EXACT: JitOptions = JitOptions {
+    fast_math: false,
+    deterministic: false,
+    threads: 1,
+};
+
+/// Deterministic mode on the pool: reductions in the interpreter's order.
+pub const DET: JitOptions = JitOptions {
+    fast_math: false,
+    deterministic: true,
+    threads: 0,
+};
+
+/// A cache that never specialises: every call runs the shape-generic kernels.
+pub fn generic_jit() -> Jit {
+    Jit::new(CacheConfig {
+        capacity: 8,
+        specialize_after: 1000,
+        options: EXACT,
+    })
+}
+
 /// A small deterministic generator.
 pub struct Rng(pub u64);
 impl Rng {
