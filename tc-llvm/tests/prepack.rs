@@ -69,7 +69,7 @@ fn a_packed_weight_gives_the_bits_of_per_call_packing() {
 fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
     let f = linear(false);
     let jit = jit_with(JitOptions::default());
-    // JIT outputs come from the storage pool (buffers of ≥ 1 MiB).
+    // JIT outputs come from the storage pool (buffers of ≥ `pool::MIN_BYTES`).
     let mut b = builder("fill");
     let s = b.param("s", Type::Scalar(Dtype::F32));
     b.returns(tt(Dtype::F32, &["512", "512"]));
