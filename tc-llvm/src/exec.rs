@@ -16,8 +16,11 @@ use crate::plan::{self, Step, Structure, VKind, ValInfo};
 use crate::{Error, JitOptions};
 
 /// Below this many elements of work a kernel runs on the calling thread:
-/// a tiny tensor never pays for waking the pool.
-pub const PAR_MIN_WORK: usize = 1 << 16;
+/// a small tensor never pays for waking the pool. About 30–60 µs of one
+/// core's elementwise work, the order of two wake-ups of a sleeping pool
+/// worker on a VM (issue #15; [`crate::matmul::PAR_MIN_MACS`] is the
+/// products' threshold).
+pub const PAR_MIN_WORK: usize = 1 << 18;
 
 /// How a step calls another function by name (through a cache, which
 /// decides how the callee is identified); `Sync` so a call can run on a
@@ -176,7 +179,7 @@ fn parallel_regions(
             Step::Matmul { out, a, .. } => {
                 let sa = &vals[a.0 as usize].shape;
                 let k = sa.last().copied().unwrap_or(1);
-                numel(out).saturating_mul(k) >= 1 << 18
+                crate::matmul::splits(numel(out), 1, k)
             }
             Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
             // Block copies / lane sorts on the calling thread.

@@ -394,6 +394,13 @@ pub(crate) trait Family: Sync {
     fn take_a(&self, len: usize) -> Vec<Self::E>;
     /// Return the buffer of [`Family::take_a`].
     fn give_a(&self, buf: Vec<Self::E>);
+    /// B's panels for the K-block of `kc` steps at `pc` and the column
+    /// block at `jc` (`nc` columns), already packed in [`Family::pack_b`]'s layout and
+    /// order (panel `q` at `q·slots·nr`), when the family holds B packed
+    /// once; `None` packs them per call.
+    fn packed_b_block(&self, _pc: usize, _kc: usize, _jc: usize, _nc: usize) -> Option<&[Self::E]> {
+        None
+    }
 }
 
 /// `C[m×n] = A[m×k] · B[k×n]` (C row-major, leading dimension `n`), in the
@@ -439,22 +446,31 @@ pub(crate) unsafe fn blocked<F: Family>(
         for pc in (0..k).step_by(kc_) {
             let kc = kc_.min(k - pc);
             let ks = f.slots(kc);
-            // Pack B[pc.., jc..] into NR-wide panels; each fully written.
-            let bpk = f.b_block(&mut bp, npanels * ks * nr);
-            // SAFETY: k `pc..pc + kc ⊆ 0..k` and columns from `jc + q·nr <
-            // n` of B, readable by the contract; each chunk is one panel.
-            let pack =
-                |q: usize, d: &mut [F::E]| unsafe { f.pack_b(b, pc, kc, jc + q * nr, nr, n, d) };
-            if par && npanels > 1 {
-                bpk.par_chunks_mut(ks * nr)
-                    .enumerate()
-                    .for_each(|(q, d)| pack(q, d));
-            } else {
-                bpk.chunks_mut(ks * nr)
-                    .enumerate()
-                    .for_each(|(q, d)| pack(q, d));
-            }
-            let bpr = &*bpk;
+            let bpr: &[F::E] = match f.packed_b_block(pc, kc, jc, nc) {
+                // Checked, not trusted: the tiles below index `npanels`
+                // panels of `ks·nr`.
+                Some(pre) if pre.len() >= npanels * ks * nr => pre,
+                _ => {
+                    // Pack B[pc.., jc..] into NR-wide panels; each fully written.
+                    let bpk = f.b_block(&mut bp, npanels * ks * nr);
+                    // SAFETY: k `pc..pc + kc ⊆ 0..k` and columns from `jc +
+                    // q·nr < n` of B, readable by the contract; each chunk
+                    // is one panel.
+                    let pack = |q: usize, d: &mut [F::E]| unsafe {
+                        f.pack_b(b, pc, kc, jc + q * nr, nr, n, d)
+                    };
+                    if par && npanels > 1 {
+                        bpk.par_chunks_mut(ks * nr)
+                            .enumerate()
+                            .for_each(|(q, d)| pack(q, d));
+                    } else {
+                        bpk.chunks_mut(ks * nr)
+                            .enumerate()
+                            .for_each(|(q, d)| pack(q, d));
+                    }
+                    &*bpk
+                }
+            };
             let accum = pc > 0;
             let do_block = |ic: usize| {
                 let c = cp;

@@ -48,6 +48,19 @@ pub const STREAM_MAX_M: usize = 140;
 /// Column block.
 pub const NC: usize = 4096;
 
+/// Fewest multiply-adds of a product split across threads: about 50 µs of
+/// one core's work. A split wakes the other pool workers, which costs tens
+/// of µs on a VM when they have gone to sleep; below this the wake-ups cost
+/// more than the second core gains (issue #15: MiniLM at batch 1, whose
+/// products are 1.5–6 M multiply-adds, took 5.0–5.3 ms on two threads
+/// with a 2^18 threshold and 3.2–3.8 ms with this one, interleaved runs).
+pub const PAR_MIN_MACS: usize = 1 << 23;
+
+/// Does an `m × n × k` product split across threads ([`PAR_MIN_MACS`])?
+pub fn splits(m: usize, n: usize, k: usize) -> bool {
+    m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS
+}
+
 /// The micro-kernel's IR text for vector width `vw` (NR = 2·vw), MR = [`MR`].
 pub fn ukernel_ir(vw: usize) -> String {
     ukernel_ir_mr(vw, MR)
@@ -251,31 +264,40 @@ pub unsafe fn sgemm(
 /// The f32 GEMM family: the micro-kernel (and edge kernel) of this call,
 /// [`params`]' blocks, [`View`] operands packed by [`pack_a_panel`] and
 /// [`pack_b_panel`], and per-thread packing buffers (B's on a huge page).
-struct F32Gemm {
+struct F32Gemm<'p> {
     mk: &'static Micro,
     edge: Option<Ukr>,
+    /// B packed once, when the caller keeps it ([`PackedB`]).
+    pre: Option<&'p PackedB>,
 }
 
-impl F32Gemm {
+impl F32Gemm<'_> {
     /// The family for an `m × n × k` product and whether it splits across
     /// the pool: the micro-kernel, and the kernel for the last row panel
     /// when `m` is not a multiple of MR (compiled before any thread needs it).
     fn for_product(
         (m, n, k): (usize, usize, usize),
         threads: usize,
-    ) -> Result<(F32Gemm, bool), Error> {
+    ) -> Result<(F32Gemm<'static>, bool), Error> {
         let mk = micro()?;
         let edge = if !m.is_multiple_of(mk.mr) && edge_kernels() {
             Some(edge(m % mk.mr)?)
         } else {
             None
         };
-        let par = threads != 1 && m.saturating_mul(n).saturating_mul(k) >= (1 << 18);
-        Ok((F32Gemm { mk, edge }, par))
+        let par = threads != 1 && splits(m, n, k);
+        Ok((
+            F32Gemm {
+                mk,
+                edge,
+                pre: None,
+            },
+            par,
+        ))
     }
 }
 
-impl Family for F32Gemm {
+impl Family for F32Gemm<'_> {
     type E = f32;
     type Src = View;
 
@@ -345,6 +367,10 @@ impl Family for F32Gemm {
     fn give_a(&self, buf: Vec<f32>) {
         give_scratch(buf)
     }
+
+    fn packed_b_block(&self, pc: usize, kc: usize, jc: usize, nc: usize) -> Option<&[f32]> {
+        self.pre.and_then(|p| p.block(pc, kc, jc, nc))
+    }
 }
 
 /// One row block (m ≤ [`STREAM_MAX_M`], e.g. a sequence of 128 tokens
@@ -359,7 +385,7 @@ impl Family for F32Gemm {
 /// views and `c` as [`sgemm`]'s contract.
 // SAFETY: (contract) met by `sgemm`, its only caller.
 unsafe fn streamed(
-    f: &F32Gemm,
+    f: &F32Gemm<'_>,
     (m, n, k): (usize, usize, usize),
     a: &View,
     b: BSrc<'_>,
@@ -502,6 +528,23 @@ impl PackedB {
         self.data.len() * 4
     }
 
+    /// The panels of the K-block of `kc` rows at row `pc` covering columns
+    /// `jc..jc + nc`, in [`blocked`]'s layout (`None` unless that is a
+    /// K-block of this packing and `jc` a panel boundary).
+    fn block(&self, pc: usize, kc: usize, jc: usize, nc: usize) -> Option<&[f32]> {
+        if pc >= self.k || !pc.is_multiple_of(self.kc) || !jc.is_multiple_of(self.nr) {
+            return None;
+        }
+        let npanels = self.n.div_ceil(self.nr);
+        let kcb = self.kc.min(self.k - pc);
+        if kc != kcb {
+            return None;
+        }
+        let start = pc * npanels * self.nr + (jc / self.nr) * kcb * self.nr;
+        let len = nc.div_ceil(self.nr) * kcb * self.nr;
+        self.data.get(start..start.checked_add(len)?)
+    }
+
     /// Panel `q` of the K-block starting at row `pc`.
     fn panel(&self, pc: usize, q: usize) -> &[f32] {
         let npanels = self.n.div_ceil(self.nr);
@@ -548,28 +591,38 @@ pub struct ViewKey {
     pub n: usize,
 }
 
-/// `C[m×n] = A[m×k] · B` with B packed ([`PackedB`]), on the streamed
-/// path (`streams(m)` must hold).
+/// `C[m×n] = A[m×k] · B` with B packed ([`PackedB`]): the streamed path
+/// takes its panels one by one, the blocked path its K-blocks whole (issue
+/// #15: packing, a transpose for PyTorch-layout weights, no longer runs on
+/// every call at any batch size). Bit-identical to [`sgemm`] on the view.
 ///
 /// # Safety
 /// `a` valid for reads of every `(i, j)`, `i < m`, `j < k` (`k` =
-/// `b.k`); `c` as in [`sgemm`].
+/// `b.k`); `view` for reads of every `(i, j)`, `i < k`, `j < n`, with `b`
+/// packed from it; `c` as in [`sgemm`].
 // SAFETY: (contract) met by `matmul_strided`, its only caller.
 unsafe fn sgemm_packed(
     m: usize,
     a: View,
-    b: &PackedB,
+    (view, b): (View, &PackedB),
     c: *mut f32,
     threads: usize,
 ) -> Result<(), Error> {
     let (n, k) = (b.n, b.k);
-    if m == 0 || n == 0 || k == 0 || !streams(m)? {
+    if m == 0 || n == 0 || k == 0 {
         return Err(Error::Unsupported(format!("packed-B product of {m} rows")));
     }
-    let (fam, par) = F32Gemm::for_product((m, n, k), threads)?;
-    // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
-    // panels are in memory (`b`).
-    unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };
+    let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
+    if streams(m)? {
+        // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
+        // panels are in memory (`b`).
+        unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };
+    } else {
+        fam.pre = Some(b);
+        // SAFETY: as `sgemm`'s blocked call: the view is `b`'s own (the
+        // contract), packed per K-block only where `b` has no such block.
+        unsafe { blocked(&fam, (m, n, k), &a, &view, c, par) };
+    }
     Ok(())
 }
 
@@ -955,12 +1008,10 @@ pub unsafe fn matmul_strided(
         // SAFETY: so the views address exactly the elements the contract makes
         // readable, and C (contiguous `p ++ [M, N]`) is `(batch·M) × N`.
         if let Some(cache) = b_cache.filter(|_| k > 0) {
-            if streams(batch * m)? {
-                // SAFETY: as just above (B is `k × n` at `vb`).
-                if let Some(packed) = unsafe { packed_b(cache, &vb, k, n)? } {
-                    // SAFETY: as just above.
-                    return unsafe { sgemm_packed(batch * m, va, &packed, c, threads) };
-                }
+            // SAFETY: as just above (B is `k × n` at `vb`).
+            if let Some(packed) = unsafe { packed_b(cache, &vb, k, n)? } {
+                // SAFETY: as just above.
+                return unsafe { sgemm_packed(batch * m, va, (vb, &packed), c, threads) };
             }
         }
         // SAFETY: as above: the views and C as the contract makes them.
@@ -1003,10 +1054,7 @@ pub unsafe fn matmul_strided(
             )
         }
     };
-    if threads != 1
-        && batch.saturating_mul(m).saturating_mul(n).saturating_mul(k) >= (1 << 18)
-        && rayon::current_num_threads() > 1
-    {
+    if threads != 1 && splits(batch, m.saturating_mul(n), k) && rayon::current_num_threads() > 1 {
         (0..batch).into_par_iter().try_for_each(one)
     } else {
         (0..batch).try_for_each(one)

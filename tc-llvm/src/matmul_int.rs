@@ -520,8 +520,9 @@ impl<T: Acc> Family for IntGemm<'_, T> {
     fn give_a(&self, _buf: Vec<T>) {}
 }
 
-/// Products below this many multiply-adds stay on the calling thread.
-const PAR_MIN: usize = 1 << 18;
+/// Products below this many multiply-adds stay on the calling thread
+/// (the f32 GEMM's threshold, [`crate::matmul::PAR_MIN_MACS`]).
+const PAR_MIN: usize = crate::matmul::PAR_MIN_MACS;
 
 /// All `batch` products into `c` (`batch × m × n` elements of `T`).
 ///

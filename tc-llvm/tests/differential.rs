@@ -827,7 +827,7 @@ fn cumsum_is_a_fused_scan_kernel_in_every_mode() {
                 specialize_after: 100,
                 options: EXACT,
             });
-            for shape in [[3, 5, 4], [2, 0, 3], [64, 33, 65]] {
+            for shape in [[3, 5, 4], [2, 0, 3], [64, 64, 65]] {
                 let args: Vec<Arg> = vec![random(&mut rng, dt, &shape, true).into()];
                 let want = interp(&f, &args).unwrap();
                 let what = format!("cumsum axis {axis} of {shape:?} at {dt}");
