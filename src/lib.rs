@@ -61,6 +61,7 @@ extern crate self as tc;
 
 pub use tc_core as core;
 pub use tc_llvm as llvm;
+pub use tc_llvm::session;
 pub use tc_macros::{tensor_fn, tensor_module, tensor_params};
 pub use tc_runtime as runtime;
 pub use tc_runtime::{Error, Tensor};

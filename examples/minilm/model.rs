@@ -301,14 +301,20 @@ impl MiniLm {
     }
 
     /// Unit-norm sentence embeddings `[B, 384]` of a tokenized batch.
+    ///
+    /// The whole forward pass is one [`tc::session`]: one hop onto the
+    /// thread pool, whose other workers stay awake for every step the
+    /// layers split, instead of a hop per call.
     pub fn embed_batch(&self, batch: &Batch) -> Result<Tensor, BoxError> {
         let (ids, positions, types) = self.id_tensors(batch)?;
         let mask = Tensor::from_vec(&[batch.b, batch.s], batch.mask.clone())?;
-        let mut h = bert::embeddings(&self.embeddings, ids, positions, types, self.eps)?;
-        for layer in &self.layers {
-            h = bert::encoder_layer(h, mask.clone(), layer, self.eps)?;
-        }
-        Ok(bert::mean_pool_normalize(h, mask)?)
+        tc::session(|| {
+            let mut h = bert::embeddings(&self.embeddings, ids, positions, types, self.eps)?;
+            for layer in &self.layers {
+                h = bert::encoder_layer(h, mask.clone(), layer, self.eps)?;
+            }
+            Ok(bert::mean_pool_normalize(h, mask)?)
+        })
     }
 
     /// Embed sentences: one `Vec<f32>` of length 384 per sentence.

@@ -634,13 +634,10 @@ impl Jit {
         match compiled {
             Ok(c) if dry() => c.dry_run(&bound, args, resolve, nested),
             Ok(c) => {
-                if c.wants_worker()
-                    && rayon::current_thread_index().is_none()
-                    && rayon::current_num_threads() > 1
-                {
-                    // From outside the pool, `join` runs both closures on
-                    // pool workers and blocks this thread once.
-                    rayon::join(|| c.exec(&bound, args, resolve, nested), || ()).0
+                if c.wants_worker() && !crate::team::in_session() {
+                    // One hop onto the pool for the whole call, with the
+                    // other workers kept awake for its splits.
+                    crate::team::session(|| c.exec(&bound, args, resolve, nested))
                 } else {
                     c.exec(&bound, args, resolve, nested)
                 }

@@ -15,12 +15,24 @@ use crate::jit::JitModule;
 use crate::plan::{self, Step, Structure, VKind, ValInfo};
 use crate::{Error, JitOptions};
 
-/// Below this many elements of work a kernel runs on the calling thread:
-/// a small tensor never pays for waking the pool. About 30–60 µs of one
-/// core's elementwise work, the order of two wake-ups of a sleeping pool
-/// worker on a VM (issue #15; [`crate::matmul::PAR_MIN_MACS`] is the
-/// products' threshold).
+/// Below this many elements of work a kernel runs on the calling thread
+/// (outside a [`crate::team::session`]): a small tensor never pays for
+/// waking the pool. About 30–60 µs of one core's elementwise work, the
+/// order of two wake-ups of a sleeping pool worker on a VM (issue #15;
+/// [`crate::matmul::PAR_MIN_MACS`] is the products' threshold).
 pub const PAR_MIN_WORK: usize = 1 << 18;
+
+/// The same inside a session, whose workers are awake.
+pub const PAR_MIN_WORK_SESSION: usize = 1 << 16;
+
+/// The elementwise split threshold now (see [`PAR_MIN_WORK`]).
+fn par_min_work() -> usize {
+    if crate::team::in_session() {
+        PAR_MIN_WORK_SESSION
+    } else {
+        PAR_MIN_WORK
+    }
+}
 
 /// How a step calls another function by name (through a cache, which
 /// decides how the callee is identified); `Sync` so a call can run on a
@@ -179,7 +191,7 @@ fn parallel_regions(
             Step::Matmul { out, a, .. } => {
                 let sa = &vals[a.0 as usize].shape;
                 let k = sa.last().copied().unwrap_or(1);
-                crate::matmul::splits(numel(out), 1, k)
+                numel(out).saturating_mul(k) >= crate::matmul::PAR_MIN_MACS
             }
             Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
             // Block copies / lane sorts on the calling thread.
@@ -204,7 +216,7 @@ pub fn compile(func: &Function, sigma: &Sigma, opts: JitOptions) -> Result<Compi
 /// `unsafe`: nothing here can check raw buffers against the kernel's code.
 // SAFETY: (contract) established by its caller `CompiledFn::exec`, see there.
 unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usize, threads: usize) {
-    let serial = threads == 1 || outer < 2 || outer.saturating_mul(work.max(1)) < PAR_MIN_WORK;
+    let serial = threads == 1 || outer < 2 || outer.saturating_mul(work.max(1)) < par_min_work();
     if serial {
         if outer > 0 {
             // SAFETY: the whole range `0..outer`, within the buffers by this

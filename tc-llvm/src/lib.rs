@@ -88,9 +88,11 @@ mod orc;
 pub mod plan;
 pub mod prepack;
 mod rt;
+pub mod team;
 
 pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
+pub use team::session;
 
 use tc_core::ir::Function;
 use tc_runtime::contract::Arg;

@@ -48,17 +48,28 @@ pub const STREAM_MAX_M: usize = 140;
 /// Column block.
 pub const NC: usize = 4096;
 
-/// Fewest multiply-adds of a product split across threads: about 50 µs of
-/// one core's work. A split wakes the other pool workers, which costs tens
-/// of µs on a VM when they have gone to sleep; below this the wake-ups cost
-/// more than the second core gains (issue #15: MiniLM at batch 1, whose
-/// products are 1.5–6 M multiply-adds, took 5.0–5.3 ms on two threads
-/// with a 2^18 threshold and 3.2–3.8 ms with this one, interleaved runs).
+/// Fewest multiply-adds of a product split across threads outside a
+/// [`crate::team::session`]: about 50 µs of one core's work. A split wakes
+/// the other pool workers, which costs tens of µs on a VM when they have
+/// gone to sleep; below this the wake-ups cost more than the second core
+/// gains (issue #15: MiniLM at batch 1, whose products are 1.5–6 M
+/// multiply-adds, took 5.0–5.3 ms on two threads with a 2^18 threshold and
+/// 3.2–3.8 ms with this one, interleaved runs).
 pub const PAR_MIN_MACS: usize = 1 << 23;
 
-/// Does an `m × n × k` product split across threads ([`PAR_MIN_MACS`])?
+/// The same inside a session, where the other workers are awake and steal
+/// a split at once: about 6 µs of one core's work.
+pub const PAR_MIN_MACS_SESSION: usize = 1 << 20;
+
+/// Does an `m × n × k` product split across threads now (the threshold of
+/// a session on this thread, or [`PAR_MIN_MACS`])?
 pub fn splits(m: usize, n: usize, k: usize) -> bool {
-    m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS
+    let min = if crate::team::in_session() {
+        PAR_MIN_MACS_SESSION
+    } else {
+        PAR_MIN_MACS
+    };
+    m.saturating_mul(n).saturating_mul(k) >= min
 }
 
 /// The micro-kernel's IR text for vector width `vw` (NR = 2·vw), MR = [`MR`].

@@ -338,4 +338,39 @@ fn large_multi_step_calls_run_on_a_pool_worker() {
     let serial = one.call(&func, &big, &|_| None).unwrap();
     assert_bits("hop vs worker", &hopped, &on_worker, false);
     assert_bits("hop vs 1 thread", &hopped, &serial, false);
+    // In a session (other workers awake, smaller split thresholds: the
+    // small products split too), nested or not: the same bits.
+    for args in [&big, &small] {
+        let plain = one.call(&func, args, &|_| None).unwrap();
+        let in_session = tc_llvm::session(|| {
+            assert!(
+                tc_llvm::team::in_session() || rayon::current_num_threads() == 1,
+                "inside its closure"
+            );
+            pool.call(&func, args, &|_| None).unwrap()
+        });
+        let nested =
+            tc_llvm::session(|| tc_llvm::session(|| pool.call(&func, args, &|_| None))).unwrap();
+        assert_bits("session vs 1 thread", &in_session, &plain, false);
+        assert_bits("nested session vs 1 thread", &nested, &plain, false);
+    }
+    assert!(
+        !tc_llvm::team::in_session(),
+        "a session ends with its closure"
+    );
+}
+
+/// A panic inside a session propagates to its caller, ends the session
+/// (its helpers stop: no hang) and leaves the pool usable.
+#[test]
+fn a_panic_in_a_session_propagates_and_ends_it() {
+    let r = std::panic::catch_unwind(|| tc_llvm::session(|| -> u32 { panic!("inside") }));
+    assert!(r.is_err());
+    assert!(!tc_llvm::team::in_session());
+    assert_eq!(tc_llvm::session(|| 7), 7);
+    let sum: u64 = tc_llvm::session(|| {
+        use rayon::prelude::*;
+        (0..100_000u64).into_par_iter().sum()
+    });
+    assert_eq!(sum, 4_999_950_000);
 }

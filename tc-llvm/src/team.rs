@@ -1,0 +1,74 @@
+//! Sessions: a closure run on the rayon pool with the other workers kept
+//! awake, so that every step a JIT call splits across threads is shared at
+//! once (issue #15).
+//!
+//! Why: a split pushes its halves onto the current worker's deque. A worker
+//! that went to sleep after the previous step (rayon puts idle workers to
+//! sleep after some tens of µs) must be woken, which costs tens of µs on a
+//! VM, and the splitting worker then waits for the half it stole. A step of
+//! a MiniLM layer at batch 1 is about that long, so splitting it cost more
+//! than the second core gave back; ONNX Runtime's pool spins between steps
+//! for the same reason. Inside a session the other workers spin (yielding
+//! to rayon, so they run any queued job, never holding up other work) and
+//! steal each split at once, and products and kernels split from smaller
+//! sizes ([`crate::matmul::splits`], [`crate::exec::PAR_MIN_WORK`]).
+//!
+//! A JIT call that splits two or more steps runs in a session of its own
+//! unless it is already inside one; a caller that makes several calls in a
+//! row (a model's forward pass) wraps them all in [`session`] and pays the
+//! hop onto the pool once. Results never depend on it: threads split only
+//! output rows (see the crate documentation).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+thread_local! {
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Is this thread running a session's closure?
+pub fn in_session() -> bool {
+    ACTIVE.with(Cell::get)
+}
+
+/// Run `f` on a pool worker with the pool's other workers kept awake until
+/// it returns (see the module documentation). Inside a session, or with a
+/// pool of one thread, it is just `f()`.
+pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let helpers = rayon::current_num_threads().saturating_sub(1);
+    if in_session() || helpers == 0 {
+        return f();
+    }
+    let done = AtomicBool::new(false);
+    // From outside the pool `scope` runs on a worker and blocks this thread
+    // once; it returns only after every helper has (a helper not yet
+    // started when `f` is done is run by the scope itself and returns at
+    // once).
+    rayon::scope(|s| {
+        for _ in 0..helpers {
+            s.spawn(|_| keep_awake(&done));
+        }
+        // Also on a panic of `f`: the helpers stop, the scope returns and
+        // propagates it.
+        struct End<'a>(&'a AtomicBool);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                ACTIVE.with(|a| a.set(false));
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        ACTIVE.with(|a| a.set(true));
+        let _end = End(&done);
+        f()
+    })
+}
+
+/// Run the pool's pending jobs, stealing them from the other workers, until
+/// `done`.
+fn keep_awake(done: &AtomicBool) {
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::hint::spin_loop();
+        }
+    }
+}
