@@ -913,3 +913,58 @@ fn pad_every_dtype_specialised_and_generic() {
         }
     }
 }
+
+/// `reshape` merging trailing axes of a transposed value (attention's head
+/// merge, `[B, S, H·D]` from `[B, H, S, D]`), with and without elementwise
+/// work under it, and with its operand materialized by another use: the
+/// σ-specialised kernel loops over the operand's trailing dims instead of
+/// dividing the flat index; float, integer and 4-bit dtypes, small and
+/// empty shapes, bit for
+/// bit with the interpreter (and with the shape-generic kernel).
+#[test]
+fn a_reshape_merging_trailing_axes_is_a_nested_copy() {
+    let mut rng = Rng(0x5E);
+    let generic = generic_jit();
+    for dt in [
+        Dtype::F32,
+        Dtype::F16,
+        Dtype::BF16,
+        Dtype::I8,
+        Dtype::I4,
+        Dtype::I64,
+    ] {
+        for (with_op, shared) in [(false, false), (true, false), (false, true)] {
+            let mut b = builder("merge_heads");
+            let x = b.param("x", tt(dt, &["B", "H", "S", "D"]));
+            b.requires(tc_core::Pred::ge(Dim::var("S"), Dim::c(0)));
+            let hd = Dim::var("H") * Dim::var("D");
+            let out = Type::tensor(dt, vec![Dim::var("B"), Dim::var("S"), hd.clone()]);
+            b.returns(out);
+            let mut t = b.op(Op::Transpose(vec![0, 2, 1, 3], x));
+            if with_op {
+                t = b.op(Op::Binary(BinaryOp::Max, t, t));
+            }
+            let mut r = b.op(Op::Reshape(
+                vec![Dim::var("B"), Dim::var("S"), hd.clone()],
+                t,
+            ));
+            if shared {
+                // `t` also feeds a second kernel: materialized, loaded.
+                let back = b.op(Op::Reshape(vec![Dim::var("B"), Dim::var("S"), hd], t));
+                let neg = b.op(Op::Binary(BinaryOp::Max, back, r));
+                r = b.op(Op::Binary(BinaryOp::Max, neg, r));
+            }
+            let f = b.finish(r);
+            for shape in [[1, 1, 1, 1], [2, 3, 4, 5], [1, 12, 7, 32], [3, 2, 0, 4]] {
+                let args: Vec<Arg> = vec![random(&mut rng, dt, &shape, true).into()];
+                let want = interp(&f, &args).unwrap();
+                let what = format!("merge heads of {shape:?} at {dt} op={with_op} shared={shared}");
+                for opts in [EXACT, DET, JitOptions::default()] {
+                    assert_bits(&what, &jit(&f, &args, opts), &want, false);
+                }
+                let g = generic.call(&f, &args, &|_| None).unwrap();
+                assert_bits(&format!("{what} (generic)"), &g, &want, false);
+            }
+        }
+    }
+}

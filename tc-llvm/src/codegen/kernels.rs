@@ -177,6 +177,10 @@ impl<'a> Gen<'a> {
         }
         let inner = self.dim(out, r - 1);
         let base = self.bmul(o, &inner);
+        if let Some(x) = self.splits_last_axis(out) {
+            self.split_row(out, x, dims, &base);
+            return;
+        }
         let (j, l2) = self.loop_begin("0", &inner);
         dims[r - 1] = j.clone();
         let lin = self.badd(&base, &j);
@@ -187,6 +191,77 @@ impl<'a> Gen<'a> {
         let x = self.val_root(out, &idx);
         self.store(out, &lin, &x);
         self.loop_end(l2);
+    }
+
+    /// `Some(x)` when `out` is `reshape(x)` splitting only its last axis:
+    /// `x`'s shape is `out`'s leading dims followed by dims whose product is
+    /// `out`'s last (a head merge, `[B, S, H·D]` from `[B, S, H, D]`). Only
+    /// with every dim a literal (σ-specialised): a shape-generic kernel
+    /// serves σs the split might not hold for.
+    fn splits_last_axis(&mut self, out: Value) -> Option<Value> {
+        let i = (out.0 as usize).checked_sub(self.np)?;
+        let Op::Reshape(_, x) = &self.func.body.get(i)?.op else {
+            return None;
+        };
+        let x = *x;
+        if self.stashed.is_some() {
+            return None;
+        }
+        let (r, rx) = (
+            self.vals[out.0 as usize].shape.len(),
+            self.vals[x.0 as usize].shape.len(),
+        );
+        if r == 0 || rx <= r {
+            return None;
+        }
+        let lits = |g: &mut Self, v: Value, n: usize| -> Option<Vec<i64>> {
+            (0..n).map(|k| is_lit(&g.dim(v, k))).collect()
+        };
+        let (od, xd) = (lits(self, out, r)?, lits(self, x, rx)?);
+        let tail = xd[r - 1..]
+            .iter()
+            .try_fold(1i64, |a, &d| a.checked_mul(d))?;
+        (od[..r - 1] == xd[..r - 1] && tail == od[r - 1]).then_some(x)
+    }
+
+    /// Row `base / last` of `out = reshape(x)` ([`Self::splits_last_axis`]):
+    /// nested loops over `x`'s trailing dims, so `x`'s element comes from
+    /// its own multi-index (no division per element; a transpose under it
+    /// reads runs the vectorizer sees). Same elements, same order, same
+    /// values as the flat inner loop.
+    fn split_row(&mut self, out: Value, x: Value, mut dims: Vec<String>, base: &str) {
+        let (r, rx) = (
+            self.vals[out.0 as usize].shape.len(),
+            self.vals[x.0 as usize].shape.len(),
+        );
+        dims.truncate(r - 1);
+        let mut loops = Vec::with_capacity(rx - r + 1);
+        let mut lin = base.to_string();
+        for k in r - 1..rx {
+            let d = self.dim(x, k);
+            let (j, l) = self.loop_begin("0", &d);
+            // Row-major offset inside the row: j · ∏ later dims (literals).
+            let later: i64 = (k + 1..rx)
+                .map(|q| is_lit(&self.dim(x, q)).unwrap_or(1))
+                .product();
+            let term = self.bmul(&j, &later.to_string());
+            lin = self.badd(&lin, &term);
+            dims.push(j);
+            loops.push(l);
+        }
+        let idx = Idx {
+            dims: Some(dims),
+            lin: Some(lin.clone()),
+        };
+        // As `val_root(out)` would through the reshape: `out` is the root,
+        // `x` is loaded if materialized, else computed.
+        self.root = Some(out.0);
+        let v = self.val(x, &idx);
+        self.root = None;
+        self.store(out, &lin, &v);
+        for l in loops.into_iter().rev() {
+            self.loop_end(l);
+        }
     }
 
     /// A row group ([`Step::Group`]): one loop over rows; per row, every
