@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Peer benchmark (issue #15): all-MiniLM-L6-v2 in tc against ONNX Runtime
-# and PyTorch on the same weights, in one run.
+# Peer benchmark (issue #15): all-MiniLM-L6-v2 in tc against ONNX Runtime,
+# PyTorch and candle on the same weights, in one run.
 #
 #   scripts/peer-bench.sh                 # 5 rounds x 10 reps
 #   ROUNDS=7 REPS=20 scripts/peer-bench.sh
@@ -10,13 +10,15 @@
 # install),
 # exports the model to ONNX from the same model.safetensors without PyTorch
 # (benches/peers/minilm_onnx.py: the same graph, erf GELU, finfo.min mask,
-# mean pooling, L2 norm), builds examples/peer_bench.rs, then runs ROUNDS
-# rounds; each round runs every system once per thread count (1 and 2) in a
+# mean pooling, L2 norm), builds examples/peer_bench.rs and the candle crate
+# benches/peers/candle (candle-transformers' BertModel, CPU, f32; a crate of
+# its own outside the workspace, built into target/peers/candle-target; the
+# candle column is left out if it does not build), then runs ROUNDS rounds;
+# each round runs every system once per thread count (1 and 2) in a
 # rotating order, each process a long-lived worker timing REPS calls per
 # workload after warm-up. It prints the median over rounds of each
 # process's median, tc's speed relative to the best peer (> 1: tc is
 # faster), and the largest difference between tc's embeddings and a peer's.
-# candle is not in it yet (the issue's other peer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -32,6 +34,13 @@ model=models/all-MiniLM-L6-v2
 [ -f "$out/minilm.onnx" ] || python3 benches/peers/minilm_onnx.py "$model" "$out/minilm.onnx"
 cargo build --release --example peer_bench
 tc=target/release/examples/peer_bench
+candle=1
+CARGO_TARGET_DIR=target/peers/candle-target \
+  cargo build --release --manifest-path benches/peers/candle/Cargo.toml || {
+  candle=0
+  echo "note: benches/peers/candle did not build; no candle column"
+}
+candle_bin=target/peers/candle-target/release/candle-peer-bench
 results="$out/results.jsonl"
 : >"$results"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
@@ -40,11 +49,12 @@ for r in $(seq 1 "$ROUNDS"); do
     run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" >>"$results"; }
     run_ort() { python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
     run_pt() { [ "$torch" = 1 ] && python3 benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
-    case $(( (r + t) % 3 )) in
-      0) run_tc; run_ort; run_pt ;;
-      1) run_ort; run_pt; run_tc ;;
-      *) run_pt; run_tc; run_ort ;;
-    esac
+    run_candle() { [ "$candle" = 1 ] && RAYON_NUM_THREADS=$t "$candle_bin" "$model" "$REPS" >>"$results" || true; }
+    # Rotate the order by (r + t) mod 4: over four rounds every system runs
+    # once in each position at each thread count.
+    systems=(run_tc run_ort run_pt run_candle)
+    k=$(( (r + t) % 4 ))
+    for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
   done
   echo "round $r done"
 done
@@ -56,8 +66,8 @@ key = lambda r: (r["b"], r["s"], r["threads"])
 by = {}
 for r in rows:
     by.setdefault((key(r), r["system"]), []).append(r)
-peers = [p for p in ("ort", "pytorch") if any(s == p for (_, s) in by)]
-names = {"ort": "ONNX Runtime", "pytorch": "PyTorch"}
+peers = [p for p in ("ort", "pytorch", "candle") if any(s == p for (_, s) in by)]
+names = {"ort": "ONNX Runtime", "pytorch": "PyTorch", "candle": "candle"}
 print("| MiniLM, ms per batch | threads | tc | " + " | ".join(names[p] for p in peers)
       + " | tc vs best | max \\|embedding diff\\| to tc |")
 print("|---|---|---|" + "---|" * len(peers) + "---|---|")
