@@ -33,10 +33,15 @@ use crate::Error;
 
 /// Rows of the register tile.
 pub const MR: usize = 14;
-/// Contraction block.
-pub const KC: usize = 256;
+/// Contraction block. 512 since 2026-12-02 (issue #15): on a Zen 5 host
+/// (48 KB L1, 1 MB L2) MiniLM's products measured faster with it at every
+/// batch, interleaved in one run, 1 thread: batch 1 × 10 tokens 4.1–5.0 →
+/// 2.8–4.2 ms, 32 × 16 84–88 → 73–77, 8 × 128 200–215 → 164–200 (half
+/// as many passes of C through the cache, and a K of 384 is one block); a
+/// B micro-panel of 64 KB is then read from L2, not L1.
+pub const KC: usize = 512;
 /// Row block (rounded up to a multiple of MR: 4 micro-panels, an A block
-/// of 56 × 256 floats = 57 KB). Measured in the bench at n = 1024 on one
+/// of 56 × 256 floats = 57 KB at the earlier KC of 256). Measured in the bench at n = 1024 on one
 /// thread, three runs each: 17.8–19.3 ms with 140 rows, 17.2–17.4 with 70,
 /// 16.6–17.2 with 56 (n = 128 and 512 unchanged): with a 1 MB packed B
 /// block in the same L2, the smaller A block keeps its panels resident.

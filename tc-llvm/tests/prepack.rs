@@ -38,12 +38,13 @@ fn a_packed_weight_gives_the_bits_of_per_call_packing() {
     let mut rng = Rng(0xA1);
     let (f, g) = (linear(false), linear(true));
     let jit = jit_with(JitOptions::default());
-    let w = random(&mut rng, Dtype::F32, &[300, 257], false);
+    let k = tc_llvm::matmul::KC + 1;
+    let w = random(&mut rng, Dtype::F32, &[300, k], false);
     // Up to 140 rows the streamed path takes the kept panels one by one;
-    // from 141 the blocked path takes whole K-blocks (k = 257: a full one
-    // and one of a single row).
+    // from 141 the blocked path takes whole K-blocks (k = KC + 1: a full
+    // one and one of a single row).
     for m in [1, 10, 37, 141, 300] {
-        let x = random(&mut rng, Dtype::F32, &[m, 257], false);
+        let x = random(&mut rng, Dtype::F32, &[m, k], false);
         let args: Vec<Arg> = vec![x.clone().into(), w.clone().into()];
         let cached = jit.call(&f, &args, &|_| None).unwrap();
         let again = jit.call(&f, &args, &|_| None).unwrap();
@@ -57,7 +58,7 @@ fn a_packed_weight_gives_the_bits_of_per_call_packing() {
         );
     }
     assert!(
-        tc_llvm::prepack::kept_bytes() >= 300 * 257 * 4,
+        tc_llvm::prepack::kept_bytes() >= 300 * k * 4,
         "the weight was kept"
     );
 }
