@@ -11,6 +11,19 @@ use rayon::prelude::*;
 use crate::jit::JitModule;
 use crate::Error;
 
+/// Fewest multiply-adds of a product split across threads outside a
+/// [`crate::team::session`]: about 50 µs of one core's work. A split wakes
+/// the other pool workers, which costs tens of µs on a VM when they have
+/// gone to sleep; below this the wake-ups cost more than the second core
+/// gains (issue #15: MiniLM at batch 1, whose products are 1.5–6 M
+/// multiply-adds, took 5.0–5.3 ms on two threads with a 2^18 threshold and
+/// 3.2–3.8 ms with this one, interleaved runs).
+pub const PAR_MIN_MACS: usize = 1 << 23;
+
+/// The same inside a session, where the other workers are awake and steal
+/// a split at once: about 6 µs of one core's work.
+pub const PAR_MIN_MACS_SESSION: usize = 1 << 20;
+
 /// What differs between the register-tile micro-kernels (f32 here, the
 /// integer ones in [`crate::matmul_int`]); [`ukernel_text`] emits the
 /// rest, which they share: the signature

@@ -22,7 +22,9 @@ use crate::gemm_common::{
     blocked, compile_micro, matmul_dims, tile_into_c, ukernel_text, Family, Micro, SendPtr, Tile,
     Ukr, UkrSpec, TILE_MAX,
 };
-pub use crate::gemm_common::{checked_counts, contiguous_strides};
+pub use crate::gemm_common::{
+    checked_counts, contiguous_strides, PAR_MIN_MACS, PAR_MIN_MACS_SESSION,
+};
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
@@ -52,19 +54,6 @@ pub const STREAM_MAX_M: usize = 140;
 
 /// Column block.
 pub const NC: usize = 4096;
-
-/// Fewest multiply-adds of a product split across threads outside a
-/// [`crate::team::session`]: about 50 µs of one core's work. A split wakes
-/// the other pool workers, which costs tens of µs on a VM when they have
-/// gone to sleep; below this the wake-ups cost more than the second core
-/// gains (issue #15: MiniLM at batch 1, whose products are 1.5–6 M
-/// multiply-adds, took 5.0–5.3 ms on two threads with a 2^18 threshold and
-/// 3.2–3.8 ms with this one, interleaved runs).
-pub const PAR_MIN_MACS: usize = 1 << 23;
-
-/// The same inside a session, where the other workers are awake and steal
-/// a split at once: about 6 µs of one core's work.
-pub const PAR_MIN_MACS_SESSION: usize = 1 << 20;
 
 /// Does an `m × n × k` product split across threads now (the threshold of
 /// a session on this thread, or [`PAR_MIN_MACS`])?

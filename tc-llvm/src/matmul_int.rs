@@ -521,8 +521,8 @@ impl<T: Acc> Family for IntGemm<'_, T> {
 }
 
 /// Products below this many multiply-adds stay on the calling thread
-/// (the f32 GEMM's threshold, [`crate::matmul::PAR_MIN_MACS`]).
-const PAR_MIN: usize = crate::matmul::PAR_MIN_MACS;
+/// (the f32 GEMM's threshold, [`crate::gemm_common::PAR_MIN_MACS`]).
+const PAR_MIN: usize = crate::gemm_common::PAR_MIN_MACS;
 
 /// All `batch` products into `c` (`batch × m × n` elements of `T`).
 ///
