@@ -446,8 +446,11 @@ pub(crate) unsafe fn blocked<F: Family>(
     } else {
         1
     };
+    // With threads: a block count that is a multiple of the thread count
+    // (equal shares), each block at most MC rows.
     let mc = if nthreads > 1 {
-        mc_.min(m.div_ceil(nthreads).div_ceil(mr) * mr)
+        let blocks = m.div_ceil(mc_).div_ceil(nthreads) * nthreads;
+        mc_.min(m.div_ceil(blocks).div_ceil(mr) * mr)
     } else {
         mc_
     };

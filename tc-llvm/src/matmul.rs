@@ -42,12 +42,16 @@ pub const MR: usize = 14;
 /// as many passes of C through the cache, and a K of 384 is one block); a
 /// B micro-panel of 64 KB is then read from L2, not L1.
 pub const KC: usize = 512;
-/// Row block (rounded up to a multiple of MR: 4 micro-panels, an A block
-/// of 56 × 256 floats = 57 KB at the earlier KC of 256). Measured in the bench at n = 1024 on one
-/// thread, three runs each: 17.8–19.3 ms with 140 rows, 17.2–17.4 with 70,
-/// 16.6–17.2 with 56 (n = 128 and 512 unchanged): with a 1 MB packed B
-/// block in the same L2, the smaller A block keeps its panels resident.
-pub const MC: usize = 56;
+/// Row block (rounded up to a multiple of MR: 18 micro-panels, an A block
+/// of 252 × 512 floats = 516 KB, half the L2 of a Zen 5 core). With the
+/// B block (KC × n) larger than L2, each B micro-panel is fetched from L3
+/// once per row block, so a larger block fetches it less often. Measured
+/// on that host (issue #15), interleaved: 1024³ SGEMM 159–171 → 165–178
+/// GFLOP/s (medians of three runs), MiniLM on 2 threads 32 × 16 41–42 →
+/// 37–39 ms and 8 × 128 100–103 → 83–95 ms, 1 thread within noise. (On
+/// the Intel host of 2026-11-30, KC = 256 and a 2 MB L2 holding the B
+/// block, 56 rows measured best: `TC_MM_MC` overrides it.)
+pub const MC: usize = 252;
 /// Most rows for the streamed-B path (one row block packed once per
 /// K-block); above, the blocked path with [`MC`]-row blocks.
 pub const STREAM_MAX_M: usize = 140;
