@@ -62,9 +62,21 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     let nr = 2 * vw;
     let v = format!("<{vw} x {e}>");
     let mut s = k.decls.clone();
+    s.push_str("declare void @llvm.prefetch.p0i8(i8* nocapture readonly, i32, i32, i32)\n");
     s.push_str(&format!(
-        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n"
+        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n"
     ));
+    // The C tile is read (when accumulating) and written only after the
+    // k loop: ask for its lines now, so they arrive while the loop runs.
+    for i in 0..mr {
+        for j in 0..2 {
+            s.push_str(&format!(
+                "  %pro{i}_{j} = mul i64 %ldc, {i}\n  %pco{i}_{j} = add i64 %pro{i}_{j}, {}\n  %pcp{i}_{j} = getelementptr {e}, {e}* %c, i64 %pco{i}_{j}\n  %pc8{i}_{j} = bitcast {e}* %pcp{i}_{j} to i8*\n  call void @llvm.prefetch.p0i8(i8* %pc8{i}_{j}, i32 1, i32 3, i32 1)\n",
+                j * vw
+            ));
+        }
+    }
+    s.push_str("  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n");
     for i in 0..mr {
         for j in 0..2 {
             s.push_str(&format!(
