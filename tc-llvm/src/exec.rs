@@ -167,9 +167,10 @@ pub fn compile_with<'f>(
     })
 }
 
-/// How many steps of a σ-specialised function are large enough to run
-/// split across the pool (the thresholds of [`run_split`] and of the
-/// matmul; a call counts when its result is that large).
+/// How many regions of a σ-specialised function split across the pool:
+/// its steps large enough (the thresholds of [`run_split`] and of the
+/// matmul; a call counts when its result is that large), a product as two
+/// (it packs and computes each K-block in separate splits).
 fn parallel_regions(
     func: &Function,
     vals: &[ValInfo],
@@ -177,27 +178,29 @@ fn parallel_regions(
     kernels: &[(KernelFn, KernelShape)],
 ) -> usize {
     let numel = |v: &Value| vals[v.0 as usize].numel();
+    let splits = |step: &Step| match step {
+        // An empty output runs no kernel (`exec`), and its leading dims
+        // may multiply past usize.
+        Step::Kernel { out, .. } | Step::Matmul { out, .. } if numel(out) == 0 => false,
+        Step::Kernel { id, out, .. } => kernels.get(*id).is_some_and(|(_, shape)| {
+            let (outer, work) = extent(func, vals, *out, shape);
+            outer >= 2 && outer.saturating_mul(work.max(1)) >= PAR_MIN_WORK
+        }),
+        Step::Group { members, .. } => members.last().is_some_and(|m| numel(m) >= PAR_MIN_WORK),
+        Step::Matmul { out, a, .. } => {
+            let sa = &vals[a.0 as usize].shape;
+            let k = sa.last().copied().unwrap_or(1);
+            numel(out).saturating_mul(k) >= crate::matmul::PAR_MIN_MACS
+        }
+        Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
+        // Block copies / lane sorts on the calling thread.
+        Step::Gather { .. } | Step::Host { .. } => false,
+    };
     st.steps
         .iter()
-        .filter(|step| match step {
-            // An empty output runs no kernel (`exec`), and its leading dims
-            // may multiply past usize.
-            Step::Kernel { out, .. } | Step::Matmul { out, .. } if numel(out) == 0 => false,
-            Step::Kernel { id, out, .. } => kernels.get(*id).is_some_and(|(_, shape)| {
-                let (outer, work) = extent(func, vals, *out, shape);
-                outer >= 2 && outer.saturating_mul(work.max(1)) >= PAR_MIN_WORK
-            }),
-            Step::Group { members, .. } => members.last().is_some_and(|m| numel(m) >= PAR_MIN_WORK),
-            Step::Matmul { out, a, .. } => {
-                let sa = &vals[a.0 as usize].shape;
-                let k = sa.last().copied().unwrap_or(1);
-                numel(out).saturating_mul(k) >= crate::matmul::PAR_MIN_MACS
-            }
-            Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
-            // Block copies / lane sorts on the calling thread.
-            Step::Gather { .. } | Step::Host { .. } => false,
-        })
-        .count()
+        .filter(|step| splits(step))
+        .map(|step| 1 + usize::from(matches!(step, Step::Matmul { .. })))
+        .sum()
 }
 
 /// Compile `func` specialised to σ (calls in the body are not resolvable:
