@@ -251,8 +251,20 @@ fn mask(s: usize, t: usize) -> Result<Tensor, tc::Error> {
     Tensor::from_vec(&[s, t], data)
 }
 
-/// One forward pass of `ids` at positions `start..`, growing the caches.
+/// One forward pass of `ids` at positions `start..`, growing the caches:
+/// one [`tc::session`] (one hop onto the pool, its other workers awake for
+/// every split) instead of a hop per call.
 pub(crate) fn forward(
+    e: &gpt2::Embeddings,
+    blocks: &[gpt2::Block],
+    cache: &mut [(Tensor, Tensor)],
+    ids: &[i64],
+    start: usize,
+) -> Result<Tensor, tc::Error> {
+    tc::session(|| forward_pass(e, blocks, cache, ids, start))
+}
+
+fn forward_pass(
     e: &gpt2::Embeddings,
     blocks: &[gpt2::Block],
     cache: &mut [(Tensor, Tensor)],
