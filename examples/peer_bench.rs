@@ -14,24 +14,17 @@ use std::time::Instant;
 
 use model::{model_dir, Batch, BoxError, MiniLm};
 
-const WORKLOADS: [(usize, usize); 3] = [(1, 10), (32, 16), (8, 128)];
+#[path = "../benches/peers/workloads.rs"]
+mod workloads;
 
-/// The ids `ort_bench.py` uses: [CLS] … [SEP] around a fixed spread.
+use workloads::{ids, WORKLOADS};
+
+/// The batch of `ort_bench.py`'s ids ([`ids`]), no padding.
 fn batch(b: usize, s: usize) -> Batch {
-    let mut ids = Vec::with_capacity(b * s);
-    for i in 0..b {
-        for j in 0..s {
-            ids.push(match j {
-                0 => 101,
-                _ if j == s - 1 => 102,
-                _ => 1000 + ((i * 7919 + j * 104729) % 28000) as u32,
-            });
-        }
-    }
     Batch {
         b,
         s,
-        ids,
+        ids: ids(b, s),
         mask: vec![1.0; b * s],
     }
 }

@@ -66,12 +66,13 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     s.push_str(&format!(
         "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n"
     ));
-    // The C tile is read (when accumulating) and written only after the
-    // k loop: ask for its lines now, so they arrive while the loop runs.
+    // The C tile's vector addresses `%cp{i}_{j}`. It is read (when
+    // accumulating) and written only after the k loop: ask for its lines
+    // now, so they arrive while the loop runs.
     for i in 0..mr {
         for j in 0..2 {
             s.push_str(&format!(
-                "  %pro{i}_{j} = mul i64 %ldc, {i}\n  %pco{i}_{j} = add i64 %pro{i}_{j}, {}\n  %pcp{i}_{j} = getelementptr {e}, {e}* %c, i64 %pco{i}_{j}\n  %pc8{i}_{j} = bitcast {e}* %pcp{i}_{j} to i8*\n  call void @llvm.prefetch.p0i8(i8* %pc8{i}_{j}, i32 1, i32 3, i32 1)\n",
+                "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds {e}, {e}* %c, i64 %co{i}_{j}\n  %pc8{i}_{j} = bitcast {e}* %cp{i}_{j} to i8*\n  call void @llvm.prefetch.p0i8(i8* %pc8{i}_{j}, i32 1, i32 3, i32 1)\n",
                 j * vw
             ));
         }
@@ -107,8 +108,7 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     for i in 0..mr {
         for j in 0..2 {
             s.push_str(&format!(
-                "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds {e}, {e}* %c, i64 %co{i}_{j}\n  %cq{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align {al}\n  %sum{i}_{j} = {add} {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align {al}\n",
-                j * vw
+                "  %cq{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align {al}\n  %sum{i}_{j} = {add} {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align {al}\n"
             ));
         }
     }

@@ -17,23 +17,10 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 
-const WORKLOADS: [(usize, usize); 3] = [(1, 10), (32, 16), (8, 128)];
+#[path = "../../workloads.rs"]
+mod workloads;
 
-/// The ids of `examples/peer_bench.rs` (`fn batch`): [CLS] … [SEP] around a
-/// fixed spread.
-fn ids(b: usize, s: usize) -> Vec<u32> {
-    let mut ids = Vec::with_capacity(b * s);
-    for i in 0..b {
-        for j in 0..s {
-            ids.push(match j {
-                0 => 101,
-                _ if j == s - 1 => 102,
-                _ => 1000 + ((i * 7919 + j * 104729) % 28000) as u32,
-            });
-        }
-    }
-    ids
-}
+use workloads::{ids, WORKLOADS};
 
 fn load(dir: &Path, device: &Device) -> Result<BertModel> {
     let config: Config = serde_json::from_str(
