@@ -470,11 +470,14 @@ pub(crate) unsafe fn blocked<F: Family>(
         panels.div_ceil(per)
     }
     .min(panels);
+    // Boundary `i` is panel `⌊panels·i / nblocks⌋ ≤ panels` (the product
+    // in u128: no size can overflow it), row `min(that·mr, m) ≤ m`.
+    let bound = |i: usize| {
+        let p = (panels as u128 * i as u128 / nblocks.max(1) as u128) as usize;
+        p.saturating_mul(mr).min(m)
+    };
     let blocks: Vec<(usize, usize)> = (0..nblocks)
-        .map(|i| {
-            let (p0, p1) = (panels * i / nblocks, panels * (i + 1) / nblocks);
-            (p0 * mr, (p1 * mr).min(m) - p0 * mr)
-        })
+        .map(|i| (bound(i), bound(i + 1) - bound(i)))
         .filter(|&(_, rows)| rows > 0)
         .collect();
     let cp = SendPtr(c);
