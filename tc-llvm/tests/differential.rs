@@ -829,13 +829,8 @@ fn cumsum_is_a_fused_scan_kernel_in_every_mode() {
             });
             for shape in [[3, 5, 4], [2, 0, 3], [64, 64, 65]] {
                 let args: Vec<Arg> = vec![random(&mut rng, dt, &shape, true).into()];
-                let want = interp(&f, &args).unwrap();
                 let what = format!("cumsum axis {axis} of {shape:?} at {dt}");
-                for opts in [EXACT, DET, JitOptions::default()] {
-                    assert_bits(&what, &jit(&f, &args, opts), &want, false);
-                }
-                let g = generic.call(&f, &args, &|_| None).unwrap();
-                assert_bits(&format!("{what} (generic)"), &g, &want, false);
+                assert_every_mode(&what, &f, &args, &generic);
             }
         }
     }
@@ -957,13 +952,8 @@ fn a_reshape_merging_trailing_axes_is_a_nested_copy() {
             let f = b.finish(r);
             for shape in [[1, 1, 1, 1], [2, 3, 4, 5], [1, 12, 7, 32], [3, 2, 0, 4]] {
                 let args: Vec<Arg> = vec![random(&mut rng, dt, &shape, true).into()];
-                let want = interp(&f, &args).unwrap();
                 let what = format!("merge heads of {shape:?} at {dt} op={with_op} shared={shared}");
-                for opts in [EXACT, DET, JitOptions::default()] {
-                    assert_bits(&what, &jit(&f, &args, opts), &want, false);
-                }
-                let g = generic.call(&f, &args, &|_| None).unwrap();
-                assert_bits(&format!("{what} (generic)"), &g, &want, false);
+                assert_every_mode(&what, &f, &args, &generic);
             }
         }
     }

@@ -116,6 +116,17 @@ pub fn jit(f: &Function, args: &[Arg], opts: JitOptions) -> Tensor {
     r
 }
 
+/// `f` on `args` in every JIT mode (exact, deterministic, default) and on
+/// `generic`'s shape-generic kernels, each bit for bit with the interpreter.
+pub fn assert_every_mode(what: &str, f: &Function, args: &[Arg], generic: &Jit) {
+    let want = interp(f, args).unwrap();
+    for opts in [EXACT, DET, JitOptions::default()] {
+        assert_bits(what, &jit(f, args, opts), &want, false);
+    }
+    let g = generic.call(f, args, &|_| None).unwrap();
+    assert_bits(&format!("{what} (generic)"), &g, &want, false);
+}
+
 /// Bit-identical (NaN payloads included, except that any NaN matches any NaN
 /// when `nan_any`).
 pub fn assert_bits(what: &str, a: &Tensor, b: &Tensor, nan_any: bool) {
