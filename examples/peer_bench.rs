@@ -1,23 +1,33 @@
-//! tc side of the peer benchmark (`scripts/peer-bench.sh`, issue #15):
-//! all-MiniLM-L6-v2 on the workloads of `benches/peers/ort_bench.py`, same
-//! token ids, one JSON line per workload (median ms over `REPS` calls after
-//! three warm-up calls, and the first values of the first embedding, which
-//! the script compares across systems).
+//! tc side of the peer benchmark (`scripts/peer-bench.sh`, issue #15), one
+//! JSON line per workload (median ms over `REPS` calls after three warm-up
+//! calls, and a few output values, which the script compares across
+//! systems):
+//! - `minilm`: all-MiniLM-L6-v2 on the workloads of
+//!   `benches/peers/ort_bench.py`, same token ids; the values are the first
+//!   of the first embedding;
+//! - `gpt2-block`: block 0 of `models/gpt2-seed0` (`examples/gpt2_block`)
+//!   on the inputs of `benches/peers/gpt2_block.py`; the values are the
+//!   first four of the first and of the last token.
 //!
-//! `cargo run --release --example peer_bench -- REPS` (threads: the rayon
-//! pool, `RAYON_NUM_THREADS`).
+//! `cargo run --release --example peer_bench -- REPS [minilm|gpt2-block]`
+//! (default `minilm`; threads: the rayon pool, `RAYON_NUM_THREADS`).
 
 #[path = "minilm/model.rs"]
 mod model;
 
 use std::time::Instant;
 
+use tc::Tensor;
+
 use model::{model_dir, Batch, BoxError, MiniLm};
+
+#[path = "gpt2_block/model.rs"]
+mod gpt2_block;
 
 #[path = "../benches/peers/workloads.rs"]
 mod workloads;
 
-use workloads::{ids, WORKLOADS};
+use workloads::{gpt2_input, ids, GPT2_WORKLOADS, WORKLOADS};
 
 /// The batch of `ort_bench.py`'s ids ([`ids`]), no padding.
 fn batch(b: usize, s: usize) -> Batch {
@@ -29,29 +39,63 @@ fn batch(b: usize, s: usize) -> Batch {
     }
 }
 
-fn main() -> Result<(), BoxError> {
-    let reps: usize = std::env::args().nth(1).map_or(Ok(10), |r| r.parse())?;
-    let m = MiniLm::load(&model_dir()?)?;
+/// Median of `reps` timed calls of `f` after three warm-up calls, and the
+/// last call's result.
+fn time<T>(reps: usize, mut f: impl FnMut() -> Result<T, BoxError>) -> Result<(f64, T), BoxError> {
+    let mut out = f()?;
+    for _ in 0..2 {
+        out = f()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        out = f()?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], out))
+}
+
+fn print_row(model: &str, (b, s): (usize, usize), ms: f64, values: &[f32]) {
     let threads = rayon::current_num_threads();
+    println!(
+        "{{\"system\": \"tc\", \"model\": \"{model}\", \"threads\": {threads}, \"b\": {b}, \"s\": {s}, \"ms\": {ms:.4}, \"emb\": {values:?}}}"
+    );
+}
+
+fn minilm(reps: usize) -> Result<(), BoxError> {
+    let m = MiniLm::load(&model_dir()?)?;
     for (b, s) in WORKLOADS {
         let batch = batch(b, s);
-        let mut out = m.embed_batch(&batch)?;
-        for _ in 0..2 {
-            out = m.embed_batch(&batch)?;
-        }
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            let t0 = Instant::now();
-            out = m.embed_batch(&batch)?;
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
-        times.sort_by(f64::total_cmp);
+        let (ms, out) = time(reps, || Ok(m.embed_batch(&batch)?))?;
         let emb: Vec<f32> = out.to_vec()?;
-        println!(
-            "{{\"system\": \"tc\", \"threads\": {threads}, \"b\": {b}, \"s\": {s}, \"ms\": {:.4}, \"emb\": {:?}}}",
-            times[times.len() / 2],
-            &emb[..4]
-        );
+        print_row("minilm", (b, s), ms, &emb[..4]);
     }
     Ok(())
+}
+
+fn gpt2(reps: usize) -> Result<(), BoxError> {
+    let dir = std::env::var("TC_GPT2_DIR").unwrap_or_else(|_| "models/gpt2-seed0".into());
+    let bytes = std::fs::read(format!("{dir}/model.safetensors"))?;
+    let w = gpt2_block::Weights::from_safetensors(&bytes, 0)?;
+    drop(bytes);
+    for (b, s) in GPT2_WORKLOADS {
+        let x = Tensor::from_vec(&[b, s, 768], gpt2_input(b, s))?;
+        let (ms, out) = time(reps, || Ok(w.run(x.clone())?))?;
+        let y: Vec<f32> = out.to_vec()?;
+        let last = y.len() - 768;
+        let values: Vec<f32> = y[..4].iter().chain(&y[last..last + 4]).copied().collect();
+        print_row("gpt2-block", (b, s), ms, &values);
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), BoxError> {
+    let mut args = std::env::args().skip(1);
+    let reps: usize = args.next().map_or(Ok(10), |r| r.parse())?;
+    match args.next().as_deref().unwrap_or("minilm") {
+        "minilm" => minilm(reps),
+        "gpt2-block" => gpt2(reps),
+        other => Err(format!("unknown model `{other}` (minilm, gpt2-block)").into()),
+    }
 }

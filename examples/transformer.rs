@@ -12,112 +12,11 @@
 
 use std::time::Instant;
 
-use tc::{tensor_module, Tensor};
+#[path = "gpt2_block/model.rs"]
+mod model;
 
-#[tensor_module]
-pub mod gpt2 {
-    use tc::Tensor;
-
-    /// Model width.
-    pub const D_MODEL: usize = 768;
-    /// Attention heads.
-    pub const HEADS: usize = 12;
-    /// Head width.
-    pub const HEAD_DIM: usize = 64;
-    /// MLP width.
-    pub const MLP: usize = 3072;
-
-    /// `x · w + b` with GPT-2's `[in, out]` weight layout.
-    #[tensor_fn]
-    pub fn linear(
-        x: Tensor![f32; B, S, I],
-        w: Tensor![f32; I, O],
-        b: Tensor![f32; O],
-    ) -> Tensor![f32; B, S, O] {
-        matmul(x, broadcast(w, [B, I, O])) + broadcast(b, [B, S, O])
-    }
-
-    /// LayerNorm over the model axis.
-    #[tensor_fn]
-    pub fn layer_norm(
-        x: Tensor![f32; B, S, D_MODEL],
-        g: Tensor![f32; D_MODEL],
-        b: Tensor![f32; D_MODEL],
-        eps: f32,
-    ) -> Tensor![f32; B, S, D_MODEL] {
-        let mu = mean_keepdims(x, [2]);
-        let xc = x - broadcast(mu, [B, S, D_MODEL]);
-        let inv = rsqrt(mean_keepdims(xc * xc, [2]) + eps);
-        xc * broadcast(inv, [B, S, D_MODEL]) * broadcast(g, [B, S, D_MODEL])
-            + broadcast(b, [B, S, D_MODEL])
-    }
-
-    /// Causal softmax: position i attends to j ≤ i only.
-    #[tensor_fn]
-    pub fn causal_softmax(scores: Tensor![f32; B, H, S, S]) -> Tensor![f32; B, H, S, S] {
-        let row = iota::<i64>([B, H, S, S], 2);
-        let col = iota::<i64>([B, H, S, S], 3);
-        let masked = select(le(col, row), scores, full::<f32>([B, H, S, S], -1e30));
-        let m = max_keepdims(masked, [3]);
-        let e = exp(masked - broadcast(m, [B, H, S, S]));
-        e / broadcast(sum_keepdims(e, [3]), [B, H, S, S])
-    }
-
-    /// Causal multi-head self-attention with GPT-2's fused `c_attn` projection,
-    /// split into q, k, v by slices of the last axis.
-    #[tensor_fn]
-    pub fn attention(
-        x: Tensor![f32; B, S, D_MODEL],
-        w_attn: Tensor![f32; D_MODEL, 3 * D_MODEL],
-        b_attn: Tensor![f32; 3 * D_MODEL],
-        w_proj: Tensor![f32; D_MODEL, D_MODEL],
-        b_proj: Tensor![f32; D_MODEL],
-    ) -> Tensor![f32; B, S, D_MODEL] {
-        let qkv = linear(x, w_attn, b_attn);
-        let q = slice(qkv, 2, 0, D_MODEL);
-        let k = slice(qkv, 2, D_MODEL, 2 * D_MODEL);
-        let v = slice(qkv, 2, 2 * D_MODEL, 3 * D_MODEL);
-        let q = transpose(reshape(q, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
-        let k = transpose(reshape(k, [B, S, HEADS, HEAD_DIM]), [0, 2, 3, 1]);
-        let v = transpose(reshape(v, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
-        let probs = causal_softmax(matmul(q, k) * 0.125);
-        let ctx = transpose(matmul(probs, v), [0, 2, 1, 3]);
-        linear(reshape(ctx, [B, S, D_MODEL]), w_proj, b_proj)
-    }
-
-    /// The decoder block: pre-norm attention and MLP, each with a residual.
-    #[tensor_fn]
-    pub fn block(
-        x: Tensor![f32; B, S, D_MODEL],
-        ln1_g: Tensor![f32; D_MODEL],
-        ln1_b: Tensor![f32; D_MODEL],
-        w_attn: Tensor![f32; D_MODEL, 3 * D_MODEL],
-        b_attn: Tensor![f32; 3 * D_MODEL],
-        w_proj: Tensor![f32; D_MODEL, D_MODEL],
-        b_proj: Tensor![f32; D_MODEL],
-        ln2_g: Tensor![f32; D_MODEL],
-        ln2_b: Tensor![f32; D_MODEL],
-        w_fc: Tensor![f32; D_MODEL, MLP],
-        b_fc: Tensor![f32; MLP],
-        w_out: Tensor![f32; MLP, D_MODEL],
-        b_out: Tensor![f32; D_MODEL],
-        eps: f32,
-    ) -> Tensor![f32; B, S, D_MODEL] {
-        let h = x + attention(
-            layer_norm(x, ln1_g, ln1_b, eps),
-            w_attn,
-            b_attn,
-            w_proj,
-            b_proj,
-        );
-        let m = linear(
-            gelu(linear(layer_norm(h, ln2_g, ln2_b, eps), w_fc, b_fc)),
-            w_out,
-            b_out,
-        );
-        h + m
-    }
-}
+use model::{gpt2, Weights};
+use tc::Tensor;
 
 /// A small deterministic PRNG (xorshift64*) so runs are reproducible without a dependency.
 struct Rng(u64);
@@ -138,16 +37,12 @@ impl Rng {
     }
 }
 
-struct Weights {
-    t: Vec<Tensor>,
-}
-
 fn weights(rng: &mut Rng) -> Weights {
     let (d, m) = (768, 3072);
     let ones = Tensor::from_vec(&[d], vec![1.0f32; d]).expect("ones");
     let zeros = Tensor::from_vec(&[d], vec![0.0f32; d]).expect("zeros");
     Weights {
-        t: vec![
+        t: [
             ones.clone(),
             zeros.clone(),
             rng.tensor(&[d, 3 * d], 0.02),
@@ -162,26 +57,6 @@ fn weights(rng: &mut Rng) -> Weights {
             rng.tensor(&[d], 0.02),
         ],
     }
-}
-
-fn run(w: &Weights, x: Tensor) -> Result<Tensor, tc::Error> {
-    let t = &w.t;
-    gpt2::block(
-        x,
-        t[0].clone(),
-        t[1].clone(),
-        t[2].clone(),
-        t[3].clone(),
-        t[4].clone(),
-        t[5].clone(),
-        t[6].clone(),
-        t[7].clone(),
-        t[8].clone(),
-        t[9].clone(),
-        t[10].clone(),
-        t[11].clone(),
-        1e-5,
-    )
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -211,13 +86,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (b, s) in cases {
         let x = rng.tensor(&[b, s, 768], 1.0);
         let t0 = Instant::now();
-        let y1 = run(&w, x.clone())?;
+        let y1 = w.run(x.clone())?;
         let first = t0.elapsed().as_secs_f64() * 1e3;
         let reps = 3;
         let t1 = Instant::now();
         let mut y2 = y1.clone();
         for _ in 0..reps {
-            y2 = run(&w, x.clone())?;
+            y2 = w.run(x.clone())?;
         }
         let cached = t1.elapsed().as_secs_f64() * 1e3 / reps as f64;
         assert_eq!(y1, y2, "cached kernels give the same bits");

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Peer benchmark (issue #15): all-MiniLM-L6-v2 in tc against ONNX Runtime,
-# PyTorch and candle on the same weights, in one run.
+# PyTorch and candle on the same weights, and a GPT-2-small block in tc
+# against PyTorch and ONNX Runtime, in one run.
 #
-#   scripts/peer-bench.sh                 # 5 rounds x 10 reps
+#   scripts/peer-bench.sh                 # 5 rounds x 10 reps, both models
 #   ROUNDS=7 REPS=20 scripts/peer-bench.sh
+#   MODELS=gpt2-block scripts/peer-bench.sh   # one model (minilm, gpt2-block)
 #
 # Installs the Python side with pip (onnx, onnxruntime, safetensors, numpy;
 # torch and transformers for the PyTorch column, left out if they will not
@@ -16,7 +18,13 @@
 # candle column is left out if it does not build), then runs ROUNDS rounds;
 # each round runs every system once per thread count (1 and 2) in a
 # rotating order, each process a long-lived worker timing REPS calls per
-# workload after warm-up. It prints the median over rounds of each
+# workload after warm-up.
+#
+# The GPT-2 rows: block 0 of models/gpt2-seed0 (scripts/fetch-gpt2.sh makes
+# it: transformers' seeded initialisation), tc's examples/gpt2_block against
+# transformers' GPT2Block (erf GELU, SDPA causal attention) in PyTorch and
+# in ONNX Runtime (a TorchScript export of that block made by
+# benches/peers/gpt2_block.py); candle has no GPT-2 block row. It prints the median over rounds of each
 # process's median, tc's speed relative to the best peer (> 1: tc is
 # faster), and the largest difference between tc's embeddings and a peer's.
 set -euo pipefail
@@ -29,9 +37,17 @@ python3 -m pip install --quiet onnx onnxruntime safetensors numpy
 torch=1
 python3 -c "import torch, transformers" 2>/dev/null ||
   python3 -m pip install --quiet torch transformers || torch=0
+MODELS=${MODELS:-minilm gpt2-block}
+has() { [[ " $MODELS " == *" $1 "* ]]; }
 bash scripts/fetch-minilm.sh >/dev/null
 model=models/all-MiniLM-L6-v2
 [ -f "$out/minilm.onnx" ] || python3 benches/peers/minilm_onnx.py "$model" "$out/minilm.onnx"
+gpt2=models/gpt2-seed0
+if has gpt2-block; then
+  bash scripts/fetch-gpt2.sh
+  [ "$torch" = 1 ] && [ ! -f "$out/gpt2_block.onnx" ] &&
+    python3 benches/peers/gpt2_block.py export "$gpt2" "$out/gpt2_block.onnx" 2>/dev/null
+fi
 cargo build --release --example peer_bench
 tc=target/release/examples/peer_bench
 candle=1
@@ -46,15 +62,25 @@ results="$out/results.jsonl"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
 for r in $(seq 1 "$ROUNDS"); do
   for t in 1 2; do
-    run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" >>"$results"; }
-    run_ort() { python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
-    run_pt() { [ "$torch" = 1 ] && python3 benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
-    run_candle() { [ "$candle" = 1 ] && RAYON_NUM_THREADS=$t "$candle_bin" "$model" "$REPS" >>"$results" || true; }
-    # Rotate the order by (r + t) mod 4: over four rounds every system runs
-    # once in each position at each thread count.
-    systems=(run_tc run_ort run_pt run_candle)
-    k=$(( (r + t) % 4 ))
-    for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
+    if has minilm; then
+      run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" minilm >>"$results"; }
+      run_ort() { python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
+      run_pt() { [ "$torch" = 1 ] && python3 benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
+      run_candle() { [ "$candle" = 1 ] && RAYON_NUM_THREADS=$t "$candle_bin" "$model" "$REPS" >>"$results" || true; }
+      # Rotate the order by (r + t) mod 4: over four rounds every system runs
+      # once in each position at each thread count.
+      systems=(run_tc run_ort run_pt run_candle)
+      k=$(( (r + t) % 4 ))
+      for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
+    fi
+    if has gpt2-block; then
+      run_tc() { RAYON_NUM_THREADS=$t TC_GPT2_DIR=$gpt2 "$tc" "$REPS" gpt2-block >>"$results"; }
+      run_ort() { [ -f "$out/gpt2_block.onnx" ] && python3 benches/peers/gpt2_block.py ort "$out/gpt2_block.onnx" "$t" "$REPS" >>"$results" || true; }
+      run_pt() { [ "$torch" = 1 ] && python3 benches/peers/gpt2_block.py torch "$gpt2" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
+      systems=(run_tc run_ort run_pt)
+      k=$(( (r + t) % 3 ))
+      for i in 0 1 2; do "${systems[(k + i) % 3]}"; done
+    fi
   done
   echo "round $r done"
 done
@@ -62,21 +88,30 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-key = lambda r: (r["b"], r["s"], r["threads"])
-by = {}
 for r in rows:
-    by.setdefault((key(r), r["system"]), []).append(r)
-peers = [p for p in ("ort", "pytorch", "candle") if any(s == p for (_, s) in by)]
+    r.setdefault("model", "minilm")  # candle's lines name no model
+key = lambda r: (r["b"], r["s"], r["threads"])
 names = {"ort": "ONNX Runtime", "pytorch": "PyTorch", "candle": "candle"}
-print("| MiniLM, ms per batch | threads | tc | " + " | ".join(names[p] for p in peers)
-      + " | tc vs best | max \\|embedding diff\\| to tc |")
-print("|---|---|---|" + "---|" * len(peers) + "---|---|")
-for k in sorted({key(r) for r in rows}):
-    tc = by[(k, "tc")]
-    mt = statistics.median(r["ms"] for r in tc)
-    ms = {p: statistics.median(r["ms"] for r in by[(k, p)]) for p in peers if (k, p) in by}
-    diff = max(abs(a - b) for p in ms for a, b in zip(tc[0]["emb"], by[(k, p)][0]["emb"]))
-    cells = " | ".join(f"{ms[p]:.2f}" if p in ms else "-" for p in peers)
-    best = min(ms.values())
-    print(f"| {k[0]} x {k[1]} tokens | {k[2]} | {mt:.2f} | {cells} | {best / mt:.2f}x | {diff:.1e} |")
+titles = {"minilm": ("MiniLM", "embedding"), "gpt2-block": ("GPT-2-small block", "output")}
+for model in ("minilm", "gpt2-block"):
+    by = {}
+    for r in rows:
+        if r["model"] == model:
+            by.setdefault((key(r), r["system"]), []).append(r)
+    if not by:
+        continue
+    title, what = titles[model]
+    peers = [p for p in ("ort", "pytorch", "candle") if any(s == p for (_, s) in by)]
+    print(f"\n| {title}, ms per batch | threads | tc | " + " | ".join(names[p] for p in peers)
+          + f" | tc vs best | max \\|{what} diff\\| to tc |")
+    print("|---|---|---|" + "---|" * len(peers) + "---|---|")
+    for k in sorted({k for (k, _) in by}):
+        tc = by[(k, "tc")]
+        mt = statistics.median(r["ms"] for r in tc)
+        ms = {p: statistics.median(r["ms"] for r in by[(k, p)]) for p in peers if (k, p) in by}
+        diff = max((abs(a - b) for p in ms for a, b in zip(tc[0]["emb"], by[(k, p)][0]["emb"])),
+                   default=float("nan"))
+        cells = " | ".join(f"{ms[p]:.2f}" if p in ms else "-" for p in peers)
+        best = min(ms.values(), default=float("nan"))
+        print(f"| {k[0]} x {k[1]} tokens | {k[2]} | {mt:.2f} | {cells} | {best / mt:.2f}x | {diff:.1e} |")
 PY

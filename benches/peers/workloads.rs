@@ -19,3 +19,19 @@ pub fn ids(b: usize, s: usize) -> Vec<u32> {
     }
     ids
 }
+
+/// `(batch, tokens)` of the GPT-2-small block rows (tc, PyTorch and ONNX
+/// Runtime; `benches/peers/gpt2_block.py` has the same list).
+#[allow(dead_code)] // candle has no GPT-2 block row
+pub const GPT2_WORKLOADS: [(usize, usize); 3] = [(1, 32), (1, 128), (8, 128)];
+
+/// Row-major `[b, s, 768]` block input: `((i · 7919) mod 2001 − 1000) / 1000`
+/// for flat index `i`, computed in f64 and rounded once to f32, so NumPy
+/// makes the same bits.
+#[allow(dead_code)]
+pub fn gpt2_input(b: usize, s: usize) -> Vec<f32> {
+    (0..b * s * 768)
+        .map(|i| (((i * 7919) % 2001) as f64 - 1000.0) / 1000.0)
+        .map(|v| v as f32)
+        .collect()
+}
