@@ -312,10 +312,15 @@ impl<'a> Gen<'a> {
     /// non-reduction member of the same shape: the reduction pass stores
     /// `x` into that member's row and the member reads it back (values are
     /// identical, so results are bit-identical to recomputing).
+    ///
+    /// A member's row holds one stash; later reductions claim it first: in
+    /// a softmax the sum's operand `exp(x − max)` is stashed (the output
+    /// pass then divides without a second `exp`), not the max's `x`, which
+    /// the sum pass recomputes from the input (a load and a select).
     pub(super) fn group_stashes(&self, members: &[Value]) -> Vec<(Value, u32, Value)> {
         let np = self.np;
         let mut out: Vec<(Value, u32, Value)> = Vec::new();
-        for (i, &r) in members.iter().enumerate() {
+        for (i, &r) in members.iter().enumerate().rev() {
             let Op::Reduce { axes, x, .. } = &self.func.body[r.0 as usize - np].op else {
                 continue;
             };
