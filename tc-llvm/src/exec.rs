@@ -42,6 +42,8 @@ fn par_min_work() -> usize {
 /// read.
 struct RunState<'v> {
     vals: &'v [ValInfo],
+    /// The extended σ of this call.
+    sigma: &'v Sigma,
     ptrs: Vec<*mut u8>,
     owned_bufs: Vec<Option<Held>>,
     slots: Vec<u64>,
@@ -76,6 +78,9 @@ pub struct CompiledFn {
     st: Structure,
     vals: Vec<ValInfo>,
     sigma: Sigma,
+    /// σ extended by the body's dim bindings (the views of matmul operands
+    /// read slice starts from it).
+    sigma_ext: Sigma,
     generic: bool,
     opts: JitOptions,
     kernels: Vec<(KernelFn, KernelShape)>,
@@ -117,7 +122,8 @@ pub fn compile_with<'f>(
     tc_core::ir::verify(func)
         .map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
     let (vals, sigma_ext) = plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?;
-    let mut st = plan::structure(func, &|v| vals[v.0 as usize].dtype);
+    let concrete = (!generic).then_some((vals.as_slice(), &sigma_ext));
+    let mut st = plan::structure(func, &|v| vals[v.0 as usize].dtype, concrete);
     if !generic {
         plan::group_rows(func, &vals, &mut st);
     }
@@ -156,6 +162,7 @@ pub fn compile_with<'f>(
         st,
         vals,
         sigma: sigma.clone(),
+        sigma_ext,
         generic,
         opts,
         kernels,
@@ -661,6 +668,7 @@ impl CompiledFn {
         }
         let mut st = RunState {
             vals,
+            sigma: sigma_ext.as_ref().unwrap_or(&self.sigma_ext),
             ptrs,
             owned_bufs: (0..n).map(|_| None).collect(),
             slots: self.slot_values(bound),
@@ -942,32 +950,55 @@ impl CompiledFn {
         let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
         let o = &vals[out.0 as usize];
         let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
-        // Operands that are transposes/broadcasts of buffers are
-        // read through strides (plan::matmul_view_ok).
-        let (ba, st_a) = plan::strided_view(func, vals, &self.st.mat, a);
-        let (bb, st_b) = plan::strided_view(func, vals, &self.st.mat, b);
+        // Operands that are views of buffers (plan::view: transposes,
+        // broadcasts, slices, reshapes) are read through strides, each view
+        // checked to lie inside its buffer.
+        let [va, vb] = [a, b].map(|v| {
+            plan::view(func, vals, &self.st.mat, st.sigma, v, false)
+                .filter(|w| w.fits(&vals[v.0 as usize].shape, vals[w.base.0 as usize].numel()))
+        });
+        let (Some(va), Some(vb)) = (va, vb) else {
+            return Err(tc_runtime::Error::Op {
+                op: "matmul".into(),
+                message: "an operand the planner reads in place is not a view inside its buffer"
+                    .into(),
+            });
+        };
         // A right operand read from a tensor parameter (a weight) keeps its
         // packing across calls (`prepack`: keyed by the storage, checked).
-        let weight = match (&vals[bb.0 as usize].kind, crate::prepack::enabled()) {
+        let weight = match (&vals[vb.base.0 as usize].kind, crate::prepack::enabled()) {
             (VKind::TensorParam(i), true) => match args.get(*i) {
                 Some(Arg::Tensor(t)) => Some(crate::prepack::Owner(t)),
                 _ => None,
             },
             _ => None,
         };
-        // `ba`/`bb` hold their planned shapes (as for a kernel);
-        // `strided_view` gives the strides of a view the planner
-        // admitted (`matmul_view_ok`: a transpose or broadcast
-        // of that buffer), so the view stays inside it.
-        // SAFETY: so the operands are readable; `buf` is a fresh
+        // The first element's address. In bounds: `fits` checked every
+        // addressed element against the buffer, so the first one's byte
+        // offset is too; a sub-byte dtype (I4) is only read from offset 0.
+        let at = |w: &plan::StridedView| -> Result<*const u8, tc_runtime::Error> {
+            let dt = vals[w.base.0 as usize].dtype;
+            let whole = dt.byte_size().1 == 1 || w.offset == 0;
+            match tc_core::size::bytes(dt, w.offset) {
+                Ok(off) if whole => Ok(ptrs[w.base.0 as usize].wrapping_add(off)),
+                _ => Err(tc_runtime::Error::Op {
+                    op: "matmul".into(),
+                    message: format!("operand offset {} of {dt} is not a byte address", w.offset),
+                }),
+            }
+        };
+        let (pa, pb) = (at(&va)?, at(&vb)?);
+        // SAFETY: every element each view addresses lies inside its base
+        // buffer (`fits`, checked just above against the buffer's planned
+        // element count, which is what `ptrs` holds); `buf` is a fresh
         // buffer of the output's storage, disjoint from both.
         unsafe {
             crate::matmul::matmul_strided(
                 o.dtype,
-                ptrs[ba.0 as usize],
-                &st_a,
-                ptrs[bb.0 as usize],
-                &st_b,
+                pa,
+                &va.strides,
+                pb,
+                &vb.strides,
                 buf.as_mut_ptr().cast::<u8>(),
                 sa,
                 sb,

@@ -24,10 +24,14 @@
 //! touch each row while it is in L1 (one read of the input from memory
 //! instead of three).
 //!
-//! The structure (which values are materialized, the steps) depends only on
-//! the IR, never on σ; that is what lets the shape-generic path
-//! ([`crate::codegen`] with dims as runtime arguments) reuse one compiled
-//! module for every σ.
+//! The structure (which values are materialized, the steps) of a
+//! shape-generic compilation depends only on the IR, never on σ; that is
+//! what lets the shape-generic path ([`crate::codegen`] with dims as
+//! runtime arguments) reuse one compiled module for every σ. A
+//! σ-specialised compilation also reads a matmul operand in place when its
+//! view exists for its own shapes ([`view`]: attention's q, k, v are
+//! slices of the fused projection, reshaped into heads and transposed, and
+//! are packed straight from it).
 
 use std::collections::BTreeMap;
 
@@ -124,7 +128,7 @@ pub enum Step {
         inputs: Vec<Value>,
     },
     /// Matmul of two operands (buffers or strided views of buffers,
-    /// [`matmul_view_ok`]).
+    /// [`view`]).
     Matmul {
         /// Result.
         out: Value,
@@ -474,7 +478,17 @@ fn uses(func: &Function) -> Uses {
 /// `dtype_of` gives each value's dtype: the planned one (`ValInfo::dtype`)
 /// when compiling, so that a call's result has its callee's return dtype
 /// (the IR alone cannot know it: see [`operand_dtype`]).
-pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structure {
+///
+/// `concrete`: the shapes and extended σ of a σ-specialised compilation.
+/// With them a matmul operand is also read in place when its view exists
+/// for those shapes only ([`view`]: a slice, a reshape of a strided view);
+/// without (shape-generic), only views that exist for every σ
+/// ([`matmul_view_ok`]).
+pub fn structure(
+    func: &Function,
+    dtype_of: &dyn Fn(Value) -> Dtype,
+    concrete: Option<(&[ValInfo], &Sigma)>,
+) -> Structure {
     let np = func.sig.params.len();
     let n = np + func.body.len();
     let Uses {
@@ -507,8 +521,15 @@ pub fn structure(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Structur
         // reshape of a buffer) over a buffer is read through strides by the
         // packing routines: no copy (a weight broadcast over the batch is
         // never materialized B times).
-        let mm_forced =
-            mm_use[v] && !matmul_view_ok(func, &mat, np, Value(v as u32), true, dtype_of);
+        let val = Value(v as u32);
+        let in_place = || {
+            matmul_view_ok(func, &mat, np, val, true, dtype_of)
+                || concrete.is_some_and(|(vals, sigma)| {
+                    dtype_of(val) == Dtype::F32
+                        && view(func, vals, &mat, sigma, val, true).is_some()
+                })
+        };
+        let mm_forced = mm_use[v] && !in_place();
         let keep = v == func.ret.0 as usize
             || forced[v]
             || mm_forced
@@ -796,9 +817,11 @@ fn row_local(
     }
 }
 
-/// Can value `v` be read by matmul as a strided view of a buffer (given the
-/// materialization decided so far for earlier values)? F32 only: chains of
-/// transposes and broadcasts, ending at a buffer or at a reshape of one.
+/// Can value `v` be read by matmul as a strided view of a buffer for every
+/// σ (given the materialization decided so far for earlier values)? F32
+/// only: chains of transposes and broadcasts, ending at a buffer or at a
+/// reshape of one. The shape-generic admission; [`view`] computes the
+/// view itself, and admits more for one σ.
 pub fn matmul_view_ok(
     func: &Function,
     mat: &[bool],
@@ -824,39 +847,163 @@ pub fn matmul_view_ok(
     }
 }
 
-/// The strided view (base buffer, element strides of `v`'s shape) of a
-/// matmul operand accepted by [`matmul_view_ok`].
-pub fn strided_view(
+/// A matmul operand read in place: element `idx` of the operand is element
+/// `offset + Σ idx[k]·strides[k]` of the buffer `base`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StridedView {
+    /// The materialized value read.
+    pub base: Value,
+    /// Element offset of the operand's first element in `base`.
+    pub offset: usize,
+    /// Element strides, one per axis of the operand (0: broadcast).
+    pub strides: Vec<isize>,
+}
+
+impl StridedView {
+    /// Does every element this view addresses lie inside `base_numel`
+    /// elements? (An empty view addresses none.) Checked, so a view the
+    /// planner got wrong is an error, never a read out of bounds.
+    pub fn fits(&self, shape: &[usize], base_numel: usize) -> bool {
+        if shape.len() != self.strides.len() {
+            return false;
+        }
+        if shape.contains(&0) {
+            return true;
+        }
+        let last = shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |acc, (&d, &s)| {
+                let s = usize::try_from(s).ok()?;
+                acc.checked_add((d - 1).checked_mul(s)?)
+            });
+        last.is_some_and(|l| l < base_numel)
+    }
+}
+
+/// How a matmul operand `v` is read in place, when it can be, for the
+/// shapes in `vals` and the (extended) σ: buffers are contiguous;
+/// transposes permute strides; broadcasts give stride 0 (Section 4 §5.6,
+/// §5.9); a slice moves the offset and scales its axis's stride (§5.10); a
+/// reshape keeps the elements' order (§5.7), so it is a view exactly when
+/// each group of input axes it merges is itself contiguous
+/// ([`reshape_strides`]). `top`: `v` is the operand itself, whose own
+/// materialization is being decided (so not read from `mat`).
+pub fn view(
     func: &Function,
     vals: &[ValInfo],
     mat: &[bool],
+    sigma: &Sigma,
     v: Value,
-) -> (Value, Vec<isize>) {
+    top: bool,
+) -> Option<StridedView> {
     let np = func.sig.params.len();
     let i = v.0 as usize;
-    let contiguous = |shape: &[usize]| crate::gemm_common::contiguous_strides(shape);
-    if i < np || mat[i] {
-        return (v, contiguous(&vals[i].shape));
+    let shape = &vals.get(i)?.shape;
+    if i < np || (!top && mat[i]) {
+        let strides = crate::gemm_common::contiguous_strides(shape);
+        return Some(StridedView {
+            base: v,
+            offset: 0,
+            strides,
+        });
     }
+    let inner = |x: &Value| view(func, vals, mat, sigma, *x, false);
     match &func.body[i - np].op {
         Op::Transpose(perm, x) => {
-            let (b, sx) = strided_view(func, vals, mat, *x);
-            (b, perm.iter().map(|&p| sx[p]).collect())
+            let sx = inner(x)?;
+            let strides = perm
+                .iter()
+                .map(|&p| sx.strides.get(p).copied())
+                .collect::<Option<_>>()?;
+            Some(StridedView { strides, ..sx })
         }
         Op::Broadcast(_, x) => {
-            let (b, sx) = strided_view(func, vals, mat, *x);
-            let xs = &vals[x.0 as usize].shape;
-            let os = &vals[i].shape;
-            let (n, m) = (xs.len(), os.len());
-            let mut st = vec![0isize; m];
-            for k in 0..n {
-                st[m - n + k] = if xs[k] == 1 { 0 } else { sx[k] };
+            let sx = inner(x)?;
+            let xs = &vals.get(x.0 as usize)?.shape;
+            let lead = shape.len().checked_sub(xs.len())?;
+            let mut strides = vec![0isize; shape.len()];
+            for (k, &d) in xs.iter().enumerate() {
+                strides[lead + k] = if d == 1 { 0 } else { sx.strides[k] };
             }
-            (b, st)
+            Some(StridedView { strides, ..sx })
         }
-        Op::Reshape(_, x) => (*x, contiguous(&vals[i].shape)),
-        _ => (v, contiguous(&vals[i].shape)),
+        Op::Slice {
+            axis,
+            start,
+            step,
+            x,
+            ..
+        } => {
+            let mut sx = inner(x)?;
+            let start = isize::try_from(eval(start, sigma, "slice start").ok()?).ok()?;
+            let st = *sx.strides.get(*axis)?;
+            let moved = usize::try_from(start.checked_mul(st)?).ok()?;
+            sx.offset = sx.offset.checked_add(moved)?;
+            sx.strides[*axis] = st.checked_mul(isize::try_from(*step).ok()?)?;
+            Some(sx)
+        }
+        Op::Reshape(_, x) => {
+            let sx = inner(x)?;
+            let strides = reshape_strides(&vals.get(x.0 as usize)?.shape, &sx.strides, shape)?;
+            Some(StridedView { strides, ..sx })
+        }
+        _ => None,
     }
+}
+
+/// Strides that read a view of shape `old` (strides `st`) as shape `new`
+/// in row-major order without a copy, when they exist (NumPy's no-copy
+/// reshape): axes of size 1 are dropped, then `old` and `new` are cut into
+/// runs of equal product; the old axes of a run must be contiguous with
+/// one another, and the new axes of the run take their strides from the
+/// run's innermost stride outwards. An empty view reads nothing: any
+/// strides do.
+pub fn reshape_strides(old: &[usize], st: &[isize], new: &[usize]) -> Option<Vec<isize>> {
+    if old.contains(&0) || new.contains(&0) {
+        return Some(crate::gemm_common::contiguous_strides(new));
+    }
+    let o: Vec<(usize, isize)> = old
+        .iter()
+        .zip(st)
+        .filter(|(&d, _)| d != 1)
+        .map(|(&d, &s)| (d, s))
+        .collect();
+    let mut out = vec![0isize; new.len()];
+    let (mut oi, mut ni) = (0, 0);
+    while ni < new.len() {
+        if new[ni] == 1 {
+            ni += 1;
+            continue;
+        }
+        let (n0, o0) = (ni, oi);
+        let (mut pn, mut po) = (new[ni], o.get(oi)?.0);
+        ni += 1;
+        oi += 1;
+        while pn != po {
+            if pn < po {
+                pn = pn.checked_mul(*new.get(ni)?)?;
+                ni += 1;
+            } else {
+                po = po.checked_mul(o.get(oi)?.0)?;
+                oi += 1;
+            }
+        }
+        for k in o0..oi - 1 {
+            let (d, s) = o[k + 1];
+            if o[k].1 != s.checked_mul(isize::try_from(d).ok()?)? {
+                return None;
+            }
+        }
+        let mut s = o[oi - 1].1;
+        for k in (n0..ni).rev() {
+            if new[k] != 1 {
+                out[k] = s;
+                s = s.checked_mul(isize::try_from(new[k]).ok()?)?;
+            }
+        }
+    }
+    (oi == o.len()).then_some(out)
 }
 
 /// The dtype of a value, from the IR alone (σ-independent). A call's result
@@ -918,7 +1065,7 @@ fn leaves(func: &Function, mat: &[bool], np: usize, v: Value, root: bool, out: &
 
 /// The consumers count per value, for tests and diagnostics.
 pub fn describe(func: &Function) -> BTreeMap<u32, bool> {
-    let s = structure(func, &|v| operand_dtype(func, v));
+    let s = structure(func, &|v| operand_dtype(func, v), None);
     s.mat
         .iter()
         .enumerate()

@@ -269,7 +269,7 @@ fn the_plan_verifier_refuses_a_step_in_the_wrong_loop_form() {
     let mb = b.op(Op::Broadcast(vec![Dim::var("A"), Dim::var("B")], m));
     let r = b.op(Op::Binary(tc_core::ir::BinaryOp::Add, c, mb));
     let f = b.finish(r);
-    let planned = tc_llvm::plan::structure(&f, &|v| tc_llvm::plan::operand_dtype(&f, v));
+    let planned = tc_llvm::plan::structure(&f, &|v| tc_llvm::plan::operand_dtype(&f, v), None);
     tc_llvm::plan::verify(&f, &planned).unwrap();
     let mut bad = planned.clone();
     bad.steps = vec![Step::Group {
