@@ -403,11 +403,9 @@ fn bench_matmul(c: &mut Criterion) {
     };
     let mut summary = Vec::new();
     for &threads in &[1usize, 2] {
-        let j = jit(if threads == 1 { 1 } else { 0 });
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        // `threads` splits on the global pool, called from this thread:
+        // what `gemm`'s `Parallelism::Rayon(threads)` does too.
+        let j = jit(threads);
         for &n in sizes {
             let (av, bv) = (rand_vec(n * n, 8), rand_vec(n * n, 9));
             let (a, b) = (
@@ -490,14 +488,11 @@ fn bench_matmul(c: &mut Criterion) {
             };
             let mut peers = vec![
                 peer("tc", || {
-                    // One thread: on the calling thread, like the peers (a
-                    // `pool.install` hop costs a thread wake-up, ~100 µs on
-                    // an idle VM, more than the n = 128 product itself).
-                    if threads == 1 {
-                        black_box(j.call(&f, &args, &|_| None).unwrap());
-                    } else {
-                        black_box(pool.install(|| j.call(&f, &args, &|_| None).unwrap()));
-                    }
+                    // On the calling thread, like the peers: a product too
+                    // small to split never leaves it (a `pool.install` hop
+                    // per call costs a thread wake-up, ~30–100 µs on a VM,
+                    // more than the n = 128 product itself).
+                    black_box(j.call(&f, &args, &|_| None).unwrap());
                 }),
                 peer("gemm x86-v4", || {
                     let mut out = vec![0f32; n * n];

@@ -10,7 +10,8 @@
 //!   first four of the first and of the last token.
 //!
 //! `cargo run --release --example peer_bench -- REPS [minilm|gpt2-block]`
-//! (default `minilm`; threads: the rayon pool, `RAYON_NUM_THREADS`).
+//! (default: `TC_PEER_MODEL`, else `minilm`; threads: the rayon pool,
+//! `RAYON_NUM_THREADS`).
 
 #[path = "minilm/model.rs"]
 mod model;
@@ -56,6 +57,11 @@ fn time<T>(reps: usize, mut f: impl FnMut() -> Result<T, BoxError>) -> Result<(f
     Ok((times[times.len() / 2], out))
 }
 
+/// `TC_PEER_WORKLOAD=BxS` runs that workload only (for profiling one).
+fn wanted((b, s): (usize, usize)) -> bool {
+    std::env::var("TC_PEER_WORKLOAD").map_or(true, |w| w == format!("{b}x{s}"))
+}
+
 fn print_row(model: &str, (b, s): (usize, usize), ms: f64, values: &[f32]) {
     let threads = rayon::current_num_threads();
     println!(
@@ -65,7 +71,7 @@ fn print_row(model: &str, (b, s): (usize, usize), ms: f64, values: &[f32]) {
 
 fn minilm(reps: usize) -> Result<(), BoxError> {
     let m = MiniLm::load(&model_dir()?)?;
-    for (b, s) in WORKLOADS {
+    for (b, s) in WORKLOADS.into_iter().filter(|&w| wanted(w)) {
         let batch = batch(b, s);
         let (ms, out) = time(reps, || Ok(m.embed_batch(&batch)?))?;
         let emb: Vec<f32> = out.to_vec()?;
@@ -79,7 +85,7 @@ fn gpt2(reps: usize) -> Result<(), BoxError> {
     let bytes = std::fs::read(format!("{dir}/model.safetensors"))?;
     let w = gpt2_block::Weights::from_safetensors(&bytes, 0)?;
     drop(bytes);
-    for (b, s) in GPT2_WORKLOADS {
+    for (b, s) in GPT2_WORKLOADS.into_iter().filter(|&w| wanted(w)) {
         let x = Tensor::from_vec(&[b, s, 768], gpt2_input(b, s))?;
         let (ms, out) = time(reps, || Ok(w.run(x.clone())?))?;
         let y: Vec<f32> = out.to_vec()?;
@@ -93,7 +99,8 @@ fn gpt2(reps: usize) -> Result<(), BoxError> {
 fn main() -> Result<(), BoxError> {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map_or(Ok(10), |r| r.parse())?;
-    match args.next().as_deref().unwrap_or("minilm") {
+    let model = args.next().or_else(|| std::env::var("TC_PEER_MODEL").ok());
+    match model.as_deref().unwrap_or("minilm") {
         "minilm" => minilm(reps),
         "gpt2-block" => gpt2(reps),
         other => Err(format!("unknown model `{other}` (minilm, gpt2-block)").into()),

@@ -749,7 +749,25 @@ unsafe fn pack_a_panel(
     // slice `rows`); writes at `kk·mr + r < kc·mr = dst.len()` (`r < mr`).
     // SAFETY: so reads are inside the view (the contract), writes inside `dst`.
     unsafe {
-        if a.cs == 1 || a.rs != 1 {
+        if a.cs == 1 && mr <= 16 && avx512() {
+            // 16 columns at a time through the register transpose, the
+            // rest (kc mod 16) one by one.
+            let src = a.ptr.add(row0 * a.rs + pc);
+            let whole = kc - kc % 16;
+            for kb in (0..whole).step_by(16) {
+                // AVX-512F is present; rows `< rows` of 16 floats from
+                // column `pc + kb` are inside the view; `dst[kb·mr..]`
+                // holds `16·mr` floats (`kb + 16 ≤ kc`).
+                #[cfg(target_arch = "x86_64")]
+                pack_a16(src.add(kb), a.rs, rows, dst.as_mut_ptr().add(kb * mr), mr);
+            }
+            for r in 0..rows {
+                let row = std::slice::from_raw_parts(src.add(r * a.rs), kc);
+                for (kk, &x) in row.iter().enumerate().skip(whole) {
+                    *dst.get_unchecked_mut(kk * mr + r) = x;
+                }
+            }
+        } else if a.cs == 1 || a.rs != 1 {
             for r in 0..rows {
                 let src = a.ptr.add((row0 + r) * a.rs + pc * a.cs);
                 if a.cs == 1 {
@@ -792,26 +810,17 @@ fn avx512() -> bool {
     })
 }
 
-/// `dst[i·ds + c] = src[c·ss + i]` for `i, c < 16`: a 16 × 16 f32 transpose
-/// in registers (unpack, 64-bit unpack, two 128-bit lane shuffles).
-///
-/// # Safety
-/// AVX-512F must be available; the 16 source rows of 16 floats (stride
-/// `ss`) must be valid for reads and the 16 destination rows (stride `ds`)
-/// for writes. It stays `unsafe` for both: the CPU feature (a caller that
-/// checked it once should not pay per 16 × 16 block) and the raw rows.
+/// The 16 × 16 transpose of 16 rows held in registers (unpack, 64-bit
+/// unpack, two 128-bit lane shuffles): out row `i` lane `c` is in row `c`
+/// lane `i`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-// SAFETY: (contract) in the crate met by `pack_b_panel` (`avx512()` checked,
-// full 16 × 16 blocks only).
-pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+// SAFETY: (contract) AVX-512F must be available: met by its callers,
+// themselves `avx512f` functions that `avx512()` gates.
+unsafe fn transpose16_regs(
+    mut r: [std::arch::x86_64::__m512; 16],
+) -> [std::arch::x86_64::__m512; 16] {
     use std::arch::x86_64::*;
-    let mut r = [_mm512_setzero_ps(); 16];
-    for (c, x) in r.iter_mut().enumerate() {
-        // SAFETY: source row `c < 16`, 16 readable floats (the contract);
-        // the load is unaligned.
-        *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
-    }
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -837,10 +846,68 @@ pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) 
         r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
         r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
     }
+    r
+}
+
+/// `dst[i·ds + c] = src[c·ss + i]` for `i, c < 16`: a 16 × 16 f32 transpose
+/// in registers ([`transpose16_regs`]).
+///
+/// # Safety
+/// AVX-512F must be available; the 16 source rows of 16 floats (stride
+/// `ss`) must be valid for reads and the 16 destination rows (stride `ds`)
+/// for writes. It stays `unsafe` for both: the CPU feature (a caller that
+/// checked it once should not pay per 16 × 16 block) and the raw rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+// SAFETY: (contract) in the crate met by `pack_b_panel` (`avx512()` checked,
+// full 16 × 16 blocks only).
+pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+    use std::arch::x86_64::*;
+    let mut r = [_mm512_setzero_ps(); 16];
+    for (c, x) in r.iter_mut().enumerate() {
+        // SAFETY: source row `c < 16`, 16 readable floats (the contract);
+        // the load is unaligned.
+        *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
+    }
+    // SAFETY: AVX-512F is available (the contract).
+    let r = unsafe { transpose16_regs(r) };
     for (i, x) in r.iter().enumerate() {
         // SAFETY: destination row `i < 16`, 16 writable floats (the
         // contract); the store is unaligned.
         unsafe { _mm512_storeu_ps(dst.add(i * ds), *x) };
+    }
+}
+
+/// `dst[i·mr + r] = src[r·ss + i]` for `i < 16`, `r < rows`, and 0 for
+/// `rows ≤ r < mr`: 16 columns of an A micro-panel packed from `rows`
+/// row-major rows, through the register transpose (the scalar loop stores
+/// one float per cycle at a stride of `mr` floats: a fifth of a 128³
+/// product's time).
+///
+/// # Safety
+/// AVX-512F must be available; `rows ≤ mr ≤ 16`; the `rows` source rows of
+/// 16 floats (stride `ss`) must be valid for reads and `dst` for writes of
+/// `15·mr + mr` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+// SAFETY: (contract) in the crate met by `pack_a_panel` (`avx512()`
+// checked, whole 16-column blocks inside `dst`, `mr = 14`).
+unsafe fn pack_a16(src: *const f32, ss: usize, rows: usize, dst: *mut f32, mr: usize) {
+    use std::arch::x86_64::*;
+    let mut r = [_mm512_setzero_ps(); 16];
+    for (c, x) in r.iter_mut().enumerate().take(rows.min(16)) {
+        // SAFETY: source row `c < rows`, 16 readable floats (the
+        // contract); the load is unaligned.
+        *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
+    }
+    // SAFETY: AVX-512F is available (the contract).
+    let r = unsafe { transpose16_regs(r) };
+    let mask: __mmask16 = ((1u32 << mr.min(16)) - 1) as __mmask16;
+    for (i, x) in r.iter().enumerate() {
+        // SAFETY: lanes `0..mr` of `dst[i·mr..]`, `i < 16`: inside the
+        // `16·mr` writable floats (the contract); masked lanes are not
+        // written.
+        unsafe { _mm512_mask_storeu_ps(dst.add(i * mr), mask, *x) };
     }
 }
 
