@@ -632,6 +632,18 @@ impl Jit {
             }
         }
         match compiled {
+            // Its body stands for calls nested deeper than the limit allows
+            // from here: the interpreter makes them, to fail where and as
+            // the semantics says (Section 4 §17).
+            Ok(c) if depth + c.inlined_levels() >= MAX_CALL_DEPTH => {
+                lock(&self.stats).fallbacks += 1;
+                *lock(&self.last_fallback) = Some(format!(
+                    "`{}` inlines {} call levels, {depth} calls deep",
+                    func.sig.name,
+                    c.inlined_levels()
+                ));
+                Interpreter::from_env().run_at_depth(func, args, resolve, depth)
+            }
             Ok(c) if dry() => c.dry_run(&bound, args, resolve, nested),
             Ok(c) => {
                 if c.wants_worker() && !crate::team::in_session() {

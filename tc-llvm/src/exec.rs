@@ -81,6 +81,10 @@ pub struct CompiledFn {
     /// σ extended by the body's dim bindings (the views of matmul operands
     /// read slice starts from it).
     sigma_ext: Sigma,
+    /// Call levels spliced into the body ([`crate::inline`]): 0 for none.
+    inlined_levels: usize,
+    /// The callees spliced in, as resolved when compiling.
+    inlined: Vec<(String, Function)>,
     generic: bool,
     opts: JitOptions,
     kernels: Vec<(KernelFn, KernelShape)>,
@@ -121,6 +125,14 @@ pub fn compile_with<'f>(
     let t0 = std::time::Instant::now();
     tc_core::ir::verify(func)
         .map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
+    // σ-specialised: small callees are spliced in (`inline`), so fusion
+    // crosses their boundaries.
+    let inlined = if generic {
+        None
+    } else {
+        crate::inline::inline_calls(func, sigma, resolve)
+    };
+    let func = inlined.as_ref().map_or(func, |i| &i.func);
     let (vals, sigma_ext) = plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?;
     let concrete = (!generic).then_some((vals.as_slice(), &sigma_ext));
     let mut st = plan::structure(func, &|v| vals[v.0 as usize].dtype, concrete);
@@ -163,6 +175,8 @@ pub fn compile_with<'f>(
         vals,
         sigma: sigma.clone(),
         sigma_ext,
+        inlined_levels: inlined.as_ref().map_or(0, |i| i.levels),
+        inlined: inlined.map(|i| i.callees).unwrap_or_default(),
         generic,
         opts,
         kernels,
@@ -600,6 +614,14 @@ impl CompiledFn {
         }
     }
 
+    /// The call levels spliced into the body ([`crate::inline`]; 0: none).
+    /// Run `depth` calls deep, the body stands for calls down to `depth +
+    /// inlined_levels()`: past the interpreter's depth limit the caller
+    /// must run the interpreter instead (`cache` does).
+    pub fn inlined_levels(&self) -> usize {
+        self.inlined_levels
+    }
+
     /// True for a shape-generic compilation.
     pub fn is_generic(&self) -> bool {
         self.generic
@@ -640,6 +662,22 @@ impl CompiledFn {
                 message: format!(
                     "compiled for σ = {:?}, called with σ = {:?}",
                     self.sigma, bound.sigma
+                ),
+            });
+        }
+        // The body holds the callees it was compiled with: a resolver that
+        // now gives another function for one of them is refused (the
+        // cache's key covers callees, so its calls never get here with one).
+        for (name, g) in &self.inlined {
+            let now = match resolve(name) {
+                Some(h) if std::ptr::eq(h, g) || h == g => continue,
+                Some(_) => "another function",
+                None => "no function",
+            };
+            return Err(tc_runtime::Error::Op {
+                op: format!("compiled `{}`", self.func.sig.name),
+                message: format!(
+                    "compiled with `{name}` inlined, but the resolver now gives {now} for `{name}`"
                 ),
             });
         }

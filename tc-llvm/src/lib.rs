@@ -81,6 +81,7 @@ pub mod exec;
 mod gather;
 mod gemm_common;
 pub mod host;
+pub mod inline;
 pub mod jit;
 pub mod matmul;
 pub mod matmul_int;

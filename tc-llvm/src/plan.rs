@@ -493,9 +493,13 @@ pub fn structure(
     let n = np + func.body.len();
     let Uses {
         consumers,
-        forced,
+        mut forced,
         mm_use,
     } = uses(func);
+    force_view_roots(func, concrete.is_some(), &mut forced);
+    let fanout = concrete.map(|(vals, _)| broadcast_fanout(func, vals));
+    // Per value: its fused expression reads parameters only.
+    let mut params_only = vec![false; n];
     let mut mat = vec![true; n];
     let mut cost = vec![1u32; n];
     for (i, inst) in func.body.iter().enumerate() {
@@ -530,9 +534,23 @@ pub fn structure(
                 })
         };
         let mm_forced = mm_use[v] && !in_place();
+        // A computed value broadcast many times over (BERT's additive
+        // mask, `[B, S]` under `[B, H, S, S]` scores) is computed once
+        // into its own small buffer, not once per element of the
+        // broadcast.
+        // Only expressions of the parameters: a layer norm's `rsqrt(var +
+        // eps)` stays in its row group.
+        params_only[v] = inst.op.operands().iter().all(|o| {
+            let o = o.0 as usize;
+            o < np || (!mat[o] && params_only[o])
+        });
+        let hoisted = c >= HOIST_COST
+            && params_only[v]
+            && fanout.as_ref().is_some_and(|f| f[v] >= HOIST_FANOUT);
         let keep = v == func.ret.0 as usize
             || forced[v]
             || mm_forced
+            || hoisted
             || consumers[v] == 0
             || c > TREE_MAX
             || (consumers[v] > 1 && c > RECOMPUTE_MAX);
@@ -541,7 +559,15 @@ pub fn structure(
             cost[v] = 1;
         }
     }
-    // Steps.
+    let steps = steps_of(func, &mat);
+    let slots = slots_of(func, dtype_of);
+    Structure { mat, steps, slots }
+}
+
+/// The steps for a materialization: one per materialized value, in body
+/// order (kernels numbered as they come).
+fn steps_of(func: &Function, mat: &[bool]) -> Vec<Step> {
+    let np = func.sig.params.len();
     let mut steps = Vec::new();
     let mut kid = 0;
     for (i, inst) in func.body.iter().enumerate() {
@@ -569,7 +595,7 @@ pub fn structure(
             Op::Dim(_) => {}
             _ => {
                 let mut inputs = Vec::new();
-                leaves(func, &mat, np, out, true, &mut inputs);
+                leaves(func, mat, np, out, true, &mut inputs);
                 steps.push(Step::Kernel {
                     id: kid,
                     out,
@@ -579,12 +605,16 @@ pub fn structure(
             }
         }
     }
+    steps
+}
+
+/// The scalar slots `(param, dtype)` kernels read.
+fn slots_of(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Vec<(usize, Dtype)> {
     let mut slots = Vec::new();
-    for (i, inst) in func.body.iter().enumerate() {
+    for inst in &func.body {
         if !inlinable(&inst.op) && !matches!(inst.op, Op::Reduce { .. } | Op::ArgReduce { .. }) {
             continue;
         }
-        let _ = i;
         for p in inst.op.scalar_params() {
             let dt = match &inst.op {
                 Op::Fill(dt, ..) => *dt,
@@ -596,7 +626,66 @@ pub fn structure(
             }
         }
     }
-    Structure { mat, steps, slots }
+    slots
+}
+
+/// Fused expressions of the parameters alone at least this costly are
+/// computed once into a buffer when a broadcast reads each of their
+/// elements [`HOIST_FANOUT`] or more times (σ-specialised plans).
+pub const HOIST_COST: u32 = 3;
+/// See [`HOIST_COST`].
+pub const HOIST_FANOUT: usize = 8;
+
+/// Per value: how many times over a broadcast consuming it (directly or
+/// through reshapes and transposes) reads each of its elements (0: none).
+fn broadcast_fanout(func: &Function, vals: &[ValInfo]) -> Vec<usize> {
+    let np = func.sig.params.len();
+    let mut fan = vec![0usize; vals.len()];
+    for (i, inst) in func.body.iter().enumerate().rev() {
+        let v = np + i;
+        match &inst.op {
+            Op::Broadcast(_, x) => {
+                let n = vals[x.0 as usize].numel().max(1);
+                let f = vals[v].numel() / n;
+                fan[x.0 as usize] = fan[x.0 as usize].max(f);
+            }
+            Op::Reshape(_, x) | Op::Transpose(_, x) => {
+                fan[x.0 as usize] = fan[x.0 as usize].max(fan[v]);
+            }
+            _ => {}
+        }
+    }
+    fan
+}
+
+/// A matmul operand that is a chain of layout ops over a computed value
+/// (`transpose(reshape(x · w + b))`, GPT-2's `slice`s of the fused q, k, v
+/// projection) is read in place when that value has a buffer: the value is
+/// materialized (one contiguous write) instead of the chain's end (a
+/// strided write per head, 4× slower, or one copy per slice). The walk
+/// passes through the ops a view admits: transposes, broadcasts and
+/// reshapes always, slices only in a σ-specialised plan ([`view`]).
+fn force_view_roots(func: &Function, concrete: bool, forced: &mut [bool]) {
+    let np = func.sig.params.len();
+    for inst in &func.body {
+        let Op::Matmul(a, b) = &inst.op else {
+            continue;
+        };
+        for mut x in [*a, *b] {
+            while let Some(i) = (x.0 as usize).checked_sub(np) {
+                match &func.body[i].op {
+                    Op::Transpose(_, y) | Op::Broadcast(_, y) | Op::Reshape(_, y) => x = *y,
+                    Op::Slice { x: y, .. } if concrete => x = *y,
+                    op => {
+                        if inlinable(op) && x != *a && x != *b {
+                            forced[x.0 as usize] = true;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The plan verifier: each step computes its op in a loop form that

@@ -59,6 +59,51 @@ impl Arg {
     }
 }
 
+/// What the contract reads of an argument before its values: its kind and,
+/// for a tensor, its dtype and shape; a dim's size. [`bind_shapes`] binds σ
+/// from these alone (the JIT checks a callee's contract this way when it
+/// plans to inline the call, with no tensor at hand).
+#[derive(Clone, Copy, Debug)]
+pub enum ArgShape<'a> {
+    /// A tensor of this dtype and shape.
+    Tensor(Dtype, &'a [usize]),
+    /// A scalar (its value is not read).
+    Scalar,
+    /// A size for a dim parameter.
+    Dim(usize),
+}
+
+impl ArgShape<'_> {
+    /// "tensor", "scalar" or "dim", for [`Error::Kind`].
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            ArgShape::Tensor(..) => "tensor",
+            ArgShape::Scalar => "scalar",
+            ArgShape::Dim(_) => "dim",
+        }
+    }
+
+    /// The size it gives its parameter's dim number `i`.
+    fn dim(&self, i: usize) -> Option<usize> {
+        match self {
+            ArgShape::Tensor(_, s) => s.get(i).copied(),
+            ArgShape::Dim(n) => (i == 0).then_some(*n),
+            ArgShape::Scalar => None,
+        }
+    }
+}
+
+impl Arg {
+    /// The argument as [`bind_shapes`] reads it.
+    pub fn shape(&self) -> ArgShape<'_> {
+        match self {
+            Arg::Tensor(t) => ArgShape::Tensor(t.dtype(), t.shape()),
+            Arg::Scalar(_) => ArgShape::Scalar,
+            Arg::Dim(n) => ArgShape::Dim(*n),
+        }
+    }
+}
+
 impl From<Tensor> for Arg {
     fn from(t: Tensor) -> Arg {
         Arg::Tensor(t)
@@ -213,6 +258,31 @@ pub fn bind(sig: &Signature, args: &[Arg]) -> Result<Sigma> {
 
 /// [`bind`], also returning each scalar argument converted to its declared dtype.
 pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
+    let shapes: Vec<ArgShape<'_>> = args.iter().map(Arg::shape).collect();
+    let mut scalars = vec![None; args.len()];
+    let sigma = bind_with(sig, &shapes, &mut |pi, dt| {
+        if let (Some(p), Some(Arg::Scalar(e))) = (sig.params.get(pi), args.get(pi)) {
+            scalars[pi] = Some((scalar_value(&p.name, dt, *e)?, dt));
+        }
+        Ok(())
+    })?;
+    Ok(Bound { sigma, scalars })
+}
+
+/// [`bind`] from the arguments' kinds, dtypes and shapes alone: the same
+/// checks in the same order, except that scalar values are not converted
+/// (a scalar argument is only checked to be a scalar).
+pub fn bind_shapes(sig: &Signature, args: &[ArgShape<'_>]) -> Result<Sigma> {
+    bind_with(sig, args, &mut |_, _| Ok(()))
+}
+
+/// The contract's three passes; `scalar(param, dtype)` is called in pass 1
+/// for each scalar parameter, in parameter order.
+fn bind_with(
+    sig: &Signature,
+    args: &[ArgShape<'_>],
+    scalar: &mut dyn FnMut(usize, Dtype) -> Result<()>,
+) -> Result<Sigma> {
     if args.len() != sig.params.len() {
         return Err(Error::Arity {
             func: sig.name.clone(),
@@ -222,27 +292,24 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
     }
     let mut sigma: Sigma = sig.consts.iter().cloned().collect();
     let zero_ok = zero_ok(sig);
-    let mut scalars = Vec::with_capacity(args.len());
     // (param index, axis) of compound dims, checked once every bare variable is bound.
     let mut deferred: Vec<(usize, usize)> = Vec::new();
 
     // Pass 1: kind, dtype, rank, bare variables and constants (Section 2 §17).
     for (pi, (p, a)) in sig.params.iter().zip(args).enumerate() {
         match (&p.ty, a) {
-            (Type::Tensor(tt), Arg::Tensor(t)) => {
-                scalars.push(None);
+            (Type::Tensor(tt), ArgShape::Tensor(dt, shape)) => {
                 let site = |axis, dim| Site {
                     sig,
                     param: &p.name,
                     axis: Some(axis),
                     dim,
                 };
-                for axis in bind_tensor(&p.name, tt, t, &mut sigma, &zero_ok, &site)? {
+                for axis in bind_tensor(&p.name, tt, (*dt, shape), &mut sigma, &zero_ok, &site)? {
                     deferred.push((pi, axis));
                 }
             }
-            (Type::Dim(d), Arg::Dim(n)) => {
-                scalars.push(None);
+            (Type::Dim(d), ArgShape::Dim(n)) => {
                 let site = Site {
                     sig,
                     param: &p.name,
@@ -253,9 +320,7 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
                     deferred.push((pi, 0));
                 }
             }
-            (Type::Scalar(dt), Arg::Scalar(e)) => {
-                scalars.push(Some((scalar_value(&p.name, *dt, *e)?, *dt)));
-            }
+            (Type::Scalar(dt), ArgShape::Scalar) => scalar(pi, *dt)?,
             (ty, a) => {
                 return Err(Error::Kind {
                     param: p.name.clone(),
@@ -271,7 +336,7 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
     }
     // Pass 3: refinements, requires, axioms (Section 2 §14, §15).
     check_refinements(sig, &sigma)?;
-    Ok(Bound { sigma, scalars })
+    Ok(sigma)
 }
 
 /// Pass 1 for a tensor argument: dtype, rank, and each bare variable or
@@ -279,19 +344,18 @@ pub fn bind_args(sig: &Signature, args: &[Arg]) -> Result<Bound> {
 fn bind_tensor<'a>(
     param: &str,
     tt: &'a TensorType,
-    t: &Tensor,
+    (dtype, shape): (Dtype, &[usize]),
     sigma: &mut Sigma,
     zero_ok: &BTreeSet<String>,
     site: &dyn Fn(usize, &'a Dim) -> Site<'a>,
 ) -> Result<Vec<usize>> {
-    if t.dtype() != tt.dtype {
+    if dtype != tt.dtype {
         return Err(Error::Dtype {
             param: param.to_string(),
             expected: tt.dtype,
-            found: t.dtype(),
+            found: dtype,
         });
     }
-    let shape = t.shape();
     if shape.len() != tt.shape.len() {
         return Err(Error::Rank {
             param: param.to_string(),
@@ -313,12 +377,12 @@ fn bind_tensor<'a>(
 fn check_compound(
     sig: &Signature,
     sigma: &Sigma,
-    args: &[Arg],
+    args: &[ArgShape<'_>],
     pi: usize,
     axis: usize,
 ) -> Result<()> {
     let p = &sig.params[pi];
-    let (Some(d), Some(actual)) = (p.ty.param_dims().get(axis), arg_dim(&args[pi], axis)) else {
+    let (Some(d), Some(actual)) = (p.ty.param_dims().get(axis), args[pi].dim(axis)) else {
         return Ok(());
     };
     let site = Site {
@@ -434,15 +498,6 @@ impl Site<'_> {
                 sigma,
             },
         }
-    }
-}
-
-/// The size an argument gives its parameter's dim number `i`.
-fn arg_dim(a: &Arg, i: usize) -> Option<usize> {
-    match a {
-        Arg::Tensor(t) => t.shape().get(i).copied(),
-        Arg::Dim(n) => (i == 0).then_some(*n),
-        Arg::Scalar(_) => None,
     }
 }
 

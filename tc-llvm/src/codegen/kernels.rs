@@ -280,6 +280,16 @@ impl<'a> Gen<'a> {
         let np = self.np;
         let func = self.func;
         let stashes = self.group_stashes(members);
+        // What row `row` holds when member `at` runs: the stash of the
+        // latest reduction before `at` into that row.
+        let order = |v: Value| members.iter().position(|&x| x == v);
+        let held = |row: Value, at: Value| {
+            stashes
+                .iter()
+                .filter(|s| s.2 == row && order(s.0) < order(at))
+                .max_by_key(|s| order(s.0))
+                .map(|s| (s.1, s.2))
+        };
         for &m in members {
             self.memo.clear();
             match &func.body[m.0 as usize - np].op {
@@ -290,11 +300,13 @@ impl<'a> Gen<'a> {
                     x,
                 } => {
                     self.stash = stashes.iter().find(|(r, _, _)| *r == m).map(|s| (s.1, s.2));
+                    self.stashed = self.stash.and_then(|(_, row)| held(row, m));
                     self.reduce_row(m, *rop, axes, *keepdims, *x, &o);
                     self.stash = None;
+                    self.stashed = None;
                 }
                 _ => {
-                    self.stashed = stashes.iter().find(|s| s.2 == m).map(|s| (s.1, s.2));
+                    self.stashed = held(m, m);
                     self.nested_row(m, &o);
                     self.stashed = None;
                 }
@@ -313,10 +325,13 @@ impl<'a> Gen<'a> {
     /// `x` into that member's row and the member reads it back (values are
     /// identical, so results are bit-identical to recomputing).
     ///
-    /// A member's row holds one stash; later reductions claim it first: in
-    /// a softmax the sum's operand `exp(x − max)` is stashed (the output
-    /// pass then divides without a second `exp`), not the max's `x`, which
-    /// the sum pass recomputes from the input (a load and a select).
+    /// Later reductions claim a member's row first: in a softmax the sum's
+    /// operand `exp(x − max)` is stashed (the output pass then divides
+    /// without a second `exp`). An earlier reduction whose operand the
+    /// later one's reads elementwise stashes there too, first: the max pass
+    /// stores `x` (GPT-2's masked, scaled scores), the sum pass reads it
+    /// back instead of recomputing it and overwrites it with `exp(x − max)`
+    /// (same index, so each element is read before it is overwritten).
     pub(super) fn group_stashes(&self, members: &[Value]) -> Vec<(Value, u32, Value)> {
         let np = self.np;
         let mut out: Vec<(Value, u32, Value)> = Vec::new();
@@ -339,11 +354,18 @@ impl<'a> Gen<'a> {
                 if matches!(self.func.body[mi - np].op, Op::Reduce { .. })
                     || self.vals[mi].shape != *xs
                     || self.vals[mi].dtype != Dtype::F32
-                    || out.iter().any(|s| s.2 == m)
                 {
                     continue;
                 }
-                if self.elementwise_use(m, x.0, true) == Some(true) {
+                // The row's next reader: the member itself, or the later
+                // reduction whose stash this one's feeds (a chain: the
+                // max's `x` is read back by the sum pass to form
+                // `exp(x − max)`, which the output pass reads back).
+                let next = match out.iter().rfind(|s| s.2 == m) {
+                    Some(later) => Value(later.1),
+                    None => m,
+                };
+                if self.elementwise_use(next, x.0, true) == Some(true) {
                     out.push((r, x.0, m));
                     break;
                 }
