@@ -15,7 +15,10 @@
 # mean pooling, L2 norm), builds examples/peer_bench.rs and the candle crate
 # benches/peers/candle (candle-transformers' BertModel, CPU, f32; a crate of
 # its own outside the workspace, built into target/peers/candle-target; the
-# candle column is left out if it does not build), then runs ROUNDS rounds;
+# candle column is left out if it does not build), makes the ONNX Runtime
+# transformer optimizer's fused form of each export
+# (benches/peers/ort_fuse.py: a second ONNX Runtime column, "fused"), then
+# runs ROUNDS rounds;
 # each round runs every system once per thread count (1 and 2) in a
 # rotating order, each process a long-lived worker timing REPS calls per
 # workload after warm-up.
@@ -42,11 +45,16 @@ has() { [[ " $MODELS " == *" $1 "* ]]; }
 bash scripts/fetch-minilm.sh >/dev/null
 model=models/all-MiniLM-L6-v2
 [ -f "$out/minilm.onnx" ] || python3 benches/peers/minilm_onnx.py "$model" "$out/minilm.onnx"
+# The ORT transformer optimizer's fused form of each export: a second ONNX
+# Runtime column ("ONNX Runtime, fused"); left out if the optimizer fails.
+fuse() { [ -f "$2" ] || python3 benches/peers/ort_fuse.py "$1" "$2" "$3" "$4" "$5" || true; }
+fuse "$out/minilm.onnx" "$out/minilm_fused.onnx" bert 12 384
 gpt2=models/gpt2-seed0
 if has gpt2-block; then
   bash scripts/fetch-gpt2.sh
   [ "$torch" = 1 ] && [ ! -f "$out/gpt2_block.onnx" ] &&
     python3 benches/peers/gpt2_block.py export "$gpt2" "$out/gpt2_block.onnx" 2>/dev/null
+  [ -f "$out/gpt2_block.onnx" ] && fuse "$out/gpt2_block.onnx" "$out/gpt2_block_fused.onnx" gpt2 12 768
 fi
 cargo build --release --example peer_bench
 tc=target/release/examples/peer_bench
@@ -65,21 +73,23 @@ for r in $(seq 1 "$ROUNDS"); do
     if has minilm; then
       run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" minilm >>"$results"; }
       run_ort() { python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
+      run_ortf() { [ -f "$out/minilm_fused.onnx" ] && python3 benches/peers/ort_bench.py "$out/minilm_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
       run_pt() { [ "$torch" = 1 ] && python3 benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
       run_candle() { [ "$candle" = 1 ] && RAYON_NUM_THREADS=$t "$candle_bin" "$model" "$REPS" >>"$results" || true; }
-      # Rotate the order by (r + t) mod 4: over four rounds every system runs
-      # once in each position at each thread count.
-      systems=(run_tc run_ort run_pt run_candle)
-      k=$(( (r + t) % 4 ))
-      for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
+      # Rotate the order by r + t: over five rounds every system runs once
+      # in each position at each thread count.
+      systems=(run_tc run_ort run_ortf run_pt run_candle)
+      k=$(( (r + t) % 5 ))
+      for i in 0 1 2 3 4; do "${systems[(k + i) % 5]}"; done
     fi
     if has gpt2-block; then
       run_tc() { RAYON_NUM_THREADS=$t TC_GPT2_DIR=$gpt2 "$tc" "$REPS" gpt2-block >>"$results"; }
       run_ort() { [ -f "$out/gpt2_block.onnx" ] && python3 benches/peers/gpt2_block.py ort "$out/gpt2_block.onnx" "$t" "$REPS" >>"$results" || true; }
+      run_ortf() { [ -f "$out/gpt2_block_fused.onnx" ] && python3 benches/peers/gpt2_block.py ort "$out/gpt2_block_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
       run_pt() { [ "$torch" = 1 ] && python3 benches/peers/gpt2_block.py torch "$gpt2" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
-      systems=(run_tc run_ort run_pt)
-      k=$(( (r + t) % 3 ))
-      for i in 0 1 2; do "${systems[(k + i) % 3]}"; done
+      systems=(run_tc run_ort run_ortf run_pt)
+      k=$(( (r + t) % 4 ))
+      for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
     fi
   done
   echo "round $r done"
@@ -91,7 +101,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:
     r.setdefault("model", "minilm")  # candle's lines name no model
 key = lambda r: (r["b"], r["s"], r["threads"])
-names = {"ort": "ONNX Runtime", "pytorch": "PyTorch", "candle": "candle"}
+names = {"ort": "ONNX Runtime", "ort-fused": "ONNX Runtime, fused", "pytorch": "PyTorch",
+         "candle": "candle"}
 titles = {"minilm": ("MiniLM", "embedding"), "gpt2-block": ("GPT-2-small block", "output")}
 for model in ("minilm", "gpt2-block"):
     by = {}
@@ -101,7 +112,7 @@ for model in ("minilm", "gpt2-block"):
     if not by:
         continue
     title, what = titles[model]
-    peers = [p for p in ("ort", "pytorch", "candle") if any(s == p for (_, s) in by)]
+    peers = [p for p in ("ort", "ort-fused", "pytorch", "candle") if any(s == p for (_, s) in by)]
     print(f"\n| {title}, ms per batch | threads | tc | " + " | ".join(names[p] for p in peers)
           + f" | tc vs best | max \\|{what} diff\\| to tc |")
     print("|---|---|---|" + "---|" * len(peers) + "---|---|")

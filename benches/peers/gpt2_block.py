@@ -9,7 +9,10 @@ output values of the first and of the last token.
 
     python3 benches/peers/gpt2_block.py export MODEL_DIR OUT.onnx
     python3 benches/peers/gpt2_block.py torch MODEL_DIR THREADS REPS
-    python3 benches/peers/gpt2_block.py ort MODEL.onnx THREADS REPS
+    python3 benches/peers/gpt2_block.py ort MODEL.onnx THREADS REPS [SYSTEM]
+
+(SYSTEM names the ONNX Runtime column: default "ort", "ort-fused" for the
+transformer optimizer's export, benches/peers/ort_fuse.py.)
 """
 import json
 import sys
@@ -98,7 +101,8 @@ def main():
         so.inter_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         sess = ort.InferenceSession(sys.argv[2], so, providers=["CPUExecutionProvider"])
-        report("ort", threads, lambda x: sess.run(None, {"x": x})[0])
+        system = sys.argv[5] if len(sys.argv) > 5 else "ort"
+        report(system, threads, lambda x: sess.run(None, {"x": x})[0])
     else:
         sys.exit(f"unknown mode {mode}")
 

@@ -2,7 +2,10 @@
 """ONNX Runtime side of the peer benchmark (scripts/peer-bench.sh): the
 workloads of examples/peer_bench.rs, same token ids, one JSON line each.
 
-    python3 benches/peers/ort_bench.py MODEL.onnx THREADS REPS
+    python3 benches/peers/ort_bench.py MODEL.onnx THREADS REPS [SYSTEM]
+
+SYSTEM names the column (default "ort"; the script runs the optimizer's
+fused export as "ort-fused").
 """
 import json
 import sys
@@ -26,6 +29,7 @@ def ids(b, s):
 
 def main():
     path, threads, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    system = sys.argv[4] if len(sys.argv) > 4 else "ort"
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -44,7 +48,7 @@ def main():
             t0 = time.perf_counter()
             out = sess.run(None, feed)[0]
             times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"system": "ort", "threads": threads, "b": b, "s": s,
+        print(json.dumps({"system": system, "threads": threads, "b": b, "s": s,
                           "ms": float(np.median(times)), "emb": [float(v) for v in out[0, :4]]}))
 
 

@@ -144,7 +144,7 @@ pub fn compile_with<'f>(
     let (module, kernels) = if code.exports.is_empty() {
         (None, Vec::new())
     } else {
-        let m = JitModule::compile(&code.ir, &crate::rt::symbols(), &code.exports)?;
+        let m = JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports)?;
         let mut ks = Vec::new();
         for (i, name) in code.exports.iter().enumerate() {
             let a = m

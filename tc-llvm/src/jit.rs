@@ -110,6 +110,69 @@ impl std::fmt::Debug for JitModule {
     }
 }
 
+/// A module's IR text above which [`split_module`] cuts it in parts.
+pub const PART_BYTES: usize = 24 * 1024;
+/// At most this many parts.
+pub const MAX_PARTS: usize = 4;
+
+/// Cut a kernel module (`codegen::gen_module`'s text: declarations, then
+/// per kernel an internal `@kN_body` and its exported `@kN`, then the
+/// attribute groups) into self-contained modules of about [`PART_BYTES`]
+/// each, at most [`MAX_PARTS`], each kernel whole in one part; every part
+/// repeats the declarations and attributes. The cut depends on the text
+/// alone (never on the thread count), so each part is a stable entry of the
+/// persistent cache. Text of any other shape stays one part.
+pub fn split_module(ir: &str) -> Vec<String> {
+    let whole = || vec![ir.to_string()];
+    let Some(first) = ir.find("\ndefine ").map(|i| i + 1) else {
+        return whole();
+    };
+    let Some(attrs) = ir.find("\nattributes ").map(|i| i + 1) else {
+        return whole();
+    };
+    let (head, body, tail) = (&ir[..first], &ir[first..attrs], &ir[attrs..]);
+    // Kernels: each `define` block, grouped by kernel number.
+    let mut kernels: Vec<(String, String)> = Vec::new();
+    for block in body.split_inclusive("\n}\n") {
+        let Some(name) = block
+            .trim_start()
+            .strip_prefix("define ")
+            .and_then(|b| b.split('@').nth(1))
+            .and_then(|b| b.split('(').next())
+        else {
+            if block.trim().is_empty() {
+                continue;
+            }
+            return whole();
+        };
+        let kernel = name.strip_suffix("_body").unwrap_or(name);
+        if !kernel.starts_with('k') || !kernel[1..].bytes().all(|b| b.is_ascii_digit()) {
+            return whole();
+        }
+        match kernels.iter_mut().find(|k| k.0 == kernel) {
+            Some(k) => k.1.push_str(block),
+            None => kernels.push((kernel.to_string(), block.to_string())),
+        }
+    }
+    let n = (ir.len() / PART_BYTES)
+        .clamp(1, MAX_PARTS)
+        .min(kernels.len());
+    if n <= 1 {
+        return whole();
+    }
+    // Largest kernels first, each into the smallest part so far.
+    kernels.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    let mut parts: Vec<String> = vec![String::new(); n];
+    for (_, text) in &kernels {
+        let smallest = (0..n).min_by_key(|&i| (parts[i].len(), i)).unwrap_or(0);
+        parts[smallest].push_str(text);
+    }
+    parts
+        .into_iter()
+        .map(|p| format!("{head}{p}{tail}"))
+        .collect()
+}
+
 /// Optimise `ir` and generate the host's relocatable object code for it.
 pub fn object_code(ir: &str) -> Result<Vec<u8>, Error> {
     let ctx = Context::create();
@@ -142,32 +205,81 @@ impl JitModule {
         exports: &[String],
         store: Option<&crate::disk::Store>,
     ) -> Result<JitModule, Error> {
+        Self::compile_parts(&[ir.to_string()], symbols, exports, store)
+    }
+
+    /// Compile a function's kernels as the parts [`split_module`] cut its
+    /// module into, on parallel threads (each part its own LLVM context and
+    /// its own persistent-cache entry), and link them as one: a cold first
+    /// call costs the largest part's optimisation, not the sum.
+    pub fn compile_split(
+        ir: &str,
+        symbols: &[(&str, usize)],
+        exports: &[String],
+    ) -> Result<JitModule, Error> {
+        let parts = split_module(ir);
+        Self::compile_parts(&parts, symbols, exports, crate::disk::Store::global())
+    }
+
+    fn compile_parts(
+        parts: &[String],
+        symbols: &[(&str, usize)],
+        exports: &[String],
+        store: Option<&crate::disk::Store>,
+    ) -> Result<JitModule, Error> {
         let t0 = Instant::now();
         host();
-        if let Some(object) = store.and_then(|s| s.load(ir)) {
-            // An entry that matches the IR and this host but does not link
-            // (it cannot happen short of an LLVM change under the same
+        let objects = Self::objects(parts, store, true)?;
+        let from_disk = objects.iter().all(|o| o.1);
+        match Self::link(&objects, symbols, exports, t0, from_disk) {
+            // A cached entry that matches the IR and this host but does not
+            // link (it cannot happen short of an LLVM change under the same
             // identity) is recompiled and replaced, never trusted.
-            if let Ok(m) = Self::link(&object, symbols, exports, t0, true) {
-                return Ok(m);
+            Err(_) if objects.iter().any(|o| o.1) => {
+                let fresh = Self::objects(parts, store, false)?;
+                Self::link(&fresh, symbols, exports, t0, false)
             }
+            r => r,
         }
-        let object = object_code(ir)?;
-        if let Some(s) = store {
-            s.save(ir, &object);
-        }
-        Self::link(&object, symbols, exports, t0, false)
+    }
+
+    /// Each part's object code, on parallel threads, and whether it came
+    /// from the persistent cache (looked up when `cached`; a compiled part
+    /// is stored).
+    fn objects(
+        parts: &[String],
+        store: Option<&crate::disk::Store>,
+        cached: bool,
+    ) -> Result<Vec<(Vec<u8>, bool)>, Error> {
+        use rayon::prelude::*;
+        parts
+            .par_iter()
+            .map(
+                |ir| match store.filter(|_| cached).and_then(|s| s.load(ir)) {
+                    Some(object) => Ok((object, true)),
+                    None => {
+                        let object = object_code(ir)?;
+                        if let Some(s) = store {
+                            s.save(ir, &object);
+                        }
+                        Ok((object, false))
+                    }
+                },
+            )
+            .collect()
     }
 
     fn link(
-        object: &[u8],
+        objects: &[(Vec<u8>, bool)],
         symbols: &[(&str, usize)],
         exports: &[String],
         t0: Instant,
         from_disk: bool,
     ) -> Result<JitModule, Error> {
         let loader = Loader::new(symbols)?;
-        loader.add_object(object)?;
+        for (object, _) in objects {
+            loader.add_object(object)?;
+        }
         let fns = exports
             .iter()
             .map(|name| Ok((name.clone(), loader.lookup(name)?)))

@@ -13,10 +13,16 @@
 //! row softmax runs in three passes (max, sum, output) and a layer norm in
 //! three (mean, variance, output) with no intermediate buffers. Reductions
 //! fuse their producer into the reduction loop. Call arguments and the
-//! returned value are materialized; matmul operands too, except chains of
-//! transposes and broadcasts over a buffer (or a reshape of one), which the
-//! matmul packs through strides ([`matmul_view_ok`]): a weight broadcast
-//! over the batch and attention head splits cost no copy.
+//! returned value are materialized (a σ-specialised compilation splices
+//! small callees in first, [`crate::inline`], so most calls are gone);
+//! matmul operands too, except chains of transposes and broadcasts over a
+//! buffer (or a reshape of one), which the matmul packs through strides
+//! ([`matmul_view_ok`]; σ-specialised also slices and reshapes of strided
+//! views, [`view`]): a weight broadcast over the batch and attention head
+//! splits cost no copy. When such a chain starts at a computed value, that
+//! value is materialized instead of the chain's end. A σ-specialised plan
+//! also computes an expression of the parameters alone once into a buffer
+//! when a broadcast reads each element many times ([`HOIST_FANOUT`]).
 //!
 //! Row groups ([`group_rows`], σ-specialised compilations): consecutive
 //! kernels over the same rows whose reads of each other are row-local run
