@@ -4,6 +4,8 @@
 //!
 //! Pipeline (issue 5):
 //!
+//! 0. [`inline`] (σ-specialised compilations): small call-free callees
+//!    spliced into the caller, so fusion crosses call boundaries.
 //! 1. [`plan`]: concrete dtypes and shapes of every value under σ, the
 //!    fusion decision (which values get buffers) and the steps.
 //! 2. [`codegen`]: each fused kernel becomes a loop nest in LLVM IR text:
@@ -11,15 +13,18 @@
 //!    arithmetic, reductions with their producer inside the reduction loop.
 //! 3. [`jit`]: `default<O3>` with a host `TargetMachine`, every function
 //!    carrying `target-cpu`/`target-features`/`prefer-vector-width`=512,
-//!    object code linked into the process by ORC (`orc`), through the
-//!    persistent kernel cache ([`disk`]) when one is configured.
+//!    a large module cut into parts optimised on parallel threads
+//!    ([`jit::split_module`]), object code linked into the process by ORC
+//!    (`orc`), through the persistent kernel cache ([`disk`]) when one is
+//!    configured.
 //! 4. [`exec`]: buffers (reused through `tc_runtime::pool` when a call of
 //!    the same size dropped one; fresh large ones on transparent huge
 //!    pages), outer-loop splitting across the rayon pool (tiny tensors stay
 //!    on the calling thread), streaming stores for large flat outputs,
 //!    matmul through [`matmul`]'s packed, cache-tiled IR micro-kernel (f32
 //!    and narrow floats) and [`matmul_int`]'s (integers), with
-//!    transposed/broadcast operands read through strides and a
+//!    transposed/broadcast/sliced/reshaped operands read through strides
+//!    ([`plan::view`], each view checked against its buffer) and a
 //!    batch-invariant right operand folded into one `[B·M, K] × [K, N]`.
 //! 5. [`cache`]: the thread-safe, LRU-bounded kernel cache with statistics
 //!    and the shape-generic path; [`call`] is the entry point
