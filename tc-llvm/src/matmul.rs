@@ -850,7 +850,7 @@ unsafe fn transpose16_regs(
 }
 
 /// `dst[i·ds + c] = src[c·ss + i]` for `i, c < 16`: a 16 × 16 f32 transpose
-/// in registers ([`transpose16_regs`]).
+/// in registers (`transpose16_regs`).
 ///
 /// # Safety
 /// AVX-512F must be available; the 16 source rows of 16 floats (stride
