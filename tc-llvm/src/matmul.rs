@@ -496,7 +496,7 @@ pub fn streams(m: usize) -> Result<bool, Error> {
 /// A right operand packed once (issue #15: a weight is constant across
 /// calls, yet packing it, a transpose for PyTorch-layout weights, was most
 /// of a small batch's time): every K-block's column panels, in
-/// [`pack_b_panel`]'s layout, block after block. The same panels the
+/// `pack_b_panel`'s layout, block after block. The same panels the
 /// streamed path packs per call, so results are bit-identical.
 pub struct PackedB {
     k: usize,
