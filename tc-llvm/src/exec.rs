@@ -132,8 +132,13 @@ pub fn compile_with<'f>(
     } else {
         crate::inline::inline_calls(func, sigma, resolve)
     };
-    let func = inlined.as_ref().map_or(func, |i| &i.func);
-    let (vals, sigma_ext) = plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?;
+    let (func, (vals, sigma_ext)) = match &inlined {
+        Some(i) => (&i.func, i.planned.clone()),
+        None => (
+            func,
+            plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?,
+        ),
+    };
     let concrete = (!generic).then_some((vals.as_slice(), &sigma_ext));
     let mut st = plan::structure(func, &|v| vals[v.0 as usize].dtype, concrete);
     if !generic {

@@ -58,6 +58,9 @@ pub struct Inlined {
     /// run with a resolver that gives another function for a name is
     /// refused (`exec::CompiledFn::run_nested`).
     pub callees: Vec<(String, Function)>,
+    /// [`plan::shapes`] of `func` under σ, computed to verify it (the
+    /// compilation plans with these instead of planning again).
+    pub planned: (Vec<ValInfo>, Sigma),
 }
 
 /// `func` with its small callees spliced in for σ, or `None` when no call
@@ -105,14 +108,18 @@ fn inline_at<'f>(
     // The rewrite is checked, not trusted: the verifier, and the same plan
     // (every value's shape, the declared return) under σ.
     tc_core::ir::verify(&out).ok()?;
-    let (new_vals, _) = plan::shapes(&out, sigma, resolve).ok()?;
+    let (new_vals, sigma_ext) = plan::shapes(&out, sigma, resolve).ok()?;
     let (old, new) = (&vals[func.ret.0 as usize], &new_vals[out.ret.0 as usize]);
     callees.sort_by(|a, b| a.0.cmp(&b.0));
     callees.dedup_by(|a, b| a.0 == b.0);
-    (old.dtype == new.dtype && old.shape == new.shape).then_some(Inlined {
+    if old.dtype != new.dtype || old.shape != new.shape {
+        return None;
+    }
+    Some(Inlined {
         func: out,
         levels,
         callees,
+        planned: (new_vals, sigma_ext),
     })
 }
 
