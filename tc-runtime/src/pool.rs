@@ -11,11 +11,19 @@
 //! sizes every call, so storage dropped by one call serves the next.
 //!
 //! Policy: only buffers of at least [`MIN_BYTES`] are kept (smaller ones are
-//! cheap for the allocator); a buffer is reused only for a request of exactly
-//! its length (the shapes repeat, and an exact match wastes nothing); the
-//! total held is bounded by [`limit`] (default 256 MiB, `TC_POOL_MB`
-//! overrides it, 0 disables the pool); when a returned buffer would exceed
-//! it, the oldest held buffers are released first.
+//! cheap for the allocator); a poolable buffer is allocated with the
+//! capacity of its size class ([`class_words`]: eight classes per power of
+//! two, at most 12.5% over the request) and reused for any request of the
+//! same class; the total held is bounded by [`limit`] (default 256 MiB,
+//! `TC_POOL_MB` overrides it, 0 disables the pool); when a returned buffer
+//! would exceed it, the oldest held buffers are released first.
+//!
+//! Why classes, not exact lengths: shapes that grow by a little every call
+//! never repeat a length. A decoder's KV cache grows by one position per
+//! token, so with exact matching every step's `concat` took a fresh
+//! buffer (page faults and zeroing: 10% of GPT-2 decoding's samples,
+//! issue #15) while the previous step's buffer sat unused in the pool; a
+//! server sees a new sequence length on most requests.
 //!
 //! A buffer taken from the pool holds stale data: [`take`] is for writers
 //! that overwrite every word (the JIT's kernel outputs).
@@ -41,7 +49,22 @@ pub const DEFAULT_LIMIT: usize = 256 << 20;
 /// huge pages.
 pub const HUGE_MIN: usize = 4 << 20;
 
-/// A fresh zeroed buffer of `words` words (not from the pool).
+/// The capacity a poolable buffer of `words` words is allocated with, and
+/// the key it is reused under: `words` rounded up to a multiple of 1/8 of
+/// its largest power of two (so at most 12.5% more), or `words` itself
+/// below [`MIN_BYTES`] (or if the rounding would overflow).
+pub fn class_words(words: usize) -> usize {
+    if words.saturating_mul(8) < MIN_BYTES {
+        return words;
+    }
+    // `words ≥ MIN_BYTES / 8 ≥ 512`, so its bit length is at least 10.
+    let step = 1usize << (usize::BITS - 1 - words.leading_zeros() - 3);
+    words.div_ceil(step).checked_mul(step).unwrap_or(words)
+}
+
+/// A fresh zeroed buffer of `words` words (not from the pool), with the
+/// capacity of its size class ([`class_words`]; the exact size if the
+/// class cannot be allocated).
 ///
 /// Large ones come straight from `mmap` (through the allocator's `calloc`),
 /// untouched, and are marked for transparent huge pages before anything
@@ -54,7 +77,15 @@ pub const HUGE_MIN: usize = 4 << 20;
 /// everything built on it is still checked.
 /// `OutOfMemory` when the allocator refuses ([`crate::alloc`]).
 pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
-    let v = crate::alloc::zeroed_words(words)?;
+    let class = class_words(words);
+    let mut v = match crate::alloc::zeroed_words(class) {
+        Ok(v) => v,
+        Err(_) if class > words => crate::alloc::zeroed_words(words)?,
+        Err(e) => return Err(e),
+    };
+    // The words past `words` stay allocated (and zero) as spare capacity:
+    // `take` grows the buffer into them for a later request of its class.
+    v.truncate(words);
     #[cfg(all(target_os = "linux", not(miri)))]
     if words.saturating_mul(8) >= HUGE_MIN {
         advise_huge(&v);
@@ -65,18 +96,19 @@ pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
 /// Mark the whole 2 MiB pages inside `v`'s allocation for transparent huge
 /// pages (advice only: the contents do not change).
 #[cfg(all(target_os = "linux", not(miri)))]
-fn advise_huge(v: &[u64]) {
+fn advise_huge(v: &Vec<u64>) {
     const HUGE: usize = 2 << 20;
     let start = v.as_ptr() as usize;
-    // `v` is one live allocation of `len * 8` bytes, so `start + len * 8`
-    // cannot overflow (an allocation never wraps the address space).
-    let end = start + std::mem::size_of_val(v);
+    // `v` is one live allocation of `capacity * 8` bytes, so `start +
+    // capacity * 8` cannot overflow (an allocation never wraps the address
+    // space).
+    let end = start + v.capacity() * 8;
     let lo = start.div_ceil(HUGE) * HUGE;
     let hi = end / HUGE * HUGE;
     if hi > lo {
         // A failure (e.g. THP disabled) is harmless and ignored.
-        // SAFETY: `[lo, hi)` is rounded inward from `v`'s bytes, which the
-        // borrow keeps allocated for the call; MADV_HUGEPAGE changes how
+        // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation, which
+        // the borrow keeps allocated for the call; MADV_HUGEPAGE changes how
         // those pages are backed, never their contents.
         unsafe {
             libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
@@ -148,21 +180,30 @@ fn release_until(p: &mut Pool, target: usize) -> Vec<Vec<u64>> {
     freed
 }
 
-/// A held buffer of exactly `words` words (stale contents), if any.
+/// A held buffer of `words` words from the size class of `words` (stale
+/// contents, except words it grew into, which are zero), if any.
 pub fn take(words: usize) -> Option<Vec<u64>> {
     if words.saturating_mul(8) < MIN_BYTES {
         return None;
     }
+    let class = class_words(words);
     let mut p = lock();
     if !p.enabled {
         return None;
     }
     // Most recently returned first: its pages are the likeliest to be warm.
-    match p.held.iter().rposition(|v| v.len() == words) {
+    match p.held.iter().rposition(|v| v.capacity() == class) {
         Some(i) => {
-            let v = p.held.remove(i)?;
+            let mut v = p.held.remove(i)?;
             p.stats.hits += 1;
             p.stats.held_bytes -= bytes(&v);
+            drop(p);
+            // `class ≥ words`: within the capacity, so neither reallocates.
+            if v.len() >= words {
+                v.truncate(words);
+            } else {
+                v.resize(words, 0);
+            }
             Some(v)
         }
         None => {
@@ -233,6 +274,26 @@ pub fn stats() -> PoolStats {
 mod tests {
     use super::*;
 
+    // Pure: no pool state.
+    #[test]
+    fn size_classes_bound_the_waste_and_are_stable() {
+        let min = MIN_BYTES / 8;
+        for w in (0..min).step_by(97).chain([min - 1]) {
+            assert_eq!(class_words(w), w, "below the pool's threshold: exact");
+        }
+        let mut prev = 0;
+        for w in (min..min * 70)
+            .step_by(13)
+            .chain([usize::MAX / 2, usize::MAX])
+        {
+            let c = class_words(w);
+            assert!(c >= w && c - w <= w / 8, "{w} -> {c}");
+            assert_eq!(class_words(c), c, "a class size is its own class");
+            assert!(c >= prev, "monotone");
+            prev = c;
+        }
+    }
+
     // One test: the pool is process-global, parallel tests would interleave.
     #[test]
     fn reuse_exact_size_and_respect_the_limit() {
@@ -247,7 +308,10 @@ mod tests {
         a[0] = 7;
         let addr = a.as_ptr() as usize;
         give(a);
-        assert!(take(words + 1).is_none(), "exact length only");
+        // `vec!` allocates exactly `words`: a class of its own only when
+        // `words` is a class size (it is: a power of two).
+        assert_eq!(class_words(words), words);
+        assert!(take(words + 1).is_none(), "another size class");
         let b = take(words).expect("reused");
         assert_eq!(b.as_ptr() as usize, addr, "the same allocation comes back");
         assert_eq!(b[0], 7, "contents are stale, not zeroed");
@@ -262,6 +326,35 @@ mod tests {
         // A buffer larger than the limit is never held.
         give(vec![0u64; 4 * words]);
         assert!(stats().held_bytes <= 3 * MIN_BYTES);
+        // A length that grows a little each call (a KV cache) stays in its
+        // class: the buffer comes back, grown into its zeroed spare words.
+        clear();
+        set_limit(16 * MIN_BYTES);
+        let base = 5 * words + 3; // not a class size: the class has spare words
+        let class = class_words(base);
+        assert!(class > base, "{class} vs {base}");
+        let mut g = zeroed(base).unwrap();
+        assert_eq!((g.len(), g.capacity()), (base, class));
+        g.iter_mut().for_each(|w| *w = 3);
+        let addr = g.as_ptr() as usize;
+        give(g);
+        let g = take(base + 1).expect("same class, one word longer");
+        assert_eq!((g.as_ptr() as usize, g.len()), (addr, base + 1));
+        assert_eq!(
+            (g[0], g[base]),
+            (3, 0),
+            "stale words kept, grown words zero"
+        );
+        give(g);
+        let g = take(base - 2).expect("same class, shorter");
+        assert_eq!((g.as_ptr() as usize, g.len()), (addr, base - 2));
+        give(g);
+        assert!(take(class + 1).is_none(), "the next class");
+        clear();
+        set_limit(3 * MIN_BYTES);
+        for _ in 0..2 {
+            give(vec![1u64; words]);
+        }
         let held = stats().held_bytes;
         set_enabled(false);
         assert!(take(words).is_none(), "bypassed");
