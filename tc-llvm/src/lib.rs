@@ -85,6 +85,8 @@ pub mod disk;
 pub mod exec;
 mod gather;
 mod gemm_common;
+#[cfg(target_arch = "x86_64")]
+mod gemv;
 pub mod host;
 pub mod inline;
 pub mod jit;

@@ -220,8 +220,9 @@ impl View {
     /// # Safety
     /// `(i, j)` must lie in the extents the view is valid for.
     #[inline(always)]
-    // SAFETY: (contract) met by `pack_b_panel`, its only caller.
-    unsafe fn at(&self, i: usize, j: usize) -> f32 {
+    // SAFETY: (contract) met by `pack_b_panel` and `gemv::packed_row`, its
+    // callers.
+    pub(crate) unsafe fn at(&self, i: usize, j: usize) -> f32 {
         // SAFETY: the element is inside the viewed memory (the contract).
         unsafe { *self.ptr.add(i * self.rs + j * self.cs) }
     }
@@ -519,7 +520,13 @@ impl PackedB {
             .checked_mul(nr)
             .and_then(|w| w.checked_mul(k))
             .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
-        let mut data = vec![0f32; total];
+        // Fallible: a decoder's weights pack into hundreds of MB. Not on
+        // huge pages: `gemv` streams four panels side by side, whose
+        // addresses lie a multiple of 32 KiB apart; on 4 KiB pages they land
+        // in unrelated L2 sets, on one physically contiguous huge page in
+        // the same sets, and GPT-2 decoding measured 20–24 tokens/s without
+        // the advice and 16–19 with it (issue #15, interleaved runs).
+        let mut data = tc_runtime::alloc::filled(total, 0f32)?;
         for pc in (0..k).step_by(kc) {
             let kcb = kc.min(k - pc);
             for q in 0..npanels {
@@ -535,6 +542,26 @@ impl PackedB {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.data.len() * 4
+    }
+
+    /// `(k, n, kc, nr)`: the operand's extents, its K-block and its panel
+    /// width.
+    pub(crate) fn dims(&self) -> (usize, usize, usize, usize) {
+        (self.k, self.n, self.kc, self.nr)
+    }
+
+    /// Columns per panel.
+    pub(crate) fn panel_width(&self) -> usize {
+        self.nr
+    }
+
+    /// Panels `q..q + g` of the K-block starting at row `pc` (adjacent in
+    /// memory: `g` × that block's rows × `nr` floats).
+    pub(crate) fn panels(&self, pc: usize, q: usize, g: usize) -> &[f32] {
+        let npanels = self.n.div_ceil(self.nr);
+        let kcb = self.kc.min(self.k - pc);
+        let off = pc * npanels * self.nr + q * kcb * self.nr;
+        &self.data[off..off + g * kcb * self.nr]
     }
 
     /// The panels of the K-block of `kc` rows at row `pc` covering columns
@@ -622,6 +649,11 @@ unsafe fn sgemm_packed(
         return Err(Error::Unsupported(format!("packed-B product of {m} rows")));
     }
     let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
+    #[cfg(target_arch = "x86_64")]
+    if m == 1 && crate::gemv::available(b) {
+        // SAFETY: `available`; row 0 of A and C's `n` floats by the contract.
+        return unsafe { crate::gemv::packed_row(&a, b, c, par) };
+    }
     if streams(m)? {
         // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
         // panels are in memory (`b`).
@@ -684,27 +716,37 @@ fn huge_slice(buf: &mut Vec<f32>, need: usize) -> &mut [f32] {
     }
     let total = need + HUGE_FLOATS;
     if buf.len() < total {
-        // Fresh, untouched pages: the advice must come before the first
-        // write for the faults to allocate huge pages.
-        let mut v: Vec<f32> = Vec::with_capacity(total);
-        #[cfg(target_os = "linux")]
-        {
-            let start = v.as_ptr() as usize;
-            let lo = start.div_ceil(2 << 20) * (2 << 20);
-            let hi = (start + total * 4) / (2 << 20) * (2 << 20);
-            if hi > lo {
-                // SAFETY: advice on pages inside the allocation; no contents change.
-                unsafe {
-                    libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
-                }
-            }
-        }
-        v.resize(total, 0.0);
-        *buf = v;
+        *buf = huge_zeroed(total).unwrap_or_else(|_| vec![0.0; total]);
     }
     let off = (buf.as_ptr() as usize).next_multiple_of(2 << 20) - buf.as_ptr() as usize;
     let off = (off / 4).min(HUGE_FLOATS);
     &mut buf[off..off + need]
+}
+
+/// `len` zeroed floats, the whole 2 MiB pages among them on transparent
+/// huge pages where the kernel grants them (the advice comes before the
+/// first write, as it must for the faults to allocate huge pages);
+/// `Unsupported` when the allocation is refused.
+fn huge_zeroed(len: usize) -> Result<Vec<f32>, Error> {
+    let mut v: Vec<f32> = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::Unsupported(format!("allocating {len} floats")))?;
+    #[cfg(target_os = "linux")]
+    {
+        let start = v.as_ptr() as usize;
+        // One live allocation of `capacity · 4` bytes: the sum cannot wrap.
+        let end = start + v.capacity() * 4;
+        let lo = start.div_ceil(2 << 20) * (2 << 20);
+        let hi = end / (2 << 20) * (2 << 20);
+        if hi > lo {
+            // SAFETY: advice on pages inside the allocation; no contents change.
+            unsafe {
+                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    v.resize(len, 0.0);
+    Ok(v)
 }
 
 /// A per-thread packing buffer of `len` floats (contents unspecified).

@@ -1,0 +1,99 @@
+//! One-row products against a kept weight (`tc_llvm::gemv`, issue #15: a
+//! decoder's step) give the bits of the tile path on the same packing: the
+//! per-call packing of the same weight, read through the register-tile
+//! kernel. Over the shapes where the two could part: a last group of fewer
+//! than four panels, a last panel of fewer than 32 columns, one and several
+//! K-blocks (C accumulated across them), signed zeros, infinities and NaNs
+//! (a NaN's payload may differ: `nan_any`), one thread and the columns
+//! split across the pool inside a session.
+
+mod util;
+
+use proptest::prelude::*;
+use tc_core::ir::{BinaryOp, Op, Scalar};
+use tc_core::Dtype;
+use tc_llvm::JitOptions;
+use tc_runtime::contract::Arg;
+use util::*;
+
+/// `x · wᵀ` with `w: [N, K]` in PyTorch's layout; with `copy`, `wᵀ · 1`
+/// materialized first, so the weight is new storage every call and is
+/// packed per call (the tile path).
+fn linear(copy: bool) -> tc_core::ir::Function {
+    let mut b = builder(if copy { "linear_copy" } else { "linear" });
+    let x = b.param("x", tt(Dtype::F32, &["M", "K"]));
+    let w = b.param("w", tt(Dtype::F32, &["N", "K"]));
+    b.returns(tt(Dtype::F32, &["M", "N"]));
+    let mut wt = b.op(Op::Transpose(vec![1, 0], w));
+    if copy {
+        wt = b.op(Op::ScalarBinary {
+            op: BinaryOp::Mul,
+            x: wt,
+            s: Scalar::Float(1.0),
+            scalar_left: false,
+        });
+    }
+    let y = b.op(Op::Matmul(x, wt));
+    b.finish(y)
+}
+
+fn check(k: usize, n: usize, seed: u64, threads: usize) {
+    let mut rng = Rng(seed | 1);
+    let (f, g) = (linear(false), linear(true));
+    let jit = jit_with(JitOptions {
+        threads,
+        ..Default::default()
+    });
+    let w = random(&mut rng, Dtype::F32, &[n, k], seed % 3 == 0);
+    let x = random(&mut rng, Dtype::F32, &[1, k], seed % 2 == 0);
+    let args: Vec<Arg> = vec![x.into(), w.into()];
+    // The first call sees the weight once (packed per call), the second
+    // packs it and keeps it, the third reads the kept packing.
+    let run = || {
+        tc_llvm::session(|| {
+            let _ = jit.call(&f, &args, &|_| None).unwrap();
+            let _ = jit.call(&f, &args, &|_| None).unwrap();
+            let kept = jit.call(&f, &args, &|_| None).unwrap();
+            let per_call = jit.call(&g, &args, &|_| None).unwrap();
+            (kept, per_call)
+        })
+    };
+    let (kept, per_call) = run();
+    let what = format!("k = {k}, n = {n}, seed {seed}, {threads} thread(s)");
+    assert_bits(&what, &kept, &per_call, true);
+}
+
+#[test]
+fn a_kept_weight_row_product_gives_the_tile_paths_bits() {
+    let kc = tc_llvm::matmul::KC;
+    // Panels: 1, 3 (a short group), 4, 5, 9 and 10 of them, the last one
+    // partial or whole; one K-block, one plus a row, two and a half.
+    for (k, n) in [
+        (1, 1),
+        (7, 96),
+        (64, 128),
+        (kc, 130),
+        (kc + 1, 300),
+        (2 * kc + kc / 2, 320),
+        (768, 2304),
+    ] {
+        for threads in [1, 2] {
+            check(k, n, (k * 31 + n) as u64, threads);
+        }
+    }
+}
+
+/// Large enough that the columns split across two threads in a session
+/// (`matmul::splits`: 2^20 multiply-adds).
+#[test]
+fn a_split_row_product_gives_the_same_bits() {
+    check(1024, 1100, 7, 2);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn row_products_agree_bitwise(k in 1usize..1200, n in 1usize..400, seed in any::<u64>(), two in any::<bool>()) {
+        check(k, n, seed, if two { 2 } else { 1 });
+    }
+}
