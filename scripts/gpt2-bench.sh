@@ -1,28 +1,56 @@
 #!/usr/bin/env bash
-# GPT-2-small greedy decoding, tc vs PyTorch eager on the same weights and
-# threads, in one run (issue #16): TOKENS (default 256) tokens after an
-# 8-token prompt, at 1 and 2 threads, the systems alternating. Prints
-# tokens/s, tc's ratio, and tc's kernel compile count (bounded: no compile
-# per step). Needs models/gpt2-seed0 (scripts/fetch-gpt2.sh).
+# GPT-2-small greedy decoding, tc vs ONNX Runtime and PyTorch eager on the
+# same weights and threads, in one run (issues #16, #15): TOKENS (default
+# 256) tokens after an 8-token prompt, at 1 and 2 threads, ROUNDS rounds
+# (default 3) with the systems in a rotating order. Prints the median
+# tokens/s over rounds, tc's ratio to each peer, and tc's kernel compile
+# count (bounded: no compile per step). Needs models/gpt2-seed0
+# (scripts/fetch-gpt2.sh). The ONNX Runtime side runs an export of one
+# decoding step with the KV cache as inputs and outputs
+# (benches/peers/gpt2_decode.py, checked against GPT2LMHeadModel when it is
+# made); its column is left out if onnxruntime or the export is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOKENS=${TOKENS:-256}
+ROUNDS=${ROUNDS:-3}
 bash scripts/fetch-gpt2.sh
+python3 -m pip install --quiet onnx onnxruntime 2>/dev/null || true
+onnx=target/peers/gpt2_decode.onnx
+mkdir -p target/peers
+[ -f "$onnx" ] || python3 benches/peers/gpt2_decode.py export models/gpt2-seed0 "$onnx" 2>/dev/null || true
 cargo build --release --example gpt2_decode
 out=$(mktemp)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
-for t in 1 2; do
-  RAYON_NUM_THREADS=$t target/release/examples/gpt2_decode "$TOKENS" | grep '^RESULT' >>"$out"
-  python3 scripts/gpt2_torch_bench.py "$TOKENS" "$t" | grep '^RESULT' >>"$out"
+for r in $(seq 1 "$ROUNDS"); do
+  for t in 1 2; do
+    run_tc() { RAYON_NUM_THREADS=$t target/release/examples/gpt2_decode "$TOKENS" | grep '^RESULT' >>"$out"; }
+    run_pt() { python3 scripts/gpt2_torch_bench.py "$TOKENS" "$t" 2>/dev/null | grep '^RESULT' >>"$out"; }
+    run_ort() { [ -f "$onnx" ] && python3 benches/peers/gpt2_decode.py ort "$onnx" "$TOKENS" "$t" | grep '^RESULT' >>"$out" || true; }
+    systems=(run_tc run_ort run_pt)
+    k=$(( (r + t) % 3 ))
+    for i in 0 1 2; do "${systems[(k + i) % 3]}"; done
+  done
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" <<'PY'
-import sys
+import statistics, sys
 rows = [dict(kv.split("=", 1) for kv in l.split()[1:] if "=" in kv) for l in open(sys.argv[1])]
-print(f"| GPT-2-small, {rows[0]['tokens']} greedy tokens | threads | tc tokens/s | PyTorch eager tokens/s | tc vs PyTorch | tc prefill ms | PyTorch prefill ms | tc kernel compiles |")
-print("|---|---|---|---|---|---|---|---|")
+med = lambda sys_, t, key: statistics.median(float(r[key]) for r in rows
+                                             if r["system"] == sys_ and r["threads"] == t)
+peers = [p for p in ("ort", "pytorch") if any(r["system"] == p for r in rows)]
+names = {"ort": "ONNX Runtime", "pytorch": "PyTorch eager"}
+print(f"| GPT-2-small, {rows[0]['tokens']} greedy tokens | threads | tc tokens/s | "
+      + " | ".join(f"{names[p]} tokens/s" for p in peers) + " | "
+      + " | ".join(f"tc vs {names[p]}" for p in peers)
+      + " | tc prefill ms | " + " | ".join(f"{names[p]} prefill ms" for p in peers)
+      + " | tc kernel compiles |")
+print("|---|---|---|" + "---|" * (3 * len(peers)) + "---|---|")
 for t in ("1", "2"):
-    tc = next(r for r in rows if r["system"] == "tc" and r["threads"] == t)
-    pt = next(r for r in rows if r["system"] == "pytorch" and r["threads"] == t)
-    ratio = float(tc["tokens_per_s"]) / float(pt["tokens_per_s"])
-    print(f"| 8-token prompt | {t} | {tc['tokens_per_s']} | {pt['tokens_per_s']} | {ratio:.2f}x | {tc['prefill_ms']} | {pt['prefill_ms']} | {tc['compiles']} |")
+    tc = med("tc", t, "tokens_per_s")
+    comp = max(int(r["compiles"]) for r in rows if r["system"] == "tc")
+    print(f"| 8-token prompt | {t} | {tc:.2f} | "
+          + " | ".join(f"{med(p, t, 'tokens_per_s'):.2f}" for p in peers) + " | "
+          + " | ".join(f"{tc / med(p, t, 'tokens_per_s'):.2f}x" for p in peers)
+          + f" | {med('tc', t, 'prefill_ms'):.1f} | "
+          + " | ".join(f"{med(p, t, 'prefill_ms'):.1f}" for p in peers) + f" | {comp} |")
 PY

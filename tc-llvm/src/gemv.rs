@@ -33,6 +33,18 @@ const GROUP: usize = 4;
 /// measured best at four streams).
 const AHEAD: usize = 256;
 
+/// Fewest weight floats of a one-row product split across threads inside a
+/// [`crate::team::session`] (where the other workers are awake): 2^16, a
+/// quarter MiB. The product is bound by memory, not arithmetic, so the
+/// GEMM's threshold in multiply-adds ([`crate::matmul::splits`]: 2^20)
+/// kept a 768 × 768 projection (8% of a GPT-2 layer's bytes) on one core.
+const PAR_MIN_FLOATS: usize = 1 << 16;
+
+/// Does a one-row product over a `k × n` weight split across threads now?
+pub(crate) fn splits(k: usize, n: usize) -> bool {
+    crate::team::in_session() && k.saturating_mul(n) >= PAR_MIN_FLOATS
+}
+
 /// Can [`packed_row`] run here (AVX-512F, and the packing's panels are the
 /// 32 columns it is written for)?
 pub(crate) fn available(b: &PackedB) -> bool {

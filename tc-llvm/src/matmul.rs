@@ -651,6 +651,7 @@ unsafe fn sgemm_packed(
     let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     #[cfg(target_arch = "x86_64")]
     if m == 1 && crate::gemv::available(b) {
+        let par = par || (threads != 1 && crate::gemv::splits(k, n));
         // SAFETY: `available`; row 0 of A and C's `n` floats by the contract.
         return unsafe { crate::gemv::packed_row(&a, b, c, par) };
     }
