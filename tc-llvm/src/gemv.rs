@@ -23,8 +23,6 @@
 use rayon::prelude::*;
 
 use crate::gemm_common::SendPtr;
-use crate::matmul::{PackedB, View};
-use crate::Error;
 
 /// Panels computed side by side.
 const GROUP: usize = 4;
@@ -40,38 +38,55 @@ const AHEAD: usize = 256;
 /// kept a 768 × 768 projection (8% of a GPT-2 layer's bytes) on one core.
 const PAR_MIN_FLOATS: usize = 1 << 16;
 
-/// Does a one-row product over a `k × n` weight split across threads now?
-pub(crate) fn splits(k: usize, n: usize) -> bool {
-    crate::team::in_session() && k.saturating_mul(n) >= PAR_MIN_FLOATS
+/// Does a one-row product over a `k × n` weight split across threads now
+/// (`in_session`: on a [`crate::team::session`]'s thread)?
+pub(crate) fn splits(k: usize, n: usize, in_session: bool) -> bool {
+    in_session && k.saturating_mul(n) >= PAR_MIN_FLOATS
 }
 
-/// Can [`packed_row`] run here (AVX-512F, and the packing's panels are the
-/// 32 columns it is written for)?
-pub(crate) fn available(b: &PackedB) -> bool {
-    b.panel_width() == 32 && std::arch::is_x86_feature_detected!("avx512f")
+/// A packed weight in the tile path's layout (`matmul::PackedB`, which
+/// lends it): every K-block's `nr`-column panels (zero past `n`), block
+/// after block, each panel `rows × nr` floats row by row.
+pub(crate) struct Panels<'a> {
+    /// The packing.
+    pub data: &'a [f32],
+    /// Rows of the operand.
+    pub k: usize,
+    /// Columns of the operand.
+    pub n: usize,
+    /// Rows per K-block.
+    pub kc: usize,
+    /// Columns per panel.
+    pub nr: usize,
 }
 
-/// `c[0..n] = a[0, 0..k] · B` for `B` packed (`k × n`); `par` splits the
-/// columns across the pool's threads.
+impl Panels<'_> {
+    /// Panels `q..q + g` of the K-block starting at row `pc` (adjacent:
+    /// `g` × that block's rows × `nr` floats).
+    fn group(&self, pc: usize, q: usize, g: usize) -> &[f32] {
+        let npanels = self.n.div_ceil(self.nr);
+        let kcb = self.kc.min(self.k - pc);
+        let off = pc * npanels * self.nr + q * kcb * self.nr;
+        &self.data[off..off + g * kcb * self.nr]
+    }
+}
+
+/// Can [`packed_row`] run here (AVX-512F, and panels of the 32 columns it
+/// is written for)?
+pub(crate) fn available(nr: usize) -> bool {
+    nr == 32 && std::arch::is_x86_feature_detected!("avx512f")
+}
+
+/// `c[0..n] = x · B` for `B` packed (`k × n`, `x` of `k` floats); `par`
+/// splits the columns across the pool's threads.
 ///
 /// # Safety
-/// [`available`]`(b)`; `a` valid for reads of `(0, j)`, `j < b.k`; `c`
-/// valid for writes of `b.n` floats, not overlapping A or `b`, and
-/// untouched by anyone else during the call.
+/// [`available`]`(b.nr)`; `b.data` holds the whole packing; `c` valid for
+/// writes of `b.n` floats, not overlapping `x` or `b`, and untouched by
+/// anyone else during the call.
 // SAFETY: (contract) met by `matmul::sgemm_packed`, its only caller.
-pub(crate) unsafe fn packed_row(
-    a: &View,
-    b: &PackedB,
-    c: *mut f32,
-    par: bool,
-) -> Result<(), Error> {
-    let (k, n, _, nr) = b.dims();
-    let mut x = tc_runtime::alloc::filled(k, 0f32)?;
-    for (j, xj) in x.iter_mut().enumerate() {
-        // SAFETY: `(0, j)` with `j < k`, readable by the contract.
-        *xj = unsafe { a.at(0, j) };
-    }
-    let npanels = n.div_ceil(nr);
+pub(crate) unsafe fn packed_row(x: &[f32], b: &Panels, c: *mut f32, par: bool) {
+    let npanels = b.n.div_ceil(b.nr);
     let groups = npanels.div_ceil(GROUP);
     let tasks = if par {
         rayon::current_num_threads().clamp(1, groups)
@@ -86,14 +101,13 @@ pub(crate) unsafe fn packed_row(
         let (q0, q1) = (g0 * GROUP, (g1 * GROUP).min(npanels));
         // SAFETY: panels `q0..q1 ⊆ 0..npanels` of `b`; this task alone
         // writes C's columns `q0·nr..min(q1·nr, n)`, inside C's `n`.
-        unsafe { columns(&x, b, (q0, q1), cp.0) };
+        unsafe { columns(x, b, (q0, q1), cp.0) };
     };
     if tasks > 1 {
         (0..tasks).into_par_iter().for_each(run);
     } else {
         run(0);
     }
-    Ok(())
 }
 
 /// C's columns of panels `q0..q1`, over every K-block of `b`.
@@ -102,13 +116,13 @@ pub(crate) unsafe fn packed_row(
 /// As [`packed_row`]'s, with `q0 ≤ q1 ≤` the panel count and `x` of `b.k`
 /// floats.
 // SAFETY: (contract) met by `packed_row`, its only caller.
-unsafe fn columns(x: &[f32], b: &PackedB, (q0, q1): (usize, usize), c: *mut f32) {
-    let (k, n, kc, nr) = b.dims();
+unsafe fn columns(x: &[f32], b: &Panels, (q0, q1): (usize, usize), c: *mut f32) {
+    let (k, n, kc, nr) = (b.k, b.n, b.kc, b.nr);
     for pc in (0..k).step_by(kc) {
         let mut q = q0;
         while q < q1 {
             let g = GROUP.min(q1 - q);
-            let panels = b.panels(pc, q, g);
+            let panels = b.group(pc, q, g);
             let ncols = (n - q * nr).min(g * nr);
             let xs = &x[pc..pc + kc.min(k - pc)];
             // SAFETY: `panels` holds `g` whole panels of the K-block (`xs`

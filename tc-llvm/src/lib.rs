@@ -18,14 +18,16 @@
 //!    (`orc`), through the persistent kernel cache ([`disk`]) when one is
 //!    configured.
 //! 4. [`exec`]: buffers (reused through `tc_runtime::pool` when a call of
-//!    the same size dropped one; fresh large ones on transparent huge
+//!    the same size class dropped one; fresh large ones on transparent huge
 //!    pages), outer-loop splitting across the rayon pool (tiny tensors stay
 //!    on the calling thread), streaming stores for large flat outputs,
 //!    matmul through [`matmul`]'s packed, cache-tiled IR micro-kernel (f32
 //!    and narrow floats) and [`matmul_int`]'s (integers), with
 //!    transposed/broadcast/sliced/reshaped operands read through strides
 //!    ([`plan::view`], each view checked against its buffer) and a
-//!    batch-invariant right operand folded into one `[B·M, K] × [K, N]`.
+//!    batch-invariant right operand folded into one `[B·M, K] × [K, N]`;
+//!    a one-row product against a weight kept packed ([`prepack`]) streams
+//!    its panels four at a time (`gemv`, x86-64 with AVX-512).
 //! 5. [`cache`]: the thread-safe, LRU-bounded kernel cache with statistics
 //!    and the shape-generic path; [`call`] is the entry point
 //!    ([`call_static`] for the `'static` IR that `#[tensor_fn]` builds).

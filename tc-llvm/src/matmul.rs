@@ -220,9 +220,9 @@ impl View {
     /// # Safety
     /// `(i, j)` must lie in the extents the view is valid for.
     #[inline(always)]
-    // SAFETY: (contract) met by `pack_b_panel` and `gemv::packed_row`, its
+    // SAFETY: (contract) met by `pack_b_panel` and `sgemm_packed`, its
     // callers.
-    pub(crate) unsafe fn at(&self, i: usize, j: usize) -> f32 {
+    unsafe fn at(&self, i: usize, j: usize) -> f32 {
         // SAFETY: the element is inside the viewed memory (the contract).
         unsafe { *self.ptr.add(i * self.rs + j * self.cs) }
     }
@@ -544,24 +544,16 @@ impl PackedB {
         self.data.len() * 4
     }
 
-    /// `(k, n, kc, nr)`: the operand's extents, its K-block and its panel
-    /// width.
-    pub(crate) fn dims(&self) -> (usize, usize, usize, usize) {
-        (self.k, self.n, self.kc, self.nr)
-    }
-
-    /// Columns per panel.
-    pub(crate) fn panel_width(&self) -> usize {
-        self.nr
-    }
-
-    /// Panels `q..q + g` of the K-block starting at row `pc` (adjacent in
-    /// memory: `g` × that block's rows × `nr` floats).
-    pub(crate) fn panels(&self, pc: usize, q: usize, g: usize) -> &[f32] {
-        let npanels = self.n.div_ceil(self.nr);
-        let kcb = self.kc.min(self.k - pc);
-        let off = pc * npanels * self.nr + q * kcb * self.nr;
-        &self.data[off..off + g * kcb * self.nr]
+    /// The packing as [`crate::gemv`] reads it.
+    #[cfg(target_arch = "x86_64")]
+    fn panels(&self) -> crate::gemv::Panels<'_> {
+        crate::gemv::Panels {
+            data: &self.data,
+            k: self.k,
+            n: self.n,
+            kc: self.kc,
+            nr: self.nr,
+        }
     }
 
     /// The panels of the K-block of `kc` rows at row `pc` covering columns
@@ -650,10 +642,17 @@ unsafe fn sgemm_packed(
     }
     let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     #[cfg(target_arch = "x86_64")]
-    if m == 1 && crate::gemv::available(b) {
-        let par = par || (threads != 1 && crate::gemv::splits(k, n));
-        // SAFETY: `available`; row 0 of A and C's `n` floats by the contract.
-        return unsafe { crate::gemv::packed_row(&a, b, c, par) };
+    if m == 1 && crate::gemv::available(b.nr) {
+        let par = par || (threads != 1 && crate::gemv::splits(k, n, crate::team::in_session()));
+        let mut x = tc_runtime::alloc::filled(k, 0f32)?;
+        for (j, xj) in x.iter_mut().enumerate() {
+            // SAFETY: `(0, j)` with `j < k`, readable by the contract.
+            *xj = unsafe { a.at(0, j) };
+        }
+        // SAFETY: `available`; `b` is a whole packing; C's `n` floats by the
+        // contract.
+        unsafe { crate::gemv::packed_row(&x, &b.panels(), c, par) };
+        return Ok(());
     }
     if streams(m)? {
         // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
