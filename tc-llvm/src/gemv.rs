@@ -1,6 +1,6 @@
 //! One-row products against a packed weight (Section 2 §7, Section 4 §5.4
 //! with M = 1): a decoder's step, `x[1 × K] · W[K × N]` with `W` kept
-//! packed across calls ([`PackedB`]).
+//! packed across calls ([`crate::matmul::PackedB`]).
 //!
 //! Why a path of its own: at M = 1 the product reads every weight once and
 //! does one multiply-add per float read, so it runs at the speed memory
@@ -163,7 +163,9 @@ unsafe fn group<const G: usize>(
 ) {
     use std::arch::x86_64::*;
     let rows = xs.len();
-    debug_assert_eq!(panels.len(), G * 32 * rows);
+    // The loads below rely on it: checked, not assumed (once per group of
+    // `rows` × `G` vector loads).
+    assert_eq!(panels.len(), G * 32 * rows, "gemv: panel group size");
     let base = panels.as_ptr();
     let mut acc = [[_mm512_setzero_ps(); 2]; G];
     for (kk, &xk) in xs.iter().enumerate() {
@@ -174,7 +176,7 @@ unsafe fn group<const G: usize>(
             // dereferenced): computed with wrapping arithmetic.
             _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off + AHEAD).cast::<i8>());
             // SAFETY: `off + 32 ≤ G·32·rows = panels.len()` (`g < G`,
-            // `kk < rows`).
+            // `kk < rows`; the length asserted above).
             let (b0, b1) = unsafe {
                 (
                     _mm512_loadu_ps(base.add(off)),
