@@ -95,6 +95,9 @@ pub(crate) unsafe fn packed_row(x: &[f32], b: &Panels, c: *mut f32, par: bool) {
     };
     let cp = SendPtr(c);
     let run = |t: usize| {
+        // The whole `SendPtr` (Sync), not its raw-pointer field, which the
+        // closure would capture alone.
+        #[allow(clippy::redundant_locals)]
         let cp = cp;
         // Task `t`'s groups: a contiguous share, so its columns are too.
         let (g0, g1) = (groups * t / tasks, groups * (t + 1) / tasks);
