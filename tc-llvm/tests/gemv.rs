@@ -10,32 +10,10 @@
 mod util;
 
 use proptest::prelude::*;
-use tc_core::ir::{BinaryOp, Op, Scalar};
 use tc_core::Dtype;
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
-
-/// `x · wᵀ` with `w: [N, K]` in PyTorch's layout; with `copy`, `wᵀ · 1`
-/// materialized first, so the weight is new storage every call and is
-/// packed per call (the tile path).
-fn linear(copy: bool) -> tc_core::ir::Function {
-    let mut b = builder(if copy { "linear_copy" } else { "linear" });
-    let x = b.param("x", tt(Dtype::F32, &["M", "K"]));
-    let w = b.param("w", tt(Dtype::F32, &["N", "K"]));
-    b.returns(tt(Dtype::F32, &["M", "N"]));
-    let mut wt = b.op(Op::Transpose(vec![1, 0], w));
-    if copy {
-        wt = b.op(Op::ScalarBinary {
-            op: BinaryOp::Mul,
-            x: wt,
-            s: Scalar::Float(1.0),
-            scalar_left: false,
-        });
-    }
-    let y = b.op(Op::Matmul(x, wt));
-    b.finish(y)
-}
 
 fn check(k: usize, n: usize, seed: u64, threads: usize) {
     let mut rng = Rng(seed | 1);

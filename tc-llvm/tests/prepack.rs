@@ -6,32 +6,12 @@
 
 mod util;
 
-use tc_core::ir::{BinaryOp, Op};
+use tc_core::ir::Op;
 use tc_core::{Dim, Dtype, Type};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use tc_runtime::Tensor;
 use util::*;
-
-/// `x · wᵀ` with `w: [N, K]` in PyTorch's layout (read through strides),
-/// or, with `copy`, through `wᵀ · 1` materialized first (packed per call).
-fn linear(copy: bool) -> tc_core::ir::Function {
-    let mut b = builder(if copy { "linear_copy" } else { "linear" });
-    let x = b.param("x", tt(Dtype::F32, &["M", "K"]));
-    let w = b.param("w", tt(Dtype::F32, &["N", "K"]));
-    b.returns(tt(Dtype::F32, &["M", "N"]));
-    let mut wt = b.op(Op::Transpose(vec![1, 0], w));
-    if copy {
-        wt = b.op(Op::ScalarBinary {
-            op: BinaryOp::Mul,
-            x: wt,
-            s: tc_core::ir::Scalar::Float(1.0),
-            scalar_left: false,
-        });
-    }
-    let y = b.op(Op::Matmul(x, wt));
-    b.finish(y)
-}
 
 #[test]
 fn a_packed_weight_gives_the_bits_of_per_call_packing() {

@@ -166,3 +166,25 @@ pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, rtol: f32, atol: f32) {
 pub fn builder(name: &str) -> FnBuilder {
     FnBuilder::new(name)
 }
+
+/// `x · wᵀ` with `w: [N, K]` in PyTorch's layout (read through strides);
+/// with `copy`, `wᵀ · 1` materialized first, so the weight is new storage
+/// on every call and is packed per call (the kept-packing tests' reference).
+pub fn linear(copy: bool) -> Function {
+    use tc_core::ir::{BinaryOp, Op, Scalar};
+    let mut b = builder(if copy { "linear_copy" } else { "linear" });
+    let x = b.param("x", tt(Dtype::F32, &["M", "K"]));
+    let w = b.param("w", tt(Dtype::F32, &["N", "K"]));
+    b.returns(tt(Dtype::F32, &["M", "N"]));
+    let mut wt = b.op(Op::Transpose(vec![1, 0], w));
+    if copy {
+        wt = b.op(Op::ScalarBinary {
+            op: BinaryOp::Mul,
+            x: wt,
+            s: Scalar::Float(1.0),
+            scalar_left: false,
+        });
+    }
+    let y = b.op(Op::Matmul(x, wt));
+    b.finish(y)
+}
