@@ -1,6 +1,9 @@
 //! One-row products against a packed weight (Section 2 §7, Section 4 §5.4
 //! with M = 1): a decoder's step, `x[1 × K] · W[K × N]` with `W` kept
-//! packed across calls ([`crate::matmul::PackedB`]).
+//! packed across calls ([`crate::matmul::PackedB`]). Since a row-major
+//! weight is read in place at so few rows ([`crate::sweep`]), what comes
+//! here is a kept transposed one (a tied LM head, a PyTorch-layout
+//! `Linear`), or any weight a larger product packed and kept first.
 //!
 //! Why a path of its own: at M = 1 the product reads every weight once and
 //! does one multiply-add per float read, so it runs at the speed memory

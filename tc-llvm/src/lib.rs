@@ -98,6 +98,8 @@ mod orc;
 pub mod plan;
 pub mod prepack;
 mod rt;
+#[cfg(target_arch = "x86_64")]
+mod sweep;
 pub mod team;
 
 pub use cache::{dry_run, CacheConfig, Jit, Stats};

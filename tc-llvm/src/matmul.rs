@@ -852,47 +852,8 @@ fn avx512() -> bool {
     })
 }
 
-/// The 16 × 16 transpose of 16 rows held in registers (unpack, 64-bit
-/// unpack, two 128-bit lane shuffles): out row `i` lane `c` is in row `c`
-/// lane `i`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-// SAFETY: (contract) AVX-512F must be available: met by its callers,
-// themselves `avx512f` functions that `avx512()` gates.
-unsafe fn transpose16_regs(
-    mut r: [std::arch::x86_64::__m512; 16],
-) -> [std::arch::x86_64::__m512; 16] {
-    use std::arch::x86_64::*;
-    let mut t = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    let pd = _mm512_castps_pd;
-    let ps = _mm512_castpd_ps;
-    for g in 0..4 {
-        let b = 4 * g;
-        r[b] = ps(_mm512_unpacklo_pd(pd(t[b]), pd(t[b + 2])));
-        r[b + 1] = ps(_mm512_unpackhi_pd(pd(t[b]), pd(t[b + 2])));
-        r[b + 2] = ps(_mm512_unpacklo_pd(pd(t[b + 1]), pd(t[b + 3])));
-        r[b + 3] = ps(_mm512_unpackhi_pd(pd(t[b + 1]), pd(t[b + 3])));
-    }
-    for h in 0..2 {
-        let b = 8 * h;
-        for j in 0..4 {
-            t[b + j] = _mm512_shuffle_f32x4::<0x88>(r[b + j], r[b + 4 + j]);
-            t[b + 4 + j] = _mm512_shuffle_f32x4::<0xdd>(r[b + j], r[b + 4 + j]);
-        }
-    }
-    for j in 0..8 {
-        r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
-        r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
-    }
-    r
-}
-
 /// `dst[i·ds + c] = src[c·ss + i]` for `i, c < 16`: a 16 × 16 f32 transpose
-/// in registers (`transpose16_regs`).
+/// in registers (`sweep::transpose16_regs`).
 ///
 /// # Safety
 /// AVX-512F must be available; the 16 source rows of 16 floats (stride
@@ -912,7 +873,7 @@ pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) 
         *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
     }
     // SAFETY: AVX-512F is available (the contract).
-    let r = unsafe { transpose16_regs(r) };
+    let r = unsafe { crate::sweep::transpose16_regs(r) };
     for (i, x) in r.iter().enumerate() {
         // SAFETY: destination row `i < 16`, 16 writable floats (the
         // contract); the store is unaligned.
@@ -943,7 +904,7 @@ unsafe fn pack_a16(src: *const f32, ss: usize, rows: usize, dst: *mut f32, mr: u
         *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
     }
     // SAFETY: AVX-512F is available (the contract).
-    let r = unsafe { transpose16_regs(r) };
+    let r = unsafe { crate::sweep::transpose16_regs(r) };
     let mask: __mmask16 = ((1u32 << mr.min(16)) - 1) as __mmask16;
     for (i, x) in r.iter().enumerate() {
         // SAFETY: lanes `0..mr` of `dst[i·mr..]`, `i < 16`: inside the
@@ -1125,15 +1086,8 @@ pub unsafe fn matmul_strided(
         // `(batch·M) × K` matrix of row stride `st_a[r−2]`, B one `K × N`.
         // SAFETY: so the views address exactly the elements the contract makes
         // readable, and C (contiguous `p ++ [M, N]`) is `(batch·M) × N`.
-        if let Some(cache) = b_cache.filter(|_| k > 0) {
-            // SAFETY: as just above (B is `k × n` at `vb`).
-            if let Some(packed) = unsafe { packed_b(cache, &vb, k, n)? } {
-                // SAFETY: as just above.
-                return unsafe { sgemm_packed(batch * m, va, (vb, &packed), c, threads) };
-            }
-        }
-        // SAFETY: as above: the views and C as the contract makes them.
-        return unsafe { sgemm(batch * m, n, k, va, vb, c, threads) };
+        // SAFETY: as just above.
+        return unsafe { one_matrix((batch * m, n, k), va, vb, c, threads, b_cache) };
     }
     let offs = |p: usize, st: &[isize]| -> isize {
         let mut rest = p;
@@ -1177,6 +1131,89 @@ pub unsafe fn matmul_strided(
     } else {
         (0..batch).try_for_each(one)
     }
+}
+
+/// `C[m×n] = A · B` for one matrix each: swept ([`crate::sweep`]), from a
+/// kept packing, or by [`sgemm`].
+///
+/// # Safety
+/// `va` valid for reads of every `(i, j)`, `i < m`, `j < k`, `vb` of every
+/// `(i, j)`, `i < k`, `j < n`; `c` as in [`sgemm`].
+// SAFETY: (contract) met by `matmul_strided`, its only caller.
+unsafe fn one_matrix(
+    (m, n, k): (usize, usize, usize),
+    va: View,
+    vb: View,
+    c: *mut f32,
+    threads: usize,
+    b_cache: Option<&dyn PackCache>,
+) -> Result<(), Error> {
+    #[cfg(target_arch = "x86_64")]
+    let sweep = crate::sweep::available(m, k, (vb.rs, vb.cs));
+    // A few rows against a row-major weight: swept in place, never
+    // packed (as fast as a kept packing, without its memory).
+    #[cfg(target_arch = "x86_64")]
+    if sweep == Some(crate::sweep::Layout::Rows) {
+        // SAFETY: the contract.
+        return unsafe { swept((m, n, k), &va, &vb, c, threads) };
+    }
+    if let Some(cache) = b_cache.filter(|_| k > 0) {
+        // SAFETY: the contract (B is `k × n` at `vb`).
+        if let Some(packed) = unsafe { packed_b(cache, &vb, k, n)? } {
+            // SAFETY: the contract.
+            return unsafe { sgemm_packed(m, va, (vb, &packed), c, threads) };
+        }
+    }
+    // A transposed weight not (yet) kept: swept instead of packed for
+    // this call. Kept from its second call on, as its sweep (16
+    // columns' transpose in registers) streamed 10.5–12.6 GB/s where
+    // the kept packing's `gemv` streamed 12.4–15.2 (issue #15).
+    #[cfg(target_arch = "x86_64")]
+    if sweep.is_some() {
+        // SAFETY: the contract.
+        return unsafe { swept((m, n, k), &va, &vb, c, threads) };
+    }
+    // SAFETY: the contract.
+    unsafe { sgemm(m, n, k, va, vb, c, threads) }
+}
+
+/// `C[m×n] = A · B` by [`crate::sweep`], B read where it lies (no packing,
+/// none kept): bit-identical to [`sgemm`] on the views.
+///
+/// # Safety
+/// [`crate::sweep::available`]`(m, k, (b.rs, b.cs))` is `Some`; `a` valid for reads of every
+/// `(i, j)`, `i < m`, `j < k`, `b` of every `(i, j)`, `i < k`, `j < n`;
+/// `c` as in [`sgemm`].
+// SAFETY: (contract) met by `one_matrix`, its only caller.
+#[cfg(target_arch = "x86_64")]
+unsafe fn swept(
+    (m, n, k): (usize, usize, usize),
+    a: &View,
+    b: &View,
+    c: *mut f32,
+    threads: usize,
+) -> Result<(), Error> {
+    let len = m
+        .checked_mul(k)
+        .ok_or_else(|| Error::Unsupported(format!("a {m} × {k} operand")))?;
+    let mut x = tc_runtime::alloc::filled(len, 0f32)?;
+    for (p, xp) in x.iter_mut().enumerate() {
+        // SAFETY: `(p / k, p % k)` with `p / k < m`: readable by the contract.
+        *xp = unsafe { a.at(p / k, p % k) };
+    }
+    let par =
+        threads != 1 && (splits(m, n, k) || crate::gemv::splits(k, n, crate::team::in_session()));
+    let w = crate::sweep::Weight {
+        ptr: b.ptr,
+        rs: b.rs,
+        cs: b.cs,
+        k,
+        n,
+    };
+    // SAFETY: `available` (the contract); `x` is `m × k`; B and C as the
+    // contract makes them.
+    unsafe { crate::sweep::rows(&x, m, &w, params().1, c, par) };
+    Ok(())
 }
 
 /// `b` packed, from `cache` or packed now and kept there; `None` when the

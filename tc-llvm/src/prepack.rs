@@ -15,6 +15,11 @@
 //! storage can be mistaken for it. The packing is the one the GEMM would
 //! do, so results are bit-identical with or without the cache.
 //!
+//! Products of at most eight rows against a row-major weight never come
+//! here: they read the weight in place (`sweep.rs`), so a decoder
+//! keeps no second copy of those weights; a transposed weight at so few
+//! rows is read in place on its first call and kept from its second.
+//!
 //! Size: at most `TC_PACK_CACHE_MB` (default 1024; `0` turns it off) of
 //! packed floats; beyond that a packing is used for the call and not kept.
 
