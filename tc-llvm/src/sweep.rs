@@ -38,10 +38,11 @@ use crate::gemm_common::SendPtr;
 pub(crate) const MAX_M: usize = 8;
 
 /// Accumulator floats of one column chunk (`M` rows × chunk width): 32 KiB
-/// of the 48 KiB L1 of the Zen 5 host it was measured on (the weight's
-/// lines pass through the rest, prefetched into L2). Interleaved on that
-/// host, 8 rows against 40 weights of 768 × 2304: 16 KiB 8.5–9.6 GB/s,
-/// 32 KiB 10.7–11.8; at one row the two were alike (issue #15).
+/// of the 48 KiB L1 of the host it was measured on (a Xeon, Emerald
+/// Rapids); the weight's lines pass through the rest, prefetched into L2.
+/// Interleaved on that host, 8 rows against 40 weights of 768 × 2304:
+/// 16 KiB 8.6–11.6 GB/s, 32 KiB 10.7–11.8; at one row the two were alike
+/// (issue #15).
 const ACC_FLOATS: usize = 8192;
 
 /// How a swept weight lies.
@@ -210,8 +211,8 @@ struct Block {
 /// output rows: eight for one row, four for more (as many streams through
 /// memory, and that fraction of the accumulator loads and stores). Each
 /// line is prefetched into L2 one pass ahead (the same columns `step`
-/// rows down). Measured on the Zen 5 host, interleaved, one row against
-/// 40 weights of 768 × 2304 (issue #15): four rows with a prefetch 1 KiB
+/// rows down). Measured on that Xeon host, interleaved, one row against 40
+/// weights of 768 × 2304 (issue #15): four rows with a prefetch 1 KiB
 /// along the row 11.1–13.0 GB/s, four with this prefetch 12.0–13.9, eight
 /// 12.2–14.2, against 12.7–15.3 for the kept packing's [`crate::gemv`]; 8
 /// output rows: four 8.4–11.6, eight 7.7–10.2, the tile path on a kept
