@@ -619,6 +619,19 @@ pub struct ViewKey {
     pub n: usize,
 }
 
+impl ViewKey {
+    /// The key of the `k × n` view `b`.
+    fn of(b: &View, k: usize, n: usize) -> ViewKey {
+        ViewKey {
+            ptr: b.ptr as usize,
+            rs: b.rs,
+            cs: b.cs,
+            k,
+            n,
+        }
+    }
+}
+
 /// `C[m×n] = A[m×k] · B` with B packed ([`PackedB`]): the streamed path
 /// takes its panels one by one, the blocked path its K-blocks whole (issue
 /// #15: packing, a transpose for PyTorch-layout weights, no longer runs on
@@ -1148,15 +1161,6 @@ unsafe fn one_matrix(
     threads: usize,
     b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
-    #[cfg(target_arch = "x86_64")]
-    let sweep = crate::sweep::available(m, k, (vb.rs, vb.cs));
-    // A few rows against a row-major weight: swept in place, never
-    // packed (as fast as a kept packing, without its memory).
-    #[cfg(target_arch = "x86_64")]
-    if sweep == Some(crate::sweep::Layout::Rows) {
-        // SAFETY: the contract.
-        return unsafe { swept((m, n, k), &va, &vb, c, threads) };
-    }
     if let Some(cache) = b_cache.filter(|_| k > 0) {
         // SAFETY: the contract (B is `k × n` at `vb`).
         if let Some(packed) = unsafe { packed_b(cache, &vb, k, n)? } {
@@ -1164,12 +1168,19 @@ unsafe fn one_matrix(
             return unsafe { sgemm_packed(m, va, (vb, &packed), c, threads) };
         }
     }
-    // A transposed weight not (yet) kept: swept instead of packed for
-    // this call. Kept from its second call on, as its sweep (16
-    // columns' transpose in registers) streamed 10.5–12.6 GB/s where
-    // the kept packing's `gemv` streamed 12.4–15.2 (issue #15).
+    // A few rows against a weight not (yet) kept: read where it lies
+    // instead of packed for this call (a first call, or every call with
+    // the cache off). Kept from the second call on, because the kept
+    // packing still streamed faster (issue #15, interleaved on a Xeon
+    // host): one row against 768 × 2304 row-major weights 12.6–14.4 GB/s
+    // swept against 14.3–15.1 through `gemv`, 768 × 50257 transposed
+    // 12.2–13.4 against 13.8–14.7. GPT-2-small, 1 thread, three
+    // alternating runs each: with the cache off (everything swept) a
+    // decoding step took 39–49 ms against 36–41 kept (minima over 38
+    // steps), the first step 40–56 ms against 333–400 (which packs and
+    // keeps 500 MB).
     #[cfg(target_arch = "x86_64")]
-    if sweep.is_some() {
+    if crate::sweep::available(m, k, (vb.rs, vb.cs)).is_some() {
         // SAFETY: the contract.
         return unsafe { swept((m, n, k), &va, &vb, c, threads) };
     }
@@ -1228,13 +1239,7 @@ unsafe fn packed_b(
     k: usize,
     n: usize,
 ) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
-    let key = ViewKey {
-        ptr: b.ptr as usize,
-        rs: b.rs,
-        cs: b.cs,
-        k,
-        n,
-    };
+    let key = ViewKey::of(b, k, n);
     match cache.get(&key) {
         Lookup::Hit(p) => Ok(Some(p)),
         Lookup::Skip => Ok(None),

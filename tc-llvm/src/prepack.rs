@@ -15,10 +15,10 @@
 //! storage can be mistaken for it. The packing is the one the GEMM would
 //! do, so results are bit-identical with or without the cache.
 //!
-//! Products of at most eight rows against a row-major weight never come
-//! here: they read the weight in place (`sweep.rs`), so a decoder
-//! keeps no second copy of those weights; a transposed weight at so few
-//! rows is read in place on its first call and kept from its second.
+//! Products of at most eight rows read a weight in place (`sweep.rs`)
+//! until it is kept, not packing it per call; with the cache off
+//! (`TC_PACK_CACHE_MB=0`) they always do, so a decoder then holds no
+//! packed copy of its weights at all.
 //!
 //! Size: at most `TC_PACK_CACHE_MB` (default 1024; `0` turns it off) of
 //! packed floats; beyond that a packing is used for the call and not kept.

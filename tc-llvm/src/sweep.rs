@@ -1,20 +1,25 @@
 //! Products of a few rows against a weight read where it lies (Section 2
-//! §7, Section 4 §5.4 with M ≤ [`MAX_M`] and B of unit column stride): a
-//! decoder's step and a short prompt, `x[M × K] · W[K × N]` with `W` in the
-//! `[in, out]` layout (GPT-2's Conv1D).
+//! §7, Section 4 §5.4 with M ≤ [`MAX_M`]): a decoder's step and a short
+//! prompt, `x[M × K] · W[K × N]`, with `W` row-major (`[in, out]`, GPT-2's
+//! Conv1D) or transposed (`[out, in]`: PyTorch's `Linear`, a tied LM head).
 //!
 //! Why a path of its own: at so few rows the product reads every weight
 //! float once and does M multiply-adds with it, so it runs at the speed
-//! memory streams the weight in. Packing the weight first (the tile path)
-//! reads and writes it once more; keeping the packing across calls
-//! ([`crate::prepack`]) avoids that from the second call on but doubles
-//! the weights' memory, and its first packing of a GPT-2-small (500 MB of
-//! fresh pages) made the first decoding step ten times slower than the
-//! next (issue #15). Here no packing exists: each task sweeps the rows of
-//! its column range top to bottom, multiply-adding each row into
-//! accumulators for its `M` output rows that stay in L1 (at most
-//! [`ACC_FLOATS`] of them), so a row-major weight is read in long
-//! sequential runs that the prefetchers follow.
+//! memory streams the weight in. Packing the weight per call (the tile
+//! path) reads and writes it once more: a GPT-2-small prompt of 8 tokens
+//! took twice as long as with no packing. So a weight's products at so few
+//! rows are swept here until it is kept packed ([`crate::prepack`], from
+//! its second call), and always when the cache of kept packings is off
+//! (`TC_PACK_CACHE_MB=0`): a decoder then holds no packed copy of its
+//! weights and its first step packs nothing, for about a tenth of its
+//! steady decoding speed (`matmul::one_matrix` has the figures).
+//!
+//! A row-major weight: each task sweeps the rows of its column range top to
+//! bottom, multiply-adding four or eight rows at a time into accumulators
+//! for its `M` output rows that stay in L1 (at most [`ACC_FLOATS`] of
+//! them), so the weight is read in long sequential runs. A transposed one:
+//! 16 columns at a time, 16 K steps of them loaded as 16 vectors and
+//! transposed in registers, accumulators in registers.
 //!
 //! Numerics: the tile path's, bit for bit. Every output element is the FMA
 //! chain `acc = fma(x[i][k], w[k][j], acc)` over one K-block of the tile
@@ -308,11 +313,20 @@ unsafe fn rows_step<const R: usize, const U: usize>(
     ap: *mut f32,
 ) {
     let w = blk.width;
-    let xv: [[__m512; U]; R] =
-        std::array::from_fn(|i| std::array::from_fn(|u| _mm512_set1_ps(x[i * b.k + kk + u])));
-    // SAFETY: rows `kk + u < k`, column `j < n` (the contract).
-    let row: [*const f32; U] =
-        std::array::from_fn(|u| unsafe { b.ptr.add((kk + u) * b.rs + blk.j) });
+    // Plain loops with constant bounds, not `array::from_fn`: a closure
+    // there is not inlined into this AVX-512 function (it lacks the
+    // feature), and every vector went through memory.
+    let mut xv = [[_mm512_setzero_ps(); U]; R];
+    for (i, xi) in xv.iter_mut().enumerate() {
+        for (u, v) in xi.iter_mut().enumerate() {
+            *v = _mm512_set1_ps(x[i * b.k + kk + u]);
+        }
+    }
+    let mut row = [b.ptr; U];
+    for (u, r) in row.iter_mut().enumerate() {
+        // SAFETY: row `kk + u < k`, column `j < n` (the contract).
+        *r = unsafe { b.ptr.add((kk + u) * b.rs + blk.j) };
+    }
     for v in 0..blk.cols.div_ceil(16) {
         let m = lanes(v, blk.cols);
         // SAFETY: the masked lanes are columns `j + 16v .. j + cols` of
@@ -320,10 +334,11 @@ unsafe fn rows_step<const R: usize, const U: usize>(
         // prefetch address (`U` rows down) may lie past the weight (a hint,
         // never dereferenced): wrapping arithmetic.
         unsafe {
-            let bv: [__m512; U] = std::array::from_fn(|u| {
+            let mut bv = [_mm512_setzero_ps(); U];
+            for (u, bu) in bv.iter_mut().enumerate() {
                 _mm_prefetch::<_MM_HINT_T1>(row[u].wrapping_add(v * 16 + U * b.rs).cast::<i8>());
-                _mm512_maskz_loadu_ps(m, row[u].add(v * 16))
-            });
+                *bu = _mm512_maskz_loadu_ps(m, row[u].add(v * 16));
+            }
             for (i, xi) in xv.iter().enumerate() {
                 let a = ap.add(i * w + v * 16);
                 let mut s = _mm512_load_ps(a);
@@ -397,26 +412,53 @@ unsafe fn cols16<const R: usize>(x: &[f32], b: &Weight, blk: &Block, c: *mut f32
     let mut k0 = blk.pc;
     while k0 < end {
         let kn = 16.min(end - k0);
+        // B's rows `k0..k0 + kn` of the block's 16 columns (the last
+        // `16 − cols` zero). Loaded here, by a loop with a constant bound
+        // for a whole group, so the 16 vectors stay in registers: through an
+        // AVX-512 function returning them, or `array::from_fn` (whose
+        // closure lacks the feature), each went through memory.
         let mask = lanes(0, kn);
         let mut t = [_mm512_setzero_ps(); 16];
-        for (r, v) in t.iter_mut().enumerate().take(blk.cols) {
-            // SAFETY: column `j + r < j + cols ≤ n`, rows `k0..k0 + kn ⊆
-            // 0..k` under the mask, contiguous (`rs == 1`): readable (the
-            // contract). The prefetch (the line after) may lie past the
-            // weight (a hint, never dereferenced): wrapping arithmetic.
+        let load = |r: usize| {
+            // SAFETY: column `j + r < j + cols ≤ n`, rows `k0..k0 + kn ⊆ 0..k`
+            // under the mask, contiguous (`rs == 1`): readable (the contract).
+            // The prefetch (the line after) may lie past the weight (a hint,
+            // never dereferenced): wrapping arithmetic.
             unsafe {
                 let col = b.ptr.add((blk.j + r) * b.cs + k0);
                 _mm_prefetch::<_MM_HINT_T0>(col.wrapping_add(64).cast::<i8>());
-                *v = _mm512_maskz_loadu_ps(mask, col);
+                _mm512_maskz_loadu_ps(mask, col)
+            }
+        };
+        if blk.cols == 16 {
+            for (r, v) in t.iter_mut().enumerate() {
+                *v = load(r);
+            }
+        } else {
+            for (r, v) in t.iter_mut().enumerate().take(blk.cols) {
+                *v = load(r);
             }
         }
         // SAFETY: AVX-512F (the contract).
         let t = unsafe { transpose16_regs(t) };
         // Lane `r` of `t[i]` is B's `(k0 + i, j + r)`: one K step for the 16
-        // columns, K steps in order.
-        for (i, ti) in t.iter().enumerate().take(kn) {
-            for (r, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(_mm512_set1_ps(x[r * b.k + k0 + i]), *ti, *a);
+        // columns, K steps in order. A whole tile's loops have constant
+        // bounds, so the accumulators stay in registers.
+        if kn == 16 {
+            let mut xs: [&[f32]; R] = [&[]; R];
+            for (r, xr) in xs.iter_mut().enumerate() {
+                *xr = &x[r * b.k + k0..r * b.k + k0 + 16];
+            }
+            for (i, ti) in t.iter().enumerate() {
+                for (a, xr) in acc.iter_mut().zip(&xs) {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(xr[i]), *ti, *a);
+                }
+            }
+        } else {
+            for (i, ti) in t.iter().enumerate().take(kn) {
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(x[r * b.k + k0 + i]), *ti, *a);
+                }
             }
         }
         k0 += kn;
@@ -441,6 +483,7 @@ unsafe fn cols16<const R: usize>(x: &[f32], b: &Weight, blk: &Block, c: *mut f32
 /// unpack, two 128-bit lane shuffles): out row `i` lane `c` is in row `c`
 /// lane `i`.
 #[target_feature(enable = "avx512f")]
+#[inline]
 // SAFETY: (contract) AVX-512F must be available: met by its callers,
 // themselves `avx512f` functions that `matmul::avx512()` or [`available`]
 // gate.
