@@ -151,6 +151,24 @@ pub(crate) unsafe fn rows(x: &[f32], m: usize, b: &Weight, kc: usize, c: *mut f3
     }
 }
 
+/// `f::<R>(args)` for the row count `m ∈ 1..=MAX_M` (8 for any larger,
+/// which `available` excludes): kernels are generic over their row count
+/// so that their per-row loops have constant bounds.
+macro_rules! by_rows {
+    ($m:expr, $f:ident($($arg:expr),*)) => {
+        match $m {
+            1 => $f::<1>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            4 => $f::<4>($($arg),*),
+            5 => $f::<5>($($arg),*),
+            6 => $f::<6>($($arg),*),
+            7 => $f::<7>($($arg),*),
+            _ => $f::<8>($($arg),*),
+        }
+    };
+}
+
 /// L1 accumulators, aligned to a cache line.
 #[repr(align(64))]
 struct Acc([f32; ACC_FLOATS]);
@@ -185,18 +203,7 @@ unsafe fn columns(
             // SAFETY: rows `pc..pc + rows ⊆ 0..k` and columns `j..j + cols
             // ⊆ j0..j1` of `b` and C (the contract); `m·width ≤
             // ACC_FLOATS`; AVX-512F by `available`.
-            unsafe {
-                match m {
-                    1 => block::<1>(x, b, &blk, &mut acc.0, c),
-                    2 => block::<2>(x, b, &blk, &mut acc.0, c),
-                    3 => block::<3>(x, b, &blk, &mut acc.0, c),
-                    4 => block::<4>(x, b, &blk, &mut acc.0, c),
-                    5 => block::<5>(x, b, &blk, &mut acc.0, c),
-                    6 => block::<6>(x, b, &blk, &mut acc.0, c),
-                    7 => block::<7>(x, b, &blk, &mut acc.0, c),
-                    _ => block::<8>(x, b, &blk, &mut acc.0, c),
-                }
-            }
+            unsafe { by_rows!(m, block(x, b, &blk, &mut acc.0, c)) }
         }
         j += cols;
     }
@@ -227,6 +234,27 @@ const fn step(rows: usize) -> usize {
         8
     } else {
         4
+    }
+}
+
+/// One K-block's sums `s` into C's lanes `m` at `dst`: written after the
+/// first K-block, added after the others (`C = C + acc`, the tile path's
+/// order).
+///
+/// # Safety
+/// AVX-512F available; the lanes `m` at `dst` valid for reads and writes.
+#[target_feature(enable = "avx512f")]
+#[inline]
+// SAFETY: (contract) met by `block` and `cols16`, under `available`.
+unsafe fn write_c(dst: *mut f32, m: __mmask16, s: __m512, accum: bool) {
+    // SAFETY: the masked lanes at `dst` (the contract).
+    unsafe {
+        let s = if accum {
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), s)
+        } else {
+            s
+        };
+        _mm512_mask_storeu_ps(dst, m, s);
     }
 }
 
@@ -282,14 +310,8 @@ unsafe fn block<const R: usize>(x: &[f32], b: &Weight, blk: &Block, acc: &mut [f
             // SAFETY: C's row `i < R`, columns `j + 16v ..` under the mask,
             // inside `j..j + cols ⊆ 0..n` (the contract); `acc` as above.
             unsafe {
-                let dst = c.add(i * b.n + blk.j + v * 16);
                 let s = _mm512_load_ps(ap.add(i * w + v * 16));
-                let s = if blk.pc > 0 {
-                    _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), s)
-                } else {
-                    s
-                };
-                _mm512_mask_storeu_ps(dst, m, s);
+                write_c(c.add(i * b.n + blk.j + v * 16), m, s, blk.pc > 0);
             }
         }
     }
@@ -379,18 +401,7 @@ unsafe fn transposed(
             // SAFETY: rows `pc..pc + rows ⊆ 0..k` and columns `j..j + cols
             // ⊆ j0..j1` of `b` and C (the contract); AVX-512F by
             // `available`.
-            unsafe {
-                match m {
-                    1 => cols16::<1>(x, b, &blk, c),
-                    2 => cols16::<2>(x, b, &blk, c),
-                    3 => cols16::<3>(x, b, &blk, c),
-                    4 => cols16::<4>(x, b, &blk, c),
-                    5 => cols16::<5>(x, b, &blk, c),
-                    6 => cols16::<6>(x, b, &blk, c),
-                    7 => cols16::<7>(x, b, &blk, c),
-                    _ => cols16::<8>(x, b, &blk, c),
-                }
-            }
+            unsafe { by_rows!(m, cols16(x, b, &blk, c)) }
         }
     }
 }
@@ -467,15 +478,7 @@ unsafe fn cols16<const R: usize>(x: &[f32], b: &Weight, blk: &Block, c: *mut f32
     for (r, a) in acc.iter().enumerate() {
         // SAFETY: C's row `r < R`, columns `j..j + cols ⊆ 0..n` under the
         // mask (the contract).
-        unsafe {
-            let dst = c.add(r * b.n + blk.j);
-            let s = if blk.pc > 0 {
-                _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), *a)
-            } else {
-                *a
-            };
-            _mm512_mask_storeu_ps(dst, m, s);
-        }
+        unsafe { write_c(c.add(r * b.n + blk.j), m, *a, blk.pc > 0) };
     }
 }
 
