@@ -843,13 +843,11 @@ unsafe fn pack_a_panel(
             // rest (kc mod 16) one by one.
             let src = a.ptr.add(row0 * a.rs + pc);
             let whole = kc - kc % 16;
-            for kb in (0..whole).step_by(16) {
-                // AVX-512F is present; rows `< rows` of 16 floats from
-                // column `pc + kb` are inside the view; `dst[kb·mr..]`
-                // holds `16·mr` floats (`kb + 16 ≤ kc`).
-                #[cfg(target_arch = "x86_64")]
-                pack_a16(src.add(kb), a.rs, rows, dst.as_mut_ptr().add(kb * mr), mr);
-            }
+            // AVX-512F is present; rows `< rows` of `whole` floats from
+            // column `pc` are inside the view; `dst` holds `kc·mr ≥
+            // whole·mr` floats.
+            #[cfg(target_arch = "x86_64")]
+            pack_a16(src, a.rs, rows, whole / 16, dst.as_mut_ptr(), mr);
             for r in 0..rows {
                 let row = std::slice::from_raw_parts(src.add(r * a.rs), kc);
                 for (kk, &x) in row.iter().enumerate().skip(whole) {
@@ -928,36 +926,53 @@ pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) 
     }
 }
 
-/// `dst[i·mr + r] = src[r·ss + i]` for `i < 16`, `r < rows`, and 0 for
-/// `rows ≤ r < mr`: 16 columns of an A micro-panel packed from `rows`
-/// row-major rows, through the register transpose (the scalar loop stores
-/// one float per cycle at a stride of `mr` floats: a fifth of a 128³
-/// product's time).
+/// `dst[i·mr + r] = src[r·ss + i]` for `i < 16·blocks`, `r < rows`, and 0
+/// for `rows ≤ r < mr`: the whole 16-column blocks of an A micro-panel
+/// packed from `rows` row-major rows, through the register transpose (the
+/// scalar loop stores one float per cycle at a stride of `mr` floats: a
+/// fifth of a 128³ product's time). Every row is loaded under a mask (empty
+/// past `rows`) so the 16 vectors have constant indices and stay in
+/// registers: with a loop over `rows` they went through the stack, and
+/// packing was 9% of a 128³ product (issue #15, Xeon host, 2026-12-02).
 ///
 /// # Safety
 /// AVX-512F must be available; `rows ≤ mr ≤ 16`; the `rows` source rows of
-/// 16 floats (stride `ss`) must be valid for reads and `dst` for writes of
-/// `15·mr + mr` floats.
+/// `16·blocks` floats (stride `ss`) must be valid for reads and `dst` for
+/// writes of `16·blocks·mr` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 // SAFETY: (contract) in the crate met by `pack_a_panel` (`avx512()`
-// checked, whole 16-column blocks inside `dst`, `mr = 14`).
-unsafe fn pack_a16(src: *const f32, ss: usize, rows: usize, dst: *mut f32, mr: usize) {
+// checked, whole 16-column blocks inside the view and `dst`, `mr ≤ 16`).
+unsafe fn pack_a16(
+    src: *const f32,
+    ss: usize,
+    rows: usize,
+    blocks: usize,
+    dst: *mut f32,
+    mr: usize,
+) {
     use std::arch::x86_64::*;
-    let mut r = [_mm512_setzero_ps(); 16];
-    for (c, x) in r.iter_mut().enumerate().take(rows.min(16)) {
-        // SAFETY: source row `c < rows`, 16 readable floats (the
-        // contract); the load is unaligned.
-        *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
-    }
-    // SAFETY: AVX-512F is available (the contract).
-    let r = unsafe { crate::sweep::transpose16_regs(r) };
-    let mask: __mmask16 = ((1u32 << mr.min(16)) - 1) as __mmask16;
-    for (i, x) in r.iter().enumerate() {
-        // SAFETY: lanes `0..mr` of `dst[i·mr..]`, `i < 16`: inside the
-        // `16·mr` writable floats (the contract); masked lanes are not
-        // written.
-        unsafe { _mm512_mask_storeu_ps(dst.add(i * mr), mask, *x) };
+    let store: __mmask16 = ((1u32 << mr.min(16)) - 1) as __mmask16;
+    for kb in 0..blocks {
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (c, x) in r.iter_mut().enumerate() {
+            let load: __mmask16 = if c < rows { 0xffff } else { 0 };
+            // `wrapping_add`: a row past `rows` may lie outside the
+            // allocation; its address is formed but never read.
+            let p = src.wrapping_add(c.wrapping_mul(ss)).wrapping_add(kb * 16);
+            // SAFETY: under a full mask, row `c < rows`, floats `16·kb..16·kb
+            // + 16 < 16·blocks`: readable (the contract); under an empty
+            // mask nothing is read (AVX-512 suppresses masked-off faults).
+            *x = unsafe { _mm512_maskz_loadu_ps(load, p) };
+        }
+        // SAFETY: AVX-512F is available (the contract).
+        let r = unsafe { crate::sweep::transpose16_regs(r) };
+        for (i, x) in r.iter().enumerate() {
+            // SAFETY: lanes `0..mr` of `dst[(16·kb + i)·mr..]`, `16·kb + i <
+            // 16·blocks`: inside the writable floats (the contract); masked
+            // lanes are not written.
+            unsafe { _mm512_mask_storeu_ps(dst.add((kb * 16 + i) * mr), store, *x) };
+        }
     }
 }
 
