@@ -395,7 +395,9 @@ fn bench_matmul(c: &mut Criterion) {
     if skip("matmul") {
         return;
     }
-    let f = matmul_fn();
+    // What `#[tensor_fn]` code calls: IR in a `'static`, identified by its
+    // address (`call` would compare the whole IR on every call).
+    let f: &'static Function = Box::leak(Box::new(matmul_fn()));
     let sizes: &[usize] = if quick() {
         &[128, 512, 1024]
     } else {
@@ -492,7 +494,7 @@ fn bench_matmul(c: &mut Criterion) {
                     // small to split never leaves it (a `pool.install` hop
                     // per call costs a thread wake-up, ~30–100 µs on a VM,
                     // more than the n = 128 product itself).
-                    black_box(j.call(&f, &args, &|_| None).unwrap());
+                    black_box(j.call_static(f, &args, &|_| None).unwrap());
                 }),
                 peer("gemm x86-v4", || {
                     let mut out = vec![0f32; n * n];

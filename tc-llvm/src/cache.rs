@@ -111,6 +111,50 @@ type Slot = Arc<OnceLock<Result<Arc<CompiledFn>, (String, bool)>>>;
 
 type Key = (u128, JitOptions, Sigma);
 
+/// A [`Key`] or its borrowed parts, so a lookup needs no copy of σ (a copy
+/// is one allocation per variable, on every call): the std pattern of a
+/// `Borrow<dyn Trait>` key, hashed and compared by the same parts.
+trait KeyParts {
+    fn parts(&self) -> (u128, JitOptions, &Sigma);
+}
+
+impl KeyParts for Key {
+    fn parts(&self) -> (u128, JitOptions, &Sigma) {
+        (self.0, self.1, &self.2)
+    }
+}
+
+impl KeyParts for (u128, JitOptions, &Sigma) {
+    fn parts(&self) -> (u128, JitOptions, &Sigma) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyParts + 'a> for Key {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+/// As the tuple's derived `Hash`: element after element, so a borrowed key
+/// hashes like the owned one (the `Borrow` contract).
+impl Hash for dyn KeyParts + '_ {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        let (fp, opts, sigma) = self.parts();
+        fp.hash(h);
+        opts.hash(h);
+        sigma.hash(h);
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
 struct Entry {
     slot: Slot,
     tick: u64,
@@ -555,11 +599,11 @@ impl Jit {
         let mut st = lock(&self.state);
         st.tick += 1;
         let tick = st.tick;
-        let key = (fp, cfg.options, sigma.clone());
-        if let Some(e) = st.map.get_mut(&key) {
+        if let Some(e) = st.map.get_mut(&(fp, cfg.options, sigma) as &dyn KeyParts) {
             e.tick = tick;
             return (e.slot.clone(), false, false);
         }
+        let key = (fp, cfg.options, sigma.clone());
         let seen = {
             let c = st.seen.entry(key.clone()).or_insert(0);
             *c += 1;

@@ -240,6 +240,9 @@ fn zero_ok(sig: &Signature) -> BTreeSet<String> {
     out
 }
 
+/// Whether a variable may bind to 0 ([`zero_ok`], asked lazily).
+struct ZeroOk<'a>(&'a dyn Fn(&str) -> bool);
+
 /// What [`bind_args`] produces: σ and the argument values converted into
 /// their parameters' value sets.
 #[derive(Clone, Debug)]
@@ -291,7 +294,10 @@ fn bind_with(
         });
     }
     let mut sigma: Sigma = sig.consts.iter().cloned().collect();
-    let zero_ok = zero_ok(sig);
+    // Only a zero extent consults it (Section 2 §16): computed then, not on
+    // every call (it clones every predicate of the signature).
+    let zero_set = std::cell::OnceCell::new();
+    let zero_ok = ZeroOk(&|v: &str| zero_set.get_or_init(|| zero_ok(sig)).contains(v));
     // (param index, axis) of compound dims, checked once every bare variable is bound.
     let mut deferred: Vec<(usize, usize)> = Vec::new();
 
@@ -346,7 +352,7 @@ fn bind_tensor<'a>(
     tt: &'a TensorType,
     (dtype, shape): (Dtype, &[usize]),
     sigma: &mut Sigma,
-    zero_ok: &BTreeSet<String>,
+    zero_ok: &ZeroOk<'_>,
     site: &dyn Fn(usize, &'a Dim) -> Site<'a>,
 ) -> Result<Vec<usize>> {
     if dtype != tt.dtype {
@@ -505,24 +511,19 @@ impl Site<'_> {
 /// variable not yet bound binds σ (after the `α ≥ 1` default and the dim
 /// range), a bound variable or a constant is compared. Returns `false` for a
 /// compound dim, which pass 2 checks under the complete σ.
-fn bind_dim(
-    site: &Site,
-    sigma: &mut Sigma,
-    zero_ok: &BTreeSet<String>,
-    actual: usize,
-) -> Result<bool> {
+fn bind_dim(site: &Site, sigma: &mut Sigma, zero_ok: &ZeroOk<'_>, actual: usize) -> Result<bool> {
     let d = site.dim;
     let expected = match (d.as_var(), d.as_const()) {
         (Some(v), _) => match sigma.get(v) {
             Some(&e) => e,
             None => {
                 // Section 2 §16: the default α ≥ 1.
-                let min = if zero_ok.contains(v) { 0 } else { 1 };
+                let min = || if (zero_ok.0)(v) { 0 } else { 1 };
                 let Ok(val) = i64::try_from(actual) else {
-                    return Err(site.range(sigma, min, actual));
+                    return Err(site.range(sigma, min(), actual));
                 };
-                if val < min {
-                    return Err(site.range(sigma, min, actual));
+                if val < 1 && val < min() {
+                    return Err(site.range(sigma, min(), actual));
                 }
                 sigma.insert(v.to_string(), val);
                 return Ok(true);
