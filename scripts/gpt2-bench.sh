@@ -4,7 +4,11 @@
 # 256) tokens after an 8-token prompt, at 1 and 2 threads, ROUNDS rounds
 # (default 3) with the systems in a rotating order. Prints the median
 # tokens/s over rounds, tc's ratio to each peer, and tc's kernel compile
-# count (bounded: no compile per step). Needs models/gpt2-seed0
+# count (bounded: no compile per step). Prefill is each system's pass over
+# the prompt after an untimed warm-up pass (ONNX Runtime, PyTorch: one;
+# tc: the first call, which loads the kernels, then a pass that packs and
+# keeps the weights, as ONNX Runtime prepacks at session creation); tc's
+# first call and its warm-up pass get their own columns. Needs models/gpt2-seed0
 # (scripts/fetch-gpt2.sh). The ONNX Runtime side runs an export of one
 # decoding step with the KV cache as inputs and outputs
 # (benches/peers/gpt2_decode.py, checked against GPT2LMHeadModel when it is
@@ -43,8 +47,8 @@ print(f"| GPT-2-small, {rows[0]['tokens']} greedy tokens | threads | tc tokens/s
       + " | ".join(f"{names[p]} tokens/s" for p in peers) + " | "
       + " | ".join(f"tc vs {names[p]}" for p in peers)
       + " | tc prefill ms | " + " | ".join(f"{names[p]} prefill ms" for p in peers)
-      + " | tc kernel compiles |")
-print("|---|---|---|" + "---|" * (3 * len(peers)) + "---|---|")
+      + " | tc first prefill ms | tc warm-up ms | tc kernel compiles |")
+print("|---|---|---|" + "---|" * (3 * len(peers)) + "---|---|---|---|")
 for t in ("1", "2"):
     tc = med("tc", t, "tokens_per_s")
     comp = max(int(r["compiles"]) for r in rows if r["system"] == "tc")
@@ -52,5 +56,6 @@ for t in ("1", "2"):
           + " | ".join(f"{med(p, t, 'tokens_per_s'):.2f}" for p in peers) + " | "
           + " | ".join(f"{tc / med(p, t, 'tokens_per_s'):.2f}x" for p in peers)
           + f" | {med('tc', t, 'prefill_ms'):.1f} | "
-          + " | ".join(f"{med(p, t, 'prefill_ms'):.1f}" for p in peers) + f" | {comp} |")
+          + " | ".join(f"{med(p, t, 'prefill_ms'):.1f}" for p in peers)
+          + f" | {med('tc', t, 'cold_prefill_ms'):.1f} | {med('tc', t, 'warmup_ms'):.1f} | {comp} |")
 PY
