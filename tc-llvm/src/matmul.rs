@@ -460,9 +460,11 @@ unsafe fn streamed(
         let range = |q0: usize, q1: usize| {
             let (apr, cp) = (apr, cp);
             let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
-            if bq.len() < kc * nr && matches!(b, BSrc::View(_)) {
-                bq.resize(kc * nr, 0.0);
-            }
+            let bo = if matches!(b, BSrc::View(_)) {
+                aligned_off(&mut bq, kc * nr)
+            } else {
+                0
+            };
             let mut tile = [0f32; TILE_MAX];
             for q in q0..q1 {
                 let col0 = q * nr;
@@ -471,8 +473,8 @@ unsafe fn streamed(
                         // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
                         // `col0.. < n` of B, valid by the contract; the
                         // panel buffer has `kc·nr` floats.
-                        unsafe { pack_b_panel(v, pc, kc, col0, nr, n, &mut bq[..kc * nr]) };
-                        bq.as_ptr()
+                        unsafe { pack_b_panel(v, pc, kc, col0, nr, n, &mut bq[bo..bo + kc * nr]) };
+                        bq[bo..].as_ptr()
                     }
                     BSrc::Packed(p) => p.panel(pc, q).as_ptr(),
                 };
@@ -538,7 +540,9 @@ pub struct PackedB {
     n: usize,
     kc: usize,
     nr: usize,
+    /// The packing is `data[off..]` (64-byte aligned, see [`aligned_off`]).
     data: Vec<f32>,
+    off: usize,
 }
 
 impl PackedB {
@@ -560,17 +564,29 @@ impl PackedB {
         // in unrelated L2 sets, on one physically contiguous huge page in
         // the same sets, and GPT-2 decoding measured 20–24 tokens/s without
         // the advice and 16–19 with it (issue #15, interleaved runs).
-        let mut data = tc_runtime::alloc::filled(total, 0f32)?;
+        let padded = total
+            .checked_add(15)
+            .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
+        let mut data = tc_runtime::alloc::filled(padded, 0f32)?;
+        let start = line_off(&data);
+        let slab = &mut data[start..start + total];
         for pc in (0..k).step_by(kc) {
             let kcb = kc.min(k - pc);
             for q in 0..npanels {
                 let off = pc * npanels * nr + q * kcb * nr;
                 // SAFETY: rows `pc..pc + kcb ⊆ 0..k`, columns `q·nr.. < n`
                 // (the contract); the slice holds the panel's `kcb·nr`.
-                unsafe { pack_b_panel(b, pc, kcb, q * nr, nr, n, &mut data[off..off + kcb * nr]) };
+                unsafe { pack_b_panel(b, pc, kcb, q * nr, nr, n, &mut slab[off..off + kcb * nr]) };
             }
         }
-        Ok(PackedB { k, n, kc, nr, data })
+        Ok(PackedB {
+            k,
+            n,
+            kc,
+            nr,
+            data,
+            off: start,
+        })
     }
 
     /// Bytes held.
@@ -578,11 +594,16 @@ impl PackedB {
         self.data.len() * 4
     }
 
+    /// The packing itself (every panel, 64-byte aligned).
+    fn slab(&self) -> &[f32] {
+        &self.data[self.off..]
+    }
+
     /// The packing as [`crate::gemv`] reads it.
     #[cfg(target_arch = "x86_64")]
     fn panels(&self) -> crate::gemv::Panels<'_> {
         crate::gemv::Panels {
-            data: &self.data,
+            data: self.slab(),
             k: self.k,
             n: self.n,
             kc: self.kc,
@@ -604,7 +625,7 @@ impl PackedB {
         }
         let start = pc * npanels * self.nr + (jc / self.nr) * kcb * self.nr;
         let len = nc.div_ceil(self.nr) * kcb * self.nr;
-        self.data.get(start..start.checked_add(len)?)
+        self.slab().get(start..start.checked_add(len)?)
     }
 
     /// Panel `q` of the K-block starting at row `pc`.
@@ -612,7 +633,7 @@ impl PackedB {
         let npanels = self.n.div_ceil(self.nr);
         let kcb = self.kc.min(self.k - pc);
         let off = pc * npanels * self.nr + q * kcb * self.nr;
-        &self.data[off..off + kcb * self.nr]
+        &self.slab()[off..off + kcb * self.nr]
     }
 }
 
@@ -744,6 +765,28 @@ thread_local! {
 /// Floats per 2 MiB huge page.
 const HUGE_FLOATS: usize = (2 << 20) / 4;
 
+/// The offset (0..16 floats) of `buf`'s first 64-byte-aligned float, with
+/// `buf` grown (contents lost) to hold `need` floats from there. Packed B
+/// is read a 64-byte vector at a time; from a `Vec`'s own start (16 or 48
+/// bytes past a line, as glibc placed them) every such load straddled two
+/// cache lines (`gemm` aligns its packing too). On the Xeon host, tc /
+/// `gemm` in alternating runs, before → after: 128³ 0.86–0.95× →
+/// 0.95–0.99×, 1024 × 1536 × 384 0.82–0.96× → 0.88–0.97× (issue #15).
+fn aligned_off(buf: &mut Vec<f32>, need: usize) -> usize {
+    if buf.len() < need.saturating_add(15) {
+        buf.clear();
+        buf.resize(need.saturating_add(15), 0.0);
+    }
+    line_off(buf)
+}
+
+/// The offset (0..16 floats) of the first 64-byte-aligned float of `buf`
+/// (f32-aligned, so some float within 16 is).
+fn line_off(buf: &[f32]) -> usize {
+    let addr = buf.as_ptr() as usize;
+    ((addr.next_multiple_of(64) - addr) / 4).min(15)
+}
+
 /// `need` floats of `buf` starting at a 2 MiB boundary, on a transparent
 /// huge page where the kernel grants one; `buf` is reallocated (contents
 /// lost) when too small.
@@ -756,10 +799,8 @@ const HUGE_FLOATS: usize = (2 << 20) / 4;
 /// huge page spreads the block evenly over the sets, every run.
 fn huge_slice(buf: &mut Vec<f32>, need: usize) -> &mut [f32] {
     if need * 4 < (256 << 10) {
-        if buf.len() < need {
-            buf.resize(need, 0.0);
-        }
-        return &mut buf[..need];
+        let off = aligned_off(buf, need);
+        return &mut buf[off..off + need];
     }
     let total = need + HUGE_FLOATS;
     if buf.len() < total {
@@ -1594,6 +1635,37 @@ mod dims_tests {
             // SAFETY: as above.
             let r = unsafe { matmul_strided(Dtype::F32, p, &st_a, p, &st_b, p, &sa, &sb, 1, None) };
             assert!(r.is_err(), "strides {st_a:?} {st_b:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod align_tests {
+    use super::*;
+
+    /// Kept packings and per-call panel buffers start on a cache line
+    /// whatever address the allocator gave (a split 64-byte load costs a
+    /// second line per B vector), and the packing still holds B's values.
+    #[test]
+    fn packings_start_on_a_cache_line() {
+        for (k, n) in [(1, 1), (3, 5), (128, 128), (384, 1536), (1536, 384)] {
+            let b: Vec<f32> = (0..k * n).map(|i| i as f32).collect();
+            // SAFETY: `b` holds the `k × n` row-major view.
+            let p = unsafe { PackedB::pack(&View::new(b.as_ptr(), n, 1), k, n) }.unwrap();
+            assert_eq!(p.slab().as_ptr() as usize % 64, 0, "{k} × {n}");
+            // Panel 0 of K-block 0, row 0: B's first `min(n, nr)` floats.
+            let first = &p.panel(0, 0)[..n.min(p.nr)];
+            assert!(first.iter().zip(&b).all(|(x, y)| x == y), "{k} × {n}");
+        }
+        for need in [1, 100, 5000, 70_000] {
+            // Start from buffers of every alignment a `Vec<f32>` can have.
+            for skew in 0..16 {
+                let mut buf: Vec<f32> = vec![0.0; skew + 1];
+                buf.drain(..skew);
+                let off = aligned_off(&mut buf, need);
+                assert!(off < 16 && off + need <= buf.len());
+                assert_eq!(buf[off..].as_ptr() as usize % 64, 0);
+            }
         }
     }
 }
