@@ -240,9 +240,6 @@ fn zero_ok(sig: &Signature) -> BTreeSet<String> {
     out
 }
 
-/// Whether a variable may bind to 0 ([`zero_ok`], asked lazily).
-struct ZeroOk<'a>(&'a dyn Fn(&str) -> bool);
-
 /// What [`bind_args`] produces: σ and the argument values converted into
 /// their parameters' value sets.
 #[derive(Clone, Debug)]
@@ -297,7 +294,7 @@ fn bind_with(
     // Only a zero extent consults it (Section 2 §16): computed then, not on
     // every call (it clones every predicate of the signature).
     let zero_set = std::cell::OnceCell::new();
-    let zero_ok = ZeroOk(&|v: &str| zero_set.get_or_init(|| zero_ok(sig)).contains(v));
+    let zero_ok = |v: &str| zero_set.get_or_init(|| zero_ok(sig)).contains(v);
     // (param index, axis) of compound dims, checked once every bare variable is bound.
     let mut deferred: Vec<(usize, usize)> = Vec::new();
 
@@ -352,7 +349,7 @@ fn bind_tensor<'a>(
     tt: &'a TensorType,
     (dtype, shape): (Dtype, &[usize]),
     sigma: &mut Sigma,
-    zero_ok: &ZeroOk<'_>,
+    zero_ok: &dyn Fn(&str) -> bool,
     site: &dyn Fn(usize, &'a Dim) -> Site<'a>,
 ) -> Result<Vec<usize>> {
     if dtype != tt.dtype {
@@ -511,14 +508,21 @@ impl Site<'_> {
 /// variable not yet bound binds σ (after the `α ≥ 1` default and the dim
 /// range), a bound variable or a constant is compared. Returns `false` for a
 /// compound dim, which pass 2 checks under the complete σ.
-fn bind_dim(site: &Site, sigma: &mut Sigma, zero_ok: &ZeroOk<'_>, actual: usize) -> Result<bool> {
+fn bind_dim(
+    site: &Site,
+    sigma: &mut Sigma,
+    zero_ok: &dyn Fn(&str) -> bool,
+    actual: usize,
+) -> Result<bool> {
     let d = site.dim;
     let expected = match (d.as_var(), d.as_const()) {
         (Some(v), _) => match sigma.get(v) {
             Some(&e) => e,
             None => {
                 // Section 2 §16: the default α ≥ 1.
-                let min = || if (zero_ok.0)(v) { 0 } else { 1 };
+                // Whether `v` may be 0 (`zero_ok`), asked only for an
+                // extent of 0 or one out of range.
+                let min = || if zero_ok(v) { 0 } else { 1 };
                 let Ok(val) = i64::try_from(actual) else {
                     return Err(site.range(sigma, min(), actual));
                 };
