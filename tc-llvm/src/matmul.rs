@@ -1009,22 +1009,10 @@ unsafe fn pack_a16(
         // SAFETY: AVX-512F is available (the contract).
         let r = unsafe { crate::sweep::transpose16_regs(r) };
         for (i, x) in r.iter().enumerate() {
-            let at = dst.wrapping_add((kb * 16 + i) * mr);
-            if i < 15 && mr >= 8 {
-                // Whole: lanes `mr..16` land on the next row's first floats,
-                // which its own store (next) overwrites. Masked stores that
-                // straddle cache lines are slow: packing A took 6–7% of a
-                // 128³ product with every store masked.
-                // SAFETY: floats `(16·kb + i)·mr + 16 ≤ (16·kb + 16)·mr ≤
-                // 16·blocks·mr` (as `i ≤ 14`, `mr ≥ 8`): writable (the
-                // contract).
-                unsafe { _mm512_storeu_ps(at, *x) };
-            } else {
-                // SAFETY: lanes `0..mr` of `dst[(16·kb + i)·mr..]`, `16·kb +
-                // i < 16·blocks`: inside the writable floats (the contract);
-                // masked lanes are not written.
-                unsafe { _mm512_mask_storeu_ps(at, store, *x) };
-            }
+            // SAFETY: lanes `0..mr` of `dst[(16·kb + i)·mr..]`, `16·kb + i <
+            // 16·blocks`: inside the writable floats (the contract); masked
+            // lanes are not written.
+            unsafe { _mm512_mask_storeu_ps(dst.add((kb * 16 + i) * mr), store, *x) };
         }
     }
 }
