@@ -871,19 +871,23 @@ unsafe fn pack_a_panel(
     let rows = mr.min(m - row0);
     // Checked once per panel: it makes every unchecked index below safe.
     let dst = &mut dst[..kc * mr];
+    let t16 = a.cs == 1 && mr <= 16 && avx512();
+    // `pack_a16` writes the zero rows of the whole 16-column blocks itself:
+    // only the rest needs zeroing first (for 10 of 14 rows, zeroing the
+    // whole panel was 4% of MiniLM's samples at batch 1 on the AMD host).
+    let whole = if t16 { kc - kc % 16 } else { 0 };
     if rows < mr {
-        dst.iter_mut().for_each(|x| *x = 0.0);
+        dst[whole * mr..].iter_mut().for_each(|x| *x = 0.0);
     }
     // Reads are of `(row0 + r, pc + kk)`, `r < rows ≤ m − row0`, `kk < kc`
     // (a `cs == 1` row slice is `kc` contiguous floats, a transposed column
     // slice `rows`); writes at `kk·mr + r < kc·mr = dst.len()` (`r < mr`).
     // SAFETY: so reads are inside the view (the contract), writes inside `dst`.
     unsafe {
-        if a.cs == 1 && mr <= 16 && avx512() {
+        if t16 {
             // 16 columns at a time through the register transpose, the
             // rest (kc mod 16) one by one.
             let src = a.ptr.add(row0 * a.rs + pc);
-            let whole = kc - kc % 16;
             // AVX-512F is present; rows `< rows` of `whole` floats from
             // column `pc` are inside the view; `dst` holds `kc·mr ≥
             // whole·mr` floats.
@@ -971,13 +975,13 @@ pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) 
 /// for `rows ≤ r < mr`: the whole 16-column blocks of an A micro-panel
 /// packed from `rows` row-major rows, through the register transpose (the
 /// scalar loop stores one float per cycle at a stride of `mr` floats: a
-/// fifth of a 128³ product's time). Every row is loaded under a mask (empty
-/// past `rows`) so the 16 vectors have constant indices and stay in
+/// fifth of a 128³ product's time). Every row is loaded under a mask (empty,
+/// at row 0's address, past `rows`) so the 16 vectors have constant indices and stay in
 /// registers: with a loop over `rows` they went through the stack, and
 /// packing was 9% of a 128³ product (issue #15, Xeon host, 2026-12-02).
 ///
 /// # Safety
-/// AVX-512F must be available; `rows ≤ mr ≤ 16`; the `rows` source rows of
+/// AVX-512F must be available; `1 ≤ rows ≤ mr ≤ 16`; the `rows` source rows of
 /// `16·blocks` floats (stride `ss`) must be valid for reads and `dst` for
 /// writes of `16·blocks·mr` floats.
 #[cfg(target_arch = "x86_64")]
@@ -997,14 +1001,19 @@ unsafe fn pack_a16(
     for kb in 0..blocks {
         let mut r = [_mm512_setzero_ps(); 16];
         for (c, x) in r.iter_mut().enumerate() {
-            let load: __mmask16 = if c < rows { 0xffff } else { 0 };
-            // `wrapping_add`: a row past `rows` may lie outside the
-            // allocation; its address is formed but never read.
-            let p = src.wrapping_add(c.wrapping_mul(ss)).wrapping_add(kb * 16);
-            // SAFETY: under a full mask, row `c < rows`, floats `16·kb..16·kb
-            // + 16 < 16·blocks`: readable (the contract); under an empty
-            // mask nothing is read (AVX-512 suppresses masked-off faults).
-            *x = unsafe { _mm512_maskz_loadu_ps(load, p) };
+            // A row past `rows` loads nothing from row 0's address. An
+            // empty mask at an address past the panel (possibly unmapped,
+            // or on a page the TLB has not seen) is slow on AMD Zen 4: the
+            // samples sat on those loads. On that host (2026-12-02, MiniLM
+            // at batch 1 × 10 tokens: 10 of 14 rows, 2 threads) this, with
+            // `pack_a_panel` no longer zeroing what this writes, took
+            // `pack_a16` from 7.0% to 4.3% of the samples and the median
+            // call from 2.56 to 1.83 ms (interleaved runs).
+            let (load, row): (__mmask16, usize) = if c < rows { (0xffff, c) } else { (0, 0) };
+            // SAFETY: row `row < rows` (row 0 exists: `rows ≥ 1`), floats
+            // `16·kb..16·kb + 16 < 16·blocks`: readable (the contract),
+            // whether or not the mask reads them.
+            *x = unsafe { _mm512_maskz_loadu_ps(load, src.add(row * ss + kb * 16)) };
         }
         // SAFETY: AVX-512F is available (the contract).
         let r = unsafe { crate::sweep::transpose16_regs(r) };
