@@ -52,6 +52,29 @@ fn set_llvm_options() {
     };
 }
 
+/// True when the CPU's vendor (CPUID leaf 0) is AMD. The hand-written
+/// streaming loops tune their software prefetch by it ([`crate::gemv`]):
+/// LLVM 14 names a Zen 4 `znver3` and knows no later core, so the vendor,
+/// not [`Host::cpu`], is what is asked.
+pub fn amd() -> bool {
+    static AMD: OnceLock<bool> = OnceLock::new();
+    *AMD.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let r = std::arch::x86_64::__cpuid(0);
+            let mut v = [0u8; 12];
+            for (d, w) in v.chunks_exact_mut(4).zip([r.ebx, r.edx, r.ecx]) {
+                d.copy_from_slice(&w.to_le_bytes());
+            }
+            &v == b"AuthenticAMD"
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// Initialise the native target and the LLVM options once, and describe
 /// the host.
 pub fn host() -> &'static Host {
