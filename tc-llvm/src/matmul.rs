@@ -710,16 +710,21 @@ unsafe fn sgemm_packed(
     }
     let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     #[cfg(target_arch = "x86_64")]
-    if m == 1 && crate::gemv::available(b.nr) {
+    if m <= crate::gemv::MAX_M && crate::gemv::available(b.nr) {
         let par = par || (threads != 1 && crate::gemv::splits(k, n, crate::team::in_session()));
-        let mut x = tc_runtime::alloc::filled(k, 0f32)?;
-        for (j, xj) in x.iter_mut().enumerate() {
-            // SAFETY: `(0, j)` with `j < k`, readable by the contract.
-            *xj = unsafe { a.at(0, j) };
+        // A, K-major (`(i, j)` at `j·m + i`), as `packed_rows` reads it.
+        let len = m
+            .checked_mul(k)
+            .ok_or_else(|| Error::Unsupported(format!("a {m} × {k} operand")))?;
+        let mut x = tc_runtime::alloc::filled(len, 0f32)?;
+        for (idx, xv) in x.iter_mut().enumerate() {
+            // SAFETY: `(idx % m, idx / m)` with `idx < m·k`: a row below
+            // `m` and a column below `k`, readable by the contract.
+            *xv = unsafe { a.at(idx % m, idx / m) };
         }
-        // SAFETY: `available`; `b` is a whole packing; C's `n` floats by the
-        // contract.
-        unsafe { crate::gemv::packed_row(&x, &b.panels(), c, par) };
+        // SAFETY: `available`; `1 ≤ m ≤ MAX_M`; `b` is a whole packing;
+        // C's `m·n` floats by the contract.
+        unsafe { crate::gemv::packed_rows(&x, m, &b.panels(), c, par) };
         return Ok(());
     }
     if streams(m)? {

@@ -1,11 +1,13 @@
-//! One-row products against a kept weight (`tc_llvm::gemv`, issue #15: a
-//! decoder's step) give the bits of the tile path on the same packing: the
-//! per-call packing of the same weight, read through the register-tile
-//! kernel. Over the shapes where the two could part: a last group of fewer
-//! than four panels, a last panel of fewer than 32 columns, one and several
-//! K-blocks (C accumulated across them), signed zeros, infinities and NaNs
-//! (a NaN's payload may differ: `nan_any`), one thread and the columns
-//! split across the pool inside a session.
+//! Products of one to four rows against a kept weight (`tc_llvm::gemv`,
+//! issue #15: a decoder's step, a row per sequence) give the bits of the
+//! tile path on the same packing: the per-call packing of the same weight,
+//! read through the register-tile kernel. Over the shapes where the two
+//! could part: each row count (and five rows, the first past the path), a
+//! last group of fewer panels than a group holds, a last panel of fewer
+//! than 32 columns, one and several K-blocks (C accumulated across them),
+//! signed zeros, infinities and NaNs (a NaN's payload may differ:
+//! `nan_any`), one thread and the columns split across the pool inside a
+//! session.
 
 mod util;
 
@@ -15,7 +17,7 @@ use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
 
-fn check(k: usize, n: usize, seed: u64, threads: usize) {
+fn check(m: usize, k: usize, n: usize, seed: u64, threads: usize) {
     let mut rng = Rng(seed | 1);
     let (f, g) = (linear(false), linear(true));
     let jit = jit_with(JitOptions {
@@ -23,7 +25,7 @@ fn check(k: usize, n: usize, seed: u64, threads: usize) {
         ..Default::default()
     });
     let w = random(&mut rng, Dtype::F32, &[n, k], seed % 3 == 0);
-    let x = random(&mut rng, Dtype::F32, &[1, k], seed % 2 == 0);
+    let x = random(&mut rng, Dtype::F32, &[m, k], seed % 2 == 0);
     let args: Vec<Arg> = vec![x.into(), w.into()];
     // The first call sees the weight once (packed per call), the second
     // packs it and keeps it, the third reads the kept packing.
@@ -37,15 +39,16 @@ fn check(k: usize, n: usize, seed: u64, threads: usize) {
         })
     };
     let (kept, per_call) = run();
-    let what = format!("k = {k}, n = {n}, seed {seed}, {threads} thread(s)");
+    let what = format!("m = {m}, k = {k}, n = {n}, seed {seed}, {threads} thread(s)");
     assert_bits(&what, &kept, &per_call, true);
 }
 
 #[test]
 fn a_kept_weight_row_product_gives_the_tile_paths_bits() {
     let kc = tc_llvm::matmul::KC;
-    // Panels: 1, 3 (a short group), 4, 5, 9 and 10 of them, the last one
-    // partial or whole; one K-block, one plus a row, two and a half.
+    // Panels: 1, 3 (a short group of four, a group of two and one), 4, 5,
+    // 9 and 10 of them, the last one partial or whole; one K-block, one
+    // plus a row, two and a half.
     for (k, n) in [
         (1, 1),
         (7, 96),
@@ -55,8 +58,8 @@ fn a_kept_weight_row_product_gives_the_tile_paths_bits() {
         (2 * kc + kc / 2, 320),
         (768, 2304),
     ] {
-        for threads in [1, 2] {
-            check(k, n, (k * 31 + n) as u64, threads);
+        for (m, threads) in (1..=5).flat_map(|m| [(m, 1), (m, 2)]) {
+            check(m, k, n, (k * 31 + n + m) as u64, threads);
         }
     }
 }
@@ -65,13 +68,15 @@ fn a_kept_weight_row_product_gives_the_tile_paths_bits() {
 /// (`matmul::splits`: 2^20 multiply-adds).
 #[test]
 fn a_split_row_product_gives_the_same_bits() {
-    check(1024, 1100, 7, 2);
+    for m in 1..=4 {
+        check(m, 1024, 1100, 7, 2);
+    }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
-    fn row_products_agree_bitwise(k in 1usize..1200, n in 1usize..400, seed in any::<u64>(), two in any::<bool>()) {
-        check(k, n, seed, if two { 2 } else { 1 });
+    fn row_products_agree_bitwise(m in 1usize..=5, k in 1usize..1200, n in 1usize..400, seed in any::<u64>(), two in any::<bool>()) {
+        check(m, k, n, seed, if two { 2 } else { 1 });
     }
 }
