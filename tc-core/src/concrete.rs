@@ -118,8 +118,10 @@ fn axes_ok(op: &str, axes: &[usize], rank: usize) -> Result<()> {
 // ------------------------------------------------------------ attributes
 
 /// A dim evaluated under σ as a signed value (reshape targets, slice
-/// bounds): `Eval` when it cannot be.
-pub fn eval_signed(d: &Dim, sigma: &Sigma, context: &str) -> Result<i64> {
+/// bounds): `Eval` when it cannot be. `context` is formatted only for an
+/// error (this runs per dim per compiled call: pass `format_args!`, not a
+/// `String`).
+pub fn eval_signed(d: &Dim, sigma: &Sigma, context: impl std::fmt::Display) -> Result<i64> {
     d.eval(sigma).map_err(|source| RuleError::Eval {
         context: context.to_string(),
         source,
@@ -127,8 +129,8 @@ pub fn eval_signed(d: &Dim, sigma: &Sigma, context: &str) -> Result<i64> {
 }
 
 /// A dim evaluated under σ as a size: `Eval`, or `NegativeDim` below 0.
-pub fn eval_size(d: &Dim, sigma: &Sigma, context: &str) -> Result<usize> {
-    let v = eval_signed(d, sigma, context)?;
+pub fn eval_size(d: &Dim, sigma: &Sigma, context: impl std::fmt::Display) -> Result<usize> {
+    let v = eval_signed(d, sigma, &context)?;
     usize::try_from(v).map_err(|_| RuleError::NegativeDim {
         context: context.to_string(),
         dim: d.to_string(),
@@ -140,7 +142,7 @@ pub fn eval_size(d: &Dim, sigma: &Sigma, context: &str) -> Result<usize> {
 pub fn eval_shape(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<usize>> {
     ds.iter()
         .enumerate()
-        .map(|(i, d)| eval_size(d, sigma, &format!("{what}, dimension {i}")))
+        .map(|(i, d)| eval_size(d, sigma, format_args!("{what}, dimension {i}")))
         .collect()
 }
 
@@ -149,7 +151,7 @@ pub fn eval_shape(ds: &[Dim], sigma: &Sigma, what: &str) -> Result<Vec<usize>> {
 pub fn eval_target(ds: &[Dim], sigma: &Sigma) -> Result<Vec<i64>> {
     ds.iter()
         .enumerate()
-        .map(|(i, d)| eval_signed(d, sigma, &format!("reshape, dimension {i}")))
+        .map(|(i, d)| eval_signed(d, sigma, format_args!("reshape, dimension {i}")))
         .collect()
 }
 

@@ -197,7 +197,8 @@ fn op_err(op: &str, message: String) -> Error {
     }
 }
 
-fn eval(d: &Dim, sigma: &Sigma, what: &str) -> Result<usize, Error> {
+/// `what` is formatted only for an error (this runs per dim per call).
+fn eval(d: &Dim, sigma: &Sigma, what: impl std::fmt::Display) -> Result<usize, Error> {
     let v = d.eval(sigma).map_err(|source| Error::Eval {
         context: what.to_string(),
         source,
@@ -233,18 +234,18 @@ fn operand(vals: &[ValInfo], v: Value) -> Result<Operand<'_>, RuleError> {
 fn param_vals(func: &Function, sigma: &Sigma) -> Result<Vec<ValInfo>, Error> {
     let mut vals: Vec<ValInfo> = Vec::with_capacity(func.sig.params.len() + func.body.len());
     for (i, p) in func.sig.params.iter().enumerate() {
-        let what = format!("parameter `{}`", p.name);
+        let what = format_args!("parameter `{}`", p.name);
         let v = match &p.ty {
             Type::Tensor(t) => {
                 let shape = t
                     .shape
                     .iter()
-                    .map(|d| eval(d, sigma, &what))
+                    .map(|d| eval(d, sigma, what))
                     .collect::<Result<Vec<_>, _>>()?;
                 ValInfo::new(t.dtype, shape, VKind::TensorParam(i))?
             }
             Type::Scalar(dt) => ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?,
-            Type::Dim(d) => ValInfo::new(Dtype::I64, vec![], VKind::Dim(eval(d, sigma, &what)?))?,
+            Type::Dim(d) => ValInfo::new(Dtype::I64, vec![], VKind::Dim(eval(d, sigma, what)?))?,
             _ => {
                 return Err(Error::Malformed(format!(
                     "parameter `{}` is neither a tensor nor a scalar",
@@ -357,7 +358,7 @@ pub fn shapes<'f>(
             sigma.insert(b.name.clone(), *n as i64);
         }
         if let Op::Dim(d) = &inst.op {
-            let n = eval(d, &sigma, &format!("dim argument `{d}`"))?;
+            let n = eval(d, &sigma, format_args!("dim argument `{d}`"))?;
             vals.push(ValInfo::new(Dtype::I64, vec![], VKind::Dim(n))?);
             continue;
         }

@@ -513,7 +513,7 @@ impl<'a, 'f> Machine<'a, 'f> {
         self.apply_dim_bindings(self.pc)?;
         if let Op::Dim(d) = &inst.op {
             // A call's dim argument: its size under σ, no handle (Section 1 §6 site 1).
-            let n = concrete::eval_size(d, &self.sigma, &format!("dim argument `{d}`"))?;
+            let n = concrete::eval_size(d, &self.sigma, format_args!("dim argument `{d}`"))?;
             self.env.push(Val::Dim(n));
             self.pc += 1;
             self.steps += 1;
