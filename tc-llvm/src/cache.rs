@@ -64,7 +64,9 @@ pub struct CacheConfig {
     /// Maximum number of specialised entries (LRU eviction beyond).
     pub capacity: usize,
     /// Compile a σ-specialised kernel at the N-th call with that σ; before,
-    /// run the shape-generic kernel. 0 or 1: specialise at the first call.
+    /// run the shape-generic kernel. 0 or 1: specialise at the first call;
+    /// `u32::MAX`: never (a decoder whose T changes every step), and no
+    /// per-σ count is kept either.
     pub specialize_after: u32,
     /// Code generation options.
     pub options: JitOptions,
@@ -602,6 +604,12 @@ impl Jit {
         if let Some(e) = st.map.get_mut(&(fp, cfg.options, sigma) as &dyn KeyParts) {
             e.tick = tick;
             return (e.slot.clone(), false, false);
+        }
+        if cfg.specialize_after == u32::MAX {
+            // Never specialised: counting σs (a clone and a hash of σ per
+            // call) would be bookkeeping for nothing.
+            let slot = st.generic.entry((fp, cfg.options)).or_default().clone();
+            return (slot, true, false);
         }
         let key = (fp, cfg.options, sigma.clone());
         let seen = {

@@ -143,6 +143,27 @@ fn generic_path_serves_new_shapes_without_compiling() {
     assert_eq!(s.misses, 1);
 }
 
+/// `specialize_after = u32::MAX` (a decoder's setting): one σ called again
+/// and again stays on the generic kernels and compiles nothing more.
+#[test]
+fn never_specialising_runs_every_call_generic() {
+    let jit = Jit::new(CacheConfig {
+        capacity: 16,
+        specialize_after: u32::MAX,
+        options: JitOptions::default(),
+    });
+    let func = f();
+    let (args, want) = case(21, 5, 7);
+    for _ in 0..5 {
+        let got = jit.call(&func, &args, &|_| None).unwrap();
+        assert_close("never specialised", &got, &want, 1e-5, 1e-5);
+    }
+    let s = jit.stats();
+    assert_eq!((s.compiles, s.generic_compiles), (0, 1), "{s:?}");
+    assert_eq!((s.generic_runs, s.misses, s.hits), (5, 0, 0), "{s:?}");
+    assert_eq!(jit.len(), 0);
+}
+
 #[test]
 fn generic_kernels_every_op_kind() {
     // Layout ops, slices, concat and reductions with dims read at run time.
