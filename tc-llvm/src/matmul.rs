@@ -558,16 +558,17 @@ impl PackedB {
             .checked_mul(nr)
             .and_then(|w| w.checked_mul(k))
             .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
-        // Fallible: a decoder's weights pack into hundreds of MB. Not on
-        // huge pages: `gemv` streams four panels side by side, whose
-        // addresses lie a multiple of 32 KiB apart; on 4 KiB pages they land
-        // in unrelated L2 sets, on one physically contiguous huge page in
-        // the same sets, and GPT-2 decoding measured 20–24 tokens/s without
-        // the advice and 16–19 with it (issue #15, interleaved runs).
+        // Fallible: a decoder's weights pack into hundreds of MB. Untouched
+        // until packed below, so the huge-page advice (where `gemv` streams
+        // faster from huge pages) takes effect.
         let padded = total
             .checked_add(15)
             .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
-        let mut data = tc_runtime::alloc::filled(padded, 0f32)?;
+        let mut data = tc_runtime::alloc::zeroed::<f32>(padded)?;
+        #[cfg(target_arch = "x86_64")]
+        if crate::gemv::huge_packings() {
+            tc_runtime::pool::advise_huge(&data);
+        }
         let start = line_off(&data);
         let slab = &mut data[start..start + total];
         for pc in (0..k).step_by(kc) {

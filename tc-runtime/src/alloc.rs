@@ -54,27 +54,46 @@ pub fn try_collect<T>(count: usize, it: impl IntoIterator<Item = Result<T>>) -> 
     Ok(v)
 }
 
-/// `words` zeroed words, or `OutOfMemory`.
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u64 {}
+    impl Sealed for f32 {}
+}
+
+/// Element types whose all-zero bit pattern is a valid value (`0`,
+/// `+0.0`), so a buffer zeroed by the allocator is initialised (sealed:
+/// only the types listed here).
+pub trait ZeroBits: Copy + sealed::Sealed {}
+impl ZeroBits for u64 {}
+impl ZeroBits for f32 {}
+
+/// `count` zeroed elements, or `OutOfMemory`.
 ///
 /// Zeroed by the allocator (`calloc`, so a large buffer is fresh `mmap`
-/// pages nobody has touched yet), never by a write loop: the pool's
-/// huge-page advice and first-touch placement rely on that.
-pub fn zeroed_words(words: usize) -> Result<Vec<u64>> {
-    if words == 0 {
+/// pages nobody has touched yet), never by a write loop: huge-page advice
+/// given before the first write ([`crate::pool::advise_huge`]) and
+/// first-touch placement rely on that.
+pub fn zeroed<T: ZeroBits>(count: usize) -> Result<Vec<T>> {
+    if count == 0 {
         return Ok(Vec::new());
     }
-    let layout = Layout::array::<u64>(words).map_err(|_| refused::<u64>(words))?;
-    // SAFETY: `layout` has a non-zero size (`words > 0`, checked above) as
-    // `alloc_zeroed` requires.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+    let layout = Layout::array::<T>(count).map_err(|_| refused::<T>(count))?;
+    // SAFETY: `layout` has a non-zero size (`count > 0`, checked above, and
+    // both `ZeroBits` types are non-zero-sized) as `alloc_zeroed` requires.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
-        return Err(refused::<u64>(words));
+        return Err(refused::<T>(count));
     }
     // SAFETY: `ptr` was just allocated by the global allocator with the
-    // layout of `[u64; words]` (so capacity `words` and u64's alignment
-    // match what `Vec<u64>` would free it with), and all `words` elements
-    // are initialised: zero bytes are a valid u64.
-    Ok(unsafe { Vec::from_raw_parts(ptr, words, words) })
+    // layout of `[T; count]` (so capacity `count` and T's alignment match
+    // what `Vec<T>` would free it with), and all `count` elements are
+    // initialised: zero bytes are a valid `T` (`ZeroBits`).
+    Ok(unsafe { Vec::from_raw_parts(ptr, count, count) })
+}
+
+/// `words` zeroed words, or `OutOfMemory` ([`zeroed`]).
+pub fn zeroed_words(words: usize) -> Result<Vec<u64>> {
+    zeroed(words)
 }
 
 #[cfg(test)]
@@ -85,6 +104,8 @@ mod tests {
     fn an_impossible_request_is_a_typed_error() {
         // isize::MAX bytes can never be allocated: the layout is refused.
         let e = zeroed_words(usize::MAX / 8).unwrap_err();
+        assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+        let e = zeroed::<f32>(usize::MAX / 4).unwrap_err();
         assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
         let e = with_capacity::<u128>(usize::MAX / 32).unwrap_err();
         assert!(
@@ -99,6 +120,10 @@ mod tests {
             let v = zeroed_words(n).unwrap();
             assert_eq!(v.len(), n);
             assert!(v.iter().all(|&w| w == 0));
+            // +0.0, not -0.0: every bit clear.
+            let f = zeroed::<f32>(n).unwrap();
+            assert_eq!((f.len(), f.capacity()), (n, n));
+            assert!(f.iter().all(|x| x.to_bits() == 0));
         }
     }
 

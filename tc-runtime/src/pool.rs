@@ -86,7 +86,6 @@ pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
     // The words past `words` stay allocated (and zero) as spare capacity:
     // `take` grows the buffer into them for a later request of its class.
     v.truncate(words);
-    #[cfg(all(target_os = "linux", not(miri)))]
     if words.saturating_mul(8) >= HUGE_MIN {
         advise_huge(&v);
     }
@@ -94,26 +93,33 @@ pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
 }
 
 /// Mark the whole 2 MiB pages inside `v`'s allocation for transparent huge
-/// pages (advice only: the contents do not change).
-#[cfg(all(target_os = "linux", not(miri)))]
-fn advise_huge(v: &Vec<u64>) {
-    const HUGE: usize = 2 << 20;
-    let start = v.as_ptr() as usize;
-    // `v` is one live allocation of `capacity * 8` bytes, so `start +
-    // capacity * 8` cannot overflow (an allocation never wraps the address
-    // space).
-    let end = start + v.capacity() * 8;
-    let lo = start.div_ceil(HUGE) * HUGE;
-    let hi = end / HUGE * HUGE;
-    if hi > lo {
-        // A failure (e.g. THP disabled) is harmless and ignored.
-        // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation, which
-        // the borrow keeps allocated for the call; MADV_HUGEPAGE changes how
-        // those pages are backed, never their contents.
-        unsafe {
-            libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+/// pages (advice only: the contents do not change). Pages already touched
+/// stay as they are, so this is for a buffer no one has written yet
+/// ([`crate::alloc::zeroed`]). A no-op off Linux and under Miri (which
+/// cannot run `madvise`).
+pub fn advise_huge<T>(v: &Vec<T>) {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = v.as_ptr() as usize;
+        // `v` is one live allocation of `capacity · size_of::<T>()` bytes,
+        // so the end cannot overflow (an allocation never wraps the
+        // address space).
+        let end = start + v.capacity() * std::mem::size_of::<T>();
+        let lo = start.div_ceil(HUGE) * HUGE;
+        let hi = end / HUGE * HUGE;
+        if hi > lo {
+            // A failure (e.g. THP disabled) is harmless and ignored.
+            // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation,
+            // which the borrow keeps allocated for the call; MADV_HUGEPAGE
+            // changes how those pages are backed, never their contents.
+            unsafe {
+                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+            }
         }
     }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    let _ = v;
 }
 
 /// Pool counters.
