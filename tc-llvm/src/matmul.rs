@@ -417,12 +417,21 @@ impl Family for F32Gemm<'_> {
     }
 }
 
+/// Most floats of packed A that [`streamed`] computes in one parallel
+/// region (256 KiB, a quarter of the smallest L2 measured on): its
+/// K-blocks are packed together up to this much, so a product of a few
+/// rows splits across the pool once, not once per K-block (a 768 × 3072
+/// weight's `k = 3072` had six regions, each a fork and a join).
+const A_GROUP_FLOATS: usize = 1 << 16;
+
 /// One row block (m ≤ [`STREAM_MAX_M`], e.g. a sequence of 128 tokens
 /// times a 768 × 3072 weight): pack A once per K-block and stream B panel
 /// by panel through an L1-sized buffer, so the packed B (megabytes) is
 /// never written out to L3 and read back. Same kernel, same K-blocking as
-/// [`blocked`]: the results are bit-identical to it. Threads (when `par`)
-/// split the column panels.
+/// [`blocked`]: the results are bit-identical to it (each C tile gets its
+/// K-blocks in order, written after the first, added after the others).
+/// Threads (when `par`) split the column panels; consecutive K-blocks
+/// whose packed A fits [`A_GROUP_FLOATS`] share one split.
 ///
 /// # Safety
 /// `m, n, k ≥ 1`, `m ≤ STREAM_MAX_M` rounded up to whole tiles, and the
@@ -436,39 +445,94 @@ unsafe fn streamed(
     c: *mut f32,
     par: bool,
 ) {
-    let (mk, edge) = (f.mk, f.edge);
-    let (nr, mr, kc_) = (mk.nr, mk.mr, params().1);
-    let nthreads = if par {
-        rayon::current_num_threads().max(1)
+    let (nr, mr, kc_) = (f.mk.nr, f.mk.mr, params().1);
+    let mpanels = m.div_ceil(mr);
+    // K rows per group: whole K-blocks (so the blocking is the tile
+    // path's), at least one.
+    let group = (A_GROUP_FLOATS / (mpanels * mr * kc_)).max(1) * kc_;
+    let mut ap = take_scratch(mpanels * mr * group.min(k));
+    let npanels = n.div_ceil(nr);
+    let chunks = if par {
+        (rayon::current_num_threads().max(1) * 4).min(npanels)
     } else {
         1
     };
-    let cp = SendPtr(c);
-    let mpanels = m.div_ceil(mr);
-    let mut ap = take_scratch(mpanels * kc_.min(k) * mr);
-    for pc in (0..k).step_by(kc_) {
-        let kc = kc_.min(k - pc);
-        for p in 0..mpanels {
-            let dst = &mut ap[p * kc * mr..(p + 1) * kc * mr];
-            // SAFETY: rows `p·mr < m` (p < mpanels = ⌈m / mr⌉) and
-            // columns `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
-            unsafe { pack_a_panel(a, pc, kc, p * mr, mr, m, dst) };
+    for g0 in (0..k).step_by(group) {
+        let g1 = (g0 + group).min(k);
+        for pc in (g0..g1).step_by(kc_) {
+            let kc = kc_.min(k - pc);
+            let base = (pc - g0) * mpanels * mr;
+            for p in 0..mpanels {
+                let dst = &mut ap[base + p * kc * mr..base + (p + 1) * kc * mr];
+                // SAFETY: rows `p·mr < m` (p < mpanels = ⌈m / mr⌉) and
+                // columns `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
+                unsafe { pack_a_panel(a, pc, kc, p * mr, mr, m, dst) };
+            }
         }
-        let accum = pc > 0;
-        let apr = SendPtr(ap.as_mut_ptr());
-        let npanels = n.div_ceil(nr);
-        let range = |q0: usize, q1: usize| {
-            let (apr, cp) = (apr, cp);
-            let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
-            let bo = if matches!(b, BSrc::View(_)) {
-                aligned_off(&mut bq, kc * nr)
-            } else {
-                0
-            };
-            let mut tile = [0f32; TILE_MAX];
-            for q in q0..q1 {
-                let col0 = q * nr;
-                let bpanel = match b {
+        let job = StreamJob {
+            f,
+            dims: (m, n, k),
+            ks: (g0, g1),
+            b,
+            ap: SendPtr(ap.as_mut_ptr()),
+            c: SendPtr(c),
+        };
+        // SAFETY: `ap` holds the group's packed A (above), B and C by the
+        // contract; the ranges below are disjoint panel ranges.
+        let range = |q0: usize, q1: usize| unsafe { job.panels(q0, q1) };
+        if chunks > 1 {
+            (0..chunks)
+                .into_par_iter()
+                .for_each(|i| range(npanels * i / chunks, npanels * (i + 1) / chunks));
+        } else {
+            range(0, npanels);
+        }
+    }
+    give_scratch(ap);
+}
+
+/// One group of K-blocks of a [`streamed`] product: rows `ks.0..ks.1` of
+/// K, their A packed at `ap` (K-block at row `pc` from float `(pc −
+/// ks.0)·mpanels·mr`, its row panel `p` `p·kc·mr` further).
+struct StreamJob<'a, 'f> {
+    f: &'a F32Gemm<'f>,
+    dims: (usize, usize, usize),
+    ks: (usize, usize),
+    b: BSrc<'a>,
+    ap: SendPtr<f32>,
+    c: SendPtr<f32>,
+}
+
+// SAFETY: the raw pointers are read (A) and written at disjoint column
+// panels (C) by the tasks of one `streamed` call, which joins them before
+// the buffers go away; the references are shared reads.
+unsafe impl Sync for StreamJob<'_, '_> {}
+
+impl StreamJob<'_, '_> {
+    /// C's column panels `q0..q1`, every K-block of the group in order.
+    ///
+    /// # Safety
+    /// `q0 ≤ q1 ≤` the panel count; no other task writes those panels'
+    /// columns of C during the call; `ap`, B and C as [`streamed`] sets
+    /// them up.
+    unsafe fn panels(&self, q0: usize, q1: usize) {
+        let (mk, edge) = (self.f.mk, self.f.edge);
+        let ((m, n, k), (g0, g1)) = (self.dims, self.ks);
+        let (nr, mr, kc_) = (mk.nr, mk.mr, params().1);
+        let mpanels = m.div_ceil(mr);
+        let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let bo = if matches!(self.b, BSrc::View(_)) {
+            aligned_off(&mut bq, kc_.min(k) * nr)
+        } else {
+            0
+        };
+        let mut tile = [0f32; TILE_MAX];
+        for q in q0..q1 {
+            let col0 = q * nr;
+            let ncols = nr.min(n - col0);
+            for pc in (g0..g1).step_by(kc_) {
+                let kc = kc_.min(k - pc);
+                let bpanel = match self.b {
                     BSrc::View(v) => {
                         // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
                         // `col0.. < n` of B, valid by the contract; the
@@ -478,12 +542,12 @@ unsafe fn streamed(
                     }
                     BSrc::Packed(p) => p.panel(pc, q).as_ptr(),
                 };
-                let ncols = nr.min(n - col0);
+                let base = (pc - g0) * mpanels * mr;
                 for p in 0..mpanels {
                     let row0 = p * mr;
-                    // A panel `p` is the `kc·mr` floats at `p·kc·mr` of
-                    // `ap` (sized `mpanels·min(KC, k)·mr` above), the B
-                    // panel the `kc·nr` of `bq`; `row0 < m`, `col0 < n`.
+                    // A panel `p` of this K-block is the `kc·mr` floats at
+                    // `base + p·kc·mr` of `ap` (packed by `streamed`), the
+                    // B panel `kc·nr` floats; `row0 < m`, `col0 < n`.
                     // SAFETY: so `tile_into_c`'s contract holds; this task
                     // alone writes C's columns of its panels `q0..q1`.
                     unsafe {
@@ -493,26 +557,17 @@ unsafe fn streamed(
                             col0,
                             nrows: mr.min(m - row0),
                             ncols,
-                            accum,
-                            a: apr.0.add(p * kc * mr),
+                            accum: pc > 0,
+                            a: self.ap.0.add(base + p * kc * mr),
                             b: bpanel,
                         };
-                        tile_into_c(mk, edge, &t, (m, n), cp.0, &mut tile);
+                        tile_into_c(mk, edge, &t, (m, n), self.c.0, &mut tile);
                     }
                 }
             }
-            BPANEL.with(|s| *s.borrow_mut() = bq);
-        };
-        let chunks = (nthreads * 4).min(npanels);
-        if par && chunks > 1 {
-            (0..chunks)
-                .into_par_iter()
-                .for_each(|i| range(npanels * i / chunks, npanels * (i + 1) / chunks));
-        } else {
-            range(0, npanels);
         }
+        BPANEL.with(|s| *s.borrow_mut() = bq);
     }
-    give_scratch(ap);
 }
 
 /// Where [`streamed`] takes B's panels from.

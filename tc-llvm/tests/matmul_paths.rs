@@ -50,7 +50,10 @@ fn streamed_and_blocked_paths_agree_bitwise() {
         ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
     };
     // Edges in every direction, K across several K-blocks, n across a
-    // multiple of the panel width and beyond.
+    // multiple of the panel width and beyond; a few rows with K across
+    // more K-blocks than the streamed path packs into one group (A's
+    // packing past 2^16 floats: 5000 rows of K at one row panel), so the
+    // second group adds to C after the first.
     for (m, n, k) in [
         (1usize, 1usize, 1usize),
         (13, 33, 257),
@@ -58,6 +61,7 @@ fn streamed_and_blocked_paths_agree_bitwise() {
         (130, 100, 600),
         (140, 64, 512),
         (1, 1000, 520),
+        (3, 70, 5000),
     ] {
         let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
         let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
