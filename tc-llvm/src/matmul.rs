@@ -503,11 +503,6 @@ struct StreamJob<'a, 'f> {
     c: SendPtr<f32>,
 }
 
-// SAFETY: the raw pointers are read (A) and written at disjoint column
-// panels (C) by the tasks of one `streamed` call, which joins them before
-// the buffers go away; the references are shared reads.
-unsafe impl Sync for StreamJob<'_, '_> {}
-
 impl StreamJob<'_, '_> {
     /// C's column panels `q0..q1`, every K-block of the group in order.
     ///
