@@ -510,6 +510,8 @@ impl StreamJob<'_, '_> {
     /// `q0 ≤ q1 ≤` the panel count; no other task writes those panels'
     /// columns of C during the call; `ap`, B and C as [`streamed`] sets
     /// them up.
+    // SAFETY: (contract) met by `streamed`, its only caller, for each of
+    // its disjoint panel ranges.
     unsafe fn panels(&self, q0: usize, q1: usize) {
         let (mk, edge) = (self.f.mk, self.f.edge);
         let ((m, n, k), (g0, g1)) = (self.dims, self.ks);
