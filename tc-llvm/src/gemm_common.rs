@@ -27,7 +27,7 @@ pub const PAR_MIN_MACS_SESSION: usize = 1 << 20;
 /// What differs between the register-tile micro-kernels (f32 here, the
 /// integer ones in [`crate::matmul_int`]); [`ukernel_text`] emits the
 /// rest, which they share: the signature
-/// `ukr(kc, packed A, packed B, C, ldc, accumulate)`, `2·mr` accumulator
+/// `ukr(kc, A, packed B, C, ldc, accumulate, lda)`, `2·mr` accumulator
 /// vectors `%acc{i}_{j}` of `vw` lanes, per step of k two B vectors
 /// `%b{j}` and `mr` broadcasts `%as{i}` of A, and at the end C loaded,
 /// added (when accumulating) and stored, `ldc` elements per row.
@@ -38,9 +38,8 @@ pub(crate) struct UkrSpec<'a> {
     pub vw: usize,
     /// Rows of the tile.
     pub mr: usize,
-    /// Floats per k step of the packed A panel (≥ `mr`: an edge kernel
-    /// computes the first `mr` rows of a panel packed `a_stride` wide).
-    pub a_stride: usize,
+    /// How A's elements lie.
+    pub a: ALayout,
     /// Declarations before the function.
     pub decls: String,
     /// Extra instructions after `%b{j}` is loaded.
@@ -55,17 +54,37 @@ pub(crate) struct UkrSpec<'a> {
     pub c_align: usize,
 }
 
+/// Where a micro-kernel reads A's `(row i, step k)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ALayout {
+    /// A packed panel, this many elements per k step (≥ `mr`: an edge
+    /// kernel computes the first `mr` rows of a panel packed wider), at
+    /// `a + k·stride + i`.
+    Packed(usize),
+    /// A itself, row-major: at `a + i·lda + k`, `lda` the kernel's last
+    /// argument (f32 only: a product too small to repay packing A).
+    Rows,
+}
+
 /// The IR text of a micro-kernel (see [`UkrSpec`]), with the host
 /// attributes of [`crate::jit::attributes`].
 pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
-    let (e, vw, mr, ast) = (k.elem, k.vw, k.mr, k.a_stride);
+    let (e, vw, mr) = (k.elem, k.vw, k.mr);
     let nr = 2 * vw;
     let v = format!("<{vw} x {e}>");
     let mut s = k.decls.clone();
     s.push_str("declare void @llvm.prefetch.p0i8(i8* nocapture readonly, i32, i32, i32)\n");
     s.push_str(&format!(
-        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum) #0 {{\nentry:\n"
+        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum, i64 %lda) #0 {{\nentry:\n"
     ));
+    if k.a == ALayout::Rows {
+        // Row starts, computed once: the loop then adds `k` to each.
+        for i in 0..mr {
+            s.push_str(&format!(
+                "  %aro{i} = mul i64 %lda, {i}\n  %ar{i} = getelementptr inbounds {e}, {e}* %a, i64 %aro{i}\n"
+            ));
+        }
+    }
     // The C tile's vector addresses `%cp{i}_{j}`. It is read (when
     // accumulating) and written only after the k loop: ask for its lines
     // now, so they arrive while the loop runs.
@@ -93,10 +112,20 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
         ));
         s.push_str(&(k.after_b)(j));
     }
-    s.push_str(&format!("  %ao = mul i64 %k, {ast}\n"));
+    if let ALayout::Packed(ast) = k.a {
+        s.push_str(&format!("  %ao = mul i64 %k, {ast}\n"));
+    }
     for i in 0..mr {
+        s.push_str(&match k.a {
+            ALayout::Packed(_) => format!(
+                "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n"
+            ),
+            ALayout::Rows => {
+                format!("  %ap{i} = getelementptr inbounds {e}, {e}* %ar{i}, i64 %k\n")
+            }
+        });
         s.push_str(&format!(
-            "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
+            "  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
         ));
         s.push_str(&(k.after_a)(i));
         for j in 0..2 {
@@ -173,10 +202,10 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     }
 }
 
-/// A compiled micro-kernel, `ukr(kc, packed A, packed B, C, ldc, accumulate)`
+/// A compiled micro-kernel, `ukr(kc, A, packed B, C, ldc, accumulate, lda)`
 /// (see [`ukernel_text`]). The pointers are untyped here so that the f32
 /// and the integer kernels share one type; [`call_ukr`] casts them.
-pub(crate) type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64);
+pub(crate) type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64, i64);
 
 /// A micro-kernel with the module that holds its code and its tile
 /// (`mr × nr`); the module must live as long as `f` is called.
@@ -196,7 +225,7 @@ pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize) -> Result<Micro, Str
     let m = JitModule::compile(ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
     let a = m.addr("ukr").ok_or("ukr missing")?;
     // `ukernel_text` emits `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64
-    // accum)`: the `Ukr` signature and C calling convention (a pointer is a
+    // accum, i64 lda)`: the `Ukr` signature and C calling convention (a pointer is a
     // pointer to the C ABI whatever its pointee).
     // SAFETY: `a` is ORC's address of that `ukr`; `Micro` keeps the module,
     // and so the code, alive next to `f`.
@@ -209,14 +238,18 @@ pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize) -> Result<Micro, Str
     })
 }
 
-/// Call the kernel `f`: `c[0..mr, 0..nr] (+)= a-panel · b-panel` over `kc ≥ 1`
-/// packed k-slots.
+/// Call the kernel `f`: `c[0..mr, 0..nr] (+)= A · b-panel` over `kc ≥ 1`
+/// packed k-slots, A a packed panel or (`lda`, [`ALayout::Rows`] kernels
+/// only) `mr` rows of A in place.
 ///
 /// # Safety
-/// `f` is a kernel of element type `E` and tile `mr × nr`; the panels hold
-/// `kc·mr` and `kc·nr` elements of `E`, `c` is valid for an `mr × nr` tile
-/// with leading dimension `ldc` that no one else touches during the call.
+/// `f` is a kernel of element type `E` and tile `mr × nr`; the B panel
+/// holds `kc·nr` elements of `E`, the A panel `kc·mr` (a packed kernel) or
+/// `a + i·lda + s` is readable for `i < mr`, `s < kc` (a `Rows` kernel);
+/// `c` is valid for an `mr × nr` tile with leading dimension `ldc` that no
+/// one else touches during the call.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 // SAFETY: (contract) met by `tile_into_c`, its only caller.
 unsafe fn call_ukr<E>(
     f: Ukr,
@@ -226,6 +259,7 @@ unsafe fn call_ukr<E>(
     c: *mut E,
     ldc: usize,
     accum: bool,
+    lda: usize,
 ) {
     // SAFETY: the kernel reads exactly the two panels and reads/writes
     // exactly the tile (its IR, `ukernel_text`), valid by the contract.
@@ -237,6 +271,7 @@ unsafe fn call_ukr<E>(
             c.cast(),
             ldc as i64,
             accum as i64,
+            lda as i64,
         )
     };
 }
@@ -303,24 +338,34 @@ pub(crate) struct Tile<E> {
     pub ncols: usize,
     /// Add into C rather than overwrite it.
     pub accum: bool,
-    /// Packed A panel.
+    /// Packed A panel, or A's row `row0` at column `pc` when the kernels
+    /// read A in place ([`ALayout::Rows`]).
     pub a: *const E,
+    /// A's row stride for kernels reading it in place; unused (0) by
+    /// packed kernels.
+    pub lda: usize,
     /// Packed B panel.
     pub b: *const E,
 }
 
 /// Compute micro-tile `t` of the `m × n` C at `c`: the full kernel straight
 /// into C for a whole tile, the edge kernel `edge` for the last row panel,
-/// else the full kernel into `tile` and the valid part copied (added with
-/// [`GemmElem::acc`] when accumulating). The one body of every GEMM path.
+/// else (a ragged last column panel) the kernel of the tile's rows into
+/// `tile` and the valid part copied (added with [`GemmElem::acc`] when
+/// accumulating). The one body of every GEMM path.
 ///
 /// # Safety
-/// `t.a`/`t.b` hold `kc·mk.mr` and `kc·mk.nr` packed elements of `E`, `mk`
-/// (and `edge`) being kernels of element type `E`; `c` is valid for `m·n`
+/// `t.b` holds `kc·mk.nr` packed elements of `E`, `mk` (and `edge`) being
+/// kernels of element type `E`; `t.a` as [`call_ukr`] needs for the tile's
+/// kernel (a packed panel of `kc·mk.mr`, or, for [`ALayout::Rows`]
+/// kernels, `t.nrows` rows of A in place); `c` is valid for `m·n`
 /// elements and `t` lies inside it (`row0 + nrows ≤ m`, `col0 + ncols ≤
 /// n`, `nrows ≤ mr`, `ncols ≤ nr`, `mr·nr ≤ TILE_MAX`), with no one else
 /// touching that part during the call; `edge`, if any, computes the first
-/// `m % mk.mr` rows of a panel packed `mk.mr` wide.
+/// `m % mk.mr` rows of a panel packed `mk.mr` wide (or of A in place).
+/// Kernels reading A in place need `nrows == mr` or an `edge` (then every
+/// tile has `nrows == mr` or is the last row panel's): the full kernel
+/// would read rows past `m`.
 #[inline(always)]
 // SAFETY: (contract) met by `blocked` and `matmul::streamed`, its callers.
 pub(crate) unsafe fn tile_into_c<E: GemmElem>(
@@ -332,20 +377,24 @@ pub(crate) unsafe fn tile_into_c<E: GemmElem>(
     tile: &mut [E; TILE_MAX],
 ) {
     let (mr, nr) = (mk.mr, mk.nr);
+    // `f` computes exactly the tile's rows, or `mr` (padding past them).
+    let (f, exact) = match edge {
+        Some(e) if t.nrows == m % mr => (e, true),
+        _ => (mk.f, t.nrows == mr),
+    };
     // `dst` is `(row0, col0)` inside C. The full kernel writes `mr` rows of
     // `nr` at stride `n`: a whole tile. The edge kernel writes the first
-    // `m % mr = nrows` rows (the last row panel: `row0 + nrows = m`) of `nr
-    // = ncols` columns. Otherwise the kernel writes `mr·nr ≤ TILE_MAX`
-    // elements of `tile` at stride `nr`, and the `nrows × ncols` part is copied.
+    // `m % mr = nrows` rows (the last row panel: `row0 + nrows = m`) of
+    // `nr` columns. With fewer columns, the kernel writes at most `mr·nr ≤
+    // TILE_MAX` elements of `tile` at stride `nr`, and the `nrows × ncols`
+    // part is copied.
     // SAFETY: so every access is inside `t`'s part of C or `tile` (contract).
     unsafe {
         let dst = c.add(t.row0 * n + t.col0);
-        if t.nrows == mr && t.ncols == nr {
-            call_ukr(mk.f, t.kc, t.a, t.b, dst, n, t.accum);
-        } else if let Some(e) = edge.filter(|_| t.ncols == nr && t.nrows == m % mr) {
-            call_ukr(e, t.kc, t.a, t.b, dst, n, t.accum);
+        if t.ncols == nr && exact {
+            call_ukr(f, t.kc, t.a, t.b, dst, n, t.accum, t.lda);
         } else {
-            call_ukr(mk.f, t.kc, t.a, t.b, tile.as_mut_ptr(), nr, false);
+            call_ukr(f, t.kc, t.a, t.b, tile.as_mut_ptr(), nr, false, t.lda);
             for r in 0..t.nrows {
                 for cc in 0..t.ncols {
                     let d = dst.add(r * n + cc);
@@ -544,6 +593,7 @@ pub(crate) unsafe fn blocked<F: Family>(
                                 ncols,
                                 accum,
                                 a: ap.as_ptr().add(p * ks * mr),
+                                lda: 0,
                                 b: bpr.as_ptr().add(q * ks * nr),
                             };
                             tile_into_c(mk, edge, &t, (m, n), c.0, &mut tile);

@@ -19,8 +19,8 @@
 //! runs on its own packed IR micro-kernels: [`crate::matmul_int`].
 
 use crate::gemm_common::{
-    blocked, compile_micro, matmul_dims, tile_into_c, ukernel_text, Family, Micro, SendPtr, Tile,
-    Ukr, UkrSpec, TILE_MAX,
+    blocked, compile_micro, matmul_dims, tile_into_c, ukernel_text, ALayout, Family, Micro,
+    SendPtr, Tile, Ukr, UkrSpec, TILE_MAX,
 };
 pub use crate::gemm_common::{
     checked_counts, contiguous_strides, PAR_MIN_MACS, PAR_MIN_MACS_SESSION,
@@ -110,20 +110,20 @@ fn params() -> (usize, usize, usize, usize) {
 
 /// The micro-kernel's IR text for vector width `vw` and `mr` rows.
 pub fn ukernel_ir_mr(vw: usize, mr: usize) -> String {
-    ukernel_ir_rows(vw, mr, mr)
+    ukernel_ir_rows(vw, mr, ALayout::Packed(mr))
 }
 
-/// The IR text of a kernel computing the first `rows` rows of a tile whose
-/// A panel is packed `a_stride` rows wide (an edge kernel when
-/// `rows < a_stride`).
-pub fn ukernel_ir_rows(vw: usize, rows: usize, a_stride: usize) -> String {
+/// The IR text of a kernel computing `rows` rows of a tile, A as `a` says:
+/// the first `rows` of a panel packed `s ≥ rows` wide (an edge kernel when
+/// `rows < s`), or `rows` rows of A in place.
+fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout) -> String {
     let v = format!("<{vw} x float>");
     let fma = format!("llvm.fma.v{vw}f32");
     ukernel_text(&UkrSpec {
         elem: "float",
         vw,
         mr: rows,
-        a_stride,
+        a,
         decls: format!("declare {v} @{fma}({v}, {v}, {v})\n\n"),
         after_b: &|j| {
             let d = b_prefetch_steps();
@@ -192,8 +192,13 @@ fn edge(rows: usize) -> Result<Ukr, Error> {
     if rows == 0 || rows >= mk.mr || rows > N {
         return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
     }
-    let r = E[rows - 1]
-        .get_or_init(|| compile_micro(&ukernel_ir_rows(mk.nr / 2, rows, mk.mr), rows, mk.nr));
+    let r = E[rows - 1].get_or_init(|| {
+        compile_micro(
+            &ukernel_ir_rows(mk.nr / 2, rows, ALayout::Packed(mk.mr)),
+            rows,
+            mk.nr,
+        )
+    });
     r.as_ref().map(|e| e.f).map_err(|e| Error::Llvm(e.clone()))
 }
 
@@ -218,6 +223,64 @@ fn edge_kernels() -> bool {
 /// measurements).
 pub fn set_edge_kernels(on: bool) {
     EDGE.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Kernels reading `rows` rows of A in place ([`ALayout::Rows`]), one per
+/// row count `1..=MR`, each compiled the first time it is needed. Same
+/// FMA chain per element as the packed kernels: bit-identical results.
+fn in_place(rows: usize) -> Result<&'static Micro, Error> {
+    const N: usize = 14;
+    static K: [OnceLock<Result<Micro, String>>; N] = [const { OnceLock::new() }; N];
+    let mk = micro()?;
+    if rows == 0 || rows > mk.mr || rows > N {
+        return Err(Error::Unsupported(format!(
+            "in-place kernel of {rows} rows"
+        )));
+    }
+    let r = K[rows - 1].get_or_init(|| {
+        compile_micro(
+            &ukernel_ir_rows(mk.nr / 2, rows, ALayout::Rows),
+            rows,
+            mk.nr,
+        )
+    });
+    r.as_ref().map_err(|e| Error::Llvm(e.clone()))
+}
+
+/// `TC_MM_IN_PLACE=0` (or [`set_a_in_place`]) packs A in the streamed
+/// path even where it could be read in place (measurements, the
+/// equivalence tests).
+static IN_PLACE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+
+/// Turn reading A in place on or off (process-wide; tests, measurements).
+pub fn set_a_in_place(on: bool) {
+    IN_PLACE.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// May the streamed path read this A in place rather than pack it? Its
+/// rows must be contiguous, and the MR rows a kernel reads at one step
+/// of k must not crowd one set of a 64-set L1: a row stride of 4 KiB
+/// puts every row in the same set, 8- or 12-way on the hosts measured, and
+/// they would evict each other on every step.
+fn a_in_place(a: &View) -> bool {
+    use std::sync::atomic::Ordering;
+    let on = match IN_PLACE.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => {
+            let on = std::env::var("TC_MM_IN_PLACE").map_or(true, |v| v != "0");
+            IN_PLACE.store(on as u8, Ordering::Relaxed);
+            on
+        }
+    };
+    const SETS: usize = 64;
+    let mut per_set = [0u8; SETS];
+    let line = |i: usize| i.wrapping_mul(a.rs).wrapping_mul(4) / 64 % SETS;
+    on && a.cs == 1
+        && (0..MR).all(|i| {
+            per_set[line(i)] += 1;
+            per_set[line(i)] <= 4
+        })
 }
 
 /// Compile the micro-kernel now (so its cost is not charged to a call).
@@ -292,8 +355,9 @@ pub unsafe fn sgemm(
         unsafe { std::ptr::write_bytes(c, 0, m * n) };
         return Ok(());
     }
-    let (fam, par) = F32Gemm::for_product((m, n, k), threads)?;
+    let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     if streams(m)? {
+        fam.read_a_in_place(&a, m)?;
         // SAFETY: `m, n, k ≥ 1` and the views and C as `sgemm`'s contract.
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::View(&b), c, par) };
     } else {
@@ -313,6 +377,9 @@ struct F32Gemm<'p> {
     edge: Option<Ukr>,
     /// B packed once, when the caller keeps it ([`PackedB`]).
     pre: Option<&'p PackedB>,
+    /// `mk` and `edge` read A in place ([`ALayout::Rows`]; the streamed
+    /// path only).
+    a_rows: bool,
 }
 
 impl F32Gemm<'_> {
@@ -335,9 +402,32 @@ impl F32Gemm<'_> {
                 mk,
                 edge,
                 pre: None,
+                a_rows: false,
             },
             par,
         ))
+    }
+
+    /// Switch to the kernels reading A in place, for the streamed path of
+    /// an `m`-row product, when [`a_in_place`] allows it for `a`. Packing
+    /// A is a transpose (MR rows, one float each per step of k): 6% of a
+    /// 128³ product on the AMD Zen 4 host, where the kernel ran at 86%.
+    /// MiniLM at batch 1 × 10 tokens there (`scripts/peer-ab.py`, six
+    /// rounds, medians): 3.92 → 3.63 ms at 1 thread, 2.92 → 2.57 at 2;
+    /// its larger batches unchanged within noise.
+    fn read_a_in_place(&mut self, a: &View, m: usize) -> Result<(), Error> {
+        if a_in_place(a) {
+            let mr = self.mk.mr;
+            self.mk = in_place(mr)?;
+            // Always an edge kernel for a last, partial row panel: the
+            // full kernel would read rows past `m` (`tile_into_c`).
+            self.edge = match m % mr {
+                0 => None,
+                r => Some(in_place(r)?.f),
+            };
+            self.a_rows = true;
+        }
+        Ok(())
     }
 }
 
@@ -448,9 +538,18 @@ unsafe fn streamed(
     let (nr, mr, kc_) = (f.mk.nr, f.mk.mr, params().1);
     let mpanels = m.div_ceil(mr);
     // K rows per group: whole K-blocks (so the blocking is the tile
-    // path's), at least one.
-    let group = (A_GROUP_FLOATS / (mpanels * mr * kc_)).max(1) * kc_;
-    let mut ap = take_scratch(mpanels * mr * group.min(k));
+    // path's), at least one. Read in place, A needs no packing, and the
+    // group is all of K.
+    let group = if f.a_rows {
+        k
+    } else {
+        (A_GROUP_FLOATS / (mpanels * mr * kc_)).max(1) * kc_
+    };
+    let mut ap = take_scratch(if f.a_rows {
+        0
+    } else {
+        mpanels * mr * group.min(k)
+    });
     let npanels = n.div_ceil(nr);
     let chunks = if par {
         (rayon::current_num_threads().max(1) * 4).min(npanels)
@@ -459,7 +558,7 @@ unsafe fn streamed(
     };
     for g0 in (0..k).step_by(group) {
         let g1 = (g0 + group).min(k);
-        for pc in (g0..g1).step_by(kc_) {
+        for pc in (g0..g1).step_by(kc_).filter(|_| !f.a_rows) {
             let kc = kc_.min(k - pc);
             let base = (pc - g0) * mpanels * mr;
             for p in 0..mpanels {
@@ -474,11 +573,13 @@ unsafe fn streamed(
             dims: (m, n, k),
             ks: (g0, g1),
             b,
+            a,
             ap: SendPtr(ap.as_mut_ptr()),
             c: SendPtr(c),
         };
-        // SAFETY: `ap` holds the group's packed A (above), B and C by the
-        // contract; the ranges below are disjoint panel ranges.
+        // SAFETY: `ap` holds the group's packed A (above; or the kernels
+        // read A in place), B and C by the contract; the ranges below are
+        // disjoint panel ranges.
         let range = |q0: usize, q1: usize| unsafe { job.panels(q0, q1) };
         if chunks > 1 {
             (0..chunks)
@@ -493,12 +594,14 @@ unsafe fn streamed(
 
 /// One group of K-blocks of a [`streamed`] product: rows `ks.0..ks.1` of
 /// K, their A packed at `ap` (K-block at row `pc` from float `(pc −
-/// ks.0)·mpanels·mr`, its row panel `p` `p·kc·mr` further).
+/// ks.0)·mpanels·mr`, its row panel `p` `p·kc·mr` further), or read in
+/// place from `a` when `f.a_rows`.
 struct StreamJob<'a, 'f> {
     f: &'a F32Gemm<'f>,
     dims: (usize, usize, usize),
     ks: (usize, usize),
     b: BSrc<'a>,
+    a: &'a View,
     ap: SendPtr<f32>,
     c: SendPtr<f32>,
 }
@@ -543,11 +646,18 @@ impl StreamJob<'_, '_> {
                 for p in 0..mpanels {
                     let row0 = p * mr;
                     // A panel `p` of this K-block is the `kc·mr` floats at
-                    // `base + p·kc·mr` of `ap` (packed by `streamed`), the
-                    // B panel `kc·nr` floats; `row0 < m`, `col0 < n`.
+                    // `base + p·kc·mr` of `ap` (packed by `streamed`), or
+                    // A's rows `row0..` from column `pc` (`cs = 1`; the
+                    // kernels read `nrows` rows: `tile_into_c`); the B
+                    // panel `kc·nr` floats; `row0 < m`, `col0 < n`.
                     // SAFETY: so `tile_into_c`'s contract holds; this task
                     // alone writes C's columns of its panels `q0..q1`.
                     unsafe {
+                        let (a, lda) = if self.f.a_rows {
+                            (self.a.ptr.add(row0 * self.a.rs + pc), self.a.rs)
+                        } else {
+                            (self.ap.0.add(base + p * kc * mr).cast_const(), 0)
+                        };
                         let t = Tile {
                             kc,
                             row0,
@@ -555,7 +665,8 @@ impl StreamJob<'_, '_> {
                             nrows: mr.min(m - row0),
                             ncols,
                             accum: pc > 0,
-                            a: self.ap.0.add(base + p * kc * mr),
+                            a,
+                            lda,
                             b: bpanel,
                         };
                         tile_into_c(mk, edge, &t, (m, n), self.c.0, &mut tile);
@@ -781,6 +892,7 @@ unsafe fn sgemm_packed(
         return Ok(());
     }
     if streams(m)? {
+        fam.read_a_in_place(&a, m)?;
         // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
         // panels are in memory (`b`).
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };

@@ -113,7 +113,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         elem: e,
         vw,
         mr,
-        a_stride: mr,
+        a: crate::gemm_common::ALayout::Packed(mr),
         decls: if pair {
             format!("declare {v} @{pmadd}({w}, {w}) #1\n\n")
         } else {

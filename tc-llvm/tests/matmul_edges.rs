@@ -1,14 +1,14 @@
 //! The edge-row kernels (the last row panel when m is not a multiple of
 //! MR, computed straight into C by a kernel of exactly that many rows) are
 //! bit-identical to the full kernel run into a scratch tile, on both
-//! blockings and with threads; and match the interpreter within tolerance
-//! through the JIT. One test in its own binary: it toggles process-wide
+//! blockings, with A packed or read in place, and with threads; and match
+//! the interpreter within tolerance through the JIT. One test in its own binary: it toggles process-wide
 //! switches.
 mod util;
 
 use tc_core::ir::Op;
 use tc_core::Dtype;
-use tc_llvm::matmul::{set_edge_kernels, set_stream_b, sgemm, View};
+use tc_llvm::matmul::{set_a_in_place, set_edge_kernels, set_stream_b, sgemm, View};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
@@ -46,18 +46,26 @@ fn edge_row_kernels_match_the_tile_path_bitwise() {
     for (i, &m) in ms.iter().enumerate() {
         for &(n, k) in &[(64usize, 37usize), (96, 300), (45, 64)] {
             for threads in [1, 0] {
-                for stream in [true, false] {
+                // The streamed path's edge kernels read A packed, or in
+                // place (where they are its only kernels for those rows).
+                for (stream, in_place) in [(true, false), (true, true), (false, false)] {
                     set_stream_b(stream);
+                    set_a_in_place(false);
                     set_edge_kernels(false);
                     let tile = product(m, n, k, 100 + i as u64, threads);
                     set_edge_kernels(true);
+                    set_a_in_place(in_place);
                     let edge = product(m, n, k, 100 + i as u64, threads);
                     set_stream_b(true);
+                    set_a_in_place(true);
                     let same = tile
                         .iter()
                         .zip(&edge)
                         .all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(same, "m={m} n={n} k={k} threads={threads} stream={stream}");
+                    assert!(
+                        same,
+                        "m={m} n={n} k={k} threads={threads} stream={stream} in_place={in_place}"
+                    );
                     assert!(edge.iter().all(|x| x.is_finite()), "every element written");
                 }
             }

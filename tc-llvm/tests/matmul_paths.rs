@@ -7,36 +7,43 @@ mod util;
 
 use tc_core::ir::Op;
 use tc_core::Dtype;
-use tc_llvm::matmul::{set_stream_b, sgemm, View};
+use tc_llvm::matmul::{set_a_in_place, set_stream_b, sgemm, View};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
 
-fn run(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    b: &[f32],
+/// How a run of the product is set up.
+#[derive(Clone, Copy, Debug)]
+struct Path {
     threads: usize,
+    /// The streamed path (for `m ≤ STREAM_MAX_M`), else the blocked one.
     stream: bool,
-) -> Vec<f32> {
-    set_stream_b(stream);
+    /// The streamed path reads A in place where it may, else packs it.
+    in_place: bool,
+}
+
+/// `a` is `m × k` at row stride `lda ≥ k` (the floats between rows are
+/// NaN: a kernel reading past a row's `k` would poison C).
+fn run(m: usize, n: usize, k: usize, lda: usize, a: &[f32], b: &[f32], path: Path) -> Vec<f32> {
+    set_stream_b(path.stream);
+    set_a_in_place(path.in_place);
     let mut c = vec![f32::NAN; m * n];
-    // SAFETY: the views cover `a` (m × k) and `b` (k × n); `c` is m × n.
+    // SAFETY: the views cover `a` (m × k at stride `lda`) and `b` (k × n);
+    // `c` is m × n.
     unsafe {
         sgemm(
             m,
             n,
             k,
-            View::new(a.as_ptr(), k, 1),
+            View::new(a.as_ptr(), lda, 1),
             View::new(b.as_ptr(), n, 1),
             c.as_mut_ptr(),
-            threads,
+            path.threads,
         )
         .unwrap();
     }
     set_stream_b(true);
+    set_a_in_place(true);
     c
 }
 
@@ -54,23 +61,42 @@ fn streamed_and_blocked_paths_agree_bitwise() {
     // more K-blocks than the streamed path packs into one group (A's
     // packing past 2^16 floats: 5000 rows of K at one row panel), so the
     // second group adds to C after the first.
-    for (m, n, k) in [
-        (1usize, 1usize, 1usize),
-        (13, 33, 257),
-        (128, 3072 / 8, 768),
-        (130, 100, 600),
-        (140, 64, 512),
-        (1, 1000, 520),
-        (3, 70, 5000),
+    // A's row stride: its `k`, or wider (a view of columns of a larger
+    // matrix, as attention's heads are), or 1024 floats (4 KiB: every row
+    // in one L1 set, where A is packed, not read in place).
+    for (m, n, k, lda) in [
+        (1usize, 1usize, 1usize, 1usize),
+        (13, 33, 257, 260),
+        (128, 3072 / 8, 768, 768),
+        (130, 100, 600, 600),
+        (140, 64, 512, 517),
+        (128, 128, 128, 128),
+        (16, 16, 32, 384),
+        (30, 40, 300, 1024),
+        (1, 1000, 520, 520),
+        (3, 70, 5000, 5000),
     ] {
-        let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+        let a: Vec<f32> = (0..m * lda)
+            .map(|i| if i % lda < k { next() } else { f32::NAN })
+            .collect();
         let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
-        let base = run(m, n, k, &a, &b, 1, false);
-        for (threads, stream) in [(1, true), (0, true), (0, false)] {
-            let c = run(m, n, k, &a, &b, threads, stream);
+        let path = |threads, stream, in_place| Path {
+            threads,
+            stream,
+            in_place,
+        };
+        let base = run(m, n, k, lda, &a, &b, path(1, false, false));
+        for p in [
+            path(1, true, false),
+            path(1, true, true),
+            path(0, true, false),
+            path(0, true, true),
+            path(0, false, true),
+        ] {
+            let c = run(m, n, k, lda, &a, &b, p);
             assert!(
                 c.iter().zip(&base).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "m={m} n={n} k={k} threads={threads} stream={stream}"
+                "m={m} n={n} k={k} lda={lda} {p:?}"
             );
         }
         // Against an f64 reference: |err| ≤ 2(k+2)·2⁻²⁴·Σ|ab| (Σ|ab| ≤ 4k).
@@ -78,7 +104,7 @@ fn streamed_and_blocked_paths_agree_bitwise() {
         for i in 0..m {
             for j in 0..n {
                 let r: f64 = (0..k)
-                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                    .map(|p| a[i * lda + p] as f64 * b[p * n + j] as f64)
                     .sum();
                 let d = (base[i * n + j] as f64 - r).abs();
                 assert!(d <= tol, "m={m} n={n} k={k} at ({i},{j}): {d} > {tol}");
@@ -162,7 +188,19 @@ fn transposed_b_packing_matches_contiguous() {
                 bt[p * n + j] = w[j * k + p];
             }
         }
-        let want = run(m, n, k, &a, &bt, 1, true);
+        let want = run(
+            m,
+            n,
+            k,
+            k,
+            &a,
+            &bt,
+            Path {
+                threads: 1,
+                stream: true,
+                in_place: true,
+            },
+        );
         for threads in [1, 0] {
             let mut c = vec![f32::NAN; m * n];
             // SAFETY: the views cover `a` and `w`; `c` is m × n.
@@ -183,5 +221,95 @@ fn transposed_b_packing_matches_contiguous() {
                 "m={m} n={n} k={k} threads={threads}"
             );
         }
+    }
+}
+
+/// `len` floats that end where an inaccessible page begins: a read one
+/// float past them faults.
+struct Guarded {
+    base: *mut libc::c_void,
+    size: usize,
+    data: *mut f32,
+}
+
+impl Guarded {
+    fn new(vals: &[f32]) -> Guarded {
+        let page = 4096;
+        let bytes = (vals.len() * 4).div_ceil(page) * page;
+        let size = bytes + page;
+        // SAFETY: a fresh anonymous private mapping; its last page is made
+        // inaccessible, the floats copied to the end of the pages before it.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            let guard = (base as *mut u8).add(bytes);
+            assert_eq!(libc::mprotect(guard.cast(), page, libc::PROT_NONE), 0);
+            let data = (guard as *mut f32).sub(vals.len());
+            std::ptr::copy_nonoverlapping(vals.as_ptr(), data, vals.len());
+            Guarded { base, size, data }
+        }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base, self.size) };
+    }
+}
+
+/// The kernels that read A in place read exactly its `m` rows of `k`
+/// (the last row panel's edge kernel no row past `m`, no kernel a column
+/// past `k`): A and B end at an inaccessible page, so one float too far
+/// faults; and the bits are those of the packed path.
+#[test]
+fn reads_stay_inside_the_operands() {
+    let mut rng = Rng(41);
+    for (m, n, k, lda) in [
+        (1usize, 40usize, 7usize, 7usize),
+        (2, 32, 16, 16),
+        (15, 33, 30, 31),
+        (16, 16, 32, 384),
+        (128, 64, 128, 128),
+        (131, 20, 600, 600),
+    ] {
+        let a: Vec<f32> = (0..(m - 1) * lda + k).map(|_| rng.unit() - 0.5).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
+        let (ga, gb) = (Guarded::new(&a), Guarded::new(&b));
+        let mut out = Vec::new();
+        for in_place in [false, true] {
+            set_a_in_place(in_place);
+            let mut c = vec![f32::NAN; m * n];
+            // SAFETY: A is `m × k` at stride `lda` inside `ga` (its last
+            // float the mapping's last readable one), B `k × n` in `gb`.
+            unsafe {
+                sgemm(
+                    m,
+                    n,
+                    k,
+                    View::new(ga.data, lda, 1),
+                    View::new(gb.data, n, 1),
+                    c.as_mut_ptr(),
+                    1,
+                )
+                .unwrap();
+            }
+            out.push(c);
+        }
+        set_a_in_place(true);
+        assert!(
+            out[0]
+                .iter()
+                .zip(&out[1])
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "m={m} n={n} k={k} lda={lda}"
+        );
     }
 }
