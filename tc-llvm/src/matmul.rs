@@ -257,12 +257,21 @@ pub fn set_a_in_place(on: bool) {
     IN_PLACE.store(on as u8, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// May the streamed path read this A in place rather than pack it? Its
-/// rows must be contiguous, and the MR rows a kernel reads at one step
-/// of k must not crowd one set of a 64-set L1: a row stride of 4 KiB
-/// puts every row in the same set, 8- or 12-way on the hosts measured, and
-/// they would evict each other on every step.
-fn a_in_place(a: &View) -> bool {
+/// Most floats of A (its `m` rows of one K-block) that the streamed path
+/// reads in place: 16 KiB, half the smallest L1 measured on, so they stay
+/// in L1 from one column panel to the next. Larger, the in-place kernels
+/// read A from L2 in MR strided streams, and packing was faster: on the
+/// AMD Zen 4 host MiniLM at 32 × 16 and 8 × 128 tokens (the blocked path,
+/// K = 384) took 12% longer in place, a 256³ product 13%.
+const IN_PLACE_MAX_FLOATS: usize = 4096;
+
+/// May the kernels read the `m × k` A in place rather than pack it? Its
+/// rows of one K-block must fit [`IN_PLACE_MAX_FLOATS`] and be
+/// contiguous, and the MR rows a kernel reads at one step of k must not
+/// crowd one set of a 64-set L1 (at most two to a set): a row stride of
+/// 4 KiB puts every row in the same set, 8- or 12-way on the hosts
+/// measured, and they would evict each other on every step.
+fn a_in_place(a: &View, m: usize, k: usize) -> bool {
     use std::sync::atomic::Ordering;
     let on = match IN_PLACE.load(Ordering::Relaxed) {
         0 => false,
@@ -277,9 +286,10 @@ fn a_in_place(a: &View) -> bool {
     let mut per_set = [0u8; SETS];
     let line = |i: usize| i.wrapping_mul(a.rs).wrapping_mul(4) / 64 % SETS;
     on && a.cs == 1
+        && m.saturating_mul(k.min(params().1)) <= IN_PLACE_MAX_FLOATS
         && (0..MR).all(|i| {
             per_set[line(i)] += 1;
-            per_set[line(i)] <= 4
+            per_set[line(i)] <= 2
         })
 }
 
@@ -357,7 +367,7 @@ pub unsafe fn sgemm(
     }
     let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     if streams(m)? {
-        fam.read_a_in_place(&a, m)?;
+        fam.read_a_in_place(&a, (m, k))?;
         // SAFETY: `m, n, k ≥ 1` and the views and C as `sgemm`'s contract.
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::View(&b), c, par) };
     } else {
@@ -409,14 +419,16 @@ impl F32Gemm<'_> {
     }
 
     /// Switch to the kernels reading A in place, for the streamed path of
-    /// an `m`-row product, when [`a_in_place`] allows it for `a`. Packing
-    /// A is a transpose (MR rows, one float each per step of k): 6% of a
-    /// 128³ product on the AMD Zen 4 host, where the kernel ran at 86%.
-    /// MiniLM at batch 1 × 10 tokens there (`scripts/peer-ab.py`, six
-    /// rounds, medians): 3.92 → 3.63 ms at 1 thread, 2.92 → 2.57 at 2;
-    /// its larger batches unchanged within noise.
-    fn read_a_in_place(&mut self, a: &View, m: usize) -> Result<(), Error> {
-        if a_in_place(a) {
+    /// an `m × k` A, when [`a_in_place`] allows it. Packing A is a
+    /// transpose (MR rows, one float each per step of k), paid once per
+    /// call, which a few rows do not repay. A small gain, measured on the
+    /// AMD Zen 4 host with the two alternating call by call in one process
+    /// (medians of 40 000 each, B a kept packing): MiniLM's batch-1
+    /// products 10 × 384 × {384, 1152, 1536} 0.5–1.9% faster, an attention
+    /// item 16 × 32 × 64 4%. (Whole-model A/B runs of MiniLM at batch 1
+    /// moved by ±10% either way from run to run: this host's noise.)
+    fn read_a_in_place(&mut self, a: &View, (m, k): (usize, usize)) -> Result<(), Error> {
+        if a_in_place(a, m, k) {
             let mr = self.mk.mr;
             self.mk = in_place(mr)?;
             // Always an edge kernel for a last, partial row panel: the
@@ -892,7 +904,7 @@ unsafe fn sgemm_packed(
         return Ok(());
     }
     if streams(m)? {
-        fam.read_a_in_place(&a, m)?;
+        fam.read_a_in_place(&a, (m, k))?;
         // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
         // panels are in memory (`b`).
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };

@@ -279,6 +279,8 @@ fn reads_stay_inside_the_operands() {
         (16, 16, 32, 384),
         (128, 64, 128, 128),
         (131, 20, 600, 600),
+        (150, 40, 300, 300),
+        (300, 33, 70, 71),
     ] {
         let a: Vec<f32> = (0..(m - 1) * lda + k).map(|_| rng.unit() - 0.5).collect();
         let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
