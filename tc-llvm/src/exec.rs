@@ -68,6 +68,70 @@ impl RunState<'_> {
     }
 }
 
+/// A generic compilation's plan for one σ: every value's shape and
+/// layout, and σ extended by the body's dim bindings ([`plan::shapes`]).
+type GenericPlan = (Vec<ValInfo>, Sigma);
+
+/// The values a call runs with: the σ-specialised compilation's own, or a
+/// generic compilation's plan for the call's σ.
+enum Planned<'a> {
+    Fixed(&'a [ValInfo]),
+    Generic(Arc<GenericPlan>),
+}
+
+impl Planned<'_> {
+    fn vals(&self) -> &[ValInfo] {
+        match self {
+            Planned::Fixed(v) => v,
+            Planned::Generic(p) => &p.0,
+        }
+    }
+
+    /// The extended σ of a generic plan (`None`: the compilation's own).
+    fn sigma_ext(&self) -> Option<&Sigma> {
+        match self {
+            Planned::Fixed(_) => None,
+            Planned::Generic(p) => Some(&p.1),
+        }
+    }
+}
+
+/// The plans of a generic compilation for the last [`PlanMemo::LEN`] σs
+/// it ran with, most recent first. Planning evaluates every value's dims
+/// from σ (string-keyed lookups): in GPT-2 decoding, where every function
+/// is generic (the length changes every step) and `linear` alone meets
+/// four σs per layer, 48 times a step, planning was about half of the time
+/// a step spent outside kernels (issue #15). A plan is a function of the
+/// function (fixed for a compilation: its callees are in its cache key)
+/// and σ, so a remembered one is the plan.
+#[derive(Default)]
+struct PlanMemo(std::sync::Mutex<std::collections::VecDeque<(Sigma, Arc<GenericPlan>)>>);
+
+impl PlanMemo {
+    const LEN: usize = 8;
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(Sigma, Arc<GenericPlan>)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, sigma: &Sigma) -> Option<Arc<GenericPlan>> {
+        let mut m = self.lock();
+        let i = m.iter().position(|(s, _)| s == sigma)?;
+        let hit = m.remove(i)?;
+        let p = hit.1.clone();
+        m.push_front(hit);
+        Some(p)
+    }
+
+    fn put(&self, sigma: &Sigma, plan: Arc<GenericPlan>) {
+        let mut m = self.lock();
+        m.push_front((sigma.clone(), plan));
+        m.truncate(Self::LEN);
+    }
+}
+
 pub(crate) type Nested<'a> = dyn Fn(&str, &[Arg]) -> Result<Tensor, tc_runtime::Error> + Sync + 'a;
 
 type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u64, i64, i64);
@@ -93,6 +157,8 @@ pub struct CompiledFn {
     par_regions: usize,
     qkeys: Vec<QKey>,
     _module: Option<JitModule>,
+    /// The plans of the last few σs (generic compilations only).
+    plans: PlanMemo,
     /// Milliseconds spent compiling (planning, codegen, O3 and object code, or the persistent cache; linking).
     pub compile_ms: f64,
     /// Its object code came from the persistent cache ([`crate::disk`]).
@@ -187,6 +253,7 @@ pub fn compile_with<'f>(
         kernels,
         qkeys: code.qkeys,
         _module: module,
+        plans: PlanMemo::default(),
         compile_ms: t0.elapsed().as_secs_f64() * 1e3,
         from_disk,
         ir: code.ir,
@@ -700,8 +767,8 @@ impl CompiledFn {
         nested: &Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let func = &*self.func;
-        let (vals, sigma_ext) = self.vals_for(bound, resolve)?;
-        let vals: &[ValInfo] = &vals;
+        let planned = self.vals_for(bound, resolve)?;
+        let (vals, sigma_ext) = (planned.vals(), planned.sigma_ext());
         let n = vals.len();
         let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); n];
         for (i, a) in args.iter().enumerate() {
@@ -711,12 +778,12 @@ impl CompiledFn {
         }
         let mut st = RunState {
             vals,
-            sigma: sigma_ext.as_ref().unwrap_or(&self.sigma_ext),
+            sigma: sigma_ext.unwrap_or(&self.sigma_ext),
             ptrs,
             owned_bufs: (0..n).map(|_| None).collect(),
             slots: self.slot_values(bound),
             // Shape table (generic kernels).
-            shp: match &sigma_ext {
+            shp: match sigma_ext {
                 Some(s) => self.qkeys.iter().map(|k| k.value(vals, func, s)).collect(),
                 None => Vec::new(),
             },
@@ -1064,13 +1131,16 @@ impl CompiledFn {
         &self,
         bound: &Bound,
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
-    ) -> Result<(std::borrow::Cow<'_, [ValInfo]>, Option<Sigma>), tc_runtime::Error> {
-        if self.generic {
-            let (v, s) = plan::shapes(&self.func, &bound.sigma, resolve)?;
-            Ok((std::borrow::Cow::Owned(v), Some(s)))
-        } else {
-            Ok((std::borrow::Cow::Borrowed(&self.vals), None))
+    ) -> Result<Planned<'_>, tc_runtime::Error> {
+        if !self.generic {
+            return Ok(Planned::Fixed(&self.vals));
         }
+        if let Some(p) = self.plans.get(&bound.sigma) {
+            return Ok(Planned::Generic(p));
+        }
+        let p = Arc::new(plan::shapes(&self.func, &bound.sigma, resolve)?);
+        self.plans.put(&bound.sigma, p.clone());
+        Ok(Planned::Generic(p))
     }
 
     /// A prepared-but-not-computed call ([`crate::cache::dry_run`]): each
@@ -1086,7 +1156,8 @@ impl CompiledFn {
         nested: &Nested,
     ) -> Result<Tensor, tc_runtime::Error> {
         let func = &*self.func;
-        let (vals, _) = self.vals_for(bound, resolve)?;
+        let planned = self.vals_for(bound, resolve)?;
+        let vals = planned.vals();
         let zeros = |v: Value| {
             let i = &vals[v.0 as usize];
             Tensor::try_zeros(i.dtype, &i.shape)

@@ -406,6 +406,32 @@ pub(crate) unsafe fn tile_into_c<E: GemmElem>(
     }
 }
 
+/// The row blocks `(first row, rows)` of an `m`-row product: whole
+/// micro-panels of `mr` rows, at most `mc` rows each; with threads, a
+/// multiple of `nthreads` of them, their panel counts differing by at
+/// most one (equal shares: 1024 rows on 2 threads were 3 blocks of 182
+/// rows against 2 and one of 114).
+fn row_blocks(m: usize, mr: usize, mc: usize, nthreads: usize) -> Vec<(usize, usize)> {
+    let panels = m.div_ceil(mr);
+    let per = (mc / mr).max(1);
+    let nblocks = if nthreads > 1 {
+        panels.div_ceil(per).div_ceil(nthreads) * nthreads
+    } else {
+        panels.div_ceil(per)
+    }
+    .min(panels);
+    // Boundary `i` is panel `⌊panels·i / nblocks⌋ ≤ panels` (the product
+    // in u128: no size can overflow it), row `min(that·mr, m) ≤ m`.
+    let bound = |i: usize| {
+        let p = (panels as u128 * i as u128 / nblocks.max(1) as u128) as usize;
+        p.saturating_mul(mr).min(m)
+    };
+    (0..nblocks)
+        .map(|i| (bound(i), bound(i + 1) - bound(i)))
+        .filter(|&(_, rows)| rows > 0)
+        .collect()
+}
+
 /// What the blocked driver needs to know of one GEMM family (f32 with
 /// narrow floats widened, or the integer kernels at i32/i64): the element
 /// type, the kernels, the block sizes, the packing and the packing buffers.
@@ -507,28 +533,7 @@ pub(crate) unsafe fn blocked<F: Family>(
     } else {
         1
     };
-    // Row blocks of whole micro-panels, at most MC rows each; with threads,
-    // a multiple of the thread count of them, their panel counts differing
-    // by at most one (equal shares: 1024 rows on 2 threads were 3 blocks of
-    // 182 rows against 2 and one of 114).
-    let panels = m.div_ceil(mr);
-    let per = (mc_ / mr).max(1);
-    let nblocks = if nthreads > 1 {
-        panels.div_ceil(per).div_ceil(nthreads) * nthreads
-    } else {
-        panels.div_ceil(per)
-    }
-    .min(panels);
-    // Boundary `i` is panel `⌊panels·i / nblocks⌋ ≤ panels` (the product
-    // in u128: no size can overflow it), row `min(that·mr, m) ≤ m`.
-    let bound = |i: usize| {
-        let p = (panels as u128 * i as u128 / nblocks.max(1) as u128) as usize;
-        p.saturating_mul(mr).min(m)
-    };
-    let blocks: Vec<(usize, usize)> = (0..nblocks)
-        .map(|i| (bound(i), bound(i + 1) - bound(i)))
-        .filter(|&(_, rows)| rows > 0)
-        .collect();
+    let blocks = row_blocks(m, mr, mc_, nthreads);
     let cp = SendPtr(c);
     let mut bp = f.take_b();
     for jc in (0..n).step_by(nc_) {

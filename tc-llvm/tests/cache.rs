@@ -164,6 +164,38 @@ fn never_specialising_runs_every_call_generic() {
     assert_eq!(jit.len(), 0);
 }
 
+/// A generic compilation remembers its plans for the last few σs: calls
+/// cycling through more σs than it keeps, then through fewer (hits, moved
+/// to the front), then back to the first ones (evicted, planned again),
+/// each with the interpreter's result and shape; one compilation in all.
+#[test]
+fn generic_plans_remembered_per_sigma_give_each_sigmas_result() {
+    let jit = Jit::new(CacheConfig {
+        capacity: 16,
+        specialize_after: u32::MAX,
+        options: JitOptions::default(),
+    });
+    let func = f();
+    let shapes: Vec<(usize, usize)> = (1..=11).map(|i| (i, 12 - i)).collect();
+    let cases: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(r, c))| case(100 + i as u64, r, c))
+        .collect();
+    let order = (0..11)
+        .chain([3, 4, 3, 5, 4, 3])
+        .chain(0..11)
+        .chain((0..11).rev());
+    for i in order {
+        let (args, want) = &cases[i];
+        let got = jit.call(&func, args, &|_| None).unwrap();
+        assert_eq!(got.shape(), want.shape(), "σ {i}");
+        assert_close(&format!("σ {i}"), &got, want, 1e-5, 1e-5);
+    }
+    let s = jit.stats();
+    assert_eq!((s.compiles, s.generic_compiles), (0, 1), "{s:?}");
+}
+
 #[test]
 fn generic_kernels_every_op_kind() {
     // Layout ops, slices, concat and reductions with dims read at run time.
