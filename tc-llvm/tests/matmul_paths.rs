@@ -230,6 +230,7 @@ struct Guarded {
     base: *mut libc::c_void,
     size: usize,
     data: *mut f32,
+    len: usize,
 }
 
 impl Guarded {
@@ -253,8 +254,19 @@ impl Guarded {
             assert_eq!(libc::mprotect(guard.cast(), page, libc::PROT_NONE), 0);
             let data = (guard as *mut f32).sub(vals.len());
             std::ptr::copy_nonoverlapping(vals.as_ptr(), data, vals.len());
-            Guarded { base, size, data }
+            Guarded {
+                base,
+                size,
+                data,
+                len: vals.len(),
+            }
         }
+    }
+
+    fn slice(&self) -> &[f32] {
+        // SAFETY: `len` floats at `data`, written in `new`, mapped until
+        // `drop`.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 }
 
@@ -285,31 +297,18 @@ fn reads_stay_inside_the_operands() {
         let a: Vec<f32> = (0..(m - 1) * lda + k).map(|_| rng.unit() - 0.5).collect();
         let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
         let (ga, gb) = (Guarded::new(&a), Guarded::new(&b));
-        let mut out = Vec::new();
-        for in_place in [false, true] {
-            set_a_in_place(in_place);
-            let mut c = vec![f32::NAN; m * n];
-            // SAFETY: A is `m × k` at stride `lda` inside `ga` (its last
-            // float the mapping's last readable one), B `k × n` in `gb`.
-            unsafe {
-                sgemm(
-                    m,
-                    n,
-                    k,
-                    View::new(ga.data, lda, 1),
-                    View::new(gb.data, n, 1),
-                    c.as_mut_ptr(),
-                    1,
-                )
-                .unwrap();
-            }
-            out.push(c);
-        }
-        set_a_in_place(true);
+        let [packed, in_place] = [false, true].map(|in_place| {
+            let path = Path {
+                threads: 1,
+                stream: true,
+                in_place,
+            };
+            run(m, n, k, lda, ga.slice(), gb.slice(), path)
+        });
         assert!(
-            out[0]
+            packed
                 .iter()
-                .zip(&out[1])
+                .zip(&in_place)
                 .all(|(x, y)| x.to_bits() == y.to_bits()),
             "m={m} n={n} k={k} lda={lda}"
         );
