@@ -15,9 +15,10 @@
 //! capacity of its size class ([`class_words`]: eight classes per power of
 //! two, at most 12.5% over the request; 1.5 × the request when that length
 //! is growing, [`zeroed`]) and reused for the requests it holds with at
-//! most about half the request to spare, the smallest such first; the total held is bounded by [`limit`] (default 256 MiB,
-//! `TC_POOL_MB` overrides it, 0 disables the pool); when a returned buffer
-//! would exceed it, the oldest held buffers are released first.
+//! most about half the request to spare, the smallest such first; the
+//! total held is bounded by [`limit`] (default 256 MiB, `TC_POOL_MB`
+//! overrides it, 0 disables the pool); when a returned buffer would
+//! exceed it, the oldest held buffers are released first.
 //!
 //! Why classes, not exact lengths: shapes that grow by a little every call
 //! never repeat a length. A decoder's KV cache grows by one position per
