@@ -2,8 +2,8 @@
 //! MR, computed straight into C by a kernel of exactly that many rows) are
 //! bit-identical to the full kernel run into a scratch tile, on both
 //! blockings, with A packed or read in place, and with threads; and match
-//! the interpreter within tolerance through the JIT. One test in its own binary: it toggles process-wide
-//! switches.
+//! the interpreter within tolerance through the JIT. One test in its own
+//! binary: it toggles process-wide switches.
 mod util;
 
 use tc_core::ir::Op;
