@@ -177,6 +177,58 @@ fn micro() -> Result<&'static Micro, Error> {
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
 
+/// A process-wide on/off setting of the f32 GEMM, on unless its
+/// environment variable is `0`, which a `set_…` function overrides (tests
+/// and measurements compare the two ways).
+struct Switch {
+    /// 0 off, 1 on, 2 not yet read from the environment.
+    state: std::sync::atomic::AtomicU8,
+    var: &'static str,
+}
+
+impl Switch {
+    const fn new(var: &'static str) -> Switch {
+        Switch {
+            state: std::sync::atomic::AtomicU8::new(2),
+            var,
+        }
+    }
+
+    fn on(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.state.load(Relaxed) {
+            0 => false,
+            1 => true,
+            _ => {
+                let on = std::env::var(self.var).map_or(true, |v| v != "0");
+                self.state.store(on as u8, Relaxed);
+                on
+            }
+        }
+    }
+
+    fn set(&self, on: bool) {
+        self.state
+            .store(on as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The kernel of `rows` rows (`1..=14`) reading A as `layout` says, from
+/// `table`, compiled the first time it is asked for.
+fn rows_kernel(
+    table: &'static [OnceLock<Result<Micro, String>>; 14],
+    rows: usize,
+    layout: ALayout,
+) -> Result<&'static Micro, Error> {
+    let mk = micro()?;
+    if rows == 0 || rows > mk.mr || rows > table.len() {
+        return Err(Error::Unsupported(format!("a kernel of {rows} rows")));
+    }
+    let r = table[rows - 1]
+        .get_or_init(|| compile_micro(&ukernel_ir_rows(mk.nr / 2, rows, layout), rows, mk.nr));
+    r.as_ref().map_err(|e| Error::Llvm(e.clone()))
+}
+
 /// Kernels for the last row panel of a product whose row count is not a
 /// multiple of MR: `edge(r)` computes the first `r < MR` rows of a
 /// panel packed MR wide, straight into C. Before them the last panel ran
@@ -186,75 +238,40 @@ fn micro() -> Result<&'static Micro, Error> {
 /// (≈ 5 ms; a model meets a few). Same FMA chain per element and the same
 /// add into C as the tile path: bit-identical results.
 fn edge(rows: usize) -> Result<Ukr, Error> {
-    const N: usize = 14;
-    static E: [OnceLock<Result<Micro, String>>; N] = [const { OnceLock::new() }; N];
-    let mk = micro()?;
-    if rows == 0 || rows >= mk.mr || rows > N {
+    static E: [OnceLock<Result<Micro, String>>; 14] = [const { OnceLock::new() }; 14];
+    let mr = micro()?.mr;
+    if rows >= mr {
         return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
     }
-    let r = E[rows - 1].get_or_init(|| {
-        compile_micro(
-            &ukernel_ir_rows(mk.nr / 2, rows, ALayout::Packed(mk.mr)),
-            rows,
-            mk.nr,
-        )
-    });
-    r.as_ref().map(|e| e.f).map_err(|e| Error::Llvm(e.clone()))
+    rows_kernel(&E, rows, ALayout::Packed(mr)).map(|k| k.f)
 }
 
 /// `TC_MM_EDGE=0` runs edge row panels through the full kernel and a
 /// scratch tile (for measurements and the equivalence test).
-static EDGE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
-
-fn edge_kernels() -> bool {
-    use std::sync::atomic::Ordering;
-    match EDGE.load(Ordering::Relaxed) {
-        0 => false,
-        1 => true,
-        _ => {
-            let on = std::env::var("TC_MM_EDGE").map_or(true, |v| v != "0");
-            EDGE.store(on as u8, Ordering::Relaxed);
-            on
-        }
-    }
-}
+static EDGE: Switch = Switch::new("TC_MM_EDGE");
 
 /// Turn the edge-row kernels on or off (process-wide; for tests and
 /// measurements).
 pub fn set_edge_kernels(on: bool) {
-    EDGE.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+    EDGE.set(on);
 }
 
 /// Kernels reading `rows` rows of A in place ([`ALayout::Rows`]), one per
 /// row count `1..=MR`, each compiled the first time it is needed. Same
 /// FMA chain per element as the packed kernels: bit-identical results.
 fn in_place(rows: usize) -> Result<&'static Micro, Error> {
-    const N: usize = 14;
-    static K: [OnceLock<Result<Micro, String>>; N] = [const { OnceLock::new() }; N];
-    let mk = micro()?;
-    if rows == 0 || rows > mk.mr || rows > N {
-        return Err(Error::Unsupported(format!(
-            "in-place kernel of {rows} rows"
-        )));
-    }
-    let r = K[rows - 1].get_or_init(|| {
-        compile_micro(
-            &ukernel_ir_rows(mk.nr / 2, rows, ALayout::Rows),
-            rows,
-            mk.nr,
-        )
-    });
-    r.as_ref().map_err(|e| Error::Llvm(e.clone()))
+    static K: [OnceLock<Result<Micro, String>>; 14] = [const { OnceLock::new() }; 14];
+    rows_kernel(&K, rows, ALayout::Rows)
 }
 
 /// `TC_MM_IN_PLACE=0` (or [`set_a_in_place`]) packs A in the streamed
 /// path even where it could be read in place (measurements, the
 /// equivalence tests).
-static IN_PLACE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+static IN_PLACE: Switch = Switch::new("TC_MM_IN_PLACE");
 
 /// Turn reading A in place on or off (process-wide; tests, measurements).
 pub fn set_a_in_place(on: bool) {
-    IN_PLACE.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+    IN_PLACE.set(on);
 }
 
 /// Most floats of A (its `m` rows of one K-block) that the streamed path
@@ -272,20 +289,11 @@ const IN_PLACE_MAX_FLOATS: usize = 4096;
 /// 4 KiB puts every row in the same set, 8- or 12-way on the hosts
 /// measured, and they would evict each other on every step.
 fn a_in_place(a: &View, m: usize, k: usize) -> bool {
-    use std::sync::atomic::Ordering;
-    let on = match IN_PLACE.load(Ordering::Relaxed) {
-        0 => false,
-        1 => true,
-        _ => {
-            let on = std::env::var("TC_MM_IN_PLACE").map_or(true, |v| v != "0");
-            IN_PLACE.store(on as u8, Ordering::Relaxed);
-            on
-        }
-    };
     const SETS: usize = 64;
     let mut per_set = [0u8; SETS];
     let line = |i: usize| i.wrapping_mul(a.rs).wrapping_mul(4) / 64 % SETS;
-    on && a.cs == 1
+    IN_PLACE.on()
+        && a.cs == 1
         && m.saturating_mul(k.min(params().1)) <= IN_PLACE_MAX_FLOATS
         && (0..MR).all(|i| {
             per_set[line(i)] += 1;
@@ -401,7 +409,7 @@ impl F32Gemm<'_> {
         threads: usize,
     ) -> Result<(F32Gemm<'static>, bool), Error> {
         let mk = micro()?;
-        let edge = if !m.is_multiple_of(mk.mr) && edge_kernels() {
+        let edge = if !m.is_multiple_of(mk.mr) && EDGE.on() {
             Some(edge(m % mk.mr)?)
         } else {
             None
@@ -917,25 +925,17 @@ unsafe fn sgemm_packed(
     Ok(())
 }
 
-static STREAM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
 /// Whether a single row block streams B panel by panel (default on;
 /// `TC_MM_STREAM=0` or [`set_stream_b`] turn it off, for measurements).
+static STREAM: Switch = Switch::new("TC_MM_STREAM");
+
 fn stream_b() -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    match STREAM.load(Relaxed) {
-        0 => {
-            let on = std::env::var("TC_MM_STREAM").map_or(true, |v| v != "0");
-            STREAM.store(if on { 1 } else { 2 }, Relaxed);
-            on
-        }
-        v => v == 1,
-    }
+    STREAM.on()
 }
 
 /// Turn the streamed-B path for `m ≤ MC` on or off (benchmarks).
 pub fn set_stream_b(on: bool) {
-    STREAM.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+    STREAM.set(on);
 }
 
 thread_local! {
