@@ -73,12 +73,16 @@ fn ahead() -> usize {
 /// (per-call medians of four alternating pairs of runs) read 19.6–24.1
 /// GB/s on 4 KiB pages and 21.8–27.6 on huge pages at 1 thread (three
 /// pairs of four faster), 27.9–38.7 against 31.4–44.4 at 2 (all four).
-pub(crate) fn huge_packings() -> bool {
-    static H: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+///
+/// `Some(force)` when they are: `force` (`TC_PACK_HUGE=1`) keeps the advice
+/// even where [`tc_runtime::huge`]'s probe finds huge pages dear to fault
+/// (3–4 s of GPT-2-small warm-up on that AMD VM, against 0.4 s).
+pub(crate) fn huge_packings() -> Option<bool> {
+    static H: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     *H.get_or_init(|| match std::env::var("TC_PACK_HUGE").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => crate::host::amd(),
+        Ok("0") => None,
+        Ok("1") => Some(true),
+        _ => crate::host::amd().then_some(false),
     })
 }
 

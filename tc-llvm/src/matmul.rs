@@ -749,8 +749,8 @@ impl PackedB {
             .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
         let mut data = tc_runtime::alloc::zeroed::<f32>(padded)?;
         #[cfg(target_arch = "x86_64")]
-        if crate::gemv::huge_packings() {
-            tc_runtime::pool::advise_huge(&data);
+        if let Some(force) = crate::gemv::huge_packings() {
+            tc_runtime::huge::advise(&mut data, force);
         }
         let start = line_off(&data);
         let slab = &mut data[start..start + total];
@@ -994,28 +994,14 @@ fn huge_slice(buf: &mut Vec<f32>, need: usize) -> &mut [f32] {
 }
 
 /// `len` zeroed floats, the whole 2 MiB pages among them on transparent
-/// huge pages where the kernel grants them (the advice comes before the
-/// first write, as it must for the faults to allocate huge pages);
+/// huge pages where the kernel grants them and they are cheap to fault
+/// ([`tc_runtime::huge`]: the advice comes before the first write, as it
+/// must for the faults to allocate huge pages);
 /// `Unsupported` when the allocation is refused.
 fn huge_zeroed(len: usize) -> Result<Vec<f32>, Error> {
-    let mut v: Vec<f32> = Vec::new();
-    v.try_reserve_exact(len)
+    let mut v = tc_runtime::alloc::zeroed::<f32>(len)
         .map_err(|_| Error::Unsupported(format!("allocating {len} floats")))?;
-    #[cfg(target_os = "linux")]
-    {
-        let start = v.as_ptr() as usize;
-        // One live allocation of `capacity · 4` bytes: the sum cannot wrap.
-        let end = start + v.capacity() * 4;
-        let lo = start.div_ceil(2 << 20) * (2 << 20);
-        let hi = end / (2 << 20) * (2 << 20);
-        if hi > lo {
-            // SAFETY: advice on pages inside the allocation; no contents change.
-            unsafe {
-                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
-    v.resize(len, 0.0);
+    tc_runtime::huge::advise(&mut v, false);
     Ok(v)
 }
 

@@ -71,7 +71,7 @@ impl ZeroBits for f32 {}
 ///
 /// Zeroed by the allocator (`calloc`, so a large buffer is fresh `mmap`
 /// pages nobody has touched yet), never by a write loop: huge-page advice
-/// given before the first write ([`crate::pool::advise_huge`]) and
+/// given before the first write ([`crate::huge::advise`]) and
 /// first-touch placement rely on that.
 pub fn zeroed<T: ZeroBits>(count: usize) -> Result<Vec<T>> {
     if count == 0 {

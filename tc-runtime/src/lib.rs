@@ -20,6 +20,7 @@ pub use safetensors_io::{load_safetensors, load_tensor, save_safetensors};
 pub use tensor::{StorageId, Tensor};
 pub mod contract;
 pub mod exec;
+pub mod huge;
 pub mod interp;
 pub mod params;
 pub mod pool;

@@ -81,7 +81,7 @@ pub fn class_words(words: usize) -> usize {
 ///
 /// Large ones come straight from `mmap` (through the allocator's `calloc`),
 /// untouched, and are marked for transparent huge pages before anything
-/// writes them: a 64 MB buffer then takes 32 page faults instead of 16 384
+/// writes them, where those are cheap to get ([`crate::huge`]): a 64 MB buffer then takes 32 page faults instead of 16 384
 /// (the faults cost as much as a bandwidth-bound kernel over it), and a
 /// matmul operand lies on physically contiguous 2 MB pages, so how it maps
 /// onto the physically indexed L2 no longer changes from run to run.
@@ -104,39 +104,9 @@ pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
     // `take` grows the buffer into them for a later request of its class.
     v.truncate(words);
     if words.saturating_mul(8) >= HUGE_MIN {
-        advise_huge(&v);
+        crate::huge::advise(&mut v, false);
     }
     Ok(v)
-}
-
-/// Mark the whole 2 MiB pages inside `v`'s allocation for transparent huge
-/// pages (advice only: the contents do not change). Pages already touched
-/// stay as they are, so this is for a buffer no one has written yet
-/// ([`crate::alloc::zeroed`]). A no-op off Linux and under Miri (which
-/// cannot run `madvise`).
-pub fn advise_huge<T>(v: &Vec<T>) {
-    #[cfg(all(target_os = "linux", not(miri)))]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = v.as_ptr() as usize;
-        // `v` is one live allocation of `capacity · size_of::<T>()` bytes,
-        // so the end cannot overflow (an allocation never wraps the
-        // address space).
-        let end = start + v.capacity() * std::mem::size_of::<T>();
-        let lo = start.div_ceil(HUGE) * HUGE;
-        let hi = end / HUGE * HUGE;
-        if hi > lo {
-            // A failure (e.g. THP disabled) is harmless and ignored.
-            // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation,
-            // which the borrow keeps allocated for the call; MADV_HUGEPAGE
-            // changes how those pages are backed, never their contents.
-            unsafe {
-                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
-    #[cfg(not(all(target_os = "linux", not(miri))))]
-    let _ = v;
 }
 
 /// Pool counters.

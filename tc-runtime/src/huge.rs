@@ -1,0 +1,274 @@
+//! Transparent huge page advice for large buffers, given only while huge
+//! pages are cheap to get here.
+//!
+//! Why huge pages: a large operand on 2 MiB pages takes 512× fewer page
+//! faults and TLB misses, and lies on physically contiguous memory, so its
+//! mapping onto the physically indexed L2 is the same every run (see
+//! [`crate::pool::zeroed`] and the packings in `tc-llvm`).
+//!
+//! Why a probe: what a huge page costs to fault depends on the machine. On
+//! the AMD EPYC (Zen 4) VM of issue #15 the hypervisor takes back free
+//! guest memory in 2 MiB blocks (free page reporting), and a huge page
+//! can only come from such a block: faulting one cost 10–20 ms once the
+//! memory had been reported (750 MiB: 7–8 s on huge pages, 0.3 s on 4 KiB
+//! pages, 0.08 s on huge pages freed a moment before). GPT-2-small's
+//! weight packings made its warm-up pass 3–4 s instead of 0.4 s. So the
+//! whole huge pages of a buffer's length are faulted here, at once, each
+//! timed: a fault slower than [`DEAR_FAULT`] (slower than faulting the
+//! same 2 MiB as 4 KiB pages on that VM) counts, and after [`DEAR_AFTER`]
+//! of them (one could be a preemption) the rest of the buffer and every
+//! later one stay on 4 KiB pages for the life of the process. That bounds
+//! the cost of learning to a few slow faults.
+//!
+//! Page size changes timing only, never a value: results do not depend on
+//! the probe.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::alloc::ZeroBits;
+
+/// The huge page size on x86-64 Linux.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// A 2 MiB fault slower than this is dear: 2 ms is 1 GB/s, below what 4 KiB
+/// faults reached on the VM that needed the probe (2.4 GB/s) and 5–10×
+/// above an ordinary huge page fault (0.2–0.4 ms: zeroing 2 MiB).
+pub const DEAR_FAULT: Duration = Duration::from_millis(2);
+
+/// Dear faults after which no more huge pages are asked for.
+pub const DEAR_AFTER: u32 = 2;
+
+/// Counts dear faults; [`Probe::dear`] once there were [`DEAR_AFTER`].
+#[derive(Debug)]
+pub struct Probe {
+    slow: AtomicU32,
+    threshold: Duration,
+}
+
+impl Default for Probe {
+    fn default() -> Probe {
+        Probe::new()
+    }
+}
+
+impl Probe {
+    /// A probe that has seen no fault, counting faults over [`DEAR_FAULT`].
+    pub const fn new() -> Probe {
+        Probe::with_threshold(DEAR_FAULT)
+    }
+
+    /// A probe counting faults slower than `threshold`.
+    pub const fn with_threshold(threshold: Duration) -> Probe {
+        Probe {
+            slow: AtomicU32::new(0),
+            threshold,
+        }
+    }
+
+    /// Record one huge page fault that took `cost`; true when huge pages
+    /// are dear from now on.
+    pub fn note(&self, cost: Duration) -> bool {
+        if cost > self.threshold {
+            self.slow.fetch_add(1, Ordering::Relaxed);
+        }
+        self.dear()
+    }
+
+    /// Have there been [`DEAR_AFTER`] dear faults?
+    pub fn dear(&self) -> bool {
+        self.slow.load(Ordering::Relaxed) >= DEAR_AFTER
+    }
+}
+
+/// The process's probe.
+static PROBE: Probe = Probe::new();
+
+/// Are huge pages dear in this process (see the module doc)?
+pub fn dear() -> bool {
+    PROBE.dear()
+}
+
+/// What [`advise`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// No whole huge page in the buffer, not Linux, or Miri.
+    None,
+    /// Huge pages are dear: the buffer is left on 4 KiB pages.
+    Skipped,
+    /// The buffer's whole huge pages were advised and the ones its length
+    /// covers faulted.
+    Huge,
+    /// The faults turned out dear part way: the pages faulted so far are
+    /// huge, the rest of the buffer stays on 4 KiB pages.
+    Stopped,
+}
+
+/// Advise the whole 2 MiB pages of `v`'s allocation onto transparent huge
+/// pages and fault the ones its length covers now, timing each (see the
+/// module doc); `force` advises even when huge pages are dear and never
+/// stops part way (`TC_PACK_HUGE=1`). For a buffer fresh from
+/// [`crate::alloc::zeroed`]: pages already touched stay as they are. The
+/// contents never change.
+pub fn advise<T: ZeroBits>(v: &mut Vec<T>, force: bool) -> Advice {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        advise_linux(v, force, &PROBE)
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        let _ = (v, force);
+        Advice::None
+    }
+}
+
+#[cfg(all(target_os = "linux", not(miri)))]
+fn advise_linux<T: ZeroBits>(v: &mut Vec<T>, force: bool, probe: &Probe) -> Advice {
+    let size = std::mem::size_of::<T>();
+    let start = v.as_ptr() as usize;
+    // One live allocation of `capacity · size` bytes: the sums cannot wrap
+    // (an allocation never wraps the address space).
+    let (end, len_end) = (start + v.capacity() * size, start + v.len() * size);
+    let lo = start.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+    let hi = end / HUGE_PAGE * HUGE_PAGE;
+    if hi <= lo {
+        return Advice::None;
+    }
+    if !force && probe.dear() {
+        return Advice::Skipped;
+    }
+    // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation, which the
+    // borrow keeps allocated for the call; MADV_HUGEPAGE changes how those
+    // pages are backed, never their contents. A failure (THP disabled) is
+    // harmless: then nothing below is a huge fault, and none is dear.
+    if unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) } != 0 {
+        return Advice::None;
+    }
+    let base = v.as_mut_ptr().cast::<u8>();
+    let mut page = lo;
+    while page < len_end.min(hi) {
+        let t = std::time::Instant::now();
+        // SAFETY: `page` is in `[start, len_end)`, a byte of `v`'s
+        // initialised elements, and `v` is borrowed exclusively: reading
+        // it and writing the same value back changes nothing but makes the
+        // kernel fault the page in for writing.
+        unsafe {
+            let p = base.add(page - start);
+            p.write_volatile(p.read_volatile());
+        }
+        if probe.note(t.elapsed()) && !force {
+            let rest = page + HUGE_PAGE;
+            if rest < hi {
+                // SAFETY: as for the advice above, on a subrange of it.
+                unsafe {
+                    libc::madvise(rest as *mut libc::c_void, hi - rest, libc::MADV_NOHUGEPAGE);
+                }
+            }
+            return Advice::Stopped;
+        }
+        page += HUGE_PAGE;
+    }
+    Advice::Huge
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dear_after_two_slow_faults_not_after_fast_ones() {
+        let p = Probe::new();
+        for _ in 0..100 {
+            assert!(!p.note(Duration::from_micros(300)));
+        }
+        assert!(
+            !p.note(DEAR_FAULT * 5),
+            "one slow fault may be a preemption"
+        );
+        assert!(
+            !p.note(DEAR_FAULT),
+            "at the threshold is not slower than it"
+        );
+        assert!(p.note(DEAR_FAULT * 2));
+        assert!(p.dear() && p.note(Duration::ZERO), "dear stays dear");
+    }
+
+    #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn a_dear_probe_skips_unless_forced_and_contents_never_change() {
+        let dear = Probe::new();
+        dear.note(DEAR_FAULT * 3);
+        dear.note(DEAR_FAULT * 3);
+        let words = 3 * HUGE_PAGE / 8;
+        let mut v = crate::alloc::zeroed::<u64>(words).unwrap();
+        assert_eq!(advise_linux(&mut v, false, &dear), Advice::Skipped);
+        let cheap = Probe::new();
+        let did = advise_linux(&mut v, false, &cheap);
+        // Stopped only if this machine's faults were dear twice.
+        assert!(matches!(did, Advice::Huge | Advice::None | Advice::Stopped));
+        assert!(v.iter().all(|&w| w == 0));
+        // Forced on a dear probe, over pages that already hold data.
+        let mut w = crate::alloc::zeroed::<u64>(words).unwrap();
+        w.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = i as u64 * 0x9e37);
+        assert!(matches!(
+            advise_linux(&mut w, true, &dear),
+            Advice::Huge | Advice::None
+        ));
+        assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64 * 0x9e37));
+        let mut small = crate::alloc::zeroed::<f32>(1000).unwrap();
+        assert_eq!(advise_linux(&mut small, false, &cheap), Advice::None);
+    }
+
+    /// The `VmFlags` of the mapping that holds `addr`, from /proc/self/smaps.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    fn vm_flags(addr: usize) -> Option<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = (a..b).contains(&addr);
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(f) = line.strip_prefix("VmFlags:") {
+                    return Some(f.to_string());
+                }
+            }
+        }
+        None
+    }
+
+    #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn stopping_leaves_the_rest_of_the_buffer_on_small_pages() {
+        // Every fault counts as dear: the second one stops the advice.
+        let p = Probe::with_threshold(Duration::ZERO);
+        let mut v = crate::alloc::zeroed::<u64>(6 * HUGE_PAGE / 8).unwrap();
+        let did = advise_linux(&mut v, false, &p);
+        if did == Advice::None {
+            return; // no transparent huge pages here
+        }
+        assert_eq!(did, Advice::Stopped);
+        let lo = (v.as_ptr() as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        let flags = |a| vm_flags(a).unwrap_or_default();
+        assert!(
+            flags(lo).split_whitespace().any(|f| f == "hg"),
+            "{}",
+            flags(lo)
+        );
+        let rest = lo + 3 * HUGE_PAGE;
+        assert!(
+            flags(rest).split_whitespace().any(|f| f == "nh"),
+            "{}",
+            flags(rest)
+        );
+        assert!(v.iter().all(|&w| w == 0));
+        assert_eq!(advise_linux(&mut v, false, &p), Advice::Skipped);
+    }
+}
