@@ -58,6 +58,7 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for u64 {}
     impl Sealed for f32 {}
+    impl Sealed for u8 {}
 }
 
 /// Element types whose all-zero bit pattern is a valid value (`0`,
@@ -66,6 +67,7 @@ mod sealed {
 pub trait ZeroBits: Copy + sealed::Sealed {}
 impl ZeroBits for u64 {}
 impl ZeroBits for f32 {}
+impl ZeroBits for u8 {}
 
 /// `count` zeroed elements, or `OutOfMemory`.
 ///
@@ -79,7 +81,7 @@ pub fn zeroed<T: ZeroBits>(count: usize) -> Result<Vec<T>> {
     }
     let layout = Layout::array::<T>(count).map_err(|_| refused::<T>(count))?;
     // SAFETY: `layout` has a non-zero size (`count > 0`, checked above, and
-    // both `ZeroBits` types are non-zero-sized) as `alloc_zeroed` requires.
+    // every `ZeroBits` type is non-zero-sized) as `alloc_zeroed` requires.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
         return Err(refused::<T>(count));

@@ -57,21 +57,39 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| st_err(&path.display().to_string(), e))
 }
 
-/// Convert one safetensors entry.
-fn convert_view(name: &str, view: &safetensors::tensor::TensorView<'_>) -> Result<Tensor> {
-    let dtype = from_safetensors_dtype(view.dtype()).ok_or_else(|| {
+/// One tensor of `len` bytes stored as `dtype`, its bytes written into the
+/// new storage by `fill`.
+fn tensor_from(
+    name: &str,
+    dtype: StDtype,
+    shape: &[usize],
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<()>,
+) -> Result<Tensor> {
+    let ours = from_safetensors_dtype(dtype).ok_or_else(|| {
         Error::Safetensors(format!(
-            "tensor `{name}` has dtype {:?}, which tc does not support",
-            view.dtype()
+            "tensor `{name}` has dtype {dtype:?}, which tc does not support"
         ))
     })?;
-    Tensor::from_raw_slice(dtype, view.shape(), view.data())
+    Tensor::from_raw_fill(ours, shape, len, fill)
 }
 
-/// Every tensor in a safetensors buffer, by name.
+/// Convert one safetensors entry.
+fn convert_view(name: &str, view: &safetensors::tensor::TensorView<'_>) -> Result<Tensor> {
+    let data = view.data();
+    tensor_from(name, view.dtype(), view.shape(), data.len(), |buf| {
+        buf.copy_from_slice(data);
+        Ok(())
+    })
+}
+
+/// Every tensor in a safetensors buffer, by name (converted in name order,
+/// so which of several bad tensors is reported does not depend on a hash).
 pub fn load_safetensors_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| st_err("invalid file", e))?;
-    st.tensors()
+    let mut views = st.tensors();
+    views.sort_by(|a, b| a.0.cmp(&b.0));
+    views
         .into_iter()
         .map(|(name, view)| {
             let t = convert_view(&name, &view)?;
@@ -80,11 +98,80 @@ pub fn load_safetensors_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> 
         .collect()
 }
 
-/// Every tensor in a safetensors file, by name.
+/// Every tensor in a safetensors file, by name: the same result and errors
+/// as [`load_safetensors_bytes`] on the file's contents, but each tensor is
+/// read from the file straight into its storage. Reading the whole file
+/// first touched twice the memory: on the AMD VM of issue #15, where fresh
+/// pages are slow to fault, GPT-2-small's 500 MB took 2.5–5.5 s to load.
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>> {
     let path = path.as_ref();
-    load_safetensors_bytes(&read_file(path)?)
-        .map_err(|e| with_context(e, &path.display().to_string()))
+    let ctx = path.display().to_string();
+    let io = |e: std::io::Error| st_err(&ctx, e);
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let (data, meta) = match file_header(&mut file) {
+        Ok(h) => h,
+        Err(Header::Io(e)) => return Err(io(e)),
+        Err(Header::Invalid(e)) => return Err(with_context(st_err("invalid file", e), &ctx)),
+    };
+    let mut infos: Vec<_> = meta.tensors().into_iter().collect();
+    infos.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = BTreeMap::new();
+    for (name, info) in infos {
+        let (start, end) = info.data_offsets;
+        // Validated by `read_metadata`: `start ≤ end ≤` the data's length.
+        let at = data + start as u64;
+        let t = tensor_from(&name, info.dtype, &info.shape, end - start, |buf| {
+            read_at(&mut file, buf, at).map_err(io)
+        })
+        .map_err(|e| with_context(e, &ctx))?;
+        out.insert(name, t);
+    }
+    Ok(out)
+}
+
+/// Why a file's header could not be read.
+enum Header {
+    /// Reading the file failed.
+    Io(std::io::Error),
+    /// The header is not valid (what `SafeTensors::deserialize` reports).
+    Invalid(safetensors::SafeTensorError),
+}
+
+/// The file's header, validated by the safetensors crate exactly as
+/// [`SafeTensors::deserialize`] validates a whole buffer, and the offset of
+/// its data. `read_metadata` checks the data's extent against the length of
+/// the buffer it is given without reading the data, so it is given the
+/// header followed by zeros the allocator never touched (a large
+/// `alloc_zeroed` is fresh pages): the data is not read twice.
+fn file_header(
+    file: &mut std::fs::File,
+) -> std::result::Result<(u64, safetensors::tensor::Metadata), Header> {
+    let len = file.metadata().map_err(Header::Io)?.len();
+    let len = usize::try_from(len)
+        .map_err(|_| Header::Invalid(safetensors::SafeTensorError::HeaderTooLarge))?;
+    let mut buf = crate::alloc::zeroed::<u8>(len)
+        .map_err(|e| Header::Io(std::io::Error::other(e.to_string())))?;
+    let head = len.min(8);
+    read_at(file, &mut buf[..head], 0).map_err(Header::Io)?;
+    if head == 8 {
+        let n = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+        // A header past the file's end is not read: `read_metadata`
+        // reports it from the 8 bytes alone.
+        if let Some(stop) = usize::try_from(n).ok().and_then(|n| n.checked_add(8)) {
+            if stop <= len {
+                read_at(file, &mut buf[8..stop], 8).map_err(Header::Io)?;
+            }
+        }
+    }
+    let (n, meta) = SafeTensors::read_metadata(&buf).map_err(Header::Invalid)?;
+    Ok((n as u64 + 8, meta))
+}
+
+/// Fill `buf` from the file at byte `at`.
+fn read_at(file: &mut std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    file.seek(SeekFrom::Start(at))?;
+    file.read_exact(buf)
 }
 
 fn with_context(e: Error, context: &str) -> Error {

@@ -355,24 +355,42 @@ impl Tensor {
 
     /// As [`Tensor::from_raw`], from a borrowed slice (copied).
     pub fn from_raw_slice(dtype: Dtype, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        Tensor::from_raw_fill(dtype, shape, bytes.len(), |buf| {
+            buf.copy_from_slice(bytes);
+            Ok(())
+        })
+    }
+
+    /// As [`Tensor::from_raw_slice`] for a source of `len` bytes that
+    /// `fill` writes straight into the new storage (all of it: it is given
+    /// exactly `len` bytes), so a file is read into the tensor without an
+    /// intermediate copy. The same checks, in the same order of
+    /// precedence: `ByteLength` (before `fill` runs), then `fill`'s error,
+    /// then `InvalidBool`.
+    pub fn from_raw_fill(
+        dtype: Dtype,
+        shape: &[usize],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<Tensor> {
         let numel = volume(shape)?;
         let expected = tc_core::size::bytes(dtype, numel)?;
-        if bytes.len() != expected {
+        if len != expected {
             return Err(Error::ByteLength {
                 dtype,
                 shape: shape.to_vec(),
                 expected,
-                found: bytes.len(),
+                found: len,
             });
-        }
-        if dtype == Dtype::Bool {
-            if let Some((index, &byte)) = bytes.iter().enumerate().find(|(_, &b)| b > 1) {
-                return Err(Error::InvalidBool { index, byte });
-            }
         }
         let mut words = zeroed_words(expected)?;
         let buf = word_bytes_mut(&mut words, expected);
-        buf.copy_from_slice(bytes);
+        fill(buf)?;
+        if dtype == Dtype::Bool {
+            if let Some((index, &byte)) = buf.iter().enumerate().find(|(_, &b)| b > 1) {
+                return Err(Error::InvalidBool { index, byte });
+            }
+        }
         if dtype == Dtype::I4 && numel % 2 == 1 {
             buf[expected - 1] &= 0x0F;
         }

@@ -530,3 +530,65 @@ fn safetensors_bad_inputs_are_errors() {
         matches!(save_safetensors_bytes(&m), Err(Error::Safetensors(msg)) if msg.contains("i4"))
     );
 }
+
+/// The file loader reads the header and then each tensor straight into its
+/// storage instead of the whole file at once: on every file, valid or not,
+/// it must give what the buffer loader gives on the file's bytes (errors
+/// prefixed with the path). The files: a valid one with every dtype and a
+/// BOOL entry, cut at every length, and with every byte replaced by each of
+/// a few values (header length, JSON, offsets, dtypes, bool data).
+#[test]
+fn the_file_loader_agrees_with_the_buffer_loader_on_every_corruption() {
+    use safetensors::tensor::{Dtype as St, TensorView};
+    let raw = [1u8, 0, 1];
+    let f = [1.5f32, -2.0];
+    let fb: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let u8s = [7u8];
+    let file = |with_u8: bool| {
+        let mut views = vec![
+            ("m", TensorView::new(St::BOOL, vec![3], &raw).unwrap()),
+            ("w", TensorView::new(St::F32, vec![2], &fb).unwrap()),
+            ("e", TensorView::new(St::F32, vec![0], &[]).unwrap()),
+        ];
+        if with_u8 {
+            // A dtype tc does not load: an error between valid tensors.
+            views.push(("u", TensorView::new(St::U8, vec![1], &u8s).unwrap()));
+        }
+        safetensors::serialize(views, &None).unwrap()
+    };
+    let path = temp_path("agreement");
+    let ctx = path.display().to_string();
+    let check = |bytes: &[u8], what: &str| {
+        std::fs::write(&path, bytes).unwrap();
+        let want = load_safetensors_bytes(bytes).map_err(|e| match e {
+            Error::Safetensors(m) => Error::Safetensors(format!("{ctx}: {m}")),
+            other => other,
+        });
+        assert_eq!(load_safetensors(&path), want, "{what}");
+    };
+    let mut cases = 0;
+    let good = file(false);
+    assert_eq!(load_safetensors_bytes(&good).map(|m| m.len()), Ok(3));
+    for valid in [good, file(true)] {
+        for cut in 0..=valid.len() {
+            check(&valid[..cut], &format!("cut at {cut}"));
+            cases += 1;
+        }
+        for i in 0..valid.len() {
+            for v in [0u8, 2, 0x7f, 0xff, b'9'] {
+                let mut b = valid.clone();
+                b[i] = v;
+                check(&b, &format!("byte {i} = {v}"));
+                cases += 1;
+            }
+        }
+        // Header lengths past the end, over the crate's limit, and huge.
+        for n in [u64::MAX, 1 << 40, 100_000_001, valid.len() as u64] {
+            let mut b = valid.clone();
+            b[..8].copy_from_slice(&n.to_le_bytes());
+            check(&b, &format!("header length {n}"));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    assert!(cases > 2000);
+}
