@@ -749,9 +749,13 @@ impl PackedB {
             .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
         let mut data = tc_runtime::alloc::zeroed::<f32>(padded)?;
         #[cfg(target_arch = "x86_64")]
-        if let Some(force) = crate::gemv::huge_packings() {
-            tc_runtime::huge::advise(&mut data, force);
-        }
+        let later = match crate::gemv::huge_packings() {
+            Some(force) => !matches!(
+                tc_runtime::huge::advise(&mut data, force),
+                tc_runtime::huge::Advice::Huge | tc_runtime::huge::Advice::None
+            ),
+            None => false,
+        };
         let start = line_off(&data);
         let slab = &mut data[start..start + total];
         for pc in (0..k).step_by(kc) {
@@ -762,6 +766,12 @@ impl PackedB {
                 // (the contract); the slice holds the panel's `kcb·nr`.
                 unsafe { pack_b_panel(b, pc, kcb, q * nr, nr, n, &mut slab[off..off + kcb * nr]) };
             }
+        }
+        // Kept for the process: where huge pages were dear to fault, the
+        // kernel may still collapse the packing onto them in the background.
+        #[cfg(target_arch = "x86_64")]
+        if later {
+            tc_runtime::huge::advise_filled(&data);
         }
         Ok(PackedB {
             k,
