@@ -154,7 +154,9 @@ fn file_header(
     let head = len.min(8);
     read_at(file, &mut buf[..head], 0).map_err(Header::Io)?;
     if head == 8 {
-        let n = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+        let mut le = [0u8; 8];
+        le.copy_from_slice(&buf[..8]);
+        let n = u64::from_le_bytes(le);
         // A header past the file's end is not read: `read_metadata`
         // reports it from the 8 bytes alone.
         if let Some(stop) = usize::try_from(n).ok().and_then(|n| n.checked_add(8)) {
