@@ -196,7 +196,8 @@ fn advise_linux<T: ZeroBits>(v: &mut Vec<T>, force: bool, probe: &Probe) -> Advi
     while page < len_end.min(hi) {
         let t = std::time::Instant::now();
         // SAFETY: `page` is in `[start, len_end)`, a byte of `v`'s
-        // initialised elements, and `v` is borrowed exclusively: reading
+        // initialised elements (`ZeroBits` types have no padding, so every
+        // byte is initialised), and `v` is borrowed exclusively: reading
         // it and writing the same value back changes nothing but makes the
         // kernel fault the page in for writing.
         unsafe {
