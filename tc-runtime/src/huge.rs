@@ -195,11 +195,10 @@ fn advise_linux<T: ZeroBits>(v: &mut Vec<T>, force: bool, probe: &Probe) -> Advi
     let mut page = lo;
     while page < len_end.min(hi) {
         let t = std::time::Instant::now();
-        // SAFETY: `page` is in `[start, len_end)`, a byte of `v`'s
-        // initialised elements (`ZeroBits` types have no padding, so every
-        // byte is initialised), and `v` is borrowed exclusively: reading
-        // it and writing the same value back changes nothing but makes the
+        // Reading the byte and writing it back changes nothing but makes the
         // kernel fault the page in for writing.
+        // SAFETY: `page` is a byte of `v`'s elements (`[start, len_end)`),
+        // initialised (`ZeroBits` types have no padding); `v` is exclusive.
         unsafe {
             let p = base.add(page - start);
             p.write_volatile(p.read_volatile());
