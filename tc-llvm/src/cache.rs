@@ -561,7 +561,8 @@ impl Jit {
             self.call_at(callee, a, resolve, depth + 1)
         };
         let fp = self.fp_by_value(func, resolve);
-        self.run_call(func, fp, args, resolve, &nested, depth)
+        let bound = contract::bind_args(&func.sig, args)?;
+        self.run_call(func, fp, (args, &bound), resolve, &nested, depth)
     }
 
     /// [`Jit::call`] for a `'static` function (what `#[tensor_fn]` builds
@@ -593,7 +594,8 @@ impl Jit {
             self.call_static_at(callee, a, resolve, depth + 1)
         };
         let fp = self.fp_static(func, resolve);
-        self.run_call(func, fp, args, resolve, &nested, depth)
+        let bound = crate::bind_memo::bind_static(func, args)?;
+        self.run_call(func, fp, (args, &bound), resolve, &nested, depth)
     }
 
     /// Find the slot for (fingerprint, options, σ), or the generic one.
@@ -648,12 +650,11 @@ impl Jit {
         &self,
         func: &Function,
         fp: u128,
-        args: &[Arg],
+        (args, bound): (&[Arg], &contract::Bound),
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
         nested: &crate::exec::Nested,
         depth: usize,
     ) -> Result<Tensor, tc_runtime::Error> {
-        let bound = contract::bind_args(&func.sig, args)?;
         let cfg = self.config();
         let (slot, generic, fresh) = self.pick(fp, &bound.sigma, &cfg);
         let compiled = slot.get_or_init(|| {
@@ -696,14 +697,14 @@ impl Jit {
                 ));
                 Interpreter::from_env().run_at_depth(func, args, resolve, depth)
             }
-            Ok(c) if dry() => c.dry_run(&bound, args, resolve, nested),
+            Ok(c) if dry() => c.dry_run(bound, args, resolve, nested),
             Ok(c) => {
                 if c.wants_worker() && !crate::team::in_session() {
                     // One hop onto the pool for the whole call, with the
                     // other workers kept awake for its splits.
-                    crate::team::session(|| c.exec(&bound, args, resolve, nested))
+                    crate::team::session(|| c.exec(bound, args, resolve, nested))
                 } else {
-                    c.exec(&bound, args, resolve, nested)
+                    c.exec(bound, args, resolve, nested)
                 }
             }
             Err((why, sigma_dependent)) => {

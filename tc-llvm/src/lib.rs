@@ -80,6 +80,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod bind_memo;
 pub mod cache;
 pub mod codegen;
 pub mod conv;

@@ -341,6 +341,88 @@ fn call_static_hits_and_nested_calls() {
     assert!(err.to_string().contains("cached"), "{err}");
 }
 
+/// `call_static` reuses the previous call's binding when the arguments
+/// bind the same (`bind_memo`): every change of a shape, a dim argument or
+/// a scalar's bits must bind again. `-0.0` after `0.0` (equal as floats)
+/// must give `-0.0`s; a contract failure must fail every time.
+#[test]
+fn call_static_binds_again_whenever_an_argument_changes() {
+    use tc_core::ir::Scalar;
+    use tc_core::{Pred, Type};
+    let jit = Jit::new(CacheConfig::default());
+    let mut b = builder("scaled");
+    let x = b.param("x", tt(Dtype::F32, &["N"]));
+    b.param("s", Type::Scalar(Dtype::F32));
+    b.param("k", Type::Dim(Dim::var("K")));
+    b.requires(Pred::eq(Dim::var("N").rem(&Dim::c(2)), 0));
+    b.returns(tt(Dtype::F32, &["K"]));
+    let i = b.op(Op::Iota(Dtype::F32, vec![Dim::var("K")], 0));
+    let xs = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![0],
+        keepdims: false,
+        x,
+    });
+    let xb = b.op(Op::Broadcast(vec![Dim::var("K")], xs));
+    let p = b.op(Op::Binary(BinaryOp::Add, i, xb));
+    let r = b.op(Op::ScalarBinary {
+        op: BinaryOp::Mul,
+        x: p,
+        s: Scalar::Param(1),
+        scalar_left: false,
+    });
+    let f: &'static Function = Box::leak(Box::new(b.finish(r)));
+    let none = |_: &str| None;
+    let call = |x: &[f32], s: f32, k: usize| {
+        let args = vec![
+            Tensor::from_slice(&[x.len()], x).unwrap().into(),
+            Arg::Scalar(tc_runtime::Elem::F(s)),
+            Arg::Dim(k),
+        ];
+        let got = jit.call_static(f, &args, &none);
+        let want = interp(f, &args);
+        match (&got, &want) {
+            (Ok(g), Ok(w)) => assert_bits("memo", g, w, false),
+            (Err(_), Err(_)) => {}
+            _ => panic!("jit {got:?} vs interpreter {want:?}"),
+        }
+        got.map(|t| {
+            t.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        })
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    // (x, s, k) -> (sum x + i) · s for i < k.
+    assert_eq!(call(&[0.0, 0.0], 0.0, 2).unwrap(), bits(&[0.0, 0.0]));
+    assert_eq!(call(&[0.0, 0.0], -0.0, 2).unwrap(), bits(&[-0.0, -0.0]));
+    assert_eq!(
+        call(&[0.0, 0.0], -1.0, 3).unwrap(),
+        bits(&[-0.0, -1.0, -2.0])
+    );
+    assert_eq!(
+        call(&[1.0, 2.0, 3.0, 4.0], -0.0, 3).unwrap(),
+        bits(&[-0.0, -0.0, -0.0])
+    );
+    assert_eq!(
+        call(&[1.0, 2.0, 3.0, 4.0], 2.0, 3).unwrap(),
+        bits(&[20.0, 22.0, 24.0])
+    );
+    for _ in 0..2 {
+        assert!(
+            call(&[1.0, 2.0, 3.0], 2.0, 3).is_err(),
+            "N = 3 breaks `requires`"
+        );
+        assert_eq!(call(&[1.0, 2.0], 2.0, 1).unwrap(), bits(&[6.0]));
+    }
+    assert_eq!(call(&[1.0, 2.0], 2.0, 1).unwrap(), bits(&[6.0]));
+    // Only the dim argument changes, then only the scalar.
+    assert_eq!(call(&[1.0, 2.0], 2.0, 2).unwrap(), bits(&[6.0, 8.0]));
+    assert_eq!(call(&[1.0, 2.0], 0.5, 2).unwrap(), bits(&[1.5, 2.0]));
+}
+
 /// A function with several steps that split across the pool runs, when
 /// called from outside the pool, on a pool worker (one hop per call, not
 /// one per step); small ones and 1-thread compilations stay on the caller.
