@@ -22,11 +22,10 @@ use tc_core::Dtype;
 use tc_runtime::contract::{self, Arg, Bound};
 use tc_runtime::Elem;
 
-/// One argument as binding sees it.
-#[derive(Debug, PartialEq, Eq)]
+/// One argument as binding sees it: a tensor's dtype and shape, a float
+/// scalar's bits, an int or bool scalar's value, a dim argument's size.
 enum Seen {
     Tensor(Dtype, Vec<usize>),
-    /// A float scalar's bits, an int's value, a bool.
     Float(u32),
     Int(i64),
     Bool(bool),
