@@ -91,11 +91,6 @@ impl Probe {
 /// The process's probe.
 static PROBE: Probe = Probe::new();
 
-/// Are huge pages dear in this process (see the module doc)?
-pub fn dear() -> bool {
-    PROBE.dear()
-}
-
 /// What [`advise`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Advice {
