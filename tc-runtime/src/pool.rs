@@ -67,7 +67,7 @@ pub fn class_words(words: usize) -> usize {
 /// A fresh zeroed buffer of `words` words (not from the pool), with the
 /// capacity of its size class ([`class_words`]; the exact size if the
 /// class cannot be allocated), or, when a length is growing (the pool
-/// holds a buffer a little too small for it, see [`growing`]), of the
+/// holds a buffer a little too small for it, see `growing`), of the
 /// class of 1.5 × `words`.
 ///
 /// Why the headroom: a decoder's KV cache grows by one position per step,
@@ -195,7 +195,7 @@ fn growing(words: usize) -> bool {
             .any(|v| v.capacity() < words && v.capacity() >= words - words / 4)
 }
 
-/// A held buffer of `words` words: the smallest that [`fits`] the request
+/// A held buffer of `words` words: the smallest that fits the request (`fits`)
 /// (stale contents, except words it grew into, which are zero), if any.
 pub fn take(words: usize) -> Option<Vec<u64>> {
     if words.saturating_mul(8) < MIN_BYTES {
