@@ -1,6 +1,8 @@
 //! A GPT-2-small-shaped decoder generating tokens with a KV cache (issue #16,
 //! first part): token + position `gather`, 12 pre-LN blocks as weight
-//! structs, causal attention over a cache grown by `concat` along T, the
+//! structs, causal attention over a KV cache with room for every position
+//! (written in place one step at a time by `Tensor::update_slice`, read
+//! through a `slice` of its first T positions), the
 //! tied LM head, greedy decoding by `argmax` and top-k candidates by
 //! `topk_indices`. The weights are random (a fixed seed), so the text is
 //! meaningless; what it shows is that every shape is proven at build time,
@@ -117,27 +119,22 @@ pub mod gpt2 {
         transpose(reshape(part, [B, S, H, HD]), [0, 2, 1, 3])
     }
 
-    /// The cache grown by the new positions.
-    #[tensor_fn]
-    pub fn append(
-        cache: Tensor![f32; B, H, T, HD],
-        new: Tensor![f32; B, H, S, HD],
-    ) -> Tensor![f32; B, H, T + S, HD] {
-        concat([cache, new], 2)
-    }
-
-    /// Attention of the S new positions over all T cached ones (`mask`:
-    /// 0 where allowed, −1e30 where not), the projection, the MLP, and
-    /// both residuals.
-    #[tensor_fn]
+    /// Attention of the S new positions over the first T of the cache's C
+    /// positions (`mask`: 0 where allowed, −1e30 where not), the
+    /// projection, the MLP, and both residuals. The slices are read where
+    /// they lie: each head's T positions are contiguous in the cache.
+    #[tensor_fn(requires(T <= C))]
     pub fn attend(
         x: Tensor![f32; B, S, D],
         q: Tensor![f32; B, H, S, HD],
-        k: Tensor![f32; B, H, T, HD],
-        v: Tensor![f32; B, H, T, HD],
+        kc: Tensor![f32; B, H, C, HD],
+        vc: Tensor![f32; B, H, C, HD],
+        t: Dim![T],
         mask: Tensor![f32; S, T],
         l: Block,
     ) -> Tensor![f32; B, S, D] {
+        let k = slice(kc, 2, 0, T);
+        let v = slice(vc, 2, 0, T);
         let scores = matmul(q, transpose(k, [0, 1, 3, 2])) * 0.125 + broadcast(mask, [B, H, S, T]);
         let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, H, S, T]));
         let probs = e / broadcast(sum_keepdims(e, [3]), [B, H, S, T]);
@@ -243,6 +240,10 @@ fn sample(logits: &Tensor, cands: &Tensor, rng: &mut Rng) -> Result<i64, tc::Err
     Ok(c[c.len() - 1])
 }
 
+/// Positions a KV cache has room for: GPT-2's context (its position
+/// table's rows). A step past it is refused (`update_slice`'s error).
+pub(crate) const CONTEXT: usize = 1024;
+
 /// `[S, T]` additive mask: query i (at position T − S + i) sees keys ≤ it.
 fn mask(s: usize, t: usize) -> Result<Tensor, tc::Error> {
     let data = (0..s * t)
@@ -286,13 +287,16 @@ fn forward_pass(
             gpt2::heads(t.clone(), 1)?,
             gpt2::heads(t, 2)?,
         );
-        let (k, v) = if start == 0 {
-            (k, v)
-        } else {
-            (gpt2::append(ck.clone(), k)?, gpt2::append(cv.clone(), v)?)
-        };
-        (*ck, *cv) = (k.clone(), v.clone());
-        x = gpt2::attend(x, q, k, v, m.clone(), l)?;
+        let room = [1, gpt2::H, CONTEXT, gpt2::HD];
+        for c in [&mut *ck, &mut *cv] {
+            if c.shape() != room {
+                *c = Tensor::try_zeros(tc::core::Dtype::F32, &room)?;
+            }
+        }
+        // In place: the clones `attend` gets are dropped before the next step.
+        ck.update_slice(2, start, &k)?;
+        cv.update_slice(2, start, &v)?;
+        x = gpt2::attend(x, q, ck.clone(), cv.clone(), start + s, m.clone(), l)?;
     }
     gpt2::logits(x, e)
 }

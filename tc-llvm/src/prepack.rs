@@ -8,12 +8,22 @@
 //! back, while an activation passed to a callee is new storage every call
 //! and keeps the per-call packing.
 //!
-//! Sound because storage is immutable: while the id still names the live
-//! storage of the tensor passed now (checked on every hit), its bytes are
-//! the ones packed. A dropped tensor's entries are dead and purged on the
-//! next insertion; the weak id reserves the address until then, so no new
-//! storage can be mistaken for it. The packing is the one the GEMM would
-//! do, so results are bit-identical with or without the cache.
+//! Sound because storage bytes never change while shared: while the id
+//! still names the live storage of the tensor passed now (checked on every
+//! hit), its bytes are the ones packed (the id is a handle, so
+//! [`Tensor::update_slice`] copies before it writes). A dropped tensor's
+//! entries are dead and purged on the next insertion; the weak id reserves
+//! the address until then, so no new storage can be mistaken for it. The
+//! packing is the one the GEMM would do, so results are bit-identical with
+//! or without the cache.
+//!
+//! Views seen once are remembered by the storage's uid
+//! ([`Tensor::storage_uid`]), not by a weak id: a weak handle shares the
+//! storage, and a decoder's KV cache, written in place every step with
+//! [`Tensor::update_slice`], is read by the attention's products every
+//! step; a handle on it would make every write copy the whole cache. A
+//! record of a view seen once only decides whether to pack now; a packing
+//! is always made from the bytes there now.
 //!
 //! Products of at most eight rows read a weight in place (`sweep.rs`)
 //! until it is kept, not packing it per call; with the cache off
@@ -23,7 +33,7 @@
 //! Size: at most `TC_PACK_CACHE_MB` (default 1024; `0` turns it off) of
 //! packed floats; beyond that a packing is used for the call and not kept.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tc_runtime::{StorageId, Tensor};
@@ -38,9 +48,12 @@ struct Entry {
 #[derive(Default)]
 struct Store {
     map: HashMap<(usize, ViewKey), Entry>,
-    /// Views seen once (a weight is what comes back on a later call; an
-    /// activation passed to a callee is new storage every call).
-    seen: HashMap<(usize, ViewKey), StorageId>,
+    /// Views seen once, by storage uid (a weight is what comes back on a
+    /// later call; an activation passed to a callee is new storage every
+    /// call). Uids are never reused, so no new storage is mistaken for one
+    /// seen; whether the storage still lives is not known, so the set is
+    /// emptied when full.
+    seen: HashSet<(u64, ViewKey)>,
     bytes: usize,
 }
 
@@ -75,8 +88,8 @@ fn lock() -> std::sync::MutexGuard<'static, Store> {
     store().lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// At most this many views remembered as seen once (dead ones are dropped
-/// when it fills).
+/// At most this many views remembered as seen once (all are forgotten when
+/// it fills: a weight among them is then kept one call later).
 const MAX_SEEN: usize = 4096;
 
 /// The cache as seen for one operand: the tensor whose storage the view
@@ -91,15 +104,14 @@ impl PackCache for Owner<'_> {
         if let Some(e) = st.map.get(&k).filter(|e| e.id.holds(self.0)) {
             return Lookup::Hit(e.packed.clone());
         }
-        if st.seen.get(&k).is_some_and(|s| s.holds(self.0)) {
+        let once = (self.0.storage_uid(), *key);
+        if st.seen.contains(&once) {
             return Lookup::Pack;
         }
         if st.seen.len() >= MAX_SEEN {
-            st.seen.retain(|_, s| s.alive());
+            st.seen.clear();
         }
-        if st.seen.len() < MAX_SEEN {
-            st.seen.insert(k, id);
-        }
+        st.seen.insert(once);
         Lookup::Skip
     }
 
@@ -113,8 +125,8 @@ impl PackCache for Owner<'_> {
         if st.bytes.saturating_add(packed.bytes()) > cap {
             return;
         }
+        st.seen.remove(&(self.0.storage_uid(), key));
         let id = StorageId::of(self.0);
-        st.seen.remove(&(id.addr(), key));
         st.bytes += packed.bytes();
         if let Some(old) = st.map.insert((id.addr(), key), Entry { id, packed }) {
             st.bytes -= old.packed.bytes();

@@ -112,3 +112,40 @@ fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
         "stale packing served"
     );
 }
+
+/// A kept weight written with `update_slice`: the kept packing holds a
+/// handle on the storage, so the write copies it first, and the next call
+/// reads the new values (never the stale packing). A weight written while
+/// no packing holds it is written in place, and its next call reads the
+/// new values too.
+#[test]
+fn a_weight_written_after_it_was_kept_is_read_anew() {
+    let f = linear(false);
+    let jit = jit_with(JitOptions::default());
+    let x = Tensor::from_vec(&[2, 64], vec![1.0f32; 128]).unwrap();
+    let mut w = Tensor::from_vec(&[48, 64], vec![1.0f32; 48 * 64]).unwrap();
+    let first = |jit: &tc_llvm::Jit, w: &Tensor| {
+        let y = jit.call(&f, &[x.clone().into(), w.clone().into()], &|_| None);
+        y.unwrap().to_vec::<f32>().unwrap()[0]
+    };
+    for _ in 0..2 {
+        assert_eq!(first(&jit, &w), 64.0);
+    }
+    let uid = w.storage_uid();
+    let row = Tensor::from_vec(&[1, 64], vec![3.0f32; 64]).unwrap();
+    w.update_slice(0, 0, &row).unwrap();
+    assert_ne!(
+        w.storage_uid(),
+        uid,
+        "copied: the kept packing holds the storage"
+    );
+    assert_eq!(first(&jit, &w), 192.0);
+    // Kept again on this call (seen once on the previous one): write a
+    // storage no packing holds (a fresh one) and read it.
+    let mut v = Tensor::from_vec(&[48, 64], vec![1.0f32; 48 * 64]).unwrap();
+    assert_eq!(first(&jit, &v), 64.0);
+    let uid = v.storage_uid();
+    v.update_slice(0, 0, &row).unwrap();
+    assert_eq!(v.storage_uid(), uid, "in place: seen once holds no handle");
+    assert_eq!(first(&jit, &v), 192.0);
+}

@@ -1,8 +1,10 @@
 //! Dense tensors of all eleven dtypes, stored in the Section 2 §5 layout.
 //!
-//! Storage is contiguous, row-major (C order) and immutable once built; a
-//! [`Tensor`] shares it through an `Arc`, so `Clone` and [`Tensor::reshape`]
-//! are cheap. Layout per dtype: F32/ints little-endian, F16/BF16 two bytes
+//! Storage is contiguous, row-major (C order) and its bytes never change
+//! while it is shared (only [`Tensor::update_slice`] writes into a built
+//! tensor, and only into storage its tensor alone holds); a [`Tensor`]
+//! shares it through an `Arc`, so `Clone` and [`Tensor::reshape`] are
+//! cheap. Layout per dtype: F32/ints little-endian, F16/BF16 two bytes
 //! little-endian, F8 one byte, I4 packed two per byte (low nibble first; the
 //! unused high nibble of an odd-length tensor is 0), Bool one byte (0 or 1).
 
@@ -37,20 +39,37 @@ pub struct Tensor {
 
 /// Word storage that goes back to [`crate::pool`] when the last tensor
 /// sharing it is dropped (large buffers only; the pool decides).
-#[derive(Debug, PartialEq)]
-struct Storage(Vec<u64>);
+#[derive(Debug)]
+struct Storage {
+    words: Vec<u64>,
+    /// [`Tensor::storage_uid`]: from [`NEXT_UID`], never given twice.
+    uid: u64,
+}
+
+/// The next storage's uid. A `u64` counted up by one per storage built
+/// cannot wrap in a process's life (one per nanosecond: 584 years).
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Storage {
+    fn new(words: Vec<u64>) -> Storage {
+        let uid = NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Storage { words, uid }
+    }
+}
 
 impl std::ops::Deref for Storage {
     type Target = [u64];
     fn deref(&self) -> &[u64] {
-        &self.0
+        &self.words
     }
 }
 
 /// A weak handle on a tensor's storage: it names that storage while any
-/// tensor holds it, and never keeps it alive. Storage is immutable (no API
-/// writes into a built tensor), so while [`StorageId::holds`] is true the
-/// bytes are the ones seen when the id was taken: what a cache of data
+/// tensor holds it, and never keeps it alive. Storage bytes never change
+/// while an id names them (the one API that writes into a built tensor,
+/// [`Tensor::update_slice`], writes only into storage its tensor alone
+/// holds: an id is a handle too), so while [`StorageId::holds`] is true
+/// the bytes are the ones seen when the id was taken: what a cache of data
 /// derived from a tensor (the JIT's packed weights) needs to be sound.
 /// Once every tensor on it is dropped the id is dead for good: its address
 /// stays reserved by the weak reference, so no later storage takes it.
@@ -81,7 +100,7 @@ impl StorageId {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        crate::pool::give(std::mem::take(&mut self.0));
+        crate::pool::give(std::mem::take(&mut self.words));
     }
 }
 
@@ -125,6 +144,38 @@ fn word_bytes_mut(words: &mut [u64], nbytes: usize) -> &mut [u8] {
     // SAFETY: as in `word_bytes`, with the exclusive borrow of `words` making
     // the byte view the only access; any bytes written form valid u64s.
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), nbytes) }
+}
+
+/// Where [`Tensor::update_slice`] writes, in elements: `outer` runs of
+/// `run` elements, the `o`-th at `o·dst_stride + dst_at` of the target
+/// and `o·run` of the source.
+struct Block {
+    outer: usize,
+    run: usize,
+    dst_stride: usize,
+    dst_at: usize,
+}
+
+/// Copy `src`'s elements into `dst` where `b` says (bit for bit; I4 nibble
+/// by nibble). `dst` and `src` hold the elements `b` addresses (checked by
+/// slicing: out of range panics, never writes astray).
+fn write_block(dtype: Dtype, dst: &mut [u8], src: &[u8], b: &Block) {
+    let (num, den) = dtype.byte_size();
+    if den == 1 {
+        let (run, stride, at) = (b.run * num, b.dst_stride * num, b.dst_at * num);
+        for o in 0..b.outer {
+            dst[o * stride + at..][..run].copy_from_slice(&src[o * run..][..run]);
+        }
+        return;
+    }
+    for o in 0..b.outer {
+        for x in 0..b.run {
+            let (d, s) = (o * b.dst_stride + b.dst_at + x, o * b.run + x);
+            let nib = (src[s / 2] >> (4 * (s % 2))) & 0x0F;
+            let sh = 4 * (d % 2);
+            dst[d / 2] = (dst[d / 2] & !(0x0F << sh)) | (nib << sh);
+        }
+    }
 }
 
 /// Write element `i` of a `dtype` buffer with the value of `cast[dtype] e`.
@@ -201,7 +252,7 @@ impl Tensor {
             shape: shape.to_vec(),
             numel,
             nbytes: dtype.storage_bytes(numel),
-            words: Arc::new(Storage(words)),
+            words: Arc::new(Storage::new(words)),
         }
     }
 
@@ -494,6 +545,94 @@ impl Tensor {
         Ok((0..self.numel)
             .map(|i| T::from_elem(load(buf, self.dtype, i)))
             .collect())
+    }
+
+    /// A number naming this tensor's storage, never given to other storage
+    /// in this process (clones and reshapes share it; an in-place
+    /// [`Tensor::update_slice`] keeps it, a copy on write does not). A
+    /// record keyed by it (the JIT's operands seen once) holds no handle,
+    /// so it does not make a later `update_slice` copy the storage.
+    pub fn storage_uid(&self) -> u64 {
+        self.words.uid
+    }
+
+    /// Overwrite the block of `src`'s extent along `axis` from `start`:
+    /// `self[…, start..start + len, …] = src` (XLA's `DynamicUpdateSlice`),
+    /// the one write into a built tensor. For a cache with room for every
+    /// position (a decoder's KV cache, `[B, H, capacity, HD]`), written one
+    /// step at a time and read through a `slice` of its first T positions.
+    ///
+    /// In place when this tensor is its storage's only handle (no clone,
+    /// reshape or [`StorageId`] shares it: nobody else can see the write);
+    /// otherwise the storage is copied first (copy on write), and every
+    /// other handle keeps the old values. Elements are copied as stored
+    /// (bit for bit). Costs the bytes written, not the tensor's size.
+    ///
+    /// `Op` when the dtypes, ranks or extents off `axis` differ, `axis` is
+    /// not an axis, or the block does not fit (`start + len` past the
+    /// axis); `self` is then unchanged. `OutOfMemory` when a copy cannot
+    /// be allocated.
+    pub fn update_slice(&mut self, axis: usize, start: usize, src: &Tensor) -> Result<()> {
+        let len = self.update_fits(axis, start, src)?;
+        if src.numel == 0 {
+            return Ok(());
+        }
+        if Arc::get_mut(&mut self.words).is_none() {
+            let copy = crate::alloc::collect(self.words.len(), self.words.iter().copied())?;
+            self.words = Arc::new(Storage::new(copy));
+        }
+        let (dtype, nbytes) = (self.dtype, self.nbytes);
+        // Neither volume is 0 (`src`'s was checked; `self` holds it), so
+        // every extent is at least 1 and these products are within the cap.
+        let outer: usize = self.shape[..axis].iter().product();
+        let inner: usize = self.shape[axis + 1..].iter().product();
+        let block = Block {
+            outer,
+            run: len * inner,
+            dst_stride: self.shape[axis] * inner,
+            dst_at: start * inner,
+        };
+        if let Some(st) = Arc::get_mut(&mut self.words) {
+            write_block(
+                dtype,
+                word_bytes_mut(&mut st.words, nbytes),
+                src.bytes(),
+                &block,
+            );
+        }
+        Ok(())
+    }
+
+    /// The checks of [`Tensor::update_slice`]; `src`'s extent along `axis`.
+    fn update_fits(&self, axis: usize, start: usize, src: &Tensor) -> Result<usize> {
+        let bad = |message: String| Error::Op {
+            op: "update_slice".into(),
+            message,
+        };
+        if src.dtype != self.dtype {
+            return Err(bad(format!(
+                "dtypes {} and {} differ",
+                self.dtype, src.dtype
+            )));
+        }
+        let (a, b) = (&self.shape, &src.shape);
+        if axis >= a.len() || b.len() != a.len() {
+            return Err(bad(format!(
+                "axis {axis} of shapes {a:?} (target) and {b:?} (source)"
+            )));
+        }
+        if (0..a.len()).any(|i| i != axis && a[i] != b[i]) {
+            return Err(bad(format!(
+                "shapes {a:?} and {b:?} differ off axis {axis}"
+            )));
+        }
+        match start.checked_add(b[axis]) {
+            Some(end) if end <= a[axis] => Ok(b[axis]),
+            _ => Err(bad(format!(
+                "positions {start}..{start}+{} are not within 0..{} on axis {axis}",
+                b[axis], a[axis]
+            ))),
+        }
     }
 
     /// The same storage with a new shape of equal volume (metadata only).
