@@ -164,6 +164,46 @@ fn fused_elementwise_kernel_uses_vector_registers() {
     assert!(c.ir().contains("noalias"));
 }
 
+/// A bias add in a shape-generic kernel (`x + broadcast(b)`, `b: [O]`
+/// under `[B, S, O]`, GPT-2 decoding's linear layers): `O` might be 1 at run
+/// time (a broadcast), so the kernel has a second version of its row loop
+/// for that case, and the one taken otherwise reads `b` with contiguous
+/// vector loads, not a gather per lane (on the AMD Zen 4 host, a call at
+/// O = 3072 took 2.1–2.9 µs with gathers, 0.9–1.2 µs after). The results of both versions are checked against the
+/// interpreter by `generic_kernels_every_op_kind`.
+#[test]
+fn a_generic_bias_add_loads_the_bias_contiguously() {
+    let mut b = builder("bias");
+    let x = b.param("x", tt(Dtype::F32, &["B", "S", "O"]));
+    let bias = b.param("b", tt(Dtype::F32, &["O"]));
+    b.returns(tt(Dtype::F32, &["B", "S", "O"]));
+    let bsd = vec![Dim::var("B"), Dim::var("S"), Dim::var("O")];
+    let bb = b.op(Op::Broadcast(bsd, bias));
+    let r = b.op(Op::Binary(BinaryOp::Add, x, bb));
+    let f = b.finish(r);
+    let sigma = [("B", 1), ("S", 1), ("O", 3072)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let opts = JitOptions {
+        threads: 1,
+        ..JitOptions::default()
+    };
+    let c = tc_llvm::compile_with(&f, &sigma, &|_| None, opts, true).unwrap();
+    assert_eq!(c.kernel_count(), 1);
+    let asm = tc_llvm::jit::assembly(c.ir()).unwrap();
+    let reg = if tc_llvm::jit::host().has_avx512() {
+        "zmm"
+    } else {
+        "ymm"
+    };
+    assert!(
+        asm.lines().any(|l| l.contains("vaddps") && l.contains(reg)),
+        "no vaddps on {reg}:\n{asm}"
+    );
+    assert!(!asm.contains("gather"), "gathers in the bias add:\n{asm}");
+}
+
 /// A column sum (axis 0 of `[R, C]`) runs its kept last axis as the inner
 /// loop: vector adds with one lane per output element, contiguous loads (no
 /// gathers), in the σ-specialised kernel (one thread and pool) and the

@@ -410,7 +410,13 @@ impl<'a> Gen<'a> {
                         None => {
                             let (sd, zero) = (V::i64(&sd), V::int(Ty::I64, 0));
                             let one = self.b.hoisted(|b| b.icmp("eq", &sd, &V::int(Ty::I64, 1)));
-                            self.b.select(&one, &zero, &V::i64(&d[m - n + k])).name
+                            match self.assumed.as_mut() {
+                                Some(flags) => {
+                                    flags.push(one);
+                                    d[m - n + k].clone()
+                                }
+                                None => self.b.select(&one, &zero, &V::i64(&d[m - n + k])).name,
+                            }
                         }
                     };
                     src.push(s);

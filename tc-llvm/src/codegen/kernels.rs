@@ -181,9 +181,43 @@ impl<'a> Gen<'a> {
             self.split_row(out, x, dims, &base);
             return;
         }
-        let (j, l2) = self.loop_begin("0", &inner);
+        if !self.generic {
+            self.inner_loop(out, dims, &base, &inner);
+            return;
+        }
+        // Shape-generic: a version of the loop that assumes no run-time
+        // extent it broadcasts is 1 (a bias `[O]` under `[B, S, O]`: O is
+        // a variable, almost never 1), taken when none is, and the general
+        // one otherwise. Same values either way: an extent that is not 1
+        // is read at the output's index in both.
+        let l = self.label();
+        self.b
+            .emit(&format!("br i1 %vc{l}, label %V{l}.f, label %V{l}.s"));
+        self.b.block(&format!("V{l}.f"));
+        let outer = std::mem::replace(&mut self.assumed, Some(Vec::new()));
+        self.inner_loop(out, dims.clone(), &base, &inner);
+        let flags = std::mem::replace(&mut self.assumed, outer).unwrap_or_default();
+        self.b.emit(&format!("br label %V{l}.x"));
+        self.b.block(&format!("V{l}.s"));
+        if !flags.is_empty() {
+            self.inner_loop(out, dims, &base, &inner);
+        }
+        self.b.emit(&format!("br label %V{l}.x"));
+        self.b.block(&format!("V{l}.x"));
+        let mut any = V::bool(false);
+        for f in &flags {
+            any = self.b.hoisted(|b| b.or(&any, f));
+        }
+        self.b
+            .entry_line(&format!("%vc{l} = xor {}, true", any.typed()));
+    }
+
+    /// The inner loop of [`Gen::nested_row`] over the last axis.
+    fn inner_loop(&mut self, out: Value, mut dims: Vec<String>, base: &str, inner: &str) {
+        let r = dims.len();
+        let (j, l2) = self.loop_begin("0", inner);
         dims[r - 1] = j.clone();
-        let lin = self.badd(&base, &j);
+        let lin = self.badd(base, &j);
         let idx = Idx {
             dims: Some(dims),
             lin: Some(lin.clone()),

@@ -256,6 +256,11 @@ struct Gen<'a> {
     /// element of `x` into member `m`'s row, and `m` then reads `x` from
     /// there instead of recomputing it (softmax's `exp` once, not twice).
     stash: Option<(u32, Value)>,
+    /// While the fast version of a shape-generic row is generated: the
+    /// flags "this run-time extent is 1" that it assumes false (each such
+    /// broadcast axis then read at the output's index, not through a
+    /// `select` that makes the loop vectorizer gather every lane).
+    assumed: Option<Vec<V>>,
     /// While `m`'s row runs: `x` is read from `m`'s buffer.
     stashed: Option<(u32, Value)>,
 }
@@ -312,6 +317,7 @@ pub fn gen_module(
         lbl: 0,
         root: None,
         stash: None,
+        assumed: None,
         stashed: None,
     };
     let mut exports = Vec::new();
