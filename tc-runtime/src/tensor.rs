@@ -566,7 +566,8 @@ impl Tensor {
     /// reshape or [`StorageId`] shares it: nobody else can see the write);
     /// otherwise the storage is copied first (copy on write), and every
     /// other handle keeps the old values. Elements are copied as stored
-    /// (bit for bit). Costs the bytes written, not the tensor's size.
+    /// (bit for bit). In place, a write costs the bytes written, not the
+    /// tensor's size.
     ///
     /// `Op` when the dtypes, ranks or extents off `axis` differ, `axis` is
     /// not an axis, or the block does not fit (`start + len` past the
