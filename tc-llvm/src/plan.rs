@@ -913,6 +913,61 @@ fn row_local(
     }
 }
 
+/// How deep [`static_dim`] follows a chain of shape-keeping ops.
+const STATIC_DEPTH: usize = 64;
+
+/// Dim `a` of `v` when the IR fixes it for every σ: a constant dim of a
+/// parameter's type or of the dims a broadcast, reshape, fill or iota
+/// names, a keepdims reduction's reduced axis (1), and through the ops
+/// that keep their operand's shape (elementwise operands have equal shapes,
+/// Section 2 §6) or permute it (§9). A shape-generic kernel then indexes
+/// with the literal as a σ-specialised one does: a broadcast of a keepdims
+/// reduction reads index 0 instead of choosing at run time.
+pub fn static_dim(func: &Function, v: Value, a: usize) -> Option<i64> {
+    static_dim_at(func, v, a, 0)
+}
+
+fn static_dim_at(func: &Function, v: Value, a: usize, depth: usize) -> Option<i64> {
+    let (i, np) = (v.0 as usize, func.sig.params.len());
+    if i < np {
+        return match &func.sig.params.get(i)?.ty {
+            tc_core::Type::Tensor(t) => t.shape.get(a)?.as_const(),
+            _ => None,
+        };
+    }
+    if depth >= STATIC_DEPTH {
+        return None;
+    }
+    let on = |x: &Value, a: usize| static_dim_at(func, *x, a, depth + 1);
+    match &func.body.get(i - np)?.op {
+        Op::Broadcast(d, _) | Op::Reshape(d, _) | Op::Fill(_, d, _) | Op::Iota(_, d, _) => {
+            d.get(a)?.as_const()
+        }
+        Op::Reduce {
+            axes,
+            keepdims: true,
+            x,
+            ..
+        } => match axes.contains(&a) {
+            true => Some(1),
+            false => on(x, a),
+        },
+        Op::ArgReduce {
+            axis,
+            keepdims: true,
+            x,
+            ..
+        } => match *axis == a {
+            true => Some(1),
+            false => on(x, a),
+        },
+        Op::Transpose(perm, x) => on(x, *perm.get(a)?),
+        Op::Unary(_, x) | Op::Cast(_, x) | Op::ScalarBinary { x, .. } => on(x, a),
+        Op::Binary(_, x, y) | Op::Select(_, x, y) => on(x, a).or_else(|| on(y, a)),
+        _ => None,
+    }
+}
+
 /// Can value `v` be read by matmul as a strided view of a buffer for every
 /// σ (given the materialization decided so far for earlier values)? F32
 /// only: chains of transposes and broadcasts, ending at a buffer or at a

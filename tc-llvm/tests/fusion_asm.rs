@@ -480,3 +480,56 @@ fn row_group_stash_of_the_reduced_operand() {
         false,
     );
 }
+
+/// `plan::static_dim`: the dims a shape-generic kernel may take as
+/// literals, the same for every σ; `None` (a run-time load) for the rest.
+#[test]
+fn static_dims_are_the_ones_every_sigma_shares() {
+    use tc_llvm::plan::static_dim;
+    let mut b = builder("dims");
+    let x = b.param("x", tt(Dtype::F32, &["4", "C"]));
+    let t = b.op(Op::Transpose(vec![1, 0], x));
+    let mean = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![0],
+        keepdims: true,
+        x: t,
+    });
+    let sum = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![0],
+        keepdims: false,
+        x: t,
+    });
+    let wide = b.op(Op::Broadcast(vec![Dim::c(3), Dim::var("C"), Dim::c(4)], t));
+    let mut chain = t;
+    for _ in 0..70 {
+        chain = b.op(Op::Unary(UnaryOp::Relu, chain));
+    }
+    b.returns(tt(Dtype::F32, &["C", "4"]));
+    let f = b.finish(chain);
+    let r = |ln: &tc_core::ir::Function, v, a| static_dim(ln, v, a);
+    assert_eq!((r(&f, x, 0), r(&f, x, 1)), (Some(4), None));
+    assert_eq!((r(&f, t, 0), r(&f, t, 1)), (None, Some(4)));
+    assert_eq!((r(&f, mean, 0), r(&f, mean, 1)), (Some(1), Some(4)));
+    assert_eq!(r(&f, sum, 0), None, "a dropped axis: no rule");
+    assert_eq!(
+        (r(&f, wide, 0), r(&f, wide, 1), r(&f, wide, 2)),
+        (Some(3), None, Some(4))
+    );
+    assert_eq!(
+        r(&f, chain, 1),
+        None,
+        "past the depth bound: a load, never a guess"
+    );
+    let ln = layernorm();
+    for v in 0..ln.sig.params.len() + ln.body.len() {
+        for a in 0..2 {
+            let got = r(&ln, tc_core::ir::Value(v as u32), a);
+            assert!(
+                got.is_none() || got == Some(1),
+                "value {v} axis {a}: {got:?}"
+            );
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! Shape quantities in emitted IR: dims, strides, (un)ravelled indices, and
 //! the checked-looking index arithmetic a kernel needs. In a σ-specialised
 //! kernel they are literals LLVM folds; in the shape-generic one they are
-//! loads from the run-time shape table ([`super::QKey`]).
+//! loads from the run-time shape table ([`super::QKey`]), except the dims
+//! the IR fixes for every σ ([`crate::plan::static_dim`]).
 
 use super::*;
 
@@ -29,6 +30,15 @@ impl<'a> Gen<'a> {
     }
 
     pub(super) fn dim(&mut self, v: Value, a: usize) -> String {
+        if self.generic {
+            let now = self.vals[v.0 as usize].shape.get(a).map(|&d| d as i64);
+            // Checked against this σ's extent: a disagreement would be a
+            // bug in `static_dim`'s rules, and the load is always right.
+            let fixed = crate::plan::static_dim(self.func, v, a);
+            if let Some(c) = fixed.filter(|&c| Some(c) == now) {
+                return c.to_string();
+            }
+        }
         self.shape_qty(QKey::Dim(v.0, a))
     }
 
