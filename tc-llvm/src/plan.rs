@@ -916,32 +916,43 @@ fn row_local(
 /// How deep [`static_dim`] follows a chain of shape-keeping ops.
 const STATIC_DEPTH: usize = 64;
 
-/// Dim `a` of `v` when the IR fixes it for every σ: a constant dim of a
-/// parameter's type or of the dims a broadcast, reshape, fill or iota
-/// names, a keepdims reduction's reduced axis (1), and through the ops
-/// that keep their operand's shape (elementwise operands have equal shapes,
+/// Dim `a` of `v` when the IR fixes it for every σ: a dim that the module
+/// constants alone decide (`768`, `QKV`, `D / H`) in a parameter's type or
+/// in the dims a broadcast, reshape, fill or iota names; a keepdims
+/// reduction's reduced axis (1); a slice's axis when the constants decide
+/// `stop − start` (`K·D .. K·D + D`); and the same through the ops that
+/// keep their operand's shape (elementwise operands have equal shapes,
 /// Section 2 §6) or permute it (§9). A shape-generic kernel then indexes
 /// with the literal as a σ-specialised one does: a broadcast of a keepdims
-/// reduction reads index 0 instead of choosing at run time.
+/// reduction reads index 0 instead of choosing at run time, and a reshape
+/// maps literal groups of dims index to index.
 pub fn static_dim(func: &Function, v: Value, a: usize) -> Option<i64> {
-    static_dim_at(func, v, a, 0)
+    // The module constants a dim may name are fixed for the function (the
+    // contract binds them to these values on every call).
+    let consts: Sigma = func.sig.consts.iter().cloned().collect();
+    static_dim_at(func, &consts, v, a, 0)
 }
 
-fn static_dim_at(func: &Function, v: Value, a: usize, depth: usize) -> Option<i64> {
+/// A dim expression's value when the module constants alone decide it.
+fn fixed(d: &Dim, consts: &Sigma) -> Option<i64> {
+    d.eval(consts).ok()
+}
+
+fn static_dim_at(func: &Function, consts: &Sigma, v: Value, a: usize, depth: usize) -> Option<i64> {
     let (i, np) = (v.0 as usize, func.sig.params.len());
     if i < np {
         return match &func.sig.params.get(i)?.ty {
-            tc_core::Type::Tensor(t) => t.shape.get(a)?.as_const(),
+            tc_core::Type::Tensor(t) => fixed(t.shape.get(a)?, consts),
             _ => None,
         };
     }
     if depth >= STATIC_DEPTH {
         return None;
     }
-    let on = |x: &Value, a: usize| static_dim_at(func, *x, a, depth + 1);
+    let on = |x: &Value, a: usize| static_dim_at(func, consts, *x, a, depth + 1);
     match &func.body.get(i - np)?.op {
         Op::Broadcast(d, _) | Op::Reshape(d, _) | Op::Fill(_, d, _) | Op::Iota(_, d, _) => {
-            d.get(a)?.as_const()
+            fixed(d.get(a)?, consts)
         }
         Op::Reduce {
             axes,
@@ -962,6 +973,20 @@ fn static_dim_at(func: &Function, v: Value, a: usize, depth: usize) -> Option<i6
             false => on(x, a),
         },
         Op::Transpose(perm, x) => on(x, *perm.get(a)?),
+        // §12: ⌈(stop − start) / step⌉ on the axis, the operand's elsewhere.
+        Op::Slice {
+            axis,
+            start,
+            stop,
+            step,
+            x,
+        } => match *axis == a {
+            true => {
+                let n = u64::try_from(fixed(&stop.checked_sub(start).ok()?, consts)?).ok()?;
+                i64::try_from(n.div_ceil(u64::try_from(*step).ok()?.max(1))).ok()
+            }
+            false => on(x, a),
+        },
         Op::Unary(_, x) | Op::Cast(_, x) | Op::ScalarBinary { x, .. } => on(x, a),
         Op::Binary(_, x, y) | Op::Select(_, x, y) => on(x, a).or_else(|| on(y, a)),
         _ => None,

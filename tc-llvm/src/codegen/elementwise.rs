@@ -375,10 +375,11 @@ impl<'a> Gen<'a> {
                         self.ravel(v, &d)
                     }
                 };
+                let dims = idx.dims.as_ref().map(|d| self.reshape_index(v, *x, d));
                 self.val(
                     *x,
                     &Idx {
-                        dims: None,
+                        dims,
                         lin: Some(lin),
                     },
                 )

@@ -128,6 +128,78 @@ impl<'a> Gen<'a> {
         acc
     }
 
+    /// The index into `x` of element `o` of `v = reshape(x)` (§5.7: the
+    /// same row-major linear index). Trailing groups of literal dims with
+    /// equal products (`[…, 768]` as `[…, 12, 64]`) map index to index with
+    /// constant arithmetic; the rest goes through the linear index of the
+    /// leading dims, which does not change along a row's inner loop when
+    /// the last axis is in a literal group, so its divisions are per row.
+    pub(super) fn reshape_index(&mut self, v: Value, x: Value, o: &[String]) -> Vec<String> {
+        let ri = self.vals[x.0 as usize].shape.len();
+        let mut out = vec!["0".to_string(); ri];
+        let (mut i, mut j) = (ri, o.len());
+        while let Some((i0, j0)) = self.literal_group(v, x, i, j) {
+            let mut g = "0".to_string();
+            for (k, ok) in o.iter().enumerate().take(j).skip(j0) {
+                let d = self.dim(v, k);
+                let m = self.bmul(&g, &d);
+                g = self.badd(&m, ok);
+            }
+            self.unravel_into(x, &g, i0..i, &mut out);
+            (i, j) = (i0, j0);
+        }
+        let mut pre = "0".to_string();
+        for (k, ok) in o.iter().enumerate().take(j) {
+            let d = self.dim(v, k);
+            let m = self.bmul(&pre, &d);
+            pre = self.badd(&m, ok);
+        }
+        self.unravel_into(x, &pre, 0..i, &mut out);
+        out
+    }
+
+    /// The trailing group `(i0, j0)` of `x`'s dims `i0..i` and `v`'s dims
+    /// `j0..j`, all literal and of equal products, when there is one.
+    fn literal_group(&mut self, v: Value, x: Value, i: usize, j: usize) -> Option<(usize, usize)> {
+        let (mut i0, mut j0) = (i.checked_sub(1)?, j.checked_sub(1)?);
+        let mut pi = is_lit(&self.dim(x, i0))?;
+        let mut pj = is_lit(&self.dim(v, j0))?;
+        while pi != pj {
+            if pi < pj {
+                i0 = i0.checked_sub(1)?;
+                pi = pi.checked_mul(is_lit(&self.dim(x, i0))?)?;
+            } else {
+                j0 = j0.checked_sub(1)?;
+                pj = pj.checked_mul(is_lit(&self.dim(v, j0))?)?;
+            }
+        }
+        Some((i0, j0))
+    }
+
+    /// `lin` unravelled over `x`'s dims `axes` (row-major) into `out`.
+    fn unravel_into(
+        &mut self,
+        x: Value,
+        lin: &str,
+        axes: std::ops::Range<usize>,
+        out: &mut [String],
+    ) {
+        let mut rest = lin.to_string();
+        for k in axes.clone().rev() {
+            if k == axes.start {
+                out[k] = rest.clone();
+                break;
+            }
+            let d = self.dim(x, k);
+            if is_lit(&d) == Some(1) {
+                out[k] = "0".into();
+                continue;
+            }
+            out[k] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
+            rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
+        }
+    }
+
     pub(super) fn dims_of(&mut self, v: Value, idx: &Idx) -> Vec<String> {
         match &idx.dims {
             Some(d) => d.clone(),
