@@ -164,6 +164,27 @@ fn fused_elementwise_kernel_uses_vector_registers() {
     assert!(c.ir().contains("noalias"));
 }
 
+/// The assembly of `f`'s shape-generic kernels, compiled for one thread at
+/// `sigma`, the vector register class of this host, and the kernel count.
+fn generic_asm(f: &Function, sigma: &[(&str, i64)]) -> (String, &'static str, usize) {
+    let sigma = sigma.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+    let opts = JitOptions {
+        threads: 1,
+        ..JitOptions::default()
+    };
+    let c = tc_llvm::compile_with(f, &sigma, &|_| None, opts, true).unwrap();
+    let reg = if tc_llvm::jit::host().has_avx512() {
+        "zmm"
+    } else {
+        "ymm"
+    };
+    (
+        tc_llvm::jit::assembly(c.ir()).unwrap(),
+        reg,
+        c.kernel_count(),
+    )
+}
+
 /// A bias add in a shape-generic kernel (`x + broadcast(b)`, `b: [O]`
 /// under `[B, S, O]`, GPT-2 decoding's linear layers): `O` might be 1 at run
 /// time (a broadcast), so the kernel has a second version of its row loop
@@ -181,22 +202,8 @@ fn a_generic_bias_add_loads_the_bias_contiguously() {
     let bb = b.op(Op::Broadcast(bsd, bias));
     let r = b.op(Op::Binary(BinaryOp::Add, x, bb));
     let f = b.finish(r);
-    let sigma = [("B", 1), ("S", 1), ("O", 3072)]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    let opts = JitOptions {
-        threads: 1,
-        ..JitOptions::default()
-    };
-    let c = tc_llvm::compile_with(&f, &sigma, &|_| None, opts, true).unwrap();
-    assert_eq!(c.kernel_count(), 1);
-    let asm = tc_llvm::jit::assembly(c.ir()).unwrap();
-    let reg = if tc_llvm::jit::host().has_avx512() {
-        "zmm"
-    } else {
-        "ymm"
-    };
+    let (asm, reg, kernels) = generic_asm(&f, &[("B", 1), ("S", 1), ("O", 3072)]);
+    assert_eq!(kernels, 1);
     assert!(
         asm.lines().any(|l| l.contains("vaddps") && l.contains(reg)),
         "no vaddps on {reg}:\n{asm}"
@@ -568,32 +575,14 @@ fn a_generic_head_split_copies_contiguously() {
         (static_dim(&f, s, 1), static_dim(&f, tr, 1)),
         (None, Some(12))
     );
-    let sigma = [
-        ("B", 1),
-        ("S", 8),
-        ("K", 1),
-        ("D", 768),
-        ("QKV", 2304),
-        ("H", 12),
-        ("HD", 64),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let opts = JitOptions {
-        threads: 1,
-        ..JitOptions::default()
-    };
-    let c = tc_llvm::compile_with(&f, &sigma, &|_| None, opts, true).unwrap();
-    let asm = tc_llvm::jit::assembly(c.ir()).unwrap();
+    let dims = [("B", 1), ("S", 8), ("K", 1), ("D", 768)];
+    let (asm, reg, _) = generic_asm(
+        &f,
+        &[&dims[..], &[("QKV", 2304), ("H", 12), ("HD", 64)]].concat(),
+    );
     assert!(!asm.contains("gather"), "gathers in the head split:\n{asm}");
     // The copy is vectorized: whole vectors move (with a division per
     // element, LLVM left the loop scalar).
-    let reg = if tc_llvm::jit::host().has_avx512() {
-        "zmm"
-    } else {
-        "ymm"
-    };
     assert!(
         asm.lines()
             .any(|l| l.contains("vmovups") && l.contains(reg)),
