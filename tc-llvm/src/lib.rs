@@ -98,6 +98,7 @@ pub mod matmul_int;
 mod orc;
 pub mod plan;
 pub mod prepack;
+mod readahead;
 mod rt;
 #[cfg(target_arch = "x86_64")]
 mod sweep;

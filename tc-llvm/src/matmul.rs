@@ -789,7 +789,7 @@ impl PackedB {
     }
 
     /// The packing itself (every panel, 64-byte aligned).
-    fn slab(&self) -> &[f32] {
+    pub(crate) fn slab(&self) -> &[f32] {
         &self.data[self.off..]
     }
 
@@ -894,7 +894,7 @@ impl ViewKey {
 unsafe fn sgemm_packed(
     m: usize,
     a: View,
-    (view, b): (View, &PackedB),
+    (view, b): (View, &std::sync::Arc<PackedB>),
     c: *mut f32,
     threads: usize,
 ) -> Result<(), Error> {
@@ -916,9 +916,18 @@ unsafe fn sgemm_packed(
             // `m` and a column below `k`, readable by the contract.
             *xv = unsafe { a.at(idx % m, idx / m) };
         }
+        // Inside a session the next product's weight is read ahead while
+        // the small kernels between the two run.
+        let ahead = par && crate::team::in_session() && crate::readahead::budget() > 0;
+        if ahead {
+            crate::readahead::GLOBAL.starting(b);
+        }
         // SAFETY: `available`; `1 ≤ m ≤ MAX_M`; `b` is a whole packing;
         // C's `m·n` floats by the contract.
         unsafe { crate::gemv::packed_rows(&x, m, &b.panels(), c, par) };
+        if ahead {
+            crate::readahead::GLOBAL.finished(b);
+        }
         return Ok(());
     }
     if streams(m)? {

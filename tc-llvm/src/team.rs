@@ -18,6 +18,10 @@
 //! row (a model's forward pass) wraps them all in [`session`] and pays the
 //! hop onto the pool once. Results never depend on it: threads split only
 //! output rows (see the crate documentation).
+//!
+//! With nothing to steal, a helper reads ahead the weight of the one-row
+//! product that comes next ([`crate::readahead`]): a decoder's small
+//! kernels between two products leave memory idle.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +59,7 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             fn drop(&mut self) {
                 ACTIVE.with(|a| a.set(false));
                 self.0.store(true, Ordering::Release);
+                crate::readahead::GLOBAL.clear();
             }
         }
         ACTIVE.with(|a| a.set(true));
@@ -63,11 +68,30 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     })
 }
 
-/// Run the pool's pending jobs, stealing them from the other workers, until
-/// `done`.
+/// Set how many bytes of the next products' weights a session's idle
+/// workers read while the small kernels before them run (`0` turns the
+/// read-ahead off). The default is `TC_READ_AHEAD_MB` MiB, else 8 MiB.
+/// Results never depend on it: only one-row products against kept weights
+/// inside a session are read ahead, and reading changes nothing.
+pub fn set_read_ahead(bytes: usize) {
+    crate::readahead::set_budget(bytes);
+}
+
+/// Bytes read ahead so far in this process (see [`set_read_ahead`]).
+pub fn read_ahead_bytes() -> u64 {
+    crate::readahead::bytes_read()
+}
+
+/// Run the pool's pending jobs, stealing them from the other workers, and
+/// otherwise read ahead the next product's weight ([`crate::readahead`]),
+/// until `done`.
 fn keep_awake(done: &AtomicBool) {
     while !done.load(Ordering::Acquire) {
-        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+        if rayon::yield_now() == Some(rayon::Yield::Executed) {
+            continue;
+        }
+        let ahead = crate::readahead::GLOBAL.serve(done, crate::readahead::budget());
+        if ahead.is_none() {
             std::hint::spin_loop();
         }
     }
