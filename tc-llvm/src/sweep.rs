@@ -187,7 +187,10 @@ unsafe fn columns(
     (j0, j1): (usize, usize),
     c: *mut f32,
 ) {
-    let width = ACC_FLOATS / m / 16 * 16;
+    // No wider than the columns: each K-block clears `m × width`
+    // accumulators, and a narrow product (an attention head's `p · v`, 64
+    // columns) cleared all 32 KiB per block.
+    let width = (ACC_FLOATS / m / 16 * 16).min((j1 - j0).div_ceil(16) * 16);
     let mut acc = Acc([0.0; ACC_FLOATS]);
     let mut j = j0;
     while j < j1 {
