@@ -789,7 +789,7 @@ impl PackedB {
     }
 
     /// The packing itself (every panel, 64-byte aligned).
-    pub(crate) fn slab(&self) -> &[f32] {
+    fn slab(&self) -> &[f32] {
         &self.data[self.off..]
     }
 
@@ -828,6 +828,12 @@ impl PackedB {
         let kcb = self.kc.min(self.k - pc);
         let off = pc * npanels * self.nr + q * kcb * self.nr;
         &self.slab()[off..off + kcb * self.nr]
+    }
+}
+
+impl crate::readahead::Packing for PackedB {
+    fn slab(&self) -> &[f32] {
+        PackedB::slab(self)
     }
 }
 
@@ -918,15 +924,16 @@ unsafe fn sgemm_packed(
         }
         // Inside a session the next product's weight is read ahead while
         // the small kernels between the two run.
-        let ahead = par && crate::team::in_session() && crate::readahead::budget() > 0;
-        if ahead {
-            crate::readahead::GLOBAL.starting(b);
+        let ahead = (par && crate::team::in_session() && crate::readahead::budget() > 0)
+            .then(|| -> crate::readahead::Shared { b.clone() });
+        if let Some(p) = &ahead {
+            crate::readahead::GLOBAL.starting(p);
         }
         // SAFETY: `available`; `1 ≤ m ≤ MAX_M`; `b` is a whole packing;
         // C's `m·n` floats by the contract.
         unsafe { crate::gemv::packed_rows(&x, m, &b.panels(), c, par) };
-        if ahead {
-            crate::readahead::GLOBAL.finished(b);
+        if let Some(p) = &ahead {
+            crate::readahead::GLOBAL.finished(p);
         }
         return Ok(());
     }

@@ -28,7 +28,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::matmul::PackedB;
+/// What is read ahead: a kept packing's floats (`matmul::PackedB`), behind
+/// a trait so that this module does not depend on the GEMM.
+pub(crate) trait Packing: Send + Sync {
+    /// The floats a product over it reads, in the order it reads them.
+    fn slab(&self) -> &[f32];
+}
+
+/// A shared packing.
+pub(crate) type Shared = Arc<dyn Packing>;
 
 /// Bytes read between checks of the stop conditions (64 KiB: about 3 µs
 /// at one core's bandwidth).
@@ -82,12 +90,12 @@ struct Links {
     /// The packing of the last product started (its address).
     last: Option<usize>,
     /// Packing address → the packing started after it last time.
-    next: BTreeMap<usize, Weak<PackedB>>,
+    next: BTreeMap<usize, Weak<dyn Packing>>,
 }
 
 /// A pending read: the packing to read first and the generation it was
 /// posted in.
-type Request = (Arc<PackedB>, u64);
+type Request = (Shared, u64);
 
 /// The successor record, the pending read and the generation: one for the
 /// process ([`GLOBAL`]), others in tests.
@@ -106,8 +114,8 @@ fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn addr(p: &Arc<PackedB>) -> usize {
-    Arc::as_ptr(p) as usize
+fn addr(p: &Shared) -> usize {
+    Arc::as_ptr(p).cast::<()>() as usize
 }
 
 impl ReadAhead {
@@ -126,7 +134,7 @@ impl ReadAhead {
     /// A one-row product over `p` starts: any read ahead stops (it read
     /// what was asked for, or the prediction was wrong), and `p` is
     /// recorded as the successor of the product before it.
-    pub(crate) fn starting(&self, p: &Arc<PackedB>) {
+    pub(crate) fn starting(&self, p: &Shared) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let mut l = guard(&self.links);
         if let Some(prev) = l.last.replace(addr(p)) {
@@ -139,7 +147,7 @@ impl ReadAhead {
 
     /// A one-row product over `p` is done: post a read of the product
     /// that followed it last time, for an idle worker ([`Self::serve`]).
-    pub(crate) fn finished(&self, p: &Arc<PackedB>) {
+    pub(crate) fn finished(&self, p: &Shared) {
         if let Some(q) = self.successor(p) {
             let gen = self.generation.load(Ordering::Acquire);
             *guard(&self.slot) = Some((q, gen));
@@ -153,7 +161,7 @@ impl ReadAhead {
     }
 
     /// The packing started after `p` last time, if it still lives.
-    fn successor(&self, p: &Arc<PackedB>) -> Option<Arc<PackedB>> {
+    fn successor(&self, p: &Shared) -> Option<Shared> {
         guard(&self.links)
             .next
             .get(&addr(p))
@@ -210,21 +218,25 @@ fn touch(data: &[f32]) {
 mod tests {
     use super::*;
 
-    /// A kept packing of a `k × n` weight of ones.
-    fn packing(k: usize, n: usize) -> Arc<PackedB> {
-        let w = vec![1f32; k * n];
-        let view = crate::matmul::View::new(w.as_ptr(), n, 1);
-        // SAFETY: `w` holds the `k × n` row-major elements the view reads,
-        // alive and unwritten until `pack` returns.
-        Arc::new(unsafe { PackedB::pack(&view, k, n) }.expect("pack"))
+    struct Floats(Vec<f32>);
+
+    impl Packing for Floats {
+        fn slab(&self) -> &[f32] {
+            &self.0
+        }
     }
 
-    fn bytes(p: &Arc<PackedB>) -> usize {
+    /// A packing of `k × n` floats.
+    fn packing(k: usize, n: usize) -> Shared {
+        Arc::new(Floats(vec![1.0; k * n]))
+    }
+
+    fn bytes(p: &Shared) -> usize {
         p.slab().len() * 4
     }
 
     /// One decoding step's products in order: `a`, `b`, `c`.
-    fn step(r: &ReadAhead, ps: &[&Arc<PackedB>]) {
+    fn step(r: &ReadAhead, ps: &[&Shared]) {
         for p in ps {
             r.starting(p);
             r.finished(p);
