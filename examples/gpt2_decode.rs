@@ -214,7 +214,9 @@ pub(crate) fn weights(layers: usize, vocab: usize) -> (gpt2::Embeddings, Vec<gpt
 pub(crate) fn load(
     dir: &std::path::Path,
 ) -> Result<(gpt2::Embeddings, Vec<gpt2::Block>), tc::Error> {
-    let w = tc::runtime::load_safetensors(dir.join("model.safetensors"))?;
+    // SAFETY: the model directory is not written while the model is loaded
+    // (scripts/fetch-gpt2.sh makes it once).
+    let w = unsafe { tc::runtime::load_safetensors_mapped(dir.join("model.safetensors"))? };
     let e = gpt2::Embeddings::load(&w, "")?;
     let layers = (0..)
         .take_while(|l| w.contains_key(&format!("h.{l}.ln_1.weight")))

@@ -23,6 +23,9 @@
 # rotating order, each process a long-lived worker timing REPS calls per
 # workload after warm-up.
 #
+# Then the MiniLM cold start: process start to the first embedding (see
+# below).
+#
 # The GPT-2 rows: block 0 of models/gpt2-seed0 (scripts/fetch-gpt2.sh makes
 # it: transformers' seeded initialisation), tc's examples/gpt2_block against
 # transformers' GPT2Block (erf GELU, SDPA causal attention) in PyTorch and
@@ -94,6 +97,36 @@ for r in $(seq 1 "$ROUNDS"); do
   done
   echo "round $r done"
 done
+# Cold start (MiniLM): process start to exit of a program that loads the
+# model and embeds the first workload (1 x 10 tokens) once, timed from
+# outside (a Python parent, so no interpreter start of its own is counted),
+# default threads; ROUNDS rounds in a rotating order. tc twice: with its
+# kernels on disk (the persistent kernel cache, filled by one untimed run
+# first: every later process of a deployed program) and with no kernel
+# cache (TC_KERNEL_CACHE=off: every kernel compiled).
+cold="$out/cold.jsonl"
+: >"$cold"
+if has minilm; then
+  time_cold() {
+    python3 - "$@" >>"$cold" <<'PY'
+import json, subprocess, sys, time
+t0 = time.perf_counter()
+r = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+ms = (time.perf_counter() - t0) * 1e3
+print(json.dumps({"system": sys.argv[1], "ms": ms, "ok": r.returncode == 0}))
+PY
+  }
+  "$tc" 0 minilm >/dev/null
+  for r in $(seq 1 "$ROUNDS"); do
+    c_tc() { time_cold tc "$tc" 0 minilm; }
+    c_tcc() { time_cold tc-no-cache env TC_KERNEL_CACHE=off "$tc" 0 minilm; }
+    c_ort() { time_cold ort python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$(nproc)" 0; }
+    c_pt() { [ "$torch" = 1 ] && time_cold pytorch python3 benches/peers/torch_bench.py "$model" "$(nproc)" 0 || true; }
+    c_candle() { [ "$candle" = 1 ] && time_cold candle "$candle_bin" "$model" 0 || true; }
+    systems=(c_tc c_tcc c_ort c_pt c_candle)
+    for i in 0 1 2 3 4; do "${systems[(r + i) % 5]}"; done
+  done
+fi
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$results" <<'PY'
 import json, statistics, sys
@@ -125,4 +158,23 @@ for model in ("minilm", "gpt2-block"):
         cells = " | ".join(f"{ms[p]:.2f}" if p in ms else "-" for p in peers)
         best = min(ms.values(), default=float("nan"))
         print(f"| {k[0]} x {k[1]} tokens | {k[2]} | {mt:.2f} | {cells} | {best / mt:.2f}x | {diff:.1e} |")
+PY
+python3 - "$cold" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+if rows:
+    names = {"tc": "tc (kernels on disk)", "tc-no-cache": "tc (no kernel cache)",
+             "ort": "ONNX Runtime", "pytorch": "PyTorch", "candle": "candle"}
+    cols = [s for s in names if any(r["system"] == s for r in rows)]
+    med = {s: statistics.median(r["ms"] for r in rows if r["system"] == s) for s in cols}
+    bad = sorted({r["system"] for r in rows if not r["ok"]})
+    peers = [s for s in cols if not s.startswith("tc")]
+    best = min((med[s] for s in peers), default=float("nan"))
+    print("\n| MiniLM cold start: process start to exit, first 1 x 10 embedding, ms | "
+          + " | ".join(names[s] for s in cols) + " | tc (kernels on disk) vs best |")
+    print("|---|" + "---|" * len(cols) + "---|")
+    print(f"| median of {len(rows) // len(cols)} | " + " | ".join(f"{med[s]:.0f}" for s in cols)
+          + f" | {best / med['tc']:.2f}x |")
+    if bad:
+        print(f"(failed runs: {', '.join(bad)})")
 PY

@@ -4,6 +4,9 @@ workloads of examples/peer_bench.rs, same token ids, one JSON line each.
 
     python3 benches/peers/ort_bench.py MODEL.onnx THREADS REPS [SYSTEM]
 
+REPS = 0 runs one call of the first workload (a cold start, timed from
+outside by scripts/peer-bench.sh).
+
 SYSTEM names the column (default "ort"; the script runs the optimizer's
 fused export as "ort-fused").
 """
@@ -35,15 +38,21 @@ def main():
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    for b, s in WORKLOADS:
+    # REPS = 0: a cold start (scripts/peer-bench.sh times the process):
+    # one call of the first workload.
+    for b, s in WORKLOADS if reps > 0 else WORKLOADS[:1]:
         feed = {
             "input_ids": ids(b, s),
             "attention_mask": np.ones((b, s), dtype=np.float32),
             "position_ids": np.arange(s, dtype=np.int64),
         }
-        for _ in range(3):
-            out = sess.run(None, feed)[0]
-        times = []
+        t0 = time.perf_counter()
+        out = sess.run(None, feed)[0]
+        times = [(time.perf_counter() - t0) * 1e3]
+        if reps > 0:
+            times = []
+            for _ in range(2):
+                out = sess.run(None, feed)[0]
         for _ in range(reps):
             t0 = time.perf_counter()
             out = sess.run(None, feed)[0]

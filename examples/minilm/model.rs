@@ -202,7 +202,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The loaded model.
 pub struct MiniLm {
-    tokenizer: Tokenizer,
+    /// Read on first use (about 20 ms of JSON): a caller that passes token
+    /// ids ([`MiniLm::embed_batch`]) never pays for it.
+    tokenizer: std::sync::OnceLock<Tokenizer>,
+    tokenizer_file: std::path::PathBuf,
     embeddings: bert::Embeddings,
     layers: Vec<bert::Layer>,
     eps: f32,
@@ -235,25 +238,24 @@ impl MiniLm {
             dir.join("sentence_bert_config.json"),
         )?)?;
         let max_len = st["max_seq_length"].as_u64().unwrap_or(256) as usize;
-        let w = tc::runtime::load_safetensors(dir.join("model.safetensors"))?;
+        // Mapped, not read: the weights are used where the file lies (no
+        // zeroed pages, no copy; 91 MB in 2–3 ms instead of 50–70).
+        // SAFETY: the model directory is not written while the model is
+        // loaded (a fetched, read-only model, as every peer assumes when
+        // it maps its weights).
+        let w = unsafe { tc::runtime::load_safetensors_mapped(dir.join("model.safetensors"))? };
         // Every weight's dtype and shape is checked here, by name.
         let layers = (0..6)
             .map(|l| bert::Layer::load(&w, &format!("encoder.layer.{l}")))
             .collect::<Result<Vec<_>, _>>()?;
         let embeddings = bert::Embeddings::load(&w, "embeddings")?;
-        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-        tokenizer.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..Default::default()
-        }));
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_len,
-                ..Default::default()
-            }))
-            .map_err(|e| e.to_string())?;
+        let tokenizer_file = dir.join("tokenizer.json");
+        if !tokenizer_file.is_file() {
+            return Err(format!("no tokenizer at {}", tokenizer_file.display()).into());
+        }
         Ok(MiniLm {
-            tokenizer,
+            tokenizer: std::sync::OnceLock::new(),
+            tokenizer_file,
             embeddings,
             layers,
             eps,
@@ -261,12 +263,32 @@ impl MiniLm {
         })
     }
 
+    /// The tokenizer, padding to the longest sentence and truncating at
+    /// [`MiniLm::max_len`]; read from the model folder on first use.
+    pub fn tokenizer(&self) -> Result<&Tokenizer, BoxError> {
+        if let Some(t) = self.tokenizer.get() {
+            return Ok(t);
+        }
+        let mut t = Tokenizer::from_file(&self.tokenizer_file)?;
+        t.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
+        t.with_truncation(Some(TruncationParams {
+            max_length: self.max_len,
+            ..Default::default()
+        }))
+        .map_err(|e| e.to_string())?;
+        // Two threads may both read it; the first one kept wins.
+        Ok(self.tokenizer.get_or_init(|| t))
+    }
+
     /// Tokenize a batch, padded to its longest sentence.
     pub fn tokenize(&self, sentences: &[&str]) -> Result<Batch, BoxError> {
         if sentences.is_empty() {
             return Err("no sentences".into());
         }
-        let enc = self.tokenizer.encode_batch(sentences.to_vec(), true)?;
+        let enc = self.tokenizer()?.encode_batch(sentences.to_vec(), true)?;
         let s = enc.iter().map(|e| e.get_ids().len()).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(enc.len() * s);
         let mut mask = Vec::with_capacity(enc.len() * s);
@@ -284,7 +306,7 @@ impl MiniLm {
 
     /// Token count of one sentence after truncation (with [CLS] and [SEP]).
     pub fn token_count(&self, sentence: &str) -> Result<usize, BoxError> {
-        Ok(self.tokenizer.encode(sentence, true)?.get_ids().len())
+        Ok(self.tokenizer()?.encode(sentence, true)?.get_ids().len())
     }
 
     /// The batch's token ids `[B, S]`, position ids `[S]` and token-type

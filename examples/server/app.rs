@@ -284,6 +284,9 @@ pub struct Embedder {
 impl Embedder {
     /// Wrap a loaded model; `dir` is the folder it was loaded from.
     pub fn new(model: MiniLm, dir: &Path, config: Config) -> Result<Embedder, BoxError> {
+        // A server tokenizes every request: read the model's tokenizer now
+        // (it is otherwise read on first use), so a bad one stops the start.
+        model.tokenizer()?;
         let mut counter = Tokenizer::from_file(dir.join("tokenizer.json"))?;
         counter.with_padding(None);
         counter.with_truncation(None).map_err(|e| e.to_string())?;

@@ -10,13 +10,16 @@ pub use error::{Error, Result};
 pub mod cast;
 pub mod elem;
 pub mod element;
+mod mapped;
 pub mod safetensors_io;
 pub mod tensor;
 
 pub use cast::convert;
 pub use elem::Elem;
 pub use element::{Element, F8E4M3, F8E5M2, I4};
-pub use safetensors_io::{load_safetensors, load_tensor, save_safetensors};
+pub use safetensors_io::{
+    load_safetensors, load_safetensors_mapped, load_tensor, save_safetensors,
+};
 pub use tensor::{StorageId, Tensor};
 pub mod contract;
 pub mod exec;

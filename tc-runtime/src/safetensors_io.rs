@@ -176,6 +176,80 @@ fn read_at(file: &mut std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result
     file.read_exact(buf)
 }
 
+/// Every tensor in a safetensors file, by name, as [`load_safetensors`]
+/// (the same result and errors), but read where the file lies: the file
+/// is mapped read-only, and each tensor whose bytes are whole aligned
+/// words of a dtype without invalid bit patterns (every float and integer
+/// dtype: all of a float model's weights) is a view of the mapping, not a
+/// copy; the rest are copied. The mapping goes when the last tensor on it
+/// is dropped. No zeroed pages, no copy: all-MiniLM-L6-v2's 91 MB load in
+/// 2–3 ms instead of 52–70 (issue #15), as candle and ONNX Runtime map
+/// theirs.
+///
+/// A mapped tensor is read-only memory: [`Tensor::update_slice`] writes
+/// into a copy, as for shared storage. Off Unix this is
+/// [`load_safetensors`].
+///
+/// # Safety
+/// The file must not be written to or truncated while any tensor returned
+/// here, or sharing storage with one, is alive: the tensors' bytes would
+/// change under shared borrows, or the process would fault on a page past
+/// the new end. Model files in a read-only model directory meet this; so
+/// does a file that is replaced by renaming a new one over it (the mapping
+/// keeps the old one).
+// SAFETY: (contract) met by the caller: see `# Safety`.
+pub unsafe fn load_safetensors_mapped(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>> {
+    #[cfg(unix)]
+    {
+        let path = path.as_ref();
+        let ctx = path.display().to_string();
+        let io = |e: std::io::Error| st_err(&ctx, e);
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = usize::try_from(file.metadata().map_err(io)?.len())
+            .map_err(|_| st_err(&ctx, "file too large to map"))?;
+        if len == 0 {
+            return load_safetensors(path);
+        }
+        // SAFETY: the file stays as it is while mapped (this function's
+        // contract, passed on).
+        let map =
+            std::sync::Arc::new(unsafe { crate::mapped::Mapping::of(&file, len) }.map_err(io)?);
+        mapped_tensors(&map).map_err(|e| with_context(e, &ctx))
+    }
+    #[cfg(not(unix))]
+    load_safetensors(path)
+}
+
+/// The tensors of a mapped safetensors file: views of `map` where they
+/// can be, copies otherwise, validated as [`load_safetensors_bytes`]
+/// validates a buffer (same errors, same order).
+#[cfg(unix)]
+fn mapped_tensors(
+    map: &std::sync::Arc<crate::mapped::Mapping>,
+) -> Result<BTreeMap<String, Tensor>> {
+    let bytes = map.bytes();
+    let st = SafeTensors::deserialize(bytes).map_err(|e| st_err("invalid file", e))?;
+    let mut views = st.tensors();
+    views.sort_by(|a, b| a.0.cmp(&b.0));
+    views
+        .into_iter()
+        .map(|(name, view)| {
+            let data = view.data();
+            // Inside `bytes` (the view borrows it).
+            let offset = data.as_ptr() as usize - bytes.as_ptr() as usize;
+            let mapped = from_safetensors_dtype(view.dtype()).and_then(|dt| {
+                let region = crate::mapped::Region::new(map, offset, data.len())?;
+                Tensor::from_mapped(dt, view.shape(), region)
+            });
+            let t = match mapped {
+                Some(t) => t,
+                None => convert_view(&name, &view)?,
+            };
+            Ok((name, t))
+        })
+        .collect()
+}
+
 fn with_context(e: Error, context: &str) -> Error {
     match e {
         Error::Safetensors(m) => Error::Safetensors(format!("{context}: {m}")),

@@ -41,9 +41,20 @@ pub struct Tensor {
 /// sharing it is dropped (large buffers only; the pool decides).
 #[derive(Debug)]
 struct Storage {
-    words: Vec<u64>,
+    words: Words,
     /// [`Tensor::storage_uid`]: from [`NEXT_UID`], never given twice.
     uid: u64,
+}
+
+/// Where a storage's words live.
+#[derive(Debug)]
+enum Words {
+    /// Owned memory (from [`crate::pool`] when large).
+    Heap(Vec<u64>),
+    /// Words of a read-only file mapping
+    /// ([`crate::safetensors_io::load_safetensors_mapped`]): never written
+    /// ([`Tensor::update_slice`] copies first).
+    Mapped(crate::mapped::Region),
 }
 
 /// The next storage's uid. A `u64` counted up by one per storage built
@@ -52,15 +63,30 @@ static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 impl Storage {
     fn new(words: Vec<u64>) -> Storage {
+        Storage::of(Words::Heap(words))
+    }
+
+    fn of(words: Words) -> Storage {
         let uid = NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Storage { words, uid }
+    }
+
+    /// The words, when they may be written (owned memory).
+    fn heap_mut(&mut self) -> Option<&mut [u64]> {
+        match &mut self.words {
+            Words::Heap(w) => Some(w),
+            Words::Mapped(_) => None,
+        }
     }
 }
 
 impl std::ops::Deref for Storage {
     type Target = [u64];
     fn deref(&self) -> &[u64] {
-        &self.words
+        match &self.words {
+            Words::Heap(w) => w,
+            Words::Mapped(r) => r.words(),
+        }
     }
 }
 
@@ -100,7 +126,9 @@ impl StorageId {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        crate::pool::give(std::mem::take(&mut self.words));
+        if let Words::Heap(w) = &mut self.words {
+            crate::pool::give(std::mem::take(w));
+        }
     }
 }
 
@@ -245,6 +273,26 @@ fn load(buf: &[u8], dtype: Dtype, i: usize) -> Elem {
 }
 
 impl Tensor {
+    /// A tensor whose storage is `region` of a file mapping, or `None`
+    /// when its dtype has invalid bit patterns (Bool: validated on a copy
+    /// instead) or `region` is not its exact byte length.
+    pub(crate) fn from_mapped(
+        dtype: Dtype,
+        shape: &[usize],
+        region: crate::mapped::Region,
+    ) -> Option<Tensor> {
+        let numel = volume(shape).ok()?;
+        let nbytes = tc_core::size::bytes(dtype, numel).ok()?;
+        let exact = std::mem::size_of_val(region.words()) == nbytes;
+        (exact && !matches!(dtype, Dtype::Bool | Dtype::I4)).then(|| Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            numel,
+            nbytes,
+            words: Arc::new(Storage::of(Words::Mapped(region))),
+        })
+    }
+
     /// Build from finished storage (length already checked).
     fn from_words(dtype: Dtype, shape: &[usize], numel: usize, words: Vec<u64>) -> Tensor {
         Tensor {
@@ -578,7 +626,12 @@ impl Tensor {
         if src.numel == 0 {
             return Ok(());
         }
-        if Arc::get_mut(&mut self.words).is_none() {
+        // Shared (another handle would see the write) or mapped (read-only
+        // memory): write into a copy.
+        if Arc::get_mut(&mut self.words)
+            .and_then(Storage::heap_mut)
+            .is_none()
+        {
             let copy = crate::alloc::collect(self.words.len(), self.words.iter().copied())?;
             self.words = Arc::new(Storage::new(copy));
         }
@@ -593,13 +646,8 @@ impl Tensor {
             dst_stride: self.shape[axis] * inner,
             dst_at: start * inner,
         };
-        if let Some(st) = Arc::get_mut(&mut self.words) {
-            write_block(
-                dtype,
-                word_bytes_mut(&mut st.words, nbytes),
-                src.bytes(),
-                &block,
-            );
+        if let Some(words) = Arc::get_mut(&mut self.words).and_then(Storage::heap_mut) {
+            write_block(dtype, word_bytes_mut(words, nbytes), src.bytes(), &block);
         }
         Ok(())
     }

@@ -10,7 +10,8 @@ use tc_runtime::safetensors_io::{
     load_safetensors_bytes, load_tensor_from_bytes, save_safetensors_bytes,
 };
 use tc_runtime::{
-    load_safetensors, load_tensor, save_safetensors, Elem, Error, Tensor, F8E4M3, F8E5M2, I4,
+    load_safetensors, load_safetensors_mapped, load_tensor, save_safetensors, Elem, Error, Tensor,
+    F8E4M3, F8E5M2, I4,
 };
 
 fn temp_path(name: &str) -> std::path::PathBuf {
@@ -565,6 +566,15 @@ fn the_file_loader_agrees_with_the_buffer_loader_on_every_corruption() {
             other => other,
         });
         assert_eq!(load_safetensors(&path), want, "{what}");
+        // Miri cannot map files.
+        #[cfg(not(miri))]
+        // SAFETY: the file is rewritten only after these tensors are dropped
+        // (at the end of this statement).
+        assert_eq!(
+            unsafe { load_safetensors_mapped(&path) },
+            want,
+            "{what}, mapped"
+        );
     };
     let mut cases = 0;
     let good = file(false);
@@ -591,4 +601,74 @@ fn the_file_loader_agrees_with_the_buffer_loader_on_every_corruption() {
     }
     let _ = std::fs::remove_file(&path);
     assert!(cases > 2000);
+}
+
+/// A mapped file (`load_safetensors_mapped`): the same tensors as the
+/// copying loader (every dtype); an aligned f32 tensor of whole words is
+/// read where the file lies, so a write into it, even alone, goes to a
+/// copy, while a tensor of 12 bytes was copied at load and is written in
+/// place; the file never changes, and it is in the process's mappings
+/// exactly while a tensor on it lives.
+#[cfg(all(target_os = "linux", not(miri)))]
+#[test]
+fn a_mapped_file_gives_the_same_tensors_and_is_never_written() {
+    let mut m = sample_tensors();
+    // f32 entries come first in the file (by alignment, then name), from
+    // offset 0 of the 8-byte-aligned data: `a` and `b` are whole words.
+    let big: Vec<f32> = (0..4096).map(|i| i as f32 * 0.25 - 7.0).collect();
+    m.insert("a".into(), Tensor::from_vec(&[64, 64], big).unwrap());
+    m.insert(
+        "b".into(),
+        Tensor::from_vec(&[2, 4], vec![1.5f32; 8]).unwrap(),
+    );
+    m.insert(
+        "c".into(),
+        Tensor::from_vec(&[3], vec![1.0f32, 2.0, 3.0]).unwrap(),
+    );
+    let path = temp_path("mapped");
+    save_safetensors(&path, &m).unwrap();
+    let on_disk = std::fs::read(&path).unwrap();
+    let mapped_now = || {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.contains(path.to_str().unwrap())
+    };
+    // SAFETY: the file is only read until it is removed below, after every
+    // tensor on it is dropped.
+    let mut got = unsafe { load_safetensors_mapped(&path) }.unwrap();
+    assert_eq!(got, m);
+    assert!(mapped_now(), "the file is mapped");
+    let row = Tensor::from_vec(&[1, 4], vec![9.5f32; 4]).unwrap();
+    let mut b = got.remove("b").unwrap();
+    let uid = b.storage_uid();
+    b.update_slice(0, 1, &row).unwrap();
+    assert_ne!(
+        b.storage_uid(),
+        uid,
+        "a mapped tensor, even alone, is copied"
+    );
+    assert_eq!(
+        b.to_vec::<f32>().unwrap(),
+        [1.5, 1.5, 1.5, 1.5, 9.5, 9.5, 9.5, 9.5]
+    );
+    let mut c = got.remove("c").unwrap();
+    let uid = c.storage_uid();
+    c.update_slice(0, 0, &Tensor::from_vec(&[1], vec![4.0f32]).unwrap())
+        .unwrap();
+    assert_eq!(
+        c.storage_uid(),
+        uid,
+        "12 bytes: copied at load, written in place"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        on_disk,
+        "the file is unchanged"
+    );
+    let a = got.remove("a").unwrap();
+    drop(got);
+    assert!(mapped_now(), "kept by `a`");
+    assert_eq!(a, m["a"]);
+    drop(a);
+    assert!(!mapped_now(), "unmapped with the last tensor on it");
+    let _ = std::fs::remove_file(&path);
 }
