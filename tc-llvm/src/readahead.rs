@@ -102,6 +102,9 @@ type Request = (Shared, u64);
 pub(crate) struct ReadAhead {
     links: Mutex<Links>,
     slot: Mutex<Option<Request>>,
+    /// Whether `slot` may hold a request: what a spinning helper reads,
+    /// so that it takes no lock while there is nothing to read.
+    pending: AtomicBool,
     /// Bumped when a product starts: a read posted before it stops.
     generation: AtomicU64,
 }
@@ -127,6 +130,7 @@ impl ReadAhead {
                 next: BTreeMap::new(),
             }),
             slot: Mutex::new(None),
+            pending: AtomicBool::new(false),
             generation: AtomicU64::new(0),
         }
     }
@@ -151,6 +155,7 @@ impl ReadAhead {
         if let Some(q) = self.successor(p) {
             let gen = self.generation.load(Ordering::Acquire);
             *guard(&self.slot) = Some((q, gen));
+            self.pending.store(true, Ordering::Release);
         }
     }
 
@@ -175,7 +180,14 @@ impl ReadAhead {
     /// pending jobs between chunks. The bytes read; `None` when nothing
     /// was pending.
     pub(crate) fn serve(&self, done: &AtomicBool, budget: usize) -> Option<usize> {
-        let (first, gen) = self.slot.try_lock().ok()?.take()?;
+        if !self.pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let (first, gen) = {
+            let mut slot = self.slot.try_lock().ok()?;
+            self.pending.store(false, Ordering::Relaxed);
+            slot.take()?
+        };
         let live =
             || self.generation.load(Ordering::Acquire) == gen && !done.load(Ordering::Acquire);
         let (mut left, mut read) = (budget / 4, 0);
