@@ -922,23 +922,15 @@ unsafe fn sgemm_packed(
             // `m` and a column below `k`, readable by the contract.
             *xv = unsafe { a.at(idx % m, idx / m) };
         }
-        // Inside a session the next product's weight is read ahead while
-        // the small kernels between the two run.
-        let ahead = (par && crate::team::in_session() && crate::readahead::budget() > 0)
-            .then(|| -> crate::readahead::Shared { b.clone() });
-        if let Some(p) = &ahead {
-            crate::readahead::GLOBAL.starting(p);
-        }
+        let _ahead = announce(b, par);
         // SAFETY: `available`; `1 ≤ m ≤ MAX_M`; `b` is a whole packing;
         // C's `m·n` floats by the contract.
         unsafe { crate::gemv::packed_rows(&x, m, &b.panels(), c, par) };
-        if let Some(p) = &ahead {
-            crate::readahead::GLOBAL.finished(p);
-        }
         return Ok(());
     }
     if streams(m)? {
         fam.read_a_in_place(&a, (m, k))?;
+        let _ahead = announce(b, par);
         // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
         // panels are in memory (`b`).
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };
@@ -949,6 +941,18 @@ unsafe fn sgemm_packed(
         unsafe { blocked(&fam, (m, n, k), &a, &view, c, par) };
     }
     Ok(())
+}
+
+/// A product of one row block over the kept packing `b`, split across a
+/// session's threads: announced to the read-ahead for its duration, so
+/// that the next product's weight is read while the small kernels between
+/// the two run ([`crate::readahead`]). These products stream their weight
+/// from memory (a decoder's step, a short sentence: each weight float
+/// meets a few rows); more rows reuse each panel from cache and gain
+/// nothing from it.
+fn announce(b: &std::sync::Arc<PackedB>, par: bool) -> crate::readahead::Product {
+    let on = par && crate::team::in_session() && crate::readahead::budget() > 0;
+    crate::readahead::Product::start(on.then(|| -> crate::readahead::Shared { b.clone() }))
 }
 
 /// Whether a single row block streams B panel by panel (default on;

@@ -1,16 +1,19 @@
 //! Read-ahead of the next kept weight by a session's idle workers (issue
 //! #15).
 //!
-//! Why: a decoder's step is one-row products (`gemv`), bound by how fast
-//! memory streams each weight in, between stretches of small kernels
-//! (layer norm, attention, bias, activation) that leave the session's
-//! other workers spinning ([`crate::team`]). In GPT-2-small decoding at 2
-//! threads those stretches were 2–4 ms of a 16–22 ms step, with the second
-//! core idle and memory bandwidth unused. A decoder calls the same
-//! products in the same order every step, so the product after this one is
-//! known from the last step: while the small kernels run, an idle worker
-//! reads the start of that product's packing, and of the one after it,
-//! which the product then finds in the last-level cache instead of memory.
+//! Why: a decoder's step is one-row products (`gemv`), and a short
+//! sentence's forward pass products of a few rows (the streamed path),
+//! bound by how fast memory streams each weight in, between stretches of
+//! small kernels (layer norm, attention, bias, activation) that leave the
+//! session's other workers spinning ([`crate::team`]). In GPT-2-small
+//! decoding at 2 threads those stretches were 2–4 ms of a 16–22 ms step,
+//! with the second core idle and memory bandwidth unused. A model calls
+//! the same products in the same order every step or call, so the product
+//! after this one is known from the last time: while the small kernels
+//! run, an idle worker reads the start of that product's packing, and of
+//! the one after it, which the product then finds in the last-level cache
+//! instead of memory. Products of more than one row block reuse each panel
+//! from cache and are not announced (`matmul::announce`).
 //!
 //! It only reads: results never depend on it. A wrong prediction (the
 //! first step, another model, a packing at a reused address) costs the
@@ -135,7 +138,7 @@ impl ReadAhead {
         }
     }
 
-    /// A one-row product over `p` starts: any read ahead stops (it read
+    /// A product over `p` starts: any read ahead stops (it read
     /// what was asked for, or the prediction was wrong), and `p` is
     /// recorded as the successor of the product before it.
     pub(crate) fn starting(&self, p: &Shared) {
@@ -149,7 +152,7 @@ impl ReadAhead {
         }
     }
 
-    /// A one-row product over `p` is done: post a read of the product
+    /// A product over `p` is done: post a read of the product
     /// that followed it last time, for an idle worker ([`Self::serve`]).
     pub(crate) fn finished(&self, p: &Shared) {
         if let Some(q) = self.successor(p) {
@@ -212,6 +215,29 @@ impl ReadAhead {
         }
         READ.fetch_add(read as u64, Ordering::Relaxed);
         Some(read)
+    }
+}
+
+/// A product over a kept packing, announced to [`GLOBAL`] while it runs:
+/// [`ReadAhead::starting`] when made, [`ReadAhead::finished`] when
+/// dropped (also when the product fails). `None`: not announced.
+pub(crate) struct Product(Option<Shared>);
+
+impl Product {
+    /// Announce `p`'s product (if any) as starting.
+    pub(crate) fn start(p: Option<Shared>) -> Product {
+        if let Some(p) = &p {
+            GLOBAL.starting(p);
+        }
+        Product(p)
+    }
+}
+
+impl Drop for Product {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            GLOBAL.finished(p);
+        }
     }
 }
 

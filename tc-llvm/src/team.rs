@@ -19,8 +19,8 @@
 //! hop onto the pool once. Results never depend on it: threads split only
 //! output rows (see the crate documentation).
 //!
-//! With nothing to steal, a helper reads ahead the weight of the one-row
-//! product that comes next ([`crate::readahead`]): a decoder's small
+//! With nothing to steal, a helper reads ahead the weight of the product
+//! of a few rows that comes next ([`crate::readahead`]): a decoder's small
 //! kernels between two products leave memory idle.
 
 use std::cell::Cell;
@@ -71,8 +71,9 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// Set how many bytes of the next products' weights a session's idle
 /// workers read while the small kernels before them run (`0` turns the
 /// read-ahead off). The default is `TC_READ_AHEAD_MB` MiB, else 8 MiB.
-/// Results never depend on it: only one-row products against kept weights
-/// inside a session are read ahead, and reading changes nothing.
+/// Results never depend on it: only products of one row block against
+/// kept weights inside a session are read ahead, and reading changes
+/// nothing.
 pub fn set_read_ahead(bytes: usize) {
     crate::readahead::set_budget(bytes);
 }

@@ -150,11 +150,12 @@ fn a_weight_written_after_it_was_kept_is_read_anew() {
     assert_eq!(first(&jit, &v), 192.0);
 }
 
-/// A decoder's one-row products inside a session on two threads: the idle
+/// A decoder's one-row products (`gemv`) and a short sentence's products
+/// (10 rows, the streamed path) inside a session on two threads: the idle
 /// worker reads the next product's kept weight ahead of it
 /// (`tc_llvm::team::set_read_ahead`). Reading changes nothing: the bits
 /// are those without the read-ahead, and the read really happened (where
-/// the one-row path exists: x86-64 with AVX-512).
+/// those paths keep packings: x86-64 with AVX-512).
 #[test]
 fn reading_the_next_weight_ahead_changes_no_bit() {
     let mut rng = Rng(0xA3);
@@ -164,39 +165,41 @@ fn reading_the_next_weight_ahead_changes_no_bit() {
         .iter()
         .map(|&(n, k)| random(&mut rng, Dtype::F32, &[n, k], false))
         .collect();
-    let x = random(&mut rng, Dtype::F32, &[1, 256], false);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()
         .unwrap();
-    let run = |budget: usize| -> Vec<Tensor> {
-        tc_llvm::team::set_read_ahead(budget);
-        pool.install(|| {
-            tc_llvm::session(|| {
-                let mut out = Vec::new();
-                for _step in 0..4 {
-                    for w in &ws {
-                        // The small kernels between two products.
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                        let y = jit.call(&f, &[x.clone().into(), w.clone().into()], &|_| None);
-                        out.push(y.unwrap());
+    for m in [1, 10] {
+        let x = random(&mut rng, Dtype::F32, &[m, 256], false);
+        let run = |budget: usize| -> Vec<Tensor> {
+            tc_llvm::team::set_read_ahead(budget);
+            pool.install(|| {
+                tc_llvm::session(|| {
+                    let mut out = Vec::new();
+                    for _step in 0..4 {
+                        for w in &ws {
+                            // The small kernels between two products.
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                            let args = [x.clone().into(), w.clone().into()];
+                            out.push(jit.call(&f, &args, &|_| None).unwrap());
+                        }
                     }
-                }
-                out
+                    out
+                })
             })
-        })
-    };
-    let plain = run(0);
-    let before = tc_llvm::team::read_ahead_bytes();
-    let ahead = run(8 << 20);
-    let read = tc_llvm::team::read_ahead_bytes() - before;
-    tc_llvm::team::set_read_ahead(8 << 20);
-    for (i, (a, p)) in ahead.iter().zip(&plain).enumerate() {
-        assert_bits(&format!("product {i}"), a, p, false);
+        };
+        let plain = run(0);
+        let before = tc_llvm::team::read_ahead_bytes();
+        let ahead = run(8 << 20);
+        let read = tc_llvm::team::read_ahead_bytes() - before;
+        tc_llvm::team::set_read_ahead(8 << 20);
+        for (i, (a, p)) in ahead.iter().zip(&plain).enumerate() {
+            assert_bits(&format!("m = {m}, product {i}"), a, p, false);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            assert!(read > 0, "m = {m}: nothing was read ahead");
+        }
+        let _ = read;
     }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        assert!(read > 0, "nothing was read ahead");
-    }
-    let _ = read;
 }
