@@ -235,10 +235,11 @@ fn mapped_tensors(
         .into_iter()
         .map(|(name, view)| {
             let data = view.data();
-            // Inside `bytes` (the view borrows it).
-            let offset = data.as_ptr() as usize - bytes.as_ptr() as usize;
+            // Inside `bytes` (the view borrows it); an offset that is not
+            // (it cannot be) means a copy, never a region elsewhere.
+            let offset = (data.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize);
             let mapped = from_safetensors_dtype(view.dtype()).and_then(|dt| {
-                let region = crate::mapped::Region::new(map, offset, data.len())?;
+                let region = crate::mapped::Region::new(map, offset?, data.len())?;
                 Tensor::from_mapped(dt, view.shape(), region)
             });
             let t = match mapped {
