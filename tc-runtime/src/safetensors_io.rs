@@ -86,13 +86,22 @@ fn convert_view(name: &str, view: &safetensors::tensor::TensorView<'_>) -> Resul
 /// Every tensor in a safetensors buffer, by name (converted in name order,
 /// so which of several bad tensors is reported does not depend on a hash).
 pub fn load_safetensors_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
+    each_view(bytes, convert_view)
+}
+
+/// Every tensor of a safetensors buffer, validated by the safetensors
+/// crate, each made by `make` from its name and view, in name order.
+fn each_view(
+    bytes: &[u8],
+    mut make: impl FnMut(&str, &safetensors::tensor::TensorView<'_>) -> Result<Tensor>,
+) -> Result<BTreeMap<String, Tensor>> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| st_err("invalid file", e))?;
     let mut views = st.tensors();
     views.sort_by(|a, b| a.0.cmp(&b.0));
     views
         .into_iter()
         .map(|(name, view)| {
-            let t = convert_view(&name, &view)?;
+            let t = make(&name, &view)?;
             Ok((name, t))
         })
         .collect()
@@ -228,27 +237,20 @@ fn mapped_tensors(
     map: &std::sync::Arc<crate::mapped::Mapping>,
 ) -> Result<BTreeMap<String, Tensor>> {
     let bytes = map.bytes();
-    let st = SafeTensors::deserialize(bytes).map_err(|e| st_err("invalid file", e))?;
-    let mut views = st.tensors();
-    views.sort_by(|a, b| a.0.cmp(&b.0));
-    views
-        .into_iter()
-        .map(|(name, view)| {
-            let data = view.data();
-            // Inside `bytes` (the view borrows it); an offset that is not
-            // (it cannot be) means a copy, never a region elsewhere.
-            let offset = (data.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize);
-            let mapped = from_safetensors_dtype(view.dtype()).and_then(|dt| {
-                let region = crate::mapped::Region::new(map, offset?, data.len())?;
-                Tensor::from_mapped(dt, view.shape(), region)
-            });
-            let t = match mapped {
-                Some(t) => t,
-                None => convert_view(&name, &view)?,
-            };
-            Ok((name, t))
-        })
-        .collect()
+    each_view(bytes, |name, view| {
+        let data = view.data();
+        // Inside `bytes` (the view borrows it); an offset that is not (it
+        // cannot be) means a copy, never a region elsewhere.
+        let offset = (data.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize);
+        let mapped = from_safetensors_dtype(view.dtype()).and_then(|dt| {
+            let region = crate::mapped::Region::new(map, offset?, data.len())?;
+            Tensor::from_mapped(dt, view.shape(), region)
+        });
+        match mapped {
+            Some(t) => Ok(t),
+            None => convert_view(name, view),
+        }
+    })
 }
 
 fn with_context(e: Error, context: &str) -> Error {
