@@ -29,9 +29,10 @@ fn main() -> Result<(), BoxError> {
     let model = MiniLm::load(&model_dir()?)?;
     let load = t.elapsed();
 
-    // The first call loads (or compiles) the kernels; the second packs the
-    // weights and keeps them (once per process, as ONNX Runtime prepacks
-    // at session creation); later calls are the steady state.
+    // The first call reads the tokenizer and loads (or compiles) the
+    // kernels; the second packs the weights and keeps them (once per
+    // process, as ONNX Runtime prepacks at session creation); later calls
+    // are the steady state.
     let t = Instant::now();
     let emb = model.embed(&refs)?;
     let first = t.elapsed();
@@ -60,7 +61,7 @@ fn main() -> Result<(), BoxError> {
     let n = refs.len() as f64;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3 / n;
     println!(
-        "time per sentence: {:.1} ms first call (loads or compiles the kernels), {:.1} ms second \
+        "time per sentence: {:.1} ms first call (reads the tokenizer, loads or compiles the kernels), {:.1} ms second \
          (packs the weights, once per process), {:.1} ms after (median of 5); model load {:.0} ms",
         ms(first),
         ms(second),
