@@ -196,8 +196,9 @@ fn read_at(file: &mut std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result
 /// theirs.
 ///
 /// A mapped tensor is read-only memory: [`Tensor::update_slice`] writes
-/// into a copy, as for shared storage. Off Unix this is
-/// [`load_safetensors`].
+/// into a copy, as for shared storage. A file that cannot be mapped (its
+/// file system has no `mmap`, or the address space is full) is read with
+/// [`load_safetensors`]; off Unix this is always [`load_safetensors`].
 ///
 /// # Safety
 /// The file must not be written to or truncated while any tensor returned
@@ -221,9 +222,14 @@ pub unsafe fn load_safetensors_mapped(path: impl AsRef<Path>) -> Result<BTreeMap
         }
         // SAFETY: the file stays as it is while mapped (this function's
         // contract, passed on).
-        let map =
-            std::sync::Arc::new(unsafe { crate::mapped::Mapping::of(&file, len) }.map_err(io)?);
-        mapped_tensors(&map).map_err(|e| with_context(e, &ctx))
+        match unsafe { crate::mapped::Mapping::of(&file, len) } {
+            Ok(map) => mapped_tensors(&std::sync::Arc::new(map)).map_err(|e| with_context(e, &ctx)),
+            // A file that cannot be mapped (a file system without `mmap`,
+            // such as sysfs or some FUSE mounts, or no address space left)
+            // is read instead: the same tensors or the same error as the
+            // buffer loader, never a failure the buffer loader would not give.
+            Err(_) => load_safetensors(path),
+        }
     }
     #[cfg(not(unix))]
     load_safetensors(path)

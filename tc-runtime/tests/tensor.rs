@@ -672,3 +672,27 @@ fn a_mapped_file_gives_the_same_tensors_and_is_never_written() {
     assert!(!mapped_now(), "unmapped with the last tensor on it");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A file that cannot be mapped is read instead: sysfs has no `mmap`
+/// (ENODEV) yet reports a size, so the mapped loader must give the buffer
+/// loader's own answer for it (here the same header error), not an error
+/// of its own. Skipped where the file does not exist.
+#[cfg(all(target_os = "linux", not(miri)))]
+#[test]
+fn a_file_that_cannot_be_mapped_is_read_instead() {
+    let path = std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled");
+    if !path.exists() {
+        eprintln!("skipped: no {}", path.display());
+        return;
+    }
+    let file = std::fs::File::open(path).unwrap();
+    assert!(file.metadata().unwrap().len() > 0, "sysfs reports a size");
+    let read = load_safetensors(path).unwrap_err().to_string();
+    // SAFETY: sysfs files are never mapped (the point of the test); the
+    // loader reads this one.
+    let mapped = unsafe { load_safetensors_mapped(path) }
+        .unwrap_err()
+        .to_string();
+    assert_eq!(mapped, read);
+    assert!(!mapped.contains("No such device"), "{mapped}");
+}
