@@ -282,23 +282,47 @@ pub fn set_a_in_place(on: bool) {
 /// K = 384) took 12% longer in place, a 256³ product 13%.
 const IN_PLACE_MAX_FLOATS: usize = 4096;
 
-/// May the kernels read the `m × k` A in place rather than pack it? Its
-/// rows of one K-block must fit [`IN_PLACE_MAX_FLOATS`] and be
-/// contiguous, and the MR rows a kernel reads at one step of k must not
-/// crowd one set of a 64-set L1 (at most two to a set): a row stride of
-/// 4 KiB puts every row in the same set, 8- or 12-way on the hosts
-/// measured, and they would evict each other on every step.
-fn a_in_place(a: &View, m: usize, k: usize) -> bool {
+/// Rows of the kernels that read an A of more than one row panel in
+/// place ([`a_in_place`]; fewer where the host's kernel has fewer).
+///
+/// Why not MR = 14: reading A in place for every row panel, the 14-row
+/// kernels were bimodal from process to process on the AMD Zen 4 host
+/// (2026-12-03, a 128³ product against packing, alternating call by call
+/// in one process, ten processes: 3.4% faster in some, 4–12% slower, up
+/// to 2×, in the others, whatever the addresses), where 8-row kernels, as
+/// `gemm`'s 6-row ones, read few enough rows at once to be fast in every
+/// process. They also leave B's panel in L1 for more rows per load.
+pub const IN_PLACE_ROWS: usize = 8;
+
+/// The rows of the kernels that may read the `m × k` A in place rather
+/// than pack it, if any. Its rows must be contiguous, and the rows a kernel
+/// reads at one step of k must not crowd one set of a 64-set L1 (at most
+/// two to a set): a row stride of 4 KiB puts every row in the same set,
+/// 8- or 12-way on the hosts measured, and they would evict each other on
+/// every step. Then:
+/// - an A of one row panel (`m ≤ mr`, the host kernel's rows) is read in
+///   place while its K-block fits [`IN_PLACE_MAX_FLOATS`], with a kernel
+///   of its `m` rows; packing it was faster above;
+/// - a larger one always, by [`IN_PLACE_ROWS`]-row kernels: no packing
+///   (a transpose, 5–6% of a 128³ product), and for each column panel the
+///   8 rows of a panel are read as `gemm` reads them.
+fn a_in_place(a: &View, (m, k): (usize, usize), mr: usize) -> Option<usize> {
     const SETS: usize = 64;
+    let rows = if m <= mr {
+        if m.saturating_mul(k.min(params().1)) > IN_PLACE_MAX_FLOATS {
+            return None;
+        }
+        mr
+    } else {
+        IN_PLACE_ROWS.min(mr)
+    };
     let mut per_set = [0u8; SETS];
     let line = |i: usize| i.wrapping_mul(a.rs).wrapping_mul(4) / 64 % SETS;
-    IN_PLACE.on()
-        && a.cs == 1
-        && m.saturating_mul(k.min(params().1)) <= IN_PLACE_MAX_FLOATS
-        && (0..MR).all(|i| {
-            per_set[line(i)] += 1;
-            per_set[line(i)] <= 2
-        })
+    let spread = (0..rows).all(|i| {
+        per_set[line(i)] += 1;
+        per_set[line(i)] <= 2
+    });
+    (IN_PLACE.on() && a.cs == 1 && spread).then_some(rows)
 }
 
 /// Compile the micro-kernel now (so its cost is not charged to a call).
@@ -429,15 +453,19 @@ impl F32Gemm<'_> {
     /// Switch to the kernels reading A in place, for the streamed path of
     /// an `m × k` A, when [`a_in_place`] allows it. Packing A is a
     /// transpose (MR rows, one float each per step of k), paid once per
-    /// call, which a few rows do not repay. A small gain, measured on the
-    /// AMD Zen 4 host with the two alternating call by call in one process
-    /// (medians of 40 000 each, B a kept packing): MiniLM's batch-1
-    /// products 10 × 384 × {384, 1152, 1536} 0.5–1.9% faster, an attention
-    /// item 16 × 32 × 64 4%. (Whole-model A/B runs of MiniLM at batch 1
-    /// moved by ±10% either way from run to run: this host's noise.)
+    /// call. Measured on the AMD Zen 4 host with the two alternating call
+    /// by call in one process:
+    /// - one row panel (medians of 40 000 each, B a kept packing):
+    ///   MiniLM's batch-1 products 10 × 384 × {384, 1152, 1536} 0.5–1.9%
+    ///   faster, an attention item 16 × 32 × 64 4%;
+    /// - more, by [`IN_PLACE_ROWS`]-row kernels (2026-12-03, medians of
+    ///   3 000, B packed per call, 1 thread): 128³ 6.1–6.5% faster (37.4
+    ///   µs at p10, `gemm` x86-v4's time), attention items 128 × 32 × 128
+    ///   and 128 × 128 × 32 16–20%, 15 × 384 × 384 10%, 128 × 384 × 384 3%,
+    ///   linear layers of 16–140 rows and k, n up to 2304 0–5%, none slower
+    ///   beyond 1%.
     fn read_a_in_place(&mut self, a: &View, (m, k): (usize, usize)) -> Result<(), Error> {
-        if a_in_place(a, m, k) {
-            let mr = self.mk.mr;
+        if let Some(mr) = a_in_place(a, (m, k), self.mk.mr) {
             self.mk = in_place(mr)?;
             // Always an edge kernel for a last, partial row panel: the
             // full kernel would read rows past `m` (`tile_into_c`).
@@ -1708,6 +1736,38 @@ pub unsafe fn matmul(
         _ => return Err(Error::Unsupported(format!("matmul at {dt}"))),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod in_place_tests {
+    use super::*;
+
+    /// Which products read A in place, and with kernels of how many rows
+    /// (on a host whose kernel has 14 rows).
+    #[test]
+    fn a_is_read_in_place_as_documented() {
+        if micro().map(|k| k.mr).ok() != Some(14) {
+            return;
+        }
+        let view = |rs: usize| View::new(std::ptr::null(), rs, 1);
+        // One row panel: while its K-block fits 4096 floats, by a kernel
+        // of the panel's rows.
+        assert_eq!(a_in_place(&view(384), (10, 384), 14), Some(14));
+        assert_eq!(a_in_place(&view(1536), (10, 1536), 14), None);
+        // More: always, 8 rows at a time, unless 8 rows crowd an L1 set
+        // (6 KiB apart: four to a set).
+        assert_eq!(a_in_place(&view(128), (128, 128), 14), Some(IN_PLACE_ROWS));
+        assert_eq!(a_in_place(&view(1536), (15, 384), 14), None);
+        assert_eq!(a_in_place(&view(1552), (15, 1536), 14), Some(IN_PLACE_ROWS));
+        // Rows 4 KiB apart share an L1 set: packed.
+        assert_eq!(a_in_place(&view(1024), (128, 128), 14), None);
+        assert_eq!(a_in_place(&view(1024), (10, 128), 14), None);
+        // Not contiguous along k: packed.
+        assert_eq!(
+            a_in_place(&View::new(std::ptr::null(), 1, 128), (128, 128), 14),
+            None
+        );
+    }
 }
 
 #[cfg(test)]
