@@ -62,8 +62,14 @@ pub(crate) enum ALayout {
     /// `a + k·stride + i`.
     Packed(usize),
     /// A itself, row-major: at `a + i·lda + k`, `lda` the kernel's last
-    /// argument (f32 only: a product too small to repay packing A).
-    Rows,
+    /// argument (f32 only: a product that does not repay packing A).
+    /// With `ahead > 0` the kernel prefetches one of its rows per k step,
+    /// `ahead` elements past `k`, each row in turn every 16 steps (a row's
+    /// next 64-byte line every 16 floats).
+    Rows {
+        /// Elements ahead of `k` to prefetch (0: none).
+        ahead: usize,
+    },
 }
 
 /// The IR text of a micro-kernel (see [`UkrSpec`]), with the host
@@ -77,7 +83,7 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     s.push_str(&format!(
         "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum, i64 %lda) #0 {{\nentry:\n"
     ));
-    if k.a == ALayout::Rows {
+    if matches!(k.a, ALayout::Rows { .. }) {
         // Row starts, computed once: the loop then adds `k` to each.
         for i in 0..mr {
             s.push_str(&format!(
@@ -112,15 +118,17 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
         ));
         s.push_str(&(k.after_b)(j));
     }
-    if let ALayout::Packed(ast) = k.a {
-        s.push_str(&format!("  %ao = mul i64 %k, {ast}\n"));
+    match k.a {
+        ALayout::Packed(ast) => s.push_str(&format!("  %ao = mul i64 %k, {ast}\n")),
+        ALayout::Rows { ahead } if ahead > 0 => s.push_str(&rows_prefetch(e, mr, ahead)),
+        ALayout::Rows { .. } => {}
     }
     for i in 0..mr {
         s.push_str(&match k.a {
             ALayout::Packed(_) => format!(
                 "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n"
             ),
-            ALayout::Rows => {
+            ALayout::Rows { .. } => {
                 format!("  %ap{i} = getelementptr inbounds {e}, {e}* %ar{i}, i64 %k\n")
             }
         });
@@ -144,6 +152,16 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     s.push_str("  ret void\n}\n\n");
     s.push_str(&crate::jit::attributes());
     s
+}
+
+/// The loop body's prefetch of A read in place ([`ALayout::Rows`] with
+/// `ahead > 0`): at step `k`, row `k mod 16` (row 0 when that is past the
+/// kernel's `mr` rows) at column `k + ahead`. Not `inbounds`: the address
+/// may lie past the row or past A (a hint, never dereferenced).
+fn rows_prefetch(e: &str, mr: usize, ahead: usize) -> String {
+    format!(
+        "  %pk = and i64 %k, 15\n  %pin = icmp ult i64 %pk, {mr}\n  %pr = select i1 %pin, i64 %pk, i64 0\n  %pro = mul i64 %pr, %lda\n  %pko = add i64 %pro, %k\n  %pao = add i64 %pko, {ahead}\n  %pa = getelementptr {e}, {e}* %a, i64 %pao\n  %pa8 = bitcast {e}* %pa to i8*\n  call void @llvm.prefetch.p0i8(i8* %pa8, i32 0, i32 3, i32 1)\n"
+    )
 }
 
 /// The element counts `(batch, a, b, out)` of a batched matmul
