@@ -278,9 +278,10 @@ fn in_place(rows: usize, ahead: bool) -> Result<&'static Micro, Error> {
 /// it: MiniLM at 8 × 128 tokens, 1 thread, its attention products
 /// (`[8, 12, 128, 32] × [8, 12, 32, 128]` and `[8, 12, 128, 128] × [8,
 /// 12, 128, 32]`, A read in place) took 1.83–2.56 ms per layer without
-/// the prefetch and 1.77–1.84 with it, where packing A took 2.10–2.35
-/// (AMD Zen 4 host, 2026-12-03, alternating processes, medians of the
-/// step profile; 16 and 32 floats ahead measured between). A product
+/// the prefetch, no faster than packing A (2.05–2.35), and 1.69–2.00
+/// with it, against 1.92–2.21 packed in the same runs (AMD Zen 4 host,
+/// 2026-12-03, alternating processes, medians of the step profile; 16
+/// and 32 floats ahead measured between). A product
 /// whose A is in cache (a 128³ loop) runs at the same speed either way.
 const A_AHEAD: usize = 64;
 
@@ -294,12 +295,15 @@ pub fn set_a_in_place(on: bool) {
     IN_PLACE.set(on);
 }
 
-/// Most floats of A (its `m` rows of one K-block) that the streamed path
-/// reads in place: 16 KiB, half the smallest L1 measured on, so they stay
-/// in L1 from one column panel to the next. Larger, the in-place kernels
-/// read A from L2 in MR strided streams, and packing was faster: on the
-/// AMD Zen 4 host MiniLM at 32 × 16 and 8 × 128 tokens (the blocked path,
-/// K = 384) took 12% longer in place, a 256³ product 13%.
+/// Most floats of an A of one row panel (its `m ≤ MR` rows of one
+/// K-block) that the streamed path reads in place: 16 KiB, half the
+/// smallest L1 measured on, so they stay in L1 from one column panel to
+/// the next. (Measured when this bound applied to every A, with 14-row
+/// kernels: beyond it they read A from L2 in 14 strided streams, and
+/// packing was faster: on the AMD Zen 4 host MiniLM at 32 × 16 and 8 ×
+/// 128 tokens (the blocked path, K = 384) took 12% longer in place, a
+/// 256³ product 13%. An A of more rows is read by [`IN_PLACE_ROWS`]-row
+/// kernels instead.)
 const IN_PLACE_MAX_FLOATS: usize = 4096;
 
 /// Rows of the kernels that read an A of more than one row panel in
@@ -311,7 +315,7 @@ const IN_PLACE_MAX_FLOATS: usize = 4096;
 /// in one process, ten processes: 3.4% faster in some, 4–12% slower, up
 /// to 2×, in the others, whatever the addresses), where 8-row kernels, as
 /// `gemm`'s 6-row ones, read few enough rows at once to be fast in every
-/// process. They also leave B's panel in L1 for more rows per load.
+/// process (6 rows measured alike).
 pub const IN_PLACE_ROWS: usize = 8;
 
 /// The rows of the kernels that may read the `m × k` A in place rather
