@@ -307,7 +307,7 @@ pub fn set_a_in_place(on: bool) {
 const IN_PLACE_MAX_FLOATS: usize = 4096;
 
 /// Rows of the kernels that read an A of more than one row panel in
-/// place ([`a_in_place`]; fewer where the host's kernel has fewer).
+/// place (`a_in_place`; fewer where the host's kernel has fewer).
 ///
 /// Why not MR = 14: reading A in place for every row panel, the 14-row
 /// kernels were bimodal from process to process on the AMD Zen 4 host
