@@ -54,7 +54,7 @@ fn set_llvm_options() {
 
 /// True when the CPU's vendor (CPUID leaf 0) is AMD. The hand-written
 /// streaming loops tune their software prefetch and the kept packings'
-/// huge pages by it ([`crate::gemv`]):
+/// huge pages by it (`crate::gemv`):
 /// LLVM 14 names a Zen 4 `znver3` and knows no later core, so the vendor,
 /// not [`Host::cpu`], is what is asked.
 pub fn amd() -> bool {

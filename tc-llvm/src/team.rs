@@ -20,7 +20,7 @@
 //! output rows (see the crate documentation).
 //!
 //! With nothing to steal, a helper reads ahead the weight of the product
-//! of a few rows that comes next ([`crate::readahead`]): a decoder's small
+//! of a few rows that comes next (`crate::readahead`): a decoder's small
 //! kernels between two products leave memory idle.
 
 use std::cell::Cell;
