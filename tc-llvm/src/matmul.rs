@@ -489,8 +489,12 @@ impl F32Gemm<'_> {
     ///   linear layers of 16–140 rows and k, n up to 2304 0–5%, none slower
     ///   beyond 1%.
     fn read_a_in_place(&mut self, a: &View, (m, k): (usize, usize)) -> Result<(), Error> {
-        if let Some(mr) = a_in_place(a, (m, k), self.mk.mr) {
-            let ahead = m > mr;
+        if let Some(rows) = a_in_place(a, (m, k), self.mk.mr) {
+            let ahead = m > rows;
+            // One row panel: a kernel of exactly its rows, the only one
+            // it runs (a 14-row kernel compiled for a 10-row product was
+            // 27–41 ms of a cold start, never called).
+            let mr = rows.min(m);
             self.mk = in_place(mr, ahead)?;
             // Always an edge kernel for a last, partial row panel: the
             // full kernel would read rows past `m` (`tile_into_c`).
