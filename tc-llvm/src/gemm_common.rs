@@ -52,6 +52,9 @@ pub(crate) struct UkrSpec<'a> {
     pub add: &'a str,
     /// Alignment promised for C's loads and stores.
     pub c_align: usize,
+    /// Copies of the k step per loop trip (`llvm.loop.unroll.count`; the
+    /// pipeline unrolls only loops that ask, [`crate::jit::PIPELINE`]).
+    pub k_unroll: u32,
 }
 
 /// Where a micro-kernel reads A's `(row i, step k)`.
@@ -140,7 +143,7 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
             s.push_str(&(k.step)(i, j));
         }
     }
-    s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
+    s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !0\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
     let (add, al) = (k.add, k.c_align);
     for i in 0..mr {
         for j in 0..2 {
@@ -151,6 +154,10 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     }
     s.push_str("  ret void\n}\n\n");
     s.push_str(&crate::jit::attributes());
+    s.push_str(&format!(
+        "!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.unroll.count\", i32 {}}}\n",
+        k.k_unroll
+    ));
     s
 }
 

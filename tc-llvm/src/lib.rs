@@ -11,7 +11,8 @@
 //! 2. [`codegen`]: each fused kernel becomes a loop nest in LLVM IR text:
 //!    an expression tree per output element, layout ops as index
 //!    arithmetic, reductions with their producer inside the reduction loop.
-//! 3. [`jit`]: `default<O3>` with a host `TargetMachine`, every function
+//! 3. [`jit`]: `default<O3>`, unrolling only loops that ask
+//!    ([`jit::PIPELINE`]), with a host `TargetMachine`, every function
 //!    carrying `target-cpu`/`target-features`/`prefer-vector-width`=512,
 //!    a large module cut into parts optimised on parallel threads
 //!    ([`jit::split_module`]), object code linked into the process by ORC

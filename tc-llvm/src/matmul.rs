@@ -143,7 +143,25 @@ fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout) -> String {
         },
         add: "fadd",
         c_align: 4,
+        k_unroll: f32_k_unroll(vw),
     })
+}
+
+/// Copies of the f32 kernels' k step per loop trip. With 512-bit vectors,
+/// one: the 1-, 3-, 4-, 8-, 10- and 14-row kernels ran at the same speed
+/// unrolled 4 times (what O3 chose) and not at all (57.7 / 113 / 117.7 /
+/// 117.6 / 117.2 / 116.9 GFLOP/s, K-blocks of 256 in L1, AMD Zen 4 host,
+/// 2026-12-03), and a 14-row kernel compiles in 20 ms instead of 35 (a
+/// cold start compiles three or four). With 256-bit vectors, four, as O3
+/// chose: a 6-row kernel's step is about 22 µops for 12 FMAs, near a
+/// 4-wide core's issue rate, where the loop's own µops could count; not
+/// measured on such a host.
+fn f32_k_unroll(vw: usize) -> u32 {
+    if vw >= 16 {
+        1
+    } else {
+        4
+    }
 }
 
 /// K steps ahead that the micro-kernel prefetches its B panel (default

@@ -143,6 +143,9 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         },
         add: "add",
         c_align: 1,
+        // As O3 chose for these kernels before the pipeline stopped
+        // unrolling on its own (`jit::PIPELINE`).
+        k_unroll: 4,
     })
 }
 
