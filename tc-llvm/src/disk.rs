@@ -6,8 +6,9 @@
 //! its identity is the IR text itself (which already spells out everything
 //! the kernel computes — σ literals, dtypes, fast-math flags, the
 //! `target-cpu` / `target-features` attributes) plus a header naming the
-//! code generator (tc-llvm's version, LLVM 14, the pipeline [`crate::jit::PIPELINE`],
-//! the code model) and the host (triple, CPU name, CPU features). The file
+//! code generator (tc-llvm's version, LLVM 14, the pipeline
+//! [`crate::host::PIPELINE`], the code model) and the host (triple, CPU
+//! name, CPU features). The file
 //! name is a 128-bit hash of both, but a load compares the *whole* stored
 //! header and IR with the wanted ones, so a hash collision, a file copied
 //! from another machine, or an entry of another tc version is a miss, never
@@ -71,7 +72,7 @@ pub fn host_identity() -> String {
     format!(
         "tc-llvm {}\nLLVM 14 {} object, large code model, static relocations, options {}\n{}\n{}\n{}\n",
         env!("CARGO_PKG_VERSION"),
-        crate::jit::PIPELINE,
+        crate::host::PIPELINE,
         crate::host::LLVM_OPTIONS.join(" "),
         h.triple,
         h.cpu,

@@ -178,6 +178,27 @@ impl std::fmt::Debug for CompiledFn {
     }
 }
 
+/// The exported kernels' entry points, each with its loop structure.
+fn kernel_fns(
+    m: &JitModule,
+    exports: &[String],
+    shapes: &[KernelShape],
+) -> Result<Vec<(KernelFn, KernelShape)>, Error> {
+    let mut ks = Vec::new();
+    for (name, shape) in exports.iter().zip(shapes) {
+        let a = m
+            .addr(name)
+            .ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
+        // SAFETY: `a` is the address ORC resolved for the export `name`,
+        // and every exported `k{id}` is emitted with exactly the
+        // `KernelFn` signature (codegen::finish_fn); the code stays mapped
+        // while `m` lives, and `CompiledFn` keeps it next to the result.
+        let f: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(a) };
+        ks.push((f, shape.clone()));
+    }
+    Ok(ks)
+}
+
 /// Compile `func` for σ (the output of `tc_runtime::contract::bind`).
 /// With `generic`, the kernels read every shape quantity at run time and
 /// the result serves any σ.
@@ -212,27 +233,32 @@ pub fn compile_with<'f>(
     }
     plan::verify(func, &st).map_err(Error::Llvm)?;
     let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
-    let (module, kernels) = if code.exports.is_empty() {
-        (None, Vec::new())
-    } else {
-        let m = JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports)?;
-        let mut ks = Vec::new();
-        for (i, name) in code.exports.iter().enumerate() {
-            let a = m
-                .addr(name)
-                .ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
-            // SAFETY: `a` is the address ORC resolved for the export `name`,
-            // and every exported `k{id}` is emitted with exactly the
-            // `KernelFn` signature (codegen::finish_fn); the code stays mapped
-            // while `module` lives, and `CompiledFn` keeps it next to `ks`.
-            let f: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(a) };
-            ks.push((f, code.shapes[i].clone()));
+    // The host's GEMM kernel compiles beside the module's parts (on another
+    // worker when the pool has one), so its cost is not charged to a call.
+    let matmuls = st.steps.iter().any(|s| matches!(s, Step::Matmul { .. }));
+    let (module, warm) = rayon::join(
+        || {
+            if code.exports.is_empty() {
+                return Ok(None);
+            }
+            JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports).map(Some)
+        },
+        || {
+            if matmuls {
+                crate::matmul::warm_up()
+            } else {
+                Ok(())
+            }
+        },
+    );
+    warm?;
+    let (module, kernels) = match module? {
+        None => (None, Vec::new()),
+        Some(m) => {
+            let ks = kernel_fns(&m, &code.exports, &code.shapes)?;
+            (Some(m), ks)
         }
-        (Some(m), ks)
     };
-    if st.steps.iter().any(|s| matches!(s, Step::Matmul { .. })) {
-        crate::matmul::warm_up()?;
-    }
     let par_regions = if generic {
         0
     } else {

@@ -53,7 +53,7 @@ pub(crate) struct UkrSpec<'a> {
     /// Alignment promised for C's loads and stores.
     pub c_align: usize,
     /// Copies of the k step per loop trip (`llvm.loop.unroll.count`; the
-    /// pipeline unrolls only loops that ask, [`crate::jit::PIPELINE`]).
+    /// pipeline unrolls only loops that ask, [`crate::host::PIPELINE`]).
     pub k_unroll: u32,
 }
 

@@ -38,6 +38,23 @@ impl Host {
 /// epilogue, remainders run scalar.
 pub const LLVM_OPTIONS: &[&str] = &["-enable-epilogue-vectorization=0"];
 
+/// The pass pipeline's options: `default<O3>` with LLVM's loop unrolling
+/// only where a loop asks for it (`llvm.loop.unroll.*` metadata, as the
+/// GEMM micro-kernel's k loop does, `gemm_common::ukernel_text`).
+///
+/// Why: σ-specialised kernels have constant trip counts, and O3's full
+/// unrolling turned nests like MiniLM's masked mean over `[10, 384]` into
+/// thousands of straight-line instructions whose scheduling DAGs cost the
+/// backend quadratic time. Measured on MiniLM 1 × 10 (1 thread, every
+/// module of a cold start): 520 → 204 ms of compilation, the pooling
+/// module 145 → 29 ms; the models' step times did not move (alternating
+/// processes, MiniLM 1 × 10 / 32 × 16 / 8 × 128 and the GPT-2 block 1 × 32 /
+/// 1 × 128 and GPT-2 decoding within noise, benches/README change 48). The
+/// vectoriser still interleaves its loops (`LoopInterleaving` stays on).
+/// The pipeline is part of the persistent cache's identity
+/// ([`crate::disk::host_identity`]).
+pub const PIPELINE: &str = "default<O3>, loop unrolling only where asked";
+
 fn set_llvm_options() {
     let args: Vec<std::ffi::CString> = std::iter::once("tc")
         .chain(LLVM_OPTIONS.iter().copied())

@@ -46,30 +46,15 @@ fn target_machine() -> Result<TargetMachine, Error> {
         .ok_or_else(|| Error::Llvm("cannot create a target machine for the host".into()))
 }
 
-/// The pass pipeline's options: `default<O3>` with LLVM's loop unrolling
-/// only where a loop asks for it (`llvm.loop.unroll.*` metadata, as the
-/// GEMM micro-kernel's k loop does, `gemm_common::ukernel_text`).
-///
-/// Why: σ-specialised kernels have constant trip counts, and O3's full
-/// unrolling turned nests like MiniLM's masked mean over `[10, 384]` into
-/// thousands of straight-line instructions whose scheduling DAGs cost the
-/// backend quadratic time. Measured on MiniLM 1 × 10 (1 thread, every
-/// module of a cold start): 520 → 204 ms of compilation, the pooling
-/// module 145 → 29 ms; the models' step times did not move (alternating
-/// processes, MiniLM 1 × 10 / 32 × 16 / 8 × 128 and the GPT-2 block 1 × 32 /
-/// 1 × 128 and GPT-2 decoding within noise, benches/README change 48). The
-/// vectoriser still interleaves its loops (`LoopInterleaving` stays on).
-/// The pipeline is part of the persistent cache's identity
-/// ([`crate::disk::host_identity`]).
-pub const PIPELINE: &str = "default<O3>, loop unrolling only where asked";
-
+/// [`crate::host::PIPELINE`]: LLVM's loop unrolling off, so only loops
+/// that ask for it are unrolled.
 fn pass_options() -> PassBuilderOptions {
     let o = PassBuilderOptions::create();
     o.set_loop_unrolling(false);
     o
 }
 
-/// Parse `ir`, run [`PIPELINE`] with the host target machine.
+/// Parse `ir`, run [`crate::host::PIPELINE`] with the host target machine.
 fn optimise<'c>(ctx: &'c Context, ir: &str, name: &str) -> Result<Module<'c>, Error> {
     let buf = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), name);
     let module = ctx.create_module_from_ir(buf).map_err(|e| {

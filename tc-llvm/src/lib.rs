@@ -12,7 +12,7 @@
 //!    an expression tree per output element, layout ops as index
 //!    arithmetic, reductions with their producer inside the reduction loop.
 //! 3. [`jit`]: `default<O3>`, unrolling only loops that ask
-//!    ([`jit::PIPELINE`]), with a host `TargetMachine`, every function
+//!    ([`host::PIPELINE`]), with a host `TargetMachine`, every function
 //!    carrying `target-cpu`/`target-features`/`prefer-vector-width`=512,
 //!    a large module cut into parts optimised on parallel threads
 //!    ([`jit::split_module`]), object code linked into the process by ORC

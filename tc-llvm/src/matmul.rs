@@ -176,21 +176,30 @@ fn b_prefetch_steps() -> usize {
     })
 }
 
+/// The host kernel's tile `(mr, nr)`: what every f32 kernel's rows, panel
+/// widths and packings follow, known without compiling one.
+fn geometry() -> (usize, usize) {
+    let vw = if crate::jit::host().has_avx512() {
+        16
+    } else {
+        8
+    };
+    // 28 accumulators need AVX-512's 32 vector registers; AVX2 has 16.
+    let mr = if vw == 16 {
+        params().0
+    } else {
+        params().0.min(6)
+    };
+    (mr, 2 * vw)
+}
+
+/// The host kernel (a [`geometry`] tile reading packed A), compiled the
+/// first time a product packs A.
 fn micro() -> Result<&'static Micro, Error> {
     static M: OnceLock<Result<Micro, String>> = OnceLock::new();
     let r = M.get_or_init(|| {
-        let vw = if crate::jit::host().has_avx512() {
-            16
-        } else {
-            8
-        };
-        // 28 accumulators need AVX-512's 32 vector registers; AVX2 has 16.
-        let mr = if vw == 16 {
-            params().0
-        } else {
-            params().0.min(6)
-        };
-        compile_micro(&ukernel_ir_mr(vw, mr), mr, 2 * vw)
+        let (mr, nr) = geometry();
+        compile_micro(&ukernel_ir_mr(nr / 2, mr), mr, nr)
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
@@ -238,12 +247,12 @@ fn rows_kernel(
     rows: usize,
     layout: ALayout,
 ) -> Result<&'static Micro, Error> {
-    let mk = micro()?;
-    if rows == 0 || rows > mk.mr || rows > table.len() {
+    let (mr, nr) = geometry();
+    if rows == 0 || rows > mr || rows > table.len() {
         return Err(Error::Unsupported(format!("a kernel of {rows} rows")));
     }
     let r = table[rows - 1]
-        .get_or_init(|| compile_micro(&ukernel_ir_rows(mk.nr / 2, rows, layout), rows, mk.nr));
+        .get_or_init(|| compile_micro(&ukernel_ir_rows(nr / 2, rows, layout), rows, nr));
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
 
@@ -257,7 +266,7 @@ fn rows_kernel(
 /// add into C as the tile path: bit-identical results.
 fn edge(rows: usize) -> Result<Ukr, Error> {
     static E: [OnceLock<Result<Micro, String>>; 14] = [const { OnceLock::new() }; 14];
-    let mr = micro()?.mr;
+    let mr = geometry().0;
     if rows >= mr {
         return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
     }
@@ -439,9 +448,9 @@ pub unsafe fn sgemm(
         unsafe { std::ptr::write_bytes(c, 0, m * n) };
         return Ok(());
     }
-    let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
-    if streams(m)? {
-        fam.read_a_in_place(&a, (m, k))?;
+    let stream = streams(m)?;
+    let (fam, par) = F32Gemm::for_product((m, n, k), threads, stream.then_some(&a))?;
+    if stream {
         // SAFETY: `m, n, k ≥ 1` and the views and C as `sgemm`'s contract.
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::View(&b), c, par) };
     } else {
@@ -468,31 +477,40 @@ struct F32Gemm<'p> {
 
 impl F32Gemm<'_> {
     /// The family for an `m × n × k` product and whether it splits across
-    /// the pool: the micro-kernel, and the kernel for the last row panel
-    /// when `m` is not a multiple of MR (compiled before any thread needs it).
+    /// the pool. `in_place`: A, when the product takes the streamed path,
+    /// whose kernels may read it in place ([`F32Gemm::read_a_in_place`]).
+    /// Otherwise the micro-kernel, and the kernel for the last row panel
+    /// when `m` is not a multiple of MR. Only the kernels the product runs
+    /// are compiled (before any thread needs them): an edge kernel compiled
+    /// for a product that then read A in place was 20 ms of a cold start
+    /// without a kernel cache (MiniLM at 1 × 10 tokens), never called.
     fn for_product(
         (m, n, k): (usize, usize, usize),
         threads: usize,
+        in_place: Option<&View>,
     ) -> Result<(F32Gemm<'static>, bool), Error> {
+        let par = threads != 1 && splits(m, n, k);
+        if let Some(fam) = in_place.map(|a| Self::read_a_in_place(a, (m, k))) {
+            if let Some(fam) = fam? {
+                return Ok((fam, par));
+            }
+        }
         let mk = micro()?;
         let edge = if !m.is_multiple_of(mk.mr) && EDGE.on() {
             Some(edge(m % mk.mr)?)
         } else {
             None
         };
-        let par = threads != 1 && splits(m, n, k);
-        Ok((
-            F32Gemm {
-                mk,
-                edge,
-                pre: None,
-                a_rows: false,
-            },
-            par,
-        ))
+        let fam = F32Gemm {
+            mk,
+            edge,
+            pre: None,
+            a_rows: false,
+        };
+        Ok((fam, par))
     }
 
-    /// Switch to the kernels reading A in place, for the streamed path of
+    /// The family of kernels reading A in place, for the streamed path of
     /// an `m × k` A, when [`a_in_place`] allows it. Packing A is a
     /// transpose (MR rows, one float each per step of k), paid once per
     /// call. Measured on the AMD Zen 4 host with the two alternating call
@@ -506,23 +524,31 @@ impl F32Gemm<'_> {
     ///   and 128 × 128 × 32 16–20%, 15 × 384 × 384 10%, 128 × 384 × 384 3%,
     ///   linear layers of 16–140 rows and k, n up to 2304 0–5%, none slower
     ///   beyond 1%.
-    fn read_a_in_place(&mut self, a: &View, (m, k): (usize, usize)) -> Result<(), Error> {
-        if let Some(rows) = a_in_place(a, (m, k), self.mk.mr) {
-            let ahead = m > rows;
-            // One row panel: a kernel of exactly its rows, the only one
-            // it runs (a 14-row kernel compiled for a 10-row product was
-            // 27–41 ms of a cold start, never called).
-            let mr = rows.min(m);
-            self.mk = in_place(mr, ahead)?;
-            // Always an edge kernel for a last, partial row panel: the
-            // full kernel would read rows past `m` (`tile_into_c`).
-            self.edge = match m % mr {
-                0 => None,
-                r => Some(in_place(r, ahead)?.f),
-            };
-            self.a_rows = true;
-        }
-        Ok(())
+    fn read_a_in_place(
+        a: &View,
+        (m, k): (usize, usize),
+    ) -> Result<Option<F32Gemm<'static>>, Error> {
+        let Some(rows) = a_in_place(a, (m, k), geometry().0) else {
+            return Ok(None);
+        };
+        let ahead = m > rows;
+        // One row panel: a kernel of exactly its rows, the only one it runs
+        // (a 14-row kernel compiled for a 10-row product was 27–41 ms of a
+        // cold start, never called).
+        let mr = rows.min(m);
+        let mk = in_place(mr, ahead)?;
+        // Always an edge kernel for a last, partial row panel: the full
+        // kernel would read rows past `m` (`tile_into_c`).
+        let edge = match m % mr {
+            0 => None,
+            r => Some(in_place(r, ahead)?.f),
+        };
+        Ok(Some(F32Gemm {
+            mk,
+            edge,
+            pre: None,
+            a_rows: true,
+        }))
     }
 }
 
@@ -785,7 +811,8 @@ enum BSrc<'a> {
 /// Does an `m`-row product take the streamed path (one row block), the one
 /// a [`PackedB`] serves?
 pub fn streams(m: usize) -> Result<bool, Error> {
-    Ok(m <= STREAM_MAX_M.div_ceil(micro()?.mr) * micro()?.mr && stream_b())
+    let mr = geometry().0;
+    Ok(m <= STREAM_MAX_M.div_ceil(mr) * mr && stream_b())
 }
 
 /// A right operand packed once (issue #15: a weight is constant across
@@ -810,7 +837,7 @@ impl PackedB {
     /// `b` must be valid for reads of every `(i, j)`, `i < k`, `j < n`.
     // SAFETY: (contract) met by `matmul_strided`, its caller, under its own.
     pub unsafe fn pack(b: &View, k: usize, n: usize) -> Result<PackedB, Error> {
-        let (nr, kc) = (micro()?.nr, params().1);
+        let (nr, kc) = (geometry().1, params().1);
         let npanels = n.div_ceil(nr);
         let total = npanels
             .checked_mul(nr)
@@ -983,10 +1010,10 @@ unsafe fn sgemm_packed(
     if m == 0 || n == 0 || k == 0 {
         return Err(Error::Unsupported(format!("packed-B product of {m} rows")));
     }
-    let (mut fam, par) = F32Gemm::for_product((m, n, k), threads)?;
     #[cfg(target_arch = "x86_64")]
     if m <= crate::gemv::MAX_M && crate::gemv::available(b.nr) {
-        let par = par || (threads != 1 && crate::gemv::splits(k, n, crate::team::in_session()));
+        let par = threads != 1
+            && (splits(m, n, k) || crate::gemv::splits(k, n, crate::team::in_session()));
         // A, K-major (`(i, j)` at `j·m + i`), as `packed_rows` reads it.
         let len = m
             .checked_mul(k)
@@ -1003,8 +1030,9 @@ unsafe fn sgemm_packed(
         unsafe { crate::gemv::packed_rows(&x, m, &b.panels(), c, par) };
         return Ok(());
     }
-    if streams(m)? {
-        fam.read_a_in_place(&a, (m, k))?;
+    let stream = streams(m)?;
+    let (mut fam, par) = F32Gemm::for_product((m, n, k), threads, stream.then_some(&a))?;
+    if stream {
         let _ahead = announce(b, par);
         // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
         // panels are in memory (`b`).
@@ -1793,7 +1821,7 @@ mod in_place_tests {
     /// (on a host whose kernel has 14 rows).
     #[test]
     fn a_is_read_in_place_as_documented() {
-        if micro().map(|k| k.mr).ok() != Some(14) {
+        if geometry().0 != 14 {
             return;
         }
         let view = |rs: usize| View::new(std::ptr::null(), rs, 1);

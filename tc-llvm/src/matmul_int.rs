@@ -144,7 +144,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         add: "add",
         c_align: 1,
         // As O3 chose for these kernels before the pipeline stopped
-        // unrolling on its own (`jit::PIPELINE`).
+        // unrolling on its own (`host::PIPELINE`).
         k_unroll: 4,
     })
 }

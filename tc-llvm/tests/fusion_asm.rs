@@ -595,7 +595,7 @@ fn a_generic_head_split_copies_contiguously() {
 /// unrolled into straight-line code. Under LLVM's own O3 unrolling the
 /// optimised kernel was 4 588 lines of IR and its module took 145 ms to
 /// compile (the backend's scheduling DAGs grow quadratically with a block);
-/// the pipeline unrolls only loops that ask (`jit::PIPELINE`).
+/// the pipeline unrolls only loops that ask (`host::PIPELINE`).
 #[test]
 fn constant_trip_counts_are_not_unrolled_into_straight_line_code() {
     let mut b = builder("pool");
