@@ -481,9 +481,11 @@ impl F32Gemm<'_> {
     /// whose kernels may read it in place ([`F32Gemm::read_a_in_place`]).
     /// Otherwise the micro-kernel, and the kernel for the last row panel
     /// when `m` is not a multiple of MR. Only the kernels the product runs
-    /// are compiled (before any thread needs them): an edge kernel compiled
-    /// for a product that then read A in place was 20 ms of a cold start
-    /// without a kernel cache (MiniLM at 1 × 10 tokens), never called.
+    /// are compiled (before any thread needs them): the host kernel and an
+    /// edge kernel, compiled for every product before it chose to read A in
+    /// place, were about 20 ms each of a cold start without a kernel cache
+    /// (a 32-row product, read in place by 8-row kernels, compiled the
+    /// 14-row kernel and the 4-row edge, and never called them).
     fn for_product(
         (m, n, k): (usize, usize, usize),
         threads: usize,
