@@ -16,12 +16,20 @@ pub struct Host {
     pub features: String,
     /// The default target triple.
     pub triple: String,
+    /// `features` names `+avx512f` (found once: per-call paths ask).
+    avx512: bool,
 }
 
 impl Host {
     /// True when the host has AVX-512F.
     pub fn has_avx512(&self) -> bool {
-        self.features.split(',').any(|f| f == "+avx512f")
+        self.avx512
+    }
+
+    /// True when `features` names `feature` (`+avx512bw`, …). A search of
+    /// the feature string: ask once, not per call.
+    pub fn has(&self, feature: &str) -> bool {
+        self.features.split(',').any(|f| f == feature)
     }
 }
 
@@ -101,9 +109,11 @@ pub fn host() -> &'static Host {
         set_llvm_options();
         Target::initialize_native(&InitializationConfig::default())
             .expect("LLVM native target initialisation");
+        let features = TargetMachine::get_host_cpu_features().to_string();
         Host {
             cpu: TargetMachine::get_host_cpu_name().to_string(),
-            features: TargetMachine::get_host_cpu_features().to_string(),
+            avx512: features.split(',').any(|f| f == "+avx512f"),
+            features,
             triple: TargetMachine::get_default_triple()
                 .as_str()
                 .to_string_lossy()

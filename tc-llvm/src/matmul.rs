@@ -177,20 +177,26 @@ fn b_prefetch_steps() -> usize {
 }
 
 /// The host kernel's tile `(mr, nr)`: what every f32 kernel's rows, panel
-/// widths and packings follow, known without compiling one.
+/// widths and packings follow, known without compiling one. Read once:
+/// every product asks, a batch of small ones thousands of times per call,
+/// and the host's feature test searches a string (a batched attention
+/// product of MiniLM at 32 × 16 tokens took 2–3× as long asking it anew).
 fn geometry() -> (usize, usize) {
-    let vw = if crate::jit::host().has_avx512() {
-        16
-    } else {
-        8
-    };
-    // 28 accumulators need AVX-512's 32 vector registers; AVX2 has 16.
-    let mr = if vw == 16 {
-        params().0
-    } else {
-        params().0.min(6)
-    };
-    (mr, 2 * vw)
+    static G: OnceLock<(usize, usize)> = OnceLock::new();
+    *G.get_or_init(|| {
+        let vw = if crate::jit::host().has_avx512() {
+            16
+        } else {
+            8
+        };
+        // 28 accumulators need AVX-512's 32 vector registers; AVX2 has 16.
+        let mr = if vw == 16 {
+            params().0
+        } else {
+            params().0.min(6)
+        };
+        (mr, 2 * vw)
+    })
 }
 
 /// The host kernel (a [`geometry`] tile reading packed A), compiled the

@@ -87,13 +87,16 @@ pub enum IntKernel {
 }
 
 fn has(feature: &str) -> bool {
-    crate::jit::host().features.split(',').any(|f| f == feature)
+    crate::jit::host().has(feature)
 }
 
 /// Whether the pair kernel can be generated on this host (x86 with
 /// AVX-512BW or AVX2).
 pub fn pair_available() -> bool {
-    cfg!(any(target_arch = "x86_64", target_arch = "x86")) && (has("+avx512bw") || has("+avx2"))
+    static P: OnceLock<bool> = OnceLock::new();
+    *P.get_or_init(|| {
+        cfg!(any(target_arch = "x86_64", target_arch = "x86")) && (has("+avx512bw") || has("+avx2"))
+    })
 }
 
 /// The micro-kernel's IR text: `kind`, `vw` lanes per vector, `mr` rows;
