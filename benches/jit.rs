@@ -1023,6 +1023,91 @@ fn bench_reduce(c: &mut Criterion) {
     });
 }
 
+fn batched_fn() -> Function {
+    let mut b = FnBuilder::new("batched");
+    let x = b.param("a", tt(Dtype::F32, &["P", "M", "K"]));
+    let y = b.param("b", tt(Dtype::F32, &["P", "K", "N"]));
+    b.returns(tt(Dtype::F32, &["P", "M", "N"]));
+    let r = b.op(Op::Matmul(x, y));
+    b.finish(r)
+}
+
+/// Many tiny products in one call: MiniLM at 32 × 16 tokens has 384 of
+/// 16 × 32 × 16 per attention step. What it measures is the cost of each
+/// product's dispatch (kernel choice, packing, edge handling), which the
+/// big products hide: a per-product feature-string search once made this
+/// step 2–3× slower (benches/README change 50).
+fn bench_batched(c: &mut Criterion) {
+    if skip("batched") {
+        return;
+    }
+    let rounds = if quick() { 21 } else { 51 };
+    let f: &'static Function = Box::leak(Box::new(batched_fn()));
+    let j1 = jit(1);
+    let (p, m, k, n) = (384usize, 16usize, 32usize, 16usize);
+    let (av, bv) = (rand_vec(p * m * k, 13), rand_vec(p * k * n, 14));
+    let args: Vec<Arg> = vec![
+        Tensor::from_slice(&[p, m, k], &av).unwrap().into(),
+        Tensor::from_slice(&[p, k, n], &bv).unwrap().into(),
+    ];
+    let items: Vec<(Array2<f32>, Array2<f32>)> = (0..p)
+        .map(|i| {
+            (
+                Array2::from_shape_vec((m, k), av[i * m * k..(i + 1) * m * k].to_vec()).unwrap(),
+                Array2::from_shape_vec((k, n), bv[i * k * n..(i + 1) * k * n].to_vec()).unwrap(),
+            )
+        })
+        .collect();
+    let mut out = vec![0f32; p * m * n];
+    table(
+        "batched matmul [384, 16, 32] x [384, 32, 16] f32, 1 thread",
+        rounds,
+        vec![
+            peer("tc", || {
+                black_box(j1.call_static(f, &args, &|_| None).unwrap());
+            }),
+            peer("gemm x86-v4, per item", || {
+                for i in 0..p {
+                    // SAFETY: item `i` of A (`m × k`), B (`k × n`) and C
+                    // (`m × n`), row-major, inside their vectors.
+                    unsafe {
+                        gemm::gemm(
+                            m,
+                            n,
+                            k,
+                            out.as_mut_ptr().add(i * m * n),
+                            1,
+                            n as isize,
+                            false,
+                            av.as_ptr().add(i * m * k),
+                            1,
+                            k as isize,
+                            bv.as_ptr().add(i * k * n),
+                            1,
+                            n as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        )
+                    };
+                }
+                black_box(&out);
+            }),
+            peer("ndarray dot, per item", || {
+                for (a, b) in &items {
+                    black_box(a.dot(b));
+                }
+            }),
+        ],
+    );
+    c.bench_function("tc batched matmul 384x16x32x16", |bch| {
+        bch.iter(|| black_box(j1.call_static(f, &args, &|_| None).unwrap()))
+    });
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(10)
@@ -1033,6 +1118,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_latency, bench_fused, bench_softmax, bench_layernorm, bench_matmul, bench_block, bench_reduce
+    targets = bench_latency, bench_fused, bench_softmax, bench_layernorm, bench_matmul, bench_batched, bench_block, bench_reduce
 }
 criterion_main!(benches);
