@@ -382,6 +382,26 @@ fn bench_layernorm(c: &mut Criterion) {
     });
 }
 
+/// `c = a · b` by the `gemm` crate (x86-v4 kernels), all row-major.
+///
+/// # Safety
+/// `a` holds `m·k` floats, `b` `k·n`, `c` `m·n`, `c` overlapping neither.
+unsafe fn gemm_x86v4(
+    (m, n, k): (usize, usize, usize),
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    par: gemm::Parallelism,
+) {
+    // SAFETY: the strides address exactly those row-major extents.
+    unsafe {
+        gemm::gemm(
+            m, n, k, c, 1, n as isize, false, a, 1, k as isize, b, 1, n as isize, 0.0, 1.0, false,
+            false, false, par,
+        )
+    }
+}
+
 fn matmul_fn() -> Function {
     let mut b = FnBuilder::new("matmul");
     let x = b.param("a", tt(Dtype::F32, &["M", "K"]));
@@ -431,32 +451,14 @@ fn bench_matmul(c: &mut Criterion) {
                 // Tens of µs per call: many rounds, or one preemption decides the median.
                 101
             };
-            let gemm_run = |out: &mut Vec<f32>| unsafe {
-                gemm::gemm(
-                    n,
-                    n,
-                    n,
-                    out.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    av.as_ptr(),
-                    1,
-                    n as isize,
-                    bv.as_ptr(),
-                    1,
-                    n as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    if threads == 1 {
-                        gemm::Parallelism::None
-                    } else {
-                        gemm::Parallelism::Rayon(threads)
-                    },
-                )
+            let gemm_run = |out: &mut Vec<f32>| {
+                let par = if threads == 1 {
+                    gemm::Parallelism::None
+                } else {
+                    gemm::Parallelism::Rayon(threads)
+                };
+                // SAFETY: A and B are `n × n` and `out` holds `n·n` floats.
+                unsafe { gemm_x86v4((n, n, n), av.as_ptr(), bv.as_ptr(), out.as_mut_ptr(), par) }
             };
             // Its own copies of the operands: every peer reads inputs that
             // the previous peer did not just bring into cache.
@@ -1071,25 +1073,11 @@ fn bench_batched(c: &mut Criterion) {
                     // SAFETY: item `i` of A (`m × k`), B (`k × n`) and C
                     // (`m × n`), row-major, inside their vectors.
                     unsafe {
-                        gemm::gemm(
-                            m,
-                            n,
-                            k,
-                            out.as_mut_ptr().add(i * m * n),
-                            1,
-                            n as isize,
-                            false,
+                        gemm_x86v4(
+                            (m, n, k),
                             av.as_ptr().add(i * m * k),
-                            1,
-                            k as isize,
                             bv.as_ptr().add(i * k * n),
-                            1,
-                            n as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
+                            out.as_mut_ptr().add(i * m * n),
                             gemm::Parallelism::None,
                         )
                     };
