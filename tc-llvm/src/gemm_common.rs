@@ -27,10 +27,10 @@ pub const PAR_MIN_MACS_SESSION: usize = 1 << 20;
 /// What differs between the register-tile micro-kernels (f32 here, the
 /// integer ones in [`crate::matmul_int`]); [`ukernel_text`] emits the
 /// rest, which they share: the signature
-/// `ukr(kc, A, packed B, C, ldc, accumulate, lda)`, `2·mr` accumulator
-/// vectors `%acc{i}_{j}` of `vw` lanes, per step of k two B vectors
-/// `%b{j}` and `mr` broadcasts `%as{i}` of A, and at the end C loaded,
-/// added (when accumulating) and stored, `ldc` elements per row.
+/// `ukr(kc, A, packed B, C, ldc, accumulate, lda, ncols)`, `2·mr`
+/// accumulator vectors `%acc{i}_{j}` of `vw` lanes, per step of k two B
+/// vectors `%b{j}` and `mr` broadcasts `%as{i}` of A, and at the end C
+/// loaded, added (when accumulating) and stored, `ldc` elements per row.
 pub(crate) struct UkrSpec<'a> {
     /// Element type (`float`, `i32`, `i64`).
     pub elem: &'a str,
@@ -55,6 +55,11 @@ pub(crate) struct UkrSpec<'a> {
     /// Copies of the k step per loop trip (`llvm.loop.unroll.count`; the
     /// pipeline unrolls only loops that ask, [`crate::host::PIPELINE`]).
     pub k_unroll: u32,
+    /// The kernels write a ragged last column panel straight into C (see
+    /// [`Micro::f1`]): `ukr` reads `ncols` and masks its second vector,
+    /// and the module also defines `ukr1`, the one-vector kernel. Without,
+    /// `ukr` ignores `ncols` and always writes `nr` columns.
+    pub cols: bool,
 }
 
 /// Where a micro-kernel reads A's `(row i, step k)`.
@@ -75,17 +80,49 @@ pub(crate) enum ALayout {
     },
 }
 
-/// The IR text of a micro-kernel (see [`UkrSpec`]), with the host
-/// attributes of [`crate::jit::attributes`].
+/// The IR text of a micro-kernel module (see [`UkrSpec`]), with the host
+/// attributes of [`crate::jit::attributes`]: `@ukr`, two vectors of C per
+/// row, and with [`UkrSpec::cols`] `@ukr1`, one.
 pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
-    let (e, vw, mr) = (k.elem, k.vw, k.mr);
-    let nr = 2 * vw;
-    let v = format!("<{vw} x {e}>");
     let mut s = k.decls.clone();
     s.push_str("declare void @llvm.prefetch.p0i8(i8* nocapture readonly, i32, i32, i32)\n");
+    if k.cols {
+        let (v, t) = (format!("<{} x {}>", k.vw, k.elem), masked_suffix(k));
+        s.push_str(&format!(
+            "declare {v} @llvm.masked.load.{t}({v}*, i32 immarg, <{w} x i1>, {v})\ndeclare void @llvm.masked.store.{t}({v}, {v}*, i32 immarg, <{w} x i1>)\n\n",
+            w = k.vw
+        ));
+    }
+    s.push_str(&kernel_body(k, "ukr", 2, 0));
+    if k.cols {
+        s.push_str(&kernel_body(k, "ukr1", 1, 2));
+    }
+    s.push_str(&crate::jit::attributes());
     s.push_str(&format!(
-        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum, i64 %lda) #0 {{\nentry:\n"
+        "!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.unroll.count\", i32 {}}}\n!2 = distinct !{{!2, !1}}\n",
+        k.k_unroll
     ));
+    s
+}
+
+/// The type suffix of the masked load and store of one vector of C
+/// (`v16f32.p0v16f32`).
+fn masked_suffix(k: &UkrSpec) -> String {
+    let e = match k.elem {
+        "float" => "f32",
+        other => other,
+    };
+    format!("v{vw}{e}.p0v{vw}{e}", vw = k.vw)
+}
+
+/// The function `name`: `vecs` (1 or 2) vectors of C per row, its k loop
+/// tagged with the loop metadata `!{md}`.
+fn kernel_body(k: &UkrSpec, name: &str, vecs: usize, md: usize) -> String {
+    let (e, vw, mr) = (k.elem, k.vw, k.mr);
+    let v = format!("<{vw} x {e}>");
+    let mut s = format!(
+        "define void @{name}(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum, i64 %lda, i64 %ncols) #0 {{\nentry:\n"
+    );
     if matches!(k.a, ALayout::Rows { .. }) {
         // Row starts, computed once: the loop then adds `k` to each.
         for i in 0..mr {
@@ -96,9 +133,10 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     }
     // The C tile's vector addresses `%cp{i}_{j}`. It is read (when
     // accumulating) and written only after the k loop: ask for its lines
-    // now, so they arrive while the loop runs.
+    // now, so they arrive while the loop runs. Each vector's first element
+    // is one of the tile's columns (`j·vw < ncols`), inside C.
     for i in 0..mr {
-        for j in 0..2 {
+        for j in 0..vecs {
             s.push_str(&format!(
                 "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds {e}, {e}* %c, i64 %co{i}_{j}\n  %pc8{i}_{j} = bitcast {e}* %cp{i}_{j} to i8*\n  call void @llvm.prefetch.p0i8(i8* %pc8{i}_{j}, i32 1, i32 3, i32 1)\n",
                 j * vw
@@ -107,14 +145,42 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     }
     s.push_str("  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n");
     for i in 0..mr {
-        for j in 0..2 {
+        for j in 0..vecs {
             s.push_str(&format!(
                 "  %acc{i}_{j} = phi {v} [zeroinitializer, %entry], [%n{i}_{j}, %loop]\n"
             ));
         }
     }
-    s.push_str(&format!("  %bo = mul i64 %k, {nr}\n"));
-    for j in 0..2 {
+    s.push_str(&k_step(k, vecs));
+    s.push_str(&format!("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !{md}\ndone:\n  %ac = icmp ne i64 %accum, 0\n"));
+    if k.cols {
+        // The last vector holds `rem = ncols − (vecs − 1)·vw ∈ 1..=vw`
+        // columns (the caller's contract): a whole one, or masked.
+        s.push_str(&format!(
+            "  %rem = sub i64 %ncols, {}\n  %part = icmp ult i64 %rem, {vw}\n  br i1 %part, label %masked, label %whole\nwhole:\n",
+            (vecs - 1) * vw
+        ));
+    }
+    for i in 0..mr {
+        for j in 0..vecs {
+            s.push_str(&store_whole(k, "w", i, j));
+        }
+    }
+    s.push_str("  ret void\n");
+    if k.cols {
+        s.push_str(&store_masked(k, vecs));
+    }
+    s.push_str("}\n\n");
+    s
+}
+
+/// One step of k: `vecs` B vectors `%b{j}` (the panel is `2·vw` wide
+/// whatever `vecs`), `mr` broadcasts of A and the steps into `%n{i}_{j}`.
+fn k_step(k: &UkrSpec, vecs: usize) -> String {
+    let (e, vw, mr) = (k.elem, k.vw, k.mr);
+    let v = format!("<{vw} x {e}>");
+    let mut s = format!("  %bo = mul i64 %k, {}\n", 2 * vw);
+    for j in 0..vecs {
         s.push_str(&format!(
             "  %bo{j} = add i64 %bo, {}\n  %bp{j} = getelementptr inbounds {e}, {e}* %b, i64 %bo{j}\n  %bq{j} = bitcast {e}* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
             j * vw
@@ -139,25 +205,44 @@ pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
             "  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
         ));
         s.push_str(&(k.after_a)(i));
-        for j in 0..2 {
+        for j in 0..vecs {
             s.push_str(&(k.step)(i, j));
         }
     }
-    s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !0\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
-    let (add, al) = (k.add, k.c_align);
-    for i in 0..mr {
-        for j in 0..2 {
-            s.push_str(&format!(
-                "  %cq{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{i}_{j} = load {v}, {v}* %cq{i}_{j}, align {al}\n  %sum{i}_{j} = {add} {v} %old{i}_{j}, %n{i}_{j}\n  %res{i}_{j} = select i1 %ac, {v} %sum{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{i}_{j}, {v}* %cq{i}_{j}, align {al}\n"
-            ));
+    s
+}
+
+/// Vector `j` of row `i` of C loaded, added to (when accumulating) and
+/// stored whole; `tag` keeps the names apart between blocks.
+fn store_whole(k: &UkrSpec, tag: &str, i: usize, j: usize) -> String {
+    let v = format!("<{} x {}>", k.vw, k.elem);
+    let (add, al, e) = (k.add, k.c_align, k.elem);
+    format!(
+        "  %cq{tag}{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{tag}{i}_{j} = load {v}, {v}* %cq{tag}{i}_{j}, align {al}\n  %sum{tag}{i}_{j} = {add} {v} %old{tag}{i}_{j}, %n{i}_{j}\n  %res{tag}{i}_{j} = select i1 %ac, {v} %sum{tag}{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{tag}{i}_{j}, {v}* %cq{tag}{i}_{j}, align {al}\n"
+    )
+}
+
+/// The `masked` block: every row's vectors before the last stored whole,
+/// its last one's first `%rem` lanes only (masked load and store: the
+/// lanes past them, past the tile's columns, are never touched).
+fn store_masked(k: &UkrSpec, vecs: usize) -> String {
+    let (vw, e, add, al) = (k.vw, k.elem, k.add, k.c_align);
+    let (v, t) = (format!("<{vw} x {e}>"), masked_suffix(k));
+    let lanes: Vec<String> = (0..vw).map(|l| format!("i64 {l}")).collect();
+    let mut s = format!(
+        "masked:\n  %remv = insertelement <{vw} x i64> undef, i64 %rem, i32 0\n  %rems = shufflevector <{vw} x i64> %remv, <{vw} x i64> undef, <{vw} x i32> zeroinitializer\n  %mask = icmp ult <{vw} x i64> <{}>, %rems\n",
+        lanes.join(", ")
+    );
+    let j = vecs - 1;
+    for i in 0..k.mr {
+        for jw in 0..j {
+            s.push_str(&store_whole(k, "m", i, jw));
         }
+        s.push_str(&format!(
+            "  %cqm{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %oldm{i}_{j} = call {v} @llvm.masked.load.{t}({v}* %cqm{i}_{j}, i32 {al}, <{vw} x i1> %mask, {v} zeroinitializer)\n  %summ{i}_{j} = {add} {v} %oldm{i}_{j}, %n{i}_{j}\n  %resm{i}_{j} = select i1 %ac, {v} %summ{i}_{j}, {v} %n{i}_{j}\n  call void @llvm.masked.store.{t}({v} %resm{i}_{j}, {v}* %cqm{i}_{j}, i32 {al}, <{vw} x i1> %mask)\n"
+        ));
     }
-    s.push_str("  ret void\n}\n\n");
-    s.push_str(&crate::jit::attributes());
-    s.push_str(&format!(
-        "!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.unroll.count\", i32 {}}}\n",
-        k.k_unroll
-    ));
+    s.push_str("  ret void\n");
     s
 }
 
@@ -227,52 +312,73 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     }
 }
 
-/// A compiled micro-kernel, `ukr(kc, A, packed B, C, ldc, accumulate, lda)`
-/// (see [`ukernel_text`]). The pointers are untyped here so that the f32
-/// and the integer kernels share one type; [`call_ukr`] casts them.
-pub(crate) type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64, i64);
+/// A compiled micro-kernel, `ukr(kc, A, packed B, C, ldc, accumulate,
+/// lda, ncols)` (see [`ukernel_text`]). The pointers are untyped here so
+/// that the f32 and the integer kernels share one type; [`call_ukr`] casts
+/// them.
+pub(crate) type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64, i64, i64);
 
 /// A micro-kernel with the module that holds its code and its tile
 /// (`mr × nr`); the module must live as long as `f` is called.
 pub(crate) struct Micro {
     _module: JitModule,
-    /// The kernel.
+    /// The kernel: `nr` columns of C, or (with `f1`) `ncols` of them,
+    /// `nr/2 < ncols ≤ nr`.
     pub f: Ukr,
+    /// The one-vector kernel, `ncols ≤ nr/2` columns of C, when the
+    /// kernels write a ragged column panel into C themselves
+    /// ([`UkrSpec::cols`]); otherwise such a panel goes through a scratch
+    /// tile.
+    pub f1: Option<Ukr>,
     /// Rows of the tile.
     pub mr: usize,
     /// Columns of the tile (two vectors).
     pub nr: usize,
 }
 
-/// Compile the IR text `ir` (which must define `ukr` as [`ukernel_text`]
-/// does) into a [`Micro`] of tile `mr × nr`.
-pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize) -> Result<Micro, String> {
-    let m = JitModule::compile(ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
-    let a = m.addr("ukr").ok_or("ukr missing")?;
-    // `ukernel_text` emits `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64
-    // accum, i64 lda)`: the `Ukr` signature and C calling convention (a pointer is a
-    // pointer to the C ABI whatever its pointee).
-    // SAFETY: `a` is ORC's address of that `ukr`; `Micro` keeps the module,
-    // and so the code, alive next to `f`.
-    let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
+/// Compile the IR text `ir` (which must define `ukr`, and `ukr1` when
+/// `cols`, as [`ukernel_text`] does) into a [`Micro`] of tile `mr × nr`.
+pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize, cols: bool) -> Result<Micro, String> {
+    let names: Vec<String> = ["ukr", "ukr1"][..1 + cols as usize]
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    let m = JitModule::compile(ir, &[], &names).map_err(|e| e.to_string())?;
+    let addr = |name: &str| m.addr(name).ok_or(format!("{name} missing"));
+    // `ukernel_text` emits `ukr` (and `ukr1`) as `(i64 kc, T* a, T* b, T*
+    // c, i64 ldc, i64 accum, i64 lda, i64 ncols)`: the `Ukr` signature and
+    // C calling convention (a pointer is a pointer to the C ABI whatever
+    // its pointee).
+    // SAFETY: each address is ORC's address of such a function; `Micro`
+    // keeps the module, and so the code, alive next to the pointers.
+    let as_ukr = |a: usize| unsafe { std::mem::transmute::<usize, Ukr>(a) };
+    let f = as_ukr(addr("ukr")?);
+    let f1 = if cols {
+        Some(as_ukr(addr("ukr1")?))
+    } else {
+        None
+    };
     Ok(Micro {
         _module: m,
         f,
+        f1,
         mr,
         nr,
     })
 }
 
-/// Call the kernel `f`: `c[0..mr, 0..nr] (+)= A · b-panel` over `kc ≥ 1`
-/// packed k-slots, A a packed panel or (`lda`, [`ALayout::Rows`] kernels
-/// only) `mr` rows of A in place.
+/// Call the kernel `f`: `c[0..mr, 0..ncols] (+)= A · b-panel` over `kc ≥
+/// 1` packed k-slots, A a packed panel or (`lda`, [`ALayout::Rows`]
+/// kernels only) `mr` rows of A in place.
 ///
 /// # Safety
 /// `f` is a kernel of element type `E` and tile `mr × nr`; the B panel
 /// holds `kc·nr` elements of `E`, the A panel `kc·mr` (a packed kernel) or
 /// `a + i·lda + s` is readable for `i < mr`, `s < kc` (a `Rows` kernel);
-/// `c` is valid for an `mr × nr` tile with leading dimension `ldc` that no
-/// one else touches during the call.
+/// `c` is valid for an `mr × ncols` tile with leading dimension `ldc` that
+/// no one else touches during the call, where `ncols` is `nr` unless `f`
+/// is a [`Micro`]'s `f` with an `f1` (then `nr/2 < ncols ≤ nr`) or its
+/// `f1` (`1 ≤ ncols ≤ nr/2`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 // SAFETY: (contract) met by `tile_into_c`, its only caller.
@@ -285,9 +391,11 @@ unsafe fn call_ukr<E>(
     ldc: usize,
     accum: bool,
     lda: usize,
+    ncols: usize,
 ) {
     // SAFETY: the kernel reads exactly the two panels and reads/writes
-    // exactly the tile (its IR, `ukernel_text`), valid by the contract.
+    // exactly the tile's `ncols` columns (its IR, `ukernel_text`), valid by
+    // the contract.
     unsafe {
         f(
             kc as i64,
@@ -297,6 +405,7 @@ unsafe fn call_ukr<E>(
             ldc as i64,
             accum as i64,
             lda as i64,
+            ncols as i64,
         )
     };
 }
@@ -373,11 +482,37 @@ pub(crate) struct Tile<E> {
     pub b: *const E,
 }
 
+/// Ragged column panels are written by the kernels' masked forms
+/// ([`Micro::f1`]) unless `TC_MM_COLS=0` (or [`set_column_kernels`]),
+/// which sends them through the scratch tile (measurements, the
+/// equivalence test).
+static COLS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+
+/// Write ragged column panels with the kernels' masked forms (on) or
+/// through a scratch tile (off); process-wide, for tests and measurements.
+pub fn set_column_kernels(on: bool) {
+    COLS.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn column_kernels() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match COLS.load(Relaxed) {
+        0 => false,
+        1 => true,
+        _ => {
+            let on = std::env::var("TC_MM_COLS").map_or(true, |v| v != "0");
+            COLS.store(on as u8, Relaxed);
+            on
+        }
+    }
+}
+
 /// Compute micro-tile `t` of the `m × n` C at `c`: the full kernel straight
-/// into C for a whole tile, the edge kernel `edge` for the last row panel,
-/// else (a ragged last column panel) the kernel of the tile's rows into
-/// `tile` and the valid part copied (added with [`GemmElem::acc`] when
-/// accumulating). The one body of every GEMM path.
+/// into C for a whole tile, the edge kernel `edge` for the last row panel;
+/// a ragged last column panel by the kernel's masked forms straight into
+/// C where it has them ([`Micro::f1`]), else the kernel of the tile's rows
+/// into a scratch tile and the valid part copied (added with
+/// [`GemmElem::acc`] when accumulating). The one body of every GEMM path.
 ///
 /// # Safety
 /// `t.b` holds `kc·mk.nr` packed elements of `E`, `mk` (and `edge`) being
@@ -385,45 +520,54 @@ pub(crate) struct Tile<E> {
 /// kernel (a packed panel of `kc·mk.mr`, or, for [`ALayout::Rows`]
 /// kernels, `t.nrows` rows of A in place); `c` is valid for `m·n`
 /// elements and `t` lies inside it (`row0 + nrows ≤ m`, `col0 + ncols ≤
-/// n`, `nrows ≤ mr`, `ncols ≤ nr`, `mr·nr ≤ TILE_MAX`), with no one else
-/// touching that part during the call; `edge`, if any, computes the first
-/// `m % mk.mr` rows of a panel packed `mk.mr` wide (or of A in place).
-/// Kernels reading A in place need `nrows == mr` or an `edge` (then every
-/// tile has `nrows == mr` or is the last row panel's): the full kernel
-/// would read rows past `m`.
+/// n`, `1 ≤ nrows ≤ mr`, `1 ≤ ncols ≤ nr`, `mr·nr ≤ TILE_MAX`), with no
+/// one else touching that part during the call; `edge`, if any, computes
+/// the first `m % mk.mr` rows of a panel packed `mk.mr` wide (or of A in
+/// place), `nr` columns as `mk`. Kernels reading A in place need `nrows
+/// == mr` or an `edge` (then every tile has `nrows == mr` or is the last
+/// row panel's): the full kernel would read rows past `m`.
 #[inline(always)]
 // SAFETY: (contract) met by `blocked` and `matmul::streamed`, its callers.
 pub(crate) unsafe fn tile_into_c<E: GemmElem>(
     mk: &Micro,
-    edge: Option<Ukr>,
+    edge: Option<&Micro>,
     t: &Tile<E>,
     (m, n): (usize, usize),
     c: *mut E,
-    tile: &mut [E; TILE_MAX],
 ) {
     let (mr, nr) = (mk.mr, mk.nr);
-    // `f` computes exactly the tile's rows, or `mr` (padding past them).
-    let (f, exact) = match edge {
+    // `k` computes exactly the tile's rows, or `mr` (padding past them).
+    let (k, exact) = match edge {
         Some(e) if t.nrows == m % mr => (e, true),
-        _ => (mk.f, t.nrows == mr),
+        _ => (mk, t.nrows == mr),
     };
-    // `dst` is `(row0, col0)` inside C. The full kernel writes `mr` rows of
-    // `nr` at stride `n`: a whole tile. The edge kernel writes the first
-    // `m % mr = nrows` rows (the last row panel: `row0 + nrows = m`) of
-    // `nr` columns. With fewer columns, the kernel writes at most `mr·nr ≤
-    // TILE_MAX` elements of `tile` at stride `nr`, and the `nrows × ncols`
-    // part is copied.
+    // `dst` is `(row0, col0)` inside C. The full kernel writes `mr` rows at
+    // stride `n`: a whole tile. The edge kernel writes the first `m % mr =
+    // nrows` rows (the last row panel: `row0 + nrows = m`). Each writes
+    // `nr` columns, or with masked forms `ncols` (`f1` for `ncols ≤ nr/2`,
+    // `f` above: their contract). Otherwise the kernel writes at most
+    // `mr·nr ≤ TILE_MAX` elements of `tile` at stride `nr`, and the `nrows
+    // × ncols` part is copied.
     // SAFETY: so every access is inside `t`'s part of C or `tile` (contract).
     unsafe {
         let dst = c.add(t.row0 * n + t.col0);
-        if t.ncols == nr && exact {
-            call_ukr(f, t.kc, t.a, t.b, dst, n, t.accum, t.lda);
+        let masked = k.f1.filter(|_| exact && t.ncols < nr && column_kernels());
+        if let Some(f1) = masked {
+            let f = if 2 * t.ncols <= nr { f1 } else { k.f };
+            call_ukr(f, t.kc, t.a, t.b, dst, n, t.accum, t.lda, t.ncols);
+        } else if t.ncols == nr && exact {
+            call_ukr(k.f, t.kc, t.a, t.b, dst, n, t.accum, t.lda, nr);
         } else {
-            call_ukr(f, t.kc, t.a, t.b, tile.as_mut_ptr(), nr, false, t.lda);
+            // Not zeroed (a 448-element memset per tile was 9% of a batch of
+            // 16 × 16 products): the kernel writes all `nr` columns of its
+            // rows, `nrows` or more, and only those are read back.
+            let mut tile = std::mem::MaybeUninit::<[E; TILE_MAX]>::uninit();
+            let tp = tile.as_mut_ptr().cast::<E>();
+            call_ukr(k.f, t.kc, t.a, t.b, tp, nr, false, t.lda, nr);
             for r in 0..t.nrows {
                 for cc in 0..t.ncols {
                     let d = dst.add(r * n + cc);
-                    let v = tile[r * nr + cc];
+                    let v = tp.add(r * nr + cc).read();
                     *d = if t.accum { (*d).acc(v) } else { v };
                 }
             }
@@ -467,7 +611,7 @@ pub(crate) trait Family: Sync {
     type Src: Sync;
     /// The full kernel, and the edge kernel for the last row panel (if any;
     /// see [`tile_into_c`]).
-    fn kernels(&self) -> (&Micro, Option<Ukr>);
+    fn kernels(&self) -> (&Micro, Option<&Micro>);
     /// `(KC, MC, NC)`: the contraction block in steps of k, the row and
     /// column blocks (rounded up to whole tiles by the driver).
     fn blocks(&self) -> (usize, usize, usize);
@@ -603,7 +747,6 @@ pub(crate) unsafe fn blocked<F: Family>(
                     // 0..k` of A, readable by the contract.
                     unsafe { f.pack_a(a, pc, kc, ic + p * mr, mr, m, dst) };
                 }
-                let mut tile = [F::E::default(); TILE_MAX];
                 for q in 0..npanels {
                     let col0 = jc + q * nr;
                     let ncols = nr.min(n - col0);
@@ -626,7 +769,7 @@ pub(crate) unsafe fn blocked<F: Family>(
                                 lda: 0,
                                 b: bpr.as_ptr().add(q * ks * nr),
                             };
-                            tile_into_c(mk, edge, &t, (m, n), c.0, &mut tile);
+                            tile_into_c(mk, edge, &t, (m, n), c.0);
                         }
                     }
                 }

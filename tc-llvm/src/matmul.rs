@@ -20,10 +20,10 @@
 
 use crate::gemm_common::{
     blocked, compile_micro, matmul_dims, tile_into_c, ukernel_text, ALayout, Family, Micro,
-    SendPtr, Tile, Ukr, UkrSpec, TILE_MAX,
+    SendPtr, Tile, UkrSpec,
 };
 pub use crate::gemm_common::{
-    checked_counts, contiguous_strides, PAR_MIN_MACS, PAR_MIN_MACS_SESSION,
+    checked_counts, contiguous_strides, set_column_kernels, PAR_MIN_MACS, PAR_MIN_MACS_SESSION,
 };
 use std::sync::OnceLock;
 
@@ -144,6 +144,7 @@ fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout) -> String {
         add: "fadd",
         c_align: 4,
         k_unroll: f32_k_unroll(vw),
+        cols: true,
     })
 }
 
@@ -205,7 +206,7 @@ fn micro() -> Result<&'static Micro, Error> {
     static M: OnceLock<Result<Micro, String>> = OnceLock::new();
     let r = M.get_or_init(|| {
         let (mr, nr) = geometry();
-        compile_micro(&ukernel_ir_mr(nr / 2, mr), mr, nr)
+        compile_micro(&ukernel_ir_mr(nr / 2, mr), mr, nr, true)
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
@@ -258,7 +259,7 @@ fn rows_kernel(
         return Err(Error::Unsupported(format!("a kernel of {rows} rows")));
     }
     let r = table[rows - 1]
-        .get_or_init(|| compile_micro(&ukernel_ir_rows(nr / 2, rows, layout), rows, nr));
+        .get_or_init(|| compile_micro(&ukernel_ir_rows(nr / 2, rows, layout), rows, nr, true));
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
 
@@ -270,13 +271,13 @@ fn rows_kernel(
 /// and 128 computed 140. Each is compiled the first time its `r` occurs
 /// (≈ 5 ms; a model meets a few). Same FMA chain per element and the same
 /// add into C as the tile path: bit-identical results.
-fn edge(rows: usize) -> Result<Ukr, Error> {
+fn edge(rows: usize) -> Result<&'static Micro, Error> {
     static E: [OnceLock<Result<Micro, String>>; 14] = [const { OnceLock::new() }; 14];
     let mr = geometry().0;
     if rows >= mr {
         return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
     }
-    rows_kernel(&E, rows, ALayout::Packed(mr)).map(|k| k.f)
+    rows_kernel(&E, rows, ALayout::Packed(mr))
 }
 
 /// `TC_MM_EDGE=0` runs edge row panels through the full kernel and a
@@ -473,7 +474,7 @@ pub unsafe fn sgemm(
 /// [`pack_b_panel`], and per-thread packing buffers (B's on a huge page).
 struct F32Gemm<'p> {
     mk: &'static Micro,
-    edge: Option<Ukr>,
+    edge: Option<&'static Micro>,
     /// B packed once, when the caller keeps it ([`PackedB`]).
     pre: Option<&'p PackedB>,
     /// `mk` and `edge` read A in place ([`ALayout::Rows`]; the streamed
@@ -549,7 +550,7 @@ impl F32Gemm<'_> {
         // kernel would read rows past `m` (`tile_into_c`).
         let edge = match m % mr {
             0 => None,
-            r => Some(in_place(r, ahead)?.f),
+            r => Some(in_place(r, ahead)?),
         };
         Ok(Some(F32Gemm {
             mk,
@@ -564,7 +565,7 @@ impl Family for F32Gemm<'_> {
     type E = f32;
     type Src = View;
 
-    fn kernels(&self) -> (&Micro, Option<Ukr>) {
+    fn kernels(&self) -> (&Micro, Option<&Micro>) {
         (self.mk, self.edge)
     }
 
@@ -755,7 +756,6 @@ impl StreamJob<'_, '_> {
         } else {
             0
         };
-        let mut tile = [0f32; TILE_MAX];
         for q in q0..q1 {
             let col0 = q * nr;
             let ncols = nr.min(n - col0);
@@ -798,7 +798,7 @@ impl StreamJob<'_, '_> {
                             lda,
                             b: bpanel,
                         };
-                        tile_into_c(mk, edge, &t, (m, n), self.c.0, &mut tile);
+                        tile_into_c(mk, edge, &t, (m, n), self.c.0);
                     }
                 }
             }
@@ -1335,6 +1335,51 @@ unsafe fn pack_a16(
     }
 }
 
+/// `dst[kk·nr + c] = src[kk·rs + c]` for `c < cols` and 0 for `cols ≤ c <
+/// nr`, `kk < kc`: B's rows into a panel, 16 floats at a time, each chunk
+/// loaded under a mask of its valid columns (zeros past them) and stored
+/// whole. A copy and a memset per row were a third of a batch of 16 × 32
+/// × 16 products (`memmove` 15%, `memset` 10%: calls for 64 bytes).
+///
+/// # Safety
+/// AVX-512F must be available; `nr` a multiple of 16, `cols ≤ nr`; the
+/// `kc` rows of `cols` floats at `src` (stride `rs`) readable; `dst` holds
+/// `kc·nr` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+// SAFETY: (contract) in the crate met by `pack_b_panel` (`avx512()`
+// checked, the rows inside the view, `dst` its `kc·nr` floats).
+unsafe fn pack_b_rows16(
+    src: *const f32,
+    rs: usize,
+    kc: usize,
+    cols: usize,
+    nr: usize,
+    dst: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let dst = &mut dst[..kc * nr];
+    for kk in 0..kc {
+        for c0 in (0..nr).step_by(16) {
+            let valid = cols.saturating_sub(c0).min(16);
+            let mask = ((1u32 << valid) - 1) as __mmask16;
+            // SAFETY: with `valid > 0`, `(kk, c0)` is an element of the
+            // rows (`c0 < cols`) and the masked lanes are columns `c0 + l <
+            // cols` of row `kk < kc`, readable (the contract); masked-off
+            // lanes are not read. `kk·nr + c0 + 16 ≤ kc·nr = dst.len()`
+            // (`nr` a multiple of 16).
+            unsafe {
+                let x = if valid > 0 {
+                    _mm512_maskz_loadu_ps(mask, src.add(kk * rs + c0))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                _mm512_storeu_ps(dst.as_mut_ptr().add(kk * nr + c0), x);
+            }
+        }
+    }
+}
+
 /// Pack rows `pc..pc+kc` × columns `col0..col0+nr` of B row by row
 /// (`dst[kk·nr + c]`), zero columns past `n`; the loop order follows B's
 /// unit stride.
@@ -1356,6 +1401,14 @@ unsafe fn pack_b_panel(
     let cols = nr.min(n.saturating_sub(col0));
     // Checked once per panel: it makes every unchecked index below safe.
     let dst = &mut dst[..kc * nr];
+    #[cfg(target_arch = "x86_64")]
+    if b.cs == 1 && nr.is_multiple_of(16) && avx512() {
+        // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`cols ≤
+        // n − col0`) inside the view (the contract), `kc` rows of `nr` in
+        // `dst`; AVX-512F detected by `avx512()`.
+        unsafe { pack_b_rows16(b.ptr.add(pc * b.rs + col0), b.rs, kc, cols, nr, dst) };
+        return;
+    }
     if cols < nr {
         dst.iter_mut().for_each(|x| *x = 0.0);
     }

@@ -64,7 +64,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 use tc_core::Dtype;
 
-use crate::gemm_common::{blocked, compile_micro, Family, GemmElem, Micro, SendPtr, Ukr};
+use crate::gemm_common::{blocked, compile_micro, Family, GemmElem, Micro, SendPtr};
 use crate::Error;
 
 /// Contraction block, in packed k-slots (a slot is one step of k, or two
@@ -149,6 +149,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         // As O3 chose for these kernels before the pipeline stopped
         // unrolling on its own (`host::PIPELINE`).
         k_unroll: 4,
+        cols: false,
     })
 }
 
@@ -183,7 +184,7 @@ fn geometry(kind: IntKernel) -> (usize, usize) {
 
 fn compile(kind: IntKernel) -> Result<Micro, String> {
     let (vw, mr) = geometry(kind);
-    compile_micro(&ukernel_int_ir(kind, vw, mr), mr, 2 * vw)
+    compile_micro(&ukernel_int_ir(kind, vw, mr), mr, 2 * vw, false)
 }
 
 fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
@@ -458,7 +459,7 @@ impl<T: Acc> Family for IntGemm<'_, T> {
     type E = T;
     type Src = Mat;
 
-    fn kernels(&self) -> (&Micro, Option<Ukr>) {
+    fn kernels(&self) -> (&Micro, Option<&Micro>) {
         (self.mk, None)
     }
 

@@ -1,0 +1,89 @@
+//! A ragged last column panel (n not a multiple of the 32-wide tile, e.g.
+//! attention's `S × S` scores at 10 or 16 tokens) is written by the
+//! kernels' masked forms straight into C: bit-identical to the kernel run
+//! into a scratch tile and copied, on both blockings, with A packed or
+//! read in place, with edge rows, across K-blocks (the masked add into
+//! C), with threads; and never a write past the tile's columns (C sits in
+//! a larger buffer whose tail must come back untouched). One test in its
+//! own binary: it toggles process-wide switches.
+mod util;
+
+use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b, sgemm, View};
+use util::Rng;
+
+/// Bits past C that no product may write.
+const GUARD: u32 = 0x7fc0_dead;
+
+/// `A·B` for random `m × k` and `k × n` operands (seeded), C followed by
+/// 64 guard floats, which are checked.
+fn product(m: usize, n: usize, k: usize, seed: u64, threads: usize) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    let a: Vec<f32> = (0..m * k).map(|_| rng.unit() - 0.5).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
+    let mut c = vec![f32::from_bits(GUARD); m * n + 64];
+    // SAFETY: the views cover `a` (m × k) and `b` (k × n); `c` holds m × n.
+    unsafe {
+        sgemm(
+            m,
+            n,
+            k,
+            View::new(a.as_ptr(), k, 1),
+            View::new(b.as_ptr(), n, 1),
+            c.as_mut_ptr(),
+            threads,
+        )
+        .unwrap();
+    }
+    assert!(
+        c[m * n..].iter().all(|x| x.to_bits() == GUARD),
+        "m={m} n={n} k={k}: a write past C"
+    );
+    c.truncate(m * n);
+    c
+}
+
+#[test]
+fn masked_column_kernels_match_the_tile_path_bitwise() {
+    // n: every width of one and two vectors, then ragged panels after
+    // whole ones (GPT-2's vocabulary 50257 = 1570·32 + 17 in small); m:
+    // one row, an edge, a whole 14-row panel, in-place row counts, the
+    // blocked path; k: one K-block and two (the second adds into C).
+    let ns: Vec<usize> = (1..=40).chain([47, 63, 65, 100, 529]).collect();
+    let cases = [
+        (1usize, 7usize),
+        (5, 300),
+        (14, 33),
+        (16, 32),
+        (29, 520),
+        (150, 70),
+    ];
+    for (ci, &(m, k)) in cases.iter().enumerate() {
+        for &n in &ns {
+            for threads in [1, 0] {
+                for (stream, in_place) in [(true, false), (true, true), (false, false)] {
+                    let seed = (ci * 1000 + n) as u64;
+                    set_stream_b(stream);
+                    set_a_in_place(in_place);
+                    set_column_kernels(false);
+                    let tile = product(m, n, k, seed, threads);
+                    set_column_kernels(true);
+                    let masked = product(m, n, k, seed, threads);
+                    set_stream_b(true);
+                    set_a_in_place(true);
+                    let same = tile
+                        .iter()
+                        .zip(&masked)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "m={m} n={n} k={k} threads={threads} stream={stream} in_place={in_place}"
+                    );
+                    assert!(
+                        masked.iter().all(|x| x.is_finite()),
+                        "every element written"
+                    );
+                }
+            }
+        }
+    }
+}
