@@ -55,11 +55,48 @@ pub(crate) struct UkrSpec<'a> {
     /// Copies of the k step per loop trip (`llvm.loop.unroll.count`; the
     /// pipeline unrolls only loops that ask, [`crate::host::PIPELINE`]).
     pub k_unroll: u32,
-    /// The kernels write a ragged last column panel straight into C (see
-    /// [`Micro::f1`]): `ukr` reads `ncols` and masks its second vector,
-    /// and the module also defines `ukr1`, the one-vector kernel. Without,
-    /// `ukr` ignores `ncols` and always writes `nr` columns.
-    pub cols: bool,
+    /// Which columns of C the kernel writes.
+    pub cols: Cols,
+}
+
+/// The columns of C a kernel writes: its variants for a ragged last
+/// column panel (n not a multiple of NR) write it straight into C, where a
+/// whole-tile kernel needs a scratch tile and a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cols {
+    /// `nr` columns, two vectors per row; `ncols` is ignored.
+    Whole,
+    /// `1 ≤ ncols ≤ nr/2`: one vector per row, its lanes past `ncols`
+    /// masked.
+    One,
+    /// `nr/2 < ncols ≤ nr`: two vectors per row, the second's lanes past
+    /// `ncols` masked.
+    Two,
+}
+
+impl Cols {
+    /// The variant writing a ragged panel of `ncols < nr` columns.
+    pub fn ragged(ncols: usize, nr: usize) -> Cols {
+        if 2 * ncols <= nr {
+            Cols::One
+        } else {
+            Cols::Two
+        }
+    }
+
+    /// Does a kernel of this variant write exactly `ncols` of `nr`?
+    pub fn fits(self, ncols: usize, nr: usize) -> bool {
+        match self {
+            Cols::Whole => ncols == nr,
+            Cols::One => 1 <= ncols && 2 * ncols <= nr,
+            Cols::Two => nr < 2 * ncols && ncols <= nr,
+        }
+    }
+
+    /// Row of a kernel table (`Whole`, `One`, `Two`).
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// Where a micro-kernel reads A's `(row i, step k)`.
@@ -80,26 +117,22 @@ pub(crate) enum ALayout {
     },
 }
 
-/// The IR text of a micro-kernel module (see [`UkrSpec`]), with the host
-/// attributes of [`crate::jit::attributes`]: `@ukr`, two vectors of C per
-/// row, and with [`UkrSpec::cols`] `@ukr1`, one.
+/// The IR text of a micro-kernel module (see [`UkrSpec`]), `@ukr`, with
+/// the host attributes of [`crate::jit::attributes`].
 pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
     let mut s = k.decls.clone();
     s.push_str("declare void @llvm.prefetch.p0i8(i8* nocapture readonly, i32, i32, i32)\n");
-    if k.cols {
+    if k.cols != Cols::Whole {
         let (v, t) = (format!("<{} x {}>", k.vw, k.elem), masked_suffix(k));
         s.push_str(&format!(
             "declare {v} @llvm.masked.load.{t}({v}*, i32 immarg, <{w} x i1>, {v})\ndeclare void @llvm.masked.store.{t}({v}, {v}*, i32 immarg, <{w} x i1>)\n\n",
             w = k.vw
         ));
     }
-    s.push_str(&kernel_body(k, "ukr", 2, 0));
-    if k.cols {
-        s.push_str(&kernel_body(k, "ukr1", 1, 2));
-    }
+    s.push_str(&kernel_body(k));
     s.push_str(&crate::jit::attributes());
     s.push_str(&format!(
-        "!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.unroll.count\", i32 {}}}\n!2 = distinct !{{!2, !1}}\n",
+        "!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.unroll.count\", i32 {}}}\n",
         k.k_unroll
     ));
     s
@@ -115,13 +148,13 @@ fn masked_suffix(k: &UkrSpec) -> String {
     format!("v{vw}{e}.p0v{vw}{e}", vw = k.vw)
 }
 
-/// The function `name`: `vecs` (1 or 2) vectors of C per row, its k loop
-/// tagged with the loop metadata `!{md}`.
-fn kernel_body(k: &UkrSpec, name: &str, vecs: usize, md: usize) -> String {
+/// The function `@ukr`: one or two vectors of C per row ([`UkrSpec::cols`]).
+fn kernel_body(k: &UkrSpec) -> String {
     let (e, vw, mr) = (k.elem, k.vw, k.mr);
+    let vecs = if k.cols == Cols::One { 1 } else { 2 };
     let v = format!("<{vw} x {e}>");
     let mut s = format!(
-        "define void @{name}(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum, i64 %lda, i64 %ncols) #0 {{\nentry:\n"
+        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum, i64 %lda, i64 %ncols) #0 {{\nentry:\n"
     );
     if matches!(k.a, ALayout::Rows { .. }) {
         // Row starts, computed once: the loop then adds `k` to each.
@@ -152,8 +185,9 @@ fn kernel_body(k: &UkrSpec, name: &str, vecs: usize, md: usize) -> String {
         }
     }
     s.push_str(&k_step(k, vecs));
-    s.push_str(&format!("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !{md}\ndone:\n  %ac = icmp ne i64 %accum, 0\n"));
-    if k.cols {
+    s.push_str(&format!("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !0\ndone:\n  %ac = icmp ne i64 %accum, 0\n"));
+    let masked = k.cols != Cols::Whole;
+    if masked {
         // The last vector holds `rem = ncols − (vecs − 1)·vw ∈ 1..=vw`
         // columns (the caller's contract): a whole one, or masked.
         s.push_str(&format!(
@@ -167,7 +201,7 @@ fn kernel_body(k: &UkrSpec, name: &str, vecs: usize, md: usize) -> String {
         }
     }
     s.push_str("  ret void\n");
-    if k.cols {
+    if masked {
         s.push_str(&store_masked(k, vecs));
     }
     s.push_str("}\n\n");
@@ -322,49 +356,52 @@ pub(crate) type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i
 /// (`mr × nr`); the module must live as long as `f` is called.
 pub(crate) struct Micro {
     _module: JitModule,
-    /// The kernel: `nr` columns of C, or (with `f1`) `ncols` of them,
-    /// `nr/2 < ncols ≤ nr`.
+    /// The kernel.
     pub f: Ukr,
-    /// The one-vector kernel, `ncols ≤ nr/2` columns of C, when the
-    /// kernels write a ragged column panel into C themselves
-    /// ([`UkrSpec::cols`]); otherwise such a panel goes through a scratch
-    /// tile.
-    pub f1: Option<Ukr>,
+    /// The columns of C it writes.
+    pub cols: Cols,
     /// Rows of the tile.
     pub mr: usize,
     /// Columns of the tile (two vectors).
     pub nr: usize,
 }
 
-/// Compile the IR text `ir` (which must define `ukr`, and `ukr1` when
-/// `cols`, as [`ukernel_text`] does) into a [`Micro`] of tile `mr × nr`.
-pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize, cols: bool) -> Result<Micro, String> {
-    let names: Vec<String> = ["ukr", "ukr1"][..1 + cols as usize]
-        .iter()
-        .map(|n| n.to_string())
-        .collect();
-    let m = JitModule::compile(ir, &[], &names).map_err(|e| e.to_string())?;
-    let addr = |name: &str| m.addr(name).ok_or(format!("{name} missing"));
-    // `ukernel_text` emits `ukr` (and `ukr1`) as `(i64 kc, T* a, T* b, T*
-    // c, i64 ldc, i64 accum, i64 lda, i64 ncols)`: the `Ukr` signature and
-    // C calling convention (a pointer is a pointer to the C ABI whatever
-    // its pointee).
-    // SAFETY: each address is ORC's address of such a function; `Micro`
-    // keeps the module, and so the code, alive next to the pointers.
-    let as_ukr = |a: usize| unsafe { std::mem::transmute::<usize, Ukr>(a) };
-    let f = as_ukr(addr("ukr")?);
-    let f1 = if cols {
-        Some(as_ukr(addr("ukr1")?))
-    } else {
-        None
-    };
+/// Compile the IR text `ir` (which must define `ukr` as [`ukernel_text`]
+/// does for a [`UkrSpec`] of `cols`) into a [`Micro`] of tile `mr × nr`.
+pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize, cols: Cols) -> Result<Micro, String> {
+    let m = JitModule::compile(ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
+    let a = m.addr("ukr").ok_or("ukr missing")?;
+    // `ukernel_text` emits `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64
+    // accum, i64 lda, i64 ncols)`: the `Ukr` signature and C calling
+    // convention (a pointer is a pointer to the C ABI whatever its
+    // pointee).
+    // SAFETY: `a` is ORC's address of that `ukr`; `Micro` keeps the module,
+    // and so the code, alive next to `f`.
+    let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
     Ok(Micro {
         _module: m,
         f,
-        f1,
+        cols,
         mr,
         nr,
     })
+}
+
+/// The kernels of one product: `full` for whole tiles, `edge` for the
+/// last row panel when `m` is not a multiple of `full.mr` (its first `m %
+/// mr` rows), and the [`Cols`] variants of both for a ragged last column
+/// panel (`n % nr` columns; [`tile_into_c`] takes a scratch tile where
+/// one is missing).
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels<'a> {
+    /// Whole tiles.
+    pub full: &'a Micro,
+    /// The last row panel's rows, whole columns.
+    pub edge: Option<&'a Micro>,
+    /// `full`'s rows, the ragged column panel.
+    pub ragged: Option<&'a Micro>,
+    /// `edge`'s rows, the ragged column panel.
+    pub ragged_edge: Option<&'a Micro>,
 }
 
 /// Call the kernel `f`: `c[0..mr, 0..ncols] (+)= A · b-panel` over `kc ≥
@@ -376,9 +413,8 @@ pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize, cols: bool) -> Resul
 /// holds `kc·nr` elements of `E`, the A panel `kc·mr` (a packed kernel) or
 /// `a + i·lda + s` is readable for `i < mr`, `s < kc` (a `Rows` kernel);
 /// `c` is valid for an `mr × ncols` tile with leading dimension `ldc` that
-/// no one else touches during the call, where `ncols` is `nr` unless `f`
-/// is a [`Micro`]'s `f` with an `f1` (then `nr/2 < ncols ≤ nr`) or its
-/// `f1` (`1 ≤ ncols ≤ nr/2`).
+/// no one else touches during the call, where the kernel's [`Cols`] fits
+/// `ncols`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 // SAFETY: (contract) met by `tile_into_c`, its only caller.
@@ -494,7 +530,8 @@ pub fn set_column_kernels(on: bool) {
     COLS.store(on as u8, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn column_kernels() -> bool {
+/// Whether ragged column panels take the kernels' [`Cols`] variants.
+pub(crate) fn column_kernels() -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     match COLS.load(Relaxed) {
         0 => false,
@@ -508,62 +545,64 @@ fn column_kernels() -> bool {
 }
 
 /// Compute micro-tile `t` of the `m × n` C at `c`: the full kernel straight
-/// into C for a whole tile, the edge kernel `edge` for the last row panel;
-/// a ragged last column panel by the kernel's masked forms straight into
-/// C where it has them ([`Micro::f1`]), else the kernel of the tile's rows
-/// into a scratch tile and the valid part copied (added with
-/// [`GemmElem::acc`] when accumulating). The one body of every GEMM path.
+/// into C for a whole tile, the edge kernel for the last row panel, their
+/// [`Cols`] variants for a ragged last column panel; where the kernel
+/// needed is missing, the whole-tile kernel of the tile's rows into a
+/// scratch tile and the valid part copied (added with [`GemmElem::acc`]
+/// when accumulating). The one body of every GEMM path.
 ///
 /// # Safety
-/// `t.b` holds `kc·mk.nr` packed elements of `E`, `mk` (and `edge`) being
-/// kernels of element type `E`; `t.a` as [`call_ukr`] needs for the tile's
-/// kernel (a packed panel of `kc·mk.mr`, or, for [`ALayout::Rows`]
-/// kernels, `t.nrows` rows of A in place); `c` is valid for `m·n`
-/// elements and `t` lies inside it (`row0 + nrows ≤ m`, `col0 + ncols ≤
-/// n`, `1 ≤ nrows ≤ mr`, `1 ≤ ncols ≤ nr`, `mr·nr ≤ TILE_MAX`), with no
-/// one else touching that part during the call; `edge`, if any, computes
-/// the first `m % mk.mr` rows of a panel packed `mk.mr` wide (or of A in
-/// place), `nr` columns as `mk`. Kernels reading A in place need `nrows
-/// == mr` or an `edge` (then every tile has `nrows == mr` or is the last
-/// row panel's): the full kernel would read rows past `m`.
+/// `t.b` holds `kc·nr` packed elements of `E`, the kernels of `ks` being
+/// kernels of element type `E`, tile `mr × nr` (`full`'s), each of the
+/// [`Cols`] its field says; `t.a` as [`call_ukr`] needs for the tile's
+/// kernel (a packed panel of `kc·mr`, or, for [`ALayout::Rows`] kernels,
+/// `t.nrows` rows of A in place); `c` is valid for `m·n` elements and `t`
+/// lies inside it (`row0 + nrows ≤ m`, `col0 + ncols ≤ n`, `1 ≤ nrows ≤
+/// mr`, `1 ≤ ncols ≤ nr`, `mr·nr ≤ TILE_MAX`), with no one else touching
+/// that part during the call; `edge` and `ragged_edge`, if any, compute
+/// the first `m % mr` rows of a panel packed `mr` wide (or of A in place).
+/// Kernels reading A in place need `nrows == mr` or an `edge` (then every
+/// tile has `nrows == mr` or is the last row panel's): the full kernel
+/// would read rows past `m`.
 #[inline(always)]
 // SAFETY: (contract) met by `blocked` and `matmul::streamed`, its callers.
 pub(crate) unsafe fn tile_into_c<E: GemmElem>(
-    mk: &Micro,
-    edge: Option<&Micro>,
+    ks: &Kernels,
     t: &Tile<E>,
     (m, n): (usize, usize),
     c: *mut E,
 ) {
-    let (mr, nr) = (mk.mr, mk.nr);
-    // `k` computes exactly the tile's rows, or `mr` (padding past them).
-    let (k, exact) = match edge {
-        Some(e) if t.nrows == m % mr => (e, true),
-        _ => (mk, t.nrows == mr),
+    let (mr, nr) = (ks.full.mr, ks.full.nr);
+    // `whole` and `ragged` compute exactly the tile's rows, or `mr`
+    // (padding past them).
+    let (whole, ragged, exact) = match ks.edge {
+        Some(e) if t.nrows == m % mr => (e, ks.ragged_edge, true),
+        _ => (ks.full, ks.ragged, t.nrows == mr),
     };
+    // The kernel writing exactly the tile into C: `exact` rows, and
+    // columns its `Cols` fits.
+    let direct = [Some(whole), ragged]
+        .into_iter()
+        .flatten()
+        .find(|k| exact && k.cols.fits(t.ncols, nr));
     // `dst` is `(row0, col0)` inside C. The full kernel writes `mr` rows at
-    // stride `n`: a whole tile. The edge kernel writes the first `m % mr =
-    // nrows` rows (the last row panel: `row0 + nrows = m`). Each writes
-    // `nr` columns, or with masked forms `ncols` (`f1` for `ncols ≤ nr/2`,
-    // `f` above: their contract). Otherwise the kernel writes at most
-    // `mr·nr ≤ TILE_MAX` elements of `tile` at stride `nr`, and the `nrows
-    // × ncols` part is copied.
+    // stride `n`, the edge kernel the first `m % mr = nrows` rows (the last
+    // row panel: `row0 + nrows = m`), each `ncols` columns (its `Cols`).
+    // Otherwise the whole-tile kernel writes at most `mr·nr ≤ TILE_MAX`
+    // elements of `tile` at stride `nr`, and the `nrows × ncols` part is
+    // copied.
     // SAFETY: so every access is inside `t`'s part of C or `tile` (contract).
     unsafe {
         let dst = c.add(t.row0 * n + t.col0);
-        let masked = k.f1.filter(|_| exact && t.ncols < nr && column_kernels());
-        if let Some(f1) = masked {
-            let f = if 2 * t.ncols <= nr { f1 } else { k.f };
-            call_ukr(f, t.kc, t.a, t.b, dst, n, t.accum, t.lda, t.ncols);
-        } else if t.ncols == nr && exact {
-            call_ukr(k.f, t.kc, t.a, t.b, dst, n, t.accum, t.lda, nr);
+        if let Some(k) = direct {
+            call_ukr(k.f, t.kc, t.a, t.b, dst, n, t.accum, t.lda, t.ncols);
         } else {
-            // Not zeroed (a 448-element memset per tile was 9% of a batch of
-            // 16 × 16 products): the kernel writes all `nr` columns of its
-            // rows, `nrows` or more, and only those are read back.
+            // Not zeroed (a 448-element memset per tile was 9% of a batch
+            // of 16 × 16 products): the kernel writes all `nr` columns of
+            // its rows, `nrows` or more, and only those are read back.
             let mut tile = std::mem::MaybeUninit::<[E; TILE_MAX]>::uninit();
             let tp = tile.as_mut_ptr().cast::<E>();
-            call_ukr(k.f, t.kc, t.a, t.b, tp, nr, false, t.lda, nr);
+            call_ukr(whole.f, t.kc, t.a, t.b, tp, nr, false, t.lda, nr);
             for r in 0..t.nrows {
                 for cc in 0..t.ncols {
                     let d = dst.add(r * n + cc);
@@ -609,9 +648,8 @@ pub(crate) trait Family: Sync {
     type E: GemmElem;
     /// An operand as the packers read it.
     type Src: Sync;
-    /// The full kernel, and the edge kernel for the last row panel (if any;
-    /// see [`tile_into_c`]).
-    fn kernels(&self) -> (&Micro, Option<&Micro>);
+    /// The product's kernels (see [`tile_into_c`]).
+    fn kernels(&self) -> Kernels<'_>;
     /// `(KC, MC, NC)`: the contraction block in steps of k, the row and
     /// column blocks (rounded up to whole tiles by the driver).
     fn blocks(&self) -> (usize, usize, usize);
@@ -693,8 +731,8 @@ pub(crate) unsafe fn blocked<F: Family>(
     c: *mut F::E,
     par: bool,
 ) {
-    let (mk, edge) = f.kernels();
-    let (mr, nr) = (mk.mr, mk.nr);
+    let kern = f.kernels();
+    let (mr, nr) = (kern.full.mr, kern.full.nr);
     let (kc_, mc_, nc_) = f.blocks();
     let (mc_, nc_) = (mc_.div_ceil(mr) * mr, nc_.div_ceil(nr) * nr);
     let nthreads = if par {
@@ -769,7 +807,7 @@ pub(crate) unsafe fn blocked<F: Family>(
                                 lda: 0,
                                 b: bpr.as_ptr().add(q * ks * nr),
                             };
-                            tile_into_c(mk, edge, &t, (m, n), c.0);
+                            tile_into_c(&kern, &t, (m, n), c.0);
                         }
                     }
                 }
@@ -783,4 +821,31 @@ pub(crate) unsafe fn blocked<F: Family>(
         }
     }
     f.give_b(bp);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cols;
+
+    /// Every column count of a tile has exactly one kernel variant, the
+    /// one `Cols::ragged` picks for a ragged panel (AVX-512 and AVX2
+    /// widths).
+    #[test]
+    fn each_column_count_fits_one_variant() {
+        for nr in [16usize, 32] {
+            for ncols in 1..=nr {
+                let fit: Vec<Cols> = [Cols::Whole, Cols::One, Cols::Two]
+                    .into_iter()
+                    .filter(|c| c.fits(ncols, nr))
+                    .collect();
+                let want = if ncols == nr {
+                    vec![Cols::Whole, Cols::Two]
+                } else {
+                    vec![Cols::ragged(ncols, nr)]
+                };
+                assert_eq!(fit, want, "nr={nr} ncols={ncols}");
+            }
+            assert!(!Cols::One.fits(0, nr) && !Cols::Two.fits(nr + 1, nr));
+        }
+    }
 }

@@ -19,8 +19,8 @@
 //! runs on its own packed IR micro-kernels: [`crate::matmul_int`].
 
 use crate::gemm_common::{
-    blocked, compile_micro, matmul_dims, tile_into_c, ukernel_text, ALayout, Family, Micro,
-    SendPtr, Tile, UkrSpec,
+    blocked, column_kernels, compile_micro, matmul_dims, tile_into_c, ukernel_text, ALayout, Cols,
+    Family, Kernels, Micro, SendPtr, Tile, UkrSpec,
 };
 pub use crate::gemm_common::{
     checked_counts, contiguous_strides, set_column_kernels, PAR_MIN_MACS, PAR_MIN_MACS_SESSION,
@@ -110,13 +110,13 @@ fn params() -> (usize, usize, usize, usize) {
 
 /// The micro-kernel's IR text for vector width `vw` and `mr` rows.
 pub fn ukernel_ir_mr(vw: usize, mr: usize) -> String {
-    ukernel_ir_rows(vw, mr, ALayout::Packed(mr))
+    ukernel_ir_rows(vw, mr, ALayout::Packed(mr), Cols::Whole)
 }
 
 /// The IR text of a kernel computing `rows` rows of a tile, A as `a` says:
 /// the first `rows` of a panel packed `s ≥ rows` wide (an edge kernel when
-/// `rows < s`), or `rows` rows of A in place.
-fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout) -> String {
+/// `rows < s`), or `rows` rows of A in place; writing `cols` of C.
+fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout, cols: Cols) -> String {
     let v = format!("<{vw} x float>");
     let fma = format!("llvm.fma.v{vw}f32");
     ukernel_text(&UkrSpec {
@@ -144,7 +144,7 @@ fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout) -> String {
         add: "fadd",
         c_align: 4,
         k_unroll: f32_k_unroll(vw),
-        cols: true,
+        cols,
     })
 }
 
@@ -200,16 +200,24 @@ fn geometry() -> (usize, usize) {
     })
 }
 
-/// The host kernel (a [`geometry`] tile reading packed A), compiled the
-/// first time a product packs A.
-fn micro() -> Result<&'static Micro, Error> {
-    static M: OnceLock<Result<Micro, String>> = OnceLock::new();
-    let r = M.get_or_init(|| {
+/// The host kernel (a [`geometry`] tile reading packed A) writing `cols`,
+/// compiled the first time a product needs it.
+fn micro(cols: Cols) -> Result<&'static Micro, Error> {
+    static M: [OnceLock<Result<Micro, String>>; 3] = [const { OnceLock::new() }; 3];
+    let r = M[cols.index()].get_or_init(|| {
         let (mr, nr) = geometry();
-        compile_micro(&ukernel_ir_mr(nr / 2, mr), mr, nr, true)
+        let ir = ukernel_ir_rows(nr / 2, mr, ALayout::Packed(mr), cols);
+        compile_micro(&ir, mr, nr, cols)
     });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
+
+/// Kernel tables: one per [`Cols`] variant, each one kernel per row count
+/// `1..=14`.
+type Table = [[OnceLock<Result<Micro, String>>; 14]; 3];
+
+/// An empty [`Table`].
+const TABLE: Table = [const { [const { OnceLock::new() }; 14] }; 3];
 
 /// A process-wide on/off setting of the f32 GEMM, on unless its
 /// environment variable is `0`, which a `set_…` function overrides (tests
@@ -247,19 +255,22 @@ impl Switch {
     }
 }
 
-/// The kernel of `rows` rows (`1..=14`) reading A as `layout` says, from
-/// `table`, compiled the first time it is asked for.
+/// The kernel of `rows` rows (`1..=14`) reading A as `layout` says and
+/// writing `cols`, from `table`, compiled the first time it is asked for.
 fn rows_kernel(
-    table: &'static [OnceLock<Result<Micro, String>>; 14],
+    table: &'static Table,
     rows: usize,
     layout: ALayout,
+    cols: Cols,
 ) -> Result<&'static Micro, Error> {
     let (mr, nr) = geometry();
-    if rows == 0 || rows > mr || rows > table.len() {
+    let t = &table[cols.index()];
+    if rows == 0 || rows > mr || rows > t.len() {
         return Err(Error::Unsupported(format!("a kernel of {rows} rows")));
     }
-    let r = table[rows - 1]
-        .get_or_init(|| compile_micro(&ukernel_ir_rows(nr / 2, rows, layout), rows, nr, true));
+    let r = t[rows - 1].get_or_init(|| {
+        compile_micro(&ukernel_ir_rows(nr / 2, rows, layout, cols), rows, nr, cols)
+    });
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
 
@@ -271,13 +282,13 @@ fn rows_kernel(
 /// and 128 computed 140. Each is compiled the first time its `r` occurs
 /// (≈ 5 ms; a model meets a few). Same FMA chain per element and the same
 /// add into C as the tile path: bit-identical results.
-fn edge(rows: usize) -> Result<&'static Micro, Error> {
-    static E: [OnceLock<Result<Micro, String>>; 14] = [const { OnceLock::new() }; 14];
+fn edge(rows: usize, cols: Cols) -> Result<&'static Micro, Error> {
+    static E: Table = TABLE;
     let mr = geometry().0;
     if rows >= mr {
         return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
     }
-    rows_kernel(&E, rows, ALayout::Packed(mr))
+    rows_kernel(&E, rows, ALayout::Packed(mr), cols)
 }
 
 /// `TC_MM_EDGE=0` runs edge row panels through the full kernel and a
@@ -296,13 +307,13 @@ pub fn set_edge_kernels(on: bool) {
 /// `ahead`: the kernels of an A of several row panels prefetch its rows
 /// ([`A_AHEAD`]); those of one row panel, which is read once per column
 /// panel and mostly where the step before left it, do not.
-fn in_place(rows: usize, ahead: bool) -> Result<&'static Micro, Error> {
-    static K: [OnceLock<Result<Micro, String>>; 14] = [const { OnceLock::new() }; 14];
-    static P: [OnceLock<Result<Micro, String>>; 14] = [const { OnceLock::new() }; 14];
+fn in_place(rows: usize, ahead: bool, cols: Cols) -> Result<&'static Micro, Error> {
+    static K: Table = TABLE;
+    static P: Table = TABLE;
     if ahead {
-        rows_kernel(&P, rows, ALayout::Rows { ahead: A_AHEAD })
+        rows_kernel(&P, rows, ALayout::Rows { ahead: A_AHEAD }, cols)
     } else {
-        rows_kernel(&K, rows, ALayout::Rows { ahead: 0 })
+        rows_kernel(&K, rows, ALayout::Rows { ahead: 0 }, cols)
     }
 }
 
@@ -385,7 +396,7 @@ fn a_in_place(a: &View, (m, k): (usize, usize), mr: usize) -> Option<usize> {
 
 /// Compile the micro-kernel now (so its cost is not charged to a call).
 pub fn warm_up() -> Result<(), Error> {
-    micro().map(|_| ())
+    micro(Cols::Whole).map(|_| ())
 }
 
 /// A strided f32 matrix view: element `(i, j)` at `ptr + i·rs + j·cs`.
@@ -473,13 +484,37 @@ pub unsafe fn sgemm(
 /// [`params`]' blocks, [`View`] operands packed by [`pack_a_panel`] and
 /// [`pack_b_panel`], and per-thread packing buffers (B's on a huge page).
 struct F32Gemm<'p> {
-    mk: &'static Micro,
-    edge: Option<&'static Micro>,
+    ks: Kernels<'static>,
     /// B packed once, when the caller keeps it ([`PackedB`]).
     pre: Option<&'p PackedB>,
-    /// `mk` and `edge` read A in place ([`ALayout::Rows`]; the streamed
-    /// path only).
+    /// The kernels read A in place ([`ALayout::Rows`]; the streamed path
+    /// only).
     a_rows: bool,
+}
+
+/// The kernels of a product of `n` columns, `mr` rows per panel and
+/// `edge` rows in the last one if any: `get(rows, cols)` gives the kernel
+/// of `rows` rows writing `cols`. The ragged column panel's variants only
+/// when `n` is not a multiple of NR (and `TC_MM_COLS` allows them): each
+/// is compiled the first time a product needs it (≈ 10 ms of a cold
+/// start), and most products never do.
+fn kernel_set(
+    n: usize,
+    mr: usize,
+    edge: Option<usize>,
+    get: impl Fn(usize, Cols) -> Result<&'static Micro, Error>,
+) -> Result<Kernels<'static>, Error> {
+    let nr = geometry().1;
+    let ragged = (!n.is_multiple_of(nr) && column_kernels()).then(|| Cols::ragged(n % nr, nr));
+    Ok(Kernels {
+        full: get(mr, Cols::Whole)?,
+        edge: edge.map(|r| get(r, Cols::Whole)).transpose()?,
+        ragged: ragged.map(|c| get(mr, c)).transpose()?,
+        ragged_edge: match (edge, ragged) {
+            (Some(r), Some(c)) => Some(get(r, c)?),
+            _ => None,
+        },
+    })
 }
 
 impl F32Gemm<'_> {
@@ -499,20 +534,22 @@ impl F32Gemm<'_> {
         in_place: Option<&View>,
     ) -> Result<(F32Gemm<'static>, bool), Error> {
         let par = threads != 1 && splits(m, n, k);
-        if let Some(fam) = in_place.map(|a| Self::read_a_in_place(a, (m, k))) {
+        if let Some(fam) = in_place.map(|a| Self::read_a_in_place(a, (m, n, k))) {
             if let Some(fam) = fam? {
                 return Ok((fam, par));
             }
         }
-        let mk = micro()?;
-        let edge = if !m.is_multiple_of(mk.mr) && EDGE.on() {
-            Some(edge(m % mk.mr)?)
-        } else {
-            None
-        };
+        let mr = geometry().0;
+        let rows = (!m.is_multiple_of(mr) && EDGE.on()).then_some(m % mr);
+        let ks = kernel_set(n, mr, rows, |r, cols| {
+            if r == mr {
+                micro(cols)
+            } else {
+                edge(r, cols)
+            }
+        })?;
         let fam = F32Gemm {
-            mk,
-            edge,
+            ks,
             pre: None,
             a_rows: false,
         };
@@ -535,7 +572,7 @@ impl F32Gemm<'_> {
     ///   beyond 1%.
     fn read_a_in_place(
         a: &View,
-        (m, k): (usize, usize),
+        (m, n, k): (usize, usize, usize),
     ) -> Result<Option<F32Gemm<'static>>, Error> {
         let Some(rows) = a_in_place(a, (m, k), geometry().0) else {
             return Ok(None);
@@ -545,16 +582,12 @@ impl F32Gemm<'_> {
         // (a 14-row kernel compiled for a 10-row product was 27–41 ms of a
         // cold start, never called).
         let mr = rows.min(m);
-        let mk = in_place(mr, ahead)?;
         // Always an edge kernel for a last, partial row panel: the full
         // kernel would read rows past `m` (`tile_into_c`).
-        let edge = match m % mr {
-            0 => None,
-            r => Some(in_place(r, ahead)?),
-        };
+        let edge = (!m.is_multiple_of(mr)).then_some(m % mr);
+        let ks = kernel_set(n, mr, edge, |r, cols| in_place(r, ahead, cols))?;
         Ok(Some(F32Gemm {
-            mk,
-            edge,
+            ks,
             pre: None,
             a_rows: true,
         }))
@@ -565,8 +598,8 @@ impl Family for F32Gemm<'_> {
     type E = f32;
     type Src = View;
 
-    fn kernels(&self) -> (&Micro, Option<&Micro>) {
-        (self.mk, self.edge)
+    fn kernels(&self) -> Kernels<'_> {
+        self.ks
     }
 
     fn blocks(&self) -> (usize, usize, usize) {
@@ -665,7 +698,7 @@ unsafe fn streamed(
     c: *mut f32,
     par: bool,
 ) {
-    let (nr, mr, kc_) = (f.mk.nr, f.mk.mr, params().1);
+    let (nr, mr, kc_) = (f.ks.full.nr, f.ks.full.mr, params().1);
     let mpanels = m.div_ceil(mr);
     // K rows per group: whole K-blocks (so the blocking is the tile
     // path's), at least one. Read in place, A needs no packing, and the
@@ -746,9 +779,9 @@ impl StreamJob<'_, '_> {
     // SAFETY: (contract) met by `streamed`, its only caller, for each of
     // its disjoint panel ranges.
     unsafe fn panels(&self, q0: usize, q1: usize) {
-        let (mk, edge) = (self.f.mk, self.f.edge);
+        let ks = &self.f.ks;
         let ((m, n, k), (g0, g1)) = (self.dims, self.ks);
-        let (nr, mr, kc_) = (mk.nr, mk.mr, params().1);
+        let (nr, mr, kc_) = (ks.full.nr, ks.full.mr, params().1);
         let mpanels = m.div_ceil(mr);
         let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
         let bo = if matches!(self.b, BSrc::View(_)) {
@@ -798,7 +831,7 @@ impl StreamJob<'_, '_> {
                             lda,
                             b: bpanel,
                         };
-                        tile_into_c(mk, edge, &t, (m, n), self.c.0);
+                        tile_into_c(ks, &t, (m, n), self.c.0);
                     }
                 }
             }

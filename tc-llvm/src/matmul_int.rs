@@ -64,7 +64,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 use tc_core::Dtype;
 
-use crate::gemm_common::{blocked, compile_micro, Family, GemmElem, Micro, SendPtr};
+use crate::gemm_common::{blocked, compile_micro, Cols, Family, GemmElem, Kernels, Micro, SendPtr};
 use crate::Error;
 
 /// Contraction block, in packed k-slots (a slot is one step of k, or two
@@ -149,7 +149,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         // As O3 chose for these kernels before the pipeline stopped
         // unrolling on its own (`host::PIPELINE`).
         k_unroll: 4,
-        cols: false,
+        cols: crate::gemm_common::Cols::Whole,
     })
 }
 
@@ -184,7 +184,7 @@ fn geometry(kind: IntKernel) -> (usize, usize) {
 
 fn compile(kind: IntKernel) -> Result<Micro, String> {
     let (vw, mr) = geometry(kind);
-    compile_micro(&ukernel_int_ir(kind, vw, mr), mr, 2 * vw, false)
+    compile_micro(&ukernel_int_ir(kind, vw, mr), mr, 2 * vw, Cols::Whole)
 }
 
 fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
@@ -459,8 +459,13 @@ impl<T: Acc> Family for IntGemm<'_, T> {
     type E = T;
     type Src = Mat;
 
-    fn kernels(&self) -> (&Micro, Option<&Micro>) {
-        (self.mk, None)
+    fn kernels(&self) -> Kernels<'_> {
+        Kernels {
+            full: self.mk,
+            edge: None,
+            ragged: None,
+            ragged_edge: None,
+        }
     }
 
     fn blocks(&self) -> (usize, usize, usize) {
