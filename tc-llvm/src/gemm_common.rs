@@ -185,7 +185,7 @@ fn kernel_body(k: &UkrSpec) -> String {
         }
     }
     s.push_str(&k_step(k, vecs));
-    s.push_str(&format!("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !0\ndone:\n  %ac = icmp ne i64 %accum, 0\n"));
+    s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !0\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
     let masked = k.cols != Cols::Whole;
     if masked {
         // The last vector holds `rem = ncols − (vecs − 1)·vw ∈ 1..=vw`
