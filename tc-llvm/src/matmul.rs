@@ -217,7 +217,9 @@ fn micro(cols: Cols) -> Result<&'static Micro, Error> {
 type Table = [[OnceLock<Result<Micro, String>>; 14]; 3];
 
 /// An empty [`Table`].
-const TABLE: Table = [const { [const { OnceLock::new() }; 14] }; 3];
+const fn table() -> Table {
+    [const { [const { OnceLock::new() }; 14] }; 3]
+}
 
 /// A process-wide on/off setting of the f32 GEMM, on unless its
 /// environment variable is `0`, which a `set_…` function overrides (tests
@@ -283,7 +285,7 @@ fn rows_kernel(
 /// (≈ 5 ms; a model meets a few). Same FMA chain per element and the same
 /// add into C as the tile path: bit-identical results.
 fn edge(rows: usize, cols: Cols) -> Result<&'static Micro, Error> {
-    static E: Table = TABLE;
+    static E: Table = table();
     let mr = geometry().0;
     if rows >= mr {
         return Err(Error::Unsupported(format!("edge kernel of {rows} rows")));
@@ -308,8 +310,8 @@ pub fn set_edge_kernels(on: bool) {
 /// ([`A_AHEAD`]); those of one row panel, which is read once per column
 /// panel and mostly where the step before left it, do not.
 fn in_place(rows: usize, ahead: bool, cols: Cols) -> Result<&'static Micro, Error> {
-    static K: Table = TABLE;
-    static P: Table = TABLE;
+    static K: Table = table();
+    static P: Table = table();
     if ahead {
         rows_kernel(&P, rows, ALayout::Rows { ahead: A_AHEAD }, cols)
     } else {
