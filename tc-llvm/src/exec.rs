@@ -199,6 +199,46 @@ fn kernel_fns(
     Ok(ks)
 }
 
+/// Compile the GEMM kernels `func`'s products will run: foreseen from
+/// each matmul step's operand views and shapes under σ
+/// ([`crate::matmul::prepare`], the decisions the call makes), each
+/// product on a pool worker; for a shape-generic compilation, whose
+/// shapes are not known yet, the host kernel ([`crate::matmul::warm_up`]).
+/// A product whose views the planner cannot give is left to its call.
+fn gemm_kernels(
+    func: &Function,
+    vals: &[ValInfo],
+    st: &Structure,
+    sigma: &Sigma,
+    generic: bool,
+) -> Result<(), Error> {
+    let products: Vec<(Value, Value, Value)> = st
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Matmul { out, a, b } => Some((*out, *a, *b)),
+            _ => None,
+        })
+        .collect();
+    if products.is_empty() {
+        return Ok(());
+    }
+    if generic {
+        return crate::matmul::warm_up();
+    }
+    products.par_iter().try_for_each(|&(out, a, b)| {
+        let [Some(va), Some(vb)] = [a, b].map(|v| plan::view(func, vals, &st.mat, sigma, v, false))
+        else {
+            return Ok(());
+        };
+        let kept = matches!(vals[vb.base.0 as usize].kind, VKind::TensorParam(_))
+            && crate::prepack::enabled();
+        let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
+        let dt = vals[out.0 as usize].dtype;
+        crate::matmul::prepare(dt, (&va.strides, &vb.strides), (sa, sb), kept)
+    })
+}
+
 /// Compile `func` for σ (the output of `tc_runtime::contract::bind`).
 /// With `generic`, the kernels read every shape quantity at run time and
 /// the result serves any σ.
@@ -233,9 +273,8 @@ pub fn compile_with<'f>(
     }
     plan::verify(func, &st).map_err(Error::Llvm)?;
     let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
-    // The host's GEMM kernel compiles beside the module's parts (on another
-    // worker when the pool has one), so its cost is not charged to a call.
-    let matmuls = st.steps.iter().any(|s| matches!(s, Step::Matmul { .. }));
+    // The GEMM kernels compile beside the module's parts (on the pool's
+    // other workers), so their cost is not charged to a call.
     let (module, warm) = rayon::join(
         || {
             if code.exports.is_empty() {
@@ -243,13 +282,7 @@ pub fn compile_with<'f>(
             }
             JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports).map(Some)
         },
-        || {
-            if matmuls {
-                crate::matmul::warm_up()
-            } else {
-                Ok(())
-            }
-        },
+        || gemm_kernels(func, &vals, &st, &sigma_ext, generic),
     );
     warm?;
     let (module, kernels) = match module? {

@@ -1054,7 +1054,7 @@ unsafe fn sgemm_packed(
         return Err(Error::Unsupported(format!("packed-B product of {m} rows")));
     }
     #[cfg(target_arch = "x86_64")]
-    if m <= crate::gemv::MAX_M && crate::gemv::available(b.nr) {
+    if b.nr == geometry().1 && skips_gemm(m, k, &view, true) {
         let par = threads != 1
             && (splits(m, n, k) || crate::gemv::splits(k, n, crate::team::in_session()));
         // A, K-major (`(i, j)` at `j·m + i`), as `packed_rows` reads it.
@@ -1570,24 +1570,7 @@ pub unsafe fn matmul_strided(
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }
-    // Fold the batch into M?
-    let b_const = (0..r - 2).all(|d| sb[d] == 1 || st_b[d] == 0);
-    let mut ext = m;
-    let mut fold = b_const;
-    for d in (0..r - 2).rev() {
-        if !fold {
-            break;
-        }
-        if sa[d] == 1 {
-            continue;
-        }
-        if st_a[d] == st_a[r - 2] * ext as isize {
-            ext *= sa[d];
-        } else {
-            fold = false;
-        }
-    }
-    if fold || batch == 1 {
+    if folds(sa, sb, st_a, st_b) || batch == 1 {
         let va = View::new(a, st_a[r - 2] as usize, st_a[r - 1] as usize);
         let vb = View::new(b, st_b[r - 2] as usize, st_b[r - 1] as usize);
         // One batch item, or a B equal for every item and an A whose batch
@@ -1642,6 +1625,80 @@ pub unsafe fn matmul_strided(
     }
 }
 
+/// Does a batched product fold its batch into M: B the same for every
+/// item (stride 0 or size 1 on every batch dim), and A's batch dims
+/// stepping by whole row blocks (`st_a[d] = st_a[r−2]·rows`), so A is one
+/// `(batch·M) × K` matrix? (Shapes and strides as [`matmul_strided`]
+/// checked them: equal ranks ≥ 2, strides ≥ 0.)
+fn folds(sa: &[usize], sb: &[usize], st_a: &[isize], st_b: &[isize]) -> bool {
+    let r = sa.len();
+    if !(0..r - 2).all(|d| sb[d] == 1 || st_b[d] == 0) {
+        return false;
+    }
+    let mut ext = sa[r - 2];
+    for d in (0..r - 2).rev() {
+        if sa[d] == 1 {
+            continue;
+        }
+        if st_a[d] != st_a[r - 2].saturating_mul(ext as isize) {
+            return false;
+        }
+        ext = ext.saturating_mul(sa[d]);
+    }
+    true
+}
+
+/// Does an `m`-row product against the `k`-row B `b` run without the
+/// GEMM kernels: through `gemv` from B's kept packing (`packed`), or
+/// swept, B read where it lies ([`crate::sweep`])? The one test of
+/// [`one_matrix`], [`sgemm_packed`] and [`prepare`].
+fn skips_gemm(m: usize, k: usize, b: &View, packed: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if packed {
+            m <= crate::gemv::MAX_M && crate::gemv::available(geometry().1)
+        } else {
+            crate::sweep::available(m, k, (b.rs, b.cs)).is_some()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (m, k, b, packed);
+        false
+    }
+}
+
+/// Compile now the GEMM kernels a [`matmul_strided`] of these shapes and
+/// strides will run, `kept`: its B a weight whose packing is kept (issue
+/// #15: a function's first call compiled them one after another while it
+/// ran, after its module; [`crate::exec`] compiles them beside the
+/// module, on the pool's other workers). The same decisions as the call
+/// (the same [`folds`], [`skips_gemm`] and [`F32Gemm::for_product`]): a
+/// kernel it did not foresee (a packing the cache declined) is compiled
+/// when first run, as before; results never depend on it.
+pub fn prepare(
+    dt: Dtype,
+    (st_a, st_b): (&[isize], &[isize]),
+    (sa, sb): (&[usize], &[usize]),
+    kept: bool,
+) -> Result<(), Error> {
+    let (batch, m, k, n) = matmul_dims(sa, sb)?;
+    let r = sa.len();
+    let ok = st_a.len() == r && st_b.len() == r && st_a.iter().chain(st_b).all(|&s| s >= 0);
+    if dt != Dtype::F32 || !ok || batch * m * n == 0 || k == 0 {
+        return Ok(());
+    }
+    let view = |st: &[isize]| View::new(std::ptr::null(), st[r - 2] as usize, st[r - 1] as usize);
+    let one = batch == 1 || folds(sa, sb, st_a, st_b);
+    let m = if one { batch * m } else { m };
+    if one && skips_gemm(m, k, &view(st_b), kept) {
+        return Ok(());
+    }
+    // `for_product` reads the view's strides only (`a_in_place`).
+    let in_place = streams(m)?.then(|| view(st_a));
+    F32Gemm::for_product((m, n, k), 1, in_place.as_ref()).map(|_| ())
+}
+
 /// `C[m×n] = A · B` for one matrix each: swept ([`crate::sweep`]), from a
 /// kept packing, or by [`sgemm`].
 ///
@@ -1676,8 +1733,8 @@ unsafe fn one_matrix(
     // steps), the first step 40–56 ms against 333–400 (which packs and
     // keeps 500 MB).
     #[cfg(target_arch = "x86_64")]
-    if crate::sweep::available(m, k, (vb.rs, vb.cs)).is_some() {
-        // SAFETY: the contract.
+    if skips_gemm(m, k, &vb, false) {
+        // SAFETY: the contract (`sweep::available`, as `skips_gemm` asked).
         return unsafe { swept((m, n, k), &va, &vb, c, threads) };
     }
     // SAFETY: the contract.
