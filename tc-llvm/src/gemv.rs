@@ -129,7 +129,7 @@ impl Panels<'_> {
 /// Can [`packed_row`] run here (AVX-512F, and panels of the 32 columns it
 /// is written for)?
 pub(crate) fn available(nr: usize) -> bool {
-    nr == 32 && std::arch::is_x86_feature_detected!("avx512f")
+    nr == 32 && crate::host::avx512()
 }
 
 /// `c[m × n] = x · B` for `B` packed (`k × n`; C row-major with leading

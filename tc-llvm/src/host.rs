@@ -101,6 +101,39 @@ pub fn amd() -> bool {
     })
 }
 
+/// `features` with every AVX-512 feature turned off (`+avx512bw` →
+/// `-avx512bw`): what `TC_HOST_AVX2=1` compiles for, so that an AVX-512
+/// machine runs, and tests, the kernels and paths of an AVX2-only host
+/// (256-bit vectors, 6 × 16 GEMM tiles, no Rust AVX-512 intrinsics: see
+/// [`avx512`]).
+fn without_avx512(features: &str) -> String {
+    features
+        .split(',')
+        .map(|f| match f.strip_prefix("+avx512") {
+            Some(rest) => format!("-avx512{rest}"),
+            None => f.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// May AVX-512 code run: the kernels are compiled for it ([`Host`]'s
+/// features, unless `TC_HOST_AVX2=1`) and the CPU has AVX-512F (the Rust
+/// intrinsics paths: packing transposes, `gemv`, `sweep`). Found once.
+pub fn avx512() -> bool {
+    static A: OnceLock<bool> = OnceLock::new();
+    *A.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            host().has_avx512() && std::arch::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// Initialise the native target and the LLVM options once, and describe
 /// the host.
 pub fn host() -> &'static Host {
@@ -109,7 +142,10 @@ pub fn host() -> &'static Host {
         set_llvm_options();
         Target::initialize_native(&InitializationConfig::default())
             .expect("LLVM native target initialisation");
-        let features = TargetMachine::get_host_cpu_features().to_string();
+        let mut features = TargetMachine::get_host_cpu_features().to_string();
+        if std::env::var("TC_HOST_AVX2").is_ok_and(|v| v == "1") {
+            features = without_avx512(&features);
+        }
         Host {
             cpu: TargetMachine::get_host_cpu_name().to_string(),
             avx512: features.split(',').any(|f| f == "+avx512f"),

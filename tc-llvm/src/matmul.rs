@@ -1273,16 +1273,7 @@ unsafe fn pack_a_panel(
 fn avx512() -> bool {
     static A: OnceLock<bool> = OnceLock::new();
     *A.get_or_init(|| {
-        let on = std::env::var("TC_MM_T16").map_or(true, |v| v != "0");
-        #[cfg(target_arch = "x86_64")]
-        {
-            on && std::arch::is_x86_feature_detected!("avx512f")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = on;
-            false
-        }
+        std::env::var("TC_MM_T16").map_or(true, |v| v != "0") && crate::host::avx512()
     })
 }
 

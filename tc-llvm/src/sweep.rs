@@ -80,8 +80,7 @@ pub(crate) fn available(m: usize, k: usize, (rs, cs): (usize, usize)) -> Option<
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
-            && std::env::var("TC_MM_SWEEP").map_or(true, |v| v != "0")
+        crate::host::avx512() && std::env::var("TC_MM_SWEEP").map_or(true, |v| v != "0")
     })
 }
 
