@@ -1389,11 +1389,11 @@ unsafe fn pack_b_rows16(
         for c0 in (0..nr).step_by(16) {
             let valid = cols.saturating_sub(c0).min(16);
             let mask = ((1u32 << valid) - 1) as __mmask16;
-            // SAFETY: with `valid > 0`, `(kk, c0)` is an element of the
-            // rows (`c0 < cols`) and the masked lanes are columns `c0 + l <
-            // cols` of row `kk < kc`, readable (the contract); masked-off
-            // lanes are not read. `kk·nr + c0 + 16 ≤ kc·nr = dst.len()`
-            // (`nr` a multiple of 16).
+            // Loaded only when `valid > 0` (then `c0 < cols`): the masked
+            // lanes, columns `c0 + l < cols` of row `kk < kc`; the store at
+            // `kk·nr + c0 + 16 ≤ kc·nr = dst.len()` (`nr` a multiple of 16).
+            // SAFETY: so reads are inside the rows (the contract), masked-off
+            // lanes unread, and the store inside `dst`.
             unsafe {
                 let x = if valid > 0 {
                     _mm512_maskz_loadu_ps(mask, src.add(kk * rs + c0))

@@ -13,45 +13,10 @@ mod util;
 
 use tc_core::ir::{Function, Op, UnaryOp};
 use tc_core::Dtype;
-use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b, sgemm, View};
+use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
-
-/// `A·B` for seeded `m × k` and `k × n` operands, C followed by guard
-/// floats that must come back untouched; and the operands.
-fn product(
-    m: usize,
-    n: usize,
-    k: usize,
-    seed: u64,
-    threads: usize,
-) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let mut rng = Rng(seed);
-    let a: Vec<f32> = (0..m * k).map(|_| rng.unit() - 0.5).collect();
-    let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
-    let guard = f32::from_bits(0x7fc0_beef);
-    let mut c = vec![guard; m * n + 32];
-    // SAFETY: the views cover `a` (m × k) and `b` (k × n); `c` holds m × n.
-    unsafe {
-        sgemm(
-            m,
-            n,
-            k,
-            View::new(a.as_ptr(), k, 1),
-            View::new(b.as_ptr(), n, 1),
-            c.as_mut_ptr(),
-            threads,
-        )
-        .unwrap();
-    }
-    assert!(
-        c[m * n..].iter().all(|x| x.to_bits() == guard.to_bits()),
-        "m={m} n={n} k={k}: a write past C"
-    );
-    c.truncate(m * n);
-    (c, a, b)
-}
 
 /// Every path of an `m × n × k` product against the blocked one with a
 /// scratch tile for ragged columns, bit for bit, and that against f64.
@@ -59,7 +24,7 @@ fn gemm_paths_agree(m: usize, n: usize, k: usize, seed: u64) {
     set_stream_b(false);
     set_a_in_place(false);
     set_column_kernels(false);
-    let (base, a, b) = product(m, n, k, seed, 1);
+    let (base, a, b) = guarded_sgemm(m, n, k, seed, 1);
     for threads in [1, 0] {
         for (stream, in_place, cols) in [
             (false, false, true),
@@ -70,7 +35,7 @@ fn gemm_paths_agree(m: usize, n: usize, k: usize, seed: u64) {
             set_stream_b(stream);
             set_a_in_place(in_place);
             set_column_kernels(cols);
-            let (c, ..) = product(m, n, k, seed, threads);
+            let (c, ..) = guarded_sgemm(m, n, k, seed, threads);
             let same = c.iter().zip(&base).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "m={m} n={n} k={k} threads={threads} stream={stream} in_place={in_place} cols={cols}");
         }

@@ -8,39 +8,8 @@
 //! own binary: it toggles process-wide switches.
 mod util;
 
-use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b, sgemm, View};
-use util::Rng;
-
-/// Bits past C that no product may write.
-const GUARD: u32 = 0x7fc0_dead;
-
-/// `A·B` for random `m × k` and `k × n` operands (seeded), C followed by
-/// 64 guard floats, which are checked.
-fn product(m: usize, n: usize, k: usize, seed: u64, threads: usize) -> Vec<f32> {
-    let mut rng = Rng(seed);
-    let a: Vec<f32> = (0..m * k).map(|_| rng.unit() - 0.5).collect();
-    let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
-    let mut c = vec![f32::from_bits(GUARD); m * n + 64];
-    // SAFETY: the views cover `a` (m × k) and `b` (k × n); `c` holds m × n.
-    unsafe {
-        sgemm(
-            m,
-            n,
-            k,
-            View::new(a.as_ptr(), k, 1),
-            View::new(b.as_ptr(), n, 1),
-            c.as_mut_ptr(),
-            threads,
-        )
-        .unwrap();
-    }
-    assert!(
-        c[m * n..].iter().all(|x| x.to_bits() == GUARD),
-        "m={m} n={n} k={k}: a write past C"
-    );
-    c.truncate(m * n);
-    c
-}
+use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b};
+use util::guarded_sgemm;
 
 #[test]
 fn masked_column_kernels_match_the_tile_path_bitwise() {
@@ -65,9 +34,9 @@ fn masked_column_kernels_match_the_tile_path_bitwise() {
                     set_stream_b(stream);
                     set_a_in_place(in_place);
                     set_column_kernels(false);
-                    let tile = product(m, n, k, seed, threads);
+                    let (tile, ..) = guarded_sgemm(m, n, k, seed, threads);
                     set_column_kernels(true);
-                    let masked = product(m, n, k, seed, threads);
+                    let (masked, ..) = guarded_sgemm(m, n, k, seed, threads);
                     set_stream_b(true);
                     set_a_in_place(true);
                     let same = tile

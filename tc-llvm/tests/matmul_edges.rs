@@ -8,30 +8,13 @@ mod util;
 
 use tc_core::ir::Op;
 use tc_core::Dtype;
-use tc_llvm::matmul::{set_a_in_place, set_edge_kernels, set_stream_b, sgemm, View};
+use tc_llvm::matmul::{set_a_in_place, set_edge_kernels, set_stream_b};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
 
 fn product(m: usize, n: usize, k: usize, seed: u64, threads: usize) -> Vec<f32> {
-    let mut rng = Rng(seed);
-    let a: Vec<f32> = (0..m * k).map(|_| rng.unit() - 0.5).collect();
-    let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
-    let mut c = vec![f32::NAN; m * n];
-    // SAFETY: the views cover `a` (m × k) and `b` (k × n); `c` is m × n.
-    unsafe {
-        sgemm(
-            m,
-            n,
-            k,
-            View::new(a.as_ptr(), k, 1),
-            View::new(b.as_ptr(), n, 1),
-            c.as_mut_ptr(),
-            threads,
-        )
-        .unwrap();
-    }
-    c
+    guarded_sgemm(m, n, k, seed, threads).0
 }
 
 #[test]

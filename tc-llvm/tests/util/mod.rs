@@ -188,3 +188,42 @@ pub fn linear(copy: bool) -> Function {
     let y = b.op(Op::Matmul(x, wt));
     b.finish(y)
 }
+
+/// Bits of the guard floats [`guarded_sgemm`] puts past C.
+pub const GUARD: u32 = 0x7fc0_dead;
+
+/// `sgemm` of seeded `m × k` and `k × n` operands (values in ±0.5), with
+/// 64 guard floats past C that must come back untouched (a kernel writing
+/// past its tile would change them); returns C, A and B.
+pub fn guarded_sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    seed: u64,
+    threads: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    use tc_llvm::matmul::{sgemm, View};
+    let mut rng = Rng(seed);
+    let a: Vec<f32> = (0..m * k).map(|_| rng.unit() - 0.5).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
+    let mut c = vec![f32::from_bits(GUARD); m * n + 64];
+    // SAFETY: the views cover `a` (m × k) and `b` (k × n); `c` holds m × n.
+    unsafe {
+        sgemm(
+            m,
+            n,
+            k,
+            View::new(a.as_ptr(), k, 1),
+            View::new(b.as_ptr(), n, 1),
+            c.as_mut_ptr(),
+            threads,
+        )
+        .unwrap();
+    }
+    assert!(
+        c[m * n..].iter().all(|x| x.to_bits() == GUARD),
+        "m={m} n={n} k={k}: a write past C"
+    );
+    c.truncate(m * n);
+    (c, a, b)
+}
