@@ -11,7 +11,7 @@
 //! docs/architecture.md.)
 mod util;
 
-use tc_core::ir::{Function, Op, UnaryOp};
+use tc_core::ir::UnaryOp;
 use tc_core::Dtype;
 use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b};
 use tc_llvm::JitOptions;
@@ -56,14 +56,6 @@ fn gemm_paths_agree(m: usize, n: usize, k: usize, seed: u64) {
     }
 }
 
-fn unary(op: UnaryOp, dt: Dtype) -> Function {
-    let mut b = builder("u");
-    let x = b.param("x", tt(dt, &["A", "B"]));
-    b.returns(tt(dt, &["A", "B"]));
-    let r = b.op(Op::Unary(op, x));
-    b.finish(r)
-}
-
 #[test]
 fn an_avx2_host_runs_its_own_kernels_correctly() {
     std::env::set_var("TC_HOST_AVX2", "1");
@@ -89,7 +81,7 @@ fn an_avx2_host_runs_its_own_kernels_correctly() {
     let mut rng = Rng(23);
     for op in UnaryOp::ALL {
         for dt in Dtype::ALL.into_iter().filter(|&dt| op.admits(dt)) {
-            let f = unary(op, dt);
+            let f = unary_fn(op, dt);
             let args: Vec<Arg> = vec![random(&mut rng, dt, &[3, 37], true).into()];
             let want = interp(&f, &args).unwrap();
             let got = jit(&f, &args, EXACT);

@@ -11,14 +11,6 @@ use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
 
-fn unary_fn(op: UnaryOp, dt: Dtype) -> Function {
-    let mut b = builder("u");
-    let x = b.param("x", tt(dt, &["A", "B"]));
-    b.returns(tt(dt, &["A", "B"]));
-    let r = b.op(Op::Unary(op, x));
-    b.finish(r)
-}
-
 #[test]
 fn unary_every_dtype() {
     let mut rng = Rng(11);

@@ -260,14 +260,6 @@ fn assert_tolerance(what: &str, got: &Tensor, want: &Tensor) {
     }
 }
 
-fn unary_fn(op: UnaryOp, dt: Dtype) -> Function {
-    let mut b = builder("u");
-    let x = b.param("x", tt(dt, &["A", "B"]));
-    b.returns(tt(dt, &["A", "B"]));
-    let r = b.op(Op::Unary(op, x));
-    b.finish(r)
-}
-
 /// The F32 ops that fast mode replaces by polynomials.
 fn is_fast_transcendental(op: UnaryOp) -> bool {
     matches!(

@@ -227,3 +227,12 @@ pub fn guarded_sgemm(
     c.truncate(m * n);
     (c, a, b)
 }
+
+/// `op(x)` elementwise on `x: [A, B]` of dtype `dt`.
+pub fn unary_fn(op: tc_core::ir::UnaryOp, dt: Dtype) -> Function {
+    let mut b = builder("u");
+    let x = b.param("x", tt(dt, &["A", "B"]));
+    b.returns(tt(dt, &["A", "B"]));
+    let r = b.op(tc_core::ir::Op::Unary(op, x));
+    b.finish(r)
+}
