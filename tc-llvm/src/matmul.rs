@@ -893,14 +893,21 @@ impl PackedB {
             .checked_add(15)
             .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
         let mut data = tc_runtime::alloc::zeroed::<f32>(padded)?;
+        use tc_runtime::huge::{self, Advice};
         #[cfg(target_arch = "x86_64")]
-        let later = match crate::gemv::huge_packings() {
-            Some(force) => !matches!(
-                tc_runtime::huge::advise(&mut data, force),
-                tc_runtime::huge::Advice::Huge | tc_runtime::huge::Advice::None
-            ),
-            None => false,
+        let advice = match crate::gemv::huge_packings() {
+            Some(force) => huge::advise(&mut data, force),
+            None => Advice::None,
         };
+        #[cfg(not(target_arch = "x86_64"))]
+        let advice = Advice::None;
+        let later = !matches!(advice, Advice::Huge | Advice::None);
+        // Where the packing is not on huge pages now, its small pages are
+        // faulted in one call rather than one fault per 4 KiB as the
+        // panels land (`huge::populate`).
+        if advice != Advice::Huge {
+            huge::populate(&mut data);
+        }
         let start = line_off(&data);
         let slab = &mut data[start..start + total];
         for pc in (0..k).step_by(kc) {
@@ -914,9 +921,8 @@ impl PackedB {
         }
         // Kept for the process: where huge pages were dear to fault, the
         // kernel may still collapse the packing onto them in the background.
-        #[cfg(target_arch = "x86_64")]
         if later {
-            tc_runtime::huge::advise_filled(&data);
+            huge::advise_filled(&data);
         }
         Ok(PackedB {
             k,

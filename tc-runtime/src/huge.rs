@@ -153,6 +153,39 @@ pub fn advise_filled<T>(v: &Vec<T>) -> Advice {
     }
 }
 
+/// The small pages of a buffer fresh from [`crate::alloc::zeroed`] are
+/// faulted in writable by one `madvise(MADV_POPULATE_WRITE)` (Linux 5.14)
+/// instead of one fault per 4 KiB as the buffer is first written: on the
+/// AMD EPYC (Zen 4) VM of issue #15, where huge pages are dear, 28 MiB
+/// (GPT-2-small block's weight packings) took 18.4–19.3 ms to write on
+/// demand faults and 12.4–15.5 ms populated first. True when the kernel
+/// populated the pages; false when it cannot (older kernels, not Linux,
+/// Miri), which changes nothing. Pages already present stay as they are,
+/// and the contents never change.
+pub fn populate<T: ZeroBits>(v: &mut Vec<T>) -> bool {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        const SMALL: usize = 4096;
+        let start = v.as_ptr() as usize;
+        // Inside the allocation (see `whole_pages`): cannot wrap.
+        let end = start + v.len() * std::mem::size_of::<T>();
+        let (lo, hi) = (start.div_ceil(SMALL) * SMALL, end / SMALL * SMALL);
+        if hi <= lo {
+            return false;
+        }
+        // SAFETY: `[lo, hi)` is rounded inward from `v`'s elements, which
+        // the exclusive borrow keeps allocated and unaliased for the call;
+        // MADV_POPULATE_WRITE only faults pages in, as a write of what they
+        // hold would, never changing their contents.
+        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_POPULATE_WRITE) == 0 }
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        let _ = v;
+        false
+    }
+}
+
 /// The whole 2 MiB pages `[lo, hi)` inside `v`'s allocation (`hi ≤ lo`:
 /// none).
 #[cfg(all(target_os = "linux", not(miri)))]
@@ -261,6 +294,55 @@ mod tests {
         assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64 * 0x9e37));
         let mut small = crate::alloc::zeroed::<f32>(1000).unwrap();
         assert_eq!(advise_linux(&mut small, false, &cheap), Advice::None);
+    }
+
+    /// The resident KiB of the mapping that holds `addr`, from
+    /// /proc/self/smaps.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    fn rss_kib(addr: usize) -> Option<usize> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = (a..b).contains(&addr);
+                    continue;
+                }
+            }
+            if let Some(kib) = line.strip_prefix("Rss:").filter(|_| inside) {
+                return kib.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+        None
+    }
+
+    #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn populate_makes_a_fresh_buffer_resident_and_changes_nothing() {
+        // 24 MiB: its own mapping, untouched after the allocation.
+        let mut v = crate::alloc::zeroed::<u64>(3 << 20).unwrap();
+        let addr = v.as_ptr() as usize + (12 << 20);
+        let before = rss_kib(addr).unwrap_or(0);
+        if !populate(&mut v) {
+            return; // a kernel without MADV_POPULATE_WRITE
+        }
+        let after = rss_kib(addr).expect("the buffer's mapping");
+        assert!(
+            after >= before + 20 * 1024,
+            "resident {before} KiB -> {after} KiB"
+        );
+        assert!(v.iter().all(|&w| w == 0));
+        // Over data: unchanged.
+        v.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = i as u64 ^ 0x5a5a);
+        assert!(populate(&mut v));
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ 0x5a5a));
+        let mut tiny = crate::alloc::zeroed::<u8>(100).unwrap();
+        let _ = populate(&mut tiny);
+        assert!(tiny.iter().all(|&b| b == 0));
     }
 
     /// The `VmFlags` of the mapping that holds `addr`, from /proc/self/smaps.
