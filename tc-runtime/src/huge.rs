@@ -296,26 +296,11 @@ mod tests {
         assert_eq!(advise_linux(&mut small, false, &cheap), Advice::None);
     }
 
-    /// The resident KiB of the mapping that holds `addr`, from
-    /// /proc/self/smaps.
+    /// The resident KiB of the mapping that holds `addr`.
     #[cfg(all(target_os = "linux", not(miri)))]
     fn rss_kib(addr: usize) -> Option<usize> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line.split_whitespace().next().unwrap_or("");
-            if let Some((a, b)) = range.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    inside = (a..b).contains(&addr);
-                    continue;
-                }
-            }
-            if let Some(kib) = line.strip_prefix("Rss:").filter(|_| inside) {
-                return kib.trim().trim_end_matches("kB").trim().parse().ok();
-            }
-        }
-        None
+        let kib = smaps_field(addr, "Rss:")?;
+        kib.trim().trim_end_matches("kB").trim().parse().ok()
     }
 
     #[cfg(all(target_os = "linux", not(miri)))]
@@ -345,9 +330,16 @@ mod tests {
         assert!(tiny.iter().all(|&b| b == 0));
     }
 
-    /// The `VmFlags` of the mapping that holds `addr`, from /proc/self/smaps.
+    /// The `VmFlags` of the mapping that holds `addr`.
     #[cfg(all(target_os = "linux", not(miri)))]
     fn vm_flags(addr: usize) -> Option<String> {
+        smaps_field(addr, "VmFlags:")
+    }
+
+    /// The rest of the line starting with `key` in the /proc/self/smaps
+    /// entry of the mapping that holds `addr`.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    fn smaps_field(addr: usize, key: &str) -> Option<String> {
         let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
         let mut inside = false;
         for line in smaps.lines() {
@@ -359,10 +351,8 @@ mod tests {
                     continue;
                 }
             }
-            if inside {
-                if let Some(f) = line.strip_prefix("VmFlags:") {
-                    return Some(f.to_string());
-                }
+            if let Some(rest) = line.strip_prefix(key).filter(|_| inside) {
+                return Some(rest.to_string());
             }
         }
         None
