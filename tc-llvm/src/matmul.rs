@@ -874,12 +874,13 @@ pub struct PackedB {
 }
 
 impl PackedB {
-    /// Pack the `k × n` view `b` (`k, n ≥ 1`).
+    /// Pack the `k × n` view `b` (`k, n ≥ 1`); with `par`, its pages are
+    /// faulted and its panels packed on the pool (the same bits).
     ///
     /// # Safety
     /// `b` must be valid for reads of every `(i, j)`, `i < k`, `j < n`.
     // SAFETY: (contract) met by `matmul_strided`, its caller, under its own.
-    pub unsafe fn pack(b: &View, k: usize, n: usize) -> Result<PackedB, Error> {
+    pub unsafe fn pack(b: &View, k: usize, n: usize, par: bool) -> Result<PackedB, Error> {
         let (nr, kc) = (geometry().1, params().1);
         let npanels = n.div_ceil(nr);
         let total = npanels
@@ -905,18 +906,27 @@ impl PackedB {
         // Where the packing is not on huge pages now, its small pages are
         // faulted in one call rather than one fault per 4 KiB as the
         // panels land (`huge::populate`).
-        if advice != Advice::Huge {
+        if advice != Advice::Huge && par {
+            let (lo, hi) = data.split_at_mut(padded / 2);
+            rayon::join(|| huge::populate(lo), || huge::populate(hi));
+        } else if advice != Advice::Huge {
             huge::populate(&mut data);
         }
         let start = line_off(&data);
         let slab = &mut data[start..start + total];
         for pc in (0..k).step_by(kc) {
             let kcb = kc.min(k - pc);
-            for q in 0..npanels {
-                let off = pc * npanels * nr + q * kcb * nr;
-                // SAFETY: rows `pc..pc + kcb ⊆ 0..k`, columns `q·nr.. < n`
-                // (the contract); the slice holds the panel's `kcb·nr`.
-                unsafe { pack_b_panel(b, pc, kcb, q * nr, nr, n, &mut slab[off..off + kcb * nr]) };
+            // K-block `pc`: its `npanels` panels of `kcb·nr`, from float
+            // `pc·npanels·nr`.
+            let block = &mut slab[pc * npanels * nr..(pc + kcb) * npanels * nr];
+            // SAFETY: rows `pc..pc + kcb ⊆ 0..k`, columns `q·nr.. < n`
+            // (the contract); each chunk is one panel's `kcb·nr`.
+            let pack =
+                |(q, d): (usize, &mut [f32])| unsafe { pack_b_panel(b, pc, kcb, q * nr, nr, n, d) };
+            if par {
+                block.par_chunks_mut(kcb * nr).enumerate().for_each(pack);
+            } else {
+                block.chunks_mut(kcb * nr).enumerate().for_each(pack);
             }
         }
         // Kept for the process: where huge pages were dear to fault, the
@@ -1744,7 +1754,8 @@ unsafe fn one_matrix(
 ) -> Result<(), Error> {
     if let Some(cache) = b_cache.filter(|_| k > 0) {
         // SAFETY: the contract (B is `k × n` at `vb`).
-        if let Some(packed) = unsafe { packed_b(cache, &vb, k, n)? } {
+        let par = threads != 1 && rayon::current_num_threads() > 1;
+        if let Some(packed) = unsafe { packed_b(cache, &vb, (k, n), par)? } {
             // SAFETY: the contract.
             return unsafe { sgemm_packed(m, va, (vb, &packed), c, threads) };
         }
@@ -1817,8 +1828,8 @@ unsafe fn swept(
 unsafe fn packed_b(
     cache: &dyn PackCache,
     b: &View,
-    k: usize,
-    n: usize,
+    (k, n): (usize, usize),
+    par: bool,
 ) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
     let key = ViewKey::of(b, k, n);
     match cache.get(&key) {
@@ -1826,7 +1837,7 @@ unsafe fn packed_b(
         Lookup::Skip => Ok(None),
         Lookup::Pack => {
             // SAFETY: the contract.
-            let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n)? });
+            let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n, par)? });
             cache.put(key, p.clone());
             Ok(Some(p))
         }
@@ -2162,7 +2173,7 @@ mod align_tests {
         for (k, n) in [(1, 1), (3, 5), (128, 128), (384, 1536), (1536, 384)] {
             let b: Vec<f32> = (0..k * n).map(|i| i as f32).collect();
             // SAFETY: `b` holds the `k × n` row-major view.
-            let p = unsafe { PackedB::pack(&View::new(b.as_ptr(), n, 1), k, n) }.unwrap();
+            let p = unsafe { PackedB::pack(&View::new(b.as_ptr(), n, 1), k, n, false) }.unwrap();
             assert_eq!(p.slab().as_ptr() as usize % 64, 0, "{k} × {n}");
             // Panel 0 of K-block 0, row 0: B's first `min(n, nr)` floats.
             let first = &p.panel(0, 0)[..n.min(p.nr)];
@@ -2176,6 +2187,39 @@ mod align_tests {
                 let off = aligned_off(&mut buf, need);
                 assert!(off < 16 && off + need <= buf.len());
                 assert_eq!(buf[off..].as_ptr() as usize % 64, 0);
+            }
+        }
+    }
+
+    /// A packing holds every element of B where [`PackedB::panel`] says
+    /// (zeros past `n`), made on one thread or on the pool: every K-block,
+    /// the ragged last panel, a row-major B and one read through a
+    /// transposed view.
+    #[test]
+    fn every_packing_holds_b_where_its_panels_say() {
+        for (k, n) in [(1, 1), (7, 33), (600, 100), (1100, 1041)] {
+            let b: Vec<f32> = (0..k * n).map(|i| (i % 9973) as f32 - 17.5).collect();
+            for (rs, cs) in [(n, 1), (1, k)] {
+                for par in [false, true] {
+                    // SAFETY: `b` holds `k·n` floats, read as the row-major
+                    // `k × n` view or as its transpose (`(i, j)` at `j·k + i`).
+                    let p = unsafe { PackedB::pack(&View::new(b.as_ptr(), rs, cs), k, n, par) }
+                        .unwrap();
+                    for pc in (0..k).step_by(p.kc) {
+                        for q in 0..n.div_ceil(p.nr) {
+                            let panel = p.panel(pc, q);
+                            for (idx, &x) in panel.iter().enumerate() {
+                                let (i, j) = (pc + idx / p.nr, q * p.nr + idx % p.nr);
+                                let want = if j < n { b[i * rs + j * cs] } else { 0.0 };
+                                assert_eq!(
+                                    x.to_bits(),
+                                    want.to_bits(),
+                                    "{k}×{n} par={par} ({i}, {j})"
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }

@@ -162,7 +162,7 @@ pub fn advise_filled<T>(v: &Vec<T>) -> Advice {
 /// populated the pages; false when it cannot (older kernels, not Linux,
 /// Miri), which changes nothing. Pages already present stay as they are,
 /// and the contents never change.
-pub fn populate<T: ZeroBits>(v: &mut Vec<T>) -> bool {
+pub fn populate<T: ZeroBits>(v: &mut [T]) -> bool {
     #[cfg(all(target_os = "linux", not(miri)))]
     {
         const SMALL: usize = 4096;
