@@ -906,11 +906,13 @@ impl PackedB {
         // Where the packing is not on huge pages now, its small pages are
         // faulted in one call rather than one fault per 4 KiB as the
         // panels land (`huge::populate`).
-        if advice != Advice::Huge && par {
-            let (lo, hi) = data.split_at_mut(padded / 2);
-            rayon::join(|| huge::populate(lo), || huge::populate(hi));
-        } else if advice != Advice::Huge {
-            huge::populate(&mut data);
+        if advice != Advice::Huge {
+            if par {
+                let (lo, hi) = data.split_at_mut(padded / 2);
+                rayon::join(|| huge::populate(lo), || huge::populate(hi));
+            } else {
+                huge::populate(&mut data);
+            }
         }
         let start = line_off(&data);
         let slab = &mut data[start..start + total];
@@ -1754,8 +1756,7 @@ unsafe fn one_matrix(
 ) -> Result<(), Error> {
     if let Some(cache) = b_cache.filter(|_| k > 0) {
         // SAFETY: the contract (B is `k × n` at `vb`).
-        let par = threads != 1 && rayon::current_num_threads() > 1;
-        if let Some(packed) = unsafe { packed_b(cache, &vb, (k, n), par)? } {
+        if let Some(packed) = unsafe { packed_b(cache, &vb, (k, n), threads)? } {
             // SAFETY: the contract.
             return unsafe { sgemm_packed(m, va, (vb, &packed), c, threads) };
         }
@@ -1829,13 +1830,15 @@ unsafe fn packed_b(
     cache: &dyn PackCache,
     b: &View,
     (k, n): (usize, usize),
-    par: bool,
+    threads: usize,
 ) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
     let key = ViewKey::of(b, k, n);
     match cache.get(&key) {
         Lookup::Hit(p) => Ok(Some(p)),
         Lookup::Skip => Ok(None),
         Lookup::Pack => {
+            // Packed on the pool where the call may split.
+            let par = threads != 1 && rayon::current_num_threads() > 1;
             // SAFETY: the contract.
             let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n, par)? });
             cache.put(key, p.clone());

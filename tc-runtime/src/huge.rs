@@ -153,9 +153,10 @@ pub fn advise_filled<T>(v: &Vec<T>) -> Advice {
     }
 }
 
-/// The small pages of a buffer fresh from [`crate::alloc::zeroed`] are
-/// faulted in writable by one `madvise(MADV_POPULATE_WRITE)` (Linux 5.14)
-/// instead of one fault per 4 KiB as the buffer is first written: on the
+/// The small pages of `v`, a buffer fresh from [`crate::alloc::zeroed`]
+/// (or part of one), are faulted in writable by one
+/// `madvise(MADV_POPULATE_WRITE)` (Linux 5.14) instead of one fault per
+/// 4 KiB as the buffer is first written: on the
 /// AMD EPYC (Zen 4) VM of issue #15, where huge pages are dear, 28 MiB
 /// (GPT-2-small block's weight packings) took 18.4–19.3 ms to write on
 /// demand faults and 12.4–15.5 ms populated first. True when the kernel
@@ -167,8 +168,8 @@ pub fn populate<T: ZeroBits>(v: &mut [T]) -> bool {
     {
         const SMALL: usize = 4096;
         let start = v.as_ptr() as usize;
-        // Inside the allocation (see `whole_pages`): cannot wrap.
-        let end = start + v.len() * std::mem::size_of::<T>();
+        // The end of `v`'s elements, inside one allocation: cannot wrap.
+        let end = start + std::mem::size_of_val(v);
         let (lo, hi) = (start.div_ceil(SMALL) * SMALL, end / SMALL * SMALL);
         if hi <= lo {
             return false;
