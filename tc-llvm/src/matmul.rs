@@ -1421,8 +1421,9 @@ unsafe fn pack_b_rows16(
 ) {
     use std::arch::x86_64::*;
     let dst = &mut dst[..kc * nr];
+    let ahead = rs >= PACK_AHEAD_MIN_STRIDE && cols > 0;
     for kk in 0..kc {
-        if rs >= PACK_AHEAD_MIN_STRIDE && cols > 0 && kk + PACK_AHEAD < kc {
+        if ahead && kk + PACK_AHEAD < kc {
             // Row `kk + PACK_AHEAD < kc`, its first `cols` floats (a second
             // line only past 16 of them).
             // SAFETY: inside the rows the contract makes readable; a
