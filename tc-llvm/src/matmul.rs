@@ -781,64 +781,83 @@ impl StreamJob<'_, '_> {
     // SAFETY: (contract) met by `streamed`, its only caller, for each of
     // its disjoint panel ranges.
     unsafe fn panels(&self, q0: usize, q1: usize) {
-        let ks = &self.f.ks;
-        let ((m, n, k), (g0, g1)) = (self.dims, self.ks);
-        let (nr, mr, kc_) = (ks.full.nr, ks.full.mr, params().1);
-        let mpanels = m.div_ceil(mr);
+        let (n, k) = (self.dims.1, self.dims.2);
+        let (g0, g1) = self.ks;
+        let (nr, kc_) = (self.f.ks.full.nr, params().1);
         let mut bq = BPANEL.with(|s| std::mem::take(&mut *s.borrow_mut()));
         let bo = if matches!(self.b, BSrc::View(_)) {
-            aligned_off(&mut bq, kc_.min(k) * nr)
+            aligned_off(&mut bq, PACK_PANELS * kc_.min(k) * nr)
         } else {
             0
         };
-        for q in q0..q1 {
-            let col0 = q * nr;
-            let ncols = nr.min(n - col0);
+        // [`PACK_PANELS`] panels at a time: packed together per K-block
+        // (one visit of each of B's rows), then each computed in K order.
+        for q in (q0..q1).step_by(PACK_PANELS) {
+            let qs = q..(q + PACK_PANELS).min(q1);
             for pc in (g0..g1).step_by(kc_) {
                 let kc = kc_.min(k - pc);
-                let bpanel = match self.b {
-                    BSrc::View(v) => {
-                        // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns
-                        // `col0.. < n` of B, valid by the contract; the
-                        // panel buffer has `kc·nr` floats.
-                        unsafe { pack_b_panel(v, pc, kc, col0, nr, n, &mut bq[bo..bo + kc * nr]) };
-                        bq[bo..].as_ptr()
-                    }
-                    BSrc::Packed(p) => p.panel(pc, q).as_ptr(),
-                };
-                let base = (pc - g0) * mpanels * mr;
-                for p in 0..mpanels {
-                    let row0 = p * mr;
-                    // A panel `p` of this K-block is the `kc·mr` floats at
-                    // `base + p·kc·mr` of `ap` (packed by `streamed`), or
-                    // A's rows `row0..` from column `pc` (`cs = 1`; the
-                    // kernels read `nrows` rows: `tile_into_c`); the B
-                    // panel `kc·nr` floats; `row0 < m`, `col0 < n`.
-                    // SAFETY: so `tile_into_c`'s contract holds; this task
-                    // alone writes C's columns of its panels `q0..q1`.
-                    unsafe {
-                        let (a, lda) = if self.f.a_rows {
-                            (self.a.ptr.add(row0 * self.a.rs + pc), self.a.rs)
-                        } else {
-                            (self.ap.0.add(base + p * kc * mr).cast_const(), 0)
-                        };
-                        let t = Tile {
-                            kc,
-                            row0,
-                            col0,
-                            nrows: mr.min(m - row0),
-                            ncols,
-                            accum: pc > 0,
-                            a,
-                            lda,
-                            b: bpanel,
-                        };
-                        tile_into_c(ks, &t, (m, n), self.c.0);
-                    }
+                if let BSrc::View(v) = self.b {
+                    // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns `q·nr..
+                    // < n` of B, valid by the contract; the buffer has
+                    // `PACK_PANELS·kc·nr` floats from `bo`.
+                    unsafe { pack_b_panels(v, (pc, kc), (q * nr, qs.len()), nr, n, &mut bq[bo..]) };
+                }
+                for j in qs.clone() {
+                    let bpanel = match self.b {
+                        BSrc::View(_) => bq[bo + (j - q) * kc * nr..].as_ptr(),
+                        BSrc::Packed(p) => p.panel(pc, j).as_ptr(),
+                    };
+                    // SAFETY: `bpanel` is panel `j`'s `kc·nr` floats of this
+                    // K-block; the rest as `panels`' own contract.
+                    unsafe { self.column(j, (pc, kc), bpanel) };
                 }
             }
         }
         BPANEL.with(|s| *s.borrow_mut() = bq);
+    }
+
+    /// C's column panel `q`, the K-block of `kc` rows at `pc`, against the
+    /// packed B panel at `bpanel`: every row panel's tile.
+    ///
+    /// # Safety
+    /// As [`StreamJob::panels`], with `q` in its range; `bpanel` holds the
+    /// panel's `kc·nr` floats.
+    // SAFETY: (contract) met by `StreamJob::panels`, its only caller.
+    unsafe fn column(&self, q: usize, (pc, kc): (usize, usize), bpanel: *const f32) {
+        let ks = &self.f.ks;
+        let (m, n, _) = self.dims;
+        let (nr, mr) = (ks.full.nr, ks.full.mr);
+        let (col0, mpanels) = (q * nr, m.div_ceil(mr));
+        let base = (pc - self.ks.0) * mpanels * mr;
+        for p in 0..mpanels {
+            let row0 = p * mr;
+            // A panel `p` of this K-block is the `kc·mr` floats at
+            // `base + p·kc·mr` of `ap` (packed by `streamed`), or
+            // A's rows `row0..` from column `pc` (`cs = 1`; the
+            // kernels read `nrows` rows: `tile_into_c`); the B
+            // panel `kc·nr` floats; `row0 < m`, `col0 < n`.
+            // SAFETY: so `tile_into_c`'s contract holds; this task
+            // alone writes C's columns of its panels `q0..q1`.
+            unsafe {
+                let (a, lda) = if self.f.a_rows {
+                    (self.a.ptr.add(row0 * self.a.rs + pc), self.a.rs)
+                } else {
+                    (self.ap.0.add(base + p * kc * mr).cast_const(), 0)
+                };
+                let t = Tile {
+                    kc,
+                    row0,
+                    col0,
+                    nrows: mr.min(m - row0),
+                    ncols: nr.min(n - col0),
+                    accum: pc > 0,
+                    a,
+                    lda,
+                    b: bpanel,
+                };
+                tile_into_c(ks, &t, (m, n), self.c.0);
+            }
+        }
     }
 }
 
@@ -1394,54 +1413,62 @@ unsafe fn pack_a16(
 /// better.
 const PACK_AHEAD: usize = 8;
 
+/// Column panels a product packs per call together ([`pack_b_panels`]):
+/// one visit of each of B's rows reads `PACK_PANELS · NR` floats of it
+/// instead of `NR`.
+const PACK_PANELS: usize = 4;
+
 /// The row stride, in floats (4 KiB), from which [`PACK_AHEAD`] applies.
 const PACK_AHEAD_MIN_STRIDE: usize = 1024;
 
-/// `dst[kk·nr + c] = src[kk·rs + c]` for `c < cols` and 0 for `cols ≤ c <
-/// nr`, `kk < kc`: B's rows into a panel, 16 floats at a time, each chunk
+/// `panels` adjacent panels of B's rows, each `kc` rows of `nr`: panel
+/// `p`'s `dst[p·kc·nr + kk·nr + c] = src[kk·rs + p·nr + c]` where `p·nr +
+/// c < cols`, 0 past `cols`, `kk < kc`. 16 floats at a time, each chunk
 /// loaded under a mask of its valid columns (zeros past them) and stored
 /// whole. A copy and a memset per row were a third of a batch of 16 × 32
 /// × 16 products (`memmove` 15%, `memset` 10%: calls for 64 bytes).
+/// Several panels per visit of a row: see [`PACK_PANELS`].
 ///
 /// # Safety
-/// AVX-512F must be available; `nr` a multiple of 16, `cols ≤ nr`; the
-/// `kc` rows of `cols` floats at `src` (stride `rs`) readable; `dst` holds
-/// `kc·nr` floats.
+/// AVX-512F must be available; `nr` a multiple of 16, `cols ≤ panels·nr`;
+/// the `kc` rows of `cols` floats at `src` (stride `rs`) readable; `dst`
+/// holds `panels·kc·nr` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-// SAFETY: (contract) in the crate met by `pack_b_panel` (`avx512()`
-// checked, the rows inside the view, `dst` its `kc·nr` floats).
+// SAFETY: (contract) in the crate met by `pack_b_panels` (`avx512()`
+// checked, the rows inside the view, `dst` its `panels·kc·nr` floats).
 unsafe fn pack_b_rows16(
     src: *const f32,
     rs: usize,
-    kc: usize,
+    (kc, panels): (usize, usize),
     cols: usize,
     nr: usize,
     dst: &mut [f32],
 ) {
     use std::arch::x86_64::*;
-    let dst = &mut dst[..kc * nr];
-    let ahead = rs >= PACK_AHEAD_MIN_STRIDE && cols > 0;
+    let dst = &mut dst[..panels * kc * nr];
+    let ahead = (rs >= PACK_AHEAD_MIN_STRIDE || panels >= PACK_PANELS) && cols > 0;
     for kk in 0..kc {
         if ahead && kk + PACK_AHEAD < kc {
-            // Row `kk + PACK_AHEAD < kc`, its first `cols` floats (a second
-            // line only past 16 of them).
+            // Row `kk + PACK_AHEAD < kc`, the lines of its first `cols`
+            // floats (one per 16).
             // SAFETY: inside the rows the contract makes readable; a
             // prefetch reads nothing architecturally.
             unsafe {
                 let p = src.add((kk + PACK_AHEAD) * rs);
-                _mm_prefetch::<_MM_HINT_T0>(p.cast());
-                if cols > 16 {
-                    _mm_prefetch::<_MM_HINT_T0>(p.add(16).cast());
+                for c0 in (0..cols).step_by(16) {
+                    _mm_prefetch::<_MM_HINT_T0>(p.add(c0).cast());
                 }
             }
         }
-        for c0 in (0..nr).step_by(16) {
+        for c0 in (0..panels * nr).step_by(16) {
             let valid = cols.saturating_sub(c0).min(16);
             let mask = ((1u32 << valid) - 1) as __mmask16;
+            let at = (c0 / nr) * kc * nr + kk * nr + c0 % nr;
             // Loaded only when `valid > 0` (then `c0 < cols`): the masked
             // lanes, columns `c0 + l < cols` of row `kk < kc`; the store at
-            // `kk·nr + c0 + 16 ≤ kc·nr = dst.len()` (`nr` a multiple of 16).
+            // `at + 16 ≤ (c0 / nr)·kc·nr + kc·nr ≤ panels·kc·nr = dst.len()`
+            // (`nr` a multiple of 16, `c0 % nr ≤ nr − 16`).
             // SAFETY: so reads are inside the rows (the contract), masked-off
             // lanes unread, and the store inside `dst`.
             unsafe {
@@ -1450,9 +1477,40 @@ unsafe fn pack_b_rows16(
                 } else {
                     _mm512_setzero_ps()
                 };
-                _mm512_storeu_ps(dst.as_mut_ptr().add(kk * nr + c0), x);
+                _mm512_storeu_ps(dst.as_mut_ptr().add(at), x);
             }
         }
+    }
+}
+
+/// Pack the `panels` adjacent panels of columns `col0..` (rows `pc..pc +
+/// kc`) of B into `dst`, panel `p` at `p·kc·nr` in [`pack_b_panel`]'s
+/// layout: for a row-major B, by one visit of each row ([`PACK_PANELS`]).
+///
+/// # Safety
+/// As [`pack_b_panel`] for each panel; `dst` holds `panels·kc·nr` floats.
+// SAFETY: (contract) met by `StreamJob::panels`, its caller.
+unsafe fn pack_b_panels(
+    b: &View,
+    (pc, kc): (usize, usize),
+    (col0, panels): (usize, usize),
+    nr: usize,
+    n: usize,
+    dst: &mut [f32],
+) {
+    let dst = &mut dst[..panels * kc * nr];
+    #[cfg(target_arch = "x86_64")]
+    if b.cs == 1 && nr.is_multiple_of(16) && avx512() {
+        let cols = (panels * nr).min(n.saturating_sub(col0));
+        // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`cols ≤
+        // n − col0`) inside the view (the contract), `panels` panels of
+        // `kc·nr` in `dst`; AVX-512F detected by `avx512()`.
+        unsafe { pack_b_rows16(b.ptr.add(pc * b.rs + col0), b.rs, (kc, panels), cols, nr, dst) };
+        return;
+    }
+    for (p, d) in dst.chunks_mut(kc * nr).enumerate() {
+        // SAFETY: panel `p`'s columns `col0 + p·nr..` (the contract).
+        unsafe { pack_b_panel(b, pc, kc, col0 + p * nr, nr, n, d) };
     }
 }
 
@@ -1482,7 +1540,7 @@ unsafe fn pack_b_panel(
         // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`cols ≤
         // n − col0`) inside the view (the contract), `kc` rows of `nr` in
         // `dst`; AVX-512F detected by `avx512()`.
-        unsafe { pack_b_rows16(b.ptr.add(pc * b.rs + col0), b.rs, kc, cols, nr, dst) };
+        unsafe { pack_b_rows16(b.ptr.add(pc * b.rs + col0), b.rs, (kc, 1), cols, nr, dst) };
         return;
     }
     if cols < nr {

@@ -75,6 +75,10 @@ fn streamed_and_blocked_paths_agree_bitwise() {
         (30, 40, 300, 1024),
         (1, 1000, 520, 520),
         (3, 70, 5000, 5000),
+        // Several groups of panels packed together, the last one short
+        // and ragged (`PACK_PANELS` = 4 panels of 32: 6 panels + 7).
+        (5, 199, 600, 600),
+        (32, 272, 770, 770),
     ] {
         let a: Vec<f32> = (0..m * lda)
             .map(|i| if i % lda < k { next() } else { f32::NAN })
@@ -293,6 +297,7 @@ fn reads_stay_inside_the_operands() {
         (131, 20, 600, 600),
         (150, 40, 300, 300),
         (300, 33, 70, 71),
+        (3, 161, 40, 40),
     ] {
         let a: Vec<f32> = (0..(m - 1) * lda + k).map(|_| rng.unit() - 0.5).collect();
         let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
