@@ -940,14 +940,19 @@ impl PackedB {
             // K-block `pc`: its `npanels` panels of `kcb·nr`, from float
             // `pc·npanels·nr`.
             let block = &mut slab[pc * npanels * nr..(pc + kcb) * npanels * nr];
-            // SAFETY: rows `pc..pc + kcb ⊆ 0..k`, columns `q·nr.. < n`
-            // (the contract); each chunk is one panel's `kcb·nr`.
-            let pack =
-                |(q, d): (usize, &mut [f32])| unsafe { pack_b_panel(b, pc, kcb, q * nr, nr, n, d) };
+            // Chunk `g`: panels `g·PACK_PANELS..`, each `kcb·nr` (the last
+            // chunk may hold fewer), packed by one visit of each row.
+            // SAFETY: rows `pc..pc + kcb ⊆ 0..k`, columns `g·PACK_PANELS·nr..
+            // < n` (the contract); the chunk holds its panels' floats.
+            let pack = |(g, d): (usize, &mut [f32])| unsafe {
+                let panels = d.len() / (kcb * nr);
+                pack_b_panels(b, (pc, kcb), (g * PACK_PANELS * nr, panels), nr, n, d)
+            };
+            let chunk = PACK_PANELS * kcb * nr;
             if par {
-                block.par_chunks_mut(kcb * nr).enumerate().for_each(pack);
+                block.par_chunks_mut(chunk).enumerate().for_each(pack);
             } else {
-                block.chunks_mut(kcb * nr).enumerate().for_each(pack);
+                block.chunks_mut(chunk).enumerate().for_each(pack);
             }
         }
         // Kept for the process: where huge pages were dear to fault, the
@@ -1489,7 +1494,8 @@ unsafe fn pack_b_rows16(
 ///
 /// # Safety
 /// As [`pack_b_panel`] for each panel; `dst` holds `panels·kc·nr` floats.
-// SAFETY: (contract) met by `StreamJob::panels`, its caller.
+// SAFETY: (contract) met by `StreamJob::panels` and `PackedB::pack`, its
+// callers.
 unsafe fn pack_b_panels(
     b: &View,
     (pc, kc): (usize, usize),
