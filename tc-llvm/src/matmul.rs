@@ -1511,7 +1511,16 @@ unsafe fn pack_b_panels(
         // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`cols ≤
         // n − col0`) inside the view (the contract), `panels` panels of
         // `kc·nr` in `dst`; AVX-512F detected by `avx512()`.
-        unsafe { pack_b_rows16(b.ptr.add(pc * b.rs + col0), b.rs, (kc, panels), cols, nr, dst) };
+        unsafe {
+            pack_b_rows16(
+                b.ptr.add(pc * b.rs + col0),
+                b.rs,
+                (kc, panels),
+                cols,
+                nr,
+                dst,
+            )
+        };
         return;
     }
     for (p, d) in dst.chunks_mut(kc * nr).enumerate() {

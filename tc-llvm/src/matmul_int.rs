@@ -51,7 +51,9 @@
 //! `(kc, packed A, packed B, C, ldc, accumulate)`; the loop nest around it is
 //! the one blocked driver of the f32 GEMM (`gemm_common::blocked`: `jc` →
 //! `pc` pack B → `ic` pack A, split across the rayon pool → micro-tiles),
-//! here with `IntGemm`'s packing and blocks, and with edge tiles computed
+//! here with `IntGemm`'s packing and blocks. A last row or column panel
+//! that is not a whole tile is computed by a kernel of its own (edge rows,
+//! masked columns) where that measured faster (`straight_into_c`), else
 //! into a local tile and copied. I32 and I64 results are written straight
 //! into the output; the narrow dtypes accumulate into an i32 scratch matrix
 //! that is narrowed (and, for I4, packed into nibbles) at the end.
@@ -64,7 +66,9 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 use tc_core::Dtype;
 
-use crate::gemm_common::{blocked, compile_micro, Cols, Family, GemmElem, Kernels, Micro, SendPtr};
+use crate::gemm_common::{
+    blocked, column_kernels, compile_micro, Cols, Family, GemmElem, Kernels, Micro, SendPtr,
+};
 use crate::Error;
 
 /// Contraction block, in packed k-slots (a slot is one step of k, or two
@@ -103,6 +107,19 @@ pub fn pair_available() -> bool {
 /// the tile is `mr × 2·vw`. For [`IntKernel::Pair16`], `vw` must be 16
 /// (AVX-512BW) or 8 (AVX2).
 pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
+    ukernel_int_ir_rows(kind, vw, (mr, mr), Cols::Whole)
+}
+
+/// The IR text of `kind`'s kernel computing the first `rows` of a tile
+/// whose A panel is packed `mr` rows wide (an edge kernel when `rows <
+/// mr`), writing `cols` of C (the masked forms for a ragged last column
+/// panel, as the f32 kernels' [`Cols`]).
+fn ukernel_int_ir_rows(
+    kind: IntKernel,
+    vw: usize,
+    (rows, mr): (usize, usize),
+    cols: Cols,
+) -> String {
     let e = if kind == IntKernel::I64 { "i64" } else { "i32" };
     let v = format!("<{vw} x {e}>");
     let w = format!("<{} x i16>", 2 * vw);
@@ -115,7 +132,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
     crate::gemm_common::ukernel_text(&crate::gemm_common::UkrSpec {
         elem: e,
         vw,
-        mr,
+        mr: rows,
         a: crate::gemm_common::ALayout::Packed(mr),
         decls: if pair {
             format!("declare {v} @{pmadd}({w}, {w}) #1\n\n")
@@ -149,7 +166,7 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
         // As O3 chose for these kernels before the pipeline stopped
         // unrolling on its own (`host::PIPELINE`).
         k_unroll: 4,
-        cols: crate::gemm_common::Cols::Whole,
+        cols,
     })
 }
 
@@ -182,23 +199,75 @@ fn geometry(kind: IntKernel) -> (usize, usize) {
     (vw, env.unwrap_or(mr))
 }
 
-fn compile(kind: IntKernel) -> Result<Micro, String> {
+/// Kernels of one [`IntKernel`]: per [`Cols`] variant, one per row count
+/// `1..=14`, each compiled the first time a product needs it.
+type Table = [[OnceLock<Result<Micro, String>>; 14]; 3];
+
+/// `kind`'s kernel of `rows ≤ mr` rows (A packed `mr` wide) writing `cols`.
+fn kernel(kind: IntKernel, rows: usize, cols: Cols) -> Result<&'static Micro, Error> {
+    const EMPTY: Table = [const { [const { OnceLock::new() }; 14] }; 3];
+    static TABLES: [Table; 3] = [EMPTY; 3];
     let (vw, mr) = geometry(kind);
-    compile_micro(&ukernel_int_ir(kind, vw, mr), mr, 2 * vw, Cols::Whole)
+    let t = &TABLES[kind as usize][cols.index()];
+    if rows == 0 || rows > mr || rows > t.len() {
+        return Err(Error::Unsupported(format!(
+            "an integer kernel of {rows} rows"
+        )));
+    }
+    t[rows - 1]
+        .get_or_init(|| {
+            let ir = ukernel_int_ir_rows(kind, vw, (rows, mr), cols);
+            compile_micro(&ir, rows, 2 * vw, cols)
+        })
+        .as_ref()
+        .map_err(|e| Error::Llvm(e.clone()))
 }
 
 fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
-    static K64: OnceLock<Result<Micro, String>> = OnceLock::new();
-    static K32: OnceLock<Result<Micro, String>> = OnceLock::new();
-    static KP: OnceLock<Result<Micro, String>> = OnceLock::new();
-    let cell = match kind {
-        IntKernel::I64 => &K64,
-        IntKernel::I32 => &K32,
-        IntKernel::Pair16 => &KP,
-    };
-    cell.get_or_init(|| compile(kind))
-        .as_ref()
-        .map_err(|e| Error::Llvm(e.clone()))
+    kernel(kind, geometry(kind).1, Cols::Whole)
+}
+
+/// `kind`'s kernels for an `m × n` product: the full tile, and where `m`,
+/// `n` leave them and [`straight_into_c`] says so, the last row panel's
+/// (`m mod mr` rows) and the last column panel's (`n mod nr` columns,
+/// masked, unless [`crate::gemm_common::set_column_kernels`] is off),
+/// computed straight into C instead of into a scratch tile and copied (the
+/// f32 GEMM's `kernel_set`).
+fn kernel_set(kind: IntKernel, m: usize, n: usize) -> Result<Kernels<'static>, Error> {
+    let (vw, mr) = geometry(kind);
+    let nr = 2 * vw;
+    let (rows_ok, cols_ok) = straight_into_c(kind);
+    let edge = (rows_ok && !m.is_multiple_of(mr)).then_some(m % mr);
+    let ragged =
+        (cols_ok && !n.is_multiple_of(nr) && column_kernels()).then(|| Cols::ragged(n % nr, nr));
+    Ok(Kernels {
+        full: kernel(kind, mr, Cols::Whole)?,
+        edge: edge.map(|r| kernel(kind, r, Cols::Whole)).transpose()?,
+        ragged: ragged.map(|c| kernel(kind, mr, c)).transpose()?,
+        ragged_edge: match (edge, ragged) {
+            (Some(r), Some(c)) => Some(kernel(kind, r, c)?),
+            _ => None,
+        },
+    })
+}
+
+/// Whether `kind`'s last row panel and last column panel are computed by
+/// kernels of their own (edge rows, masked columns) rather than by the
+/// full kernel into a scratch tile. Measured where it paid (issue #15; AMD
+/// Zen 4 host, 2026-12-04, one thread, 2 000 calls of each alternating,
+/// medians): the `i32` kernel gained from both (20 × 64 × 40: 3.2 → 2.7
+/// µs with masked columns, 4.1 → 3.5 with edge rows; 128 × 128 × 100 5–11%
+/// with masked columns); the `i64` kernel from edge rows (27 × 128 × 20:
+/// 12.2 → 11.1 µs) but not masked columns (11.0 → 11.5); the pair kernel
+/// from neither on narrow products (50 × 256 × 24 at I8: 12.7 → 14.1 µs
+/// masked, 12.2 → 12.5 edge rows; 26 × 256 × 56 at I16 10.3 → 11.7 and
+/// 9.7 → 10.1), within 3% either way on wider ones.
+fn straight_into_c(kind: IntKernel) -> (bool, bool) {
+    match kind {
+        IntKernel::I32 => (true, true),
+        IntKernel::I64 => (true, false),
+        IntKernel::Pair16 => (false, false),
+    }
 }
 
 /// Which kernel [`matmul_int`] uses for dtype `dt` on this host: the pair
@@ -450,7 +519,7 @@ unsafe fn pack_b<T: Acc>(
 /// [`MC_INT`] and [`NC_INT`], [`Mat`] operands widened while packing, and
 /// packing buffers allocated per call.
 struct IntGemm<'a, T> {
-    mk: &'a Micro,
+    ks: Kernels<'a>,
     pair: bool,
     _t: PhantomData<fn() -> T>,
 }
@@ -460,12 +529,7 @@ impl<T: Acc> Family for IntGemm<'_, T> {
     type Src = Mat;
 
     fn kernels(&self) -> Kernels<'_> {
-        Kernels {
-            full: self.mk,
-            edge: None,
-            ragged: None,
-            ragged_edge: None,
-        }
+        self.ks
     }
 
     fn blocks(&self) -> (usize, usize, usize) {
@@ -543,7 +607,7 @@ const PAR_MIN: usize = crate::gemm_common::PAR_MIN_MACS;
 #[allow(clippy::too_many_arguments)]
 // SAFETY: (contract) met by `matmul_int_using`, its only caller.
 unsafe fn batched<T: Acc>(
-    mk: &Micro,
+    ks: Kernels<'static>,
     pair: bool,
     dt: Dtype,
     a: *const u8,
@@ -575,7 +639,7 @@ unsafe fn batched<T: Acc>(
             ld: n,
         };
         let fam = IntGemm::<T> {
-            mk,
+            ks,
             pair,
             _t: PhantomData,
         };
@@ -707,7 +771,7 @@ pub unsafe fn matmul_int_using(
         unsafe { write_zeros(dt, out, total)? };
         return Ok(());
     }
-    let mk = micro(kind)?;
+    let ks = kernel_set(kind, m, n)?;
     let pair = kind == IntKernel::Pair16;
     // The kernel's C is `T`-typed: straight into `out` when it is the
     // accumulator type and aligned for it, else through an aligned copy.
@@ -715,14 +779,14 @@ pub unsafe fn matmul_int_using(
     match dt {
         // SAFETY: `out` is checked aligned and holds `total` i64s (contract).
         Dtype::I64 if (out as usize).is_multiple_of(std::mem::align_of::<i64>()) => unsafe {
-            batched(mk, false, dt, a, b, out as *mut i64, batch, shape, threads)
+            batched(ks, false, dt, a, b, out as *mut i64, batch, shape, threads)
         },
         Dtype::I64 => {
             let mut tmp = tc_runtime::alloc::filled(total, 0i64)?;
             // SAFETY: `tmp` has exactly `total` elements; the copy writes
             // `total` unaligned i64s, `out`'s storage (contract).
             unsafe {
-                batched(mk, false, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
+                batched(ks, false, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
                 for (i, v) in tmp.iter().enumerate() {
                     (out as *mut i64).add(i).write_unaligned(*v);
                 }
@@ -730,14 +794,14 @@ pub unsafe fn matmul_int_using(
         }
         // SAFETY: `out` is checked aligned and holds `total` i32s (contract).
         Dtype::I32 if (out as usize).is_multiple_of(std::mem::align_of::<i32>()) => unsafe {
-            batched(mk, pair, dt, a, b, out as *mut i32, batch, shape, threads)
+            batched(ks, pair, dt, a, b, out as *mut i32, batch, shape, threads)
         },
         _ => {
             let mut tmp = tc_runtime::alloc::filled(total, 0i32)?;
             // SAFETY: `tmp` has exactly `total` elements; `narrow` writes
             // `total` elements of `dt`, `out`'s storage (contract).
             unsafe {
-                batched(mk, pair, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
+                batched(ks, pair, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
                 narrow(dt, &tmp, out);
             }
         }

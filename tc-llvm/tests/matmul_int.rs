@@ -8,6 +8,7 @@ mod util;
 
 use tc_core::ir::{Function, Op};
 use tc_core::Dtype;
+use tc_llvm::matmul::set_column_kernels;
 use tc_llvm::matmul_int::{matmul_int, matmul_int_using, pair_available, IntKernel};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
@@ -292,6 +293,12 @@ fn raw_entry_every_kernel_matches_reference() {
         (1, 27, 1025, 33),
         (2, 70, 65, 130),
         (1, 1, 2, 3),
+        // Both masked forms of the ragged column panel (fewer or more than
+        // half a panel of 32 columns, i64: 16) for every kernel, with edge
+        // row panels.
+        (1, 40, 33, 47),
+        (1, 15, 9, 56),
+        (2, 27, 70, 24),
     ];
     for dt in INTS {
         for &(batch, m, k, n) in &cases {
@@ -299,7 +306,14 @@ fn raw_entry_every_kernel_matches_reference() {
             let b = raw(&mut rng, dt, batch * k * n);
             let want = reference(dt, &a, &b, batch, m, k, n);
             let bytes = dt.storage_bytes(batch * m * n);
-            for kind in kernels(dt) {
+            // Ragged column panels straight into C by the masked kernels,
+            // and through the scratch tile (the switch is process-wide;
+            // both ways are exact, so other tests here are unaffected).
+            for (kind, cols) in kernels(dt)
+                .into_iter()
+                .flat_map(|k| [(k, true), (k, false)])
+            {
+                set_column_kernels(cols);
                 for threads in [1, 0] {
                     // One byte of offset: an unaligned output; a sentinel
                     // byte after it must survive (I4 with an odd count
@@ -320,7 +334,8 @@ fn raw_entry_every_kernel_matches_reference() {
                         )
                         .unwrap();
                     }
-                    let what = format!("{dt} {kind:?} {batch}x{m}x{k}x{n} threads={threads}");
+                    let what =
+                        format!("{dt} {kind:?} {batch}x{m}x{k}x{n} threads={threads} cols={cols}");
                     for (i, w) in want.iter().enumerate() {
                         assert_eq!(read(dt, &out[1..], i), *w, "{what}: element {i}");
                     }
