@@ -352,10 +352,11 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
 /// them.
 pub(crate) type Ukr = unsafe extern "C" fn(i64, *const u8, *const u8, *mut u8, i64, i64, i64, i64);
 
-/// A micro-kernel with the module that holds its code and its tile
-/// (`mr × nr`); the module must live as long as `f` is called.
+/// A micro-kernel and its tile (`mr × nr`). Its code lives as long as
+/// the process ([`crate::jit::link_for_process`]), or as its own module
+/// where it could not be linked there.
 pub(crate) struct Micro {
-    _module: JitModule,
+    _module: Option<JitModule>,
     /// The kernel.
     pub f: Ukr,
     /// The columns of C it writes.
@@ -369,17 +370,25 @@ pub(crate) struct Micro {
 /// Compile the IR text `ir` (which must define `ukr` as [`ukernel_text`]
 /// does for a [`UkrSpec`] of `cols`) into a [`Micro`] of tile `mr × nr`.
 pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize, cols: Cols) -> Result<Micro, String> {
-    let m = JitModule::compile(ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
-    let a = m.addr("ukr").ok_or("ukr missing")?;
+    let (module, a) = match crate::jit::link_for_process(ir, "ukr") {
+        Some(a) => (None, a),
+        None => {
+            let m = JitModule::compile(ir, &[], &["ukr".to_string()]).map_err(|e| e.to_string())?;
+            let a = m.addr("ukr").ok_or("ukr missing")?;
+            (Some(m), a)
+        }
+    };
     // `ukernel_text` emits `ukr(i64 kc, T* a, T* b, T* c, i64 ldc, i64
-    // accum, i64 lda, i64 ncols)`: the `Ukr` signature and C calling
+    // accum, i64 lda, i64 ncols)` (renamed, with its body unchanged, in
+    // the process-wide instance): the `Ukr` signature and C calling
     // convention (a pointer is a pointer to the C ABI whatever its
     // pointee).
-    // SAFETY: `a` is ORC's address of that `ukr`; `Micro` keeps the module,
-    // and so the code, alive next to `f`.
+    // SAFETY: `a` is ORC's address of that function, whose code lives as
+    // long as the process (the shared instance is never disposed) or as
+    // `module`, which `Micro` keeps next to `f`.
     let f: Ukr = unsafe { std::mem::transmute::<usize, Ukr>(a) };
     Ok(Micro {
-        _module: m,
+        _module: module,
         f,
         cols,
         mr,
