@@ -171,8 +171,15 @@ fn ukernel_int_ir_rows(
 }
 
 /// Lanes and rows of `kind`'s kernel on this host (`TC_MM_INT_MR`
-/// overrides the rows, up to 14, for tuning).
+/// overrides the rows, up to 14, for tuning). Read once per kind: every
+/// product asks, and the host's feature tests search a string.
 fn geometry(kind: IntKernel) -> (usize, usize) {
+    static G: [OnceLock<(usize, usize)>; 3] = [const { OnceLock::new() }; 3];
+    *G[kind as usize].get_or_init(|| host_geometry(kind))
+}
+
+/// [`geometry`], worked out from the host.
+fn host_geometry(kind: IntKernel) -> (usize, usize) {
     let avx512 = crate::jit::host().has_avx512();
     // With AVX-512 (32 registers): 2·MR accumulators, 2 B vectors, the
     // broadcast of A and, unless the multiply-add is one instruction

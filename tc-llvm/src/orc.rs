@@ -10,10 +10,12 @@
 //! this way — IR → object ([`crate::jit`]) → [`Loader`] — so the cold path
 //! and the cached path run the same loader and the same code.
 //!
-//! One `LLJIT` per loaded object: its lifetime is the machine code's
-//! lifetime, and dropping it releases the code (the kernel cache evicts
-//! modules, so code must be freeable, which per-object instances make
-//! trivial).
+//! One `LLJIT` per loaded function module: its lifetime is the machine
+//! code's lifetime, and dropping it releases the code (the kernel cache
+//! evicts modules, so code must be freeable, which per-module instances
+//! make trivial). Kernels that live as long as the process (the GEMM
+//! micro-kernels) share one instance instead (`jit::link_for_process`),
+//! each under a name of its own.
 
 use std::ffi::{CStr, CString};
 
