@@ -310,10 +310,12 @@ impl JitModule {
 /// (the GEMM micro-kernels, [`crate::gemm_common::compile_micro`]): an
 /// `LLJIT` costs 0.23–0.27 ms to create (0.8 ms the first time, AMD Zen 4
 /// host, 2026-12-04), and a warm start made one per kernel, three for a
-/// GPT-2 block beside its own. Its symbols, by name.
+/// GPT-2 block beside its own.
 struct Shared {
     loader: Loader,
-    linked: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    /// What is linked: by symbol, the whole IR text it was linked from and
+    /// its address.
+    linked: std::sync::Mutex<std::collections::HashMap<String, (String, usize)>>,
 }
 
 fn shared() -> Result<&'static Shared, Error> {
@@ -334,30 +336,41 @@ fn shared() -> Result<&'static Shared, Error> {
 /// process, into the shared instance for the life of the process (or load
 /// its object from the persistent cache) and return `name`'s address.
 /// There the function is named after a hash of the whole text,
-/// `{name}_{hash}`, so kernels never collide, and the same text is linked
-/// once. `None` when it cannot be linked there (a failed link leaves the
-/// name unusable); the caller then links a module of its own.
-pub fn link_for_process(ir: &str, name: &str) -> Option<usize> {
+/// `{name}_{hash}`, so that kernels do not collide and the disk cache's
+/// key stays a function of the text; a text already linked is found by
+/// the whole text, never by the name alone. `None` when it cannot be
+/// linked there (two texts of one hash, or a failed link, which leaves
+/// the name unusable): the caller then links a module of its own.
+pub(crate) fn link_for_process(ir: &str, name: &str) -> Option<usize> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::hash::Hash::hash(ir, &mut h);
     let unique = format!("{name}_{:016x}", std::hash::Hasher::finish(&h));
     let ir = ir.replace(&format!("@{name}("), &format!("@{unique}("));
     let shared = shared().ok()?;
-    let known = |l: &std::collections::HashMap<String, usize>| l.get(&unique).copied();
-    if let Some(addr) = known(&shared.linked.lock().unwrap_or_else(|p| p.into_inner())) {
-        return Some(addr);
+    let lock = || shared.linked.lock().unwrap_or_else(|p| p.into_inner());
+    // `Some(found)`: the name is taken, by this text (`found`) or another.
+    let taken = |l: &std::collections::HashMap<String, (String, usize)>| {
+        l.get(&unique)
+            .map(|(text, addr)| (*text == ir).then_some(*addr))
+    };
+    if let Some(found) = taken(&lock()) {
+        return found;
     }
     // Compiled (the slow part) outside the lock.
-    let (object, _) = JitModule::objects(&[ir], crate::disk::Store::global(), true)
-        .ok()?
-        .pop()?;
-    let mut linked = shared.linked.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(addr) = known(&linked) {
-        return Some(addr);
+    let (object, _) = JitModule::objects(
+        std::slice::from_ref(&ir),
+        crate::disk::Store::global(),
+        true,
+    )
+    .ok()?
+    .pop()?;
+    let mut linked = lock();
+    if let Some(found) = taken(&linked) {
+        return found;
     }
     shared.loader.add_object(&object).ok()?;
     let addr = shared.loader.lookup(&unique).ok()?;
-    linked.insert(unique, addr);
+    linked.insert(unique, (ir, addr));
     Some(addr)
 }
 
