@@ -396,6 +396,62 @@ pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize, cols: Cols) -> Resul
     })
 }
 
+/// Kernel tables: one per [`Cols`] variant, each one kernel per row count
+/// `1..=14`.
+pub(crate) type Table = [[std::sync::OnceLock<Result<Micro, String>>; 14]; 3];
+
+/// An empty [`Table`].
+pub(crate) const fn table() -> Table {
+    [const { [const { std::sync::OnceLock::new() }; 14] }; 3]
+}
+
+/// The kernel of `rows` rows (`1..=mr`, at most 14) writing `cols` in
+/// tiles `nr` wide, from `table`: compiled from `ir()` the first time it
+/// is asked for.
+pub(crate) fn table_kernel(
+    table: &'static Table,
+    (rows, mr): (usize, usize),
+    nr: usize,
+    cols: Cols,
+    ir: impl FnOnce() -> String,
+) -> Result<&'static Micro, Error> {
+    let t = &table[cols.index()];
+    if rows == 0 || rows > mr || rows > t.len() {
+        return Err(Error::Unsupported(format!("a kernel of {rows} rows")));
+    }
+    t[rows - 1]
+        .get_or_init(|| compile_micro(&ir(), rows, nr, cols))
+        .as_ref()
+        .map_err(|e| Error::Llvm(e.clone()))
+}
+
+/// The kernels of a product of `n` columns, tile `mr × nr` and `edge`
+/// rows in its last row panel if any: `get(rows, cols)` gives the kernel
+/// of `rows` rows writing `cols`. The ragged column panel's masked
+/// variants only where `masked` (the kernel family gains from them), `n`
+/// is not a multiple of `nr` and `TC_MM_COLS` allows them: each is
+/// compiled the first time a product needs it (≈ 10 ms of a cold start),
+/// and most products never do.
+pub(crate) fn kernel_set(
+    n: usize,
+    (mr, nr): (usize, usize),
+    edge: Option<usize>,
+    masked: bool,
+    get: impl Fn(usize, Cols) -> Result<&'static Micro, Error>,
+) -> Result<Kernels<'static>, Error> {
+    let ragged =
+        (masked && !n.is_multiple_of(nr) && column_kernels()).then(|| Cols::ragged(n % nr, nr));
+    Ok(Kernels {
+        full: get(mr, Cols::Whole)?,
+        edge: edge.map(|r| get(r, Cols::Whole)).transpose()?,
+        ragged: ragged.map(|c| get(mr, c)).transpose()?,
+        ragged_edge: match (edge, ragged) {
+            (Some(r), Some(c)) => Some(get(r, c)?),
+            _ => None,
+        },
+    })
+}
+
 /// The kernels of one product: `full` for whole tiles, `edge` for the
 /// last row panel when `m` is not a multiple of `full.mr` (its first `m %
 /// mr` rows), and the [`Cols`] variants of both for a ragged last column

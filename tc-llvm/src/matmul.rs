@@ -19,8 +19,8 @@
 //! runs on its own packed IR micro-kernels: [`crate::matmul_int`].
 
 use crate::gemm_common::{
-    blocked, column_kernels, compile_micro, matmul_dims, tile_into_c, ukernel_text, ALayout, Cols,
-    Family, Kernels, Micro, SendPtr, Tile, UkrSpec,
+    blocked, compile_micro, kernel_set, matmul_dims, table, table_kernel, tile_into_c,
+    ukernel_text, ALayout, Cols, Family, Kernels, Micro, SendPtr, Table, Tile, UkrSpec,
 };
 pub use crate::gemm_common::{
     checked_counts, contiguous_strides, set_column_kernels, PAR_MIN_MACS, PAR_MIN_MACS_SESSION,
@@ -212,15 +212,6 @@ fn micro(cols: Cols) -> Result<&'static Micro, Error> {
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
 
-/// Kernel tables: one per [`Cols`] variant, each one kernel per row count
-/// `1..=14`.
-type Table = [[OnceLock<Result<Micro, String>>; 14]; 3];
-
-/// An empty [`Table`].
-const fn table() -> Table {
-    [const { [const { OnceLock::new() }; 14] }; 3]
-}
-
 /// A process-wide on/off setting of the f32 GEMM, on unless its
 /// environment variable is `0`, which a `set_…` function overrides (tests
 /// and measurements compare the two ways).
@@ -266,14 +257,9 @@ fn rows_kernel(
     cols: Cols,
 ) -> Result<&'static Micro, Error> {
     let (mr, nr) = geometry();
-    let t = &table[cols.index()];
-    if rows == 0 || rows > mr || rows > t.len() {
-        return Err(Error::Unsupported(format!("a kernel of {rows} rows")));
-    }
-    let r = t[rows - 1].get_or_init(|| {
-        compile_micro(&ukernel_ir_rows(nr / 2, rows, layout, cols), rows, nr, cols)
-    });
-    r.as_ref().map_err(|e| Error::Llvm(e.clone()))
+    table_kernel(table, (rows, mr), nr, cols, || {
+        ukernel_ir_rows(nr / 2, rows, layout, cols)
+    })
 }
 
 /// Kernels for the last row panel of a product whose row count is not a
@@ -494,31 +480,6 @@ struct F32Gemm<'p> {
     a_rows: bool,
 }
 
-/// The kernels of a product of `n` columns, `mr` rows per panel and
-/// `edge` rows in the last one if any: `get(rows, cols)` gives the kernel
-/// of `rows` rows writing `cols`. The ragged column panel's variants only
-/// when `n` is not a multiple of NR (and `TC_MM_COLS` allows them): each
-/// is compiled the first time a product needs it (≈ 10 ms of a cold
-/// start), and most products never do.
-fn kernel_set(
-    n: usize,
-    mr: usize,
-    edge: Option<usize>,
-    get: impl Fn(usize, Cols) -> Result<&'static Micro, Error>,
-) -> Result<Kernels<'static>, Error> {
-    let nr = geometry().1;
-    let ragged = (!n.is_multiple_of(nr) && column_kernels()).then(|| Cols::ragged(n % nr, nr));
-    Ok(Kernels {
-        full: get(mr, Cols::Whole)?,
-        edge: edge.map(|r| get(r, Cols::Whole)).transpose()?,
-        ragged: ragged.map(|c| get(mr, c)).transpose()?,
-        ragged_edge: match (edge, ragged) {
-            (Some(r), Some(c)) => Some(get(r, c)?),
-            _ => None,
-        },
-    })
-}
-
 impl F32Gemm<'_> {
     /// The family for an `m × n × k` product and whether it splits across
     /// the pool. `in_place`: A, when the product takes the streamed path,
@@ -543,7 +504,7 @@ impl F32Gemm<'_> {
         }
         let mr = geometry().0;
         let rows = (!m.is_multiple_of(mr) && EDGE.on()).then_some(m % mr);
-        let ks = kernel_set(n, mr, rows, |r, cols| {
+        let ks = kernel_set(n, (mr, geometry().1), rows, true, |r, cols| {
             if r == mr {
                 micro(cols)
             } else {
@@ -587,7 +548,9 @@ impl F32Gemm<'_> {
         // Always an edge kernel for a last, partial row panel: the full
         // kernel would read rows past `m` (`tile_into_c`).
         let edge = (!m.is_multiple_of(mr)).then_some(m % mr);
-        let ks = kernel_set(n, mr, edge, |r, cols| in_place(r, ahead, cols))?;
+        let ks = kernel_set(n, (mr, geometry().1), edge, true, |r, cols| {
+            in_place(r, ahead, cols)
+        })?;
         Ok(Some(F32Gemm {
             ks,
             pre: None,

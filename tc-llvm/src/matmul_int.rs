@@ -67,7 +67,8 @@ use rayon::prelude::*;
 use tc_core::Dtype;
 
 use crate::gemm_common::{
-    blocked, column_kernels, compile_micro, Cols, Family, GemmElem, Kernels, Micro, SendPtr,
+    blocked, kernel_set, table, table_kernel, Cols, Family, GemmElem, Kernels, Micro, SendPtr,
+    Table,
 };
 use crate::Error;
 
@@ -206,55 +207,29 @@ fn host_geometry(kind: IntKernel) -> (usize, usize) {
     (vw, env.unwrap_or(mr))
 }
 
-/// Kernels of one [`IntKernel`]: per [`Cols`] variant, one per row count
-/// `1..=14`, each compiled the first time a product needs it.
-type Table = [[OnceLock<Result<Micro, String>>; 14]; 3];
-
-/// `kind`'s kernel of `rows ≤ mr` rows (A packed `mr` wide) writing `cols`.
+/// `kind`'s kernel of `rows ≤ mr` rows (A packed `mr` wide) writing
+/// `cols`, compiled the first time a product needs it.
 fn kernel(kind: IntKernel, rows: usize, cols: Cols) -> Result<&'static Micro, Error> {
-    const EMPTY: Table = [const { [const { OnceLock::new() }; 14] }; 3];
-    static TABLES: [Table; 3] = [EMPTY; 3];
+    static TABLES: [Table; 3] = [table(), table(), table()];
     let (vw, mr) = geometry(kind);
-    let t = &TABLES[kind as usize][cols.index()];
-    if rows == 0 || rows > mr || rows > t.len() {
-        return Err(Error::Unsupported(format!(
-            "an integer kernel of {rows} rows"
-        )));
-    }
-    t[rows - 1]
-        .get_or_init(|| {
-            let ir = ukernel_int_ir_rows(kind, vw, (rows, mr), cols);
-            compile_micro(&ir, rows, 2 * vw, cols)
-        })
-        .as_ref()
-        .map_err(|e| Error::Llvm(e.clone()))
+    table_kernel(&TABLES[kind as usize], (rows, mr), 2 * vw, cols, || {
+        ukernel_int_ir_rows(kind, vw, (rows, mr), cols)
+    })
 }
 
 fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
     kernel(kind, geometry(kind).1, Cols::Whole)
 }
 
-/// `kind`'s kernels for an `m × n` product: the full tile, and where `m`,
-/// `n` leave them and [`straight_into_c`] says so, the last row panel's
-/// (`m mod mr` rows) and the last column panel's (`n mod nr` columns,
-/// masked, unless [`crate::gemm_common::set_column_kernels`] is off),
-/// computed straight into C instead of into a scratch tile and copied (the
-/// f32 GEMM's `kernel_set`).
-fn kernel_set(kind: IntKernel, m: usize, n: usize) -> Result<Kernels<'static>, Error> {
+/// `kind`'s kernels for an `m × n` product ([`kernel_set`]): edge rows and
+/// masked columns where [`straight_into_c`] says so, computed straight
+/// into C instead of into a scratch tile and copied.
+fn int_kernels(kind: IntKernel, m: usize, n: usize) -> Result<Kernels<'static>, Error> {
     let (vw, mr) = geometry(kind);
-    let nr = 2 * vw;
     let (rows_ok, cols_ok) = straight_into_c(kind);
     let edge = (rows_ok && !m.is_multiple_of(mr)).then_some(m % mr);
-    let ragged =
-        (cols_ok && !n.is_multiple_of(nr) && column_kernels()).then(|| Cols::ragged(n % nr, nr));
-    Ok(Kernels {
-        full: kernel(kind, mr, Cols::Whole)?,
-        edge: edge.map(|r| kernel(kind, r, Cols::Whole)).transpose()?,
-        ragged: ragged.map(|c| kernel(kind, mr, c)).transpose()?,
-        ragged_edge: match (edge, ragged) {
-            (Some(r), Some(c)) => Some(kernel(kind, r, c)?),
-            _ => None,
-        },
+    kernel_set(n, (mr, 2 * vw), edge, cols_ok, |r, cols| {
+        kernel(kind, r, cols)
     })
 }
 
@@ -778,7 +753,7 @@ pub unsafe fn matmul_int_using(
         unsafe { write_zeros(dt, out, total)? };
         return Ok(());
     }
-    let ks = kernel_set(kind, m, n)?;
+    let ks = int_kernels(kind, m, n)?;
     let pair = kind == IntKernel::Pair16;
     // The kernel's C is `T`-typed: straight into `out` when it is the
     // accumulator type and aligned for it, else through an aligned copy.
