@@ -217,10 +217,6 @@ fn kernel(kind: IntKernel, rows: usize, cols: Cols) -> Result<&'static Micro, Er
     })
 }
 
-fn micro(kind: IntKernel) -> Result<&'static Micro, Error> {
-    kernel(kind, geometry(kind).1, Cols::Whole)
-}
-
 /// `kind`'s kernels for an `m × n` product ([`kernel_set`]): edge rows and
 /// masked columns where [`straight_into_c`] says so, computed straight
 /// into C instead of into a scratch tile and copied.
@@ -270,7 +266,8 @@ pub fn kernel_for(dt: Dtype) -> IntKernel {
 
 /// Compile the kernel `dt` needs now (so its cost is not charged to a call).
 pub fn warm_up(dt: Dtype) -> Result<(), Error> {
-    micro(kernel_for(dt)).map(|_| ())
+    let kind = kernel_for(dt);
+    kernel(kind, geometry(kind).1, Cols::Whole).map(|_| ())
 }
 
 /// An accumulator element type of a kernel.
