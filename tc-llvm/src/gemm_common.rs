@@ -176,7 +176,16 @@ fn kernel_body(k: &UkrSpec) -> String {
             ));
         }
     }
-    s.push_str("  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n");
+    // B (and a packed A) are walked by pointers that step once per k, so
+    // the loop addresses them by a constant offset from a register
+    // whatever the backend's loop strength reduction does (it is off,
+    // `host::LLVM_OPTIONS`).
+    s.push_str(&format!(
+        "  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n  %bk = phi {e}* [%b, %entry], [%bk1, %loop]\n"
+    ));
+    if matches!(k.a, ALayout::Packed(_)) {
+        s.push_str(&format!("  %ak = phi {e}* [%a, %entry], [%ak1, %loop]\n"));
+    }
     for i in 0..mr {
         for j in 0..vecs {
             s.push_str(&format!(
@@ -213,24 +222,29 @@ fn kernel_body(k: &UkrSpec) -> String {
 fn k_step(k: &UkrSpec, vecs: usize) -> String {
     let (e, vw, mr) = (k.elem, k.vw, k.mr);
     let v = format!("<{vw} x {e}>");
-    let mut s = format!("  %bo = mul i64 %k, {}\n", 2 * vw);
+    let mut s = format!(
+        "  %bk1 = getelementptr inbounds {e}, {e}* %bk, i64 {}\n",
+        2 * vw
+    );
     for j in 0..vecs {
         s.push_str(&format!(
-            "  %bo{j} = add i64 %bo, {}\n  %bp{j} = getelementptr inbounds {e}, {e}* %b, i64 %bo{j}\n  %bq{j} = bitcast {e}* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
+            "  %bp{j} = getelementptr inbounds {e}, {e}* %bk, i64 {}\n  %bq{j} = bitcast {e}* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
             j * vw
         ));
         s.push_str(&(k.after_b)(j));
     }
     match k.a {
-        ALayout::Packed(ast) => s.push_str(&format!("  %ao = mul i64 %k, {ast}\n")),
+        ALayout::Packed(ast) => s.push_str(&format!(
+            "  %ak1 = getelementptr inbounds {e}, {e}* %ak, i64 {ast}\n"
+        )),
         ALayout::Rows { ahead } if ahead > 0 => s.push_str(&rows_prefetch(e, mr, ahead)),
         ALayout::Rows { .. } => {}
     }
     for i in 0..mr {
         s.push_str(&match k.a {
-            ALayout::Packed(_) => format!(
-                "  %ao{i} = add i64 %ao, {i}\n  %ap{i} = getelementptr inbounds {e}, {e}* %a, i64 %ao{i}\n"
-            ),
+            ALayout::Packed(_) => {
+                format!("  %ap{i} = getelementptr inbounds {e}, {e}* %ak, i64 {i}\n")
+            }
             ALayout::Rows { .. } => {
                 format!("  %ap{i} = getelementptr inbounds {e}, {e}* %ar{i}, i64 %k\n")
             }

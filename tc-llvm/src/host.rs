@@ -44,7 +44,20 @@ impl Host {
 /// Found by the long fuzz run (seed 42949678659); the regression test is
 /// `edge_values::f16_transposes_of_every_small_shape`. Without the
 /// epilogue, remainders run scalar.
-pub const LLVM_OPTIONS: &[&str] = &["-enable-epilogue-vectorization=0"];
+///
+/// `-disable-lsr`: the backend's loop strength reduction was the costliest
+/// code-generation pass on the kernels' vectorised, interleaved loops
+/// (MiniLM's embedding module, a layer norm: 9 of 26 ms of code
+/// generation, and 15 ms in all without it) and made the later passes
+/// slower too. A MiniLM cold start with no kernel cache (process start to
+/// the first embedding) went from a median of 184 to 146 ms, the GPT-2
+/// block's three modules from 207 to 175 ms of compilation with the
+/// per-thread target machine (`jit.rs`; benches/README change 62). The
+/// kernels address their operands by index or by pointers they step
+/// themselves (the GEMM micro-kernels, `gemm_common::k_step`), so it had
+/// little to do there: SGEMM and the models' steady-state times within
+/// noise.
+pub const LLVM_OPTIONS: &[&str] = &["-enable-epilogue-vectorization=0", "-disable-lsr"];
 
 /// The pass pipeline's options: `default<O3>` with LLVM's loop unrolling
 /// only where a loop asks for it (`llvm.loop.unroll.*` metadata, as the

@@ -46,6 +46,28 @@ fn target_machine() -> Result<TargetMachine, Error> {
         .ok_or_else(|| Error::Llvm("cannot create a target machine for the host".into()))
 }
 
+thread_local! {
+    /// This thread's host target machine, made once: LLVM builds the
+    /// subtarget (register classes, lowering tables) for the host's CPU
+    /// and features inside it the first time a function asks, about a
+    /// millisecond that every compilation paid twice (optimisation and
+    /// code generation each made their own). A target machine is not
+    /// shared between threads, and what it caches is a function of the
+    /// host identity alone, so the object code is the same either way.
+    static TARGET_MACHINE: std::cell::OnceCell<Result<TargetMachine, String>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// Run `f` with this thread's host target machine.
+fn with_target_machine<R>(f: impl FnOnce(&TargetMachine) -> Result<R, Error>) -> Result<R, Error> {
+    TARGET_MACHINE.with(|cell| {
+        match cell.get_or_init(|| target_machine().map_err(|e| e.to_string())) {
+            Ok(tm) => f(tm),
+            Err(e) => Err(Error::Llvm(e.clone())),
+        }
+    })
+}
+
 /// [`crate::host::PIPELINE`]: LLVM's loop unrolling off, so only loops
 /// that ask for it are unrolled.
 fn pass_options() -> PassBuilderOptions {
@@ -55,7 +77,12 @@ fn pass_options() -> PassBuilderOptions {
 }
 
 /// Parse `ir`, run [`crate::host::PIPELINE`] with the host target machine.
-fn optimise<'c>(ctx: &'c Context, ir: &str, name: &str) -> Result<Module<'c>, Error> {
+fn optimise<'c>(
+    ctx: &'c Context,
+    tm: &TargetMachine,
+    ir: &str,
+    name: &str,
+) -> Result<Module<'c>, Error> {
     let buf = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), name);
     let module = ctx.create_module_from_ir(buf).map_err(|e| {
         Error::Llvm(format!(
@@ -67,31 +94,33 @@ fn optimise<'c>(ctx: &'c Context, ir: &str, name: &str) -> Result<Module<'c>, Er
     module
         .verify()
         .map_err(|e| Error::Llvm(format!("generated IR does not verify: {}", e.to_string())))?;
-    let tm = target_machine()?;
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
     module
-        .run_passes("default<O3>", &tm, pass_options())
+        .run_passes("default<O3>", tm, pass_options())
         .map_err(|e| Error::Llvm(format!("O3 pipeline: {}", e.to_string())))?;
     Ok(module)
 }
 
 /// Optimise `ir` and return the host assembly (for inspection and tests).
 pub fn assembly(ir: &str) -> Result<String, Error> {
-    let ctx = Context::create();
-    let module = optimise(&ctx, ir, "asm")?;
-    let tm = target_machine()?;
-    let buf = tm
-        .write_to_memory_buffer(&module, FileType::Assembly)
-        .map_err(|e| Error::Llvm(e.to_string()))?;
-    Ok(String::from_utf8_lossy(buf.as_slice()).into_owned())
+    with_target_machine(|tm| {
+        let ctx = Context::create();
+        let module = optimise(&ctx, tm, ir, "asm")?;
+        let buf = tm
+            .write_to_memory_buffer(&module, FileType::Assembly)
+            .map_err(|e| Error::Llvm(e.to_string()))?;
+        Ok(String::from_utf8_lossy(buf.as_slice()).into_owned())
+    })
 }
 
 /// Optimise `ir` and return the optimised IR text.
 pub fn optimised_ir(ir: &str) -> Result<String, Error> {
-    let ctx = Context::create();
-    let module = optimise(&ctx, ir, "ir")?;
-    Ok(module.print_to_string().to_string())
+    with_target_machine(|tm| {
+        let ctx = Context::create();
+        let module = optimise(&ctx, tm, ir, "ir")?;
+        Ok(module.print_to_string().to_string())
+    })
 }
 
 /// A JIT-compiled module: its machine code lives as long as this value.
@@ -183,13 +212,14 @@ pub fn split_module(ir: &str) -> Vec<String> {
 
 /// Optimise `ir` and generate the host's relocatable object code for it.
 pub fn object_code(ir: &str) -> Result<Vec<u8>, Error> {
-    let ctx = Context::create();
-    let module = optimise(&ctx, ir, "tc")?;
-    let tm = target_machine()?;
-    let buf = tm
-        .write_to_memory_buffer(&module, FileType::Object)
-        .map_err(|e| Error::Llvm(format!("object code: {}", e.to_string())))?;
-    Ok(buf.as_slice().to_vec())
+    with_target_machine(|tm| {
+        let ctx = Context::create();
+        let module = optimise(&ctx, tm, ir, "tc")?;
+        let buf = tm
+            .write_to_memory_buffer(&module, FileType::Object)
+            .map_err(|e| Error::Llvm(format!("object code: {}", e.to_string())))?;
+        Ok(buf.as_slice().to_vec())
+    })
 }
 
 impl JitModule {
