@@ -636,11 +636,24 @@ impl Family for F32Gemm<'_> {
 }
 
 /// Most floats of packed A that [`streamed`] computes in one parallel
-/// region (256 KiB, a quarter of the smallest L2 measured on): its
-/// K-blocks are packed together up to this much, so a product of a few
-/// rows splits across the pool once, not once per K-block (a 768 × 3072
-/// weight's `k = 3072` had six regions, each a fork and a join).
-const A_GROUP_FLOATS: usize = 1 << 16;
+/// region (2 MiB): its K-blocks are packed together up to this much, so
+/// a product of one row block splits across the pool once, not once per
+/// K-block. A 768 × 3072 weight's `k = 3072` had six regions at 128 rows,
+/// each a fork, a join and a packing of A on one thread while the other
+/// waited. Such a group is computed K-block by K-block
+/// ([`StreamJob::panels`]), so only one K-block of A (≤ `STREAM_MAX_M ·
+/// KC` floats) needs to stay in L2, whatever the group.
+const A_GROUP_FLOATS: usize = 1 << 19;
+
+/// The group on one thread (256 KiB, a quarter of the smallest L2
+/// measured on), computed panel by panel through its K-blocks: the order
+/// and grouping measured fastest there (GPT-2 block 1 × 32 at 1 thread
+/// 3.5% slower with [`A_GROUP_FLOATS`]'s large groups, 2026-12-04).
+const A_GROUP_L2_FLOATS: usize = 1 << 16;
+
+/// A group's packed A on one thread when it is this small; on the pool
+/// (K-block by row panel) when larger.
+const A_PACK_SPLIT_FLOATS: usize = 1 << 15;
 
 /// One row block (m ≤ [`STREAM_MAX_M`], e.g. a sequence of 128 tokens
 /// times a 768 × 3072 weight): pack A once per K-block and stream B panel
@@ -668,10 +681,15 @@ unsafe fn streamed(
     // K rows per group: whole K-blocks (so the blocking is the tile
     // path's), at least one. Read in place, A needs no packing, and the
     // group is all of K.
+    let cap = if par {
+        A_GROUP_FLOATS
+    } else {
+        A_GROUP_L2_FLOATS
+    };
     let group = if f.a_rows {
         k
     } else {
-        (A_GROUP_FLOATS / (mpanels * mr * kc_)).max(1) * kc_
+        (cap / (mpanels * mr * kc_)).max(1) * kc_
     };
     let mut ap = take_scratch(if f.a_rows {
         0
@@ -686,15 +704,10 @@ unsafe fn streamed(
     };
     for g0 in (0..k).step_by(group) {
         let g1 = (g0 + group).min(k);
-        for pc in (g0..g1).step_by(kc_).filter(|_| !f.a_rows) {
-            let kc = kc_.min(k - pc);
-            let base = (pc - g0) * mpanels * mr;
-            for p in 0..mpanels {
-                let dst = &mut ap[base + p * kc * mr..base + (p + 1) * kc * mr];
-                // SAFETY: rows `p·mr < m` (p < mpanels = ⌈m / mr⌉) and
-                // columns `pc..pc + kc ⊆ 0..k` of A, valid by the contract.
-                unsafe { pack_a_panel(a, pc, kc, p * mr, mr, m, dst) };
-            }
+        if !f.a_rows {
+            // SAFETY: rows `0..m` and columns `g0..g1 ⊆ 0..k` of A, valid
+            // by the contract; `ap` holds `mpanels·mr·(g1 − g0)` floats.
+            unsafe { pack_a_group(a, (m, mpanels, mr), (g0, g1, kc_), &mut ap, par) };
         }
         let job = StreamJob {
             f,
@@ -704,6 +717,7 @@ unsafe fn streamed(
             a,
             ap: SendPtr(ap.as_mut_ptr()),
             c: SendPtr(c),
+            k_outer: par,
         };
         // SAFETY: `ap` holds the group's packed A (above; or the kernels
         // read A in place), B and C by the contract; the ranges below are
@@ -720,6 +734,46 @@ unsafe fn streamed(
     give_scratch(ap);
 }
 
+/// Pack rows `0..m` × columns `g0..g1` of A for [`streamed`]: K-block at
+/// row `pc` from float `(pc − g0)·mpanels·mr` of `ap`, its row panel `p`
+/// `p·kc·mr` further (`kc = min(kc_, k − pc)`, the last block short).
+/// Each (K-block, row panel) slot is disjoint; with `par`, and more than
+/// [`A_PACK_SPLIT_FLOATS`] floats, the slots are packed on the pool.
+///
+/// # Safety
+/// `a` valid for reads of rows `0..m`, columns `g0..g1`; `ap` at least
+/// `mpanels·mr·(g1 − g0)` floats; `mpanels·mr ≥ m`.
+// SAFETY: (contract) met by `streamed`, its only caller.
+unsafe fn pack_a_group(
+    a: &View,
+    (m, mpanels, mr): (usize, usize, usize),
+    (g0, g1, kc_): (usize, usize, usize),
+    ap: &mut [f32],
+    par: bool,
+) {
+    let mut slots: Vec<(usize, usize, usize, &mut [f32])> = Vec::new();
+    let mut rest = &mut ap[..mpanels * mr * (g1 - g0)];
+    for pc in (g0..g1).step_by(kc_) {
+        let kc = kc_.min(g1 - pc);
+        for p in 0..mpanels {
+            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(kc * mr);
+            slots.push((pc, kc, p, slot));
+            rest = tail;
+        }
+    }
+    // SAFETY: rows `p·mr < m` (p < mpanels = ⌈m / mr⌉) and columns
+    // `pc..pc + kc ⊆ g0..g1` of A, readable by the contract; each slot is
+    // its own `kc·mr` floats.
+    let pack = |(pc, kc, p, dst): (usize, usize, usize, &mut [f32])| unsafe {
+        pack_a_panel(a, pc, kc, p * mr, mr, m, dst)
+    };
+    if par && mpanels * mr * (g1 - g0) > A_PACK_SPLIT_FLOATS {
+        slots.into_par_iter().for_each(pack);
+    } else {
+        slots.into_iter().for_each(pack);
+    }
+}
+
 /// One group of K-blocks of a [`streamed`] product: rows `ks.0..ks.1` of
 /// K, their A packed at `ap` (K-block at row `pc` from float `(pc −
 /// ks.0)·mpanels·mr`, its row panel `p` `p·kc·mr` further), or read in
@@ -732,6 +786,8 @@ struct StreamJob<'a, 'f> {
     a: &'a View,
     ap: SendPtr<f32>,
     c: SendPtr<f32>,
+    /// K-blocks outside the panels ([`A_GROUP_FLOATS`]'s large groups).
+    k_outer: bool,
 }
 
 impl StreamJob<'_, '_> {
@@ -753,27 +809,38 @@ impl StreamJob<'_, '_> {
         } else {
             0
         };
-        // [`PACK_PANELS`] panels at a time: packed together per K-block
-        // (one visit of each of B's rows), then each computed in K order.
-        for q in (q0..q1).step_by(PACK_PANELS) {
-            let qs = q..(q + PACK_PANELS).min(q1);
+        // [`PACK_PANELS`] panels at a time, packed together per K-block
+        // (one visit of each of B's rows), then computed; every C tile
+        // gets its K-blocks in order, as in [`blocked`].
+        let mut visit = |pc: usize, q: usize| {
+            let (kc, qs) = (kc_.min(k - pc), q..(q + PACK_PANELS).min(q1));
+            if let BSrc::View(v) = self.b {
+                // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns `q·nr..
+                // < n` of B, valid by the contract; the buffer has
+                // `PACK_PANELS·kc·nr` floats from `bo`.
+                unsafe { pack_b_panels(v, (pc, kc), (q * nr, qs.len()), nr, n, &mut bq[bo..]) };
+            }
+            for j in qs.clone() {
+                let bpanel = match self.b {
+                    BSrc::View(_) => bq[bo + (j - q) * kc * nr..].as_ptr(),
+                    BSrc::Packed(p) => p.panel(pc, j).as_ptr(),
+                };
+                // SAFETY: `bpanel` is panel `j`'s `kc·nr` floats of this
+                // K-block; the rest as `panels`' own contract.
+                unsafe { self.column(j, (pc, kc), bpanel) };
+            }
+        };
+        if self.k_outer {
+            // A large group (on the pool): K-block by K-block, so one
+            // K-block of packed A stays in L2 for every panel.
             for pc in (g0..g1).step_by(kc_) {
-                let kc = kc_.min(k - pc);
-                if let BSrc::View(v) = self.b {
-                    // SAFETY: rows `pc..pc + kc ⊆ 0..k` and columns `q·nr..
-                    // < n` of B, valid by the contract; the buffer has
-                    // `PACK_PANELS·kc·nr` floats from `bo`.
-                    unsafe { pack_b_panels(v, (pc, kc), (q * nr, qs.len()), nr, n, &mut bq[bo..]) };
-                }
-                for j in qs.clone() {
-                    let bpanel = match self.b {
-                        BSrc::View(_) => bq[bo + (j - q) * kc * nr..].as_ptr(),
-                        BSrc::Packed(p) => p.panel(pc, j).as_ptr(),
-                    };
-                    // SAFETY: `bpanel` is panel `j`'s `kc·nr` floats of this
-                    // K-block; the rest as `panels`' own contract.
-                    unsafe { self.column(j, (pc, kc), bpanel) };
-                }
+                (q0..q1).step_by(PACK_PANELS).for_each(|q| visit(pc, q));
+            }
+        } else {
+            // A group that fits L2: panels by panels, each C tile kept
+            // in L1 across the group's K-blocks.
+            for q in (q0..q1).step_by(PACK_PANELS) {
+                (g0..g1).step_by(kc_).for_each(|pc| visit(pc, q));
             }
         }
         BPANEL.with(|s| *s.borrow_mut() = bq);
