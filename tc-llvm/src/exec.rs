@@ -199,22 +199,19 @@ fn kernel_fns(
     Ok(ks)
 }
 
-/// A job that compiles (or finds linked) the GEMM kernels of a product.
-type GemmJob<'a> = Box<dyn Fn() -> Result<(), Error> + Send + Sync + 'a>;
-
-/// The jobs that compile the GEMM kernels `func`'s products will run:
-/// foreseen from each matmul step's operand views and shapes under σ
-/// ([`crate::matmul::prepare`], the decisions the call makes), one per
-/// product; for a shape-generic compilation, whose shapes are not known
-/// yet, the host kernel ([`crate::matmul::warm_up`]). A product whose
-/// views the planner cannot give is left to its call.
-fn gemm_kernels<'a>(
-    func: &'a Function,
-    vals: &'a [ValInfo],
-    st: &'a Structure,
-    sigma: &'a Sigma,
+/// Compile the GEMM kernels `func`'s products will run: foreseen from
+/// each matmul step's operand views and shapes under σ
+/// ([`crate::matmul::prepare`], the decisions the call makes), each
+/// product on a pool worker; for a shape-generic compilation, whose
+/// shapes are not known yet, the host kernel ([`crate::matmul::warm_up`]).
+/// A product whose views the planner cannot give is left to its call.
+fn gemm_kernels(
+    func: &Function,
+    vals: &[ValInfo],
+    st: &Structure,
+    sigma: &Sigma,
     generic: bool,
-) -> Vec<GemmJob<'a>> {
+) -> Result<(), Error> {
     let products: Vec<(Value, Value, Value)> = st
         .steps
         .iter()
@@ -224,26 +221,22 @@ fn gemm_kernels<'a>(
         })
         .collect();
     if products.is_empty() {
-        return Vec::new();
+        return Ok(());
     }
     if generic {
-        return vec![Box::new(crate::matmul::warm_up)];
+        return crate::matmul::warm_up();
     }
-    let job = move |(out, a, b): (Value, Value, Value)| -> GemmJob<'a> {
-        Box::new(move || {
-            let [Some(va), Some(vb)] =
-                [a, b].map(|v| plan::view(func, vals, &st.mat, sigma, v, false))
-            else {
-                return Ok(());
-            };
-            let kept = matches!(vals[vb.base.0 as usize].kind, VKind::TensorParam(_))
-                && crate::prepack::enabled();
-            let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
-            let dt = vals[out.0 as usize].dtype;
-            crate::matmul::prepare(dt, (&va.strides, &vb.strides), (sa, sb), kept)
-        })
-    };
-    products.into_iter().map(job).collect()
+    products.par_iter().try_for_each(|&(out, a, b)| {
+        let [Some(va), Some(vb)] = [a, b].map(|v| plan::view(func, vals, &st.mat, sigma, v, false))
+        else {
+            return Ok(());
+        };
+        let kept = matches!(vals[vb.base.0 as usize].kind, VKind::TensorParam(_))
+            && crate::prepack::enabled();
+        let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
+        let dt = vals[out.0 as usize].dtype;
+        crate::matmul::prepare(dt, (&va.strides, &vb.strides), (sa, sb), kept)
+    })
 }
 
 /// Compile `func` for σ (the output of `tc_runtime::contract::bind`).
@@ -280,22 +273,17 @@ pub fn compile_with<'f>(
     }
     plan::verify(func, &st).map_err(Error::Llvm)?;
     let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
-    // The GEMM kernels compile beside the module's parts, from one queue
-    // on the pool, so their cost is not charged to a call.
-    let gemm = gemm_kernels(func, &vals, &st, &sigma_ext, generic);
-    let beside = |i: usize| gemm[i]();
-    let (module, warm) = if code.exports.is_empty() {
-        (Ok(None), crate::jit::queue_all(gemm.len(), &beside))
-    } else {
-        let (m, w) = JitModule::compile_split_beside(
-            &code.ir,
-            &crate::rt::symbols(),
-            &code.exports,
-            (gemm.len(), &beside),
-        );
-        (m.map(Some), w)
-    };
-    drop(gemm);
+    // The GEMM kernels compile beside the module's parts (on the pool's
+    // other workers), so their cost is not charged to a call.
+    let (module, warm) = rayon::join(
+        || {
+            if code.exports.is_empty() {
+                return Ok(None);
+            }
+            JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports).map(Some)
+        },
+        || gemm_kernels(func, &vals, &st, &sigma_ext, generic),
+    );
     warm?;
     let (module, kernels) = match module? {
         None => (None, Vec::new()),

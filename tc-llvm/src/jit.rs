@@ -210,45 +210,6 @@ pub fn split_module(ir: &str) -> Vec<String> {
         .collect()
 }
 
-/// Run `job(0)`, …, `job(n − 1)` on the pool, each once, taken in index
-/// order by every worker as it comes free (a shared counter: greedy list
-/// scheduling, longest first when the jobs are sorted so); returns when
-/// all have run. Unlike a `par_iter`'s halving, a job never waits in the
-/// deque of a busy worker while another is idle.
-pub fn queue(n: usize, job: &(dyn Fn(usize) + Sync)) {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let work = || loop {
-        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if i >= n {
-            break;
-        }
-        job(i);
-    };
-    let workers = rayon::current_num_threads().min(n);
-    rayon::scope(|s| {
-        for _ in 1..workers {
-            s.spawn(|_| work());
-        }
-        work();
-    });
-}
-
-/// [`queue`] for jobs that may fail: every job runs; the first error in
-/// index order is returned.
-pub fn queue_all(n: usize, job: &(dyn Fn(usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
-    let errors: Vec<std::sync::OnceLock<Error>> =
-        (0..n).map(|_| std::sync::OnceLock::new()).collect();
-    queue(n, &|i| {
-        if let Err(e) = job(i) {
-            let _ = errors[i].set(e);
-        }
-    });
-    errors
-        .into_iter()
-        .find_map(|e| e.into_inner())
-        .map_or(Ok(()), Err)
-}
-
 /// Optimise `ir` and generate the host's relocatable object code for it.
 pub fn object_code(ir: &str) -> Result<Vec<u8>, Error> {
     with_target_machine(|tm| {
@@ -294,48 +255,8 @@ impl JitModule {
         symbols: &[(&str, usize)],
         exports: &[String],
     ) -> Result<JitModule, Error> {
-        Self::compile_split_beside(ir, symbols, exports, (0, &|_| Ok(()))).0
-    }
-
-    /// [`JitModule::compile_split`], with `beside.0` more jobs
-    /// (`beside.1(i)`, `i < beside.0`: the GEMM kernels the function's
-    /// products will run) taken from the same queue after the parts,
-    /// largest first ([`queue`]): every worker stays busy until the last
-    /// job, where a part left to the worker that compiled the first ran
-    /// alone after the others had finished the kernels (45 ms of a MiniLM
-    /// cold start's 150 on one thread of two). Returns the module and the
-    /// first error of the jobs beside it.
-    pub fn compile_split_beside(
-        ir: &str,
-        symbols: &[(&str, usize)],
-        exports: &[String],
-        beside: (usize, &(dyn Fn(usize) -> Result<(), Error> + Sync)),
-    ) -> (Result<JitModule, Error>, Result<(), Error>) {
-        let t0 = Instant::now();
-        host();
-        let mut parts = split_module(ir);
-        // Largest first: the queue is a longest-job-first schedule.
-        parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        let store = crate::disk::Store::global();
-        let slots: Vec<std::sync::OnceLock<Result<(Vec<u8>, bool), Error>>> =
-            parts.iter().map(|_| std::sync::OnceLock::new()).collect();
-        let side = queue_all(parts.len() + beside.0, &|i| match parts.get(i) {
-            Some(ir) => {
-                let _ = slots[i].set(Self::object(ir, store, true));
-                Ok(())
-            }
-            None => (beside.1)(i - parts.len()),
-        });
-        let objects = slots
-            .into_iter()
-            .map(|s| {
-                s.into_inner()
-                    .unwrap_or_else(|| Err(Error::Llvm("a part was not compiled".into())))
-            })
-            .collect::<Result<Vec<_>, Error>>();
-        let module =
-            objects.and_then(|o| Self::link_or_recompile(&parts, o, store, (symbols, exports), t0));
-        (module, side)
+        let parts = split_module(ir);
+        Self::compile_parts(&parts, symbols, exports, crate::disk::Store::global())
     }
 
     fn compile_parts(
@@ -347,18 +268,6 @@ impl JitModule {
         let t0 = Instant::now();
         host();
         let objects = Self::objects(parts, store, true)?;
-        Self::link_or_recompile(parts, objects, store, (symbols, exports), t0)
-    }
-
-    /// Link `objects` (`parts`' object code and whether each came from the
-    /// persistent cache).
-    fn link_or_recompile(
-        parts: &[String],
-        objects: Vec<(Vec<u8>, bool)>,
-        store: Option<&crate::disk::Store>,
-        (symbols, exports): (&[(&str, usize)], &[String]),
-        t0: Instant,
-    ) -> Result<JitModule, Error> {
         let from_disk = objects.iter().all(|o| o.1);
         match Self::link(&objects, symbols, exports, t0, from_disk) {
             // A cached entry that matches the IR and this host but does not
@@ -369,25 +278,6 @@ impl JitModule {
                 Self::link(&fresh, symbols, exports, t0, false)
             }
             r => r,
-        }
-    }
-
-    /// `ir`'s object code, from the persistent cache when `cached` and it
-    /// holds it (and whether it did), else compiled and stored.
-    fn object(
-        ir: &str,
-        store: Option<&crate::disk::Store>,
-        cached: bool,
-    ) -> Result<(Vec<u8>, bool), Error> {
-        match store.filter(|_| cached).and_then(|s| s.load(ir)) {
-            Some(object) => Ok((object, true)),
-            None => {
-                let object = object_code(ir)?;
-                if let Some(s) = store {
-                    s.save(ir, &object);
-                }
-                Ok((object, false))
-            }
         }
     }
 
@@ -402,7 +292,18 @@ impl JitModule {
         use rayon::prelude::*;
         parts
             .par_iter()
-            .map(|ir| Self::object(ir, store, cached))
+            .map(
+                |ir| match store.filter(|_| cached).and_then(|s| s.load(ir)) {
+                    Some(object) => Ok((object, true)),
+                    None => {
+                        let object = object_code(ir)?;
+                        if let Some(s) = store {
+                            s.save(ir, &object);
+                        }
+                        Ok((object, false))
+                    }
+                },
+            )
             .collect()
     }
 
