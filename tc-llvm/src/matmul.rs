@@ -736,7 +736,7 @@ unsafe fn streamed(
 
 /// Pack rows `0..m` × columns `g0..g1` of A for [`streamed`]: K-block at
 /// row `pc` from float `(pc − g0)·mpanels·mr` of `ap`, its row panel `p`
-/// `p·kc·mr` further (`kc = min(kc_, k − pc)`, the last block short).
+/// `p·kc·mr` further (`kc = min(kc_, g1 − pc)`, the last block short).
 /// Each (K-block, row panel) slot is disjoint; with `par`, and more than
 /// [`A_PACK_SPLIT_FLOATS`] floats, the slots are packed on the pool.
 ///
