@@ -662,7 +662,8 @@ const A_PACK_SPLIT_FLOATS: usize = 1 << 15;
 /// [`blocked`]: the results are bit-identical to it (each C tile gets its
 /// K-blocks in order, written after the first, added after the others).
 /// Threads (when `par`) split the column panels; consecutive K-blocks
-/// whose packed A fits [`A_GROUP_FLOATS`] share one split.
+/// whose packed A fits [`A_GROUP_FLOATS`] share one split (on one
+/// thread, [`A_GROUP_L2_FLOATS`] bounds a group).
 ///
 /// # Safety
 /// `m, n, k ≥ 1`, `m ≤ STREAM_MAX_M` rounded up to whole tiles, and the
