@@ -4,7 +4,9 @@
 //! on the pool or not) and read by the streamed, blocked, swept or `gemv`
 //! paths; A packed or read in place; one thread or the pool. Random shapes
 //! (ragged row and column panels, one to three K-blocks), B row-major or
-//! transposed with padded strides, A with a padded row stride; each
+//! transposed with padded strides, A with a padded row stride; then two
+//! fixed products of one row block with K past one group of packed A
+//! (`matmul::streamed`'s groups, packed on the pool). Each
 //! result also within the f32 bound of an f64 reference, so the paths
 //! cannot agree on a wrong answer. A fixed seed keeps CI deterministic.
 //!
