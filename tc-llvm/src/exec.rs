@@ -272,20 +272,26 @@ pub fn compile_with<'f>(
         plan::group_rows(func, &vals, &mut st);
     }
     plan::verify(func, &st).map_err(Error::Llvm)?;
-    let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
-    // The GEMM kernels compile beside the module's parts (on the pool's
-    // other workers), so their cost is not charged to a call.
-    let (module, warm) = rayon::join(
-        || {
-            if code.exports.is_empty() {
-                return Ok(None);
-            }
-            JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports).map(Some)
+    // The GEMM kernels load (or compile) on one of the pool's workers
+    // while another writes the module's IR text and links its parts: on
+    // a warm start (every object from the persistent cache) the kernels
+    // were the last to finish, and they waited on the text (issue #15).
+    let (built, warm) = rayon::join(
+        || -> Result<_, Error> {
+            let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
+            let module = if code.exports.is_empty() {
+                None
+            } else {
+                let m = JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports)?;
+                Some(m)
+            };
+            Ok((code, module))
         },
         || gemm_kernels(func, &vals, &st, &sigma_ext, generic),
     );
+    let (code, module) = built?;
     warm?;
-    let (module, kernels) = match module? {
+    let (module, kernels) = match module {
         None => (None, Vec::new()),
         Some(m) => {
             let ks = kernel_fns(&m, &code.exports, &code.shapes)?;

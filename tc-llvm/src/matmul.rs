@@ -1434,32 +1434,31 @@ unsafe fn pack_a16(
     }
 }
 
-/// Rows ahead that [`pack_b_rows16`] prefetches when B's rows are at
-/// least [`PACK_AHEAD_MIN_STRIDE`] floats apart. A row-major B (GPT-2's
-/// `[in, out]` weights) is read 128 bytes per row at a stride of its
-/// width; from a page (4 KiB) on, each row is its own page and the
-/// hardware prefetchers do not follow, so a product that packs its weight
-/// per call (a process's first call, before the weight is kept; every
-/// call with `TC_PACK_CACHE_MB=0`) waited on every row. Measured in one
-/// process, 1 thread, 200 calls of each alternating (medians):
-/// 32 × 768 × 3072 4.19 → 3.44 ms, 10 × 768 × 3072 3.34 → 2.37, 32 × 768 ×
-/// 1536 2.05 → 1.82, 14 × 384 × 1536 0.90 → 0.70, 32 × 768 × 2304 3.50 →
-/// 3.38; prefetching at a 3 KiB stride as well (32 × 3072 × 768) lost 10%,
-/// hence the threshold; 16 rows ahead, or the next panel as well, were no
-/// better.
+/// Rows ahead that [`pack_b_rows16`] prefetches, at any stride. A
+/// row-major B (GPT-2's `[in, out]` weights) is read a few lines per row
+/// at a stride of its width, and a product that packs its weight per call
+/// (a process's first call, before the weight is kept; every call with
+/// `TC_PACK_CACHE_MB=0`) waited on every row. Measured in one process, 1
+/// thread, 200 calls of each alternating (medians): 32 × 768 × 3072 4.19
+/// → 3.44 ms, 10 × 768 × 3072 3.34 → 2.37, 32 × 768 × 1536 2.05 → 1.82,
+/// 14 × 384 × 1536 0.90 → 0.70, 32 × 768 × 2304 3.50 → 3.38; 16 rows
+/// ahead, or the next panel as well, were no better. It applied first
+/// from a 4 KiB stride, then also to [`PACK_PANELS`]-panel visits; on two
+/// threads a product's panels split into visits of fewer (GPT-2's `[3072,
+/// 768]` weight: 3 panels of 3 KiB rows) and went without, at 2.4–2.7 ms
+/// against 1.4 for the `[768, 3072]` weight of the same size. Prefetching
+/// those as well (medians of 48 calls, 2 threads, AMD Zen 4 host,
+/// 2026-12-04), 32 × 3072 × 768 from memory 1.86–2.39 → 1.36–1.49 ms,
+/// from L3 1.26–1.88 → 1.09–1.28; one panel per visit 2.25–2.49 →
+/// 1.64–2.09 from memory, 1.45–1.47 → 1.22–1.39 from L3; 1 thread, rows
+/// of 128–768 floats, within noise or faster (32 × 8192 × 128 from
+/// memory 1.26 → 1.16).
 const PACK_AHEAD: usize = 8;
 
 /// Column panels a product packs per call together ([`pack_b_panels`]):
 /// one visit of each of B's rows reads `PACK_PANELS · NR` floats of it
 /// instead of `NR`.
 const PACK_PANELS: usize = 4;
-
-/// The row stride, in floats (4 KiB), from which [`PACK_AHEAD`] applies
-/// to one panel per visit of a row. With [`PACK_PANELS`] per visit it
-/// applies at any stride: a 3 072 × 768 weight (3 KiB rows) packed from
-/// memory took 1.39 ms without it and 1.05 with it (1 thread, AMD Zen 4
-/// host, 2026-12-04).
-const PACK_AHEAD_MIN_STRIDE: usize = 1024;
 
 /// `panels` adjacent panels of B's rows, each `kc` rows of `nr`: panel
 /// `p`'s `dst[p·kc·nr + kk·nr + c] = src[kk·rs + p·nr + c]` where `p·nr +
@@ -1487,9 +1486,8 @@ unsafe fn pack_b_rows16(
 ) {
     use std::arch::x86_64::*;
     let dst = &mut dst[..panels * kc * nr];
-    let ahead = (rs >= PACK_AHEAD_MIN_STRIDE || panels >= PACK_PANELS) && cols > 0;
     for kk in 0..kc {
-        if ahead && kk + PACK_AHEAD < kc {
+        if kk + PACK_AHEAD < kc {
             // Row `kk + PACK_AHEAD < kc`, the lines of its first `cols`
             // floats (one per 16).
             // SAFETY: inside the rows the contract makes readable; a
@@ -1501,23 +1499,26 @@ unsafe fn pack_b_rows16(
                 }
             }
         }
-        for c0 in (0..panels * nr).step_by(16) {
-            let valid = cols.saturating_sub(c0).min(16);
-            let mask = ((1u32 << valid) - 1) as __mmask16;
-            let at = (c0 / nr) * kc * nr + kk * nr + c0 % nr;
-            // Loaded only when `valid > 0` (then `c0 < cols`): the masked
-            // lanes, columns `c0 + l < cols` of row `kk < kc`; the store at
-            // `at + 16 ≤ (c0 / nr)·kc·nr + kc·nr ≤ panels·kc·nr = dst.len()`
-            // (`nr` a multiple of 16, `c0 % nr ≤ nr − 16`).
-            // SAFETY: so reads are inside the rows (the contract), masked-off
-            // lanes unread, and the store inside `dst`.
-            unsafe {
-                let x = if valid > 0 {
-                    _mm512_maskz_loadu_ps(mask, src.add(kk * rs + c0))
-                } else {
-                    _mm512_setzero_ps()
-                };
-                _mm512_storeu_ps(dst.as_mut_ptr().add(at), x);
+        for p in 0..panels {
+            for h in (0..nr).step_by(16) {
+                let c0 = p * nr + h;
+                let valid = cols.saturating_sub(c0).min(16);
+                let mask = ((1u32 << valid) - 1) as __mmask16;
+                let at = p * kc * nr + kk * nr + h;
+                // Loaded only when `valid > 0` (then `c0 < cols`): the
+                // masked lanes, columns `c0 + l < cols` of row `kk < kc`;
+                // the store at `at + 16 ≤ p·kc·nr + kc·nr ≤ panels·kc·nr =
+                // dst.len()` (`nr` a multiple of 16, `h ≤ nr − 16`).
+                // SAFETY: so reads are inside the rows (the contract),
+                // masked-off lanes unread, and the store inside `dst`.
+                unsafe {
+                    let x = if valid > 0 {
+                        _mm512_maskz_loadu_ps(mask, src.add(kk * rs + c0))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    _mm512_storeu_ps(dst.as_mut_ptr().add(at), x);
+                }
             }
         }
     }

@@ -1,6 +1,8 @@
-//! B operands whose rows lie a page or more apart (GPT-2's `[768, 3072]`
-//! weights, row-major): packing them prefetches rows ahead
-//! (`matmul::PACK_AHEAD`), on every path that packs B per call. The
+//! Row-major B operands, rows a page or more apart (GPT-2's `[768, 3072]`
+//! weights) or less (its `[3072, 768]` weight, whose 24 panels split on
+//! the pool into visits of fewer than four; a narrow ragged one): packing
+//! them prefetches rows ahead (`matmul::PACK_AHEAD`), at any stride, on
+//! every path that packs B per call. The
 //! products must be those of an f64 reference within the documented f32
 //! tolerance, with the ragged last panel masked and nothing written past
 //! C, at K-block counts that leave fewer rows than the prefetch distance,
@@ -33,8 +35,9 @@ fn check(m: usize, n: usize, k: usize, c: &[f32], a: &[f32], b: &[f32], what: &s
 #[test]
 fn wide_row_major_b_packs_exactly() {
     // n: exactly a page per row, a ragged last panel of one vector and of
-    // two; k: no row ahead, exactly the distance, past it, two K-blocks.
-    let ns = [1024usize, 1041, 1055];
+    // two, 3 KiB rows, a narrow ragged B; k: no row ahead, exactly the
+    // distance, past it, two K-blocks.
+    let ns = [1024usize, 1041, 1055, 768, 100];
     let ks = [3usize, 8, 9, 40, KC + 5];
     let ms = [1usize, 10, 14, 32, 150];
     for (si, &n) in ns.iter().enumerate() {
