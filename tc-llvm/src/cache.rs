@@ -655,6 +655,8 @@ impl Jit {
         nested: &crate::exec::Nested,
         depth: usize,
     ) -> Result<Tensor, tc_runtime::Error> {
+        // Before anything here uses the pool: tc builds it, pinned.
+        crate::threads::init();
         let cfg = self.config();
         let (slot, generic, fresh) = self.pick(fp, &bound.sigma, &cfg);
         let compiled = slot.get_or_init(|| {

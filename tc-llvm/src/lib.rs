@@ -104,6 +104,7 @@ mod rt;
 #[cfg(target_arch = "x86_64")]
 mod sweep;
 pub mod team;
+pub mod threads;
 
 pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};

@@ -39,6 +39,7 @@ pub fn in_session() -> bool {
 /// it returns (see the module documentation). Inside a session, or with a
 /// pool of one thread, it is just `f()`.
 pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    crate::threads::init();
     let helpers = rayon::current_num_threads().saturating_sub(1);
     if in_session() || helpers == 0 {
         return f();

@@ -1,0 +1,107 @@
+//! The threads tc's kernels run on: rayon's global pool, built by tc on
+//! its first call (when nothing in the process built it before) with each
+//! worker pinned to a CPU of its own, as ONNX Runtime pins its intra-op
+//! threads by default (issue #15).
+//!
+//! Why: a call hops onto the pool and the calling thread sleeps until it
+//! is done. Unpinned, the kernel's scheduler placed both workers of a
+//! fresh 2-thread pool on one CPU while the caller still ran on the other,
+//! and left them there, taking turns in 4 ms slices, for 10 ms and more
+//! after the caller went to sleep and its CPU idled (the AMD Zen 4 VM of
+//! issue #15, Linux 6.18; `perf sched` traces). A process's first call
+//! then ran on one CPU at a time: the GPT-2 block's first call at 1 × 32
+//! took a median of 16.9 ms (p90 23.4) over 30 processes, pinned 9.2 (p90
+//! 11.2); its third call (new weights, kernels linked) 5.4 against 4.7.
+//!
+//! What: worker `i` of `n` is pinned to the `i`-th CPU the process may run
+//! on (its affinity mask when the pool is built), only when `2 ≤ n ≤` that
+//! CPU count (with more threads than CPUs, pinning would stack them for
+//! good). `TC_PIN_THREADS=0` leaves the pool unpinned; a pool that the
+//! program (or a library) built before tc's first call is left as it is
+//! (call [`init`] first to have tc build it), and so is the global pool
+//! when tc's first call comes from a worker of a pool of the program's. `RAYON_NUM_THREADS` sets the
+//! thread count as usual. Results never depend on it: threads split only
+//! output rows.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Workers pinned so far (each pins itself as it starts).
+static PINNED: AtomicUsize = AtomicUsize::new(0);
+
+/// Build rayon's global pool with pinned workers, once, unless
+/// `TC_PIN_THREADS=0` or the pool already exists. Every tc call and
+/// [`crate::session`] calls it first; a program that uses rayon itself
+/// before its first tc call can call it at the start of `main`. Returns
+/// whether tc built the pool (its workers pinned where `2 ≤` threads `≤`
+/// CPUs: [`pinned_workers`] says how many were).
+pub fn init() -> bool {
+    static BUILT: OnceLock<bool> = OnceLock::new();
+    *BUILT.get_or_init(|| {
+        let on = std::env::var("TC_PIN_THREADS").map_or(true, |v| v != "0");
+        // On a worker of a pool of the program's own, tc's work runs
+        // there: a global pool built now would only sit idle.
+        on && rayon::current_thread_index().is_none() && build_pinned()
+    })
+}
+
+/// Workers of the global pool pinned to a CPU of their own (0 when tc did
+/// not build the pool, when it was built with fewer than two threads or
+/// more than the CPUs, or off Linux).
+pub fn pinned_workers() -> usize {
+    PINNED.load(Ordering::Acquire)
+}
+
+#[cfg(target_os = "linux")]
+fn build_pinned() -> bool {
+    let Some(cpus) = allowed_cpus() else {
+        return false;
+    };
+    rayon::ThreadPoolBuilder::new()
+        .start_handler(move |i| {
+            // The pool's size, known here: the worker is registered
+            // before its start handler runs.
+            let n = rayon::current_num_threads();
+            if (2..=cpus.len()).contains(&n) && pin_current(cpus[i]) {
+                PINNED.fetch_add(1, Ordering::Release);
+            }
+        })
+        .build_global()
+        .is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn build_pinned() -> bool {
+    false
+}
+
+/// The CPUs this thread may run on (its affinity mask), in order.
+#[cfg(target_os = "linux")]
+fn allowed_cpus() -> Option<Vec<usize>> {
+    // SAFETY: `set` is a plain bit set that the kernel fills, of the size
+    // passed; an all-zero `cpu_set_t` is a valid (empty) set.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let ok = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        (ok == 0).then_some(set)
+    }?;
+    let bits = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `CPU_ISSET` reads bit `c < bits` of the set just filled.
+    let cpus: Vec<usize> = (0..bits)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// Pin the calling thread to `cpu`.
+#[cfg(target_os = "linux")]
+fn pin_current(cpu: usize) -> bool {
+    // SAFETY: `set` is a zeroed (empty) `cpu_set_t` with one bit set by
+    // `CPU_SET` (`cpu` is one of `allowed_cpus`, below the set's size),
+    // passed with its size; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
