@@ -261,6 +261,9 @@ fn configure_kernel_cache(opts: &Options) {
 }
 
 fn main() -> Result<(), BoxError> {
+    // tc builds the rayon pool, its workers pinned one per CPU, before the
+    // warm-up's `par_iter` would build it unpinned (`tc_llvm::threads`).
+    tc::llvm::threads::init();
     let opts = parse_args()?;
     kernel_cache_hook(opts.kernel_cache_dir.as_ref());
     init_logging(opts.json_logs);
