@@ -18,8 +18,9 @@
 //! CPU count (with more threads than CPUs, pinning would stack them for
 //! good). `TC_PIN_THREADS=0` leaves the pool unpinned; a pool that the
 //! program (or a library) built before tc's first call is left as it is
-//! (call [`init`] first to have tc build it), and so is the global pool
-//! when tc's first call comes from a worker of a pool of the program's. `RAYON_NUM_THREADS` sets the
+//! (call [`init`] first to have tc build it); calls made on a worker of
+//! a pool of the program's own build nothing (tc's work runs on that
+//! pool), and leave the choice to the first call from outside any pool. `RAYON_NUM_THREADS` sets the
 //! thread count as usual. Results never depend on it: threads split only
 //! output rows.
 
@@ -37,11 +38,18 @@ static PINNED: AtomicUsize = AtomicUsize::new(0);
 /// CPUs: [`pinned_workers`] says how many were).
 pub fn init() -> bool {
     static BUILT: OnceLock<bool> = OnceLock::new();
+    if let Some(&built) = BUILT.get() {
+        return built;
+    }
+    // On a worker of a pool of the program's own, tc's work runs there: a
+    // global pool built now would only sit idle. The choice waits for a
+    // call from outside any pool.
+    if rayon::current_thread_index().is_some() {
+        return false;
+    }
     *BUILT.get_or_init(|| {
         let on = std::env::var("TC_PIN_THREADS").map_or(true, |v| v != "0");
-        // On a worker of a pool of the program's own, tc's work runs
-        // there: a global pool built now would only sit idle.
-        on && rayon::current_thread_index().is_none() && build_pinned()
+        on && build_pinned()
     })
 }
 

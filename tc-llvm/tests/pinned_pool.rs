@@ -1,7 +1,9 @@
 //! The pool tc builds on its first call (`tc_llvm::threads`): each worker
 //! pinned to a CPU of its own when `2 ≤ threads ≤` the CPUs the process may
 //! run on, and left alone otherwise — `TC_PIN_THREADS=0`, more threads than
-//! CPUs, one thread, or a global pool the program built first.
+//! CPUs, one thread, or a global pool the program built first; a call on a
+//! pool of the program's own builds nothing and leaves the choice to the
+//! next call from outside it.
 //!
 //! The global pool is built once per process, so each case runs in a child
 //! process of this test binary (`child_checks_its_pool`, ignored unless
@@ -33,10 +35,24 @@ fn child_checks_its_pool() {
         // The program uses rayon before its first tc call.
         rayon::join(|| (), || ());
     }
+    if case == "own-pool-first" {
+        // Its first tc call runs on a pool of its own: nothing is built
+        // there, and the next call from outside builds the global pool.
+        let own = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        assert!(
+            !own.install(tc_llvm::threads::init),
+            "{case}: on its own pool"
+        );
+        assert_eq!(tc_llvm::threads::pinned_workers(), 0, "{case}");
+    }
     let built = tc_llvm::threads::init();
     let n = rayon::current_num_threads();
     let masks: Vec<Vec<usize>> = rayon::broadcast(|_| affinity());
-    let expect = case == "default" && (2..=cpus.len()).contains(&n);
+    let pins = matches!(case.as_str(), "default" | "own-pool-first");
+    let expect = pins && (2..=cpus.len()).contains(&n);
     let here = !matches!(case.as_str(), "off" | "built-first");
     assert_eq!(built, here, "{case}: was the pool built here");
     if expect {
@@ -58,8 +74,9 @@ fn child_checks_its_pool() {
 #[test]
 fn every_case_pins_as_documented() {
     let cpus = affinity().len();
-    let cases: [(&str, &[(&str, String)]); 5] = [
+    let cases: [(&str, &[(&str, String)]); 6] = [
         ("default", &[]),
+        ("own-pool-first", &[]),
         ("off", &[("TC_PIN_THREADS", "0".into())]),
         (
             "oversubscribed",
