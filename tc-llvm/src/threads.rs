@@ -14,9 +14,12 @@
 //! 11.2); its third call (new weights, kernels linked) 5.4 against 4.7.
 //!
 //! What: worker `i` of `n` is pinned to the `i`-th CPU the process may run
-//! on (its affinity mask when the pool is built), only when `2 ≤ n ≤` that
-//! CPU count (with more threads than CPUs, pinning would stack them for
-//! good). `TC_PIN_THREADS=0` leaves the pool unpinned; a pool that the
+//! on (its affinity mask when the pool is built), only when the pool has
+//! one worker per such CPU and at least two: with more threads than CPUs
+//! pinning would stack them for good, and with fewer (`RAYON_NUM_THREADS`
+//! below the CPU count, say replicas sharing a machine) every process would
+//! pin its workers to the same first CPUs. ONNX Runtime likewise pins only
+//! at its default thread count. `TC_PIN_THREADS=0` leaves the pool unpinned; a pool that the
 //! program (or a library) built before tc's first call is left as it is
 //! (call [`init`] first to have tc build it); calls made on a worker of
 //! a pool of the program's own build nothing (tc's work runs on that
@@ -34,8 +37,8 @@ static PINNED: AtomicUsize = AtomicUsize::new(0);
 /// `TC_PIN_THREADS=0` or the pool already exists. Every tc call and
 /// [`crate::session`] calls it first; a program that uses rayon itself
 /// before its first tc call can call it at the start of `main`. Returns
-/// whether tc built the pool (its workers pinned where `2 ≤` threads `≤`
-/// CPUs: [`pinned_workers`] says how many were).
+/// whether tc built the pool (its workers pinned where there is one per
+/// CPU and at least two: [`pinned_workers`] says how many were).
 pub fn init() -> bool {
     static BUILT: OnceLock<bool> = OnceLock::new();
     if let Some(&built) = BUILT.get() {
@@ -54,8 +57,8 @@ pub fn init() -> bool {
 }
 
 /// Workers of the global pool pinned to a CPU of their own (0 when tc did
-/// not build the pool, when it was built with fewer than two threads or
-/// more than the CPUs, or off Linux).
+/// not build the pool, when its thread count is not the CPU count or is
+/// one, or off Linux).
 pub fn pinned_workers() -> usize {
     PINNED.load(Ordering::Acquire)
 }
@@ -70,7 +73,7 @@ fn build_pinned() -> bool {
             // The pool's size, known here: the worker is registered
             // before its start handler runs.
             let n = rayon::current_num_threads();
-            if (2..=cpus.len()).contains(&n) && pin_current(cpus[i]) {
+            if n >= 2 && n == cpus.len() && pin_current(cpus[i]) {
                 PINNED.fetch_add(1, Ordering::Release);
             }
         })
