@@ -250,6 +250,9 @@ pub fn compile_with<'f>(
     generic: bool,
 ) -> Result<CompiledFn, Error> {
     let t0 = std::time::Instant::now();
+    // A compile called directly (not through a call) also splits on the
+    // pool: tc builds it first, pinned (`threads`).
+    crate::threads::init();
     tc_core::ir::verify(func)
         .map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
     // σ-specialised: small callees are spliced in (`inline`), so fusion
