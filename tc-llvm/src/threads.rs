@@ -1,7 +1,7 @@
 //! The threads tc's kernels run on: rayon's global pool, built by tc on
 //! its first call (when nothing in the process built it before) with each
 //! worker pinned to a CPU of its own, as ONNX Runtime pins its intra-op
-//! threads by default (issue #15).
+//! threads at its default thread count (issue #15).
 //!
 //! Why: a call hops onto the pool and the calling thread sleeps until it
 //! is done. Unpinned, the kernel's scheduler placed both workers of a
@@ -17,15 +17,17 @@
 //! on (its affinity mask when the pool is built), only when the pool has
 //! one worker per such CPU and at least two: with more threads than CPUs
 //! pinning would stack them for good, and with fewer (`RAYON_NUM_THREADS`
-//! below the CPU count, say replicas sharing a machine) every process would
-//! pin its workers to the same first CPUs. ONNX Runtime likewise pins only
-//! at its default thread count. `TC_PIN_THREADS=0` leaves the pool unpinned; a pool that the
-//! program (or a library) built before tc's first call is left as it is
-//! (call [`init`] first to have tc build it); calls made on a worker of
-//! a pool of the program's own build nothing (tc's work runs on that
-//! pool), and leave the choice to the first call from outside any pool. `RAYON_NUM_THREADS` sets the
-//! thread count as usual. Results never depend on it: threads split only
-//! output rows.
+//! below the CPU count, say replicas sharing a machine) every process
+//! would pin its workers to the same first CPUs. ONNX Runtime likewise
+//! pins only at its default thread count.
+//!
+//! `TC_PIN_THREADS=0` leaves the pool unpinned. A pool that the program
+//! (or a library) built before tc's first call is left as it is (call
+//! [`init`] first to have tc build it). Calls made on a worker of a pool
+//! of the program's own build nothing (tc's work runs on that pool) and
+//! leave the choice to the first call from outside any pool.
+//! `RAYON_NUM_THREADS` sets the thread count as usual. Results never
+//! depend on any of it: threads split only output rows.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
