@@ -282,12 +282,10 @@ pub fn compile_with<'f>(
     let (built, warm) = rayon::join(
         || -> Result<_, Error> {
             let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
-            let module = if code.exports.is_empty() {
-                None
-            } else {
-                let m = JitModule::compile_split(&code.ir, &crate::rt::symbols(), &code.exports)?;
-                Some(m)
-            };
+            let (ir, exports) = (&code.ir, &code.exports);
+            let module = (!exports.is_empty())
+                .then(|| JitModule::compile_split(ir, &crate::rt::symbols(), exports))
+                .transpose()?;
             Ok((code, module))
         },
         || gemm_kernels(func, &vals, &st, &sigma_ext, generic),

@@ -37,10 +37,11 @@ static PINNED: AtomicUsize = AtomicUsize::new(0);
 
 /// Build rayon's global pool with pinned workers, once, unless
 /// `TC_PIN_THREADS=0` or the pool already exists. Every tc call,
-/// [`crate::session`] and [`crate::compile_with`] call it first; a program that uses rayon itself
-/// before its first tc call can call it at the start of `main`. Returns
-/// whether tc built the pool (its workers pinned where there is one per
-/// CPU and at least two: [`pinned_workers`] says how many were).
+/// [`crate::session`] and [`crate::compile_with`] call it first; a program
+/// that uses rayon itself before its first tc call can call it at the
+/// start of `main`. Returns whether tc built the pool (its workers pinned
+/// where there is one per CPU and at least two: [`pinned_workers`] says
+/// how many were).
 pub fn init() -> bool {
     static BUILT: OnceLock<bool> = OnceLock::new();
     if let Some(&built) = BUILT.get() {
