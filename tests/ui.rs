@@ -16,6 +16,7 @@ const FAIL_CATEGORIES: &[&str] = &[
     "dims",
     "params",
     "window",
+    "quant",
 ];
 
 #[test]

@@ -178,7 +178,59 @@ pub fn unary(op: UnaryOp, x: Operand) -> Result<Shaped> {
 
 /// §5.2 cast: the target dtype, the same shape.
 pub fn cast(to: Dtype, x: Operand) -> Result<Shaped> {
+    // §18: a quantized tensor casts only to a float (its dequantization,
+    // then §5 from F32); nothing casts to a quantized format.
+    if to.is_quantized() || (x.dtype.is_quantized() && !to.is_float()) {
+        return Err(malformed("cast", format!("from {} to {to}", x.dtype)));
+    }
     Ok((to, x.shape.to_vec()))
+}
+
+/// §18 `qmatmul`: `x` F32 `[p…, M, K]`, `w` quantized `[N, K]` with whole
+/// blocks along `K`; the result F32 `[p…, M, N]`.
+pub fn qmatmul(x: Operand, w: Operand) -> Result<Shaped> {
+    if x.dtype != Dtype::F32 || !w.dtype.is_quantized() {
+        return Err(malformed(
+            "qmatmul",
+            format!("operand dtypes {} and {}", x.dtype, w.dtype),
+        ));
+    }
+    let (sx, sw) = (x.shape, w.shape);
+    if sx.len() < 2 || sw.len() != 2 {
+        return Err(op_err(
+            "qmatmul",
+            format!("operand shapes {sx:?} and {sw:?}: x has rank ≥ 2, w rank 2"),
+        ));
+    }
+    quantized_shape_ok("qmatmul", w)?;
+    let k = sx[sx.len() - 1];
+    if k != sw[1] {
+        return Err(op_err(
+            "qmatmul",
+            format!("contraction dimension K (={k}) ≠ K' (={})", sw[1]),
+        ));
+    }
+    let mut out = sx[..sx.len() - 1].to_vec();
+    out.push(sw[0]);
+    Ok((Dtype::F32, out))
+}
+
+/// §18 formation, concretely: a quantized operand has rank ≥ 1 and whole
+/// blocks along its last axis.
+pub fn quantized_shape_ok(op: &str, x: Operand) -> Result<()> {
+    let Some((block, _)) = x.dtype.block() else {
+        return Ok(());
+    };
+    match x.shape.last() {
+        Some(k) if k % block == 0 => Ok(()),
+        _ => Err(op_err(
+            op,
+            format!(
+                "a {} operand of shape {:?}: its last dim must be a multiple of {block}",
+                x.dtype, x.shape
+            ),
+        )),
+    }
 }
 
 fn same(op: &str, a: Operand, b: Operand) -> Result<()> {
@@ -434,6 +486,16 @@ pub fn concat(axis: usize, xs: &[Operand]) -> Result<Shaped> {
 /// checked by [`gather_ids`].
 pub fn gather(axis: usize, table: Operand, ids: Operand) -> Result<Shaped> {
     axes_ok("gather", &[axis], table.shape.len())?;
+    // §18: rows of whole blocks only; the blocks run along the last axis.
+    if table.dtype.is_quantized() {
+        quantized_shape_ok("gather", table)?;
+        if axis + 1 == table.shape.len() {
+            return Err(malformed(
+                "gather",
+                format!("along the block axis of a {} table", table.dtype),
+            ));
+        }
+    }
     if ids.dtype != Dtype::I64 {
         return Err(malformed(
             "gather",
@@ -688,6 +750,17 @@ pub fn infer<'a>(
     operand: &dyn Fn(Value) -> Result<Operand<'a>>,
     sigma: &Sigma,
 ) -> Result<Shaped> {
+    if !op.admits_quantized() {
+        for v in op.operands() {
+            let x = operand(v)?;
+            if x.dtype.is_quantized() {
+                return Err(malformed(
+                    &op.to_string(),
+                    format!("a {} operand: only dequantize, qmatmul and gather read one (Section 2 §18)", x.dtype),
+                ));
+            }
+        }
+    }
     match op {
         Op::Unary(o, x) => unary(*o, operand(*x)?),
         Op::Cast(dt, x) => cast(*dt, operand(*x)?),
@@ -695,6 +768,7 @@ pub fn infer<'a>(
         Op::ScalarBinary { op, x, .. } => scalar_binary(*op, operand(*x)?),
         Op::Select(c, a, b) => select(operand(*c)?, operand(*a)?, operand(*b)?),
         Op::Matmul(a, b) => matmul(operand(*a)?, operand(*b)?),
+        Op::QMatmul(x, w) => qmatmul(operand(*x)?, operand(*w)?),
         Op::Reduce {
             op,
             axes,

@@ -171,6 +171,9 @@ pub mod codes {
     /// A module constant used as a dim has no valid i64 value (out of range,
     /// overflow, division by zero, a wrapping cast, or below 1 as a dim).
     pub const MODULE_CONST: &str = "E0109";
+    /// A block-quantized tensor's last dim is not provably a multiple of its
+    /// format's block (Section 2 §18).
+    pub const QUANT_BLOCK: &str = "E0110";
     /// Dtypes differ (Section 3 §3.3, §9).
     pub const DTYPE_MISMATCH: &str = "E0201";
     /// An operation is not admissible at a dtype class (Section 2 §3).
@@ -233,6 +236,7 @@ pub mod codes {
         DIV_BY_ZERO,
         DIVISOR,
         MODULE_CONST,
+        QUANT_BLOCK,
         DTYPE_MISMATCH,
         DTYPE_CLASS,
         RANK_MISMATCH,

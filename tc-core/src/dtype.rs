@@ -3,7 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// One of the eleven core element types (Section 1 §2).
+/// One of the eleven core element types (Section 1 §2), or a block-quantized
+/// format (Section 2 §18).
+#[allow(non_camel_case_types)] // `Q4_K` is the format's name in GGML and GGUF
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dtype {
     /// IEEE 754 binary32.
@@ -28,6 +30,21 @@ pub enum Dtype {
     I4,
     /// Boolean, one byte holding 0 or 1.
     Bool,
+    /// GGML `Q8_0` (Section 2 §18): blocks of 32, an f16 scale `d` and 32
+    /// `i8` quants, `x = d·q` (34 bytes a block).
+    Q8_0,
+    /// GGML `Q4_0`: blocks of 32, an f16 scale and 16 bytes of 4-bit quants,
+    /// `x = d·(q − 8)` (18 bytes a block).
+    Q4_0,
+    /// GGML `Q4_1`: blocks of 32, f16 scale and minimum, 16 bytes of 4-bit
+    /// quants, `x = d·q + m` (20 bytes a block).
+    Q4_1,
+    /// GGML `Q4_K`: super-blocks of 256 in 8 sub-blocks with 6-bit scales
+    /// and minimums (144 bytes a block).
+    Q4_K,
+    /// GGML `Q6_K`: super-blocks of 256 in 16 sub-blocks with 8-bit scales,
+    /// 6-bit quants (210 bytes a block).
+    Q6_K,
 }
 
 /// Admissibility class of a dtype (Section 2 §3).
@@ -39,10 +56,14 @@ pub enum DtypeClass {
     SignedInt,
     /// Bool (its own class, not numeric).
     Bool,
+    /// A block-quantized format (Section 2 §18): not numeric, its elements
+    /// are read only through `dequantize`, `qmatmul` and `gather`.
+    Quantized,
 }
 
 impl Dtype {
-    /// All eleven dtypes in declaration order.
+    /// The eleven element dtypes in declaration order (the block-quantized
+    /// formats, which have no element representation, are [`Dtype::QUANTIZED`]).
     pub const ALL: [Dtype; 11] = [
         Dtype::F32,
         Dtype::F16,
@@ -57,6 +78,15 @@ impl Dtype {
         Dtype::Bool,
     ];
 
+    /// The block-quantized formats (Section 2 §18).
+    pub const QUANTIZED: [Dtype; 5] = [
+        Dtype::Q8_0,
+        Dtype::Q4_0,
+        Dtype::Q4_1,
+        Dtype::Q4_K,
+        Dtype::Q6_K,
+    ];
+
     /// The admissibility class (Section 2 §3).
     pub fn class(self) -> DtypeClass {
         match self {
@@ -65,6 +95,27 @@ impl Dtype {
             }
             Dtype::I64 | Dtype::I32 | Dtype::I16 | Dtype::I8 | Dtype::I4 => DtypeClass::SignedInt,
             Dtype::Bool => DtypeClass::Bool,
+            Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => {
+                DtypeClass::Quantized
+            }
+        }
+    }
+
+    /// True for a block-quantized format (Section 2 §18).
+    pub fn is_quantized(self) -> bool {
+        self.class() == DtypeClass::Quantized
+    }
+
+    /// A quantized format's `(elements, bytes)` per block along the last
+    /// axis (Section 2 §18: `b(Q)`); `None` for element dtypes.
+    pub fn block(self) -> Option<(usize, usize)> {
+        match self {
+            Dtype::Q8_0 => Some((32, 34)),
+            Dtype::Q4_0 => Some((32, 18)),
+            Dtype::Q4_1 => Some((32, 20)),
+            Dtype::Q4_K => Some((256, 144)),
+            Dtype::Q6_K => Some((256, 210)),
+            _ => None,
         }
     }
 
@@ -80,7 +131,7 @@ impl Dtype {
 
     /// Numeric = Float ∪ SignedInt (Section 2 §3).
     pub fn is_numeric(self) -> bool {
-        self.class() != DtypeClass::Bool
+        self.is_float() || self.is_int()
     }
 
     /// True for Bool.
@@ -88,19 +139,31 @@ impl Dtype {
         self == Dtype::Bool
     }
 
-    /// Width of one element in bits (I4 = 4, Bool = 8 as stored).
+    /// Width of one element in bits (I4 = 4, Bool = 8 as stored; a
+    /// quantized format's average, rounded down: its exact size is
+    /// [`Dtype::byte_size`]).
     pub fn bits(self) -> u32 {
+        if let Some((elems, bytes)) = self.block() {
+            return (bytes * 8 / elems) as u32;
+        }
         match self {
             Dtype::F32 | Dtype::I32 => 32,
             Dtype::F16 | Dtype::BF16 | Dtype::I16 => 16,
             Dtype::F8E4M3 | Dtype::F8E5M2 | Dtype::I8 | Dtype::Bool => 8,
             Dtype::I64 => 64,
             Dtype::I4 => 4,
+            Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => 0,
         }
     }
 
-    /// Storage size of one element in bytes as a fraction `(num, den)`: I4 is `(1, 2)`.
+    /// Storage size of one element in bytes as a fraction `(num, den)`: I4 is
+    /// `(1, 2)`, a quantized format its block's bytes over its block's
+    /// elements (`Q4_1`: `(20, 32)`; exact for whole blocks, which formation
+    /// guarantees, Section 2 §18).
     pub fn byte_size(self) -> (usize, usize) {
+        if let Some((elems, bytes)) = self.block() {
+            return (bytes, elems);
+        }
         match self {
             Dtype::I4 => (1, 2),
             other => (other.bits() as usize / 8, 1),
@@ -133,6 +196,11 @@ impl Dtype {
             Dtype::I8 => "i8",
             Dtype::I4 => "i4",
             Dtype::Bool => "bool",
+            Dtype::Q8_0 => "q8_0",
+            Dtype::Q4_0 => "q4_0",
+            Dtype::Q4_1 => "q4_1",
+            Dtype::Q4_K => "q4_k",
+            Dtype::Q6_K => "q6_k",
         }
     }
 
@@ -161,13 +229,14 @@ impl fmt::Display for DtypeClass {
             DtypeClass::Float => "float",
             DtypeClass::SignedInt => "signed int",
             DtypeClass::Bool => "bool",
+            DtypeClass::Quantized => "quantized",
         })
     }
 }
 
-/// The name given is not one of the eleven dtypes.
+/// The name given is not one of the dtypes.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dtype `{0}` (expected one of f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, i4, bool)")]
+#[error("unknown dtype `{0}` (expected one of f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, i4, bool, q8_0, q4_0, q4_1, q4_k, q6_k)")]
 pub struct UnknownDtype(pub String);
 
 impl FromStr for Dtype {
@@ -175,6 +244,7 @@ impl FromStr for Dtype {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Dtype::ALL
             .into_iter()
+            .chain(Dtype::QUANTIZED)
             .find(|d| d.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| UnknownDtype(s.to_string()))
     }
@@ -198,11 +268,17 @@ mod tests {
         assert_eq!(Dtype::F32.storage_bytes(1 << 62), usize::MAX);
         assert_eq!(Dtype::I4.storage_bytes(usize::MAX), usize::MAX.div_ceil(2));
         assert_eq!(Dtype::I4.int_range(), Some((-8, 7)));
+        for q in Dtype::QUANTIZED {
+            assert!(q.is_quantized() && !q.is_numeric() && !q.is_float());
+        }
+        // Two Q4_1 blocks of 32: 40 bytes; a Q6_K super-block: 210.
+        assert_eq!(Dtype::Q4_1.storage_bytes(64), 40);
+        assert_eq!(Dtype::Q6_K.storage_bytes(256), 210);
     }
 
     #[test]
     fn names_round_trip() {
-        for d in Dtype::ALL {
+        for d in Dtype::ALL.into_iter().chain(Dtype::QUANTIZED) {
             assert_eq!(d.name().parse::<Dtype>().unwrap(), d);
         }
         assert!("f64".parse::<Dtype>().is_err());

@@ -427,6 +427,10 @@ pub enum Op {
     Select(Value, Value, Value),
     /// §7 batched matmul.
     Matmul(Value, Value),
+    /// §18 `qmatmul x w = matmul x (transpose (dequantize w))`: `x` is F32
+    /// `[p…, M, K]`, `w` a block-quantized `[N, K]` (a GGUF weight as
+    /// stored), the result F32 `[p…, M, N]`.
+    QMatmul(Value, Value),
     /// §8 reduce.
     Reduce {
         /// The reduction.
@@ -577,13 +581,28 @@ impl Op {
             | Op::Pad { x, .. } => {
                 vec![*x]
             }
-            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Conv { x: a, w: b, .. } => vec![*a, *b],
+            Op::Binary(_, a, b)
+            | Op::Matmul(a, b)
+            | Op::QMatmul(a, b)
+            | Op::Conv { x: a, w: b, .. } => vec![*a, *b],
             Op::Pool { x, .. } => vec![*x],
             Op::Gather { table, ids, .. } => vec![*table, *ids],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
             Op::Fill(..) | Op::Iota(..) | Op::Dim(_) => vec![],
         }
+    }
+
+    /// Whether this op may read a block-quantized operand (Section 2 §18): a
+    /// quantized tensor has no elements of its own, so only `dequantize` (a
+    /// cast to a float), `qmatmul` and `gather` (whole rows of blocks) take
+    /// one, and a call passes one on. The checker and the concrete rule both
+    /// ask here.
+    pub fn admits_quantized(&self) -> bool {
+        matches!(
+            self,
+            Op::Cast(..) | Op::QMatmul(..) | Op::Gather { .. } | Op::Call(..)
+        )
     }
 
     /// Scalar parameters this op reads.
@@ -627,6 +646,7 @@ impl fmt::Display for Op {
             }
             Op::Select(c, a, b) => write!(f, "select {c}, {a}, {b}"),
             Op::Matmul(a, b) => write!(f, "matmul {a}, {b}"),
+            Op::QMatmul(a, b) => write!(f, "qmatmul {a}, {b}"),
             Op::Reduce {
                 op,
                 axes,

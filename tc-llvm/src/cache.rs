@@ -267,7 +267,7 @@ fn hash_op(h: &mut Fp, op: &Op) {
             hash_scalar(h, s);
         }
         Op::Select(c, a, b) => (c, a, b).hash(h),
-        Op::Matmul(a, b) => (a, b).hash(h),
+        Op::Matmul(a, b) | Op::QMatmul(a, b) => (a, b).hash(h),
         Op::Reduce {
             op,
             axes,

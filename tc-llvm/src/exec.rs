@@ -1098,6 +1098,10 @@ impl CompiledFn {
                 window,
                 x,
             } => tc_runtime::interp::denote::pool(*kind, kernel, window, &tensor(*x)?)?,
+            Op::QMatmul(x, w) => self.run_qmatmul(*x, *w, st)?,
+            // §18 `dequantize` (plan::reads_quantized: only a quantized cast
+            // is a host step).
+            Op::Cast(dt, x) => tensor(*x)?.cast(*dt)?,
             _ => {
                 return Err(tc_runtime::Error::Malformed(format!(
                     "host step for `{op}`"
@@ -1108,6 +1112,54 @@ impl CompiledFn {
         st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
         st.owned_bufs[out.0 as usize] = Some(Held::T(t));
         Ok(())
+    }
+
+    /// `qmatmul x w` (Section 2 §18) on `tc-quant`'s fused kernels, reading
+    /// both operands where they lie: the weight's blocks are never copied
+    /// or dequantized whole. `fast_math` picks the kernels' numerics: 8-bit
+    /// activations (`Numerics::Fast`) or F32 dequantization (`Exact`).
+    fn run_qmatmul(&self, x: Value, w: Value, st: &RunState) -> Result<Tensor, tc_runtime::Error> {
+        let (xi, wi) = (&st.vals[x.0 as usize], &st.vals[w.0 as usize]);
+        let (_, out_shape) = tc_core::concrete::qmatmul(
+            tc_core::concrete::Operand {
+                dtype: xi.dtype,
+                shape: &xi.shape,
+            },
+            tc_core::concrete::Operand {
+                dtype: wi.dtype,
+                shape: &wi.shape,
+            },
+        )?;
+        let format = tc_runtime::quant::format(wi.dtype)
+            .ok_or_else(|| tc_runtime::Error::Malformed("qmatmul: an unquantized weight".into()))?;
+        // SAFETY: both operands are materialized (plan::uses forces a host
+        // op's operands): the storage of their planned shapes, alive for
+        // this step.
+        let (xb, wb) = unsafe {
+            (
+                bytes_of(st.ptrs[x.0 as usize], xi.bytes()),
+                bytes_of(st.ptrs[w.0 as usize], wi.bytes()),
+            )
+        };
+        // SAFETY: every bit pattern is an f32; `align_to` puts only whole,
+        // aligned f32s in the middle part.
+        let (head, xs, _) = unsafe { xb.align_to::<f32>() };
+        if !head.is_empty() {
+            return Err(tc_runtime::Error::Malformed(
+                "qmatmul: a misaligned operand".into(),
+            ));
+        }
+        let (n, k) = (wi.shape[0], wi.shape[1]);
+        let rows = if k == 0 { 0 } else { xs.len() / k };
+        let mut y = tc_runtime::alloc::filled(tc_core::size::numel(&out_shape)?, 0f32)?;
+        let numerics = if self.opts.fast_math {
+            tc_runtime::quant::Numerics::Fast
+        } else {
+            tc_runtime::quant::Numerics::Exact
+        };
+        tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, &mut y)
+            .map_err(|e| tc_runtime::Error::Malformed(format!("qmatmul: {e}")))?;
+        Tensor::from_vec(&out_shape, y)
     }
 
     /// A [`Step::Matmul`]: the output's buffer, then the GEMM on the

@@ -55,20 +55,22 @@ pub(crate) fn copy(
     if dtype == Dtype::I4 {
         return copy_nibbles(pre, v, block, &ids, table, out).ok_or_else(short);
     }
-    let eb = dtype.storage_bytes(1);
-    let bb = block * eb;
+    // Bytes of one copied block: exact for every byte-sized dtype, and for
+    // a quantized table too, whose copied block is whole rows of blocks
+    // (the rule refuses a gather along the block axis, Section 2 §18).
+    let bb = dtype.storage_bytes(block);
     for p in 0..pre {
         for (j, &id) in ids.iter().enumerate() {
             // Each start is within its buffer's storage (checked by `get`).
-            let src = ((p * v + id) * block) * eb;
-            let dst = ((p * n + j) * block) * eb;
+            let src = (p * v + id) * bb;
+            let dst = (p * n + j) * bb;
             let from = table.get(src..src + bb).ok_or_else(short)?;
             out.get_mut(dst..dst + bb)
                 .ok_or_else(short)?
                 .copy_from_slice(from);
         }
     }
-    let written = (pre * n * block * eb).min(out.len());
+    let written = (pre * n * bb).min(out.len());
     quiet_narrow(dtype, &mut out[..written]);
     Ok(())
 }

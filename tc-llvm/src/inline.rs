@@ -373,6 +373,7 @@ fn rewrite(
         Op::Binary(o, a, b) => Op::Binary(*o, v(*a), v(*b)),
         Op::Select(c, a, b) => Op::Select(v(*c), v(*a), v(*b)),
         Op::Matmul(a, b) => Op::Matmul(v(*a), v(*b)),
+        Op::QMatmul(x, w) => Op::QMatmul(v(*x), v(*w)),
         Op::Reduce {
             op,
             axes,

@@ -396,11 +396,24 @@ fn host_pool(op: &Op) -> bool {
         .any(|v| v.iter().any(|&c| c > max))
 }
 
+/// Section 2 §18: an op that reads a block-quantized operand (`qmatmul`,
+/// `dequantize`) is a host step on the fused quantized kernels: no loop nest
+/// reads block bytes as elements. Decided on the planned dtypes, so a
+/// quantized value that comes out of a call is seen too.
+pub fn reads_quantized(op: &Op, dtype_of: &dyn Fn(Value) -> Dtype) -> bool {
+    match op {
+        Op::QMatmul(..) => true,
+        Op::Cast(_, x) => dtype_of(*x).is_quantized(),
+        _ => false,
+    }
+}
+
 /// Is this op computed inside its consumers' loops?
 pub fn inlinable(op: &Op) -> bool {
     !matches!(
         op,
         Op::Matmul(..)
+            | Op::QMatmul(..)
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
             | Op::Gather { .. }
@@ -438,7 +451,7 @@ struct Uses {
     mm_use: Vec<bool>,
 }
 
-fn uses(func: &Function) -> Uses {
+fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
     let n = func.sig.params.len() + func.body.len();
     let mut consumers = vec![0u32; n];
     let mut forced = vec![false; n];
@@ -461,6 +474,7 @@ fn uses(func: &Function) -> Uses {
                 inst.op,
                 Op::Call(..) | Op::Gather { .. } | Op::TopK { .. } | Op::Conv { .. }
             ) || host_pool(&inst.op)
+                || reads_quantized(&inst.op, dtype_of)
             {
                 if let Some(f) = forced.get_mut(v.0 as usize) {
                     *f = true;
@@ -502,7 +516,7 @@ pub fn structure(
         consumers,
         mut forced,
         mm_use,
-    } = uses(func);
+    } = uses(func, dtype_of);
     force_view_roots(func, concrete.is_some(), &mut forced);
     let fanout = concrete.map(|(vals, _)| broadcast_fanout(func, vals));
     // Per value: its fused expression reads parameters only.
@@ -511,7 +525,7 @@ pub fn structure(
     let mut cost = vec![1u32; n];
     for (i, inst) in func.body.iter().enumerate() {
         let v = np + i;
-        if !inlinable(&inst.op) {
+        if !inlinable(&inst.op) || reads_quantized(&inst.op, dtype_of) {
             continue;
         }
         let c = own_cost(&inst.op)
@@ -566,14 +580,14 @@ pub fn structure(
             cost[v] = 1;
         }
     }
-    let steps = steps_of(func, &mat);
+    let steps = steps_of(func, &mat, dtype_of);
     let slots = slots_of(func, dtype_of);
     Structure { mat, steps, slots }
 }
 
 /// The steps for a materialization: one per materialized value, in body
 /// order (kernels numbered as they come).
-fn steps_of(func: &Function, mat: &[bool]) -> Vec<Step> {
+fn steps_of(func: &Function, mat: &[bool], dtype_of: &dyn Fn(Value) -> Dtype) -> Vec<Step> {
     let np = func.sig.params.len();
     let mut steps = Vec::new();
     let mut kid = 0;
@@ -592,6 +606,7 @@ fn steps_of(func: &Function, mat: &[bool]) -> Vec<Step> {
                 ids: *ids,
             }),
             Op::Conv { .. } => steps.push(Step::Host { out }),
+            op if reads_quantized(op, dtype_of) => steps.push(Step::Host { out }),
             op if host_pool(op) => steps.push(Step::Host { out }),
             Op::Call(name, args) => steps.push(Step::Call {
                 out,
@@ -724,9 +739,9 @@ pub fn verify(func: &Function, st: &Structure) -> Result<(), String> {
             }),
             Step::Matmul { out, .. } => matches!(op_of(out), Some(Op::Matmul(..))),
             Step::Gather { out, .. } => matches!(op_of(out), Some(Op::Gather { .. })),
-            Step::Host { out } => {
-                op_of(out).is_some_and(|op| matches!(op, Op::Conv { .. }) || host_pool(op))
-            }
+            Step::Host { out } => op_of(out).is_some_and(|op| {
+                matches!(op, Op::Conv { .. } | Op::QMatmul(..) | Op::Cast(..)) || host_pool(op)
+            }),
             Step::Call { out, .. } => matches!(op_of(out), Some(Op::Call(..))),
         };
         if !ok {
@@ -1207,6 +1222,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::Binary(o, a, _) => o.result_dtype(operand_dtype(func, *a)),
         Op::ScalarBinary { op, x, .. } => op.result_dtype(operand_dtype(func, *x)),
         Op::Select(_, a, _) | Op::Matmul(a, _) => operand_dtype(func, *a),
+        Op::QMatmul(..) => Dtype::F32,
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Gather { table, .. } => operand_dtype(func, *table),

@@ -279,6 +279,10 @@ fn op(o: &Op) -> TokenStream {
             let (a, b) = (value(*a), value(*b));
             quote!(__tc::Op::Matmul(#a, #b))
         }
+        Op::QMatmul(x, w) => {
+            let (x, w) = (value(*x), value(*w));
+            quote!(__tc::Op::QMatmul(#x, #w))
+        }
         Op::Reduce {
             op,
             axes,

@@ -36,6 +36,9 @@ fn scalar_rust_type(dt: Dtype) -> TokenStream {
         Dtype::I16 => quote!(i16),
         Dtype::I8 | Dtype::I4 => quote!(i8),
         Dtype::Bool => quote!(bool),
+        // Refused by the checker (a quantized format has no scalars,
+        // Section 2 §18); the expansion still needs a type to re-emit.
+        Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => quote!(f32),
     }
 }
 

@@ -890,6 +890,30 @@ impl Lowerer<'_> {
                     _ => Operand::Poison,
                 }
             }
+            "qmatmul" => {
+                if !self.arity(name, args, 2, whole, "qmatmul(x, w)") {
+                    return Operand::Poison;
+                }
+                let x = self.tensor(args[0]);
+                let w = self.tensor(args[1]);
+                match (x, w) {
+                    (Some((x, sx)), Some((w, sw))) => self.push(Op::QMatmul(x, w), whole, vec![sx, sw], vec![]),
+                    _ => Operand::Poison,
+                }
+            }
+            // Section 2 §18: `dequantize` is the cast of a quantized tensor to F32.
+            "dequantize" => {
+                if !self.arity(name, args, 1, whole, "dequantize(w)") {
+                    return Operand::Poison;
+                }
+                match self.tensor(args[0]) {
+                    Some((x, xs)) => {
+                        let ts = self.spans.alloc(whole);
+                        self.push(Op::Cast(Dtype::F32, x), whole, vec![xs], vec![ts])
+                    }
+                    None => Operand::Poison,
+                }
+            }
             "argmax" | "argmin" | "argmax_keepdims" | "argmin_keepdims" => {
                 if !self.arity(name, args, 2, whole, &format!("{n}(x, axis)")) {
                     return Operand::Poison;

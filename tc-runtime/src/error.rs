@@ -18,6 +18,20 @@ pub enum Error {
         /// Arguments given.
         found: usize,
     },
+    /// A GGUF file is malformed, or holds what tc does not read.
+    #[error("GGUF: {0}")]
+    Gguf(String),
+    /// A block-quantized tensor (Section 2 §18) asked for what its format
+    /// cannot give.
+    #[error("a {dtype} tensor of shape {shape:?}: {what} (Section 2 §18)")]
+    Quantized {
+        /// The format.
+        dtype: Dtype,
+        /// The shape asked for.
+        shape: Vec<usize>,
+        /// What cannot be done.
+        what: &'static str,
+    },
     /// An argument has the wrong dtype.
     #[error("parameter `{param}`: expected dtype {expected}, found {found}")]
     Dtype {

@@ -686,6 +686,9 @@ impl<'a, 'f> Machine<'a, 'f> {
                 denote::select(self.tensor(*c)?, self.tensor(*a)?, self.tensor(*b)?)?
             }
             Op::Matmul(a, b) => denote::matmul(self.tensor(*a)?, self.tensor(*b)?)?,
+            Op::QMatmul(x, w) => {
+                crate::quant::qmatmul_reference(self.tensor(*x)?, self.tensor(*w)?)?
+            }
             Op::Reduce {
                 op,
                 axes,
@@ -1515,6 +1518,9 @@ pub mod denote {
             ids.shape(),
             id_vals.iter().copied(),
         )?;
+        if dt.is_quantized() {
+            return gather_blocks(axis, table, ids.shape(), &id_vals, &out_shape);
+        }
         // Elements are decoded as read: an embedding table is far larger
         // than the rows a batch reads.
         let st = strides(table.shape());
@@ -1530,6 +1536,45 @@ pub mod denote {
                 .get(ravel(&src, &st))
                 .ok_or_else(|| malformed("gather", "read past the table".into()))
         })
+    }
+
+    /// Gather from a block-quantized table (Section 2 §18): the axis is not
+    /// the block axis (the rule's), so every output row along the last
+    /// axis is one whole row of the table's blocks, copied as bytes. The
+    /// ids are in range (checked by the caller through `gather_ids`).
+    fn gather_blocks(
+        axis: usize,
+        table: &Tensor,
+        ids_shape: &[usize],
+        id_vals: &[i64],
+        out_shape: &[usize],
+    ) -> Result<Tensor> {
+        let dt = table.dtype();
+        let tshape = table.shape();
+        let (k, out_rank) = (tshape[tshape.len() - 1], out_shape.len());
+        let row_bytes = tc_core::size::bytes(dt, k)?;
+        let row_shape = &out_shape[..out_rank - 1];
+        let rows = tc_core::size::numel(row_shape)?;
+        let st = strides(&tshape[..tshape.len() - 1]);
+        let ist = strides(ids_shape);
+        let m = ids_shape.len();
+        let bytes = table.bytes();
+        let mut o = vec![0usize; row_shape.len()];
+        let mut src = vec![0usize; tshape.len() - 1];
+        let total = tc_core::size::bytes(dt, tc_core::size::numel(out_shape)?)?;
+        let mut out = crate::alloc::with_capacity::<u8>(total)?;
+        for r in 0..rows {
+            unravel(r, row_shape, &mut o);
+            src[..axis].copy_from_slice(&o[..axis]);
+            src[axis + 1..].copy_from_slice(&o[axis + m..]);
+            src[axis] = id_vals[ravel(&o[axis..axis + m], &ist)] as usize;
+            let at = ravel(&src, &st) * row_bytes;
+            let row = bytes
+                .get(at..at + row_bytes)
+                .ok_or_else(|| malformed("gather", "read past the table".into()))?;
+            out.extend_from_slice(row);
+        }
+        Tensor::from_raw(dt, out_shape, out)
     }
 
     /// §8a top-k: each lane along `axis` ordered by argmax's order (NaN

@@ -23,10 +23,12 @@ pub use safetensors_io::{
 pub use tensor::{StorageId, Tensor};
 pub mod contract;
 pub mod exec;
+pub mod gguf;
 pub mod huge;
 pub mod interp;
 pub mod params;
 pub mod pool;
+pub mod quant;
 
 pub use contract::{bind, Arg};
 pub use interp::{Handle, Heap, Interpreter};

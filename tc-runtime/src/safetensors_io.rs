@@ -29,6 +29,8 @@ pub fn to_safetensors_dtype(d: Dtype) -> Option<StDtype> {
         Dtype::I8 => StDtype::I8,
         Dtype::Bool => StDtype::BOOL,
         Dtype::I4 => return None,
+        // Block-quantized weights come from GGUF files (`crate::gguf`).
+        Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => return None,
     })
 }
 

@@ -139,6 +139,35 @@ fn volume(shape: &[usize]) -> Result<usize> {
     Ok(tc_core::size::numel(shape)?)
 }
 
+/// [`volume`] of a `dtype` tensor, with Section 2 §18's formation at run
+/// time: a block-quantized tensor has whole blocks along its last axis (so
+/// its byte size is exact and every row starts on a block).
+fn volume_of(dtype: Dtype, shape: &[usize]) -> Result<usize> {
+    if let Some((block, _)) = dtype.block() {
+        if !shape.last().is_some_and(|k| k % block == 0) {
+            return Err(Error::Quantized {
+                dtype,
+                shape: shape.to_vec(),
+                what: "a shape whose last dim is not a whole number of blocks",
+            });
+        }
+    }
+    volume(shape)
+}
+
+/// Element-wise construction does not exist for a quantized format: its
+/// tensors are built from block bytes ([`Tensor::from_raw`]).
+fn elements_ok(dtype: Dtype, shape: &[usize]) -> Result<()> {
+    if dtype.is_quantized() {
+        return Err(Error::Quantized {
+            dtype,
+            shape: shape.to_vec(),
+            what: "elements (a quantized tensor is built from its block bytes)",
+        });
+    }
+    Ok(())
+}
+
 /// A zeroed, 8-byte-aligned buffer of at least `nbytes` bytes, or
 /// `OutOfMemory`.
 fn zeroed_words(nbytes: usize) -> Result<Vec<u64>> {
@@ -209,6 +238,11 @@ fn write_block(dtype: Dtype, dst: &mut [u8], src: &[u8], b: &Block) {
 /// Write element `i` of a `dtype` buffer with the value of `cast[dtype] e`.
 /// The buffer must be zero where I4 nibbles are written.
 fn store(buf: &mut [u8], dtype: Dtype, i: usize, e: Elem) {
+    // A quantized format has no element encoding; its constructors refuse
+    // elements before any store ([`elements_ok`]), so nothing is written.
+    if dtype.is_quantized() {
+        return;
+    }
     if dtype.is_float() {
         let x = match e {
             Elem::F(x) => x,
@@ -269,6 +303,10 @@ fn load(buf: &[u8], dtype: Dtype, i: usize) -> Elem {
             Elem::I(cast::wrap_int(nib as i64, Dtype::I4))
         }
         Dtype::Bool => Elem::B(buf[i] != 0),
+        // §18: element i denotes its dequantization (exact in F32).
+        Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => {
+            Elem::F(crate::quant::element(dtype, buf, i))
+        }
     }
 }
 
@@ -281,7 +319,7 @@ impl Tensor {
         shape: &[usize],
         region: crate::mapped::Region,
     ) -> Option<Tensor> {
-        let numel = volume(shape).ok()?;
+        let numel = volume_of(dtype, shape).ok()?;
         let nbytes = tc_core::size::bytes(dtype, numel).ok()?;
         let exact = std::mem::size_of_val(region.words()) == nbytes;
         (exact && !matches!(dtype, Dtype::Bool | Dtype::I4)).then(|| Tensor {
@@ -344,7 +382,7 @@ impl Tensor {
 
     /// A tensor of zeros; `Size` when the volume is over `tc_core::size::MAX_ELEMS`.
     pub fn try_zeros(dtype: Dtype, shape: &[usize]) -> Result<Tensor> {
-        let numel = volume(shape)?;
+        let numel = volume_of(dtype, shape)?;
         let nbytes = tc_core::size::bytes(dtype, numel)?;
         Ok(Tensor::from_words(
             dtype,
@@ -356,6 +394,7 @@ impl Tensor {
 
     /// A tensor with every element equal to `cast[dtype] value`.
     pub fn full(dtype: Dtype, shape: &[usize], value: Elem) -> Result<Tensor> {
+        elements_ok(dtype, shape)?;
         let numel = volume(shape)?;
         let nbytes = tc_core::size::bytes(dtype, numel)?;
         let mut words = zeroed_words(nbytes)?;
@@ -398,6 +437,7 @@ impl Tensor {
         elems: &[Elem],
         put: fn(&mut [u8], Dtype, usize, Elem),
     ) -> Result<Tensor> {
+        elements_ok(dtype, shape)?;
         let numel = volume(shape)?;
         if elems.len() != numel {
             return Err(Error::DataLength {
@@ -428,7 +468,7 @@ impl Tensor {
     /// output path). `words` must hold exactly `ceil(storage_bytes / 8)` words
     /// laid out as Section 2 §5 says; padding past the last byte is cleared.
     pub fn from_word_storage(dtype: Dtype, shape: &[usize], mut words: Vec<u64>) -> Result<Tensor> {
-        let numel = volume(shape)?;
+        let numel = volume_of(dtype, shape)?;
         let nbytes = tc_core::size::bytes(dtype, numel)?;
         if words.len() != nbytes.div_ceil(8) {
             return Err(Error::ByteLength {
@@ -472,7 +512,7 @@ impl Tensor {
         len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<()>,
     ) -> Result<Tensor> {
-        let numel = volume(shape)?;
+        let numel = volume_of(dtype, shape)?;
         let expected = tc_core::size::bytes(dtype, numel)?;
         if len != expected {
             return Err(Error::ByteLength {
@@ -689,7 +729,14 @@ impl Tensor {
     /// `ReshapeVolume` when the volumes differ, `Size` when the new
     /// volume is over the element cap.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        let to_volume = volume(shape)?;
+        let to_volume = volume_of(self.dtype, shape)?;
+        if self.dtype.is_quantized() && shape.last() != self.shape.last() {
+            return Err(Error::Quantized {
+                dtype: self.dtype,
+                shape: shape.to_vec(),
+                what: "a reshape that moves the block axis",
+            });
+        }
         if to_volume != self.numel {
             return Err(Error::ReshapeVolume {
                 from: self.shape.clone(),
@@ -707,6 +754,9 @@ impl Tensor {
     /// `cast[to]` of the whole tensor (Section 2 §5); `OutOfMemory` when
     /// the result cannot be allocated.
     pub fn cast(&self, to: Dtype) -> Result<Tensor> {
+        if self.dtype.is_quantized() || to.is_quantized() {
+            return crate::quant::cast(self, to);
+        }
         let buf = self.bytes();
         let nbytes = to.storage_bytes(self.numel);
         let mut words = zeroed_words(nbytes)?;

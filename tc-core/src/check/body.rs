@@ -13,7 +13,7 @@ use crate::subtype::subtype;
 use crate::types::{TensorType, Type};
 
 use super::diags::{class_diag, sub_diag};
-use super::{Checker, R_BINARY, R_BIND, R_LITERAL, R_UNARY};
+use super::{Checker, R_BINARY, R_BIND, R_CAST, R_LITERAL, R_UNARY};
 
 impl Checker<'_> {
     pub(super) fn check_body(&mut self, func: &Function) -> Vec<Option<Type>> {
@@ -156,7 +156,19 @@ impl Checker<'_> {
                 Some(Type::Tensor(t))
             }
             Op::Cast(dt, _) => {
-                let t = self.tensor_arg(&operands[0], inst, 0, "cast (Section 2 §5)")?;
+                let t = self.tensor_arg_q(&operands[0], inst, 0, R_CAST)?;
+                if dt.is_quantized() || (t.dtype.is_quantized() && !dt.is_float()) {
+                    self.err(
+                        Diagnostic::new(
+                            codes::DTYPE_CLASS,
+                            R_CAST,
+                            inst.span,
+                            format!("cannot cast {} to {dt}", t.dtype),
+                        )
+                        .help("a quantized tensor dequantizes to a float (`dequantize(w)` is F32); nothing casts into a quantized format"),
+                    );
+                    return None;
+                }
                 Some(Type::Tensor(TensorType { dtype: *dt, ..t }))
             }
             Op::Binary(op, _, _) => self.binary(*op, inst, &operands),
@@ -180,6 +192,7 @@ impl Checker<'_> {
             }
             Op::Select(..) => self.select(inst, &operands),
             Op::Matmul(..) => self.matmul(inst, &operands),
+            Op::QMatmul(..) => self.qmatmul(inst, &operands),
             Op::Reduce {
                 op, axes, keepdims, ..
             } => self.reduce_op(*op, axes, *keepdims, inst, &operands),
@@ -252,6 +265,34 @@ impl Checker<'_> {
     }
 
     pub(super) fn tensor_arg(
+        &mut self,
+        t: &Type,
+        inst: &Inst,
+        i: usize,
+        rule: &'static str,
+    ) -> Option<TensorType> {
+        let t = self.tensor_arg_q(t, inst, i, rule)?;
+        if t.dtype.is_quantized() && !inst.op.admits_quantized() {
+            self.err(
+                Diagnostic::new(
+                    codes::DTYPE_CLASS,
+                    rule,
+                    inst.arg_span(i),
+                    format!(
+                        "expected a tensor of elements, found the block-quantized {} (Section 2 §18)",
+                        t.dtype
+                    ),
+                )
+                .help("a quantized tensor is read only through `dequantize(w)`, `qmatmul(x, w)` and `gather`"),
+            );
+            return None;
+        }
+        Some(t)
+    }
+
+    /// [`Self::tensor_arg`] for the ops that admit a quantized operand
+    /// ([`crate::ir::Op::admits_quantized`]).
+    pub(super) fn tensor_arg_q(
         &mut self,
         t: &Type,
         inst: &Inst,

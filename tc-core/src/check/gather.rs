@@ -16,9 +16,24 @@ impl Checker<'_> {
     /// `table`; the result is `table`'s dtype and shape with axis `axis`
     /// replaced by `ids`' shape.
     pub(super) fn gather(&mut self, axis: usize, inst: &Inst, operands: &[Type]) -> Option<Type> {
-        let table = self.tensor_arg(&operands[0], inst, 0, R_GATHER)?;
+        let table = self.tensor_arg_q(&operands[0], inst, 0, R_GATHER)?;
         let ids = self.tensor_arg(&operands[1], inst, 1, R_GATHER)?;
         self.axes_ok(&[axis], table.rank(), inst, R_GATHER)?;
+        if table.dtype.is_quantized() && axis + 1 == table.rank() {
+            self.err(
+                Diagnostic::new(
+                    codes::AXIS,
+                    R_GATHER,
+                    inst.arg_span(0),
+                    format!(
+                        "gather along axis {axis}, the block axis of a {} table",
+                        table.dtype
+                    ),
+                )
+                .help("a quantized table gathers whole rows: gather along an earlier axis, or `dequantize` first (Section 2 §18)"),
+            );
+            return None;
+        }
         if ids.dtype != Dtype::I64 {
             self.err(
                 Diagnostic::new(

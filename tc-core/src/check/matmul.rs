@@ -1,13 +1,16 @@
 //! Matmul (Section 2 §7): rank at least 2, one numeric dtype, batch dims
 //! matched one to one and equal contraction dims.
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{codes, Diagnostic, SpanId};
+use crate::dim::Dim;
+use crate::dtype::Dtype;
 use crate::ir::Inst;
+use crate::pred::{CmpOp, Pred};
 use crate::subtype::{dims_equal, DimEq};
 use crate::types::{shape_string, TensorType, Type};
 
 use super::diags::{class_diag, unknown_diag};
-use super::{Checker, R_MATMUL};
+use super::{Checker, R_MATMUL, R_QMATMUL, R_QUANT};
 
 impl Checker<'_> {
     pub(super) fn matmul(&mut self, inst: &Inst, operands: &[Type]) -> Option<Type> {
@@ -115,5 +118,121 @@ impl Checker<'_> {
             shape,
             refs,
         }))
+    }
+}
+
+impl Checker<'_> {
+    /// §18 `qmatmul x w`: `x : Tensor[F32, p ++ [M, K]]`, `w` a quantized
+    /// `[N, K']` with `Γ ⊨ K = K'`; the result `Tensor[F32, p ++ [M, N]]`.
+    /// `w`'s whole blocks along `K'` were proven where its type was formed.
+    pub(super) fn qmatmul(&mut self, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let x = self.tensor_arg(&operands[0], inst, 0, R_QMATMUL)?;
+        let w = self.tensor_arg_q(&operands[1], inst, 1, R_QMATMUL)?;
+        if x.dtype != Dtype::F32 {
+            self.err(class_diag(
+                R_QMATMUL,
+                inst.arg_span(0),
+                "qmatmul",
+                "f32",
+                x.dtype,
+            ));
+            return None;
+        }
+        if !w.dtype.is_quantized() {
+            self.err(
+                Diagnostic::new(
+                    codes::DTYPE_CLASS,
+                    R_QMATMUL,
+                    inst.arg_span(1),
+                    format!("expected a block-quantized weight, found dtype {}", w.dtype),
+                )
+                .help("for an unquantized weight `[N, K]` write `matmul(x, transpose(w, [1, 0]))`"),
+            );
+            return None;
+        }
+        for (i, t, want) in [(0, &x, "at least 2"), (1, &w, "exactly 2")] {
+            let bad = if i == 0 { t.rank() < 2 } else { t.rank() != 2 };
+            if bad {
+                self.err(Diagnostic::new(
+                    codes::RANK_MISMATCH,
+                    R_QMATMUL,
+                    inst.arg_span(i),
+                    format!(
+                        "expected rank {want}, found rank {} ({})",
+                        t.rank(),
+                        shape_string(&t.shape)
+                    ),
+                ));
+                return None;
+            }
+        }
+        let (k, k2) = (&x.shape[x.rank() - 1], &w.shape[1]);
+        match dims_equal(&self.ctx, k, k2) {
+            Ok(()) => {}
+            Err(DimEq::Differs(cex)) => {
+                self.err(
+                    Diagnostic::new(
+                        codes::CONTRACTION,
+                        R_QMATMUL,
+                        inst.arg_span(1),
+                        format!(
+                            "contraction dimension mismatch: expected `{k}` (last dim of x), found `{k2}` (dim 1 of the weight [N, K])"
+                        ),
+                    )
+                    .with_cex(Some(cex)),
+                );
+                return None;
+            }
+            Err(DimEq::Unknown(goal)) => {
+                self.err(unknown_diag(R_QMATMUL, inst.arg_span(1), &goal));
+                return None;
+            }
+        }
+        let mut shape = x.shape[..x.rank() - 1].to_vec();
+        shape.push(w.shape[0].clone());
+        let mut refs = x.refs.clone();
+        refs.extend(w.refs.iter().filter(|p| !x.refs.contains(p)).cloned());
+        Some(Type::Tensor(TensorType {
+            dtype: Dtype::F32,
+            shape,
+            refs,
+        }))
+    }
+
+    /// §18 formation: `Tensor[Q, s ++ [K]]` needs `Γ ⊨ K mod b(Q) = 0`,
+    /// proven with a counterexample for K when it fails.
+    pub(super) fn quantized_formed(&mut self, t: &TensorType, span: SpanId) -> bool {
+        let Some((block, _)) = t.dtype.block() else {
+            return true;
+        };
+        let Some(k) = t.shape.last() else {
+            self.err(Diagnostic::new(
+                codes::QUANT_BLOCK,
+                R_QUANT,
+                span,
+                format!(
+                    "a {} tensor has rank at least 1: its blocks run along the last axis",
+                    t.dtype
+                ),
+            ));
+            return false;
+        };
+        let goal = Pred::cmp(k.rem(&Dim::c(block as i64)), CmpOp::Eq, Dim::c(0));
+        let ok = self.prove(&goal, codes::QUANT_BLOCK, R_QUANT, span, || {
+            format!(
+                "the last dim `{k}` of a {} tensor may not be a multiple of its block of {block}",
+                t.dtype
+            )
+        });
+        if !ok {
+            if let Some(last) = self.diags.last_mut() {
+                if last.code == codes::QUANT_BLOCK {
+                    last.help = Some(format!(
+                        "add `requires({k} % {block} == 0)`, or give the dim as a multiple of {block}"
+                    ));
+                }
+            }
+        }
+        ok
     }
 }

@@ -9,7 +9,7 @@ use crate::pred::Pred;
 use crate::solver::{self, Satisfiability};
 use crate::types::Type;
 
-use super::{Checker, R_FORM};
+use super::{Checker, R_FORM, R_QUANT};
 
 impl Checker<'_> {
     pub(super) fn check_sig(&mut self, sig: &Signature) {
@@ -94,15 +94,35 @@ impl Checker<'_> {
             return;
         }
         for p in &sig.params {
+            if let Type::Scalar(dt) = &p.ty {
+                if dt.is_quantized() {
+                    self.err(Diagnostic::new(
+                        codes::DTYPE_CLASS,
+                        R_QUANT,
+                        p.span,
+                        format!("a scalar of the block-quantized {dt}: a quantized format has blocks, not scalars (Section 2 §18)"),
+                    ));
+                }
+            }
+            let mut formed = true;
             for (i, d) in p.ty.param_dims().iter().enumerate() {
                 let span = p.dim_spans.get(i).copied().unwrap_or(p.span);
-                self.dim_formed(d, span);
+                formed &= self.dim_formed(d, span);
+            }
+            if let (true, Type::Tensor(t)) = (formed, &p.ty) {
+                let span = p.dim_spans.last().copied().unwrap_or(p.span);
+                self.quantized_formed(t, span);
             }
         }
         if let Type::Tensor(t) = &sig.ret {
+            let mut formed = true;
             for (i, d) in t.shape.iter().enumerate() {
                 let span = sig.ret_dim_spans.get(i).copied().unwrap_or(sig.ret_span);
-                self.dim_formed(d, span);
+                formed &= self.dim_formed(d, span);
+            }
+            if formed {
+                let span = sig.ret_dim_spans.last().copied().unwrap_or(sig.ret_span);
+                self.quantized_formed(t, span);
             }
             for r in &t.refs {
                 self.pred_formed(r, sig.ret_span, false);

@@ -100,6 +100,10 @@ impl Ty {
             Dtype::I16 => Ty::I16,
             Dtype::I8 | Dtype::I4 => Ty::I8,
             Dtype::Bool => Ty::I1,
+            // A quantized value denotes F32 elements (Section 2 §18); no
+            // kernel reads one (`plan::reads_quantized` makes its readers
+            // host steps).
+            Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => Ty::Float,
         }
     }
 
@@ -113,6 +117,8 @@ impl Ty {
             Dtype::I64 => Ty::I64,
             Dtype::I32 => Ty::I32,
             Dtype::I16 => Ty::I16,
+            // Block bytes; never loaded by a kernel (see `compute`).
+            Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => Ty::I8,
         }
     }
 }

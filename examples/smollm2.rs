@@ -1,0 +1,192 @@
+//! SmolLM2-135M-Instruct from its Q4_1 GGUF file, generating text as it
+//! streams: the Llama architecture written as tensor fns (`smollm2/model.rs`,
+//! shapes proven at build time), weights kept in their quantized blocks,
+//! the tokenizer and chat template read from the file's metadata.
+//!
+//! `cargo run --release --example smollm2 -- "What is the capital of France?"`
+//!
+//! Options: `--raw` (no chat template), `--max-tokens N` (default 128),
+//! `--numerics exact|fast` (qmatmul's F32 dequantization, or 8-bit
+//! activations as llama.cpp; default fast), `--temperature T`, `--top-k K`,
+//! `--top-p P`, `--seed S` (greedy unless a temperature is given),
+//! `--model PATH` (default: the file scripts/fetch-smollm2.sh fetches).
+//! Generated text goes to stdout, statistics to stderr.
+
+use std::io::Write;
+use std::time::Instant;
+
+#[path = "smollm2/model.rs"]
+mod model;
+#[path = "smollm2/sampler.rs"]
+mod sampler;
+#[path = "smollm2/tokenizer.rs"]
+mod tokenizer;
+
+use sampler::{Sampler, SamplerConfig};
+use tokenizer::{ChatTokenizer, StreamDecoder};
+
+struct Options {
+    prompt: String,
+    raw: bool,
+    max_tokens: usize,
+    fast: bool,
+    sampler: SamplerConfig,
+    model: std::path::PathBuf,
+}
+
+fn value<T: std::str::FromStr>(
+    args: &mut impl Iterator<Item = String>,
+    flag: &str,
+) -> Result<T, String> {
+    args.next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{flag} needs a value"))
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        prompt: String::new(),
+        raw: false,
+        max_tokens: 128,
+        fast: true,
+        sampler: SamplerConfig {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        },
+        model: model::default_model_path(),
+    };
+    let mut args = std::env::args().skip(1);
+    let mut words = Vec::new();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--raw" => o.raw = true,
+            "--max-tokens" => o.max_tokens = value(&mut args, &a)?,
+            "--numerics" => {
+                o.fast = match value::<String>(&mut args, &a)?.as_str() {
+                    "fast" => true,
+                    "exact" => false,
+                    other => return Err(format!("--numerics exact|fast, not `{other}`")),
+                }
+            }
+            "--temperature" => o.sampler.temperature = value(&mut args, &a)?,
+            "--top-k" => o.sampler.top_k = value(&mut args, &a)?,
+            "--top-p" => o.sampler.top_p = value(&mut args, &a)?,
+            "--seed" => o.sampler.seed = value(&mut args, &a)?,
+            "--model" => o.model = value::<String>(&mut args, &a)?.into(),
+            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
+            _ => words.push(a),
+        }
+    }
+    o.prompt = if words.is_empty() {
+        "What is the capital of France?".into()
+    } else {
+        words.join(" ")
+    };
+    Ok(o)
+}
+
+/// Peak resident memory (`VmHWM`), in MiB, where /proc has it.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let o = options()?;
+    if !o.model.exists() {
+        return Err(format!(
+            "{} is missing: run scripts/fetch-smollm2.sh",
+            o.model.display()
+        )
+        .into());
+    }
+    // Decode steps see each cache length once: they run the shape-generic
+    // kernels rather than compiling a σ-specialised set per step.
+    let jit = tc::llvm::Jit::global();
+    let mut cfg = jit.config();
+    cfg.specialize_after = u32::MAX;
+    cfg.options.fast_math = o.fast;
+    jit.set_config(cfg);
+
+    let t0 = Instant::now();
+    let (m, file) = model::Model::load(&o.model)?;
+    let tok = ChatTokenizer::from_parts(model::tokenizer_parts(&file)?)?;
+    let text = if o.raw {
+        o.prompt.clone()
+    } else {
+        tok.apply_chat_template(&[("user", o.prompt.as_str())], true)?
+    };
+    let mut ids = tok.encode(&text)?;
+    if tok.add_bos() {
+        ids.insert(0, tok.bos());
+    }
+    if ids.is_empty() || ids.len() + o.max_tokens > m.context {
+        return Err(format!(
+            "{} prompt tokens + {} to generate do not fit the context of {}",
+            ids.len(),
+            o.max_tokens,
+            m.context
+        )
+        .into());
+    }
+    eprintln!(
+        "loaded {} layers from {} in {:.2} s",
+        m.layers.len(),
+        o.model.display(),
+        t0.elapsed().as_secs_f64()
+    );
+
+    let mut cache = m.cache(ids.len() + o.max_tokens)?;
+    let mut sampler = Sampler::new(o.sampler);
+    let mut stream = StreamDecoder::new();
+    let stdout = std::io::stdout();
+    let t_prefill = Instant::now();
+    let mut logits = m.forward(&mut cache, &ids, 0)?;
+    let prefill_s = t_prefill.elapsed().as_secs_f64();
+    let t_decode = Instant::now();
+    let mut generated = 0usize;
+    let mut pos = ids.len();
+    while generated < o.max_tokens {
+        let next = sampler.sample(&logits.to_vec::<f32>()?);
+        generated += 1;
+        if next == tok.eos() {
+            break;
+        }
+        let piece = stream.push(&tok, next)?;
+        let mut out = stdout.lock();
+        out.write_all(piece.as_bytes())?;
+        out.flush()?;
+        if generated == o.max_tokens {
+            break;
+        }
+        logits = m.forward(&mut cache, &[next], pos)?;
+        pos += 1;
+    }
+    let tail = stream.finish();
+    println!("{tail}");
+    let decode_s = t_decode.elapsed().as_secs_f64();
+    let stats = jit.stats();
+    eprintln!(
+        "prefill: {} tokens in {:.3} s ({:.1} tokens/s); decode: {} tokens in {:.3} s ({:.1} tokens/s)",
+        ids.len(),
+        prefill_s,
+        ids.len() as f64 / prefill_s,
+        generated,
+        decode_s,
+        generated.saturating_sub(1) as f64 / decode_s.max(1e-9),
+    );
+    eprintln!(
+        "kernels: {} specialised + {} generic compiles ({:.0} ms), numerics {}; peak RSS {:.0} MiB (file {:.0} MiB)",
+        stats.compiles,
+        stats.generic_compiles,
+        stats.compile_ms,
+        if o.fast { "fast" } else { "exact" },
+        peak_rss_mib().unwrap_or(f64::NAN),
+        std::fs::metadata(&o.model)?.len() as f64 / (1024.0 * 1024.0),
+    );
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! Quantized matmul throughput for SmolLM2-135M's shapes, every path and
+//! both numerics: `cargo run --release -p tc-quant --example qbench`.
+
+use std::time::{Duration, Instant};
+use tc_quant::{available_paths, qmatmul_with, Format, Numerics};
+
+fn cpu_name() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let line = info.lines().find(|l| l.starts_with("model name"));
+    line.and_then(|l| l.split(':').nth(1))
+        .map_or("unknown".into(), |s| s.trim().to_owned())
+}
+
+/// Deterministic pseudo-random bytes with small, finite f16 scales.
+fn weights(f: Format, n_out: usize, k: usize) -> Vec<u8> {
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut w: Vec<u8> = (0..n_out * k / f.block_elems() * f.block_bytes())
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    for blk in w.chunks_exact_mut(f.block_bytes()) {
+        blk[0..2].copy_from_slice(&0x2c00u16.to_le_bytes()); // 1/16
+        if f == Format::Q4_1 {
+            blk[2..4].copy_from_slice(&0xac00u16.to_le_bytes());
+        }
+    }
+    w
+}
+
+/// Median seconds per call over ~0.3 s of calls.
+fn time(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(300) || samples.len() < 5 {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn main() {
+    println!(
+        "cpu: {}  threads: {}",
+        cpu_name(),
+        rayon::current_num_threads()
+    );
+    println!(
+        "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10} {:>9} {:>9}",
+        "path", "fmt", "num", "rows", "n_out", "k", "us/call", "GB/s", "GFLOP/s"
+    );
+    let shapes = [(576, 1536), (1536, 576), (576, 49152)];
+    for path in available_paths() {
+        for f in [Format::Q4_1, Format::Q8_0] {
+            for num in [Numerics::Fast, Numerics::Exact] {
+                for rows in [1, 128] {
+                    for (k, n_out) in shapes {
+                        let w = weights(f, n_out, k);
+                        let x: Vec<f32> = (0..rows * k)
+                            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                            .collect();
+                        let mut y = vec![0f32; rows * n_out];
+                        let s = time(|| {
+                            qmatmul_with(path, f, num, &x, rows, k, &w, n_out, &mut y).unwrap()
+                        });
+                        let gbs = w.len() as f64 / s / 1e9;
+                        let gflops = 2.0 * (rows * k * n_out) as f64 / s / 1e9;
+                        println!(
+                            "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10.1} {:>9.2} {:>9.2}",
+                            format!("{path:?}"),
+                            f.name(),
+                            format!("{num:?}"),
+                            rows,
+                            n_out,
+                            k,
+                            s * 1e6,
+                            gbs,
+                            gflops
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

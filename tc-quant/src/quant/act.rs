@@ -1,0 +1,58 @@
+//! Activation quantization for [`super::Numerics::Fast`]. Computed once
+//! per call by portable code, so every kernel path sees the same bits.
+
+use super::Format;
+
+/// Quantized activations of a `[rows, k]` input.
+pub(crate) struct Acts {
+    /// `[rows][k]` 8-bit values, `|q| ≤ 127`.
+    pub qx: Vec<i8>,
+    /// `[rows][k / block]` scales (block = 32 or 256 by format).
+    pub d: Vec<f32>,
+    /// `[rows][k / 32]` sums of `qx` over each 32-element sub-block.
+    pub bsum: Vec<i32>,
+    /// `[rows][k / 32]`: `d · bsum` in f32 (Q4_1's min term).
+    pub s: Vec<f32>,
+    /// Activation block length.
+    pub block: usize,
+}
+
+impl Acts {
+    /// Quantizes `x` with blocks of 32 (256 for K-quants):
+    /// `d = max|x| / 127`, `q = round_ties_even(x / d)` (0 when `d = 0`).
+    pub fn quantize(f: Format, x: &[f32], rows: usize, k: usize) -> Acts {
+        let block = f.block_elems();
+        let mut acts = Acts {
+            qx: vec![0; rows * k],
+            d: Vec::with_capacity(rows * k / block),
+            bsum: Vec::with_capacity(rows * k / 32),
+            s: Vec::with_capacity(rows * k / 32),
+            block,
+        };
+        for (xb, qb) in x.chunks_exact(block).zip(acts.qx.chunks_exact_mut(block)) {
+            let d = quantize_block(xb, qb);
+            acts.d.push(d);
+            for sub in qb.chunks_exact(32) {
+                let sum: i32 = sub.iter().map(|&q| q as i32).sum();
+                acts.bsum.push(sum);
+                acts.s.push(d * sum as f32);
+            }
+        }
+        acts
+    }
+}
+
+fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    if d == 0.0 {
+        q.fill(0);
+        return d;
+    }
+    for (q, &v) in q.iter_mut().zip(x) {
+        // |v / d| ≤ 127·(1 + 2u) < 127.5 for finite input; `as` saturates
+        // (and maps NaN to 0) otherwise, so hostile input cannot panic.
+        *q = (v / d).round_ties_even() as i8;
+    }
+    d
+}

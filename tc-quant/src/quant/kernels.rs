@@ -1,0 +1,200 @@
+//! Per-task work and the scalar reference kernels. The SIMD kernels in
+//! `x86` reproduce these operation by operation (see the module docs of
+//! `quant` for the orders), so their results are bit-identical.
+
+use super::act::Acts;
+use super::dequant::{dequant_block, f16_at, q6_k_value, scale_min_k4};
+use super::{Format, Path};
+use std::cell::RefCell;
+
+/// One `qmatmul` call's validated arguments.
+pub(crate) struct Job<'a> {
+    pub path: Path,
+    pub f: Format,
+    pub x: &'a [f32],
+    pub acts: Option<&'a Acts>,
+    pub rows: usize,
+    pub k: usize,
+    pub w: &'a [u8],
+    pub row_bytes: usize,
+}
+
+thread_local! {
+    /// One dequantized weight row per worker, reused across calls so the
+    /// exact path allocates only when K grows.
+    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Job<'_> {
+    /// Weight row `j`.
+    pub fn wrow(&self, j: usize) -> &[u8] {
+        &self.w[j * self.row_bytes..(j + 1) * self.row_bytes]
+    }
+
+    /// Fills `out` (`[cols][rows]`) with the outputs of columns `j0..`.
+    pub fn columns(&self, j0: usize, out: &mut [f32]) {
+        match self.acts {
+            Some(acts) => self.fast_columns(acts, j0, out),
+            None => self.exact_columns(j0, out),
+        }
+    }
+
+    fn exact_columns(&self, j0: usize, out: &mut [f32]) {
+        ROW.with_borrow_mut(|row| {
+            row.resize(self.k, 0.0);
+            let (be, bb) = (self.f.block_elems(), self.f.block_bytes());
+            for (c, col) in out.chunks_exact_mut(self.rows).enumerate() {
+                let blocks = self.wrow(j0 + c).chunks_exact(bb);
+                for (blk, o) in blocks.zip(row.chunks_exact_mut(be)) {
+                    dequant_block(self.f, blk, o);
+                }
+                for (m, y) in col.iter_mut().enumerate() {
+                    *y = self.dot(&self.x[m * self.k..(m + 1) * self.k], row);
+                }
+            }
+        });
+    }
+
+    fn dot(&self, x: &[f32], w: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if self.path != Path::Scalar {
+            return super::x86::dot16(self.path, x, w);
+        }
+        dot16(x, w)
+    }
+
+    fn fast_columns(&self, acts: &Acts, j0: usize, out: &mut [f32]) {
+        let rows = self.rows;
+        let n = out.len() / rows;
+        let mut c = 0;
+        while c + 4 <= n {
+            let w = [0, 1, 2, 3].map(|i| self.wrow(j0 + c + i));
+            for m in 0..rows {
+                let y = self.fast_tile4(acts, m, w);
+                for (i, v) in y.into_iter().enumerate() {
+                    out[(c + i) * rows + m] = v;
+                }
+            }
+            c += 4;
+        }
+        for c in c..n {
+            for m in 0..rows {
+                out[c * rows + m] = fast_dot(self.f, acts, self.k, m, self.wrow(j0 + c));
+            }
+        }
+    }
+
+    fn fast_tile4(&self, acts: &Acts, m: usize, w: [&[u8]; 4]) -> [f32; 4] {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(y) = super::x86::fast_tile4(self.path, self.f, acts, self.k, m, w) {
+            return y;
+        }
+        w.map(|w| fast_dot(self.f, acts, self.k, m, w))
+    }
+}
+
+/// The exact-mode dot: lane `k mod 16`, FMA in increasing `k`, then the
+/// 16 lanes folded by halves.
+pub(crate) fn dot16(x: &[f32], w: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    for (xc, wc) in x.chunks_exact(16).zip(w.chunks_exact(16)) {
+        for l in 0..16 {
+            acc[l] = xc[l].mul_add(wc[l], acc[l]);
+        }
+    }
+    fold16(acc)
+}
+
+/// Folds 16 lanes by halves: `l + l+8`, `l + l+4`, `l + l+2`, `l + l+1`.
+pub(crate) fn fold16(mut acc: [f32; 16]) -> f32 {
+    for h in [8, 4, 2, 1] {
+        for l in 0..h {
+            acc[l] += acc[l + h];
+        }
+    }
+    acc[0]
+}
+
+/// The fast-mode dot of activation row `m` with one weight row: per-block
+/// terms (exact integer dots, scaled in f32) summed in block order.
+pub(crate) fn fast_dot(f: Format, a: &Acts, k: usize, m: usize, w: &[u8]) -> f32 {
+    let qx = &a.qx[m * k..(m + 1) * k];
+    let nb = k / a.block;
+    let (d, s, bsum) = (&a.d[m * nb..], &a.s[m * k / 32..], &a.bsum[m * k / 32..]);
+    let bb = f.block_bytes();
+    let mut acc = 0f32;
+    for (b, blk) in w.chunks_exact(bb).enumerate() {
+        let x = &qx[b * a.block..(b + 1) * a.block];
+        acc += match f {
+            Format::Q8_0 => term32(f16_at(blk, 0), d[b], idot_q8(&blk[2..], x)),
+            Format::Q4_0 => term32(f16_at(blk, 0), d[b], idot_q4(&blk[2..], x) - 8 * bsum[b]),
+            Format::Q4_1 => {
+                term32(f16_at(blk, 0), d[b], idot_q4(&blk[4..], x)) + f16_at(blk, 2) * s[b]
+            }
+            Format::Q4_K => term_q4_k(blk, d[b], &bsum[8 * b..8 * b + 8], x),
+            Format::Q6_K => term_q6_k(blk, d[b], x),
+        };
+    }
+    acc
+}
+
+/// `(d_w · d_x) · isum`, the shared scaling of one block term.
+pub(crate) fn term32(dw: f32, dx: f32, isum: i32) -> f32 {
+    dw * dx * isum as f32
+}
+
+fn idot_q8(w: &[u8], x: &[i8]) -> i32 {
+    w[..32]
+        .iter()
+        .zip(x)
+        .map(|(&w, &x)| w as i8 as i32 * x as i32)
+        .sum()
+}
+
+/// Σ q·x over the 32 nibbles (low nibbles are elements 0..16).
+fn idot_q4(qs: &[u8], x: &[i8]) -> i32 {
+    let lo = qs[..16]
+        .iter()
+        .zip(&x[..16])
+        .map(|(&q, &x)| (q & 0x0F) as i32 * x as i32);
+    let hi = qs[..16]
+        .iter()
+        .zip(&x[16..32])
+        .map(|(&q, &x)| (q >> 4) as i32 * x as i32);
+    lo.sum::<i32>() + hi.sum::<i32>()
+}
+
+/// `d·dx·Σ_j sc_j·(q·x)_j − dmin·dx·Σ_j m_j·bsum_j` over the 8 sub-blocks.
+fn term_q4_k(blk: &[u8], dx: f32, bsum: &[i32], x: &[i8]) -> f32 {
+    let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+    let (scales, qs) = (&blk[4..16], &blk[16..144]);
+    let (mut sumi, mut summ) = (0i32, 0i32);
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        let q = &qs[(j / 2) * 32..(j / 2) * 32 + 32];
+        let xs = &x[j * 32..j * 32 + 32];
+        let nib = |q: u8| if j % 2 == 0 { q & 0x0F } else { q >> 4 };
+        let dot: i32 = q
+            .iter()
+            .zip(xs)
+            .map(|(&q, &x)| nib(q) as i32 * x as i32)
+            .sum();
+        sumi += sc as i32 * dot;
+        summ += m as i32 * bsum[j];
+    }
+    d * dx * sumi as f32 - dmin * dx * summ as f32
+}
+
+/// `d·dx·Σ_g sc_g·Σ_{k∈g} q_k·x_k` over the 16 sub-blocks of 16.
+fn term_q6_k(blk: &[u8], dx: f32, x: &[i8]) -> f32 {
+    let (ql, qh, scales) = (&blk[0..128], &blk[128..192], &blk[192..208]);
+    let d = f16_at(blk, 208);
+    let mut sumi = 0i32;
+    for (g, &sc) in scales.iter().enumerate() {
+        let dot: i32 = (g * 16..g * 16 + 16)
+            .map(|k| q6_k_value(ql, qh, k) * x[k] as i32)
+            .sum();
+        sumi += sc as i8 as i32 * dot;
+    }
+    d * dx * sumi as f32
+}

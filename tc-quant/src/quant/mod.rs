@@ -1,0 +1,320 @@
+//! Block-quantized formats, reference dequantization and fused quantized
+//! matmul (Section 2 §18: block-quantized tensors).
+//!
+//! A format fixes a block length `b` and a byte layout exactly as ggml
+//! defines it. A weight matrix `W : [n_out, K]` is stored row by row, each
+//! row `K / b` consecutive blocks (a GGUF tensor `[ne0 = K, ne1 = n_out]`).
+//!
+//! [`dequantize`] is the denotation of §18: bit-exact with ggml's
+//! `dequantize_row_*` (and gguf-py's `gguf.quants.dequantize`).
+//! [`qmatmul`] computes `y = x · Wᵀ` under one of two [`Numerics`]:
+//!
+//! - [`Numerics::Exact`]: each weight row is dequantized exactly as
+//!   [`dequantize`] does, and each output is a dot product accumulated in
+//!   f32 with FMA in a fixed order: element `k` goes to lane `k mod 16` of
+//!   16 partial sums, each summed in increasing `k`; the 16 lanes are then
+//!   folded by halves (`l + l+8`, then `l + l+4`, `l + l+2`, `l + l+1`).
+//!   Every [`Path`] uses this order, so all paths agree bit for bit. Any
+//!   such order satisfies the classic bound
+//!   `|ŷ − Σ x_k w_k| ≤ γ_K · Σ |x_k w_k|`, `γ_K = K·u / (1 − K·u)`,
+//!   `u = 2⁻²⁴`, against the exact real dot of the dequantized weights, so
+//!   it differs from a naive sequential f32 dot by at most `2 γ_K Σ|x_k w_k|`.
+//! - [`Numerics::Fast`]: as llama.cpp does, each activation block (32
+//!   elements for `Q8_0`/`Q4_0`/`Q4_1`, 256 for the K-quants) is quantized
+//!   to 8 bits, `d = max|x| / 127`, `q = round_ties_even(x / d)`; the block
+//!   dot is an exact integer dot, scaled in f32; blocks are summed in
+//!   increasing order. With `d_b` the activation scale of the block holding
+//!   `k`, the per-element bound against the f64 dot of the dequantized
+//!   weights is
+//!   `|ŷ − Σ x_k w_k| ≤ Σ_k |w_k| · ((1/2 + 2⁻¹⁵) · d_b + γ_{n+6} · (|x_k| + d_b))`
+//!   with `n = K / b`: the first term is the activation rounding (at most
+//!   half a step, plus the rounding of `x / d`), the second the f32
+//!   scaling and accumulation of the block terms (a few roundings each,
+//!   plus the `n`-term sum) and the re-association of ggml's `d·q + m`.
+//!   Every path computes the same per-block terms in the same order, so
+//!   all paths agree bit for bit here too.
+//!
+//! Kernels: a scalar reference, AVX2+FMA+F16C, and AVX-512 (F/BW/VL, using
+//! VNNI `vpdpbusd` for the fast integer dots when the host has it), chosen
+//! at run time. The output columns are split across rayon's global pool.
+
+mod act;
+mod dequant;
+mod kernels;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::gguf::GgmlType;
+use rayon::prelude::*;
+
+pub use dequant::dequantize;
+
+/// A ggml block format this crate decodes.
+#[allow(non_camel_case_types)] // ggml's own names
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// 32 × i8 with an f16 scale `d`: `w = d·q`.
+    Q8_0,
+    /// 32 × 4 bits with an f16 scale: `w = d·(q − 8)`.
+    Q4_0,
+    /// 32 × 4 bits with f16 scale and min: `w = d·q + m`.
+    Q4_1,
+    /// 256-element super-block: f16 `d`, `dmin`, 8 × (6-bit scale, 6-bit
+    /// min), 4-bit values: `w = d·sc_j·q − dmin·m_j`.
+    Q4_K,
+    /// 256-element super-block: 6-bit values (`ql`, `qh`), 16 i8 scales,
+    /// f16 `d`: `w = d·sc_j·(q − 32)`.
+    Q6_K,
+}
+
+impl Format {
+    /// Every format.
+    pub const ALL: [Format; 5] = [
+        Format::Q8_0,
+        Format::Q4_0,
+        Format::Q4_1,
+        Format::Q4_K,
+        Format::Q6_K,
+    ];
+
+    /// Elements per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            Format::Q8_0 | Format::Q4_0 | Format::Q4_1 => 32,
+            Format::Q4_K | Format::Q6_K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Format::Q8_0 => 34,
+            Format::Q4_0 => 18,
+            Format::Q4_1 => 20,
+            Format::Q4_K => 144,
+            Format::Q6_K => 210,
+        }
+    }
+
+    /// ggml's lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Q8_0 => "q8_0",
+            Format::Q4_0 => "q4_0",
+            Format::Q4_1 => "q4_1",
+            Format::Q4_K => "q4_k",
+            Format::Q6_K => "q6_k",
+        }
+    }
+
+    /// The format of a GGUF tensor type, if this crate decodes it.
+    pub fn from_ggml(t: GgmlType) -> Option<Format> {
+        Some(match t {
+            GgmlType::Q8_0 => Format::Q8_0,
+            GgmlType::Q4_0 => Format::Q4_0,
+            GgmlType::Q4_1 => Format::Q4_1,
+            GgmlType::Q4_K => Format::Q4_K,
+            GgmlType::Q6_K => Format::Q6_K,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a quantized operation refused its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantError {
+    /// A buffer has the wrong length.
+    #[error("{what} has length {found}, expected {expected}")]
+    BadLength {
+        /// Which buffer.
+        what: &'static str,
+        /// The length the other arguments imply.
+        expected: usize,
+        /// The length given.
+        found: usize,
+    },
+    /// The reduction length is not a whole number of blocks.
+    #[error("{format}: length {len} is not a multiple of the block length {block}")]
+    NotBlockMultiple {
+        /// The format's name.
+        format: &'static str,
+        /// The length given.
+        len: usize,
+        /// The block length.
+        block: usize,
+    },
+    /// A size product overflows `usize`.
+    #[error("size of {what} overflows")]
+    Overflow {
+        /// Which size.
+        what: &'static str,
+    },
+    /// The host CPU lacks the requested kernel path.
+    #[error("kernel path {0:?} is not available on this CPU")]
+    PathUnavailable(Path),
+}
+
+/// How [`qmatmul`] rounds; see the module docs for the bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Numerics {
+    /// Dequantize to f32 exactly, accumulate in f32.
+    Exact,
+    /// Quantize activations to 8 bits per block, integer block dots.
+    Fast,
+}
+
+/// A kernel implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Portable Rust; the reference the others match bit for bit.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL (plus AVX2/FMA/F16C), with VNNI when present.
+    Avx512,
+}
+
+impl Path {
+    /// Whether this host can run the path.
+    pub fn is_available(self) -> bool {
+        match self {
+            Path::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => x86::has_avx2(),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => x86::has_avx512(),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
+/// The paths this host can run, slowest first.
+pub fn available_paths() -> Vec<Path> {
+    [Path::Scalar, Path::Avx2, Path::Avx512]
+        .into_iter()
+        .filter(|p| p.is_available())
+        .collect()
+}
+
+/// The fastest available path.
+pub fn best_path() -> Path {
+    available_paths().pop().unwrap_or(Path::Scalar)
+}
+
+/// `y[m·n_out + j] = Σ_k x[m·k_dim + k] · W[j, k]` for `m < rows`, with `W`
+/// (`[n_out, k_dim]`, row-major blocks of `f`) in `w`, on the fastest path
+/// the host has. See the module docs for the [`Numerics`] and their bounds.
+#[allow(clippy::too_many_arguments)] // the BLAS-like signature is the API
+pub fn qmatmul(
+    f: Format,
+    numerics: Numerics,
+    x: &[f32],
+    rows: usize,
+    k_dim: usize,
+    w: &[u8],
+    n_out: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    qmatmul_with(best_path(), f, numerics, x, rows, k_dim, w, n_out, y)
+}
+
+/// [`qmatmul`] on a chosen path; [`QuantError::PathUnavailable`] if the
+/// host lacks it. Every path gives bit-identical results.
+#[allow(clippy::too_many_arguments)] // the BLAS-like signature is the API
+pub fn qmatmul_with(
+    path: Path,
+    f: Format,
+    numerics: Numerics,
+    x: &[f32],
+    rows: usize,
+    k_dim: usize,
+    w: &[u8],
+    n_out: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    if !path.is_available() {
+        return Err(QuantError::PathUnavailable(path));
+    }
+    let row_bytes = check_shapes(f, x, rows, k_dim, w, n_out, y)?;
+    if rows == 0 || n_out == 0 {
+        return Ok(());
+    }
+    let acts = match numerics {
+        Numerics::Fast => Some(act::Acts::quantize(f, x, rows, k_dim)),
+        Numerics::Exact => None,
+    };
+    let job = kernels::Job {
+        path,
+        f,
+        x,
+        acts: acts.as_ref(),
+        rows,
+        k: k_dim,
+        w,
+        row_bytes,
+    };
+    if rows == 1 {
+        run_columns(&job, y);
+        return Ok(());
+    }
+    // Tasks own disjoint column ranges; a column-major scratch makes each
+    // range contiguous, and one transpose at the end restores row-major y.
+    let mut yt = vec![0f32; rows * n_out];
+    run_columns(&job, &mut yt);
+    for (j, col) in yt.chunks_exact(rows).enumerate() {
+        for (m, &v) in col.iter().enumerate() {
+            y[m * n_out + j] = v;
+        }
+    }
+    Ok(())
+}
+
+/// Splits the columns (output features) over the pool; `yt` is `[n_out][rows]`.
+fn run_columns(job: &kernels::Job<'_>, yt: &mut [f32]) {
+    let n_out = yt.len() / job.rows;
+    let tasks = rayon::current_num_threads().max(1) * 8;
+    // Multiples of 4 columns keep the 4-column kernels busy; tiny matrices
+    // stay on one task because scheduling would cost more than the work.
+    let cols = n_out.div_ceil(tasks).next_multiple_of(4).max(16);
+    yt.par_chunks_mut(cols * job.rows)
+        .enumerate()
+        .for_each(|(ci, out)| job.columns(ci * cols, out));
+}
+
+/// Validates every length with checked arithmetic; returns bytes per row.
+fn check_shapes(
+    f: Format,
+    x: &[f32],
+    rows: usize,
+    k_dim: usize,
+    w: &[u8],
+    n_out: usize,
+    y: &[f32],
+) -> Result<usize, QuantError> {
+    let block = f.block_elems();
+    if !k_dim.is_multiple_of(block) {
+        return Err(QuantError::NotBlockMultiple {
+            format: f.name(),
+            len: k_dim,
+            block,
+        });
+    }
+    let row_bytes = k_dim / block * f.block_bytes();
+    let mul = |a: usize, b: usize, what| a.checked_mul(b).ok_or(QuantError::Overflow { what });
+    let expect = |what, expected: usize, found: usize| {
+        if expected == found {
+            Ok(())
+        } else {
+            Err(QuantError::BadLength {
+                what,
+                expected,
+                found,
+            })
+        }
+    };
+    expect("x", mul(rows, k_dim, "x")?, x.len())?;
+    expect("w", mul(n_out, row_bytes, "w")?, w.len())?;
+    expect("y", mul(rows, n_out, "y")?, y.len())?;
+    Ok(row_bytes)
+}

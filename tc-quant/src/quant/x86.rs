@@ -1,0 +1,234 @@
+//! AVX2 and AVX-512 kernels. Each reproduces the scalar reference in
+//! `kernels` operation by operation: integer block dots are exact in any
+//! lane order, and the f32 operations on them are the same ones, per
+//! output, in the same order (lanes hold different outputs, never parts of
+//! one sum), so results are bit-identical to the scalar path.
+
+use super::act::Acts;
+use super::{Format, Path};
+use std::arch::x86_64::*;
+
+/// AVX2 + FMA + F16C (the `Path::Avx2` kernels' features).
+pub(crate) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// `has_avx2` plus AVX-512 F/BW/VL (the `Path::Avx512` kernels' features).
+pub(crate) fn has_avx512() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+}
+
+fn has_vnni() -> bool {
+    has_avx512() && is_x86_feature_detected!("avx512vnni")
+}
+
+/// The exact-mode dot (`kernels::dot16`'s order) on a SIMD path.
+pub(crate) fn dot16(path: Path, x: &[f32], w: &[f32]) -> f32 {
+    let n = x.len().min(w.len()) / 16 * 16;
+    let (x, w) = (&x[..n], &w[..n]);
+    match path {
+        // SAFETY: the path was checked available (`Path::is_available`)
+        // before any job ran, so the CPU has the enabled features.
+        Path::Avx512 => unsafe { dot16_avx512(x, w) },
+        // SAFETY: as above.
+        Path::Avx2 => unsafe { dot16_avx2(x, w) },
+        Path::Scalar => super::kernels::dot16(x, w),
+    }
+}
+
+/// Folds 8 lanes as `fold16` does after its first step.
+#[target_feature(enable = "avx2,fma")]
+fn fold8(v: __m256) -> f32 {
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    _mm_cvtss_f32(s1)
+}
+
+/// Lanes 0..8 in `a0`, 8..16 in `a1`; `x.len() == w.len()`, a multiple of 16.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot16_avx2(x: &[f32], w: &[f32]) -> f32 {
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (xc, wc) in x.chunks_exact(16).zip(w.chunks_exact(16)) {
+        let (xp, wp) = (xc.as_ptr(), wc.as_ptr());
+        // SAFETY: each chunk holds 16 f32, so both 8-lane loads are in bounds.
+        unsafe {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(wp), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), _mm256_loadu_ps(wp.add(8)), a1);
+        }
+    }
+    fold8(_mm256_add_ps(a0, a1))
+}
+
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn dot16_avx512(x: &[f32], w: &[f32]) -> f32 {
+    let mut acc = _mm512_setzero_ps();
+    for (xc, wc) in x.chunks_exact(16).zip(w.chunks_exact(16)) {
+        // SAFETY: each chunk holds 16 f32, one full 512-bit load.
+        unsafe {
+            acc = _mm512_fmadd_ps(
+                _mm512_loadu_ps(xc.as_ptr()),
+                _mm512_loadu_ps(wc.as_ptr()),
+                acc,
+            );
+        }
+    }
+    let lo = _mm512_castps512_ps256(acc);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+    fold8(_mm256_add_ps(lo, hi))
+}
+
+/// Four outputs (activation row `m` × weight rows `w`) in fast mode, or
+/// `None` where this path has no kernel for the format (the caller then
+/// uses the scalar one, which gives the same bits).
+pub(crate) fn fast_tile4(
+    path: Path,
+    f: Format,
+    a: &Acts,
+    k: usize,
+    m: usize,
+    w: [&[u8]; 4],
+) -> Option<[f32; 4]> {
+    let fmt = match f {
+        Format::Q8_0 => Q8,
+        Format::Q4_0 => Q40,
+        Format::Q4_1 => Q41,
+        Format::Q4_K | Format::Q6_K => return None,
+    };
+    let t = Tile::new(f, a, k, m, w);
+    // SAFETY (all arms): the path was checked available before the job
+    // ran, and VNNI is re-checked here; `Tile::new` checked every length.
+    Some(unsafe {
+        match (path, fmt) {
+            (Path::Scalar, _) => return None,
+            (Path::Avx512, _) if has_vnni() => tile_vnni(fmt, &t),
+            (_, Q8) => tile_avx2::<Q8>(&t),
+            (_, Q40) => tile_avx2::<Q40>(&t),
+            (_, _) => tile_avx2::<Q41>(&t),
+        }
+    })
+}
+
+const Q8: u8 = 0;
+const Q40: u8 = 1;
+const Q41: u8 = 2;
+
+/// Bounds-checked views for one 4-output tile of a 32-block format.
+struct Tile<'a> {
+    qx: &'a [i8],
+    d: &'a [f32],
+    s: &'a [f32],
+    bsum: &'a [i32],
+    w: [&'a [u8]; 4],
+    nb: usize,
+    bb: usize,
+}
+
+impl<'a> Tile<'a> {
+    fn new(f: Format, a: &'a Acts, k: usize, m: usize, w: [&'a [u8]; 4]) -> Tile<'a> {
+        let nb = k / 32;
+        let bb = f.block_bytes();
+        // Slicing here panics only on an internal bug; the loads below rely
+        // on these exact lengths.
+        Tile {
+            qx: &a.qx[m * k..(m + 1) * k],
+            d: &a.d[m * nb..(m + 1) * nb],
+            s: &a.s[m * nb..(m + 1) * nb],
+            bsum: &a.bsum[m * nb..(m + 1) * nb],
+            w: w.map(|r| &r[..nb * bb]),
+            nb,
+            bb,
+        }
+    }
+}
+
+/// Sums each of four 8-lane i32 vectors: `[Σv0, Σv1, Σv2, Σv3]`.
+#[target_feature(enable = "avx2")]
+fn reduce4(v: [__m256i; 4]) -> __m128i {
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
+}
+
+/// The four f16 at byte `at` of each weight block, as f32 lanes.
+#[target_feature(enable = "avx2,f16c")]
+fn f16x4(w: [&[u8]; 4], at: usize) -> __m128 {
+    let h = w.map(|b| u16::from_le_bytes([b[at], b[at + 1]]) as i16);
+    _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0))
+}
+
+/// Weight bytes (as u8) and activations (sign-adjusted as i8) whose u8×i8
+/// dot is the block's integer dot.
+#[target_feature(enable = "avx2")]
+unsafe fn operands<const F: u8>(blk: &[u8], xv: __m256i) -> (__m256i, __m256i) {
+    // SAFETY: `blk` is one whole block: 34 bytes for Q8_0 (32 loaded from
+    // byte 2), 18/20 for Q4_0/Q4_1 (16 loaded from byte 2/4).
+    unsafe {
+        if F == Q8 {
+            let wv = _mm256_loadu_si256(blk.as_ptr().add(2).cast());
+            // |w| as u8 (−128 → 128) and x·sign(w): |x| ≤ 127 never overflows.
+            return (_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+        }
+        let at = if F == Q40 { 2 } else { 4 };
+        let q = _mm_loadu_si128(blk.as_ptr().add(at).cast());
+        let m4 = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(q, m4);
+        let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+        (_mm256_set_m128i(hi, lo), xv)
+    }
+}
+
+/// Shared body of the tile kernels; `$dot(u, s)` is the 8-lane i32 dot.
+macro_rules! tile_body {
+    ($t:expr, $F:expr, $dot:expr) => {{
+        let t = $t;
+        let mut acc = _mm_setzero_ps();
+        for b in 0..t.nb {
+            let off = b * t.bb;
+            let blks = t.w.map(|r| &r[off..off + t.bb]);
+            let xs = &t.qx[b * 32..b * 32 + 32];
+            // SAFETY: `xs` holds exactly 32 bytes.
+            let xv = unsafe { _mm256_loadu_si256(xs.as_ptr().cast()) };
+            // SAFETY: each `blks[i]` is one whole block of the format.
+            let v = blks.map(|blk| unsafe {
+                let (u, s) = operands::<{ $F }>(blk, xv);
+                $dot(u, s)
+            });
+            let mut isum = reduce4(v);
+            if $F == Q40 {
+                isum = _mm_sub_epi32(isum, _mm_set1_epi32(8 * t.bsum[b]));
+            }
+            let scale = _mm_mul_ps(f16x4(blks, 0), _mm_set1_ps(t.d[b]));
+            let mut term = _mm_mul_ps(scale, _mm_cvtepi32_ps(isum));
+            if $F == Q41 {
+                term = _mm_add_ps(term, _mm_mul_ps(f16x4(blks, 2), _mm_set1_ps(t.s[b])));
+            }
+            acc = _mm_add_ps(acc, term);
+        }
+        let mut out = [0f32; 4];
+        // SAFETY: `out` holds 4 f32.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+        out
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_avx2<const F: u8>(t: &Tile<'_>) -> [f32; 4] {
+    let ones = _mm256_set1_epi16(1);
+    let dot = |u, s| _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+    tile_body!(t, F, dot)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_vnni(fmt: u8, t: &Tile<'_>) -> [f32; 4] {
+    let dot = |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+    match fmt {
+        Q8 => tile_body!(t, Q8, dot),
+        Q40 => tile_body!(t, Q40, dot),
+        _ => tile_body!(t, Q41, dot),
+    }
+}

@@ -1,0 +1,245 @@
+//! `qmatmul` against the bounds stated in `tc_quant::quant`'s docs, on
+//! every kernel path the host has, and paths against the scalar one.
+
+mod common;
+
+use common::{random_acts, random_blocks, Rng};
+use proptest::prelude::*;
+use tc_quant::{available_paths, dequantize, qmatmul_with, Format, Numerics, Path, QuantError};
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+fn gamma(n: usize) -> f64 {
+    n as f64 * U / (1.0 - n as f64 * U)
+}
+
+struct Case {
+    f: Format,
+    rows: usize,
+    k: usize,
+    n_out: usize,
+    x: Vec<f32>,
+    w: Vec<u8>,
+    wf: Vec<f32>,
+}
+
+fn case(f: Format, rows: usize, nblk: usize, n_out: usize, seed: u64) -> Case {
+    let mut rng = Rng(seed);
+    let k = nblk * f.block_elems();
+    let w = random_blocks(&mut rng, f, n_out * nblk);
+    let mut wf = vec![0f32; n_out * k];
+    dequantize(f, &w, &mut wf).unwrap();
+    let x = random_acts(&mut rng, rows * k);
+    Case {
+        f,
+        rows,
+        k,
+        n_out,
+        x,
+        w,
+        wf,
+    }
+}
+
+fn run(c: &Case, path: Path, num: Numerics) -> Vec<f32> {
+    let mut y = vec![f32::NAN; c.rows * c.n_out];
+    qmatmul_with(path, c.f, num, &c.x, c.rows, c.k, &c.w, c.n_out, &mut y).unwrap();
+    y
+}
+
+/// Checks every output of `y` against `bound(m, j)` around the f64 dot.
+fn check(c: &Case, y: &[f32], what: &str, bound: impl Fn(&[f32], &[f32]) -> f64) {
+    for m in 0..c.rows {
+        let x = &c.x[m * c.k..(m + 1) * c.k];
+        for j in 0..c.n_out {
+            let w = &c.wf[j * c.k..(j + 1) * c.k];
+            let exact: f64 = x.iter().zip(w).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let err = (y[m * c.n_out + j] as f64 - exact).abs();
+            let b = bound(x, w);
+            assert!(
+                err <= b,
+                "{what} {:?} m={m} j={j}: err {err:e} > bound {b:e}",
+                c.f
+            );
+        }
+    }
+}
+
+fn exact_bound(x: &[f32], w: &[f32]) -> f64 {
+    let s: f64 = x
+        .iter()
+        .zip(w)
+        .map(|(&a, &b)| (a as f64 * b as f64).abs())
+        .sum();
+    gamma(x.len()) * s
+}
+
+fn fast_bound(f: Format) -> impl Fn(&[f32], &[f32]) -> f64 {
+    let blk = f.block_elems();
+    move |x: &[f32], w: &[f32]| {
+        let g = gamma(x.len() / blk + 6);
+        let mut total = 0.0;
+        for (xb, wb) in x.chunks(blk).zip(w.chunks(blk)) {
+            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+            let d = amax / 127.0 * (1.0 + 2.0 * U);
+            for (&a, &b) in xb.iter().zip(wb) {
+                total +=
+                    (b as f64).abs() * ((0.5 + 1.0 / 32768.0) * d + g * ((a as f64).abs() + d));
+            }
+        }
+        total
+    }
+}
+
+/// Checks exact and fast numerics on every path; paths match scalar bits.
+fn check_all(c: &Case) {
+    for num in [Numerics::Exact, Numerics::Fast] {
+        let reference = run(c, Path::Scalar, num);
+        match num {
+            Numerics::Exact => check(c, &reference, "exact", exact_bound),
+            Numerics::Fast => check(c, &reference, "fast", fast_bound(c.f)),
+        }
+        if num == Numerics::Exact {
+            check_vs_naive(c, &reference);
+        }
+        for path in available_paths() {
+            let y = run(c, path, num);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&y),
+                bits(&reference),
+                "{path:?} {num:?} {:?} rows={} n_out={}",
+                c.f,
+                c.rows,
+                c.n_out
+            );
+        }
+    }
+}
+
+/// Exact mode within 2·γ_K·Σ|x w| of a naive sequential f32 dot.
+fn check_vs_naive(c: &Case, y: &[f32]) {
+    for m in 0..c.rows {
+        let x = &c.x[m * c.k..(m + 1) * c.k];
+        for j in 0..c.n_out {
+            let w = &c.wf[j * c.k..(j + 1) * c.k];
+            let naive: f32 = x.iter().zip(w).fold(0.0, |s, (&a, &b)| s + a * b);
+            let err = (y[m * c.n_out + j] as f64 - naive as f64).abs();
+            assert!(
+                err <= 2.0 * exact_bound(x, w),
+                "naive {:?} m={m} j={j}",
+                c.f
+            );
+        }
+    }
+}
+
+#[test]
+fn every_format_rows_and_ragged_columns() {
+    for f in Format::ALL {
+        for (i, rows) in [1, 2, 3, 7, 33].into_iter().enumerate() {
+            let nblk = if f.block_elems() == 32 { 5 } else { 2 };
+            // 37 and 13 are no multiple of the 4-column tiles or the chunks.
+            check_all(&case(f, rows, nblk, [37, 13, 5, 1, 19][i], 1000 + i as u64));
+        }
+    }
+}
+
+#[test]
+fn many_columns_cross_chunk_boundaries() {
+    for f in [Format::Q4_1, Format::Q8_0] {
+        check_all(&case(f, 2, 18, 1003, 7));
+    }
+}
+
+#[test]
+fn zero_activations_give_zero() {
+    let mut c = case(Format::Q4_1, 2, 2, 9, 3);
+    c.x.fill(0.0);
+    for num in [Numerics::Exact, Numerics::Fast] {
+        assert!(run(&c, Path::Scalar, num).iter().all(|&v| v == 0.0));
+    }
+}
+
+#[test]
+fn rejects_bad_arguments() {
+    let mut y = [0f32; 2];
+    let err = qmatmul_with(
+        Path::Scalar,
+        Format::Q8_0,
+        Numerics::Exact,
+        &[0.0; 30],
+        1,
+        30,
+        &[],
+        2,
+        &mut y,
+    );
+    assert!(matches!(
+        err,
+        Err(QuantError::NotBlockMultiple { len: 30, .. })
+    ));
+    let err = qmatmul_with(
+        Path::Scalar,
+        Format::Q8_0,
+        Numerics::Fast,
+        &[0.0; 32],
+        1,
+        32,
+        &[0; 34],
+        2,
+        &mut y,
+    );
+    assert!(matches!(
+        err,
+        Err(QuantError::BadLength {
+            what: "w",
+            expected: 68,
+            found: 34
+        })
+    ));
+    let err = qmatmul_with(
+        Path::Scalar,
+        Format::Q8_0,
+        Numerics::Fast,
+        &[0.0; 32],
+        usize::MAX,
+        32,
+        &[],
+        2,
+        &mut y,
+    );
+    assert!(matches!(err, Err(QuantError::Overflow { .. })));
+    for p in [Path::Avx2, Path::Avx512] {
+        if !available_paths().contains(&p) {
+            let err = qmatmul_with(
+                p,
+                Format::Q8_0,
+                Numerics::Fast,
+                &[0.0; 32],
+                1,
+                32,
+                &[0; 68],
+                2,
+                &mut y,
+            );
+            assert_eq!(err, Err(QuantError::PathUnavailable(p)));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn random_shapes_within_bounds(
+        fi in 0usize..5,
+        rows in prop::sample::select(vec![1usize, 2, 3, 7, 33]),
+        nblk in 1usize..6,
+        n_out in 1usize..40,
+        seed in any::<u64>(),
+    ) {
+        let f = Format::ALL[fi];
+        let nblk = if f.block_elems() == 256 { nblk.min(3) } else { nblk };
+        check_all(&case(f, rows, nblk, n_out, seed));
+    }
+}

