@@ -91,10 +91,10 @@ fn logits_fixture(i: usize) -> Vec<f32> {
 /// a time changes and uses them.
 static NUMERICS: Mutex<()> = Mutex::new(());
 
-fn set_fast_math(fast: bool) {
+fn set_fast_quant(fast: bool) {
     let jit = tc::llvm::Jit::global();
     let mut cfg = jit.config();
-    cfg.options.fast_math = fast;
+    cfg.options.fast_quant = fast;
     cfg.specialize_after = u32::MAX;
     jit.set_config(cfg);
 }
@@ -173,13 +173,13 @@ fn chat_template_and_prompt_ids_match_the_reference() {
     }
 }
 
-/// Exact numerics (F32 dequantization, exact transcendentals): 32 greedy
+/// Exact numerics (every block dequantized to F32): 32 greedy
 /// tokens equal the reference's on every prompt, and the prefill's logits
 /// are within 1e-3 of its logits.
 #[test]
 fn exact_path_is_token_exact_against_the_reference() {
     let _one = NUMERICS.lock().unwrap_or_else(|e| e.into_inner());
-    set_fast_math(false);
+    set_fast_quant(false);
     let r = fixture("reference.json");
     for (i, p) in r["prompts"].as_array().expect("prompts").iter().enumerate() {
         let (first, tokens) = greedy(&ids(&p["ids"]), 32).expect("generate");
@@ -192,26 +192,60 @@ fn exact_path_is_token_exact_against_the_reference() {
     }
 }
 
-/// Fast numerics (8-bit activations in every qmatmul, as llama.cpp): the
-/// prefill's top-1 token agrees with the reference on every prompt, and no
-/// logit is further than `FAST_LOGIT_BOUND` from it.
+/// Fast numerics (8-bit activations in every qmatmul, as llama.cpp),
+/// teacher-forced along the reference's 32 greedy tokens: at every step
+/// the reference's top-5 logits are within `FAST_LOGIT_BOUND`, and the
+/// top-1 token agrees wherever the reference's top-1 margin exceeds
+/// `FAST_MARGIN` (one logit): only near-ties may flip.
 #[test]
 fn fast_path_agrees_within_its_bound() {
-    const FAST_LOGIT_BOUND: f32 = 0.5;
+    const FAST_LOGIT_BOUND: f32 = 2.5;
+    const FAST_MARGIN: f32 = 1.0;
     let _one = NUMERICS.lock().unwrap_or_else(|e| e.into_inner());
-    set_fast_math(true);
+    set_fast_quant(true);
     let r = fixture("reference.json");
+    let m = &loaded().model;
+    let (mut worst, mut checked, mut flips_allowed) = (0f32, 0, 0);
     for (i, p) in r["prompts"].as_array().expect("prompts").iter().enumerate() {
-        let (first, _) = greedy(&ids(&p["ids"]), 1).expect("generate");
-        let reference = logits_fixture(i);
-        let err = max_abs_diff(&first, &reference);
-        eprintln!("fast numerics, prompt {i}: max logit error {err}");
-        assert!(
-            err <= FAST_LOGIT_BOUND,
-            "prompt {i}: logits differ by {err}"
-        );
-        assert_eq!(argmax(&first), argmax(&reference), "prompt {i}: top-1");
+        let prompt = ids(&p["ids"]);
+        let forced = ids(&p["greedy"]);
+        let mut cache = m.cache(prompt.len() + forced.len()).expect("cache");
+        let mut logits = m
+            .forward(&mut cache, &prompt, 0)
+            .expect("prefill")
+            .to_vec::<f32>()
+            .expect("f32");
+        for (step, s) in p["steps"].as_array().expect("steps").iter().enumerate() {
+            let top = ids(&s["top5_ids"]);
+            let want: Vec<f32> = s["top5_logits"]
+                .as_array()
+                .expect("logits")
+                .iter()
+                .map(|x| x.as_f64().expect("logit") as f32)
+                .collect();
+            for (id, w) in top.iter().zip(&want) {
+                worst = worst.max((logits[*id as usize] - w).abs());
+            }
+            if want[0] - want[1] > FAST_MARGIN {
+                checked += 1;
+                assert_eq!(argmax(&logits), top[0], "prompt {i}, step {step}: top-1");
+            } else {
+                flips_allowed += 1;
+            }
+            if step + 1 < forced.len() {
+                let next = [forced[step]];
+                logits = m
+                    .forward(&mut cache, &next, prompt.len() + step)
+                    .expect("step")
+                    .to_vec::<f32>()
+                    .expect("f32");
+            }
+        }
     }
+    set_fast_quant(false);
+    eprintln!("fast numerics: max top-5 logit error {worst}; top-1 checked at {checked} steps, {flips_allowed} near-ties");
+    assert!(worst <= FAST_LOGIT_BOUND, "logits differ by {worst}");
+    assert!(checked >= 60, "only {checked} steps had a clear top-1");
 }
 
 #[test]

@@ -1444,7 +1444,9 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Binary(..) => Family::Binary,
             Op::ScalarBinary { .. } => Family::ScalarBinary,
             Op::Select(..) => Family::Select,
-            Op::Matmul(..) => Family::Matmul,
+            // The generator draws no quantized operand; a hand-made one
+            // counts as a matmul.
+            Op::Matmul(..) | Op::QMatmul(..) => Family::Matmul,
             Op::Reduce { .. } => Family::Reduce,
             Op::ArgReduce { .. } => Family::ArgReduce,
             Op::Transpose(..) => Family::Transpose,
@@ -1841,6 +1843,7 @@ const fn opts(fast_math: bool, deterministic: bool, threads: usize) -> JitOption
         fast_math,
         deterministic,
         threads,
+        fast_quant: false,
     }
 }
 
@@ -1901,7 +1904,7 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
         Op::Reduce { op, x, .. } => {
             float(x) && !o.deterministic && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
         }
-        Op::Matmul(a, _) | Op::Conv { x: a, .. } => float(a),
+        Op::Matmul(a, _) | Op::QMatmul(a, _) | Op::Conv { x: a, .. } => float(a),
         Op::Unary(u, x) => {
             o.fast_math
                 && dt(x) == Some(Dtype::F32)

@@ -1116,8 +1116,9 @@ impl CompiledFn {
 
     /// `qmatmul x w` (Section 2 §18) on `tc-quant`'s fused kernels, reading
     /// both operands where they lie: the weight's blocks are never copied
-    /// or dequantized whole. `fast_math` picks the kernels' numerics: 8-bit
-    /// activations (`Numerics::Fast`) or F32 dequantization (`Exact`).
+    /// or dequantized whole. `JitOptions::fast_quant` picks the kernels'
+    /// numerics: 8-bit activations (`Numerics::Fast`) or F32 dequantization
+    /// (`Exact`).
     fn run_qmatmul(&self, x: Value, w: Value, st: &RunState) -> Result<Tensor, tc_runtime::Error> {
         let (xi, wi) = (&st.vals[x.0 as usize], &st.vals[w.0 as usize]);
         let (_, out_shape) = tc_core::concrete::qmatmul(
@@ -1152,7 +1153,7 @@ impl CompiledFn {
         let (n, k) = (wi.shape[0], wi.shape[1]);
         let rows = if k == 0 { 0 } else { xs.len() / k };
         let mut y = tc_runtime::alloc::filled(tc_core::size::numel(&out_shape)?, 0f32)?;
-        let numerics = if self.opts.fast_math {
+        let numerics = if self.opts.fast_quant {
             tc_runtime::quant::Numerics::Fast
         } else {
             tc_runtime::quant::Numerics::Exact

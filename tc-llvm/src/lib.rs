@@ -131,6 +131,13 @@ pub struct JitOptions {
     /// Worker threads: 1 = the calling thread only; anything else = the
     /// rayon global pool.
     pub threads: usize,
+    /// `qmatmul` (Section 2 §18) with its activations quantized per block
+    /// to 8 bits and integer block dots, as llama.cpp computes
+    /// (`tc_quant::quant::Numerics::Fast`, within the bound stated there),
+    /// instead of each weight block dequantized to F32 and F32
+    /// accumulation (`Numerics::Exact`, within the matmul tolerance of the
+    /// reference denotation). Off by default: exact numerics.
+    pub fast_quant: bool,
 }
 
 impl Default for JitOptions {
@@ -139,6 +146,7 @@ impl Default for JitOptions {
             fast_math: true,
             deterministic: false,
             threads: 0,
+            fast_quant: false,
         }
     }
 }

@@ -229,6 +229,7 @@ fn generic_kernels_every_op_kind() {
             fast_math: false,
             deterministic: true,
             threads: 0,
+            fast_quant: false,
         },
     });
     let mut rng = Rng(77);

@@ -125,6 +125,7 @@ fn layernorm_is_three_passes_in_one_row_kernel_and_matches() {
             deterministic: true,
             fast_math: false,
             threads: 0,
+            fast_quant: false,
         },
     )
     .unwrap();
@@ -404,6 +405,7 @@ fn row_group_stash_of_the_reduced_operand() {
         fast_math: false,
         deterministic: true,
         threads: 1,
+        fast_quant: false,
     };
     let sq = |name: &str, transpose: bool, twice: bool| {
         let mut b = builder(name);

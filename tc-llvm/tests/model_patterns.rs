@@ -293,6 +293,7 @@ fn softmax_rows_fused() {
             fast_math: false,
             deterministic: true,
             threads: 0,
+            fast_quant: false,
         };
         assert_bits(
             &format!("softmax {shape:?} (det)"),
@@ -330,6 +331,7 @@ fn layer_norm_rows_fused() {
             fast_math: false,
             deterministic: true,
             threads: 0,
+            fast_quant: false,
         };
         assert_bits(
             &format!("layer norm {shape:?} (det)"),

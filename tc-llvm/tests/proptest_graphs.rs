@@ -200,7 +200,7 @@ proptest! {
         let mut rng = Rng(p.seed);
         let args: Vec<Arg> = p.params.iter().map(|&d| random(&mut rng, DTS[d], &[p.a, p.b], true).into()).collect();
         let want = interp(&f, &args).unwrap();
-        let got = jit(&f, &args, JitOptions { fast_math: false, deterministic: true, threads: 0 });
+        let got = jit(&f, &args, JitOptions { fast_math: false, deterministic: true, threads: 0, fast_quant: false });
         assert_bits(&format!("{f}"), &got, &want, true);
     }
 }

@@ -22,11 +22,13 @@ const EXACT: JitOptions = JitOptions {
     fast_math: false,
     deterministic: false,
     threads: 1,
+    fast_quant: false,
 };
 const DET: JitOptions = JitOptions {
     fast_math: false,
     deterministic: true,
     threads: 1,
+    fast_quant: false,
 };
 
 fn reduce_fn(

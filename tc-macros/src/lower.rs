@@ -659,6 +659,32 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `qmatmul(x, w)` and `dequantize(w)` (Section 2 §18; `dequantize` is
+    /// the cast of a quantized tensor to F32).
+    fn quant_call(&mut self, n: &str, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        if n == "dequantize" {
+            if !self.arity(name, args, 1, whole, "dequantize(w)") {
+                return Operand::Poison;
+            }
+            let Some((x, xs)) = self.tensor(args[0]) else {
+                return Operand::Poison;
+            };
+            let ts = self.spans.alloc(whole);
+            return self.push(Op::Cast(Dtype::F32, x), whole, vec![xs], vec![ts]);
+        }
+        if !self.arity(name, args, 2, whole, "qmatmul(x, w)") {
+            return Operand::Poison;
+        }
+        let x = self.tensor(args[0]);
+        let w = self.tensor(args[1]);
+        match (x, w) {
+            (Some((x, sx)), Some((w, sw))) => {
+                self.push(Op::QMatmul(x, w), whole, vec![sx, sw], vec![])
+            }
+            _ => Operand::Poison,
+        }
+    }
+
     /// `topk(x, K, axis)`, `topk_indices(x, K, axis)`, `cumsum(x, axis)`:
     /// the ops that look along a whole lane.
     fn scan_call(&mut self, n: &str, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
@@ -890,30 +916,7 @@ impl Lowerer<'_> {
                     _ => Operand::Poison,
                 }
             }
-            "qmatmul" => {
-                if !self.arity(name, args, 2, whole, "qmatmul(x, w)") {
-                    return Operand::Poison;
-                }
-                let x = self.tensor(args[0]);
-                let w = self.tensor(args[1]);
-                match (x, w) {
-                    (Some((x, sx)), Some((w, sw))) => self.push(Op::QMatmul(x, w), whole, vec![sx, sw], vec![]),
-                    _ => Operand::Poison,
-                }
-            }
-            // Section 2 §18: `dequantize` is the cast of a quantized tensor to F32.
-            "dequantize" => {
-                if !self.arity(name, args, 1, whole, "dequantize(w)") {
-                    return Operand::Poison;
-                }
-                match self.tensor(args[0]) {
-                    Some((x, xs)) => {
-                        let ts = self.spans.alloc(whole);
-                        self.push(Op::Cast(Dtype::F32, x), whole, vec![xs], vec![ts])
-                    }
-                    None => Operand::Poison,
-                }
-            }
+            "qmatmul" | "dequantize" => self.quant_call(n, name, args, whole),
             "argmax" | "argmin" | "argmax_keepdims" | "argmin_keepdims" => {
                 if !self.arity(name, args, 2, whole, &format!("{n}(x, axis)")) {
                     return Operand::Poison;

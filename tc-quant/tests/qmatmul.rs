@@ -3,11 +3,13 @@
 
 mod common;
 
-use common::{random_acts, random_blocks, Rng};
+use common::{adversarial_acts, extreme_blocks, random_acts, random_blocks, Rng};
 use proptest::prelude::*;
 use tc_quant::{available_paths, dequantize, qmatmul_with, Format, Numerics, Path, QuantError};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
+/// 2⁻¹⁵⁰: the most one underflowing f32 operation can lose (module docs).
+const ETA: f64 = 1.0 / (1u128 << 100) as f64 / (1u64 << 50) as f64;
 
 fn gamma(n: usize) -> f64 {
     n as f64 * U / (1.0 - n as f64 * U)
@@ -24,12 +26,32 @@ struct Case {
 }
 
 fn case(f: Format, rows: usize, nblk: usize, n_out: usize, seed: u64) -> Case {
+    case_with(f, rows, nblk, n_out, seed, false)
+}
+
+/// `adversarial`: extreme weight scales and [`adversarial_acts`].
+fn case_with(
+    f: Format,
+    rows: usize,
+    nblk: usize,
+    n_out: usize,
+    seed: u64,
+    adversarial: bool,
+) -> Case {
     let mut rng = Rng(seed);
     let k = nblk * f.block_elems();
-    let w = random_blocks(&mut rng, f, n_out * nblk);
+    let w = if adversarial {
+        extreme_blocks(&mut rng, f, n_out * nblk)
+    } else {
+        random_blocks(&mut rng, f, n_out * nblk)
+    };
     let mut wf = vec![0f32; n_out * k];
     dequantize(f, &w, &mut wf).unwrap();
-    let x = random_acts(&mut rng, rows * k);
+    let x = if adversarial {
+        adversarial_acts(&mut rng, rows * k, k)
+    } else {
+        random_acts(&mut rng, rows * k)
+    };
     Case {
         f,
         rows,
@@ -71,7 +93,7 @@ fn exact_bound(x: &[f32], w: &[f32]) -> f64 {
         .zip(w)
         .map(|(&a, &b)| (a as f64 * b as f64).abs())
         .sum();
-    gamma(x.len()) * s
+    gamma(x.len()) * s + (x.len() + 16) as f64 * ETA
 }
 
 fn fast_bound(f: Format) -> impl Fn(&[f32], &[f32]) -> f64 {
@@ -83,9 +105,11 @@ fn fast_bound(f: Format) -> impl Fn(&[f32], &[f32]) -> f64 {
             let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
             let d = amax / 127.0 * (1.0 + 2.0 * U);
             for (&a, &b) in xb.iter().zip(wb) {
-                total +=
-                    (b as f64).abs() * ((0.5 + 1.0 / 32768.0) * d + g * ((a as f64).abs() + d));
+                total += (b as f64).abs()
+                    * ((0.5 + 1.0 / 32768.0) * d + g * ((a as f64).abs() + d) + 127.0 * ETA);
             }
+            // Underflow in the f32 scaling of the block term.
+            total += (1u64 << 28) as f64 * ETA;
         }
         total
     }
@@ -228,6 +252,49 @@ fn rejects_bad_arguments() {
     }
 }
 
+/// Regression: a block whose `max|x| / 127` is a subnormal f32 made
+/// `x / d` overshoot ±127; the scalar path saturated it to −128, which the
+/// SIMD Q8_0 kernels' `sign_epi8` trick cannot negate, so paths disagreed
+/// (and the scalar result missed the bound). Every path must agree and
+/// stay within the (underflow-aware) bound.
+#[test]
+fn subnormal_activation_scale_agrees_across_paths() {
+    for f in Format::ALL {
+        let mut c = case(f, 3, 256 / f.block_elems() * 2, 9, 77);
+        for (i, xb) in c.x.chunks_mut(32).enumerate() {
+            // max|x| = 190..~300 ulps of the smallest subnormal: d ≈ 1.5..2.4 ulps.
+            let amax = f32::from_bits(190 + 7 * i as u32);
+            for (l, v) in xb.iter_mut().enumerate() {
+                *v = amax * (l as f32 - 16.0) / 16.0;
+            }
+            xb[0] = -amax;
+        }
+        // Weights whose Q8_0 values include −128 and other negatives, with
+        // scales large enough that `d_w · d_x` does not underflow to 0.
+        if f == Format::Q8_0 {
+            for (j, blk) in c.w.chunks_exact_mut(34).enumerate() {
+                let dw = half::f16::from_f32([1.0, -3.0, 100.0][j % 3]);
+                blk[..2].copy_from_slice(&dw.to_bits().to_le_bytes());
+                for (l, q) in blk[2..].iter_mut().enumerate() {
+                    *q = if l % 2 == 0 { 0x80 } else { 0xC1 };
+                }
+            }
+            dequantize(f, &c.w, &mut c.wf).unwrap();
+        }
+        check_all(&c);
+    }
+}
+
+#[test]
+fn adversarial_activations_every_format() {
+    for f in Format::ALL {
+        for (i, rows) in [1, 2, 37].into_iter().enumerate() {
+            let nblk = if f.block_elems() == 32 { 18 } else { 3 };
+            check_all(&case_with(f, rows, nblk, 23, 500 + i as u64, true));
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
@@ -237,9 +304,10 @@ proptest! {
         nblk in 1usize..6,
         n_out in 1usize..40,
         seed in any::<u64>(),
+        adversarial in any::<bool>(),
     ) {
         let f = Format::ALL[fi];
         let nblk = if f.block_elems() == 256 { nblk.min(3) } else { nblk };
-        check_all(&case(f, rows, nblk, n_out, seed));
+        check_all(&case_with(f, rows, nblk, n_out, seed, adversarial));
     }
 }

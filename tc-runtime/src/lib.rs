@@ -28,6 +28,7 @@ pub mod huge;
 pub mod interp;
 pub mod params;
 pub mod pool;
+pub mod qformat;
 pub mod quant;
 
 pub use contract::{bind, Arg};

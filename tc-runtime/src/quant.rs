@@ -12,28 +12,7 @@ use crate::tensor::Tensor;
 
 pub use tc_quant::quant::Numerics;
 
-/// The `tc-quant` format of a quantized dtype.
-pub fn format(dtype: Dtype) -> Option<Format> {
-    Some(match dtype {
-        Dtype::Q8_0 => Format::Q8_0,
-        Dtype::Q4_0 => Format::Q4_0,
-        Dtype::Q4_1 => Format::Q4_1,
-        Dtype::Q4_K => Format::Q4_K,
-        Dtype::Q6_K => Format::Q6_K,
-        _ => return None,
-    })
-}
-
-/// The quantized dtype of a `tc-quant` format.
-pub fn dtype(f: Format) -> Dtype {
-    match f {
-        Format::Q8_0 => Dtype::Q8_0,
-        Format::Q4_0 => Dtype::Q4_0,
-        Format::Q4_1 => Dtype::Q4_1,
-        Format::Q4_K => Dtype::Q4_K,
-        Format::Q6_K => Dtype::Q6_K,
-    }
-}
+pub use crate::qformat::{dtype, format};
 
 fn quant_err(t: &Tensor, what: &'static str) -> Error {
     Error::Quantized {
@@ -43,46 +22,13 @@ fn quant_err(t: &Tensor, what: &'static str) -> Error {
     }
 }
 
-/// Element `i` of a quantized buffer: its block decoded, the element
-/// picked. Used by the element-wise accessors (`Tensor::get`), never by a
-/// kernel. A buffer too short for the element's block (impossible for a
-/// formed tensor) reads as 0.
-pub(crate) fn element(dtype: Dtype, buf: &[u8], i: usize) -> f32 {
-    let Some(f) = format(dtype) else { return 0.0 };
-    let (be, bb) = (f.block_elems(), f.block_bytes());
-    let start = (i / be) * bb;
-    let Some(block) = buf.get(start..start + bb) else {
-        return 0.0;
-    };
-    let mut out = [0f32; 256];
-    match q::dequantize(f, block, &mut out[..be]) {
-        Ok(()) => out[i % be],
-        Err(_) => 0.0,
-    }
-}
-
 /// `dequantize` (Section 2 §18): the F32 tensor a quantized one denotes,
 /// decoded exactly as GGML defines each format.
 pub fn dequantize(t: &Tensor) -> Result<Tensor> {
-    let f = format(t.dtype()).ok_or_else(|| quant_err(t, "dequantize of an unquantized tensor"))?;
-    let mut out = vec![0f32; t.numel()];
-    q::dequantize(f, t.bytes(), &mut out)
-        .map_err(|_| quant_err(t, "block bytes that do not match its shape"))?;
-    Tensor::from_vec(t.shape(), out)
-}
-
-/// `cast` with a quantized side: from a quantized format to a float is its
-/// dequantization, then Section 2 §5 from F32; nothing casts into one.
-pub(crate) fn cast(t: &Tensor, to: Dtype) -> Result<Tensor> {
-    if to.is_quantized() || !t.dtype().is_quantized() || !to.is_float() {
-        return Err(quant_err(t, "a cast other than dequantization to a float"));
+    if !t.dtype().is_quantized() {
+        return Err(quant_err(t, "dequantize of an unquantized tensor"));
     }
-    let f = dequantize(t)?;
-    if to == Dtype::F32 {
-        Ok(f)
-    } else {
-        f.cast(to)
-    }
+    t.cast(Dtype::F32)
 }
 
 /// Check `qmatmul x w`'s operands: the concrete rule, then the storage.

@@ -305,7 +305,7 @@ fn load(buf: &[u8], dtype: Dtype, i: usize) -> Elem {
         Dtype::Bool => Elem::B(buf[i] != 0),
         // §18: element i denotes its dequantization (exact in F32).
         Dtype::Q8_0 | Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q4_K | Dtype::Q6_K => {
-            Elem::F(crate::quant::element(dtype, buf, i))
+            Elem::F(crate::qformat::element(dtype, buf, i))
         }
     }
 }
@@ -755,7 +755,7 @@ impl Tensor {
     /// the result cannot be allocated.
     pub fn cast(&self, to: Dtype) -> Result<Tensor> {
         if self.dtype.is_quantized() || to.is_quantized() {
-            return crate::quant::cast(self, to);
+            return self.dequantize_to(to);
         }
         let buf = self.bytes();
         let nbytes = to.storage_bytes(self.numel);
@@ -765,6 +765,28 @@ impl Tensor {
             store_cast(out, to, i, load(buf, self.dtype, i));
         }
         Ok(Tensor::from_words(to, &self.shape, self.numel, words))
+    }
+
+    /// `cast` with a quantized side (Section 2 §18): from a quantized
+    /// format to a float is its dequantization, then Section 2 §5 from F32;
+    /// nothing casts into one.
+    fn dequantize_to(&self, to: Dtype) -> Result<Tensor> {
+        let refuse = |what| Error::Quantized {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            what,
+        };
+        if to.is_quantized() || !to.is_float() {
+            return Err(refuse("a cast other than dequantization to a float"));
+        }
+        let values = crate::qformat::dequantize(self.dtype, self.bytes(), self.numel)
+            .ok_or_else(|| refuse("block bytes that do not match its shape"))?;
+        let f = Tensor::from_vec(&self.shape, values)?;
+        if to == Dtype::F32 {
+            Ok(f)
+        } else {
+            f.cast(to)
+        }
     }
 
     /// Copy into an owned `ndarray` of `T` (`WrongElementType` on a dtype mismatch).

@@ -155,22 +155,7 @@ impl Checker<'_> {
                 }
                 Some(Type::Tensor(t))
             }
-            Op::Cast(dt, _) => {
-                let t = self.tensor_arg_q(&operands[0], inst, 0, R_CAST)?;
-                if dt.is_quantized() || (t.dtype.is_quantized() && !dt.is_float()) {
-                    self.err(
-                        Diagnostic::new(
-                            codes::DTYPE_CLASS,
-                            R_CAST,
-                            inst.span,
-                            format!("cannot cast {} to {dt}", t.dtype),
-                        )
-                        .help("a quantized tensor dequantizes to a float (`dequantize(w)` is F32); nothing casts into a quantized format"),
-                    );
-                    return None;
-                }
-                Some(Type::Tensor(TensorType { dtype: *dt, ..t }))
-            }
+            Op::Cast(dt, _) => self.cast(*dt, inst, &operands),
             Op::Binary(op, _, _) => self.binary(*op, inst, &operands),
             Op::ScalarBinary { op, s, .. } => {
                 let t = self.tensor_arg(&operands[0], inst, 0, R_BINARY)?;
@@ -262,6 +247,25 @@ impl Checker<'_> {
                 .dim_formed(d, inst.arg_span(0))
                 .then(|| Type::Dim(d.clone())),
         }
+    }
+
+    /// Section 2 §5 cast; from a quantized format only to a float (its
+    /// dequantization, §18), and never into one.
+    fn cast(&mut self, dt: Dtype, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        let t = self.tensor_arg_q(&operands[0], inst, 0, R_CAST)?;
+        if dt.is_quantized() || (t.dtype.is_quantized() && !dt.is_float()) {
+            self.err(
+                Diagnostic::new(
+                    codes::DTYPE_CLASS,
+                    R_CAST,
+                    inst.span,
+                    format!("cannot cast {} to {dt}", t.dtype),
+                )
+                .help("a quantized tensor dequantizes to a float (`dequantize(w)` is F32); nothing casts into a quantized format"),
+            );
+            return None;
+        }
+        Some(Type::Tensor(TensorType { dtype: dt, ..t }))
     }
 
     pub(super) fn tensor_arg(

@@ -14,6 +14,7 @@ pub const EXACT: JitOptions = JitOptions {
     fast_math: false,
     deterministic: false,
     threads: 1,
+    fast_quant: false,
 };
 
 /// Deterministic mode on the pool: reductions in the interpreter's order.
@@ -21,6 +22,7 @@ pub const DET: JitOptions = JitOptions {
     fast_math: false,
     deterministic: true,
     threads: 0,
+    fast_quant: false,
 };
 
 /// A cache that never specialises: every call runs the shape-generic kernels.

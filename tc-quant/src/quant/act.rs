@@ -19,7 +19,8 @@ pub(crate) struct Acts {
 
 impl Acts {
     /// Quantizes `x` with blocks of 32 (256 for K-quants):
-    /// `d = max|x| / 127`, `q = round_ties_even(x / d)` (0 when `d = 0`).
+    /// `d = max|x| / 127`, `q = clamp(round_ties_even(x / d), ±127)`
+    /// (0 when `d = 0`).
     pub fn quantize(f: Format, x: &[f32], rows: usize, k: usize) -> Acts {
         let block = f.block_elems();
         let mut acts = Acts {
@@ -50,9 +51,13 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
         return d;
     }
     for (q, &v) in q.iter_mut().zip(x) {
-        // |v / d| ≤ 127·(1 + 2u) < 127.5 for finite input; `as` saturates
-        // (and maps NaN to 0) otherwise, so hostile input cannot panic.
-        *q = (v / d).round_ties_even() as i8;
+        // |v / d| ≤ 127·(1 + 2u) < 127.5 only while `d` is a normal f32.
+        // Below 127·2⁻¹²⁶ `d` is subnormal, loses relative precision, and
+        // `v / d` can exceed 127 by any amount; `as` alone would saturate
+        // negatives to −128, which the SIMD Q8_0 kernels' `sign_epi8`
+        // trick cannot negate (paths would disagree). Clamping keeps
+        // |q| ≤ 127 for every input (NaN stays NaN and `as` maps it to 0).
+        *q = (v / d).round_ties_even().clamp(-127.0, 127.0) as i8;
     }
     d
 }

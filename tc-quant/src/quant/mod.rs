@@ -21,7 +21,8 @@
 //!   it differs from a naive sequential f32 dot by at most `2 γ_K Σ|x_k w_k|`.
 //! - [`Numerics::Fast`]: as llama.cpp does, each activation block (32
 //!   elements for `Q8_0`/`Q4_0`/`Q4_1`, 256 for the K-quants) is quantized
-//!   to 8 bits, `d = max|x| / 127`, `q = round_ties_even(x / d)`; the block
+//!   to 8 bits, `d = max|x| / 127`, `q = round_ties_even(x / d)` clamped
+//!   to `±127` (which only bites when `d` is subnormal); the block
 //!   dot is an exact integer dot, scaled in f32; blocks are summed in
 //!   increasing order. With `d_b` the activation scale of the block holding
 //!   `k`, the per-element bound against the f64 dot of the dequantized
@@ -32,7 +33,15 @@
 //!   scaling and accumulation of the block terms (a few roundings each,
 //!   plus the `n`-term sum) and the re-association of ggml's `d·q + m`.
 //!   Every path computes the same per-block terms in the same order, so
-//!   all paths agree bit for bit here too.
+//!   all paths agree bit for bit here too, for every input.
+//!
+//! Both bounds are the usual ones "in the absence of underflow". Where f32
+//! underflows (activation blocks with `max|x| < 127·2⁻¹²⁶`, so `d` is
+//! subnormal, or products of tiny scales) each affected operation adds at
+//! most `2⁻¹⁵⁰` absolutely instead of a relative error: at most
+//! `(K + 16)·2⁻¹⁵⁰` in total for Exact, and for Fast at most
+//! `127·2⁻¹⁵⁰·|w_k|` per element (the error in a subnormal `d`) plus
+//! `2²⁸·2⁻¹⁵⁰` per block (an underflowed scale times the integer dot).
 //!
 //! Kernels: a scalar reference, AVX2+FMA+F16C, and AVX-512 (F/BW/VL, using
 //! VNNI `vpdpbusd` for the fast integer dots when the host has it), chosen
