@@ -43,16 +43,62 @@ impl Job<'_> {
         ROW.with_borrow_mut(|row| {
             row.resize(self.k, 0.0);
             let (be, bb) = (self.f.block_elems(), self.f.block_bytes());
-            for (c, col) in out.chunks_exact_mut(self.rows).enumerate() {
-                let blocks = self.wrow(j0 + c).chunks_exact(bb);
-                for (blk, o) in blocks.zip(row.chunks_exact_mut(be)) {
-                    dequant_block(self.f, blk, o);
-                }
+            let fused = if self.rows == 1 {
+                self.fused_decode(j0, out)
+            } else {
+                0
+            };
+            for (c, col) in out.chunks_exact_mut(self.rows).enumerate().skip(fused) {
+                self.dequant_row(self.wrow(j0 + c), row, be, bb);
                 for (m, y) in col.iter_mut().enumerate() {
                     *y = self.dot(&self.x[m * self.k..(m + 1) * self.k], row);
                 }
             }
         });
+    }
+
+    /// A single activation row (a decoder's step) against the columns
+    /// `j0..` in groups of four on the fused kernels; how many columns of
+    /// `out` it filled (0 where the path has none for the format).
+    fn fused_decode(&self, j0: usize, out: &mut [f32]) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut c = 0;
+            while c + 4 <= out.len() {
+                let w = [0, 1, 2, 3].map(|i| self.wrow(j0 + c + i));
+                let Some(y) = super::x86::fused_dots(self.path, self.f, self.x, w) else {
+                    return c;
+                };
+                out[c..c + 4].copy_from_slice(&y);
+                c += 4;
+            }
+            while c < out.len() {
+                let w = [self.wrow(j0 + c)];
+                let Some([y]) = super::x86::fused_dots(self.path, self.f, self.x, w) else {
+                    return c;
+                };
+                out[c] = y;
+                c += 1;
+            }
+            c
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (j0, out);
+            0
+        }
+    }
+
+    /// One weight row dequantized into `row` (the SIMD kernels where the
+    /// path has one for the format, bit-identical to the scalar ones).
+    fn dequant_row(&self, w: &[u8], row: &mut [f32], be: usize, bb: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if self.path != Path::Scalar && super::x86::dequant_row(self.path, self.f, w, row) {
+            return;
+        }
+        for (blk, o) in w.chunks_exact(bb).zip(row.chunks_exact_mut(be)) {
+            dequant_block(self.f, blk, o);
+        }
     }
 
     fn dot(&self, x: &[f32], w: &[f32]) -> f32 {

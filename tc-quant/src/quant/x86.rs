@@ -232,3 +232,196 @@ unsafe fn tile_vnni(fmt: u8, t: &Tile<'_>) -> [f32; 4] {
         _ => tile_body!(t, Q41, dot),
     }
 }
+
+/// One weight row of a 32-element block format dequantized on a SIMD
+/// path, bit-identical to `dequant::dequantize`: every `d·q` is exact in
+/// f32 (an f16 scale has 11 significant bits, a quant at most 8), so
+/// Q4_1's `d·q + m` rounds once whether fused or not. `false` where this
+/// path has no kernel for the format (the caller dequantizes in scalar).
+pub(crate) fn dequant_row(path: Path, f: Format, w: &[u8], out: &mut [f32]) -> bool {
+    let ok = matches!(f, Format::Q8_0 | Format::Q4_0 | Format::Q4_1)
+        && w.len() / f.block_bytes() * 32 == out.len()
+        && w.len().is_multiple_of(f.block_bytes());
+    if !ok {
+        return false;
+    }
+    match path {
+        // SAFETY: the path was checked available before any job ran; the
+        // block counts of `w` and `out` agree (checked just above).
+        Path::Avx512 => unsafe { dequant_row_avx512(f, w, out) },
+        // SAFETY: as above.
+        Path::Avx2 => unsafe { dequant_row_avx2(f, w, out) },
+        Path::Scalar => return false,
+    }
+    true
+}
+
+/// The 32 quants of a block as two vectors of 16 i32 (elements 0..16,
+/// 16..32), before the scale.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+unsafe fn quants16x2(f: Format, blk: &[u8]) -> (__m512i, __m512i) {
+    match f {
+        Format::Q8_0 => {
+            // SAFETY: a Q8_0 block holds 32 quant bytes from offset 2.
+            let (a, b) = unsafe {
+                (
+                    _mm_loadu_si128(blk[2..18].as_ptr().cast()),
+                    _mm_loadu_si128(blk[18..34].as_ptr().cast()),
+                )
+            };
+            (_mm512_cvtepi8_epi32(a), _mm512_cvtepi8_epi32(b))
+        }
+        _ => {
+            let off = if f == Format::Q4_0 { 2 } else { 4 };
+            // SAFETY: a Q4_0 / Q4_1 block holds 16 nibble bytes from `off`.
+            let qs = unsafe { _mm_loadu_si128(blk[off..off + 16].as_ptr().cast()) };
+            let mask = _mm_set1_epi8(0x0F);
+            let lo = _mm512_cvtepu8_epi32(_mm_and_si128(qs, mask));
+            let hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), mask));
+            if f == Format::Q4_0 {
+                let eight = _mm512_set1_epi32(8);
+                (_mm512_sub_epi32(lo, eight), _mm512_sub_epi32(hi, eight))
+            } else {
+                (lo, hi)
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn dequant_row_avx512(f: Format, w: &[u8], out: &mut [f32]) {
+    for (blk, o) in w
+        .chunks_exact(f.block_bytes())
+        .zip(out.chunks_exact_mut(32))
+    {
+        let d = _mm512_set1_ps(f16_f32(blk, 0));
+        // SAFETY: the features are enabled on this fn.
+        let (a, b) = unsafe { quants16x2(f, blk) };
+        let (a, b) = (_mm512_cvtepi32_ps(a), _mm512_cvtepi32_ps(b));
+        let (va, vb) = if f == Format::Q4_1 {
+            let m = _mm512_set1_ps(f16_f32(blk, 2));
+            (_mm512_fmadd_ps(a, d, m), _mm512_fmadd_ps(b, d, m))
+        } else {
+            (_mm512_mul_ps(a, d), _mm512_mul_ps(b, d))
+        };
+        // SAFETY: `o` holds 32 f32: two full 512-bit stores.
+        unsafe {
+            _mm512_storeu_ps(o.as_mut_ptr(), va);
+            _mm512_storeu_ps(o[16..].as_mut_ptr(), vb);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_row_avx2(f: Format, w: &[u8], out: &mut [f32]) {
+    let mask = _mm_set1_epi8(0x0F);
+    for (blk, o) in w
+        .chunks_exact(f.block_bytes())
+        .zip(out.chunks_exact_mut(32))
+    {
+        let d = _mm256_set1_ps(super::dequant::f16_at(blk, 0));
+        let m = _mm256_set1_ps(if f == Format::Q4_1 {
+            super::dequant::f16_at(blk, 2)
+        } else {
+            0.0
+        });
+        // Four groups of 8 quants as i32, elements 0..8, 8..16, 16..24, 24..32.
+        let groups: [__m256i; 4] = match f {
+            Format::Q8_0 => {
+                // SAFETY: a Q8_0 block holds 32 quant bytes from offset 2;
+                // each load reads 8 of them.
+                unsafe {
+                    [2, 10, 18, 26].map(|at| {
+                        _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk[at..at + 8].as_ptr().cast()))
+                    })
+                }
+            }
+            _ => {
+                let off = if f == Format::Q4_0 { 2 } else { 4 };
+                // SAFETY: 16 nibble bytes from `off`.
+                let qs = unsafe { _mm_loadu_si128(blk[off..off + 16].as_ptr().cast()) };
+                let lo = _mm_and_si128(qs, mask);
+                let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), mask);
+                let bias = _mm256_set1_epi32(if f == Format::Q4_0 { 8 } else { 0 });
+                [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)]
+                    .map(|v| _mm256_sub_epi32(_mm256_cvtepu8_epi32(v), bias))
+            }
+        };
+        for (g, q) in groups.into_iter().enumerate() {
+            let q = _mm256_cvtepi32_ps(q);
+            let v = if f == Format::Q4_1 {
+                _mm256_fmadd_ps(q, d, m)
+            } else {
+                _mm256_mul_ps(q, d)
+            };
+            // SAFETY: `o` holds 32 f32; group `g` stores 8 of them.
+            unsafe { _mm256_storeu_ps(o[8 * g..].as_mut_ptr(), v) };
+        }
+    }
+}
+
+/// The exact-mode dots of one activation row with `N` weight rows of a
+/// 32-element block format, dequantizing in registers: per output the same
+/// FMAs in the same lanes and order as `dequant_row` then `dot16` (block
+/// `b`'s elements `0..16` then `16..32` are chunks `2b` and `2b + 1`), so
+/// the same bits, without the rows' round trip through memory; the `N`
+/// independent accumulators hide the FMA latency and share the loads of
+/// `x`. `None` where this path has no fused kernel for the format.
+pub(crate) fn fused_dots<const N: usize>(
+    path: Path,
+    f: Format,
+    x: &[f32],
+    w: [&[u8]; N],
+) -> Option<[f32; N]> {
+    let ok = path == Path::Avx512
+        && matches!(f, Format::Q8_0 | Format::Q4_0 | Format::Q4_1)
+        && w.iter().all(|w| {
+            w.len().is_multiple_of(f.block_bytes()) && w.len() / f.block_bytes() * 32 == x.len()
+        });
+    // SAFETY: AVX-512 was checked available before any job ran; `x` holds
+    // exactly 32 f32 per block of every row (checked just above).
+    ok.then(|| unsafe { fused_dots_avx512(f, x, w) })
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn fused_dots_avx512<const N: usize>(f: Format, x: &[f32], w: [&[u8]; N]) -> [f32; N] {
+    let bb = f.block_bytes();
+    let mut acc = [_mm512_setzero_ps(); N];
+    for (b, xc) in x.chunks_exact(32).enumerate() {
+        // SAFETY: `xc` holds 32 f32: two full 512-bit loads.
+        let (xa, xb) = unsafe {
+            (
+                _mm512_loadu_ps(xc.as_ptr()),
+                _mm512_loadu_ps(xc[16..].as_ptr()),
+            )
+        };
+        for (acc, w) in acc.iter_mut().zip(&w) {
+            let blk = &w[b * bb..(b + 1) * bb];
+            let d = _mm512_set1_ps(f16_f32(blk, 0));
+            // SAFETY: the features are enabled on this fn.
+            let (qa, qb) = unsafe { quants16x2(f, blk) };
+            let (qa, qb) = (_mm512_cvtepi32_ps(qa), _mm512_cvtepi32_ps(qb));
+            let (va, vb) = if f == Format::Q4_1 {
+                let m = _mm512_set1_ps(f16_f32(blk, 2));
+                (_mm512_fmadd_ps(qa, d, m), _mm512_fmadd_ps(qb, d, m))
+            } else {
+                (_mm512_mul_ps(qa, d), _mm512_mul_ps(qb, d))
+            };
+            *acc = _mm512_fmadd_ps(xa, va, *acc);
+            *acc = _mm512_fmadd_ps(xb, vb, *acc);
+        }
+    }
+    acc.map(|a| {
+        let lo = _mm512_castps512_ps256(a);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+        fold8(_mm256_add_ps(lo, hi))
+    })
+}
+
+/// The little-endian f16 at `b[i..i + 2]` as f32 (`vcvtph2ps`: exact, as
+/// `half`'s conversion).
+#[target_feature(enable = "f16c")]
+fn f16_f32(b: &[u8], i: usize) -> f32 {
+    let h = u16::from_le_bytes([b[i], b[i + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
