@@ -43,11 +43,7 @@ impl Job<'_> {
         ROW.with_borrow_mut(|row| {
             row.resize(self.k, 0.0);
             let (be, bb) = (self.f.block_elems(), self.f.block_bytes());
-            let fused = if self.rows == 1 {
-                self.fused_decode(j0, out)
-            } else {
-                0
-            };
+            let fused = self.fused_columns(j0, out);
             for (c, col) in out.chunks_exact_mut(self.rows).enumerate().skip(fused) {
                 self.dequant_row(self.wrow(j0 + c), row, be, bb);
                 for (m, y) in col.iter_mut().enumerate() {
@@ -57,35 +53,60 @@ impl Job<'_> {
         });
     }
 
-    /// A single activation row (a decoder's step) against the columns
-    /// `j0..` in groups of four on the fused kernels; how many columns of
-    /// `out` it filled (0 where the path has none for the format).
-    fn fused_decode(&self, j0: usize, out: &mut [f32]) -> usize {
+    /// The columns `j0..` against every activation row on the fused
+    /// kernels, in tiles of 4 rows × 4 columns (a decoder's single row: 1 ×
+    /// 4); how many whole columns of `out` (`[cols][rows]`) it filled: 0
+    /// where the path has no fused kernel for the format.
+    fn fused_columns(&self, j0: usize, out: &mut [f32]) -> usize {
+        let cols = out.len() / self.rows.max(1);
+        let mut c = 0;
+        while c < cols {
+            let n = if c + 4 <= cols { 4 } else { 1 };
+            if !self.fused_block(j0 + c, n, out, c) {
+                return c;
+            }
+            c += n;
+        }
+        c
+    }
+
+    /// Columns `c0..c0 + n` (n = 4 or 1) of every row into `out`.
+    fn fused_block(&self, j: usize, n: usize, out: &mut [f32], c0: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            let mut c = 0;
-            while c + 4 <= out.len() {
-                let w = [0, 1, 2, 3].map(|i| self.wrow(j0 + c + i));
-                let Some(y) = super::x86::fused_dots(self.path, self.f, self.x, w) else {
-                    return c;
+            use super::x86::fused_tile;
+            let (rows, k) = (self.rows, self.k);
+            let xr = |m: usize| &self.x[m * k..(m + 1) * k];
+            let mut put = |m: usize, i: usize, y: f32| out[(c0 + i) * rows + m] = y;
+            let mut m = 0;
+            while m < rows {
+                let r4 = m + 4 <= rows;
+                let ok = match (n, r4) {
+                    (4, true) => {
+                        let w = [0, 1, 2, 3].map(|i| self.wrow(j + i));
+                        fused_tile(self.path, self.f, [0, 1, 2, 3].map(|r| xr(m + r)), w).map(|y| {
+                            (0..4).for_each(|r| (0..4).for_each(|i| put(m + r, i, y[r][i])))
+                        })
+                    }
+                    (4, false) => {
+                        let w = [0, 1, 2, 3].map(|i| self.wrow(j + i));
+                        fused_tile(self.path, self.f, [xr(m)], w)
+                            .map(|y| (0..4).for_each(|i| put(m, i, y[0][i])))
+                    }
+                    _ => fused_tile(self.path, self.f, [xr(m)], [self.wrow(j)])
+                        .map(|y| put(m, 0, y[0][0])),
                 };
-                out[c..c + 4].copy_from_slice(&y);
-                c += 4;
+                if ok.is_none() {
+                    return false;
+                }
+                m += if n == 4 && r4 { 4 } else { 1 };
             }
-            while c < out.len() {
-                let w = [self.wrow(j0 + c)];
-                let Some([y]) = super::x86::fused_dots(self.path, self.f, self.x, w) else {
-                    return c;
-                };
-                out[c] = y;
-                c += 1;
-            }
-            c
+            true
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (j0, out);
-            0
+            let _ = (j, n, out, c0);
+            false
         }
     }
 

@@ -360,61 +360,79 @@ unsafe fn dequant_row_avx2(f: Format, w: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The exact-mode dots of one activation row with `N` weight rows of a
+/// The exact-mode dots of `R` activation rows with `N` weight rows of a
 /// 32-element block format, dequantizing in registers: per output the same
 /// FMAs in the same lanes and order as `dequant_row` then `dot16` (block
 /// `b`'s elements `0..16` then `16..32` are chunks `2b` and `2b + 1`), so
-/// the same bits, without the rows' round trip through memory; the `N`
-/// independent accumulators hide the FMA latency and share the loads of
-/// `x`. `None` where this path has no fused kernel for the format.
-pub(crate) fn fused_dots<const N: usize>(
+/// the same bits, without the weights' round trip through memory. The
+/// `R · N` independent accumulators hide the FMA latency, each weight
+/// block is decoded once for the `R` rows and each activation load serves
+/// the `N` weight rows. `None` where this path has no fused kernel for the
+/// format.
+pub(crate) fn fused_tile<const R: usize, const N: usize>(
     path: Path,
     f: Format,
-    x: &[f32],
+    x: [&[f32]; R],
     w: [&[u8]; N],
-) -> Option<[f32; N]> {
+) -> Option<[[f32; N]; R]> {
+    let k = x[0].len();
     let ok = path == Path::Avx512
+        && R * N <= 16
         && matches!(f, Format::Q8_0 | Format::Q4_0 | Format::Q4_1)
+        && x.iter().all(|x| x.len() == k)
         && w.iter().all(|w| {
-            w.len().is_multiple_of(f.block_bytes()) && w.len() / f.block_bytes() * 32 == x.len()
+            w.len().is_multiple_of(f.block_bytes()) && w.len() / f.block_bytes() * 32 == k
         });
-    // SAFETY: AVX-512 was checked available before any job ran; `x` holds
-    // exactly 32 f32 per block of every row (checked just above).
-    ok.then(|| unsafe { fused_dots_avx512(f, x, w) })
+    // SAFETY: AVX-512 was checked available before any job ran; every `x`
+    // row holds exactly 32 f32 per block of every weight row (checked just
+    // above).
+    ok.then(|| unsafe { fused_tile_avx512(f, x, w) })
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn fused_dots_avx512<const N: usize>(f: Format, x: &[f32], w: [&[u8]; N]) -> [f32; N] {
+unsafe fn fused_tile_avx512<const R: usize, const N: usize>(
+    f: Format,
+    x: [&[f32]; R],
+    w: [&[u8]; N],
+) -> [[f32; N]; R] {
     let bb = f.block_bytes();
-    let mut acc = [_mm512_setzero_ps(); N];
-    for (b, xc) in x.chunks_exact(32).enumerate() {
-        // SAFETY: `xc` holds 32 f32: two full 512-bit loads.
-        let (xa, xb) = unsafe {
-            (
-                _mm512_loadu_ps(xc.as_ptr()),
-                _mm512_loadu_ps(xc[16..].as_ptr()),
-            )
-        };
-        for (acc, w) in acc.iter_mut().zip(&w) {
+    let mut acc = [[_mm512_setzero_ps(); N]; R];
+    for b in 0..x[0].len() / 32 {
+        let mut wv = [(_mm512_setzero_ps(), _mm512_setzero_ps()); N];
+        for (v, w) in wv.iter_mut().zip(&w) {
             let blk = &w[b * bb..(b + 1) * bb];
             let d = _mm512_set1_ps(f16_f32(blk, 0));
             // SAFETY: the features are enabled on this fn.
             let (qa, qb) = unsafe { quants16x2(f, blk) };
             let (qa, qb) = (_mm512_cvtepi32_ps(qa), _mm512_cvtepi32_ps(qb));
-            let (va, vb) = if f == Format::Q4_1 {
+            *v = if f == Format::Q4_1 {
                 let m = _mm512_set1_ps(f16_f32(blk, 2));
                 (_mm512_fmadd_ps(qa, d, m), _mm512_fmadd_ps(qb, d, m))
             } else {
                 (_mm512_mul_ps(qa, d), _mm512_mul_ps(qb, d))
             };
-            *acc = _mm512_fmadd_ps(xa, va, *acc);
-            *acc = _mm512_fmadd_ps(xb, vb, *acc);
+        }
+        for (acc, x) in acc.iter_mut().zip(&x) {
+            let xc = &x[b * 32..b * 32 + 32];
+            // SAFETY: `xc` holds 32 f32: two full 512-bit loads.
+            let (xa, xb) = unsafe {
+                (
+                    _mm512_loadu_ps(xc.as_ptr()),
+                    _mm512_loadu_ps(xc[16..].as_ptr()),
+                )
+            };
+            for (a, (va, vb)) in acc.iter_mut().zip(&wv) {
+                *a = _mm512_fmadd_ps(xa, *va, *a);
+                *a = _mm512_fmadd_ps(xb, *vb, *a);
+            }
         }
     }
-    acc.map(|a| {
-        let lo = _mm512_castps512_ps256(a);
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-        fold8(_mm256_add_ps(lo, hi))
+    acc.map(|row| {
+        row.map(|a| {
+            let lo = _mm512_castps512_ps256(a);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+            fold8(_mm256_add_ps(lo, hi))
+        })
     })
 }
 
