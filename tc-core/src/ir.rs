@@ -379,7 +379,10 @@ impl ReduceOp {
 }
 
 /// A scalar operand of a scalar-parameterised elementwise op or a fill.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Equality and hashing are by identity of the literal: a float by its
+/// bits, so `-0.0 != 0.0` and a NaN equals the same NaN (what a cache key
+/// or a rewrite must preserve).
+#[derive(Clone, Copy, Debug)]
 pub enum Scalar {
     /// A float literal (class Float).
     Float(f64),
@@ -389,6 +392,32 @@ pub enum Scalar {
     Bool(bool),
     /// The function's parameter with this index, of type `Scalar[dt]`.
     Param(usize),
+}
+
+impl Scalar {
+    /// The literal's identity: a float by its bits.
+    fn key(&self) -> (u8, u64) {
+        match *self {
+            Scalar::Float(x) => (0, x.to_bits()),
+            Scalar::Int(i) => (1, i as u64),
+            Scalar::Bool(b) => (2, b as u64),
+            Scalar::Param(p) => (3, p as u64),
+        }
+    }
+}
+
+impl PartialEq for Scalar {
+    fn eq(&self, other: &Scalar) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Scalar {}
+
+impl std::hash::Hash for Scalar {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.key().hash(h);
+    }
 }
 
 impl fmt::Display for Scalar {
@@ -402,8 +431,12 @@ impl fmt::Display for Scalar {
     }
 }
 
-/// One operation.
-#[derive(Clone, Debug, PartialEq)]
+/// One operation. Its fields are visited in one place each: the operands
+/// by [`Op::operands`] and [`Op::try_map`], the dims and scalars by
+/// [`Op::try_map`]; equality and hashing are derived (scalars by their
+/// bits), so a pass that renames, substitutes or keys ops needs no match
+/// of its own.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// §4 elementwise unary.
     Unary(UnaryOp, Value),
@@ -590,6 +623,73 @@ impl Op {
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
             Op::Fill(..) | Op::Iota(..) | Op::Dim(_) => vec![],
+        }
+    }
+
+    /// A copy with every operand, dim and scalar passed through the maps
+    /// (Cranelift's `map_values`): the one place, with [`Op::operands`],
+    /// that knows where each variant keeps them. `None` when a dim or
+    /// scalar map refuses.
+    pub fn try_map(
+        &self,
+        v: &mut dyn FnMut(Value) -> Value,
+        d: &mut dyn FnMut(&Dim) -> Option<Dim>,
+        s: &mut dyn FnMut(&Scalar) -> Option<Scalar>,
+    ) -> Option<Op> {
+        let mut op = self.clone();
+        let (values, dims, scalars) = op.fields_mut();
+        for x in values {
+            *x = v(*x);
+        }
+        for x in dims {
+            *x = d(x)?;
+        }
+        for x in scalars {
+            *x = s(x)?;
+        }
+        Some(op)
+    }
+
+    /// The op with its operands renamed by `v` (dims and scalars kept).
+    pub fn map_operands(&self, v: &mut dyn FnMut(Value) -> Value) -> Op {
+        let mut op = self.clone();
+        for x in op.fields_mut().0 {
+            *x = v(*x);
+        }
+        op
+    }
+
+    /// The operands, dims and scalars, mutably: the one match over every
+    /// variant's mutable fields.
+    #[allow(clippy::type_complexity)]
+    fn fields_mut(&mut self) -> (Vec<&mut Value>, Vec<&mut Dim>, Vec<&mut Scalar>) {
+        match self {
+            Op::Unary(_, x) | Op::Cast(_, x) | Op::Transpose(_, x) => (vec![x], vec![], vec![]),
+            Op::Reduce { x, .. }
+            | Op::ArgReduce { x, .. }
+            | Op::CumSum { x, .. }
+            | Op::Pool { x, .. } => (vec![x], vec![], vec![]),
+            Op::Binary(_, a, b)
+            | Op::Matmul(a, b)
+            | Op::QMatmul(a, b)
+            | Op::Conv { x: a, w: b, .. } => (vec![a, b], vec![], vec![]),
+            Op::Gather { table, ids, .. } => (vec![table, ids], vec![], vec![]),
+            Op::Select(c, a, b) => (vec![c, a, b], vec![], vec![]),
+            Op::Concat(_, xs) | Op::Call(_, xs) => (xs.iter_mut().collect(), vec![], vec![]),
+            Op::ScalarBinary { x, s, .. } => (vec![x], vec![], vec![s]),
+            Op::Reshape(ds, x) | Op::Broadcast(ds, x) => (vec![x], ds.iter_mut().collect(), vec![]),
+            Op::Slice { start, stop, x, .. } => (vec![x], vec![start, stop], vec![]),
+            Op::Pad {
+                before,
+                after,
+                value,
+                x,
+                ..
+            } => (vec![x], vec![before, after], vec![value]),
+            Op::TopK { k, x, .. } => (vec![x], vec![k], vec![]),
+            Op::Fill(_, ds, sc) => (vec![], ds.iter_mut().collect(), vec![sc]),
+            Op::Iota(_, ds, _) => (vec![], ds.iter_mut().collect(), vec![]),
+            Op::Dim(d) => (vec![], vec![d], vec![]),
         }
     }
 

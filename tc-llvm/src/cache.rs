@@ -49,7 +49,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tc_core::ir::{Function, Op, Scalar};
+use tc_core::ir::{Function, Op};
 use tc_core::Sigma;
 use tc_runtime::contract::{self, Arg};
 use tc_runtime::interp::{Interpreter, MAX_CALL_DEPTH};
@@ -239,95 +239,11 @@ impl Hasher for Fp {
     }
 }
 
-fn hash_scalar(h: &mut Fp, s: &Scalar) {
-    std::mem::discriminant(s).hash(h);
-    match s {
-        // The literal's bits: -0.0 and 0.0 (and NaN payloads) differ.
-        Scalar::Float(x) => x.to_bits().hash(h),
-        Scalar::Int(i) => i.hash(h),
-        Scalar::Bool(b) => b.hash(h),
-        Scalar::Param(p) => p.hash(h),
-    }
-}
-
-/// Every field of an op (a new variant fails to compile here until hashed).
+/// Every field of an op: its derived `Hash` (float scalars by their bits,
+/// `tc_core::ir::Scalar`), so a new variant is keyed in full with no code
+/// here.
 fn hash_op(h: &mut Fp, op: &Op) {
-    std::mem::discriminant(op).hash(h);
-    match op {
-        Op::Unary(o, x) => (o, x).hash(h),
-        Op::Cast(d, x) => (d, x).hash(h),
-        Op::Binary(o, a, b) => (o, a, b).hash(h),
-        Op::ScalarBinary {
-            op,
-            x,
-            s,
-            scalar_left,
-        } => {
-            (op, x, scalar_left).hash(h);
-            hash_scalar(h, s);
-        }
-        Op::Select(c, a, b) => (c, a, b).hash(h),
-        Op::Matmul(a, b) | Op::QMatmul(a, b) => (a, b).hash(h),
-        Op::Reduce {
-            op,
-            axes,
-            keepdims,
-            x,
-        } => (op, axes, keepdims, x).hash(h),
-        Op::ArgReduce {
-            max,
-            axis,
-            keepdims,
-            x,
-        } => (max, axis, keepdims, x).hash(h),
-        Op::Transpose(p, x) => (p, x).hash(h),
-        Op::Reshape(s, x) | Op::Broadcast(s, x) => (s, x).hash(h),
-        Op::Slice {
-            axis,
-            start,
-            stop,
-            step,
-            x,
-        } => (axis, start, stop, step, x).hash(h),
-        Op::Concat(a, xs) => (a, xs).hash(h),
-        Op::Gather { axis, table, ids } => (axis, table, ids).hash(h),
-        Op::TopK {
-            k,
-            axis,
-            indices,
-            x,
-        } => (k, axis, indices, x).hash(h),
-        Op::CumSum { axis, x } => (axis, x).hash(h),
-        Op::Pad {
-            axis,
-            before,
-            after,
-            value,
-            x,
-        } => {
-            (axis, before, after, x).hash(h);
-            hash_scalar(h, value);
-        }
-        Op::Fill(d, s, v) => {
-            (d, s).hash(h);
-            hash_scalar(h, v);
-        }
-        Op::Iota(d, s, a) => (d, s, a).hash(h),
-        Op::Conv {
-            window,
-            groups,
-            x,
-            w,
-        } => (window, groups, x, w).hash(h),
-        Op::Pool {
-            kind,
-            kernel,
-            window,
-            x,
-        } => (kind, kernel, window, x).hash(h),
-        Op::Call(name, xs) => (name, xs).hash(h),
-        Op::Dim(d) => d.hash(h),
-    }
+    op.hash(h);
 }
 
 /// One function's signature and body, structurally (no spans).

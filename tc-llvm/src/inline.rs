@@ -350,8 +350,9 @@ enum HostOps {
     Refuse,
 }
 
-/// `op` with its operands, dims and scalars mapped; `None` for a dim or
-/// scalar that does not map, or a host op under [`HostOps::Refuse`].
+/// `op` with its operands, dims and scalars mapped ([`Op::try_map`]);
+/// `None` for a dim or scalar that does not map, or a host op under
+/// [`HostOps::Refuse`].
 fn rewrite(
     op: &Op,
     v: &dyn Fn(Value) -> Value,
@@ -367,144 +368,5 @@ fn rewrite(
     {
         return None;
     }
-    Some(match op {
-        Op::Unary(u, x) => Op::Unary(*u, v(*x)),
-        Op::Cast(dt, x) => Op::Cast(*dt, v(*x)),
-        Op::Binary(o, a, b) => Op::Binary(*o, v(*a), v(*b)),
-        Op::Select(c, a, b) => Op::Select(v(*c), v(*a), v(*b)),
-        Op::Matmul(a, b) => Op::Matmul(v(*a), v(*b)),
-        Op::QMatmul(x, w) => Op::QMatmul(v(*x), v(*w)),
-        Op::Reduce {
-            op,
-            axes,
-            keepdims,
-            x,
-        } => Op::Reduce {
-            op: *op,
-            axes: axes.clone(),
-            keepdims: *keepdims,
-            x: v(*x),
-        },
-        Op::ArgReduce {
-            max,
-            axis,
-            keepdims,
-            x,
-        } => Op::ArgReduce {
-            max: *max,
-            axis: *axis,
-            keepdims: *keepdims,
-            x: v(*x),
-        },
-        Op::Transpose(p, x) => Op::Transpose(p.clone(), v(*x)),
-        Op::Concat(axis, xs) => Op::Concat(*axis, xs.iter().map(|x| v(*x)).collect()),
-        Op::CumSum { axis, x } => Op::CumSum {
-            axis: *axis,
-            x: v(*x),
-        },
-        Op::Call(name, xs) => Op::Call(name.clone(), xs.iter().map(|x| v(*x)).collect()),
-        Op::Gather { axis, table, ids } => Op::Gather {
-            axis: *axis,
-            table: v(*table),
-            ids: v(*ids),
-        },
-        Op::Conv {
-            window,
-            groups,
-            x,
-            w,
-        } => Op::Conv {
-            window: window.clone(),
-            groups: *groups,
-            x: v(*x),
-            w: v(*w),
-        },
-        Op::Pool {
-            kind,
-            kernel,
-            window,
-            x,
-        } => Op::Pool {
-            kind: *kind,
-            kernel: kernel.clone(),
-            window: window.clone(),
-            x: v(*x),
-        },
-        Op::ScalarBinary { .. }
-        | Op::Reshape(..)
-        | Op::Broadcast(..)
-        | Op::Slice { .. }
-        | Op::Pad { .. }
-        | Op::TopK { .. }
-        | Op::Fill(..)
-        | Op::Iota(..)
-        | Op::Dim(_) => return rewrite_attrs(op, v, d, s),
-    })
-}
-
-/// [`rewrite`] for the ops that carry dims or scalars; `None` for any
-/// other op.
-fn rewrite_attrs(
-    op: &Op,
-    v: &dyn Fn(Value) -> Value,
-    d: &dyn Fn(&Dim) -> Option<Dim>,
-    s: &dyn Fn(&Scalar) -> Option<Scalar>,
-) -> Option<Op> {
-    let ds = |dims: &[Dim]| dims.iter().map(d).collect::<Option<Vec<_>>>();
-    Some(match op {
-        Op::ScalarBinary {
-            op,
-            x,
-            s: sc,
-            scalar_left,
-        } => Op::ScalarBinary {
-            op: *op,
-            x: v(*x),
-            s: s(sc)?,
-            scalar_left: *scalar_left,
-        },
-        Op::Reshape(dims, x) => Op::Reshape(ds(dims)?, v(*x)),
-        Op::Broadcast(dims, x) => Op::Broadcast(ds(dims)?, v(*x)),
-        Op::Slice {
-            axis,
-            start,
-            stop,
-            step,
-            x,
-        } => Op::Slice {
-            axis: *axis,
-            start: d(start)?,
-            stop: d(stop)?,
-            step: *step,
-            x: v(*x),
-        },
-        Op::Pad {
-            axis,
-            before,
-            after,
-            value,
-            x,
-        } => Op::Pad {
-            axis: *axis,
-            before: d(before)?,
-            after: d(after)?,
-            value: s(value)?,
-            x: v(*x),
-        },
-        Op::TopK {
-            k,
-            axis,
-            indices,
-            x,
-        } => Op::TopK {
-            k: d(k)?,
-            axis: *axis,
-            indices: *indices,
-            x: v(*x),
-        },
-        Op::Fill(dt, dims, sc) => Op::Fill(*dt, ds(dims)?, s(sc)?),
-        Op::Iota(dt, dims, axis) => Op::Iota(*dt, ds(dims)?, *axis),
-        Op::Dim(dd) => Op::Dim(d(dd)?),
-        _ => return None,
-    })
+    op.try_map(&mut |x| v(x), &mut |x| d(x), &mut |x| s(x))
 }

@@ -401,6 +401,12 @@ unsafe fn fused_tile_avx512<const R: usize, const N: usize>(
         let mut wv = [(_mm512_setzero_ps(), _mm512_setzero_ps()); N];
         for (v, w) in wv.iter_mut().zip(&w) {
             let blk = &w[b * bb..(b + 1) * bb];
+            // The next tile's rows follow these in memory (a matrix's rows
+            // are contiguous): ask for the same block of the row `N` rows
+            // on, so the read of the weights streams instead of stalling on
+            // each block's scale. A prefetch never faults, and the address
+            // is only computed (`wrapping_add`), never dereferenced.
+            _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(N * w.len()).cast());
             let d = _mm512_set1_ps(f16_f32(blk, 0));
             // SAFETY: the features are enabled on this fn.
             let (qa, qb) = unsafe { quants16x2(f, blk) };
