@@ -88,12 +88,16 @@ fn options() -> Result<Options, String> {
     Ok(o)
 }
 
-/// Peak resident memory (`VmHWM`), in MiB, where /proc has it.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+/// A `/proc/self/status` field in MiB (`VmHWM`: peak resident memory;
+/// `RssFile`: file pages resident now — the mapped model and the LLVM
+/// library's code; `RssAnon`: heap and stacks), where /proc has it.
+fn status_mib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -181,13 +185,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         generated.saturating_sub(1) as f64 / decode_s.max(1e-9),
     );
     eprintln!(
-        "kernels: {} specialised + {} generic compiles ({:.0} ms), numerics {}; peak RSS {:.0} MiB (file {:.0} MiB)",
+        "kernels: {} specialised + {} generic compiles ({:.0} ms), numerics {}; peak RSS {:.0} MiB (model file {:.0} MiB; resident now: {:.0} MiB file pages, {:.0} MiB anonymous)",
         stats.compiles,
         stats.generic_compiles,
         stats.compile_ms,
         if o.fast { "fast" } else { "exact" },
-        peak_rss_mib().unwrap_or(f64::NAN),
+        status_mib("VmHWM:"),
         std::fs::metadata(&o.model)?.len() as f64 / (1024.0 * 1024.0),
+        status_mib("RssFile:"),
+        status_mib("RssAnon:"),
     );
     Ok(())
 }
