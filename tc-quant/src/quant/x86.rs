@@ -148,6 +148,7 @@ impl<'a> Tile<'a> {
 }
 
 /// Sums each of four 8-lane i32 vectors: `[Σv0, Σv1, Σv2, Σv3]`.
+#[inline]
 #[target_feature(enable = "avx2")]
 fn reduce4(v: [__m256i; 4]) -> __m128i {
     let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
@@ -155,14 +156,16 @@ fn reduce4(v: [__m256i; 4]) -> __m128i {
 }
 
 /// The four f16 at byte `at` of each weight block, as f32 lanes.
+#[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn f16x4(w: [&[u8]; 4], at: usize) -> __m128 {
-    let h = w.map(|b| u16::from_le_bytes([b[at], b[at + 1]]) as i16);
-    _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0))
+    let h = |i: usize| u16::from_le_bytes([w[i][at], w[i][at + 1]]) as i16;
+    _mm_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0))
 }
 
 /// Weight bytes (as u8) and activations (sign-adjusted as i8) whose u8×i8
 /// dot is the block's integer dot.
+#[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn operands<const F: u8>(blk: &[u8], xv: __m256i) -> (__m256i, __m256i) {
     // SAFETY: `blk` is one whole block: 34 bytes for Q8_0 (32 loaded from
@@ -182,22 +185,39 @@ unsafe fn operands<const F: u8>(blk: &[u8], xv: __m256i) -> (__m256i, __m256i) {
     }
 }
 
-/// Shared body of the tile kernels; `$dot(u, s)` is the 8-lane i32 dot.
+/// Shared body of the tile kernels; `$vnni` picks the 8-lane i32 dot
+/// (`vpdpbusd`, or `vpmaddubsw` + `vpmaddwd`). Written without closures:
+/// a closure does not inherit its function's target features, so it was
+/// called, not inlined, once per block and weight row.
 macro_rules! tile_body {
-    ($t:expr, $F:expr, $dot:expr) => {{
+    ($t:expr, $F:expr, $vnni:expr) => {{
         let t = $t;
+        let ones = _mm256_set1_epi16(1);
         let mut acc = _mm_setzero_ps();
         for b in 0..t.nb {
             let off = b * t.bb;
-            let blks = t.w.map(|r| &r[off..off + t.bb]);
+            let blks = [
+                &t.w[0][off..off + t.bb],
+                &t.w[1][off..off + t.bb],
+                &t.w[2][off..off + t.bb],
+                &t.w[3][off..off + t.bb],
+            ];
             let xs = &t.qx[b * 32..b * 32 + 32];
             // SAFETY: `xs` holds exactly 32 bytes.
             let xv = unsafe { _mm256_loadu_si256(xs.as_ptr().cast()) };
-            // SAFETY: each `blks[i]` is one whole block of the format.
-            let v = blks.map(|blk| unsafe {
-                let (u, s) = operands::<{ $F }>(blk, xv);
-                $dot(u, s)
-            });
+            let mut v = [_mm256_setzero_si256(); 4];
+            for (v, blk) in v.iter_mut().zip(blks) {
+                // SAFETY: each `blk` is one whole block of the format, and
+                // the enclosing function enables the dot's features.
+                *v = unsafe {
+                    let (u, s) = operands::<{ $F }>(blk, xv);
+                    if $vnni {
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+                    } else {
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones)
+                    }
+                };
+            }
             let mut isum = reduce4(v);
             if $F == Q40 {
                 isum = _mm_sub_epi32(isum, _mm_set1_epi32(8 * t.bsum[b]));
@@ -218,18 +238,15 @@ macro_rules! tile_body {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2<const F: u8>(t: &Tile<'_>) -> [f32; 4] {
-    let ones = _mm256_set1_epi16(1);
-    let dot = |u, s| _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
-    tile_body!(t, F, dot)
+    tile_body!(t, F, false)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile_vnni(fmt: u8, t: &Tile<'_>) -> [f32; 4] {
-    let dot = |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
     match fmt {
-        Q8 => tile_body!(t, Q8, dot),
-        Q40 => tile_body!(t, Q40, dot),
-        _ => tile_body!(t, Q41, dot),
+        Q8 => tile_body!(t, Q8, true),
+        Q40 => tile_body!(t, Q40, true),
+        _ => tile_body!(t, Q41, true),
     }
 }
 
@@ -258,6 +275,7 @@ pub(crate) fn dequant_row(path: Path, f: Format, w: &[u8], out: &mut [f32]) -> b
 
 /// The 32 quants of a block as two vectors of 16 i32 (elements 0..16,
 /// 16..32), before the scale.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
 unsafe fn quants16x2(f: Format, blk: &[u8]) -> (__m512i, __m512i) {
     match f {
@@ -444,6 +462,7 @@ unsafe fn fused_tile_avx512<const R: usize, const N: usize>(
 
 /// The little-endian f16 at `b[i..i + 2]` as f32 (`vcvtph2ps`: exact, as
 /// `half`'s conversion).
+#[inline]
 #[target_feature(enable = "f16c")]
 fn f16_f32(b: &[u8], i: usize) -> f32 {
     let h = u16::from_le_bytes([b[i], b[i + 1]]);
