@@ -228,3 +228,24 @@ fn quantized_shapes_that_break_blocks_are_typed_errors() {
     ));
     assert!(Tensor::full(Dtype::Q8_0, &[1, 32], tc::runtime::Elem::F(1.0)).is_err());
 }
+
+#[tensor_module]
+mod empty {
+    use tc::Tensor;
+
+    /// A contraction that may be empty (opted in with `K >= 0`).
+    #[tensor_fn(requires(K >= 0, K % 32 == 0))]
+    pub fn proj(x: Tensor![f32; M, K], w: Tensor![q8_0; N, K]) -> Tensor![f32; M, N] {
+        qmatmul(x, w)
+    }
+}
+
+#[test]
+fn an_empty_contraction_gives_zeros_on_both_backends() {
+    let x = Tensor::from_vec(&[3, 0], Vec::<f32>::new()).unwrap();
+    let w = Tensor::from_raw(Dtype::Q8_0, &[2, 0], Vec::new()).unwrap();
+    let want = Tensor::from_vec(&[3, 2], vec![0f32; 6]).unwrap();
+    let interp = tc::with_backend(Backend::Interpreter, || empty::proj(x.clone(), w.clone()));
+    assert_eq!(interp.expect("interpreter"), want);
+    assert_eq!(empty::proj(x, w).expect("jit"), want);
+}

@@ -1151,7 +1151,9 @@ impl CompiledFn {
             ));
         }
         let (n, k) = (wi.shape[0], wi.shape[1]);
-        let rows = if k == 0 { 0 } else { xs.len() / k };
+        // The rows are x's leading dims (the rule checked x's last is k),
+        // so an empty contraction (k = 0) still gives every row its zeros.
+        let rows = tc_core::size::numel(&xi.shape[..xi.shape.len() - 1])?;
         let mut y = tc_runtime::alloc::filled(tc_core::size::numel(&out_shape)?, 0f32)?;
         let numerics = if self.opts.fast_quant {
             tc_runtime::quant::Numerics::Fast

@@ -37,7 +37,9 @@ fn operands<'t>(x: &'t Tensor, w: &'t Tensor) -> Result<(Format, usize, usize, u
     let f = format(w.dtype()).ok_or_else(|| quant_err(w, "qmatmul of an unquantized weight"))?;
     let k = w.shape()[1];
     let n = w.shape()[0];
-    let rows = if k == 0 { 0 } else { x.numel() / k };
+    // x's leading dims (the rule checked its last is k): with k = 0 every
+    // row still gets its (zero) outputs.
+    let rows = tc_core::size::numel(&x.shape()[..x.rank() - 1])?;
     Ok((f, rows, k, n, out))
 }
 
