@@ -87,28 +87,12 @@ impl Checker<'_> {
             }
         }
         let (k, k2) = (&a.shape[n - 1], &b.shape[n - 2]);
-        match dims_equal(&self.ctx, k, k2) {
-            Ok(()) => {}
-            Err(DimEq::Differs(cex)) => {
-                self.err(
-                    Diagnostic::new(
-                        codes::CONTRACTION,
-                        R_MATMUL,
-                        inst.arg_span(1),
-                        format!(
-                            "contraction dimension mismatch: expected `{k}` (last dim of the left operand), found `{k2}` (dim {} of the right operand)",
-                            n - 2
-                        ),
-                    )
-                    .with_cex(Some(cex)),
-                );
-                return None;
-            }
-            Err(DimEq::Unknown(goal)) => {
-                self.err(unknown_diag(R_MATMUL, inst.arg_span(1), &goal));
-                return None;
-            }
-        }
+        self.contraction(k, k2, inst, R_MATMUL, || {
+            format!(
+                "contraction dimension mismatch: expected `{k}` (last dim of the left operand), found `{k2}` (dim {} of the right operand)",
+                n - 2
+            )
+        })?;
         let mut shape = a.shape[..n - 1].to_vec();
         shape.push(b.shape[n - 1].clone());
         let mut refs = a.refs.clone();
@@ -167,27 +151,11 @@ impl Checker<'_> {
             }
         }
         let (k, k2) = (&x.shape[x.rank() - 1], &w.shape[1]);
-        match dims_equal(&self.ctx, k, k2) {
-            Ok(()) => {}
-            Err(DimEq::Differs(cex)) => {
-                self.err(
-                    Diagnostic::new(
-                        codes::CONTRACTION,
-                        R_QMATMUL,
-                        inst.arg_span(1),
-                        format!(
-                            "contraction dimension mismatch: expected `{k}` (last dim of x), found `{k2}` (dim 1 of the weight [N, K])"
-                        ),
-                    )
-                    .with_cex(Some(cex)),
-                );
-                return None;
-            }
-            Err(DimEq::Unknown(goal)) => {
-                self.err(unknown_diag(R_QMATMUL, inst.arg_span(1), &goal));
-                return None;
-            }
-        }
+        self.contraction(k, k2, inst, R_QMATMUL, || {
+            format!(
+                "contraction dimension mismatch: expected `{k}` (last dim of x), found `{k2}` (dim 1 of the weight [N, K])"
+            )
+        })?;
         let mut shape = x.shape[..x.rank() - 1].to_vec();
         shape.push(w.shape[0].clone());
         let mut refs = x.refs.clone();
@@ -197,6 +165,32 @@ impl Checker<'_> {
             shape,
             refs,
         }))
+    }
+
+    /// The contraction obligation `Γ ⊨ k = k'` of a product (E0301 at the
+    /// right operand, with the counterexample).
+    fn contraction(
+        &mut self,
+        k: &Dim,
+        k2: &Dim,
+        inst: &Inst,
+        rule: &'static str,
+        msg: impl FnOnce() -> String,
+    ) -> Option<()> {
+        match dims_equal(&self.ctx, k, k2) {
+            Ok(()) => Some(()),
+            Err(DimEq::Differs(cex)) => {
+                self.err(
+                    Diagnostic::new(codes::CONTRACTION, rule, inst.arg_span(1), msg())
+                        .with_cex(Some(cex)),
+                );
+                None
+            }
+            Err(DimEq::Unknown(goal)) => {
+                self.err(unknown_diag(rule, inst.arg_span(1), &goal));
+                None
+            }
+        }
     }
 
     /// §18 formation: `Tensor[Q, s ++ [K]]` needs `Γ ⊨ K mod b(Q) = 0`,
