@@ -51,6 +51,7 @@ fn fold8(v: __m256) -> f32 {
 }
 
 /// Lanes 0..8 in `a0`, 8..16 in `a1`; `x.len() == w.len()`, a multiple of 16.
+// SAFETY: (contract) callable only where AVX2 and FMA are present.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot16_avx2(x: &[f32], w: &[f32]) -> f32 {
     let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -65,6 +66,7 @@ unsafe fn dot16_avx2(x: &[f32], w: &[f32]) -> f32 {
     fold8(_mm256_add_ps(a0, a1))
 }
 
+// SAFETY: (contract) callable only where AVX-512F, AVX2 and FMA are present.
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn dot16_avx512(x: &[f32], w: &[f32]) -> f32 {
     let mut acc = _mm512_setzero_ps();
@@ -165,6 +167,7 @@ fn f16x4(w: [&[u8]; 4], at: usize) -> __m128 {
 
 /// Weight bytes (as u8) and activations (sign-adjusted as i8) whose u8×i8
 /// dot is the block's integer dot.
+// SAFETY: (contract) AVX2 present and `blk` one whole block of the format.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn operands<const F: u8>(blk: &[u8], xv: __m256i) -> (__m256i, __m256i) {
@@ -236,11 +239,13 @@ macro_rules! tile_body {
     }};
 }
 
+// SAFETY: (contract) AVX2, FMA and F16C present; `t` built by `Tile::new`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2<const F: u8>(t: &Tile<'_>) -> [f32; 4] {
     tile_body!(t, F, false)
 }
 
+// SAFETY: (contract) AVX-512 with VNNI present; `t` built by `Tile::new`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile_vnni(fmt: u8, t: &Tile<'_>) -> [f32; 4] {
     match fmt {
@@ -275,6 +280,7 @@ pub(crate) fn dequant_row(path: Path, f: Format, w: &[u8], out: &mut [f32]) -> b
 
 /// The 32 quants of a block as two vectors of 16 i32 (elements 0..16,
 /// 16..32), before the scale.
+// SAFETY: (contract) AVX-512 present and `blk` one whole block of a 32-block format.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
 unsafe fn quants16x2(f: Format, blk: &[u8]) -> (__m512i, __m512i) {
@@ -306,6 +312,7 @@ unsafe fn quants16x2(f: Format, blk: &[u8]) -> (__m512i, __m512i) {
     }
 }
 
+// SAFETY: (contract) AVX-512 present; `out` holds 32 f32 per block of `w`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn dequant_row_avx512(f: Format, w: &[u8], out: &mut [f32]) {
     for (blk, o) in w
@@ -330,6 +337,7 @@ unsafe fn dequant_row_avx512(f: Format, w: &[u8], out: &mut [f32]) {
     }
 }
 
+// SAFETY: (contract) AVX2, FMA and F16C present; `out` holds 32 f32 per block of `w`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dequant_row_avx2(f: Format, w: &[u8], out: &mut [f32]) {
     let mask = _mm_set1_epi8(0x0F);
@@ -407,6 +415,7 @@ pub(crate) fn fused_tile<const R: usize, const N: usize>(
     ok.then(|| unsafe { fused_tile_avx512(f, x, w) })
 }
 
+// SAFETY: (contract) AVX-512 present; every `x` row holds 32 f32 per block of every weight row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn fused_tile_avx512<const R: usize, const N: usize>(
     f: Format,
