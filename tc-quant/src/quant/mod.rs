@@ -208,7 +208,10 @@ pub fn available_paths() -> Vec<Path> {
 
 /// The fastest available path.
 pub fn best_path() -> Path {
-    available_paths().pop().unwrap_or(Path::Scalar)
+    // Decided once: `qmatmul` asks on every call (a decoder's step makes
+    // hundreds), and the answer is the host's.
+    static BEST: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
+    *BEST.get_or_init(|| available_paths().pop().unwrap_or(Path::Scalar))
 }
 
 /// `y[m·n_out + j] = Σ_k x[m·k_dim + k] · W[j, k]` for `m < rows`, with `W`
