@@ -72,6 +72,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use tc_core::ir::Function;
 use tc_runtime::contract::Arg;
 
+#[cfg(doctest)]
+mod guide_doctest;
 #[cfg(doctest)] mod readme_doctest;
 
 /// Which engine runs checked functions.
