@@ -6,7 +6,8 @@
 //! its identity is the IR text itself (which already spells out everything
 //! the kernel computes — σ literals, dtypes, fast-math flags, the
 //! `target-cpu` / `target-features` attributes) plus a header naming the
-//! code generator (tc-llvm's version, LLVM 14, the pipeline
+//! code generator (tc-llvm's version and source fingerprint, the LLVM
+//! version, the helper-opcode tables, the pipeline
 //! [`crate::host::PIPELINE`], the code model) and the host (triple, CPU
 //! name, CPU features). The file
 //! name is a 128-bit hash of both, but a load compares the *whole* stored
@@ -40,6 +41,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
+use tc_core::ir::UnaryOp;
+use tc_core::Dtype;
+
 const MAGIC: &[u8] = b"TC-KERNEL-CACHE-1\n";
 
 /// Counters of one store (for tests, stats and the operator).
@@ -67,17 +71,49 @@ pub struct Store {
 }
 
 /// The code generator and host part of every entry's identity.
+///
+/// The generator is named by its source fingerprint (every file of
+/// tc-llvm's `src/`, hashed by `build.rs`), the LLVM it links, and the
+/// tables whose indices the IR passes to runtime helpers as opcodes
+/// ([`generator_tables`]): an object compiled by a different generator, a
+/// different LLVM, or against reordered tables is never loaded.
 pub fn host_identity() -> String {
     let h = crate::host::host();
     format!(
-        "tc-llvm {}\nLLVM 14 {} object, large code model, static relocations, options {}\n{}\n{}\n{}\n",
+        "tc-llvm {} source {}\nLLVM {} {} object, large code model, static relocations, options {}\n{}\n{}\n{}\n{}\n",
         env!("CARGO_PKG_VERSION"),
+        env!("TC_LLVM_SOURCE_FINGERPRINT"),
+        llvm_version(),
         crate::host::PIPELINE,
         crate::host::LLVM_OPTIONS.join(" "),
+        generator_tables(&Dtype::ALL, &UnaryOp::ALL),
         h.triple,
         h.cpu,
         h.features
     )
+}
+
+/// The helper-opcode tables as compiled code sees them: the IR names a
+/// dtype or a unary op to a runtime helper by its index in these tables
+/// (`crate::rt`), so their order is part of what an object means.
+pub fn generator_tables(dtypes: &[Dtype], unary: &[UnaryOp]) -> String {
+    format!("dtypes {dtypes:?} unary {unary:?}")
+}
+
+/// The linked LLVM's version, `major.minor.patch`.
+pub fn llvm_version() -> String {
+    #[cfg(feature = "llvm14")]
+    {
+        "14".to_string()
+    }
+    #[cfg(not(feature = "llvm14"))]
+    {
+        let (mut major, mut minor, mut patch) = (0u32, 0u32, 0u32);
+        // SAFETY: LLVMGetVersion only writes the three integers through the
+        // pointers, which point at live locals.
+        unsafe { llvm_sys::core::LLVMGetVersion(&mut major, &mut minor, &mut patch) };
+        format!("{major}.{minor}.{patch}")
+    }
 }
 
 fn hash128(parts: &[&[u8]]) -> u128 {
@@ -254,5 +290,52 @@ impl Store {
                 total -= len;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    /// Reordering either opcode table changes the identity, so an object
+    /// that passes opcodes by index is never linked against other tables.
+    #[test]
+    fn reordered_helper_tables_change_the_identity() {
+        let base = generator_tables(&Dtype::ALL, &UnaryOp::ALL);
+        let mut d = Dtype::ALL;
+        d.swap(0, 1);
+        assert_ne!(generator_tables(&d, &UnaryOp::ALL), base);
+        let mut u = UnaryOp::ALL;
+        u.swap(2, 5);
+        assert_ne!(generator_tables(&Dtype::ALL, &u), base);
+        assert!(host_identity().contains(&base));
+    }
+
+    /// The fingerprint built into the crate is the one of the source it was
+    /// built from: every file under `src/` counts, and one changed byte
+    /// anywhere changes it.
+    #[test]
+    fn the_identity_names_the_generator_source() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let files = crate::fingerprint::source_files(&src).unwrap();
+        assert!(files.iter().any(|(p, _)| p == "codegen/kernels.rs"));
+        let built = env!("TC_LLVM_SOURCE_FINGERPRINT");
+        assert_eq!(crate::fingerprint::fingerprint(&files), built);
+        assert!(host_identity().contains(built));
+        for i in [0, files.len() / 2, files.len() - 1] {
+            let mut changed = files.clone();
+            let last = changed[i].1.len().saturating_sub(1);
+            match changed[i].1.get_mut(last) {
+                Some(b) => *b ^= 1,
+                None => changed[i].1.push(b' '),
+            }
+            assert_ne!(
+                crate::fingerprint::fingerprint(&changed),
+                built,
+                "{}",
+                files[i].0
+            );
+        }
+        assert!(host_identity().contains(&format!("LLVM {}", llvm_version())));
     }
 }

@@ -81,12 +81,24 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(all(feature = "llvm19", feature = "llvm14"))]
+compile_error!("tc-llvm: enable exactly one of the features `llvm19` and `llvm14`");
+#[cfg(not(any(feature = "llvm19", feature = "llvm14")))]
+compile_error!("tc-llvm: enable one of the features `llvm19` (default) or `llvm14`");
+// The selected LLVM's C API under one name.
+#[cfg(feature = "llvm14")]
+extern crate llvm_sys_140 as llvm_sys;
+#[cfg(all(feature = "llvm19", not(feature = "llvm14")))]
+extern crate llvm_sys_191 as llvm_sys;
+
 mod bind_memo;
 pub mod cache;
 pub mod codegen;
 pub mod conv;
 pub mod disk;
 pub mod exec;
+#[cfg(test)]
+mod fingerprint;
 mod gather;
 mod gemm_common;
 #[cfg(target_arch = "x86_64")]

@@ -25,10 +25,15 @@ use llvm_sys::orc2::lljit::{
     LLVMOrcLLJITGetGlobalPrefix, LLVMOrcLLJITGetMainJITDylib, LLVMOrcLLJITLookup,
     LLVMOrcLLJITMangleAndIntern, LLVMOrcLLJITRef,
 };
+// Orc.h renamed the symbol-map pair in LLVM 15; same layout.
+#[cfg(feature = "llvm14")]
+use llvm_sys::orc2::LLVMJITCSymbolMapPair as SymbolMapPair;
+#[cfg(not(feature = "llvm14"))]
+use llvm_sys::orc2::LLVMOrcCSymbolMapPair as SymbolMapPair;
 use llvm_sys::orc2::{
-    LLVMJITCSymbolMapPair, LLVMJITEvaluatedSymbol, LLVMJITSymbolFlags, LLVMJITSymbolGenericFlags,
-    LLVMOrcAbsoluteSymbols, LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess,
-    LLVMOrcDisposeMaterializationUnit, LLVMOrcJITDylibAddGenerator, LLVMOrcJITDylibDefine,
+    LLVMJITEvaluatedSymbol, LLVMJITSymbolFlags, LLVMJITSymbolGenericFlags, LLVMOrcAbsoluteSymbols,
+    LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess, LLVMOrcDisposeMaterializationUnit,
+    LLVMOrcJITDylibAddGenerator, LLVMOrcJITDylibDefine,
 };
 
 use crate::Error;
@@ -83,7 +88,7 @@ impl Loader {
             // NUL-terminated string for the duration of the call. The
             // returned pool entry is owned by `pairs` until handed over below.
             let interned = unsafe { LLVMOrcLLJITMangleAndIntern(self.jit, c.as_ptr()) };
-            pairs.push(LLVMJITCSymbolMapPair {
+            pairs.push(SymbolMapPair {
                 Name: interned,
                 Sym: LLVMJITEvaluatedSymbol {
                     Address: *addr as u64,
