@@ -214,8 +214,9 @@ pub(crate) fn weights(layers: usize, vocab: usize) -> (gpt2::Embeddings, Vec<gpt
 pub(crate) fn load(
     dir: &std::path::Path,
 ) -> Result<(gpt2::Embeddings, Vec<gpt2::Block>), tc::Error> {
-    // SAFETY: the model directory is not written while the model is loaded
-    // (scripts/fetch-gpt2.sh makes it once).
+    // SAFETY: the file is never modified in place: examples/gpt2_weights.rs
+    // writes a new one and renames it over the old, which leaves a mapping
+    // of the old one intact.
     let w = unsafe { tc::runtime::load_safetensors_mapped(dir.join("model.safetensors"))? };
     let e = gpt2::Embeddings::load(&w, "")?;
     let layers = (0..)
@@ -324,7 +325,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (e, blocks) = if dir.join("model.safetensors").exists() {
         let w = load(&dir)?;
         println!(
-            "GPT-2-small weights (transformers' init, seed 0) from {} in {:.1} s",
+            "GPT-2-small weights (examples/gpt2_weights.rs, seed 0) from {} in {:.1} s",
             dir.display(),
             t0.elapsed().as_secs_f64()
         );
@@ -333,7 +334,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let w = weights(layers, vocab);
         println!(
             "random GPT-2-small weights ({layers} layers, vocab {vocab}) in {:.1} s \
-             (scripts/gpt2-reference.py makes transformers' own)",
+             (scripts/fetch-gpt2.sh writes transformers-style ones to models/gpt2-seed0)",
             t0.elapsed().as_secs_f64()
         );
         w

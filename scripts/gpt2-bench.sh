@@ -8,8 +8,9 @@
 # the prompt after an untimed warm-up pass (ONNX Runtime, PyTorch: one;
 # tc: the first call, which loads the kernels, then a pass that packs and
 # keeps the weights, as ONNX Runtime prepacks at session creation); tc's
-# first call and its warm-up pass get their own columns. Needs models/gpt2-seed0
-# (scripts/fetch-gpt2.sh). The ONNX Runtime side runs an export of one
+# first call and its warm-up pass get their own columns. Makes models/gpt2-seed0
+# (scripts/fetch-gpt2.sh) and the Python peers' environment
+# (scripts/py-torch-env.sh, about 3 GB on first use). The ONNX Runtime side runs an export of one
 # decoding step with the KV cache as inputs and outputs
 # (benches/peers/gpt2_decode.py, checked against GPT2LMHeadModel when it is
 # made); its column is left out if onnxruntime or the export is missing.
@@ -18,18 +19,20 @@ cd "$(dirname "$0")/.."
 TOKENS=${TOKENS:-256}
 ROUNDS=${ROUNDS:-3}
 bash scripts/fetch-gpt2.sh
-python3 -m pip install --quiet onnx onnxruntime 2>/dev/null || true
+# PyTorch, transformers, onnx and onnxruntime, pinned, in target/py-torch
+# (never the system Python).
+PY="$(scripts/py-torch-env.sh)"
 onnx=target/peers/gpt2_decode.onnx
 mkdir -p target/peers
-[ -f "$onnx" ] || python3 benches/peers/gpt2_decode.py export models/gpt2-seed0 "$onnx" 2>/dev/null || true
+[ -f "$onnx" ] || "$PY" benches/peers/gpt2_decode.py export models/gpt2-seed0 "$onnx" 2>/dev/null || true
 cargo build --release --example gpt2_decode
 out=$(mktemp)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
 for r in $(seq 1 "$ROUNDS"); do
   for t in 1 2; do
     run_tc() { RAYON_NUM_THREADS=$t target/release/examples/gpt2_decode "$TOKENS" | grep '^RESULT' >>"$out"; }
-    run_pt() { python3 scripts/gpt2_torch_bench.py "$TOKENS" "$t" 2>/dev/null | grep '^RESULT' >>"$out"; }
-    run_ort() { [ -f "$onnx" ] && python3 benches/peers/gpt2_decode.py ort "$onnx" "$TOKENS" "$t" | grep '^RESULT' >>"$out" || true; }
+    run_pt() { "$PY" scripts/gpt2_torch_bench.py "$TOKENS" "$t" 2>/dev/null | grep '^RESULT' >>"$out"; }
+    run_ort() { [ -f "$onnx" ] && "$PY" benches/peers/gpt2_decode.py ort "$onnx" "$TOKENS" "$t" | grep '^RESULT' >>"$out" || true; }
     systems=(run_tc run_ort run_pt)
     k=$(( (r + t) % 3 ))
     for i in 0 1 2; do "${systems[(k + i) % 3]}"; done

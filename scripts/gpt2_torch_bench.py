@@ -3,7 +3,7 @@
 (models/gpt2-seed0, loaded into GPT2LMHeadModel), the same 8-token prompt,
 greedy decoding with the KV cache, one RESULT line.
 
-    python3 scripts/gpt2_torch_bench.py TOKENS THREADS
+    "$(scripts/py-torch-env.sh)" scripts/gpt2_torch_bench.py TOKENS THREADS
 """
 import os
 import sys

@@ -7,9 +7,9 @@
 #   ROUNDS=7 REPS=20 scripts/peer-bench.sh
 #   MODELS=gpt2-block scripts/peer-bench.sh   # one model (minilm, gpt2-block)
 #
-# Installs the Python side with pip (onnx, onnxruntime, safetensors, numpy;
-# torch and transformers for the PyTorch column, left out if they will not
-# install),
+# Runs the Python side (onnx, onnxruntime, safetensors, numpy, torch,
+# transformers) in the pinned virtual environment target/py-torch, which
+# scripts/py-torch-env.sh makes on first use (about 3 GB to download),
 # exports the model to ONNX from the same model.safetensors without PyTorch
 # (benches/peers/minilm_onnx.py: the same graph, erf GELU, finfo.min mask,
 # mean pooling, L2 norm), builds examples/peer_bench.rs and the candle crate
@@ -27,7 +27,7 @@
 # below).
 #
 # The GPT-2 rows: block 0 of models/gpt2-seed0 (scripts/fetch-gpt2.sh makes
-# it: transformers' seeded initialisation), tc's examples/gpt2_block against
+# it: tc's seeded generator, transformers' initialisation scheme), tc's examples/gpt2_block against
 # transformers' GPT2Block (erf GELU, SDPA causal attention) in PyTorch and
 # in ONNX Runtime (a TorchScript export of that block made by
 # benches/peers/gpt2_block.py); candle has no GPT-2 block row. It prints the median over rounds of each
@@ -39,24 +39,24 @@ ROUNDS=${ROUNDS:-5}
 REPS=${REPS:-10}
 out=target/peers
 mkdir -p "$out"
-python3 -m pip install --quiet onnx onnxruntime safetensors numpy
+# The Python peers run in target/py-torch (pinned; never the system Python).
+PY="$(scripts/py-torch-env.sh)"
 torch=1
-python3 -c "import torch, transformers" 2>/dev/null ||
-  python3 -m pip install --quiet torch transformers || torch=0
+"$PY" -c "import torch, transformers" 2>/dev/null || torch=0
 MODELS=${MODELS:-minilm gpt2-block}
 has() { [[ " $MODELS " == *" $1 "* ]]; }
 bash scripts/fetch-minilm.sh >/dev/null
 model=models/all-MiniLM-L6-v2
-[ -f "$out/minilm.onnx" ] || python3 benches/peers/minilm_onnx.py "$model" "$out/minilm.onnx"
+[ -f "$out/minilm.onnx" ] || "$PY" benches/peers/minilm_onnx.py "$model" "$out/minilm.onnx"
 # The ORT transformer optimizer's fused form of each export: a second ONNX
 # Runtime column ("ONNX Runtime, fused"); left out if the optimizer fails.
-fuse() { [ -f "$2" ] || python3 benches/peers/ort_fuse.py "$1" "$2" "$3" "$4" "$5" || true; }
+fuse() { [ -f "$2" ] || "$PY" benches/peers/ort_fuse.py "$1" "$2" "$3" "$4" "$5" || true; }
 fuse "$out/minilm.onnx" "$out/minilm_fused.onnx" bert 12 384
 gpt2=models/gpt2-seed0
 if has gpt2-block; then
   bash scripts/fetch-gpt2.sh
   [ "$torch" = 1 ] && [ ! -f "$out/gpt2_block.onnx" ] &&
-    python3 benches/peers/gpt2_block.py export "$gpt2" "$out/gpt2_block.onnx" 2>/dev/null
+    "$PY" benches/peers/gpt2_block.py export "$gpt2" "$out/gpt2_block.onnx" 2>/dev/null
   [ -f "$out/gpt2_block.onnx" ] && fuse "$out/gpt2_block.onnx" "$out/gpt2_block_fused.onnx" gpt2 12 768
 fi
 cargo build --release --example peer_bench
@@ -75,9 +75,9 @@ for r in $(seq 1 "$ROUNDS"); do
   for t in 1 2; do
     if has minilm; then
       run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" minilm >>"$results"; }
-      run_ort() { python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
-      run_ortf() { [ -f "$out/minilm_fused.onnx" ] && python3 benches/peers/ort_bench.py "$out/minilm_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
-      run_pt() { [ "$torch" = 1 ] && python3 benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
+      run_ort() { "$PY" benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
+      run_ortf() { [ -f "$out/minilm_fused.onnx" ] && "$PY" benches/peers/ort_bench.py "$out/minilm_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
+      run_pt() { [ "$torch" = 1 ] && "$PY" benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
       run_candle() { [ "$candle" = 1 ] && RAYON_NUM_THREADS=$t "$candle_bin" "$model" "$REPS" >>"$results" || true; }
       # Rotate the order by r + t: over five rounds every system runs once
       # in each position at each thread count.
@@ -87,9 +87,9 @@ for r in $(seq 1 "$ROUNDS"); do
     fi
     if has gpt2-block; then
       run_tc() { RAYON_NUM_THREADS=$t TC_GPT2_DIR=$gpt2 "$tc" "$REPS" gpt2-block >>"$results"; }
-      run_ort() { [ -f "$out/gpt2_block.onnx" ] && python3 benches/peers/gpt2_block.py ort "$out/gpt2_block.onnx" "$t" "$REPS" >>"$results" || true; }
-      run_ortf() { [ -f "$out/gpt2_block_fused.onnx" ] && python3 benches/peers/gpt2_block.py ort "$out/gpt2_block_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
-      run_pt() { [ "$torch" = 1 ] && python3 benches/peers/gpt2_block.py torch "$gpt2" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
+      run_ort() { [ -f "$out/gpt2_block.onnx" ] && "$PY" benches/peers/gpt2_block.py ort "$out/gpt2_block.onnx" "$t" "$REPS" >>"$results" || true; }
+      run_ortf() { [ -f "$out/gpt2_block_fused.onnx" ] && "$PY" benches/peers/gpt2_block.py ort "$out/gpt2_block_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
+      run_pt() { [ "$torch" = 1 ] && "$PY" benches/peers/gpt2_block.py torch "$gpt2" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
       systems=(run_tc run_ort run_ortf run_pt)
       k=$(( (r + t) % 4 ))
       for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
@@ -120,8 +120,8 @@ PY
   for r in $(seq 1 "$ROUNDS"); do
     c_tc() { time_cold tc "$tc" 0 minilm; }
     c_tcc() { time_cold tc-no-cache env TC_KERNEL_CACHE=off "$tc" 0 minilm; }
-    c_ort() { time_cold ort python3 benches/peers/ort_bench.py "$out/minilm.onnx" "$(nproc)" 0; }
-    c_pt() { [ "$torch" = 1 ] && time_cold pytorch python3 benches/peers/torch_bench.py "$model" "$(nproc)" 0 || true; }
+    c_ort() { time_cold ort "$PY" benches/peers/ort_bench.py "$out/minilm.onnx" "$(nproc)" 0; }
+    c_pt() { [ "$torch" = 1 ] && time_cold pytorch "$PY" benches/peers/torch_bench.py "$model" "$(nproc)" 0 || true; }
     c_candle() { [ "$candle" = 1 ] && time_cold candle "$candle_bin" "$model" 0 || true; }
     systems=(c_tc c_tcc c_ort c_pt c_candle)
     for i in 0 1 2 3 4; do "${systems[(r + i) % 5]}"; done

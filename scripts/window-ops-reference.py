@@ -5,7 +5,11 @@ Writes tests/fixtures/window_ops_reference.json: for each case the input,
 the weights (for a convolution), PyTorch's attributes and its output, all
 f32. tests/window_ops_reference.rs runs the same cases through tc's
 interpreter and JIT and compares. Deterministic (fixed seed, CPU, f64
-reference rounded to f32). Needs `pip install torch`.
+reference rounded to f32). Runs in the pinned PyTorch environment under
+target/ that scripts/py-torch-env.sh makes (nothing is installed
+system-wide):
+
+    "$(scripts/py-torch-env.sh)" scripts/window-ops-reference.py
 """
 import json
 import os
