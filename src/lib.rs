@@ -74,7 +74,8 @@ use tc_runtime::contract::Arg;
 
 #[cfg(doctest)]
 mod guide_doctest;
-#[cfg(doctest)] mod readme_doctest;
+#[cfg(doctest)]
+mod readme_doctest;
 
 /// Which engine runs checked functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1823,7 +1823,7 @@ fn skips_gemm(m: usize, k: usize, b: &View, packed: bool) -> bool {
 /// #15: a function's first call compiled them one after another while it
 /// ran, after its module; [`crate::exec`] compiles them beside the
 /// module, on the pool's other workers). The same decisions as the call
-/// (the same [`folds`], [`skips_gemm`] and [`F32Gemm::for_product`]): a
+/// (the same `folds`, `skips_gemm` and `F32Gemm::for_product`): a
 /// kernel it did not foresee (a packing the cache declined) is compiled
 /// when first run, as before; results never depend on it.
 pub fn prepare(

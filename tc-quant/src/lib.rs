@@ -10,7 +10,7 @@
 //! The crate depends on no other tc crate, so the runtime and the examples
 //! can both use it without a cycle.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod gguf;
 pub mod quant;
