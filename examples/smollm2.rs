@@ -1,5 +1,6 @@
 //! SmolLM2-135M-Instruct from its Q4_1 GGUF file, generating text as it
-//! streams: the Llama architecture written as tensor fns (`smollm2/model.rs`,
+//! streams: the Llama architecture written as tensor fns
+//! (`tc-serve/src/llama/model.rs`, shared with the server,
 //! shapes proven at build time), weights kept in their quantized blocks,
 //! the tokenizer and chat template read from the file's metadata.
 //!
@@ -16,11 +17,13 @@
 use std::io::Write;
 use std::time::Instant;
 
-#[path = "smollm2/model.rs"]
+// tc-serve's model: its batched-serving helpers are unused here.
+#[path = "../tc-serve/src/llama/model.rs"]
+#[allow(dead_code)]
 mod model;
-#[path = "smollm2/sampler.rs"]
+#[path = "../tc-serve/src/llama/sampler.rs"]
 mod sampler;
-#[path = "smollm2/tokenizer.rs"]
+#[path = "../tc-serve/src/llama/tokenizer.rs"]
 mod tokenizer;
 
 use sampler::{Sampler, SamplerConfig};
@@ -168,7 +171,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if generated == o.max_tokens {
             break;
         }
-        logits = m.forward(&mut cache, &[next], pos)?;
+        // The decode step tc-serve batches, here with one sequence: the
+        // server's greedy output is this example's, token for token.
+        logits = m.step(&mut [model::StepSeq {
+            cache: &mut cache,
+            token: next,
+            pos,
+        }])?;
         pos += 1;
     }
     let tail = stream.finish();

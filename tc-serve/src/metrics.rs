@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::AppState;
+use crate::app::AppState;
 
 /// Request latency histogram upper bounds, seconds.
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -58,7 +58,7 @@ impl Histogram {
         self.sum
     }
 
-    fn render(&self, o: &mut String, name: &str, labels: &str, bounds: &[f64]) {
+    pub fn render(&self, o: &mut String, name: &str, labels: &str, bounds: &[f64]) {
         let sep = if labels.is_empty() { "" } else { "," };
         let counts = self.counts.iter().chain(std::iter::repeat(&0));
         for (le, c) in bounds.iter().zip(counts) {
@@ -195,9 +195,12 @@ impl RequestGuard {
         let secs = self.t0.elapsed().as_secs_f64();
         self.state.metrics.record_request(self.route, status, secs);
         let s = stats.unwrap_or_default();
+        // `?` (Debug) quotes and escapes the client's id: a raw `%` would
+        // let an `x-request-id` such as `a status=200 route=/admin` forge
+        // fields in the text log format.
         tracing::info!(
             target: "tc_server::request",
-            id = %self.id,
+            id = ?self.id,
             method = %self.method,
             route = self.route,
             status,
@@ -253,17 +256,22 @@ pub fn render_metrics(state: &AppState) -> String {
         );
     }
     render_http_gauges(&mut o, state);
-    render_model(&mut o, state);
+    if let Some(e) = &state.embedder {
+        render_model(&mut o, m, e.config.workers);
+    }
+    if let Some(g) = &state.generator {
+        g.render_metrics(&mut o);
+    }
     render_kernel_cache(&mut o);
     o
 }
 
-fn head(o: &mut String, name: &str, kind: &str, help: &str) {
+pub fn head(o: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// A metric with one unlabelled sample: HELP/TYPE lines and the value.
-fn single(o: &mut String, name: &str, kind: &str, help: &str, v: &dyn std::fmt::Display) {
+pub fn single(o: &mut String, name: &str, kind: &str, help: &str, v: &dyn std::fmt::Display) {
     head(o, name, kind, help);
     let _ = writeln!(o, "{name} {v}");
 }
@@ -300,8 +308,7 @@ fn render_http_gauges(o: &mut String, state: &AppState) {
     );
 }
 
-fn render_model(o: &mut String, state: &AppState) {
-    let m = &state.metrics;
+fn render_model(o: &mut String, m: &Metrics, workers: usize) {
     single(
         o,
         "tc_embedding_inputs_total",
@@ -347,7 +354,7 @@ fn render_model(o: &mut String, state: &AppState) {
         "tc_model_workers",
         "gauge",
         "Forward passes allowed at once.",
-        &state.embedder.config.workers,
+        &workers,
     );
     single(
         o,

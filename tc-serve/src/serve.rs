@@ -6,11 +6,14 @@
 //! Why not `axum::serve`: axum 0.8's `serve` sets no header read timeout and
 //! no connection cap, so a client that opens connections and trickles header
 //! bytes could hold sockets forever. hyper's HTTP/1 builder has the timeout;
-//! hyper-util's `GracefulShutdown` drains the connections.
+//! hyper-util's `GracefulShutdown` drains the connections; [`WriteTimeout`]
+//! closes a connection whose client stopped reading (a stalled stream).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -20,10 +23,11 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use super::{AppState, Config};
+use crate::app::{AppState, Config};
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT): what the binary drains on.
 pub async fn shutdown_signal() {
@@ -50,6 +54,102 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// A socket whose writes fail once one has stayed blocked for `timeout`:
+/// a client that stops reading a stream fills the socket's buffers, the
+/// write blocks, and past the timeout the connection fails, which drops
+/// the response body and with it the sequence's place in the batch.
+pub struct WriteTimeout<T> {
+    inner: T,
+    timeout: Duration,
+    blocked: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteTimeout<T> {
+    /// Wrap `inner`.
+    pub fn new(inner: T, timeout: Duration) -> Self {
+        WriteTimeout {
+            inner,
+            timeout,
+            blocked: None,
+        }
+    }
+
+    /// A write returned `Pending`: start (or check) the deadline.
+    fn pending<R>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<R>> {
+        let timeout = self.timeout;
+        let sleep = self
+            .blocked
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client stopped reading (write timeout)",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progress<R>(
+        &mut self,
+        r: Poll<std::io::Result<R>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<R>> {
+        match r {
+            Poll::Pending => self.pending(cx),
+            done => {
+                self.blocked = None;
+                done
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteTimeout<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.progress(r, cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.progress(r, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.progress(r, cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 /// The answer on a connection over the cap: 503, retry later, close.
 fn saturated() -> Response<Body> {
     let body = serde_json::json!({"error": {
@@ -73,7 +173,7 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let config: Config = state.embedder.config.clone();
+    let config: Config = state.config.clone();
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(config.max_connections));
     let mut builder = http1::Builder::new();
@@ -95,7 +195,7 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(stream);
+        let io = TokioIo::new(WriteTimeout::new(stream, config.write_timeout));
         match slots.clone().try_acquire_owned() {
             Ok(slot) => {
                 let conn = builder.serve_connection(io, TowerToHyperService::new(app.clone()));

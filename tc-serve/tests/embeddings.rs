@@ -1,4 +1,4 @@
-//! The embedding server (`examples/server.rs`) over real HTTP on loopback.
+//! The embedding endpoint of tc-serve over real HTTP on loopback.
 //!
 //! One server is started in-process on 127.0.0.1 with an ephemeral port and
 //! shared by the tests; requests go through a minimal HTTP/1.1 client on
@@ -7,10 +7,7 @@
 //! Inputs are a few short sentences so the tests stay quick on the reference
 //! interpreter too.
 
-#[path = "../examples/server/app.rs"]
-mod app;
-#[path = "../examples/minilm/model.rs"]
-mod model;
+mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,9 +15,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use app::{AppState, Config, Embedder};
-use model::{cosine, model_dir, MiniLm};
+use common::{get_at, minilm_dir as model_dir, post_at, raw_at, Reply};
 use serde_json::{json, Value};
+use tc_serve::app::{self, AppState, Config, Embedder};
+use tc_serve::minilm::{cosine, MiniLm};
 
 const BODY_LIMIT: usize = 64 * 1024;
 
@@ -38,7 +36,8 @@ struct Server {
 fn start(config: Config) -> Server {
     let dir = model_dir().expect("model folder");
     let model = MiniLm::load(&dir).expect("load model");
-    let state = AppState::new(Embedder::new(model, &dir, config).expect("embedder"));
+    let embedder = Embedder::new(model, &dir, config.clone()).expect("embedder");
+    let state = AppState::new(config, Some(embedder), None);
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (done_tx, done) = std::sync::mpsc::channel();
@@ -56,7 +55,7 @@ fn start(config: Config) -> Server {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            app::serve::serve(listener, app, st, shutdown)
+            tc_serve::serve::serve(listener, app, st, shutdown)
                 .await
                 .unwrap();
         });
@@ -85,73 +84,9 @@ fn server() -> &'static Server {
     })
 }
 
-struct Reply {
-    status: u16,
-    headers: String,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-}
-
 /// Send raw header lines and body; read the whole reply (`Connection: close`).
 fn raw(method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Reply {
     raw_at(server().addr, method, path, extra_headers, body)
-}
-
-/// [`raw`] against the server at `addr`.
-fn raw_at(addr: SocketAddr, method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(600)))
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra_headers}\r\n"
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut buf = Vec::new();
-    stream.read_to_end(&mut buf).expect("read reply");
-    parse_reply(buf)
-}
-
-fn parse_reply(buf: Vec<u8>) -> Reply {
-    let text = String::from_utf8(buf).expect("utf-8 reply");
-    let (headers, body) = text.split_once("\r\n\r\n").expect("header/body separator");
-    let status = headers
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status code");
-    let body = if headers
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Reply {
-        status,
-        headers: headers.to_string(),
-        body,
-    }
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((len, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-    out
 }
 
 fn get(path: &str) -> Reply {
@@ -160,14 +95,6 @@ fn get(path: &str) -> Reply {
 
 fn post(path: &str, body: &str) -> Reply {
     post_at(server().addr, path, body)
-}
-
-fn post_at(addr: SocketAddr, path: &str, body: &str) -> Reply {
-    let h = format!(
-        "Content-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    raw_at(addr, "POST", path, &h, body.as_bytes())
 }
 
 fn embed(body: Value) -> Reply {
@@ -250,6 +177,8 @@ fn single_string_input() {
     let direct = server()
         .state
         .embedder
+        .as_ref()
+        .unwrap()
         .embed_padded(&["A man is eating food."], 8, 1)
         .unwrap();
     assert!(cosine(&e[0], &direct[0]) > 0.99999);
@@ -266,7 +195,13 @@ fn batch_input_keeps_order() {
     let e = check_shape(&r, 3);
     // Each answer belongs to its input whatever the chunking (sorted by length).
     for (i, s) in sentences.iter().enumerate() {
-        let alone = server().state.embedder.embed_padded(&[s], 1, 1).unwrap();
+        let alone = server()
+            .state
+            .embedder
+            .as_ref()
+            .unwrap()
+            .embed_padded(&[s], 1, 1)
+            .unwrap();
         for (j, other) in e.iter().enumerate() {
             let c = cosine(&alone[0], other);
             assert_eq!(c > 0.9999, i == j, "input {i} vs answer {j}: cosine {c}");
@@ -294,7 +229,7 @@ fn base64_encoding() {
 
 #[test]
 fn bucket_padding_does_not_change_embeddings() {
-    let e = &server().state.embedder;
+    let e = server().state.embedder.as_ref().unwrap();
     let s = "A man is riding a horse.";
     let alone = e.embed_padded(&[s], 1, 1).unwrap();
     // 9 tokens padded to a 32-token bucket, next to a longer sentence, and
@@ -459,7 +394,13 @@ fn concurrent_requests_all_succeed() {
         .map(|h| h.join().expect("request thread"))
         .collect();
     for (i, s) in sentences.iter().enumerate() {
-        let alone = server().state.embedder.embed_padded(&[s], 1, 1).unwrap();
+        let alone = server()
+            .state
+            .embedder
+            .as_ref()
+            .unwrap()
+            .embed_padded(&[s], 1, 1)
+            .unwrap();
         assert!(cosine(&alone[0], &out[i]) > 0.9999);
     }
 }
@@ -521,9 +462,11 @@ fn wait_until(what: &str, secs: u64, cond: impl Fn() -> bool) {
 
 /// Hold every worker slot: the batcher queues sentences but runs no pass.
 fn hold_workers(s: &Server) -> tokio::sync::OwnedSemaphorePermit {
-    let n = s.state.embedder.config.workers as u32;
+    let n = s.state.config.workers as u32;
     s.state
         .batcher
+        .as_ref()
+        .unwrap()
         .workers
         .clone()
         .try_acquire_many_owned(n)
@@ -598,7 +541,7 @@ fn concurrent_requests_are_merged_into_one_pass() {
     assert_eq!((sizes.count(), sizes.sum()), (1, 8.0));
     // Each answer equals the unbatched one (what a request alone computes:
     // bucket 16, one row), within 1e-6, in its request's order.
-    let e = &s.state.embedder;
+    let e = s.state.embedder.as_ref().unwrap();
     let unbatched = |t: &str| e.embed_padded(&[t], 16, 1).unwrap().remove(0);
     for (i, t) in singles.iter().enumerate() {
         let d = max_abs_diff(&embedding_of(&replies[i], 0), &unbatched(t));
@@ -614,10 +557,6 @@ fn concurrent_requests_are_merged_into_one_pass() {
         "{m}"
     );
     assert!(m.contains("tc_batch_size_bucket{le=\"8\"} 1"), "{m}");
-}
-
-fn get_at(addr: SocketAddr, path: &str) -> Reply {
-    raw_at(addr, "GET", path, "", b"")
 }
 
 #[test]
@@ -787,8 +726,8 @@ fn health_distinguishes_live_from_ready() {
 
 #[test]
 fn batcher_selection_respects_buckets_batch_and_token_budget() {
-    use app::batcher::{select, Job};
     use std::collections::VecDeque;
+    use tc_serve::batcher::{select, Job};
     let job = |len: usize| Job {
         text: String::new(),
         len,
@@ -822,4 +761,58 @@ fn batcher_selection_respects_buckets_batch_and_token_budget() {
     };
     let q: VecDeque<Job> = [5, 40, 6].into_iter().map(job).collect();
     assert_eq!(select(&q, &none), (vec![0, 1, 2], false));
+}
+
+/// A client trickling its body one byte at a time, each byte well within
+/// any gap timeout, is cut off at the whole-body deadline (408), and while
+/// it trickles it holds no concurrency slot: another client's request is
+/// served (with one slot in all, the old gap-only timeout let a trickler
+/// turn every other request into a 503).
+#[test]
+fn a_slow_body_client_holds_no_slot_and_meets_the_whole_body_deadline() {
+    let s = start(Config {
+        workers: 1,
+        max_concurrent_requests: 1,
+        body_read_timeout: Duration::from_secs(2),
+        ..Config::default()
+    });
+    let body = json!({"input": "trickled, one byte at a time"}).to_string();
+    let addr = s.addr;
+    let slow = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        write!(
+            stream,
+            "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        let t = Instant::now();
+        for b in body.as_bytes() {
+            // The server may close the socket at its deadline: stop then.
+            if stream.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+            if t.elapsed() > Duration::from_secs(20) {
+                break;
+            }
+        }
+        let mut buf = Vec::new();
+        let _ = stream.read_to_end(&mut buf);
+        (t.elapsed(), buf)
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    // The trickler is mid-body: another request still gets the slot.
+    let r = embed_at(addr, json!({"input": "Hi"}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (waited, buf) = slow.join().expect("slow client");
+    let reply = common::parse_reply(buf);
+    assert_eq!(reply.status, 408, "{}", reply.body);
+    assert!(
+        waited >= Duration::from_millis(1800) && waited < Duration::from_secs(10),
+        "cut off after {waited:?}"
+    );
 }

@@ -172,20 +172,19 @@ pub mod llama {
         reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
     }
 
-    /// The rest of a layer: attention's output projection and residual,
-    /// then the SwiGLU feed-forward (`down(silu(gate(x)) · up(x))`) and its
-    /// residual.
-    #[tensor_fn(requires(T <= C))]
-    pub fn attend(
+    /// The rest of a layer after attention: the output projection of the
+    /// attention context `ctx` and its residual, then the SwiGLU
+    /// feed-forward (`down(silu(gate(x)) · up(x))`) and its residual. Kept
+    /// apart from attention so that a batched decode step runs it once over
+    /// every sequence's row (the weight matmuls see all rows) while each
+    /// sequence attends to its own cache.
+    #[tensor_fn]
+    pub fn mix(
         x: Tensor![f32; B, S, D],
-        q: Tensor![f32; B, S, D],
-        kc: Tensor![f32; B, KV, C, HD],
-        vc: Tensor![f32; B, KV, C, HD],
-        t: Dim![T],
-        mask: Tensor![f32; S, T],
+        ctx: Tensor![f32; B, S, D],
         l: Layer,
     ) -> Tensor![f32; B, S, D] {
-        let h = x + qmatmul(attention(q, kc, vc, t, mask), l.wo);
+        let h = x + qmatmul(ctx, l.wo);
         let hn = rms_norm(h, l.ffn_norm);
         let g = qmatmul(hn, l.gate);
         h + qmatmul(g * sigmoid(g) * qmatmul(hn, l.up), l.down)
@@ -339,9 +338,114 @@ impl Model {
             // In place: the clones `attend` gets are dropped before the next step.
             kc.update_slice(2, start, &k)?;
             vc.update_slice(2, start, &v)?;
-            x = llama::attend(x, q, kc.clone(), vc.clone(), start + s, m.clone(), l)?;
+            let ctx = llama::attention(q, kc.clone(), vc.clone(), start + s, m.clone())?;
+            x = llama::mix(x, ctx, l)?;
         }
         llama::logits(x, &self.globals)
+    }
+}
+
+/// One sequence's part in a batched decode step ([`Model::step`]).
+pub struct StepSeq<'a> {
+    /// Its KV cache (one `(keys, values)` pair per layer), room for `pos + 1`.
+    pub cache: &'a mut [(Tensor, Tensor)],
+    /// The token to feed.
+    pub token: u32,
+    /// Its position (the number of positions already in the cache).
+    pub pos: usize,
+}
+
+impl Model {
+    /// One decode step of several sequences at once: each feeds one token at
+    /// its own position. The sequences' rows are stacked as the `S` axis of
+    /// one `[1, N, D]` activation, so every weight matmul (`qmatmul`) sees
+    /// all N rows; RoPE takes each row's own position (the cos/sin tables
+    /// are per row); attention runs per sequence against its own cache,
+    /// over exactly its own length (no padding to the longest). Returns the
+    /// logits `[N, V]`, row i for sequence i.
+    ///
+    /// Each row is computed as a one-sequence step computes it: the
+    /// row-wise ops are independent of the row count, and the quantized
+    /// matmul's exact path computes every row with the same kernel
+    /// sequence whatever the number of rows (`tests/batching.rs` checks
+    /// the bits).
+    pub fn step(&self, seqs: &mut [StepSeq<'_>]) -> Result<Tensor, tc::Error> {
+        tc::session(|| self.step_pass(seqs))
+    }
+
+    fn step_pass(&self, seqs: &mut [StepSeq<'_>]) -> Result<Tensor, tc::Error> {
+        use llama::{D, HALF, HD, KV};
+        let n = seqs.len();
+        let ids: Vec<i64> = seqs.iter().map(|q| q.token as i64).collect();
+        let mut x = llama::embed(&self.globals, Tensor::from_vec(&[1, n], ids)?)?;
+        let mut cos = Vec::with_capacity(n * HALF);
+        let mut sin = Vec::with_capacity(n * HALF);
+        for q in seqs.iter() {
+            let (c, s) = self.rope_tables(q.pos, 1)?;
+            cos.extend_from_slice(c.as_slice::<f32>()?);
+            sin.extend_from_slice(s.as_slice::<f32>()?);
+        }
+        let cos = Tensor::from_vec(&[n, HALF], cos)?;
+        let sin = Tensor::from_vec(&[n, HALF], sin)?;
+        // A decode query sees every key of its own sequence: an all-zero mask.
+        let masks = seqs
+            .iter()
+            .map(|q| Tensor::from_vec(&[1, q.pos + 1], vec![0f32; q.pos + 1]))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (li, l) in self.layers.iter().enumerate() {
+            let xn = llama::attn_input(x.clone(), l)?;
+            let q = llama::queries(xn.clone(), cos.clone(), sin.clone(), l)?;
+            let k = llama::keys(xn.clone(), cos.clone(), sin.clone(), l)?;
+            let v = llama::values(xn, l)?;
+            // `[1, KV, N, HD]`: sequence i's key is head h's row i.
+            let (kd, vd, qd) = (
+                k.as_slice::<f32>()?,
+                v.as_slice::<f32>()?,
+                q.as_slice::<f32>()?,
+            );
+            let mut ctx = Vec::with_capacity(n * D);
+            for (i, sq) in seqs.iter_mut().enumerate() {
+                let row = |d: &[f32]| {
+                    let mut out = Vec::with_capacity(KV * HD);
+                    for h in 0..KV {
+                        out.extend_from_slice(&d[(h * n + i) * HD..(h * n + i + 1) * HD]);
+                    }
+                    Tensor::from_vec(&[1, KV, 1, HD], out)
+                };
+                let (kc, vc) = sq
+                    .cache
+                    .get_mut(li)
+                    .ok_or_else(|| tc::Error::Malformed("a cache without this layer".into()))?;
+                kc.update_slice(2, sq.pos, &row(kd)?)?;
+                vc.update_slice(2, sq.pos, &row(vd)?)?;
+                let qi = Tensor::from_slice(&[1, 1, D], &qd[i * D..(i + 1) * D])?;
+                let c = llama::attention(qi, kc.clone(), vc.clone(), sq.pos + 1, masks[i].clone())?;
+                ctx.extend_from_slice(c.as_slice::<f32>()?);
+            }
+            x = llama::mix(x, Tensor::from_vec(&[1, n, D], ctx)?, l)?;
+        }
+        // `[N, 1, D]`: the logits of every row (each its own last position).
+        llama::logits(x.reshape(&[n, 1, D])?, &self.globals)
+    }
+
+    /// Bytes of a KV cache with room for `capacity` positions.
+    pub fn cache_bytes(&self, capacity: usize) -> usize {
+        2 * self.layers.len() * llama::KV * capacity * llama::HD * std::mem::size_of::<f32>()
+    }
+
+    /// `cache` moved into a larger one with room for `capacity` positions
+    /// (its first positions copied over).
+    pub fn grow_cache(
+        &self,
+        cache: &[(Tensor, Tensor)],
+        capacity: usize,
+    ) -> Result<Vec<(Tensor, Tensor)>, tc::Error> {
+        let mut bigger = self.cache(capacity)?;
+        for ((nk, nv), (k, v)) in bigger.iter_mut().zip(cache) {
+            nk.update_slice(2, 0, k)?;
+            nv.update_slice(2, 0, v)?;
+        }
+        Ok(bigger)
     }
 }
 
@@ -353,10 +457,17 @@ fn mask(s: usize, t: usize) -> Result<Tensor, tc::Error> {
     Tensor::from_vec(&[s, t], data)
 }
 
-/// The fetched model file (scripts/fetch-smollm2.sh).
+/// The fetched model file (scripts/fetch-smollm2.sh), under the workspace
+/// root: this file is compiled into the facade's example and test (whose
+/// manifest is the root) and into tc-serve (whose manifest is a folder
+/// below it), so the folder holding `models/` is searched upwards.
 pub fn default_model_path() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    const REL: &str = "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .find(|d| d.join("scripts/fetch-smollm2.sh").exists())
+        .unwrap_or(here)
+        .join(REL)
 }
 
 /// The tokenizer's parts from the GGUF metadata (`tokenizer.ggml.*`).

@@ -1,0 +1,117 @@
+//! The tc-serve binary as a process: a real SIGTERM (`kill -TERM`) with
+//! streams in flight drains them and exits 0; a client's `x-request-id`
+//! cannot forge fields in the text log format.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{get_at, post_at, sse_data, Process};
+use serde_json::json;
+
+fn gguf() -> String {
+    common::smollm2_path().display().to_string()
+}
+
+/// Wait for the process to exit, at most `secs` seconds.
+fn wait_exit(p: &mut Process, secs: u64) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = p.child.try_wait().expect("wait") {
+            return s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "no exit after {secs} s:\n{}",
+            p.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_drains_the_running_streams_then_exits_0() {
+    let mut p = Process::spawn(&["--model", &gguf(), "--threads", "2"]);
+    let addr = p.addr;
+    let n = 4;
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let body = json!({"messages": [{"role": "user", "content": format!("List {} fruits.", i + 3)}],
+                                  "max_tokens": 40, "temperature": 0, "stream": true});
+                post_at(addr, "/v1/chat/completions", &body.to_string())
+            })
+        })
+        .collect();
+    // Every stream admitted and decoding.
+    let t = Instant::now();
+    loop {
+        let m = get_at(addr, "/metrics").body;
+        let running = common::metric(&m, "tc_gen_running_sequences");
+        let tokens = common::metric(&m, "tc_gen_generated_tokens_total");
+        if running == n as f64 && tokens >= n as f64 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "streams did not start:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    p.signal("TERM");
+    for t in threads {
+        let r = t.join().expect("client");
+        assert_eq!(r.status, 200, "{}", r.body);
+        let data = sse_data(&r.body);
+        assert_eq!(
+            data.last().map(String::as_str),
+            Some("[DONE]"),
+            "{}",
+            r.body
+        );
+        let last: serde_json::Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+        assert!(
+            last["choices"][0]["finish_reason"].is_string(),
+            "{}",
+            r.body
+        );
+    }
+    let status = wait_exit(&mut p, 60);
+    assert_eq!(status.code(), Some(0), "{}", p.logs());
+    let logs = p.logs();
+    assert!(logs.contains("SIGTERM"), "{logs}");
+    assert!(logs.contains("drained"), "{logs}");
+}
+
+#[test]
+fn a_request_id_cannot_forge_log_fields() {
+    let mut p = Process::spawn(&["--model", &gguf()]);
+    let forged = r#"evil" status=200 route=/forged x="#;
+    let r = common::raw_at(
+        p.addr,
+        "GET",
+        "/health",
+        &format!("x-request-id: {forged}\r\n"),
+        b"",
+    );
+    assert_eq!(r.status, 200);
+    p.signal("TERM");
+    wait_exit(&mut p, 60);
+    let logs = p.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("tc_server::request") && l.contains("evil"))
+        .unwrap_or_else(|| panic!("no request line:\n{logs}"));
+    // The id is one quoted, escaped value; the real fields follow it.
+    assert!(
+        line.contains(r#"id="evil\" status=200 route=/forged x=""#),
+        "{line}"
+    );
+    assert!(
+        line.contains("route=\"/health\"") || line.contains("route=/health"),
+        "{line}"
+    );
+    let after_id = line.split(r#"route=/forged x=""#).nth(1).unwrap_or("");
+    assert!(after_id.contains("status=200"), "{line}");
+    assert_eq!(line.matches(" route=").count(), 2, "{line}");
+}
