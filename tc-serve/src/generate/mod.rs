@@ -115,6 +115,8 @@ pub struct Job {
     pub sampler: SamplerConfig,
     /// Stop sequences (non-empty strings).
     pub stop: Vec<String>,
+    /// Keep generating past the end-of-sequence token (load tests).
+    pub ignore_eos: bool,
     /// Where the events go; closed when the client is gone.
     pub events: tmpsc::UnboundedSender<Event>,
     /// When it was submitted.

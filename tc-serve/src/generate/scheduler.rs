@@ -312,7 +312,7 @@ fn emit(s: &mut Seq, id: u32, tok: &ChatTokenizer, eos: u32, stats: &GenStats) {
         Some(t) => stats.observe_itl((now - t).as_secs_f64()),
     }
     s.last_token_at = Some(now);
-    if id == eos {
+    if id == eos && !s.job.ignore_eos {
         finish(s, Finish::Stop, stats);
         return;
     }
