@@ -39,7 +39,8 @@ pub fn body_200() -> Function {
     let x = b.param("x", Type::tensor(Dtype::F32, bsd.clone()));
     let w = b.param("w", Type::tensor(Dtype::F32, vec![v("B"), v("E"), v("D")]));
     let y = b.param("y", Type::tensor(Dtype::F32, vec![v("B"), v("T"), v("D")]));
-    b.declare("H");
+    // The head count is passed as a size, so a call binds it (Section 2 §17).
+    b.param("heads", Type::Dim(v("H")));
     b.requires(Pred::eq(v("D").rem(&v("H")), 0));
     b.requires(Pred::eq("E", "D"));
     b.requires(Pred::eq("T", "S"));

@@ -48,6 +48,12 @@ fn td(dt: Dtype, dims: Vec<Dim>) -> Type {
     Type::tensor(dt, dims)
 }
 
+/// A dim parameter `Dim![name]`: binds `name` at a call (Section 2 §17),
+/// as a variable the body's rules may use but no tensor parameter has.
+fn bind(b: &mut FnBuilder, name: &str) {
+    b.param(&format!("dim_{name}"), Type::Dim(v(name)));
+}
+
 fn no_sigs() -> Signatures {
     Signatures::new()
 }
@@ -945,7 +951,7 @@ fn reshape_accepted() {
     // Step 2: Z3 with Γ's facts (S = 2·T).
     let mut b = fb();
     let x = b.param("x", f32s("B, S"));
-    b.declare("T");
+    bind(&mut b, "T");
     b.requires(Pred::eq(v("S"), v("T") * 2));
     let y = b.op(Op::Reshape(sh("B, T, 2"), x));
     assert_eq!(accept(b, y, f32s("B, T, 2")), "Tensor[f32; B, T, 2]");
@@ -973,7 +979,7 @@ fn reshape_volume_unprovable() {
     // A fresh variable with no relationship to the source.
     let mut b = fb();
     let x = b.param("x", f32s("B, S"));
-    b.declare("T");
+    bind(&mut b, "T");
     let y = b.op(Op::Reshape(sh("B, T"), x));
     let d = reject(&b, y);
     expect(
@@ -1028,13 +1034,20 @@ fn broadcast_accepted() {
     for (from, to) in [("S", "B, S"), ("1, D", "B, S, D"), ("B, 1", "B, 7")] {
         let mut b = fb();
         let x = b.param("x", f32s(from));
+        // The new leading dims are bound by dim parameters.
+        for d in sh(to) {
+            if let Some(n) = d.as_var().filter(|n| !sh(from).contains(&v(n))) {
+                bind(&mut b, n);
+            }
+        }
         let y = b.op(Op::Broadcast(sh(to), x));
         assert_eq!(accept(b, y, f32s(to)), format!("Tensor[f32; {to}]"));
     }
     // N = 1 proven from the facts, and d = d' proven from the facts.
     let mut b = fb();
     let x = b.param("x", f32s("N, S"));
-    b.declare("T");
+    bind(&mut b, "T");
+    bind(&mut b, "B");
     b.requires(Pred::eq("N", 1));
     b.requires(Pred::eq("S", "T"));
     let y = b.op(Op::Broadcast(sh("B, T"), x));
@@ -1046,8 +1059,8 @@ fn broadcast_of_non_one_dim() {
     // S is neither 1 nor T: the counterexample must break both (S ≠ 1, S ≠ T).
     let mut b = fb();
     let x = b.param("x", f32s("S"));
-    b.declare("B");
-    b.declare("T");
+    bind(&mut b, "B");
+    bind(&mut b, "T");
     let y = b.op(Op::Broadcast(sh("B, T"), x));
     expect(
         &reject(&b, y),
@@ -1061,7 +1074,7 @@ fn broadcast_of_non_one_dim() {
     // so the witness is the one against `S = T`.
     let mut b = fb();
     let x = b.param("x", f32s("S"));
-    b.declare("T");
+    bind(&mut b, "T");
     b.requires(Pred::or([Pred::eq("S", 1), Pred::eq("S", "T")]));
     let y = b.op(Op::Broadcast(sh("T"), x));
     expect(
@@ -1346,6 +1359,7 @@ fn topk_accepted() {
     // A sampler's top-k over the vocabulary, K ≤ V stated.
     let mut b = fb();
     let x = b.param("x", f32s("B, V"));
+    bind(&mut b, "K");
     b.requires(Pred::le("K", "V"));
     let y = topk(&mut b, v("K"), 1, false, x);
     assert_eq!(accept(b, y, f32s("B, K")), "Tensor[f32; B, K]");
@@ -1411,6 +1425,7 @@ fn pad_rule() {
     };
     let mut b = fb();
     let x = b.param("x", f32s("B, S"));
+    bind(&mut b, "P");
     let y = pad(&mut b, c(1), v("P"), Scalar::Float(0.0), x);
     let out = td(Dtype::F32, vec![v("B"), v("S") + v("P") + 1]);
     assert_eq!(accept(b, y, out), "Tensor[f32; B, P + S + 1]");
@@ -1524,7 +1539,7 @@ fn gather_rejected() {
 fn division_by_variable_accepted() {
     let mut b = fb();
     let x = b.param("x", f32s("B, S, D"));
-    b.declare("H");
+    bind(&mut b, "H");
     b.requires(Pred::eq(v("D").rem(&v("H")), 0));
     let target = vec![v("B"), v("S"), v("H"), v("D").div(&v("H"))];
     let y = b.op(Op::Reshape(target.clone(), x));
@@ -1535,7 +1550,7 @@ fn division_by_variable_accepted() {
     // The quotient is an ordinary dim afterwards: reshape back to D.
     let mut b = fb();
     let x = b.param("x", f32s("B, D"));
-    b.declare("H");
+    bind(&mut b, "H");
     b.requires(Pred::eq(v("D").rem(&v("H")), 0));
     let r = b.op(Op::Reshape(vec![v("B"), v("H"), v("D").div(&v("H"))], x));
     let y = b.op(Op::Reshape(sh("B, D"), r));
@@ -1543,7 +1558,7 @@ fn division_by_variable_accepted() {
     // A stronger fact (D = 8·H) proves divisibility through Z3.
     let mut b = fb();
     let x = b.param("x", f32s("D"));
-    b.declare("H");
+    bind(&mut b, "H");
     b.requires(Pred::eq(v("D"), v("H") * 8));
     let target = vec![v("H"), v("D").div(&v("H"))];
     let y = b.op(Op::Reshape(target.clone(), x));
@@ -1558,7 +1573,7 @@ fn division_by_variable_rejected() {
     // D / H without D % H == 0, in an op attribute.
     let mut b = fb();
     let x = b.param("x", f32s("B, S, D"));
-    b.declare("H");
+    bind(&mut b, "H");
     let target = vec![v("B"), v("S"), v("H"), v("D").div(&v("H"))];
     let y = b.op(Op::Reshape(target, x));
     let d = reject(&b, y);
@@ -1576,7 +1591,7 @@ fn division_by_variable_rejected() {
     // A weaker fact (D even) is not enough: D = 2, H = 3.
     let mut b = fb();
     let x = b.param("x", f32s("D"));
-    b.declare("H");
+    bind(&mut b, "H");
     b.requires(Pred::eq(v("D").rem(&c(2)), 0));
     let y = b.op(Op::Reshape(vec![v("H"), v("D").div(&v("H"))], x));
     expect(
@@ -1588,8 +1603,6 @@ fn division_by_variable_rejected() {
     );
     // In a parameter type of the signature.
     let mut b = fb();
-    b.declare("D");
-    b.declare("H");
     // D and H get dims of their own, so a call can infer them (Section 2 §17).
     b.param("d", f32s("D"));
     b.param("h", f32s("H"));
@@ -1612,15 +1625,15 @@ fn division_by_variable_rejected() {
 fn axioms_accepted() {
     let mut b = fb();
     let x = b.param("x", f32s("X, Y"));
-    b.declare("P");
+    bind(&mut b, "P");
     b.axiom(Pred::eq(v("P"), v("X") * v("Y")));
     let y = b.op(Op::Reshape(sh("P"), x));
     assert_eq!(accept(b, y, f32s("P")), "Tensor[f32; P]");
     // An axiom relating two products.
     let mut b = fb();
     let x = b.param("x", f32s("A, C"));
-    b.declare("E");
-    b.declare("F");
+    bind(&mut b, "E");
+    bind(&mut b, "F");
     b.axiom(Pred::eq(v("A") * v("C"), v("E") * v("F")));
     let y = b.op(Op::Reshape(sh("E, F"), x));
     assert_eq!(accept(b, y, f32s("E, F")), "Tensor[f32; E, F]");
@@ -1631,7 +1644,7 @@ fn axioms_rejected() {
     // Without the axiom.
     let mut b = fb();
     let x = b.param("x", f32s("X, Y"));
-    b.declare("P");
+    bind(&mut b, "P");
     let y = b.op(Op::Reshape(sh("P"), x));
     expect(
         &reject(&b, y),
@@ -1643,7 +1656,7 @@ fn axioms_rejected() {
     // An axiom that does not give the needed product.
     let mut b = fb();
     let x = b.param("x", f32s("X, Y"));
-    b.declare("P");
+    bind(&mut b, "P");
     b.axiom(Pred::eq(v("P"), v("X") * v("Y") * 2));
     let y = b.op(Op::Reshape(sh("P"), x));
     expect(
@@ -1656,7 +1669,7 @@ fn axioms_rejected() {
     // The same product as a `requires` (not an axiom) is outside Presburger.
     let mut b = fb();
     let x = b.param("x", f32s("X, Y"));
-    b.declare("P");
+    bind(&mut b, "P");
     let r = b.requires(Pred::eq(v("P"), v("X") * v("Y")));
     let y = b.op(Op::Reshape(sh("P"), x));
     let f = b.finish(y);
@@ -2097,7 +2110,7 @@ fn annotated_let() {
     // A different shape at the annotation.
     let mut b = fb();
     let x = b.param("x", f32s("B, S"));
-    b.declare("T");
+    bind(&mut b, "T");
     let y = b.op_annot(Op::Unary(UnaryOp::Relu, x), f32s("B, T"));
     b.returns(f32s("B, T"));
     expect(
@@ -2165,8 +2178,8 @@ impl Drop for BudgetGuard {
 fn nonlinear_reshape() -> (FnBuilder, Value) {
     let mut b = fb();
     let x = b.param("x", f32s("X, Y, Z"));
-    b.declare("P");
-    b.declare("Q");
+    bind(&mut b, "P");
+    bind(&mut b, "Q");
     b.requires(Pred::eq(v("X"), v("Y") * 3 + v("Z") * 5 + 7));
     b.requires(Pred::eq(v("P"), v("Y") * 3 + 7));
     b.requires(Pred::eq(v("Q"), v("Z") * 5));
@@ -2257,7 +2270,7 @@ fn poisoned_values_do_not_cascade() {
     let r = unary(&mut b, UnaryOp::Relu, m);
     let s = bin(&mut b, BinaryOp::Add, r, x); // would be a shape error, but r is poisoned
     let t2 = reduce(&mut b, ReduceOp::Max, &[7], false, s); // would be an axis error
-    b.returns(t(Dtype::I8, "Q")); // would be a return error
+    b.returns(t(Dtype::I8, "N")); // would be a return error
     let f = b.clone().finish(t2);
     let es = check_function(&f, &no_sigs()).unwrap_err();
     assert_eq!(es.len(), 1, "{}", render(&es));

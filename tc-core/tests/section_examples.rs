@@ -51,6 +51,12 @@ fn ctx(vars: &[&str]) -> Ctx {
     g
 }
 
+/// A dim parameter `Dim![name]`: a variable the signature's tensors do not
+/// carry is passed as a size, so a call binds it (Section 2 §17).
+fn bind(b: &mut FnBuilder, name: &str) {
+    b.param(&format!("dim_{name}"), Type::Dim(v(name)));
+}
+
 fn check(f: &Function, sigs: &Signatures) -> Result<Checked, Vec<Diagnostic>> {
     check_function(f, sigs)
 }
@@ -306,10 +312,10 @@ fn s1_reshape_conservation_by_polynomial() {
 fn reshape_products(requires_eq: bool) -> (FnBuilder, Value) {
     let mut b = FnBuilder::new("reshape");
     let x = b.param("x", f32s("A, C"));
-    b.declare("E");
-    b.declare("F");
-    b.declare("Pin");
-    b.declare("Pout");
+    bind(&mut b, "E");
+    bind(&mut b, "F");
+    bind(&mut b, "Pin");
+    bind(&mut b, "Pout");
     b.axiom(Pred::eq(v("Pin"), v("A") * v("C")));
     b.axiom(Pred::eq(v("Pout"), v("E") * v("F")));
     if requires_eq {
@@ -360,7 +366,7 @@ fn s1_reshape_products_need_the_escape_hatch() {
     // With a fresh P and the axiom P = S·D, the same reshape checks.
     let mut b = FnBuilder::new("reshape");
     let x = b.param("x", f32s("B, S, D"));
-    b.declare("P");
+    bind(&mut b, "P");
     b.axiom(Pred::eq(v("P"), v("S") * v("D")));
     b.returns(f32s("B, P"));
     let y = b.op(Op::Reshape(sh("B, P"), x));
@@ -369,6 +375,7 @@ fn s1_reshape_products_need_the_escape_hatch() {
     // Without the axiom: the exact counterexample.
     let mut b = FnBuilder::new("reshape");
     let x = b.param("x", f32s("B, S, D"));
+    bind(&mut b, "P");
     b.returns(f32s("B, P"));
     let y = b.op(Op::Reshape(sh("B, P"), x));
     let e = one_err(&b.finish(y), &Signatures::new());
@@ -382,7 +389,7 @@ fn s1_reshape_products_need_the_escape_hatch() {
 fn split_heads(with_requires: bool) -> (FnBuilder, Value) {
     let mut b = FnBuilder::new("splitHeads");
     let x = b.param("x", f32s("B, S, D"));
-    b.declare("H");
+    bind(&mut b, "H");
     if with_requires {
         b.requires(Pred::eq(v("D").rem(&v("H")), 0));
     }
@@ -397,7 +404,8 @@ fn split_heads(with_requires: bool) -> (FnBuilder, Value) {
 fn s1_split_heads_with_divisibility() {
     let (b, y) = split_heads(true);
     let c = ok(&b.finish(y), &Signatures::new());
-    assert_eq!(ty_of(&c, Value(1)), "Tensor[f32; B, S, H, D / H]");
+    // v0 is x, v1 the dim parameter `H`, v2 the reshape.
+    assert_eq!(ty_of(&c, Value(2)), "Tensor[f32; B, S, H, D / H]");
     assert_eq!(ty_of(&c, y), "Tensor[f32; B, H, S, D / H]");
 }
 
@@ -450,11 +458,29 @@ fn s1_split_heads_by_a_constant() {
 
 #[test]
 fn s1_split_heads_call_site() {
-    let (b, y) = split_heads(true);
+    // Section 1 §7's signature as written, `H` bound by the ∀ alone: H
+    // appears only in the result and `requires`, so no call can infer it
+    // (Section 2 §17 unification binds bare parameter dims). Formation
+    // refuses it (E0102; `split_heads` passes H as a dim parameter)...
+    let mut b = FnBuilder::new("splitHeads");
+    let x = b.param("x", f32s("B, S, D"));
+    b.declare("H");
+    b.requires(Pred::eq(v("D").rem(&v("H")), 0));
+    let dh = v("D").div(&v("H"));
+    b.returns(ten(Dtype::F32, vec![v("B"), v("H"), v("S"), dh.clone()]));
+    let r = b.op(Op::Reshape(vec![v("B"), v("S"), v("H"), dh], x));
+    let y = b.op(Op::Transpose(vec![0, 2, 1, 3], r));
+    let f = b.finish(y);
+    let formed = check_signature(&f.sig);
+    assert_eq!(formed.len(), 1, "{formed:#?}");
+    assert_eq!(formed[0].code, codes::UNBOUND_VAR);
+    assert!(formed[0]
+        .message
+        .contains("`H` occurs in no parameter's dims"));
+    // ...and a caller that sees it anyway (signatures inserted unformed)
+    // is refused at the call.
     let mut sigs = Signatures::new();
-    sigs.insert("splitHeads".into(), b.finish(y).sig);
-    // H appears only in the result and `requires`: it cannot be inferred from
-    // the arguments (Section 2 §17 unification binds bare parameter dims).
+    sigs.insert("splitHeads".into(), f.sig);
     let mut c = FnBuilder::new("caller");
     let x = c.param("x", f32s("B, S, D"));
     c.returns(f32s("B, S, D"));

@@ -30,7 +30,8 @@ fn matmul_contraction_mismatch() {
 fn split_heads_reshape() {
     let mut b = FnBuilder::new("split");
     let x = b.param("x", t(Dtype::F32, &["B", "S", "D"]));
-    b.declare("H");
+    // H is passed as a size: a call binds it (Section 2 §17).
+    b.param("heads", Type::Dim(Dim::var("H")));
     b.requires(Pred::eq(Dim::var("D").rem(&Dim::var("H")), 0));
     let dh = Dim::var("D").div(&Dim::var("H"));
     let shape = vec![Dim::var("B"), Dim::var("S"), Dim::var("H"), dh.clone()];

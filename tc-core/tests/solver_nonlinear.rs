@@ -31,9 +31,20 @@ fn vars(names: &str) -> Vec<Dim> {
 fn reshape(input: Vec<Dim>, target: Vec<Dim>, req: &[Pred], ax: &[Pred]) -> Function {
     let mut b = FnBuilder::new("f");
     let x = b.param("x", f32t(input));
+    // Variables the input does not carry are passed as sizes (dim
+    // parameters), so a call binds them (Section 2 §17).
+    let mut bound = b
+        .sig()
+        .vars
+        .iter()
+        .map(|v| v.name.clone())
+        .collect::<Vec<_>>();
     for p in req.iter().chain(ax) {
         for n in p.vars() {
-            b.declare(&n);
+            if !bound.contains(&n) {
+                b.param(&format!("dim_{n}"), Type::Dim(v(&n)));
+                bound.push(n);
+            }
         }
     }
     for p in req {

@@ -46,7 +46,28 @@ impl Checker<'_> {
                 continue;
             }
             let Some((d, span)) = tensor_dims().find(|(d, _)| d.vars().contains(&v.name)) else {
-                continue; // not in a parameter: `names_bound` reports it
+                // In no parameter dim at all. `names_bound` cannot report
+                // it: Γ binds every name of `sig.vars`, and a builder
+                // (`FnBuilder::declare`, `returns`) puts names there that
+                // only `requires`, a refinement, an axiom or the return
+                // type mention. Section 2 §17 binds a call's σ from the
+                // parameters alone, so no call could bind it.
+                self.err(
+                    Diagnostic::new(
+                        codes::UNBOUND_VAR,
+                        R_FORM,
+                        first_mention(sig, &v.name),
+                        format!(
+                            "shape variable `{}` occurs in no parameter's dims, so a call cannot bind it",
+                            v.name
+                        ),
+                    )
+                    .help(format!(
+                        "bind `{}` through a tensor parameter's dim or a dim parameter (`Dim![{}]`), or remove it",
+                        v.name, v.name
+                    )),
+                );
+                continue;
             };
             self.err(
                 Diagnostic::new(
@@ -222,6 +243,33 @@ impl Checker<'_> {
         }
         keep
     }
+}
+
+/// Where a signature first mentions `var` outside its parameters' dims:
+/// a refinement, a `requires`, an axiom, the return type; else its name.
+fn first_mention(sig: &Signature, var: &str) -> SpanId {
+    let names = |p: &Pred| p.vars().contains(var);
+    for p in &sig.params {
+        if let Type::Tensor(t) = &p.ty {
+            if let Some(i) = t.refs.iter().position(names) {
+                return p.ref_spans.get(i).copied().unwrap_or(p.span);
+            }
+        }
+    }
+    if let Some(r) = sig
+        .requires
+        .iter()
+        .chain(&sig.axioms)
+        .find(|r| names(&r.node))
+    {
+        return r.span;
+    }
+    if let Type::Tensor(t) = &sig.ret {
+        if let Some(i) = t.shape.iter().position(|d| d.vars().contains(var)) {
+            return sig.ret_dim_spans.get(i).copied().unwrap_or(sig.ret_span);
+        }
+    }
+    sig.span
 }
 
 /// One predicate a signature states, where, and whose it is.
