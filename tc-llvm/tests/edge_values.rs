@@ -250,13 +250,22 @@ fn assert_same_bits(what: &str, got: &Tensor, want: &Tensor) {
     }
 }
 
-/// `|jit − interp| ≤ TOLERANCE` on F32, NaN for NaN.
+/// `|jit − interp| ≤ TOLERANCE` on F32, NaN for NaN, and a zero of the
+/// interpreter's sign where both are zero: `−0 == +0` numerically, but
+/// `1 / x` tells them apart (±∞), so the tolerance never covers a sign.
 fn assert_tolerance(what: &str, got: &Tensor, want: &Tensor) {
     let (r, a) = tc_llvm::TOLERANCE;
     for i in 0..want.numel() {
         let (g, w) = (fval(got, i).unwrap(), fval(want, i).unwrap());
         let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= r * w.abs() + a;
         assert!(ok, "{what}: element {i}: jit {g:?} vs interpreter {w:?}");
+        if g == 0.0 && w == 0.0 {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{what}: element {i}: jit {g:?} vs interpreter {w:?} (sign of zero)"
+            );
+        }
     }
 }
 
@@ -757,6 +766,69 @@ fn fast_approximations_at_their_edges() {
                 // Subnormal results: within two units of the last place.
                 let d = (g.to_bits() as i64 - w.to_bits() as i64).abs();
                 assert!(d <= 2, "exp({xi}) = {g:?}, want {w:?}");
+            }
+        }
+    }
+}
+
+/// Signed zeros and values near zero through every float unary op, in
+/// every mode (fast math on and off): the result has the interpreter's sign
+/// wherever the interpreter's is not a NaN (an odd function such as `tanh`,
+/// `erf`, `gelu` keeps the sign of its argument, so `1 / f(−0)` is −∞),
+/// a ±0 argument gives exactly the interpreter's bits (every op is exact
+/// there), and the rest is within the op's tolerance. A fast polynomial
+/// `x + x·p(x²)` turns −0 into +0 unless its sign is restored.
+#[test]
+fn signed_zeros_and_tiny_values_keep_their_sign() {
+    let mut xs = vec![0.0f32, -0.0];
+    for m in [
+        f32::from_bits(1),
+        f32::from_bits(0x007F_FFFF),
+        f32::MIN_POSITIVE,
+        1e-30,
+        1e-20,
+        1e-10,
+        1e-7,
+        1e-4,
+        0.01,
+    ] {
+        xs.extend([m, -m]);
+    }
+    let n = xs.len();
+    let x = Tensor::from_vec(&[1, n], xs.clone()).unwrap();
+    let args: Vec<Arg> = vec![x.into()];
+    for op in UnaryOp::ALL {
+        if !op.admits(Dtype::F32) {
+            continue;
+        }
+        let f = unary_fn(op, Dtype::F32);
+        let want = interp(&f, &args).unwrap();
+        for m in modes() {
+            let got = run(&m, &f, &args);
+            let what = format!("{} ({})", op.name(), m.name);
+            for (i, &xi) in xs.iter().enumerate() {
+                let (g, w) = (fval(&got, i).unwrap(), fval(&want, i).unwrap());
+                if w.is_nan() {
+                    assert!(g.is_nan(), "{what}({xi:e}) = {g:e}, interpreter NaN");
+                    continue;
+                }
+                assert_eq!(
+                    g.is_sign_negative(),
+                    w.is_sign_negative(),
+                    "{what}({xi:e}) = {g:e}, interpreter {w:e}: the sign differs"
+                );
+                if xi == 0.0 {
+                    assert_eq!(
+                        g.to_bits(),
+                        w.to_bits(),
+                        "{what}({xi:e}) = {g:e}, interpreter {w:e}"
+                    );
+                }
+            }
+            if m.config.options.fast_math && is_fast_transcendental(op) {
+                assert_tolerance(&what, &got, &want);
+            } else {
+                assert_same_bits(&what, &got, &want);
             }
         }
     }

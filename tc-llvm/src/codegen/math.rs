@@ -230,6 +230,10 @@ impl<'a> Gen<'a> {
     /// `1 − 2/(e^{2|x|}+1)` above). Error bound: relative ≤ 2 ulp below
     /// 0.625 (subnormals: tanh x = x exactly), absolute ≤ 3e-7 above (the
     /// [`Self::fast_exp`] error through `2/(e+1)`); ±1 at ±∞, NaN kept.
+    /// The sign is the argument's (Section 4 §5.1: the scalar tanh, which
+    /// is odd; the interpreter's `tanh(−0)` is −0): `x + x·p(x²)` is +0 at
+    /// −0 (`−0 + +0`), so the result takes `x`'s sign through `copysign`,
+    /// which also keeps a −0 that fast-math flags let LLVM fold to +0.
     pub(super) fn fast_tanh(&mut self, x: &V) -> V {
         let ax = self.llvm_f32("fabs", &[x]);
         let z = self.b.fmul(x, x);
@@ -256,7 +260,8 @@ impl<'a> Gen<'a> {
         let large = self.llvm_f32("copysign", &[&l, x]);
         let c = self.const_f32(0.625);
         let is_small = self.b.fcmp("olt", &ax, &c);
-        self.b.select(&is_small, &small, &large)
+        let r = self.b.select(&is_small, &small, &large);
+        self.llvm_f32("copysign", &[&r, x])
     }
 
     /// Fast f32 `erf`: the rational approximation on [-4, 4] used by Eigen
