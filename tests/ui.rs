@@ -35,3 +35,45 @@ fn ui() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/solver/*.rs");
 }
+
+/// Every compile error tc reports carries a stable code with an entry in
+/// docs/errors.md: each `error:` line of every recorded `.stderr` starts
+/// with `[Ennnn]`, and that code is a known one. (rustc's own errors, which
+/// some cases record after tc's, are `error[Ennnn]:`.)
+#[test]
+fn every_recorded_error_has_a_code() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
+    let mut uncoded = Vec::new();
+    let mut seen = 0;
+    for category in std::fs::read_dir(&root).unwrap() {
+        let dir = category.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&dir).unwrap() {
+            let path = file.unwrap().path();
+            if path.extension().is_none_or(|e| e != "stderr") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| l.starts_with("error: ")) {
+                seen += 1;
+                let code = line.strip_prefix("error: [").and_then(|rest| rest.get(..5));
+                let known = code.is_some_and(|c| tc::core::diag::codes::ALL.contains(&c));
+                if !known {
+                    uncoded.push(format!("{}: {line}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        seen > 100,
+        "only {seen} recorded errors found under {}",
+        root.display()
+    );
+    assert!(
+        uncoded.is_empty(),
+        "errors without a known code:\n{}",
+        uncoded.join("\n")
+    );
+}

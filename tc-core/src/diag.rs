@@ -220,9 +220,26 @@ pub mod codes {
     pub const SOLVER_UNKNOWN: &str = "E0501";
     /// The IR itself is malformed (verifier).
     pub const MALFORMED_IR: &str = "E0601";
+    /// The macro itself failed (a bug in tc-macros, reported instead of a
+    /// crash of rustc).
+    pub const INTERNAL: &str = "E0602";
     /// Macro input nested too deeply or too long for the compiler's stack
     /// (docs/syntax.md, "Size limits").
     pub const INPUT_LIMIT: &str = "E0701";
+    /// A Rust construct that is not part of the tensor_fn body language
+    /// (docs/syntax.md): `if`, loops, indexing, macros, `mut`, statements.
+    pub const UNSUPPORTED: &str = "E0702";
+    /// A malformed tensor fn, module or attribute: qualifiers, generics,
+    /// parameter and return types, `requires`/`axiom` syntax, dim syntax.
+    pub const ITEM_FORM: &str = "E0703";
+    /// A dtype name that is not one of tc's (Section 1 §1).
+    pub const UNKNOWN_DTYPE: &str = "E0704";
+    /// A built-in op called with the wrong number or form of arguments (an
+    /// axis, shape, permutation or step that is not a literal list).
+    pub const OP_ARGUMENTS: &str = "E0705";
+    /// A `#[tensor_params]` struct or its use: field types, attributes,
+    /// unknown fields, the struct used as a value.
+    pub const PARAMS_STRUCT: &str = "E0706";
 
     /// Every code, in order: the error index (docs/errors.md) documents
     /// each one, which `tc-core/tests/error_index.rs` checks.
@@ -259,7 +276,13 @@ pub mod codes {
         RECURSION,
         SOLVER_UNKNOWN,
         MALFORMED_IR,
+        INTERNAL,
         INPUT_LIMIT,
+        UNSUPPORTED,
+        ITEM_FORM,
+        UNKNOWN_DTYPE,
+        OP_ARGUMENTS,
+        PARAMS_STRUCT,
     ];
 
     /// Where the error index documents `code` (`docs/errors.md#e0204`).

@@ -249,10 +249,17 @@ fn check_unit(
     }
 }
 
+/// Where every error of an expansion leaves the macro: any message still
+/// without a code (one `syn`'s parser wrote for input that is not the
+/// expected syntax) gets E0703 here.
 fn errors_tokens(errors: Vec<syn::Error>) -> TokenStream {
-    combine(errors)
-        .map(|e| e.into_compile_error())
-        .unwrap_or_default()
+    combine(
+        errors
+            .into_iter()
+            .map(|e| crate::spans::recode(codes::ITEM_FORM, e)),
+    )
+    .map(|e| e.into_compile_error())
+    .unwrap_or_default()
 }
 
 /// The item with its body (its last top-level `{…}`) emptied, if what is left
@@ -280,7 +287,7 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
     let item: ItemFn = match syn::parse2(item) {
         Ok(i) => i,
-        Err(e) => return e.into_compile_error(),
+        Err(e) => return crate::spans::recode(codes::ITEM_FORM, e).into_compile_error(),
     };
     let fn_attr = syn::parse2::<FnAttr>(attr);
     let mut spans = SpanTable::default();
@@ -323,13 +330,12 @@ fn opaque_consts_in_dims(
             .find(|s| s.vars.iter().any(|v| v.name == name));
         if let Some(s) = user {
             errors.push(crate::spans::err_at(
+                codes::MODULE_CONST,
                 &c.expr,
                 format!(
-                    "[{}] `{name}` is used as a dim (in `fn {}`), but tc cannot evaluate this initialiser: a dim constant is \
-                     built from integer literals, earlier constants of the module, `+ - * / %`, parentheses and `as` casts{}",
-                    codes::MODULE_CONST,
+                    "`{name}` is used as a dim (in `fn {}`), but tc cannot evaluate this initialiser: a dim constant is \
+                     built from integer literals, earlier constants of the module, `+ - * / %`, parentheses and `as` casts",
                     s.name,
-                    crate::check::help_line(None, codes::MODULE_CONST)
                 ),
             ));
         }
@@ -380,9 +386,9 @@ fn const_dims_positive(
                     crate::check::help_line(None, codes::MODULE_CONST)
                 );
                 match d.as_var().and_then(|k| module_const(items, k)) {
-                    Some(c) if reported.insert(c.ident.to_string()) => {
-                        errors.push(crate::spans::err_at(&c.expr, msg))
-                    }
+                    Some(c) if reported.insert(c.ident.to_string()) => errors.push(
+                        syn::Error::new_spanned(crate::spans::range_of(&c.expr), msg),
+                    ),
                     Some(_) => {}
                     None => {
                         errors.push(spans.error(dim_spans.get(i).copied().unwrap_or(sig.span), msg))
@@ -486,11 +492,12 @@ fn open_module(
     // Before any recursive parse (see `limits`). The module is not re-emitted:
     // recovering its items would need the very parse that is unsafe here.
     if let Err(e) = crate::limits::check(&attr).and_then(|()| crate::limits::check(&item)) {
-        return Err(e.into_compile_error());
+        return Err(crate::spans::recode(codes::ITEM_FORM, e).into_compile_error());
     }
     let mut errors = Vec::new();
     if !attr.is_empty() {
         errors.push(crate::spans::err_at(
+            codes::ITEM_FORM,
             &attr,
             "`#[tensor_module]` takes no arguments",
         ));
@@ -498,7 +505,8 @@ fn open_module(
     let mut module: syn::ItemMod = match syn::parse2(item.clone()) {
         Ok(m) => m,
         Err(_) => {
-            let e = syn::Error::new(
+            let e = crate::spans::err_span(
+                codes::ITEM_FORM,
                 proc_macro2::Span::call_site(),
                 "`#[tensor_module]` applies to an inline module: `#[tensor_module] mod name { … }`",
             );
@@ -510,6 +518,7 @@ fn open_module(
     };
     let Some((_, items)) = module.content.take() else {
         errors.push(crate::spans::err_at(
+codes::ITEM_FORM,
             &module,
             "`#[tensor_module]` needs an inline module `mod name { … }`: on stable Rust a macro on a file module \
              (`mod name;`) sees only that line, not the file's items",
@@ -555,9 +564,11 @@ fn module_units(items: &[Item], consts: &Consts, spans: &mut SpanTable) -> Vec<(
             let attr_res = match &a.meta {
                 syn::Meta::Path(_) => Ok(FnAttr::default()),
                 syn::Meta::List(l) => syn::parse2::<FnAttr>(l.tokens.clone()),
-                syn::Meta::NameValue(nv) => {
-                    Err(crate::spans::err_at(nv, "expected `#[tensor_fn(...)]`"))
-                }
+                syn::Meta::NameValue(nv) => Err(crate::spans::err_at(
+                    codes::ITEM_FORM,
+                    nv,
+                    "expected `#[tensor_fn(...)]`",
+                )),
             };
             units.push((idx, build_sig(f, consts, spans, attr_res)));
         }
@@ -586,6 +597,7 @@ fn visible_sigs(
             Some(s) => {
                 if sigs.insert(s.name.clone(), s.clone()).is_some() {
                     errors.push(crate::spans::err_at(
+                        codes::ITEM_FORM,
                         &u.item.sig.ident,
                         "a tensor fn of this name is already defined",
                     ));

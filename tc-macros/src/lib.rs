@@ -32,7 +32,8 @@ mod tests;
 fn guarded(f: impl FnOnce() -> proc_macro2::TokenStream) -> proc_macro2::TokenStream {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(ts) => ts,
-        Err(_) => syn::Error::new(
+        Err(_) => spans::err_span(
+            tc_core::diag::codes::INTERNAL,
             proc_macro2::Span::call_site(),
             "internal error in tc-macros (please report): the expansion panicked",
         )
@@ -68,7 +69,8 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
 pub fn tensor_params(attr: TokenStream, item: TokenStream) -> TokenStream {
     let item: proc_macro2::TokenStream = item.into();
     let _ = attr;
-    let e = syn::Error::new(
+    let e = spans::err_span(
+        tc_core::diag::codes::PARAMS_STRUCT,
         proc_macro2::Span::call_site(),
         "`#[tensor_params]` structs live in a `#[tensor_module]`, which checks the tensor fns that take them",
     )

@@ -62,13 +62,13 @@ fn flatten(ts: TokenStream) -> Result<Vec<Flat>, syn::Error> {
         let (kind, span) = match tt {
             TokenTree::Group(g) => {
                 if stack.len() > MAX_NESTING {
-                    return Err(syn::Error::new(
+                    return Err(crate::spans::err_span(
+                        tc_core::diag::codes::INPUT_LIMIT,
                         g.span_open(),
                         format!(
-                            "[E0701] brackets nested too deeply: tc-macros accepts at most {MAX_NESTING} nested \
+                            "brackets nested too deeply: tc-macros accepts at most {MAX_NESTING} nested \
                              `()`, `[]`, `{{}}` in one tensor fn or module (deeper input would overflow \
-                             the compiler's stack); bind inner results with `let`{}",
-                            crate::check::help_line(None, tc_core::diag::codes::INPUT_LIMIT)
+                             the compiler's stack); bind inner results with `let`"
                         ),
                     ));
                 }
@@ -151,13 +151,13 @@ pub fn check(ts: &TokenStream) -> Result<(), syn::Error> {
         }
         let cost = b + len[s];
         if cost > MAX_EXPR_TOKENS {
-            return Err(syn::Error::new(
+            return Err(crate::spans::err_span(
+                tc_core::diag::codes::INPUT_LIMIT,
                 first[s].unwrap_or(f.span),
                 format!(
-                    "[E0701] expression too long or too deeply nested: {cost} tokens on one path of enclosing \
+                    "expression too long or too deeply nested: {cost} tokens on one path of enclosing \
                      expressions, tc-macros accepts at most {MAX_EXPR_TOKENS} (deeper input would overflow \
-                     the compiler's stack); split it with `let` bindings{}",
-                    crate::check::help_line(None, tc_core::diag::codes::INPUT_LIMIT)
+                     the compiler's stack); split it with `let` bindings"
                 ),
             ));
         }

@@ -22,6 +22,7 @@ use crate::parse::{self, ident_of, int_lit, unparen, DimNames};
 
 mod window;
 use crate::spans::{err_at, SpanTable};
+use tc_core::diag::codes;
 
 /// What a name in the body refers to.
 #[derive(Clone, Debug)]
@@ -97,7 +98,11 @@ impl DimNames for BodyNames<'_> {
 }
 
 fn unsupported(e: &dyn ToTokens, what: &str) -> syn::Error {
-    err_at(e, format!("not supported in a tensor_fn body: {what}"))
+    err_at(
+        codes::UNSUPPORTED,
+        e,
+        format!("not supported in a tensor_fn body: {what}"),
+    )
 }
 
 fn expr_kind(e: &Expr) -> &'static str {
@@ -144,12 +149,14 @@ fn turbofish_dtype(
 ) -> syn::Result<(Dtype, syn::Type)> {
     let Some(args) = args else {
         return Err(err_at(
+            codes::OP_ARGUMENTS,
             at,
             format!("`{name}` needs its dtype: `{name}::<f32>(…)`"),
         ));
     };
     if args.args.len() != 1 {
         return Err(err_at(
+            codes::OP_ARGUMENTS,
             args,
             format!("`{name}` takes exactly one dtype argument"),
         ));
@@ -158,11 +165,12 @@ fn turbofish_dtype(
         GenericArgument::Type(t) => match parse::scalar_dtype(t) {
             Some(d) => Ok((d, t.clone())),
             None => Err(err_at(
+codes::UNKNOWN_DTYPE,
                 t,
                 "unknown dtype (expected one of f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, i4, bool)",
             )),
         },
-        other => Err(err_at(other, "expected a dtype")),
+        other => Err(err_at(codes::UNKNOWN_DTYPE, other, "expected a dtype")),
     }
 }
 
@@ -201,6 +209,7 @@ fn scalar_literal(e: &Expr) -> Option<syn::Result<Scalar>> {
         RawLit::Bool(b) => Ok(Scalar::Bool(b)),
         RawLit::Int(Some(v)) if i64::try_from(v).is_ok() => Ok(Scalar::Int(v as i64)),
         RawLit::Int(_) => Err(err_at(
+codes::LITERAL_RANGE,
             e,
             format!(
                 "integer literal out of range: expected a value in [{}, {}] (i64, the widest integer dtype), found `{}`",
@@ -211,6 +220,7 @@ fn scalar_literal(e: &Expr) -> Option<syn::Result<Scalar>> {
         )),
         RawLit::Float(x) if x.is_finite() => Ok(Scalar::Float(x)),
         RawLit::Float(_) => Err(err_at(
+codes::LITERAL_RANGE,
             e,
             format!(
                 "float literal out of range: `{}` is not a finite number (expected a magnitude of at most {:e}, \
@@ -271,6 +281,7 @@ impl Lowerer<'_> {
             Operand::Tensor(v) => Some((v, span)),
             Operand::Scalar(..) => {
                 self.errors.push(err_at(
+codes::KIND_MISMATCH,
                     e,
                     "expected a tensor, found a scalar (make a tensor with `full::<dtype>([dims], value)`)",
                 ));
@@ -293,8 +304,11 @@ impl Lowerer<'_> {
 
     fn dim_list(&mut self, e: &Expr) -> Option<(Vec<Dim>, Vec<SpanId>)> {
         let Expr::Array(arr) = unparen(e) else {
-            self.errors
-                .push(err_at(e, "expected a shape: `[d₀, d₁, …]`"));
+            self.errors.push(err_at(
+                codes::OP_ARGUMENTS,
+                e,
+                "expected a shape: `[d₀, d₁, …]`",
+            ));
             return None;
         };
         let mut dims = Vec::new();
@@ -317,12 +331,16 @@ impl Lowerer<'_> {
         match int_lit(e) {
             Some(v) if v >= 0 => Some((v as usize, span)),
             Some(_) => {
-                self.errors
-                    .push(err_at(e, "an axis is a non-negative integer literal"));
+                self.errors.push(err_at(
+                    codes::OP_ARGUMENTS,
+                    e,
+                    "an axis is a non-negative integer literal",
+                ));
                 None
             }
             None if matches!(raw_literal(e), Some(RawLit::Int(_))) => {
                 self.errors.push(err_at(
+codes::OP_ARGUMENTS,
                     e,
                     format!(
                         "axis out of range: expected a non-negative integer literal up to {}, found `{}`",
@@ -334,6 +352,7 @@ impl Lowerer<'_> {
             }
             None => {
                 self.errors.push(err_at(
+                    codes::OP_ARGUMENTS,
                     e,
                     "expected an axis: a non-negative integer literal",
                 ));
@@ -370,6 +389,7 @@ impl Lowerer<'_> {
         // the compiler's stack.
         if self.depth >= crate::limits::MAX_EXPR_TOKENS {
             return self.fail(err_at(
+codes::INPUT_LIMIT,
                 e,
                 format!(
                     "expression nested too deeply: tc-macros accepts at most {} levels; split it with `let` bindings",
@@ -390,27 +410,33 @@ impl Lowerer<'_> {
             Expr::Reference(r) if r.mutability.is_none() => self.expr(&r.expr),
             Expr::Path(_) => {
                 let Some(id) = ident_of(e) else {
-                    return self.fail(err_at(e, "expected a local name"));
+                    return self.fail(err_at(codes::UNSUPPORTED, e, "expected a local name"));
                 };
                 match self.env.get(&id.to_string()).cloned() {
                     Some(Local::Tensor(v)) => Operand::Tensor(v),
                     Some(Local::Scalar(s, v)) => Operand::Scalar(s, v),
                     Some(Local::Poison) => Operand::Poison,
                     Some(Local::Dim) => self.fail(err_at(
+codes::KIND_MISMATCH,
                         e,
                         format!("`{id}` is a dim, not a tensor (use it in a shape, e.g. `full::<f32>([{id}], 0.0)`)"),
                     )),
                     Some(Local::DimParam(_, d)) => self.fail(err_at(
+codes::KIND_MISMATCH,
                         e,
                         format!("`{id}` is a dim parameter, not a tensor (use its dim `{d}` in a shape, e.g. `full::<f32>([{d}], 0.0)`, or pass `{id}` to a tensor fn's dim parameter)"),
                     )),
-                    None => self.fail(err_at(e, format!("unknown name `{id}` in a tensor_fn body"))),
+                    None => self.fail(err_at(codes::UNKNOWN_NAME, e, format!("unknown name `{id}` in a tensor_fn body"))),
                 }
             }
             Expr::Lit(_) => match scalar_literal(e) {
                 Some(Ok(s)) => Operand::Scalar(s, None),
                 Some(Err(err)) => self.fail(err),
-                None => self.fail(err_at(e, "not supported in a tensor_fn body: this literal")),
+                None => self.fail(err_at(
+                    codes::UNSUPPORTED,
+                    e,
+                    "not supported in a tensor_fn body: this literal",
+                )),
             },
             Expr::Unary(u) => match u.op {
                 UnOp::Neg(_) => match scalar_literal(e) {
@@ -496,6 +522,7 @@ impl Lowerer<'_> {
                 self.push(Op::ScalarBinary { op, x, s, scalar_left: true }, whole, vec![sb, sa], vec![])
             }
             (Operand::Scalar(..), Operand::Scalar(..)) => self.fail(err_at(
+codes::UNSUPPORTED,
                 whole,
                 "not supported in a tensor_fn body: arithmetic between two scalars (one operand must be a tensor)",
             )),
@@ -508,6 +535,7 @@ impl Lowerer<'_> {
             true
         } else {
             self.errors.push(err_at(
+                codes::OP_ARGUMENTS,
                 whole,
                 format!(
                     "`{name}` takes {n} argument{} (`{usage}`), found {}",
@@ -533,7 +561,11 @@ impl Lowerer<'_> {
         }
         if n != "cast" && n != "full" && n != "iota" {
             if let Some(g) = generics {
-                return self.fail(err_at(g, format!("`{n}` takes no generic arguments")));
+                return self.fail(err_at(
+                    codes::OP_ARGUMENTS,
+                    g,
+                    format!("`{n}` takes no generic arguments"),
+                ));
             }
         }
         if let Some(op) = UnaryOp::from_name(&n) {
@@ -591,8 +623,11 @@ impl Lowerer<'_> {
                 let perm = match unparen(args[1]) {
                     Expr::Array(_) => self.axis_list(args[1]),
                     _ => {
-                        self.errors
-                            .push(err_at(args[1], "expected a permutation: `[1, 0]`"));
+                        self.errors.push(err_at(
+                            codes::OP_ARGUMENTS,
+                            args[1],
+                            "expected a permutation: `[1, 0]`",
+                        ));
                         None
                     }
                 };
@@ -627,6 +662,7 @@ impl Lowerer<'_> {
                 }
                 let Expr::Array(arr) = unparen(args[0]) else {
                     return self.fail(err_at(
+                        codes::OP_ARGUMENTS,
                         args[0],
                         "expected the tensors to concatenate: `[a, b, …]`",
                     ));
@@ -651,7 +687,11 @@ impl Lowerer<'_> {
                     return Operand::Poison;
                 }
                 if xs.len() < 2 {
-                    return self.fail(err_at(args[0], "concat needs at least two tensors"));
+                    return self.fail(err_at(
+                        codes::OP_ARGUMENTS,
+                        args[0],
+                        "concat needs at least two tensors",
+                    ));
                 }
                 self.push(Op::Concat(axis, xs), whole, ss, vec![asp])
             }
@@ -741,6 +781,7 @@ impl Lowerer<'_> {
         let value = match self.expr(args[4]) {
             Operand::Scalar(s, _) => Some(s),
             Operand::Tensor(_) => return self.fail(err_at(
+                codes::KIND_MISMATCH,
                 args[4],
                 "`pad` takes a scalar fill value (a literal or a scalar parameter), found a tensor",
             )),
@@ -767,6 +808,7 @@ impl Lowerer<'_> {
         if args.len() != 4 && args.len() != 5 {
             let usage = "slice(x, axis, start, stop)` or `slice(x, axis, start, stop, step)";
             return self.fail(err_at(
+                codes::OP_ARGUMENTS,
                 whole,
                 format!(
                     "`{name}` takes 4 or 5 arguments (`{usage}`), found {}",
@@ -803,13 +845,19 @@ impl Lowerer<'_> {
         match int_lit(e).map(usize::try_from) {
             Some(Ok(v)) => Some((v, span)),
             Some(Err(_)) => {
-                self.errors
-                    .push(err_at(e, "a slice step is a positive integer literal"));
+                self.errors.push(err_at(
+                    codes::OP_ARGUMENTS,
+                    e,
+                    "a slice step is a positive integer literal",
+                ));
                 None
             }
             None => {
-                self.errors
-                    .push(err_at(e, "a slice step is an integer literal, e.g. `2`"));
+                self.errors.push(err_at(
+                    codes::OP_ARGUMENTS,
+                    e,
+                    "a slice step is an integer literal, e.g. `2`",
+                ));
                 None
             }
         }
@@ -821,6 +869,7 @@ impl Lowerer<'_> {
         if args.len() != 2 && args.len() != 3 {
             let usage = "gather(table, ids)` or `gather(table, ids, axis)";
             return self.fail(err_at(
+                codes::OP_ARGUMENTS,
                 whole,
                 format!(
                     "`{name}` takes 2 or 3 arguments (`{usage}`), found {}",
@@ -870,6 +919,7 @@ impl Lowerer<'_> {
                         self.push(Op::ScalarBinary { op, x, s, scalar_left: false }, whole, vec![sx, sc], vec![])
                     }
                     (Some(_), Operand::Tensor(_)) => self.fail(err_at(
+codes::KIND_MISMATCH,
                         args[1],
                         format!("`{n}` takes a scalar (a literal or a scalar parameter), found a tensor"),
                     )),
@@ -939,16 +989,19 @@ impl Lowerer<'_> {
             "avg_pool2d" => self.pool_call(PoolKind::Avg, 2, name, args, whole),
             "full" | "iota" => self.creation_call(n, name, generics, args, whole),
             "dim" => self.fail(err_at(
+codes::OP_ARGUMENTS,
                 whole,
                 "`dim(&x, axis)` binds a shape variable: write `let n = dim(&x, axis);` and use `n` in shapes",
             )),
             _ if self.in_module => self.fail(err_at(
+codes::UNKNOWN_NAME,
                 name,
                 format!(
                     "unknown function `{n}`: not a tensor op, and no `#[tensor_fn] fn {n}` in this `#[tensor_module]`"
                 ),
             )),
             _ => self.fail(err_at(
+codes::UNKNOWN_NAME,
                 name,
                 format!(
                     "unknown function `{n}`: not a tensor op (docs/syntax.md lists them), and a standalone `#[tensor_fn]` \
@@ -986,6 +1039,7 @@ impl Lowerer<'_> {
                     }
                     (Err(e), ..) => self.fail(e),
                     (_, _, Operand::Tensor(_)) => self.fail(err_at(
+codes::KIND_MISMATCH,
                         args[1],
                         "`full` takes a scalar fill value (a literal or a scalar parameter), found a tensor",
                     )),
@@ -1049,6 +1103,7 @@ impl Lowerer<'_> {
                 Operand::Scalar(_, Some(v)) => vals.push(v),
                 Operand::Scalar(_, None) => {
                     self.errors.push(err_at(
+codes::CALL,
                         *a,
                         "a scalar argument of a tensor fn call must be a scalar parameter of the caller, not a literal",
                     ));
@@ -1084,18 +1139,13 @@ impl Lowerer<'_> {
             let id = ident_of(a).map(|id| id.to_string());
             let what = what.filter(|_| local.is_none());
             if let (Some(id), Some(what)) = (id.filter(|id| self.dim_names.contains(id)), what) {
-                let code = tc_core::diag::codes::KIND_MISMATCH;
                 // A shape variable or constant where the callee takes a tensor
                 // or scalar: a kind mismatch, not an unknown name.
-                self.errors.push(err_at(
+                self.errors.push(crate::spans::err_help(
+                    codes::KIND_MISMATCH,
                     a,
-                    format!(
-                        "[{code}] call (Section 2 §17): {what}: expected a tensor or scalar, found the dim `{id}`{}",
-                        crate::check::help_line(
-                            Some("only a `Dim![…]` parameter takes a dim: pass a tensor, or make the callee's parameter a `Dim![…]`"),
-                            code
-                        )
-                    ),
+                    format!("call (Section 2 §17): {what}: expected a tensor or scalar, found the dim `{id}`"),
+                    "only a `Dim![…]` parameter takes a dim: pass a tensor, or make the callee's parameter a `Dim![…]`",
                 ));
                 return Some(None);
             }
@@ -1194,6 +1244,7 @@ impl Lowerer<'_> {
         if let (Some(t), Local::Scalar(..)) = (annot, &local) {
             if parse::scalar_dtype(t).is_none() {
                 self.errors.push(err_at(
+                    codes::UNSUPPORTED,
                     t,
                     "a scalar `let` may only be annotated with a scalar dtype",
                 ));
@@ -1206,6 +1257,7 @@ impl Lowerer<'_> {
     fn annotate(&mut self, v: Value, before: usize, ty: &syn::Type, init: &Expr) -> Value {
         let Some(toks) = parse::tensor_macro(ty) else {
             self.errors.push(err_at(
+                codes::UNSUPPORTED,
                 ty,
                 "a tensor `let` may only be annotated with `Tensor![dtype; dims…]`",
             ));
@@ -1291,8 +1343,11 @@ pub fn function(
                     (Expr::Return(r), true) => match &r.expr {
                         Some(x) => &**x,
                         None => {
-                            lw.errors
-                                .push(err_at(r, "a tensor_fn must return a tensor"));
+                            lw.errors.push(err_at(
+                                codes::KIND_MISMATCH,
+                                r,
+                                "a tensor_fn must return a tensor",
+                            ));
                             continue;
                         }
                     },
@@ -1323,6 +1378,7 @@ pub fn function(
         Some((Operand::Tensor(v), s, _)) => (v, s),
         Some((Operand::Scalar(..), _, e)) => {
             lw.errors.push(err_at(
+                codes::KIND_MISMATCH,
                 e,
                 "a tensor_fn must return a tensor, found a scalar",
             ));
@@ -1331,7 +1387,8 @@ pub fn function(
         Some((Operand::Poison, ..)) => (Value(0), SpanId(0)),
         None => {
             let close = block.brace_token.span.close();
-            lw.errors.push(syn::Error::new(
+            lw.errors.push(crate::spans::err_span(
+                codes::UNSUPPORTED,
                 close,
                 "a tensor_fn body must end with the tensor it returns",
             ));

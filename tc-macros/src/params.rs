@@ -26,6 +26,7 @@ use tc_core::{Dim, TensorType};
 
 use crate::parse::{self, AnyName, Consts};
 use crate::spans::{err_at, SpanTable};
+use tc_core::diag::codes;
 
 /// One field of a weight struct.
 pub struct Field {
@@ -69,6 +70,7 @@ pub fn collect(items: &[Item], spans: &mut SpanTable, errors: &mut Vec<syn::Erro
         }
         if !s.generics.params.is_empty() {
             errors.push(err_at(
+                codes::PARAMS_STRUCT,
                 &s.generics,
                 "a `#[tensor_params]` struct takes no generics",
             ));
@@ -78,6 +80,7 @@ pub fn collect(items: &[Item], spans: &mut SpanTable, errors: &mut Vec<syn::Erro
         item.attrs.retain(|a| !is_attr(a, "tensor_params"));
         let syn::Fields::Named(named) = &s.fields else {
             errors.push(err_at(
+                codes::PARAMS_STRUCT,
                 &s.ident,
                 "a `#[tensor_params]` struct has named fields: `wq: Tensor![f32; D, D]`",
             ));
@@ -98,6 +101,7 @@ fn field(f: &syn::Field, spans: &mut SpanTable, errors: &mut Vec<syn::Error>) ->
     let ident = f.ident.clone()?;
     let Some(toks) = parse::tensor_macro(&f.ty) else {
         errors.push(err_at(
+            codes::PARAMS_STRUCT,
             &f.ty,
             "a `#[tensor_params]` field is a tensor: `Tensor![f32; D, D]`",
         ));
@@ -119,11 +123,16 @@ fn field(f: &syn::Field, spans: &mut SpanTable, errors: &mut Vec<syn::Error>) ->
                     ..
                 }) => file_name = s.value(),
                 other => errors.push(err_at(
+                    codes::PARAMS_STRUCT,
                     other,
                     "expected a string: `#[tensor_name = \"attention.self.query.weight\"]`",
                 )),
             },
-            _ => errors.push(err_at(a, "expected `#[tensor_name = \"…\"]`")),
+            _ => errors.push(err_at(
+                codes::PARAMS_STRUCT,
+                a,
+                "expected `#[tensor_name = \"…\"]`",
+            )),
         }
     }
     Some(Field {
@@ -322,6 +331,7 @@ fn struct_use(
                         .map(|x| format!("`{}`", x.ident))
                         .collect();
                     errors.push(err_at(
+                        codes::PARAMS_STRUCT,
                         f,
                         format!(
                             "no field `{f}` on `{}`; its fields are {}",
@@ -355,6 +365,7 @@ fn struct_use(
         return 1;
     }
     errors.push(err_at(
+codes::PARAMS_STRUCT,
         &toks[i],
         format!(
             "`{id}` is a `{}` of tensors: read its fields (`{id}.{}`) or pass it whole as a call argument",

@@ -22,6 +22,7 @@ use tc_core::ir::{Param, Signature, Spanned};
 use tc_core::{CmpOp, Dim, Dtype, Pred, TensorType};
 
 use crate::spans::{err_at, SpanTable};
+use tc_core::diag::codes;
 
 /// Arguments of `#[tensor_fn(...)]`.
 #[derive(Default)]
@@ -44,7 +45,8 @@ impl Parse for FnAttr {
                 "requires" => out.requires.extend(preds),
                 "axiom" | "axioms" => out.axioms.extend(preds),
                 other => {
-                    return Err(syn::Error::new(
+                    return Err(crate::spans::err_span(
+                        codes::ITEM_FORM,
                         key.span(),
                         format!("unknown tensor_fn argument `{other}` (expected `requires(...)` or `axiom(...)`)"),
                     ))
@@ -129,7 +131,7 @@ pub fn dim_macro(ty: &Type) -> Option<&TokenStream> {
 pub fn dtype_of(id: &Ident) -> syn::Result<Dtype> {
     id.to_string()
         .parse::<Dtype>()
-        .map_err(|e| syn::Error::new(id.span(), e.to_string()))
+        .map_err(|e| crate::spans::err_span(codes::UNKNOWN_DTYPE, id.span(), e))
 }
 
 /// A scalar parameter type (`f32`, `bf16`, `i64`, `bool`, …).
@@ -201,19 +203,30 @@ pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
         Expr::Lit(l) => match &l.lit {
             Lit::Int(i) => match i.base10_parse::<i64>() {
                 Ok(v) => Ok(Dim::c(v)),
-                Err(_) => Err(err_at(e, "dim literal does not fit in i64")),
+                Err(_) => Err(err_at(
+                    codes::ITEM_FORM,
+                    e,
+                    "dim literal does not fit in i64",
+                )),
             },
             _ => Err(err_at(
+                codes::ITEM_FORM,
                 e,
                 "expected a dim expression (integer literal, shape variable, + - * / %)",
             )),
         },
         Expr::Path(_) => match ident_of(e) {
             Some(id) => {
-                names.check(id).map_err(|m| err_at(e, m))?;
+                names
+                    .check(id)
+                    .map_err(|m| err_at(codes::KIND_MISMATCH, e, m))?;
                 Ok(Dim::var(id.to_string()))
             }
-            None => Err(err_at(e, "expected a shape variable: a single identifier")),
+            None => Err(err_at(
+                codes::ITEM_FORM,
+                e,
+                "expected a shape variable: a single identifier",
+            )),
         },
         Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
             let d = dim_expr(&u.expr, names)?;
@@ -232,6 +245,7 @@ pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
                 BinOp::Rem(_) => l.checked_rem(&r),
                 _ => {
                     return Err(err_at(
+                        codes::ITEM_FORM,
                         &b.op,
                         "expected a dim operator (`+`, `-`, `*`, `/`, `%`)",
                     ))
@@ -243,6 +257,7 @@ pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
             })
         }
         _ => Err(err_at(
+            codes::ITEM_FORM,
             e,
             "expected a dim expression (integer literal, shape variable, + - * / %)",
         )),
@@ -253,8 +268,7 @@ pub fn dim_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Dim> {
 /// format (`[E0106] dim arithmetic (Section 1 §2): …`, then the note).
 fn dim_err(at: &dyn ToTokens, err: &DimError) -> syn::Error {
     let (code, rule, why) = (err.code(), err.rule(), err.why());
-    let help = crate::check::help_line(None, code);
-    err_at(at, format!("[{code}] {rule}: {err}\n  note: {why}{help}"))
+    err_at(code, at, format!("{rule}: {err}\n  note: {why}"))
 }
 
 /// A predicate: comparisons of dims combined with `&&`, `||`, `!`.
@@ -264,7 +278,11 @@ pub fn pred_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Pred> {
         Expr::Group(g) => pred_expr(&g.expr, names),
         Expr::Lit(l) => match &l.lit {
             Lit::Bool(b) => Ok(if b.value { Pred::True } else { Pred::False }),
-            _ => Err(err_at(e, "expected a predicate such as `D % H == 0`")),
+            _ => Err(err_at(
+                codes::ITEM_FORM,
+                e,
+                "expected a predicate such as `D % H == 0`",
+            )),
         },
         Expr::Unary(u) if matches!(u.op, UnOp::Not(_)) => Ok(Pred::not(pred_expr(&u.expr, names)?)),
         Expr::Binary(b) => {
@@ -294,12 +312,17 @@ pub fn pred_expr(e: &Expr, names: &dyn DimNames) -> syn::Result<Pred> {
                     pred_expr(&b.right, names)?,
                 ])),
                 _ => Err(err_at(
+                    codes::ITEM_FORM,
                     &b.op,
                     "expected a comparison (`==`, `!=`, `<`, `<=`, `>`, `>=`) or `&&`, `||`",
                 )),
             }
         }
-        _ => Err(err_at(e, "expected a predicate such as `D % H == 0`")),
+        _ => Err(err_at(
+            codes::ITEM_FORM,
+            e,
+            "expected a predicate such as `D % H == 0`",
+        )),
     }
 }
 
@@ -389,9 +412,7 @@ pub enum ConstError {
 }
 
 fn const_invalid(at: &dyn quote::ToTokens, msg: String) -> ConstError {
-    let code = tc_core::diag::codes::MODULE_CONST;
-    let help = crate::check::help_line(None, code);
-    ConstError::Invalid(err_at(at, format!("[{code}] {msg}{help}")))
+    ConstError::Invalid(err_at(codes::MODULE_CONST, at, msg))
 }
 
 /// Evaluate a constant's initialiser: integer literals, earlier constants,
@@ -551,7 +572,8 @@ fn dim_param(
     spans: &mut SpanTable,
 ) -> syn::Result<(Expr, Dim, tc_core::SpanId)> {
     let e: Expr = syn::parse2(tokens.clone()).map_err(|e| {
-        syn::Error::new(
+        crate::spans::err_span(
+            codes::ITEM_FORM,
             e.span(),
             format!("expected one dim in `Dim![…]`, e.g. `Dim![H]` ({e}); state refinements in `requires(…)`"),
         )
@@ -599,25 +621,38 @@ pub fn signature(
 /// variadic that the checker and the JIT have no meaning for.
 fn refuse_qualifiers(sig: &syn::Signature, errors: &mut Vec<syn::Error>) {
     if let Some(c) = &sig.constness {
-        errors.push(err_at(c, "a tensor_fn cannot be `const`"));
+        errors.push(err_at(codes::ITEM_FORM, c, "a tensor_fn cannot be `const`"));
     }
     if let Some(a) = &sig.asyncness {
-        errors.push(err_at(a, "a tensor_fn cannot be `async`"));
+        errors.push(err_at(codes::ITEM_FORM, a, "a tensor_fn cannot be `async`"));
     }
     if let Some(u) = &sig.unsafety {
-        errors.push(err_at(u, "a tensor_fn cannot be `unsafe`"));
+        errors.push(err_at(
+            codes::ITEM_FORM,
+            u,
+            "a tensor_fn cannot be `unsafe`",
+        ));
     }
     if let Some(a) = &sig.abi {
-        errors.push(err_at(a, "a tensor_fn cannot have an ABI"));
+        errors.push(err_at(
+            codes::ITEM_FORM,
+            a,
+            "a tensor_fn cannot have an ABI",
+        ));
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
         errors.push(err_at(
+codes::ITEM_FORM,
             &sig.generics,
             "a tensor_fn takes no generics: shape variables are the identifiers of its `Tensor![...]` dims",
         ));
     }
     if let Some(v) = &sig.variadic {
-        errors.push(err_at(v, "a tensor_fn cannot be variadic"));
+        errors.push(err_at(
+            codes::ITEM_FORM,
+            v,
+            "a tensor_fn cannot be variadic",
+        ));
     }
 }
 
@@ -633,13 +668,18 @@ fn params_of(
     let mut params = Vec::new();
     for arg in &sig.inputs {
         let FnArg::Typed(pt) = arg else {
-            errors.push(err_at(arg, "a tensor_fn cannot take `self`"));
+            errors.push(err_at(
+                codes::ITEM_FORM,
+                arg,
+                "a tensor_fn cannot take `self`",
+            ));
             continue;
         };
         let name = match &*pt.pat {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.to_string(),
             other => {
                 errors.push(err_at(
+                    codes::ITEM_FORM,
                     other,
                     "a tensor_fn parameter must be a plain identifier",
                 ));
@@ -688,6 +728,7 @@ fn params_of(
             });
         } else {
             errors.push(err_at(
+codes::ITEM_FORM,
                 &pt.ty,
                 "a tensor_fn parameter must be `Tensor![dtype; dims…]`, `Dim![dim]` or a scalar dtype \
                  (f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, i4, bool)",
@@ -722,6 +763,7 @@ fn return_type(
             }
             None => {
                 errors.push(err_at(
+                    codes::ITEM_FORM,
                     ty,
                     "a tensor_fn must return `Tensor![dtype; dims…]`",
                 ));
@@ -729,7 +771,8 @@ fn return_type(
             }
         },
         ReturnType::Default => {
-            errors.push(syn::Error::new(
+            errors.push(crate::spans::err_span(
+                codes::ITEM_FORM,
                 sig.paren_token.span.close(),
                 "a tensor_fn must declare its return type `-> Tensor![dtype; dims…]`",
             ));

@@ -66,9 +66,59 @@ impl SpanTable {
     }
 }
 
-/// An error spanning `t`.
-pub fn err_at(t: &dyn ToTokens, msg: impl std::fmt::Display) -> syn::Error {
-    syn::Error::new_spanned(range_of(t), msg)
+/// A front-end error spanning `t`: `[code] message`, then the pointer to
+/// the code's entry in the error index. Every error the macros report is
+/// built here, by [`err_span`], or by `check::render` for the checker's
+/// diagnostics, so none reaches the user without a code.
+pub fn err_at(code: &str, t: &dyn ToTokens, msg: impl std::fmt::Display) -> syn::Error {
+    syn::Error::new_spanned(range_of(t), coded(code, msg))
+}
+
+/// [`err_at`] with a `help:` line before the index pointer.
+pub fn err_help(
+    code: &str,
+    t: &dyn ToTokens,
+    msg: impl std::fmt::Display,
+    help: &str,
+) -> syn::Error {
+    let text = format!(
+        "[{code}] {msg}{}",
+        crate::check::help_line(Some(help), code)
+    );
+    syn::Error::new_spanned(range_of(t), text)
+}
+
+/// [`err_at`] at one span.
+pub fn err_span(code: &str, span: Span, msg: impl std::fmt::Display) -> syn::Error {
+    syn::Error::new(span, coded(code, msg))
+}
+
+/// Every message of `e` with a code: a message built by [`err_at`] (or the
+/// checker's renderer) keeps its own; one from `syn`'s parser (a token
+/// stream that is not the expected syntax) gets `code`.
+pub fn recode(code: &str, e: syn::Error) -> syn::Error {
+    combine(e.into_iter().map(|m| {
+        if is_coded(&m.to_string()) {
+            m
+        } else {
+            err_span(code, m.span(), m)
+        }
+    }))
+    .unwrap_or_else(|| err_span(code, Span::call_site(), "malformed input"))
+}
+
+/// Starts with `[Ennnn]`.
+pub fn is_coded(msg: &str) -> bool {
+    let b = msg.as_bytes();
+    b.len() >= 7
+        && b[0] == b'['
+        && b[1] == b'E'
+        && b[2..6].iter().all(u8::is_ascii_digit)
+        && b[6] == b']'
+}
+
+fn coded(code: &str, msg: impl std::fmt::Display) -> String {
+    format!("[{code}] {msg}{}", crate::check::help_line(None, code))
 }
 
 /// Combine many errors into one (None when there are none).

@@ -12,6 +12,7 @@ use tc_core::SpanId;
 use super::{Lowerer, Operand};
 use crate::parse::{int_lit, unparen};
 use crate::spans::err_at;
+use tc_core::diag::codes;
 
 impl Lowerer<'_> {
     /// `conv1d` / `conv2d`: arity 2, 4 or 6 (PyTorch's positional order
@@ -27,6 +28,7 @@ impl Lowerer<'_> {
         if ![2, 4, 6].contains(&args.len()) {
             let usage = format!("{name}(x, w)`, `{name}(x, w, stride, padding)` or `{name}(x, w, stride, padding, dilation, groups)");
             return self.fail(err_at(
+                codes::OP_ARGUMENTS,
                 whole,
                 format!(
                     "`{name}` takes 2, 4 or 6 arguments (`{usage}`), found {}",
@@ -73,6 +75,7 @@ impl Lowerer<'_> {
         if args.len() != 2 && args.len() != 4 {
             let usage = format!("{name}(x, kernel)` or `{name}(x, kernel, stride, padding)");
             return self.fail(err_at(
+                codes::OP_ARGUMENTS,
                 whole,
                 format!(
                     "`{name}` takes 2 or 4 arguments (`{usage}`), found {}",
@@ -129,6 +132,7 @@ impl Lowerer<'_> {
                     "one integer literal (this op has one spatial axis)".to_string()
                 };
                 self.errors.push(err_at(
+                    codes::OP_ARGUMENTS,
                     e,
                     format!("expected {want}, found {} entries", a.elems.len()),
                 ));
@@ -149,6 +153,7 @@ impl Lowerer<'_> {
             Some(Ok(v)) => Some(v),
             _ => {
                 self.errors.push(err_at(
+                    codes::OP_ARGUMENTS,
                     e,
                     format!("a {what} is a non-negative integer literal, e.g. `2`"),
                 ));
