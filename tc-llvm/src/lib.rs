@@ -46,8 +46,10 @@
 //! `tc_runtime::cast`): a NaN result is quiet, an elementwise op returns
 //! its first NaN operand quieted (payload kept; `x · 1`, `relu`, a cast
 //! round trip included — the kernels quiet explicitly, since LLVM folds
-//! those into pass-throughs), a NaN made from non-NaN operands and a
-//! reduction's NaN are the canonical `f32::NAN`; float `max`/`min`
+//! those into pass-throughs), a NaN made from non-NaN operands and the
+//! NaN of a reduction, a matmul or a convolution (whose summation order
+//! Section 4 §5.4 and §6 leave unspecified) are the canonical `f32::NAN`
+//! (rounded into a narrow dtype); float `max`/`min`
 //! (elementwise, `relu = max(x, +0)`, and the `max`/`min` reductions in
 //! every mode) are IEEE 754-2019 `maximum`/`minimum` with −0 < +0. The
 //! `max`/`min` reductions are order-independent, so they are bit-identical

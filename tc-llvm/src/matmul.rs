@@ -1698,7 +1698,7 @@ pub unsafe fn matmul_strided(
     threads: usize,
     b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
-    let (batch, m, k, n) = matmul_dims(sa, sb)?;
+    let (batch, m, _, n) = matmul_dims(sa, sb)?;
     let r = sa.len();
     if st_a.len() != r || st_b.len() != r || st_a.iter().chain(st_b).any(|&s| s < 0) {
         return Err(Error::Unsupported(format!(
@@ -1720,6 +1720,49 @@ pub unsafe fn matmul_strided(
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }
+    // SAFETY: the contract of this function, passed on unchanged.
+    unsafe { f32_strided(a, st_a, b, st_b, c, sa, sb, threads, b_cache) }?;
+    // SAFETY: `out` is valid for writes of the output's `batch·M·N` f32s
+    // (the contract), which the product above has just written, and
+    // nothing else references it during this call.
+    let c = unsafe { std::slice::from_raw_parts_mut(c, batch * m * n) };
+    canonical_nans(c);
+    Ok(())
+}
+
+/// A NaN of a matmul's output is [`cast::CANONICAL_NAN`], as in the
+/// interpreter: Section 4 §5.4 leaves the summation order unspecified
+/// (§6), so which term, partial sum or lane made the NaN, and with it the
+/// hardware's payload, must not show (the rule of a reduction's NaN,
+/// `tc_runtime::cast`). One compare-and-select pass over the output,
+/// small next to the `M·N·K` product.
+fn canonical_nans(c: &mut [f32]) {
+    for v in c.iter_mut() {
+        if v.is_nan() {
+            *v = cast::CANONICAL_NAN;
+        }
+    }
+}
+
+/// [`matmul_strided`] at f32 on a non-empty output, NaNs as computed.
+///
+/// # Safety
+/// [`matmul_strided`]'s contract, with `a`, `b`, `c` its storage as f32.
+#[allow(clippy::too_many_arguments)]
+// SAFETY: (contract) met by `matmul_strided`, its only caller.
+unsafe fn f32_strided(
+    a: *const f32,
+    st_a: &[isize],
+    b: *const f32,
+    st_b: &[isize],
+    c: *mut f32,
+    sa: &[usize],
+    sb: &[usize],
+    threads: usize,
+    b_cache: Option<&dyn PackCache>,
+) -> Result<(), Error> {
+    let (batch, m, k, n) = matmul_dims(sa, sb)?;
+    let r = sa.len();
     if folds(sa, sb, st_a, st_b) || batch == 1 {
         let va = View::new(a, st_a[r - 2] as usize, st_a[r - 1] as usize);
         let vb = View::new(b, st_b[r - 2] as usize, st_b[r - 1] as usize);
@@ -2085,6 +2128,9 @@ pub unsafe fn matmul(
                     )?;
                 }
             }
+            // SAFETY: `out` holds the output's `batch·nc` f32s (the
+            // contract), just written, referenced nowhere else.
+            canonical_nans(unsafe { std::slice::from_raw_parts_mut(c, batch * nc) });
         }
         d if d.is_float() => {
             // SAFETY: `batch·na` and `batch·nb` elements of `d`, the whole
@@ -2106,6 +2152,7 @@ pub unsafe fn matmul(
                     )?;
                 }
             }
+            canonical_nans(&mut cf);
             // SAFETY: `cf` has the `batch·nc` elements of `out`'s storage.
             unsafe { narrow(d, &cf, out) };
         }

@@ -417,9 +417,10 @@ pub fn convert(e: Elem, to: Dtype) -> Elem {
 // - a NaN made from non-NaN operands (`∞ − ∞`, `0 · ∞`, `√−1`, `log −1`)
 //   is [`CANONICAL_NAN`] (x86 would give a negative NaN, ARM a positive
 //   one: the spec fixes one);
-// - a reduction (sum, prod, mean, max, min) whose result is a NaN returns
-//   [`CANONICAL_NAN`]: its fold order is not observable (Section 4 §6), so
-//   its NaN must not depend on it either.
+// - a reduction (sum, prod, mean, max, min), a matmul or a convolution
+//   whose result is a NaN returns [`CANONICAL_NAN`]: its fold or summation
+//   order is not observable (Section 4 §5.4, §6), so its NaN must not
+//   depend on it either.
 //
 // Narrow floats need nothing more: decoding their storage already quiets
 // (see the module docs), and every result is computed in f32 from decoded

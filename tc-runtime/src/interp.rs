@@ -861,7 +861,7 @@ impl<'a, 'f> Machine<'a, 'f> {
 ///   listed in `cast.rs`): an elementwise op returns its first NaN operand
 ///   quieted (payload and sign kept; `neg`/`abs` set the sign first), a NaN
 ///   made from non-NaN operands is [`cast::CANONICAL_NAN`], and so is every
-///   float reduction whose result is a NaN. Data movement (transpose,
+///   float reduction, matmul and convolution whose result is a NaN. Data movement (transpose,
 ///   reshape, broadcast, slice, concat, select) copies values: an F32
 ///   signalling NaN moves unchanged, while narrow floats are quiet once
 ///   decoded (Section 2 §5 decode rule) and stay so.
@@ -1200,6 +1200,9 @@ pub mod denote {
 
     /// §5.4 batched matmul: `p ++ [M, K] × p ++ [K, N] → p ++ [M, N]`,
     /// `λ (b, i, j). Σ_l a(b, i, l) · b(b, l, j)`, summed in order of l.
+    /// A NaN sum is [`cast::CANONICAL_NAN`]: Section 4 §5.4 leaves the
+    /// summation order unspecified (§6), so, as for a reduction, the NaN
+    /// must not depend on which term or partial sum made it.
     pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let (dt, out_shape) = rule::matmul(opd(a), opd(b))?;
         let (sa, sb) = (a.shape(), b.shape());
@@ -1225,7 +1228,7 @@ pub mod denote {
                 }
             }
             Ok(if dt.is_float() {
-                fl(dt, facc)
+                fl(dt, reduced_nan(facc))
             } else {
                 int(dt, iacc)
             })
