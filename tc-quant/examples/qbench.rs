@@ -1,5 +1,7 @@
 //! Quantized matmul throughput for SmolLM2-135M's shapes, every path and
 //! both numerics: `cargo run --release -p tc-quant --example qbench`.
+//! Arguments filter the rows: each word must match the path, format,
+//! numerics or row count (`qbench Avx512 q4_1 Fast 1`).
 
 use std::time::{Duration, Instant};
 use tc_quant::{available_paths, qmatmul_with, Format, Numerics};
@@ -46,6 +48,7 @@ fn time(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
+    let words: Vec<String> = std::env::args().skip(1).collect();
     println!(
         "cpu: {}  threads: {}",
         cpu_name(),
@@ -60,6 +63,15 @@ fn main() {
         for f in [Format::Q4_1, Format::Q8_0] {
             for num in [Numerics::Fast, Numerics::Exact] {
                 for rows in [1, 128] {
+                    let tags = [
+                        format!("{path:?}"),
+                        f.name().to_owned(),
+                        format!("{num:?}"),
+                        rows.to_string(),
+                    ];
+                    if !words.iter().all(|w| tags.contains(w)) {
+                        continue;
+                    }
                     for (k, n_out) in shapes {
                         let w = weights(f, n_out, k);
                         let x: Vec<f32> = (0..rows * k)

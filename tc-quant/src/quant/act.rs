@@ -30,7 +30,17 @@ impl Acts {
             s: Vec::with_capacity(rows * k / 32),
             block,
         };
+        #[cfg(target_arch = "x86_64")]
+        let simd = super::x86::has_avx2();
         for (xb, qb) in x.chunks_exact(block).zip(acts.qx.chunks_exact_mut(block)) {
+            #[cfg(target_arch = "x86_64")]
+            let d = if simd {
+                // SAFETY: `has_avx2` checked the features just above.
+                unsafe { quantize_block_avx2(xb, qb) }
+            } else {
+                quantize_block(xb, qb)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
             let d = quantize_block(xb, qb);
             acts.d.push(d);
             for sub in qb.chunks_exact(32) {
@@ -43,6 +53,17 @@ impl Acts {
     }
 }
 
+/// [`quantize_block`] compiled for AVX2: the same operations, IEEE
+/// division and `round_ties_even` included, so the same bits; without it
+/// the baseline target calls libm's `rintf` once per element.
+// SAFETY: (contract) callable only where AVX2, FMA and F16C are present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_block_avx2(x: &[f32], q: &mut [i8]) -> f32 {
+    quantize_block(x, q)
+}
+
+#[inline(always)]
 fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
     let d = amax / 127.0;

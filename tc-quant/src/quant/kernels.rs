@@ -131,6 +131,11 @@ impl Job<'_> {
     }
 
     fn fast_columns(&self, acts: &Acts, j0: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.path == Path::Avx512 && super::vnni::supports(self.f, self.row_bytes) {
+            super::vnni::columns(self, acts, j0, out);
+            return;
+        }
         let rows = self.rows;
         let n = out.len() / rows;
         let mut c = 0;

@@ -51,6 +51,8 @@ mod act;
 mod dequant;
 mod kernels;
 #[cfg(target_arch = "x86_64")]
+mod vnni;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 
 use crate::gguf::GgmlType;
@@ -286,9 +288,10 @@ pub fn qmatmul_with(
 fn run_columns(job: &kernels::Job<'_>, yt: &mut [f32]) {
     let n_out = yt.len() / job.rows;
     let tasks = rayon::current_num_threads().max(1) * 8;
-    // Multiples of 4 columns keep the 4-column kernels busy; tiny matrices
-    // stay on one task because scheduling would cost more than the work.
-    let cols = n_out.div_ceil(tasks).next_multiple_of(4).max(16);
+    // Multiples of 16 columns keep the 4-column and 16-column kernels
+    // busy; tiny matrices stay on one task because scheduling would cost
+    // more than the work.
+    let cols = n_out.div_ceil(tasks).next_multiple_of(16);
     yt.par_chunks_mut(cols * job.rows)
         .enumerate()
         .for_each(|(ci, out)| job.columns(ci * cols, out));

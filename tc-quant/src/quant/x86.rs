@@ -23,7 +23,8 @@ pub(crate) fn has_avx512() -> bool {
         && is_x86_feature_detected!("avx512vl")
 }
 
-fn has_vnni() -> bool {
+/// `has_avx512` plus AVX-512 VNNI (`vpdpbusd`).
+pub(crate) fn has_vnni() -> bool {
     has_avx512() && is_x86_feature_detected!("avx512vnni")
 }
 

@@ -1,0 +1,281 @@
+//! Fast-numerics kernels on AVX-512 VNNI for the 32-element block formats
+//! (`Q8_0`, `Q4_0`, `Q4_1`), register-tiled over 16 weight rows.
+//!
+//! The weight blocks of 16 consecutive rows are transposed on load (one
+//! gather per 4-byte group): lane `i` of group vector `g` holds the 4
+//! quants `4g..4g + 4` of row `i`'s block, as u8. The matching 4
+//! activation bytes are the same for all 16 lanes, so `vpdpbusd` against
+//! their broadcast yields row `i`'s block dot in lane `i` after 8 steps:
+//! no horizontal reduction, and every f32 operation after it works on 16
+//! outputs at once. Each lane then performs exactly the scalar reference's
+//! operations (`kernels::fast_dot`): `(d_w · d_x) · isum`, plus
+//! `m_w · s` for Q4_1, added to the running sum in block order, so the
+//! results are bit-identical to it.
+//!
+//! Signed Q8_0 weights are offset to `w + 128` (u8 for `vpdpbusd`) and
+//! the dot started at `−128 · Σx`; Q4_0's `−8` is the start `−8 · Σx`.
+//! Both are exact integer identities.
+//!
+//! For one activation row (decode) the transposed block feeds the dots
+//! straight from the registers; for several (prefill) a tile is
+//! transposed once into a per-thread buffer and streamed from L1/L2 for
+//! every activation row, four rows at a time so that each weight vector
+//! load serves four dots.
+
+use super::act::Acts;
+use super::kernels::Job;
+use super::Format;
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Weight rows per tile: the 16 i32 lanes of a 512-bit vector.
+pub(crate) const TILE: usize = 16;
+
+/// The formats and their const-generic tags.
+const Q8: u8 = 0;
+const Q40: u8 = 1;
+const Q41: u8 = 2;
+
+/// Vectors per transposed block: 8 quant groups, `d_w`, and Q4_1's `m_w`.
+const PACK: usize = 10;
+
+thread_local! {
+    /// Transposed tiles for the multi-row kernel, reused across calls.
+    static PACKED: RefCell<Vec<__m512i>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether [`columns`] handles this job: VNNI present, a 32-block format,
+/// and every gather offset (`15 · row_bytes + block_bytes`) an i32.
+pub(crate) fn supports(f: Format, row_bytes: usize) -> bool {
+    matches!(f, Format::Q8_0 | Format::Q4_0 | Format::Q4_1)
+        && super::x86::has_vnni()
+        && TILE
+            .checked_mul(row_bytes)
+            .is_some_and(|b| i32::try_from(b).is_ok())
+}
+
+/// Fills `out` (`[cols][rows]`, column `c` for weight row `j0 + c`) with
+/// the job's fast-mode outputs, `acts` being its quantized activations.
+/// Call only where [`supports`] said yes.
+pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut [f32]) {
+    let (f, rows, k, w, row_bytes) = (job.f, job.rows, job.k, job.w, job.row_bytes);
+    let cols = out.len() / rows;
+    let nb = k / 32;
+    // These checks make every pointer the kernels form point inside its
+    // buffer; they hold for any job `qmatmul` builds (an internal bug
+    // otherwise), and asserting here keeps the unsafe code below sound.
+    assert!(supports(f, row_bytes) && acts.block == 32);
+    assert!(row_bytes == nb * f.block_bytes() && (j0 + cols) * row_bytes <= w.len());
+    assert!(acts.qx.len() >= rows * k && acts.d.len() >= rows * nb);
+    assert!(acts.bsum.len() >= rows * nb && acts.s.len() >= rows * nb);
+    let mut c = 0;
+    while c < cols {
+        let n = (cols - c).min(TILE);
+        let rb = &w[(j0 + c) * row_bytes..(j0 + c + n) * row_bytes];
+        let t = Tile {
+            w: rb,
+            n,
+            row_bytes,
+            nb,
+            acts,
+            k,
+        };
+        let dst = &mut out[c * rows..(c + n) * rows];
+        // SAFETY: `supports` checked VNNI (and, through it, AVX-512 and
+        // the AVX2/FMA/F16C set) and the i32 offsets; the asserts above
+        // give the lengths `Tile`'s contract names.
+        unsafe {
+            match f {
+                Format::Q8_0 => tile::<Q8>(&t, rows, dst),
+                Format::Q4_0 => tile::<Q40>(&t, rows, dst),
+                _ => tile::<Q41>(&t, rows, dst),
+            }
+        }
+        c += n;
+    }
+}
+
+/// `n ≤ 16` consecutive weight rows (`w`: exactly `n · row_bytes` bytes,
+/// `nb` blocks per row) against the quantized activations.
+struct Tile<'a> {
+    w: &'a [u8],
+    n: usize,
+    row_bytes: usize,
+    nb: usize,
+    acts: &'a Acts,
+    k: usize,
+}
+
+/// One tile into `out` (`[n][rows]`).
+// SAFETY: (contract) AVX-512 F/BW/VL with VNNI, AVX2, FMA and F16C
+// present; `16 · row_bytes` fits an i32; `t.w` holds `t.n` rows of `nb`
+// blocks of the format; `acts` holds `rows` rows of `k = 32 · nb`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut [f32]) {
+    let mask: __mmask16 = if t.n >= TILE { !0 } else { (1u16 << t.n) - 1 };
+    // Lane i reads row i; the cast is exact (`supports` bounded it).
+    let idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(t.row_bytes as i32),
+    );
+    let bb = t.row_bytes / t.nb.max(1);
+    let mut put = |m: usize, y: __m512| {
+        let mut v = [0f32; TILE];
+        // SAFETY: `v` holds 16 f32.
+        unsafe { _mm512_storeu_ps(v.as_mut_ptr(), y) };
+        for (i, &y) in v.iter().enumerate().take(t.n) {
+            out[i * rows + m] = y;
+        }
+    };
+    if rows == 1 {
+        let mut acc = _mm512_setzero_ps();
+        for b in 0..t.nb {
+            // SAFETY: block `b` of row 0 starts inside `t.w`; the gathers
+            // read, for lanes under `mask`, bytes inside block `b` of rows
+            // `< n` (the contract's offsets).
+            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, bb) };
+            acc = step::<F>(&p, t.acts, t.k, 0, b, acc);
+        }
+        put(0, acc);
+        return;
+    }
+    PACKED.with_borrow_mut(|buf| {
+        // `nb · PACK` vectors: at most `k / 32 · 10 · 64` bytes.
+        buf.clear();
+        buf.resize(t.nb * PACK, _mm512_setzero_si512());
+        for (b, slot) in buf.chunks_exact_mut(PACK).enumerate() {
+            // SAFETY: as in the single-row case.
+            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, bb) };
+            slot[..8].copy_from_slice(&p.q);
+            slot[8] = _mm512_castps_si512(p.d);
+            slot[9] = _mm512_castps_si512(p.m);
+        }
+        let mut m = 0;
+        while m + 4 <= rows {
+            let y = rows_packed::<F, 4>(buf, t.acts, t.k, m);
+            for (r, y) in y.into_iter().enumerate() {
+                put(m + r, y);
+            }
+            m += 4;
+        }
+        while m < rows {
+            let [y] = rows_packed::<F, 1>(buf, t.acts, t.k, m);
+            put(m, y);
+            m += 1;
+        }
+    });
+}
+
+/// One transposed block: quant groups (u8, Q8_0 offset by 128), `d_w`
+/// and (Q4_1) `m_w` per lane.
+struct Pack {
+    q: [__m512i; 8],
+    d: __m512,
+    m: __m512,
+}
+
+/// Transposes block `b` of 16 rows (`blk`: that block in row 0; lane `i`
+/// reads at `blk + idx_i`, only where `mask` has bit `i`; others are 0).
+// SAFETY: (contract) the `vnni` features present; for every lane `i` in
+// `mask`, `blk + idx_i` starts a whole block of the format.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn pack<const F: u8>(blk: *const u8, idx: __m512i, mask: __mmask16, bb: usize) -> Pack {
+    let z = _mm512_setzero_si512();
+    // SAFETY (every gather below): each lane reads 4 bytes at a byte
+    // offset `at + 4g ≤ bb − 4` inside its row's block (Q8_0: 2..34 of
+    // 34, Q4_0: 0..18 of 18, Q4_1: 0..20 of 20).
+    macro_rules! gather {
+        ($at:expr) => {{
+            let at: usize = $at;
+            debug_assert!(at + 4 <= bb);
+            unsafe { _mm512_mask_i32gather_epi32::<1>(z, mask, idx, blk.add(at).cast()) }
+        }};
+    }
+    let first = gather!(0);
+    // d_w: the low f16 of the block's first dword (Q4_1: m_w the high one).
+    let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(first));
+    let m = if F == Q41 {
+        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(first)))
+    } else {
+        _mm512_setzero_ps()
+    };
+    let mut q = [z; 8];
+    if F == Q8 {
+        let bias = _mm512_set1_epi8(-128);
+        for (g, q) in q.iter_mut().enumerate() {
+            *q = _mm512_xor_si512(gather!(2 + 4 * g), bias);
+        }
+    } else {
+        let at = if F == Q40 { 2 } else { 4 };
+        let nib = _mm512_set1_epi8(0x0F);
+        for g in 0..4 {
+            let v = gather!(at + 4 * g);
+            q[g] = _mm512_and_si512(v, nib);
+            q[g + 4] = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nib);
+        }
+    }
+    Pack { q, d, m }
+}
+
+/// `acc + term_b` for activation row `m` and block `b`, per lane: the
+/// scalar reference's `(d_w · d_x) · isum [+ m_w · s]` and its addition.
+/// Row `m` and block `b` must exist in `a` (`k` per row, 32-element
+/// blocks); indexing checks it.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn step<const F: u8>(p: &Pack, a: &Acts, k: usize, m: usize, b: usize, acc: __m512) -> __m512 {
+    let i = m * (k / 32) + b;
+    let at = m * k + b * 32;
+    let xs = &a.qx[at..at + 32];
+    // The 8 groups of 4 activation bytes, broadcast straight from memory.
+    // SAFETY: `xs` holds 32 bytes, so each 4-byte read at `4g < 32` is in
+    // bounds; `read_unaligned` needs no alignment.
+    let x = |g: usize| unsafe { xs.as_ptr().add(4 * g).cast::<i32>().read_unaligned() };
+    let start = match F {
+        Q8 => -128 * a.bsum[i],
+        Q40 => -8 * a.bsum[i],
+        _ => 0,
+    };
+    // Two chains of four halve the dependent-latency path; integer sums
+    // are exact in any order.
+    let mut s0 = _mm512_set1_epi32(start);
+    let mut s1 = _mm512_setzero_si512();
+    for g in 0..4 {
+        s0 = _mm512_dpbusd_epi32(s0, p.q[g], _mm512_set1_epi32(x(g)));
+        s1 = _mm512_dpbusd_epi32(s1, p.q[g + 4], _mm512_set1_epi32(x(g + 4)));
+    }
+    let isum = _mm512_add_epi32(s0, s1);
+    let scale = _mm512_mul_ps(p.d, _mm512_set1_ps(a.d[i]));
+    let mut term = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(isum));
+    if F == Q41 {
+        term = _mm512_add_ps(term, _mm512_mul_ps(p.m, _mm512_set1_ps(a.s[i])));
+    }
+    _mm512_add_ps(acc, term)
+}
+
+/// Activation rows `m..m + R` against a transposed tile in `buf` (`k / 32`
+/// packs of `PACK` vectors); the rows must exist in `a`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn rows_packed<const F: u8, const R: usize>(
+    buf: &[__m512i],
+    a: &Acts,
+    k: usize,
+    m: usize,
+) -> [__m512; R] {
+    let mut acc = [_mm512_setzero_ps(); R];
+    for (b, slot) in buf.chunks_exact(PACK).enumerate() {
+        let p = Pack {
+            q: [
+                slot[0], slot[1], slot[2], slot[3], slot[4], slot[5], slot[6], slot[7],
+            ],
+            d: _mm512_castsi512_ps(slot[8]),
+            m: _mm512_castsi512_ps(slot[9]),
+        };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            *acc = step::<F>(&p, a, k, m + r, b, *acc);
+        }
+    }
+    acc
+}
