@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load test of the embedding server (examples/server.rs) on loopback with wrk.
+# Load test of tc-serve's embeddings endpoint on loopback with wrk.
 #
 #   scripts/loadtest.sh            # 20 s per scenario
 #   DURATION=60 scripts/loadtest.sh
@@ -38,9 +38,10 @@ if ! command -v wrk >/dev/null; then
   fi
 fi
 
-cargo build --release --example server
+cargo build --release -p tc-serve
+bash scripts/fetch-minilm.sh
 target_dir=${CARGO_TARGET_DIR:-target}
-bin="$target_dir/release/examples/server"
+bin="$target_dir/release/tc-serve"
 
 work=$(mktemp -d)
 server_pid=
@@ -51,7 +52,7 @@ cleanup() {
 trap cleanup EXIT
 
 # shellcheck disable=SC2086
-"$bin" --port "$PORT" --warmup $SERVER_ARGS >"$work/server.log" 2>&1 &
+"$bin" --model models/all-MiniLM-L6-v2 --port "$PORT" --warmup $SERVER_ARGS >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do
   if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then break; fi
