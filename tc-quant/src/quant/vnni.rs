@@ -1,8 +1,8 @@
 //! Fast-numerics kernels on AVX-512 VNNI for the 32-element block formats
 //! (`Q8_0`, `Q4_0`, `Q4_1`), register-tiled over 16 weight rows.
 //!
-//! The weight blocks of 16 consecutive rows are transposed on load (one
-//! gather per 4-byte group): lane `i` of group vector `g` holds the 4
+//! The weight blocks of 16 consecutive rows are transposed on load
+//! (16-byte loads and in-register shuffles): lane `i` of group vector `g` holds the 4
 //! quants `4g..4g + 4` of row `i`'s block, as u8. The matching 4
 //! activation bytes are the same for all 16 lanes, so `vpdpbusd` against
 //! their broadcast yields row `i`'s block dot in lane `i` after 8 steps:
@@ -119,6 +119,8 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut [f32]) {
         _mm512_set1_epi32(t.row_bytes as i32),
     );
     let bb = t.row_bytes / t.nb.max(1);
+    // Rows past the tile's `n` re-read row `n − 1`: in bounds, never stored.
+    let off: [usize; TILE] = std::array::from_fn(|i| i.min(t.n - 1) * t.row_bytes);
     let mut put = |m: usize, y: __m512| {
         let mut v = [0f32; TILE];
         // SAFETY: `v` holds 16 f32.
@@ -128,12 +130,20 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut [f32]) {
         }
     };
     if rows == 1 {
+        // The next tile's rows follow this one's in memory: while block `b`
+        // is computed, its share of the next tile (`16 · bb` bytes) is
+        // requested, so the weights stream from DRAM instead of stalling.
+        // A prefetch never faults; the address is computed with
+        // `wrapping_add` and never dereferenced.
+        let next = t.w.as_ptr().wrapping_add(t.w.len());
         let mut acc = _mm512_setzero_ps();
         for b in 0..t.nb {
-            // SAFETY: block `b` of row 0 starts inside `t.w`; the gathers
-            // read, for lanes under `mask`, bytes inside block `b` of rows
-            // `< n` (the contract's offsets).
-            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, bb) };
+            for l in (0..TILE * bb).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * TILE * bb + l).cast());
+            }
+            // SAFETY: block `b` of row 0 starts inside `t.w`; `off` and
+            // `idx` under `mask` address block `b` of rows `< n`.
+            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, &off) };
             acc = step::<F>(&p, t.acts, t.k, 0, b, acc);
         }
         put(0, acc);
@@ -145,7 +155,7 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut [f32]) {
         buf.resize(t.nb * PACK, _mm512_setzero_si512());
         for (b, slot) in buf.chunks_exact_mut(PACK).enumerate() {
             // SAFETY: as in the single-row case.
-            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, bb) };
+            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, &off) };
             slot[..8].copy_from_slice(&p.q);
             slot[8] = _mm512_castps_si512(p.d);
             slot[9] = _mm512_castps_si512(p.m);
@@ -174,25 +184,26 @@ struct Pack {
     m: __m512,
 }
 
-/// Transposes block `b` of 16 rows (`blk`: that block in row 0; lane `i`
-/// reads at `blk + idx_i`, only where `mask` has bit `i`; others are 0).
-// SAFETY: (contract) the `vnni` features present; for every lane `i` in
-// `mask`, `blk + idx_i` starts a whole block of the format.
+/// Transposes block `b` of 16 rows (`blk`: that block in row 0). Lane
+/// `i` reads the row at byte offset `off[i]` from row 0: its own row for
+/// the tile's `n` rows, row `n − 1` again beyond them (those lanes are
+/// never stored). The scales come by one gather, which reads only lanes
+/// under `mask` (others are 0); the quants by 16-byte loads, transposed
+/// in registers, which costs fewer loads than one gather per group.
+// SAFETY: (contract) the `vnni` features present; `blk + off[i]` starts a
+// whole block of the format for every `i`, and `blk + idx_i` too for every
+// lane `i` in `mask`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn pack<const F: u8>(blk: *const u8, idx: __m512i, mask: __mmask16, bb: usize) -> Pack {
+unsafe fn pack<const F: u8>(
+    blk: *const u8,
+    idx: __m512i,
+    mask: __mmask16,
+    off: &[usize; TILE],
+) -> Pack {
     let z = _mm512_setzero_si512();
-    // SAFETY (every gather below): each lane reads 4 bytes at a byte
-    // offset `at + 4g ≤ bb − 4` inside its row's block (Q8_0: 2..34 of
-    // 34, Q4_0: 0..18 of 18, Q4_1: 0..20 of 20).
-    macro_rules! gather {
-        ($at:expr) => {{
-            let at: usize = $at;
-            debug_assert!(at + 4 <= bb);
-            unsafe { _mm512_mask_i32gather_epi32::<1>(z, mask, idx, blk.add(at).cast()) }
-        }};
-    }
-    let first = gather!(0);
+    // SAFETY: each lane reads the 4 bytes at offset 0 of its row's block.
+    let first = unsafe { _mm512_mask_i32gather_epi32::<1>(z, mask, idx, blk.cast()) };
     // d_w: the low f16 of the block's first dword (Q4_1: m_w the high one).
     let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(first));
     let m = if F == Q41 {
@@ -203,19 +214,59 @@ unsafe fn pack<const F: u8>(blk: *const u8, idx: __m512i, mask: __mmask16, bb: u
     let mut q = [z; 8];
     if F == Q8 {
         let bias = _mm512_set1_epi8(-128);
-        for (g, q) in q.iter_mut().enumerate() {
-            *q = _mm512_xor_si512(gather!(2 + 4 * g), bias);
+        // SAFETY: bytes 2..18 and 18..34 of a 34-byte block.
+        let (lo, hi) = unsafe { (transpose16x4(blk, off, 2), transpose16x4(blk, off, 18)) };
+        for g in 0..4 {
+            q[g] = _mm512_xor_si512(lo[g], bias);
+            q[g + 4] = _mm512_xor_si512(hi[g], bias);
         }
     } else {
         let at = if F == Q40 { 2 } else { 4 };
         let nib = _mm512_set1_epi8(0x0F);
+        // SAFETY: bytes 2..18 of an 18-byte block, 4..20 of a 20-byte one.
+        let v = unsafe { transpose16x4(blk, off, at) };
         for g in 0..4 {
-            let v = gather!(at + 4 * g);
-            q[g] = _mm512_and_si512(v, nib);
-            q[g + 4] = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nib);
+            q[g] = _mm512_and_si512(v[g], nib);
+            q[g + 4] = _mm512_and_si512(_mm512_srli_epi32::<4>(v[g]), nib);
         }
     }
     Pack { q, d, m }
+}
+
+/// The 16 bytes at `blk + off[i] + at` of 16 rows as 4 vectors: lane `i`
+/// of vector `g` is dword `g` of row `i`'s bytes. Rows `4k + j` go to
+/// 128-bit lane `k` of vector `j`; a 4 × 4 dword transpose within each
+/// 128-bit lane then puts row `4k + j` at lane `4k + j`.
+// SAFETY: (contract) AVX-512 F present; `blk + off[i] + at .. + 16` is
+// readable for every `i`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+unsafe fn transpose16x4(blk: *const u8, off: &[usize; TILE], at: usize) -> [__m512i; 4] {
+    // A macro, not a closure: closures were left out of line, one call
+    // per load.
+    macro_rules! ld {
+        // SAFETY: the contract's 16 readable bytes of row `i`.
+        ($i:expr) => {
+            unsafe { _mm_loadu_si128(blk.add(off[$i] + at).cast()) }
+        };
+    }
+    let mut z = [_mm512_setzero_si512(); 4];
+    for (j, z) in z.iter_mut().enumerate() {
+        let v = _mm512_castsi128_si512(ld!(j));
+        let v = _mm512_inserti32x4::<1>(v, ld!(4 + j));
+        let v = _mm512_inserti32x4::<2>(v, ld!(8 + j));
+        *z = _mm512_inserti32x4::<3>(v, ld!(12 + j));
+    }
+    let t0 = _mm512_unpacklo_epi32(z[0], z[1]);
+    let t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    let t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+    let t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    [
+        _mm512_unpacklo_epi64(t0, t2),
+        _mm512_unpackhi_epi64(t0, t2),
+        _mm512_unpacklo_epi64(t1, t3),
+        _mm512_unpackhi_epi64(t1, t3),
+    ]
 }
 
 /// `acc + term_b` for activation row `m` and block `b`, per lane: the
