@@ -395,12 +395,23 @@ impl Dim {
         }
     }
 
-    /// Evaluate under a concrete substitution.
+    /// Evaluate under a concrete substitution: the exact integer value
+    /// (Section 1 §2: dims are exact integers), an [`EvalError::Overflow`]
+    /// only when that value leaves i64. Intermediate values are i128: a
+    /// normal form may hold a sum above i64 whose quotient fits, such as
+    /// `(N + 9223372036854775806) / 9223372036854775807`, the ⌈N / k⌉ of
+    /// a strided slice with a huge step (`div_mod_const` keeps the
+    /// remainder's constant in `[0, k)`), which is 1 for every N ≥ 1.
     pub fn eval(&self, sigma: &Sigma) -> Result<i64, EvalError> {
+        let v = self.eval_wide(sigma)?;
+        i64::try_from(v).map_err(|_| EvalError::Overflow(self.to_string()))
+    }
+
+    fn eval_wide(&self, sigma: &Sigma) -> Result<i128, EvalError> {
         let overflow = || EvalError::Overflow(self.to_string());
-        let mut total: i64 = 0;
+        let mut total: i128 = 0;
         for (m, c) in &self.terms {
-            let mut v: i64 = *c;
+            let mut v = i128::from(*c);
             for a in m {
                 let x = eval_atom(a, sigma)?;
                 v = v.checked_mul(x).ok_or_else(overflow)?;
@@ -470,20 +481,20 @@ impl Wide {
     }
 }
 
-fn eval_atom(a: &Atom, sigma: &Sigma) -> Result<i64, EvalError> {
+fn eval_atom(a: &Atom, sigma: &Sigma) -> Result<i128, EvalError> {
     match a {
         Atom::Var(v) => sigma
             .get(v)
-            .copied()
+            .map(|&x| i128::from(x))
             .ok_or_else(|| EvalError::Unbound(v.clone())),
         Atom::Div(x, y) | Atom::Mod(x, y) => {
-            let xv = x.eval(sigma)?;
-            let yv = y.eval(sigma)?;
+            let xv = x.eval_wide(sigma)?;
+            let yv = y.eval_wide(sigma)?;
             if yv <= 0 {
                 return Err(EvalError::BadDivisor {
                     dividend: x.to_string(),
                     divisor: y.to_string(),
-                    value: yv,
+                    value: i64::try_from(yv).unwrap_or(i64::MIN),
                 });
             }
             Ok(if matches!(a, Atom::Div(..)) {
@@ -715,6 +726,12 @@ mod tests {
             (v("Big") * 2).eval(&s),
             Err(EvalError::Overflow(_))
         ));
+        // Exact through an intermediate past i64: ⌈Big / 2⌉ and ⌈D / MAX⌉.
+        let half = (v("Big") + 1).div(&Dim::c(2));
+        assert_eq!(half.eval(&s), Ok(1 << 62));
+        let one = (v("D") + (i64::MAX - 1)).div(&Dim::c(i64::MAX));
+        assert_eq!(one.eval(&s), Ok(1));
+        assert_eq!((v("Big") + 1 - v("D")).eval(&s), Ok(i64::MAX - 767));
     }
 
     #[test]

@@ -316,6 +316,25 @@ fn check_return(func: &Function, vals: &[ValInfo], sigma: &Sigma) -> Result<(), 
         ));
     }
     if let Type::Tensor(t) = &func.sig.ret {
+        // A declared dim that cannot be evaluated is a typed error naming
+        // it (as in the interpreter), not a shape mismatch.
+        if t.shape.len() == ret.shape.len() {
+            for (axis, d) in t.shape.iter().enumerate() {
+                match d.eval(sigma) {
+                    Ok(_) | Err(tc_core::dim::EvalError::Unbound(_)) => {}
+                    Err(source) => {
+                        return Err(Error::Eval {
+                            context: format!(
+                                "return of `{}`, dimension {axis} (`{d}`, σ = {})",
+                                func.sig.name,
+                                tc_runtime::contract::format_sigma(&func.sig, sigma)
+                            ),
+                            source,
+                        })
+                    }
+                }
+            }
+        }
         let ok = t.dtype == ret.dtype
             && t.shape.len() == ret.shape.len()
             && t.shape

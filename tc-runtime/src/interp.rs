@@ -584,6 +584,26 @@ impl<'a, 'f> Machine<'a, 'f> {
             Type::Scalar(dt) => (*dt, &[]),
             _ => return Ok(()),
         };
+        if shape.len() == value.shape().len() {
+            for (axis, d) in shape.iter().enumerate() {
+                // A declared dim that cannot be evaluated (an overflow, a
+                // bad divisor) is a typed error naming it, not a shape
+                // mismatch: what the body produced may be right.
+                match d.eval(&self.sigma) {
+                    Ok(_) | Err(tc_core::dim::EvalError::Unbound(_)) => {}
+                    Err(source) => {
+                        return Err(Error::Eval {
+                            context: format!(
+                                "{}, dimension {axis} (`{d}`, σ = {})",
+                                op(),
+                                format_sigma(sig, &self.sigma)
+                            ),
+                            source,
+                        })
+                    }
+                }
+            }
+        }
         let ok_dims = shape.len() == value.shape().len()
             && shape
                 .iter()

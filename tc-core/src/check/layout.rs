@@ -125,7 +125,8 @@ impl Checker<'_> {
 
     /// §12 slice `[start, stop)` along `axis`, every `step`-th index
     /// (docs/syntax.md "Strided slice": the axis becomes
-    /// `(stop − start + step − 1) / step` long, `stop − start` at step 1).
+    /// `⌈(stop − start) / step⌉`, normalised `(stop − start + step − 1) /
+    /// step`, `stop − start` at step 1).
     pub(super) fn slice(
         &mut self,
         axis: usize,
@@ -196,11 +197,20 @@ impl Checker<'_> {
             }
         }
         let mut shape = t.shape.clone();
+        // ⌈n / k⌉ for n = stop − start ≥ 0, built as `(n − 1) / k + 1`
+        // with the floor division of Section 2 §13 (n = 0: −1 / k + 1 = 0).
+        // Building `n + k − 1` first would overflow i64 for a constant n
+        // and a huge step (E0106 on a slice that exists); the division's
+        // normal form is `(n + k − 1) / k` either way (its remainder's
+        // constant in [0, k)), which `Dim::eval` evaluates exactly with
+        // wide intermediates, so the dim's value, at most the axis, never
+        // overflows at a call (Section 1 §2: dims are exact integers).
         shape[axis] = if step == 1 {
             len
         } else {
-            let up = self.dim_op(len.checked_add(&Dim::c(step - 1)), e_span)?;
-            self.dim_op(up.checked_div(&Dim::c(step)), inst.attr_span(3))?
+            let below = self.dim_op(len.checked_sub(&Dim::c(1)), e_span)?;
+            let q = self.dim_op(below.checked_div(&Dim::c(step)), inst.attr_span(3))?;
+            self.dim_op(q.checked_add(&Dim::c(1)), inst.attr_span(3))?
         };
         Some(Type::Tensor(TensorType { shape, ..t }))
     }
