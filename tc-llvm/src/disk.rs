@@ -25,7 +25,10 @@
 //! Trust. The directory is trusted like any build cache: whoever can write
 //! to it can run code in processes that use it (as with `~/.cache/jax` or
 //! `~/.cargo`). The checks above stop accidents, not an attacker with write
-//! access to the user's cache directory.
+//! access to the user's cache directory. A lookup reads only a regular file
+//! of bounded size at an entry's name, opened without following a symbolic
+//! link and without blocking: a FIFO, a link to /dev/zero, a directory or
+//! an oversized file there is a miss, never a hang or an unbounded read.
 //!
 //! Configuration: `TC_KERNEL_CACHE` = a directory, or `off` / `0` to
 //! disable; unset, `$XDG_CACHE_HOME/tc/kernels` or `~/.cache/tc/kernels`.
@@ -46,6 +49,20 @@ use tc_core::Dtype;
 
 const MAGIC: &[u8] = b"TC-KERNEL-CACHE-1\n";
 
+/// The largest entry a lookup reads (also bounded by the store's cap): an
+/// entry is one kernel module's object code and IR, megabytes at most.
+const MAX_ENTRY_BYTES: u64 = 256 << 20;
+
+/// What a lookup found at an entry's name.
+enum Entry {
+    /// Nothing.
+    Absent,
+    /// Something that is not an entry: not a regular file, or too large.
+    Refused,
+    /// A regular file's bytes, to be decoded.
+    Read(Vec<u8>),
+}
+
 /// Counters of one store (for tests, stats and the operator).
 #[derive(Debug, Default)]
 pub struct DiskStats {
@@ -53,8 +70,9 @@ pub struct DiskStats {
     pub hits: AtomicU64,
     /// Lookups that found no entry.
     pub misses: AtomicU64,
-    /// Entries present but refused: wrong header or IR (foreign, collided)
-    /// or a failed checksum (truncated, corrupted).
+    /// Entries present but refused: wrong header or IR (foreign, collided),
+    /// a failed checksum (truncated, corrupted), or not a regular file of
+    /// at most the cap (a FIFO, a symbolic link, a directory, a device).
     pub rejected: AtomicU64,
     /// Entries written.
     pub writes: AtomicU64,
@@ -198,9 +216,16 @@ impl Store {
     /// The object code stored for `ir` by this identity, if a whole,
     /// matching entry exists.
     pub fn load(&self, ir: &str) -> Option<Vec<u8>> {
-        let Ok(bytes) = fs::read(self.path_of(ir)) else {
-            self.stats.misses.fetch_add(1, Ordering::Relaxed);
-            return None;
+        let bytes = match self.read_entry(&self.path_of(ir)) {
+            Entry::Absent => {
+                self.stats.misses.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            Entry::Refused => {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            Entry::Read(bytes) => bytes,
         };
         match self.decode(&bytes, ir) {
             Some(obj) => {
@@ -211,6 +236,45 @@ impl Store {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 None
             }
+        }
+    }
+
+    /// The bytes at an entry's name, if it is a regular file no larger than
+    /// an entry can be. Whatever else sits there is refused without being
+    /// read, and without blocking: a FIFO (an open for reading would wait
+    /// for a writer: `O_NONBLOCK`), a symbolic link, which could name
+    /// /dev/zero or any file (`O_NOFOLLOW`), a directory or a device (the
+    /// opened descriptor's own metadata, so nothing can be swapped in
+    /// between the check and the read), a file over the cap (an entry that
+    /// size is never kept: eviction removes it). The read itself is bounded
+    /// too, should the file grow meanwhile.
+    fn read_entry(&self, path: &Path) -> Entry {
+        use std::io::Read;
+        let mut opts = fs::OpenOptions::new();
+        opts.read(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        }
+        let file = match opts.open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Entry::Absent,
+            // A symbolic link (ELOOP under O_NOFOLLOW), no permission, …
+            Err(_) => return Entry::Refused,
+        };
+        let Ok(meta) = file.metadata() else {
+            return Entry::Refused;
+        };
+        let limit = self.max_bytes.min(MAX_ENTRY_BYTES);
+        if !meta.is_file() || meta.len() > limit {
+            return Entry::Refused;
+        }
+        let mut bytes = Vec::new();
+        // At most `limit + 1` bytes: one more than allowed means it grew.
+        match file.take(limit.saturating_add(1)).read_to_end(&mut bytes) {
+            Ok(n) if n as u64 <= limit => Entry::Read(bytes),
+            _ => Entry::Refused,
         }
     }
 
@@ -244,7 +308,12 @@ impl Store {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        let written = fs::File::create(&tmp)
+        // `create_new` (O_CREAT | O_EXCL): never through a link or into
+        // whatever already sits at the temporary name.
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
             .and_then(|mut f| f.write_all(&self.encode(ir, object)))
             .and_then(|()| fs::rename(&tmp, self.path_of(ir)));
         match written {
