@@ -304,7 +304,7 @@ impl MiniLm {
         })
     }
 
-    /// Token count of one sentence after truncation (with [CLS] and [SEP]).
+    /// Token count of one sentence after truncation (with `[CLS]` and `[SEP]`).
     pub fn token_count(&self, sentence: &str) -> Result<usize, BoxError> {
         Ok(self.tokenizer()?.encode(sentence, true)?.get_ids().len())
     }

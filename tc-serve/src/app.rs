@@ -8,14 +8,14 @@
 //!
 //! Batching policy (what reaches the kernel cache):
 //! * each input is tokenized without truncation to count its tokens
-//!   ([CLS] and [SEP] included); more than [`MAX_POSITIONS`] (512, the
+//!   (`[CLS]` and `[SEP]` included); more than [`MAX_POSITIONS`] (512, the
 //!   model's position table) is a 400; otherwise it is truncated to the
 //!   model's `max_seq_length` (256), as sentence-transformers does;
 //! * every input becomes one queued sentence; the batcher merges queued
 //!   sentences of all requests into passes of at most `max_batch` sentences
 //!   that fall into the same length bucket, with at most `max_batch_tokens`
 //!   padded positions, waiting at most `max_wait` for a pass to fill;
-//! * each pass is padded with [PAD] (id 0, mask 0) up to its bucket (the
+//! * each pass is padded with `[PAD]` (id 0, mask 0) up to its bucket (the
 //!   smallest configured bucket ≥ its longest sentence; past the largest
 //!   bucket, its longest sentence), and, with `pad_rows`, its row count is
 //!   rounded up to a power of two with copies of its first row (dropped from
@@ -58,7 +58,7 @@ pub const MODEL_ALIASES: &[&str] = &["sentence-transformers/all-MiniLM-L6-v2"];
 pub const DIM: usize = 384;
 /// The model's position table: inputs longer than this are rejected.
 pub const MAX_POSITIONS: usize = 512;
-/// Default length buckets (tokens, [CLS] and [SEP] included).
+/// Default length buckets (tokens, `[CLS]` and `[SEP]` included).
 pub const DEFAULT_BUCKETS: &[usize] = &[16, 32, 64, 128, 256];
 
 /// Server settings.
@@ -246,7 +246,7 @@ pub fn plan(lens: &[usize], config: &Config) -> Vec<Chunk> {
     chunks
 }
 
-/// Pad a tokenized batch to `seq` positions with [PAD] (id 0, mask 0) and to
+/// Pad a tokenized batch to `seq` positions with `[PAD]` (id 0, mask 0) and to
 /// `rows` rows with copies of its first row.
 pub fn pad_batch(batch: &Batch, seq: usize, rows: usize) -> Batch {
     let seq = seq.max(batch.s);
@@ -298,7 +298,7 @@ impl Embedder {
         self.model.max_len
     }
 
-    /// Tokens of one input before truncation, [CLS] and [SEP] included.
+    /// Tokens of one input before truncation, `[CLS]` and `[SEP]` included.
     pub fn count_tokens(&self, s: &str) -> Result<usize, BoxError> {
         Ok(self.counter.encode(s, true)?.get_ids().len())
     }

@@ -46,7 +46,7 @@ pub struct Embedded {
 pub struct Job {
     /// The input text.
     pub text: String,
-    /// Its token count after truncation ([CLS] and [SEP] included).
+    /// Its token count after truncation (`[CLS]` and `[SEP]` included).
     pub len: usize,
     /// When it was queued.
     pub enqueued: Instant,
