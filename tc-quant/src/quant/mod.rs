@@ -45,7 +45,10 @@
 //!
 //! Kernels: a scalar reference, AVX2+FMA+F16C, and AVX-512 (F/BW/VL, using
 //! VNNI `vpdpbusd` for the fast integer dots when the host has it), chosen
-//! at run time. The output columns are split across rayon's global pool.
+//! at run time. With VNNI, [`Numerics::Fast`] on the 32-element formats
+//! runs tiles of 16 weight rows whose blocks are transposed in registers,
+//! so each `vpdpbusd` computes a part of 16 block dots at once (see
+//! `vnni.rs`). The output columns are split across rayon's global pool.
 
 mod act;
 mod dequant;
