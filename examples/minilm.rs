@@ -5,7 +5,7 @@
 //! and the time per sentence. The weights are fetched on first use by
 //! `scripts/fetch-minilm.sh` into `models/all-MiniLM-L6-v2/`.
 
-#[path = "minilm/model.rs"]
+#[path = "../tc-serve/src/minilm.rs"]
 mod model;
 
 use std::time::Instant;

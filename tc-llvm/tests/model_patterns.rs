@@ -1,4 +1,4 @@
-//! The op patterns real models use (examples/minilm/model.rs), JIT vs the
+//! The op patterns real models use (tc-serve/src/minilm.rs), JIT vs the
 //! reference interpreter: linear layers as a matmul with a transposed weight
 //! broadcast over the batch (read through strides, never materialized),
 //! attention head splits (transposes of reshapes as matmul operands), and

@@ -27,7 +27,6 @@ pub mod llama {
     pub mod tokenizer;
 }
 
-/// all-MiniLM-L6-v2 as tensor fns (the facade's `minilm` example's model,
-/// compiled here from the same file).
-#[path = "../../examples/minilm/model.rs"]
+/// all-MiniLM-L6-v2 as tensor fns; the facade's `minilm` and `peer_bench`
+/// examples and its `minilm` test compile this same file (`#[path]`).
 pub mod minilm;
