@@ -666,6 +666,13 @@ impl<'a> Body<'a> {
             1
         };
         let lead = x.shape.len() - r;
+        // A max pool needs non-empty spatial axes (docs/syntax.md §12d):
+        // the checker refuses one over a dim that may be 0. Given up after
+        // the draws above, so that every program the generator produced
+        // before this check stays the same program.
+        if !avg && x.shape[lead..].iter().any(|d| self.world.may_zero(d)) {
+            return None;
+        }
         let mut kernel = vec![];
         let mut window = Window {
             stride: vec![],
@@ -1780,7 +1787,11 @@ pub fn prepare(seed: u64, cfg: &GenConfig, budget: usize) -> Prepared {
     let mut found = None;
     for attempt in 0..24 {
         let mut sigma = draw_sigma(&mut rng, &program.world, SMALL.len() - attempt / 3);
-        if huge && !program.world.vars.is_empty() {
+        // A huge dim fits only where an empty dim beside it keeps the
+        // arguments small; when half the attempts found no such σ, the
+        // case runs as an ordinary one instead of being lost (a fixed run
+        // must run its seeds).
+        if huge && attempt < 12 && !program.world.vars.is_empty() {
             let (v, _) = rng.pick(&program.world.vars);
             sigma.insert(v, rng.pick(&HUGE));
         }
@@ -2486,10 +2497,36 @@ pub struct Record {
     pub reject: Option<String>,
     /// Failures.
     pub failures: Vec<Failure>,
+    /// [`program_fingerprint`] of the program the worker generated (0 if
+    /// generation itself failed).
+    pub fingerprint: u64,
 }
 
 fn program_size(p: &Program) -> usize {
     p.main.body.len() + p.callees.iter().map(|f| f.body.len()).sum::<usize>()
+}
+
+/// A stable fingerprint of a generated program: FNV-1a (64-bit) of the
+/// printed IR of its callees, its twins and `f`. A known reproducer pins
+/// the program its seed must regenerate with it, so a change to the
+/// generator that draws another program from the seed shows instead of
+/// passing silently.
+pub fn program_fingerprint(p: &Program) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |s: &str| {
+        for b in s.bytes().chain([0xFF]) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    };
+    for c in &p.callees {
+        feed(&c.to_string());
+    }
+    for t in p.twins.iter().flatten() {
+        feed(&t.to_string());
+    }
+    feed(&p.main.to_string());
+    h
 }
 
 /// Prepare and run one seed.
@@ -2505,7 +2542,11 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
         families: vec![],
         reject: None,
         failures: vec![],
+        fingerprint: 0,
     };
+    if let Ok(p) = catch_unwind(AssertUnwindSafe(|| gen_program(seed, cfg))) {
+        r.fingerprint = program_fingerprint(&p);
+    }
     let prepared = match catch_unwind(AssertUnwindSafe(|| prepare(seed, cfg, budget))) {
         Ok(p) => p,
         Err(e) => {
@@ -2595,7 +2636,7 @@ impl Record {
             Status::Fail => "fail",
         };
         v.push(format!(
-            "@@R {} {st} {} {} {} {} {} {}",
+            "@@R {} {st} {} {} {} {} {} {} {:016x}",
             self.seed,
             self.size,
             self.fallbacks,
@@ -2606,7 +2647,8 @@ impl Record {
                 "-".into()
             } else {
                 self.families.join(",")
-            }
+            },
+            self.fingerprint
         ));
         v
     }
@@ -2673,6 +2715,10 @@ impl Parser {
                         .unwrap_or_default(),
                     reject: self.reject.take(),
                     failures: std::mem::take(&mut self.failures),
+                    fingerprint: f
+                        .get(8)
+                        .and_then(|x| u64::from_str_radix(x, 16).ok())
+                        .unwrap_or(0),
                 })
             }
             _ => None,
@@ -2724,12 +2770,16 @@ pub struct Stats {
     pub rejections: BTreeMap<String, u64>,
     /// Failure families.
     pub families: BTreeMap<String, FamilyRecord>,
+    /// What became of each seed, and the fingerprint of the program it
+    /// generated ([`program_fingerprint`]): what a fixed run checks.
+    pub seeds: BTreeMap<u64, (Status, u64)>,
 }
 
 impl Stats {
     /// Count one record.
     pub fn absorb(&mut self, r: &Record) {
         self.generated += 1;
+        self.seeds.insert(r.seed, (r.status.clone(), r.fingerprint));
         match r.status {
             Status::Rejected => {
                 self.rejected += 1;
@@ -2779,6 +2829,7 @@ impl Stats {
         for (k, v) in o.rejections {
             *self.rejections.entry(k).or_default() += v;
         }
+        self.seeds.extend(o.seeds);
         for (k, f) in o.families {
             match self.families.get_mut(&k) {
                 None => {
@@ -3092,6 +3143,7 @@ pub fn supervise(
             families: vec![],
             reject: None,
             failures: vec![Failure { key, detail }],
+            fingerprint: program_fingerprint(&gen_program(seed, cfg)),
         });
         progress(stats);
         next = seed + 1;

@@ -440,3 +440,37 @@ fn column_form_is_chosen_when_the_last_axis_is_kept() {
     assert!(g.is_generic());
     assert!(has_row(g.ir()));
 }
+
+/// The column form over an empty output whose last dim is 2^63 − 1
+/// (`sum` over axis 0 of `[3, 0, 2^63 − 1]`): codegen sized its column
+/// blocks by multiplying the block count by the block size unchecked,
+/// which overflowed at compile time (a panic in debug builds; the fuzzer's
+/// seed 4296970452 of 2026-12-01). Both backends return the empty value.
+#[test]
+fn column_form_over_an_empty_output_with_a_huge_last_dim() {
+    let v = Dim::var;
+    let mut b = builder("colsum");
+    let x = b.param(
+        "x",
+        tc_core::Type::Tensor(
+            tc_core::TensorType::new(Dtype::F32, vec![v("R"), v("Z"), v("N")])
+                .with_refs(vec![tc_core::Pred::ge(v("Z"), 0)]),
+        ),
+    );
+    b.returns(tc_core::Type::tensor(Dtype::F32, vec![v("Z"), v("N")]));
+    let y = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![0],
+        keepdims: false,
+        x,
+    });
+    let f = b.finish(y);
+    let n = i64::MAX as usize;
+    let args: Vec<Arg> = vec![Tensor::from_vec::<f32>(&[3, 0, n], vec![]).unwrap().into()];
+    let want = interp(&f, &args).unwrap();
+    assert_eq!(want.shape(), &[0, n]);
+    for opts in [EXACT, DET, JitOptions::default()] {
+        let got = jit(&f, &args, opts);
+        assert_eq!(got.shape(), &[0, n]);
+    }
+}
