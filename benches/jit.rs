@@ -2,9 +2,13 @@
 //! (this host is noisy: the same run can land at two levels 2× apart, so
 //! only ratios from one run mean anything).
 //!
-//! Each case prints a table: median time per peer over interleaved rounds
-//! and the ratio `peer / tc` (> 1: tc is faster). `TC_BENCH_QUICK=1` runs
-//! fewer rounds. Peers: ndarray op-by-op and `Zip`, ndarray `dot`
+//! Each case prints a table: median [min–max] time per peer over
+//! interleaved rounds and the ratio of medians `peer / tc` (> 1: tc is
+//! faster). `TC_BENCH_QUICK=1` runs fewer rounds. The matmul case measures
+//! each side both ways it can: tc keeping its packed B across calls (a
+//! weight) and packing it per call, `gemm` (which has no packed-B API, so
+//! always packs per call) writing into a new zeroed `Vec` per call and into
+//! one reused. Peers: ndarray op-by-op and `Zip`, ndarray `dot`
 //! (matrixmultiply), the `gemm` crate with feature `x86-v4` and with its
 //! default features (AVX2; version 0.18, so the features do not unify),
 //! and a plain Rust loop.
@@ -86,11 +90,19 @@ fn table(title: &str, rounds: usize, mut peers: Vec<Peer>) -> Vec<(String, f64)>
             p.times[p.times.len() / 2].as_secs_f64()
         })
         .collect();
-    println!("\n### {title}  ({rounds} interleaved rounds, median)\n");
+    println!("\n### {title}  ({rounds} interleaved rounds, median [min–max])\n");
     println!("| peer | time | {} / peer |", peers[0].name);
     println!("| --- | ---: | ---: |");
     for (p, m) in peers.iter().zip(&med) {
-        println!("| {} | {} | {:.2}× |", p.name, fmt(*m), m / med[0]);
+        let (lo, hi) = (p.times[0].as_secs_f64(), p.times[p.times.len() - 1].as_secs_f64());
+        println!(
+            "| {} | {} [{}–{}] | {:.2}× |",
+            p.name,
+            fmt(*m),
+            fmt(lo),
+            fmt(hi),
+            m / med[0]
+        );
     }
     peers
         .iter()
@@ -490,20 +502,43 @@ fn bench_matmul(c: &mut Criterion) {
                     },
                 )
             };
+            // tc packing B on every call, like `gemm`: B a tensor of new
+            // storage each call (one made ahead per call, kept alive until
+            // the table is done), which `prepack` sees for the first time
+            // and so packs per call, panel by panel, keeping nothing.
+            let mut fresh: Vec<Vec<Arg>> = (0..rounds + 1)
+                .map(|_| {
+                    vec![
+                        args[0].clone(),
+                        Tensor::from_slice(&[n, n], &bv).unwrap().into(),
+                    ]
+                })
+                .collect();
+            let mut used: Vec<Vec<Arg>> = Vec::with_capacity(rounds + 1);
+            let mut kept_out = vec![0f32; n * n];
             let mut peers = vec![
-                peer("tc", || {
+                peer("tc, B packing kept across calls", || {
                     // On the calling thread, like the peers: a product too
                     // small to split never leaves it (a `pool.install` hop
                     // per call costs a thread wake-up, ~30–100 µs on a VM,
                     // more than the n = 128 product itself).
                     black_box(j.call_static(f, &args, &|_| None).unwrap());
                 }),
-                peer("gemm x86-v4", || {
+                peer("tc, B packed per call", || {
+                    let a = fresh.pop().expect("one B per call");
+                    black_box(j.call_static(f, &a, &|_| None).unwrap());
+                    used.push(a);
+                }),
+                peer("gemm x86-v4, B packed and output zeroed per call", || {
                     let mut out = vec![0f32; n * n];
                     gemm_run(&mut out);
                     black_box(out);
                 }),
-                peer("gemm default (0.18, AVX2)", || {
+                peer("gemm x86-v4, B packed per call, output reused", || {
+                    gemm_run(&mut kept_out);
+                    black_box(&mut kept_out);
+                }),
+                peer("gemm default (0.18, AVX2), output zeroed per call", || {
                     let mut out = vec![0f32; n * n];
                     gemm_default_run(&mut out);
                     black_box(out);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peer benchmark (issue #15): all-MiniLM-L6-v2 in tc against ONNX Runtime,
+# Peer benchmark (issues #15, #47): all-MiniLM-L6-v2 in tc against ONNX Runtime,
 # PyTorch and candle on the same weights, and a GPT-2-small block in tc
 # against PyTorch and ONNX Runtime, in one run.
 #
@@ -9,19 +9,34 @@
 #
 # Runs the Python side (onnx, onnxruntime, safetensors, numpy, torch,
 # transformers) in the pinned virtual environment target/py-torch, which
-# scripts/py-torch-env.sh makes on first use (about 3 GB to download),
-# exports the model to ONNX from the same model.safetensors without PyTorch
-# (benches/peers/minilm_onnx.py: the same graph, erf GELU, finfo.min mask,
-# mean pooling, L2 norm), builds examples/peer_bench.rs and the candle crate
-# benches/peers/candle (candle-transformers' BertModel, CPU, f32; a crate of
-# its own outside the workspace, built into target/peers/candle-target; the
-# candle column is left out if it does not build), makes the ONNX Runtime
-# transformer optimizer's fused form of each export
-# (benches/peers/ort_fuse.py: a second ONNX Runtime column, "fused"), then
-# runs ROUNDS rounds;
-# each round runs every system once per thread count (1 and 2) in a
-# rotating order, each process a long-lived worker timing REPS calls per
-# workload after warm-up.
+# scripts/py-torch-env.sh makes on first use (about 3 GB to download).
+#
+# ONNX Runtime runs MiniLM in four forms, each a process of its own in
+# every round:
+# - "hand-built": benches/peers/minilm_onnx.py's graph, made node by node
+#   from the same model.safetensors without PyTorch (erf GELU, finfo.min
+#   mask, mean pooling, L2 norm), which ORT's optimizer fuses only partly;
+# - "standard": benches/peers/minilm_export.py's torch.onnx.export
+#   (TorchScript exporter, opset 17) of transformers' AutoModel with mean
+#   pooling and L2 norm;
+# - "standard, optimized": that export through
+#   onnxruntime.transformers.optimizer.optimize_model(model_type="bert",
+#   num_heads=12, hidden_size=384) (Attention, BiasGelu,
+#   SkipLayerNormalization, EmbedLayerNormalization fused);
+# - "int8": the optimized export through quantize_dynamic (QInt8 weights,
+#   per channel), a separate column (a peer for an int8 path, not for fp32);
+#   its cosine to the fp32 export is measured once, at export.
+# The table's "ONNX Runtime (best fp32)" is the fastest of the first three
+# per row, named. The standard exports need torch; without it the
+# hand-built graph runs alone.
+#
+# Also examples/peer_bench.rs (tc) and the candle crate benches/peers/candle
+# (candle-transformers' BertModel, CPU, f32; a crate of its own outside the
+# workspace, built into target/peers/candle-target; the candle column is
+# left out if it does not build), and PyTorch eager. Then ROUNDS rounds;
+# each round runs every system once per thread count (1 and 2), in an
+# order rotated each round, each process a long-lived worker timing REPS
+# calls per workload after warm-up.
 #
 # Then the MiniLM cold start: process start to the first embedding (see
 # below).
@@ -30,9 +45,14 @@
 # it: tc's seeded generator, transformers' initialisation scheme), tc's examples/gpt2_block against
 # transformers' GPT2Block (erf GELU, SDPA causal attention) in PyTorch and
 # in ONNX Runtime (a TorchScript export of that block made by
-# benches/peers/gpt2_block.py); candle has no GPT-2 block row. It prints the median over rounds of each
-# process's median, tc's speed relative to the best peer (> 1: tc is
-# faster), and the largest difference between tc's embeddings and a peer's.
+# benches/peers/gpt2_block.py, plain and through the transformer optimizer,
+# model type gpt2); candle has no GPT-2 block row.
+#
+# benches/peers/peer_table.py prints, per row and system, the median and
+# [min–max] over rounds of each process's median; tc's speed ÷ the best
+# peer's per round (> 1: tc is faster) with its range; "tc leads" or
+# "<peer> leads" only when the two per-round ranges do not overlap; and the
+# largest difference between tc's output values and an fp32 peer's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -48,10 +68,17 @@ has() { [[ " $MODELS " == *" $1 "* ]]; }
 bash scripts/fetch-minilm.sh >/dev/null
 model=models/all-MiniLM-L6-v2
 [ -f "$out/minilm.onnx" ] || "$PY" benches/peers/minilm_onnx.py "$model" "$out/minilm.onnx"
-# The ORT transformer optimizer's fused form of each export: a second ONNX
-# Runtime column ("ONNX Runtime, fused"); left out if the optimizer fails.
+# The standard export, its optimized form and the int8 model, with the
+# settings and int8 accuracy in minilm_export.json (made once; delete
+# target/peers/minilm-std to remake them).
+std="$out/minilm-std"
+if has minilm && [ "$torch" = 1 ] && [ ! -f "$std/minilm_export.json" ]; then
+  mkdir -p "$std"
+  "$PY" benches/peers/minilm_export.py "$model" "$std" 2>"$std/export.log" ||
+    echo "note: benches/peers/minilm_export.py failed (see $std/export.log); no standard-export columns"
+fi
+# The ORT transformer optimizer's fused form of the GPT-2 block export.
 fuse() { [ -f "$2" ] || "$PY" benches/peers/ort_fuse.py "$1" "$2" "$3" "$4" "$5" || true; }
-fuse "$out/minilm.onnx" "$out/minilm_fused.onnx" bert 12 384
 gpt2=models/gpt2-seed0
 if has gpt2-block; then
   bash scripts/fetch-gpt2.sh
@@ -72,18 +99,22 @@ results="$out/results.jsonl"
 : >"$results"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
 for r in $(seq 1 "$ROUNDS"); do
+  echo "{\"round\": $r}" >>"$results"
   for t in 1 2; do
     if has minilm; then
       run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" minilm >>"$results"; }
       run_ort() { "$PY" benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
-      run_ortf() { [ -f "$out/minilm_fused.onnx" ] && "$PY" benches/peers/ort_bench.py "$out/minilm_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
+      ort_m() { [ -f "$std/$1" ] && "$PY" benches/peers/ort_bench.py "$std/$1" "$t" "$REPS" "$2" >>"$results" || true; }
+      run_ortstd() { ort_m minilm_std.onnx ort-std; }
+      run_ortopt() { ort_m minilm_std_opt.onnx ort-std-opt; }
+      run_ort8() { ort_m minilm_int8.onnx ort-int8; }
       run_pt() { [ "$torch" = 1 ] && "$PY" benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
       run_candle() { [ "$candle" = 1 ] && RAYON_NUM_THREADS=$t "$candle_bin" "$model" "$REPS" >>"$results" || true; }
-      # Rotate the order by r + t: over five rounds every system runs once
+      # Rotate the order by r + t: over seven rounds every system runs once
       # in each position at each thread count.
-      systems=(run_tc run_ort run_ortf run_pt run_candle)
-      k=$(( (r + t) % 5 ))
-      for i in 0 1 2 3 4; do "${systems[(k + i) % 5]}"; done
+      systems=(run_tc run_ort run_ortstd run_ortopt run_ort8 run_pt run_candle)
+      k=$(( (r + t) % 7 ))
+      for i in 0 1 2 3 4 5 6; do "${systems[(k + i) % 7]}"; done
     fi
     if has gpt2-block; then
       run_tc() { RAYON_NUM_THREADS=$t TC_GPT2_DIR=$gpt2 "$tc" "$REPS" gpt2-block >>"$results"; }
@@ -121,50 +152,22 @@ PY
     c_tc() { time_cold tc "$tc" 0 minilm; }
     c_tcc() { time_cold tc-no-cache env TC_KERNEL_CACHE=off "$tc" 0 minilm; }
     c_ort() { time_cold ort "$PY" benches/peers/ort_bench.py "$out/minilm.onnx" "$(nproc)" 0; }
+    c_orto() { [ -f "$std/minilm_std_opt.onnx" ] && time_cold ort-std-opt "$PY" benches/peers/ort_bench.py "$std/minilm_std_opt.onnx" "$(nproc)" 0 || true; }
     c_pt() { [ "$torch" = 1 ] && time_cold pytorch "$PY" benches/peers/torch_bench.py "$model" "$(nproc)" 0 || true; }
     c_candle() { [ "$candle" = 1 ] && time_cold candle "$candle_bin" "$model" 0 || true; }
-    systems=(c_tc c_tcc c_ort c_pt c_candle)
-    for i in 0 1 2 3 4; do "${systems[(r + i) % 5]}"; done
+    systems=(c_tc c_tcc c_ort c_orto c_pt c_candle)
+    for i in 0 1 2 3 4 5; do "${systems[(r + i) % 6]}"; done
   done
 fi
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$results" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-for r in rows:
-    r.setdefault("model", "minilm")  # candle's lines name no model
-key = lambda r: (r["b"], r["s"], r["threads"])
-names = {"ort": "ONNX Runtime", "ort-fused": "ONNX Runtime, fused", "pytorch": "PyTorch",
-         "candle": "candle"}
-titles = {"minilm": ("MiniLM", "embedding"), "gpt2-block": ("GPT-2-small block", "output")}
-for model in ("minilm", "gpt2-block"):
-    by = {}
-    for r in rows:
-        if r["model"] == model:
-            by.setdefault((key(r), r["system"]), []).append(r)
-    if not by:
-        continue
-    title, what = titles[model]
-    peers = [p for p in ("ort", "ort-fused", "pytorch", "candle") if any(s == p for (_, s) in by)]
-    print(f"\n| {title}, ms per batch | threads | tc | " + " | ".join(names[p] for p in peers)
-          + f" | tc vs best | max \\|{what} diff\\| to tc |")
-    print("|---|---|---|" + "---|" * len(peers) + "---|---|")
-    for k in sorted({k for (k, _) in by}):
-        tc = by[(k, "tc")]
-        mt = statistics.median(r["ms"] for r in tc)
-        ms = {p: statistics.median(r["ms"] for r in by[(k, p)]) for p in peers if (k, p) in by}
-        diff = max((abs(a - b) for p in ms for a, b in zip(tc[0]["emb"], by[(k, p)][0]["emb"])),
-                   default=float("nan"))
-        cells = " | ".join(f"{ms[p]:.2f}" if p in ms else "-" for p in peers)
-        best = min(ms.values(), default=float("nan"))
-        print(f"| {k[0]} x {k[1]} tokens | {k[2]} | {mt:.2f} | {cells} | {best / mt:.2f}x | {diff:.1e} |")
-PY
+python3 benches/peers/peer_table.py "$results" $([ -f "$std/minilm_export.json" ] && echo "$std/minilm_export.json")
 python3 - "$cold" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 if rows:
     names = {"tc": "tc (kernels on disk)", "tc-no-cache": "tc (no kernel cache)",
-             "ort": "ONNX Runtime", "pytorch": "PyTorch", "candle": "candle"}
+             "ort": "ONNX Runtime (hand-built)", "ort-std-opt": "ONNX Runtime (standard, optimized)",
+             "pytorch": "PyTorch", "candle": "candle"}
     cols = [s for s in names if any(r["system"] == s for r in rows)]
     med = {s: statistics.median(r["ms"] for r in rows if r["system"] == s) for s in cols}
     bad = sorted({r["system"] for r in rows if not r["ok"]})

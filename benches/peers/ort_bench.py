@@ -7,8 +7,11 @@ workloads of examples/peer_bench.rs, same token ids, one JSON line each.
 REPS = 0 runs one call of the first workload (a cold start, timed from
 outside by scripts/peer-bench.sh).
 
-SYSTEM names the column (default "ort"; the script runs the optimizer's
-fused export as "ort-fused").
+SYSTEM names the column (default "ort", the hand-built graph of
+minilm_onnx.py; the script runs the standard export as "ort-std", its
+transformer-optimized form as "ort-std-opt" and the int8 model as
+"ort-int8", all made by minilm_export.py). The inputs fed are those the
+model names.
 """
 import json
 import sys
@@ -30,6 +33,23 @@ def ids(b, s):
     return x
 
 
+def feeds(sess, b, s):
+    """The inputs the model names: the hand-built graph's (input_ids,
+    float attention_mask, position_ids) or a standard export's
+    (input_ids, int64 attention_mask, token_type_ids)."""
+    x = ids(b, s)
+    have = {i.name: i.type for i in sess.get_inputs()}
+    feed = {"input_ids": x}
+    if "attention_mask" in have:
+        dt = np.float32 if have["attention_mask"] == "tensor(float)" else np.int64
+        feed["attention_mask"] = np.ones((b, s), dtype=dt)
+    if "position_ids" in have:
+        feed["position_ids"] = np.arange(s, dtype=np.int64)
+    if "token_type_ids" in have:
+        feed["token_type_ids"] = np.zeros((b, s), dtype=np.int64)
+    return feed
+
+
 def main():
     path, threads, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     system = sys.argv[4] if len(sys.argv) > 4 else "ort"
@@ -41,11 +61,7 @@ def main():
     # REPS = 0: a cold start (scripts/peer-bench.sh times the process):
     # one call of the first workload.
     for b, s in WORKLOADS if reps > 0 else WORKLOADS[:1]:
-        feed = {
-            "input_ids": ids(b, s),
-            "attention_mask": np.ones((b, s), dtype=np.float32),
-            "position_ids": np.arange(s, dtype=np.int64),
-        }
+        feed = feeds(sess, b, s)
         t0 = time.perf_counter()
         out = sess.run(None, feed)[0]
         times = [(time.perf_counter() - t0) * 1e3]
@@ -61,4 +77,5 @@ def main():
                           "ms": float(np.median(times)), "emb": [float(v) for v in out[0, :4]]}))
 
 
-main()
+if __name__ == "__main__":
+    main()

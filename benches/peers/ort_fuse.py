@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The ONNX Runtime transformer optimizer's fused form of a peer-bench
-export (scripts/peer-bench.sh's "ONNX Runtime, fused" column): what an ORT
-user would run after `onnxruntime.transformers.optimizer` (SkipLayerNorm,
+export (scripts/peer-bench.sh runs the GPT-2 block's this way; MiniLM's
+optimized standard export is made by minilm_export.py): what an ORT user
+would run after `onnxruntime.transformers.optimizer` (SkipLayerNorm,
 BiasGelu and whatever else it recognises in the graph; prints the fused
 operator counts).
 

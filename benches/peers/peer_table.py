@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""The tables of scripts/peer-bench.sh from its results.jsonl: per row
+(workload, threads) and system, the median and [min–max] over rounds of
+each process's median time, ONNX Runtime's fastest fp32 configuration,
+tc's speed ÷ the best peer's per round (> 1: tc is faster) and whether a
+lead holds (only when the two systems' per-round ranges do not overlap).
+
+    python3 benches/peers/peer_table.py RESULTS.jsonl [EXPORT.json]
+
+RESULTS holds one JSON line per process and workload, and a line
+{"round": R} before each round's lines. EXPORT is minilm_export.py's
+settings and int8 accuracy, printed under the MiniLM table.
+"""
+import json
+import statistics
+import sys
+
+NAMES = {"ort": "hand-built", "ort-fused": "hand-built, optimized", "ort-std": "standard",
+         "ort-std-opt": "standard, optimized", "pytorch": "PyTorch", "candle": "candle",
+         "ort-int8": "ONNX Runtime int8"}
+ORT_FP32 = ("ort", "ort-fused", "ort-std", "ort-std-opt")
+TITLES = {"minilm": ("MiniLM", "embedding"), "gpt2-block": ("GPT-2-small block", "output")}
+
+
+def load(path):
+    rows, rnd = [], 0
+    for line in open(path):
+        r = json.loads(line)
+        if "round" in r and "system" not in r:
+            rnd = r["round"]
+            continue
+        r.setdefault("model", "minilm")  # candle's lines name no model
+        r["round"] = rnd
+        rows.append(r)
+    return rows
+
+
+def cell(v):
+    """median [min–max] of per-round times."""
+    if not v:
+        return "-"
+    return f"{statistics.median(v):.2f} [{min(v):.2f}–{max(v):.2f}]"
+
+
+def main():
+    rows = load(sys.argv[1])
+    export = json.load(open(sys.argv[2])) if len(sys.argv) > 2 else None
+    for model in ("minilm", "gpt2-block"):
+        by = {}  # (b, s, threads) -> system -> {round: ms}
+        emb = {}
+        for r in rows:
+            if r["model"] != model:
+                continue
+            k = (r["b"], r["s"], r["threads"])
+            by.setdefault(k, {}).setdefault(r["system"], {})[r["round"]] = r["ms"]
+            emb.setdefault((k, r["system"]), r["emb"])
+        if not by:
+            continue
+        title, what = TITLES[model]
+        if model == "gpt2-block":  # its ONNX model is a TorchScript export
+            NAMES.update({"ort": "export", "ort-fused": "export, optimized"})
+        systems = {s for v in by.values() for s in v}
+        others = [p for p in ("pytorch", "candle") if p in systems]
+        int8 = "ort-int8" in systems
+        rounds = len({rd for v in by.values() for t in v.values() for rd in t})
+        head = [f"{title}, ms per batch, median [min–max] of {rounds} rounds", "threads", "tc",
+                "ONNX Runtime (best fp32)"] + [NAMES[p] for p in others]
+        head += ["tc ÷ best peer, per round", "lead (ranges)"]
+        head += ["ONNX Runtime int8"] if int8 else []
+        head += [f"max \\|{what} diff\\| to tc"]
+        print("\n| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        detail = []
+        for k in sorted(by):
+            sy = by[k]
+            tc = sy.get("tc", {})
+            med = {s: statistics.median(v.values()) for s, v in sy.items()}
+            orts = [s for s in ORT_FP32 if s in sy]
+            ort_best = min(orts, key=med.get, default=None)
+            fp32 = [s for s in sy if s != "tc" and s != "ort-int8"]
+            best = min(fp32, key=med.get, default=None)
+            if best and tc:
+                rr = sorted(set(tc) & set(sy[best]))
+                ratios = [sy[best][r] / tc[r] for r in rr]
+                ratio = f"{statistics.median(ratios):.2f}× [{min(ratios):.2f}–{max(ratios):.2f}]"
+                name = "ONNX Runtime" if best in ORT_FP32 else NAMES[best]
+                if max(tc.values()) < min(sy[best].values()):
+                    verdict = "tc leads"
+                elif max(sy[best].values()) < min(tc.values()):
+                    verdict = f"{name} leads"
+                else:
+                    verdict = "overlap: no lead"
+                ratio += f" vs {name}"
+            else:
+                ratio, verdict = "-", "-"
+            diff = max((abs(a - b) for s in fp32 if (k, s) in emb and (k, "tc") in emb
+                        for a, b in zip(emb[(k, "tc")], emb[(k, s)])), default=float("nan"))
+            ob = f"{cell(list(sy[ort_best].values()))} ({NAMES[ort_best]})" if ort_best else "-"
+            cells = [cell(list(tc.values())), ob] + [cell(list(sy.get(p, {}).values())) for p in others]
+            cells += [ratio, verdict]
+            if int8:
+                cells.append(cell(list(sy.get("ort-int8", {}).values())))
+            print(f"| {k[0]} x {k[1]} tokens | {k[2]} | " + " | ".join(cells) + f" | {diff:.1e} |")
+            detail.append((k, [cell(list(sy[s].values())) for s in orts], orts))
+        # Every ONNX Runtime configuration, so the choice of the best is seen.
+        orts = [s for s in ORT_FP32 if s in systems]
+        print(f"\n| {title}: ONNX Runtime fp32 configurations, ms | threads | "
+              + " | ".join(NAMES[s] for s in orts) + " |")
+        print("|---|---|" + "---|" * len(orts))
+        for k, cells, have in detail:
+            c = dict(zip(have, cells))
+            print(f"| {k[0]} x {k[1]} tokens | {k[2]} | " + " | ".join(c.get(s, "-") for s in orts) + " |")
+        if model == "minilm" and export and int8:
+            cos = export["int8"]["cosine_to_fp32_export"]
+            print("\nONNX Runtime int8 (" + export["int8"]["call"] + "): cosine to the fp32 "
+                  "export's embeddings, min / mean: "
+                  + "; ".join(f"{w} {v['min']:.4f} / {v['mean']:.4f}" for w, v in cos.items()))
+
+if __name__ == "__main__":
+    main()
