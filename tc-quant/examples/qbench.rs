@@ -1,5 +1,5 @@
-//! Quantized matmul throughput for SmolLM2-135M's shapes, every path and
-//! both numerics: `cargo run --release -p tc-quant --example qbench`.
+//! Quantized matmul throughput for SmolLM2-135M's shapes (1 row: decode;
+//! 16: a batched decode step; 128: prefill), every path and both numerics: `cargo run --release -p tc-quant --example qbench`.
 //! Arguments filter the rows: each word must match the path, format,
 //! numerics or row count (`qbench Avx512 q4_1 Fast 1`).
 
@@ -62,7 +62,7 @@ fn main() {
     for path in available_paths() {
         for f in [Format::Q4_1, Format::Q8_0] {
             for num in [Numerics::Fast, Numerics::Exact] {
-                for rows in [1, 128] {
+                for rows in [1, 16, 128] {
                     let tags = [
                         format!("{path:?}"),
                         f.name().to_owned(),
