@@ -5,7 +5,7 @@ use tc_core::check::{check_formed_function, check_signature, Checked};
 use tc_core::ir::{Function, Signature, Signatures};
 use tc_core::Diagnostic;
 
-use crate::spans::SpanTable;
+use crate::spans::{help_line, SpanTable};
 
 /// The message of one compile error: `[code] rule: message`, the
 /// counterexample line, then notes, labels and help; the help ends with the
@@ -20,15 +20,6 @@ pub fn render(d: &Diagnostic) -> String {
     }
     s.push_str(&help_line(d.help.as_deref(), d.code));
     s
-}
-
-/// `help: …; see docs/errors.md#e0204` (or just the pointer).
-pub fn help_line(help: Option<&str>, code: &str) -> String {
-    let anchor = tc_core::diag::codes::doc_anchor(code);
-    match help {
-        Some(h) => format!("\n  help: {h}; see {anchor}"),
-        None => format!("\n  help: see {anchor}"),
-    }
 }
 
 /// Diagnostics → errors, de-duplicated, in the checker's order.

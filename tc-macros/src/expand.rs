@@ -383,7 +383,7 @@ fn const_dims_positive(
                      (Section 2 §16: constants are what they are, and a dim is at least 1){}",
                     codes::MODULE_CONST,
                     sig.name,
-                    crate::check::help_line(None, codes::MODULE_CONST)
+                    crate::spans::help_line(None, codes::MODULE_CONST)
                 );
                 match d.as_var().and_then(|k| module_const(items, k)) {
                     Some(c) if reported.insert(c.ident.to_string()) => errors.push(

@@ -102,7 +102,7 @@ pub fn check(c: &Checked, spans: &SpanTable) -> Vec<syn::Error> {
         };
         if let Some(msg) = out_of_range(s, dt) {
             let code = tc_core::diag::codes::LITERAL_RANGE;
-            let help = crate::check::help_line(Some(HELP), code);
+            let help = crate::spans::help_line(Some(HELP), code);
             out.push(spans.error(span, format!("[{code}] {msg}{help}")));
         }
     }

@@ -81,10 +81,7 @@ pub fn err_help(
     msg: impl std::fmt::Display,
     help: &str,
 ) -> syn::Error {
-    let text = format!(
-        "[{code}] {msg}{}",
-        crate::check::help_line(Some(help), code)
-    );
+    let text = format!("[{code}] {msg}{}", help_line(Some(help), code));
     syn::Error::new_spanned(range_of(t), text)
 }
 
@@ -118,7 +115,7 @@ pub fn is_coded(msg: &str) -> bool {
 }
 
 fn coded(code: &str, msg: impl std::fmt::Display) -> String {
-    format!("[{code}] {msg}{}", crate::check::help_line(None, code))
+    format!("[{code}] {msg}{}", help_line(None, code))
 }
 
 /// Combine many errors into one (None when there are none).
@@ -131,4 +128,13 @@ pub fn combine(errors: impl IntoIterator<Item = syn::Error>) -> Option<syn::Erro
         }
     }
     out
+}
+
+/// `help: …; see docs/errors.md#e0204` (or just the pointer).
+pub fn help_line(help: Option<&str>, code: &str) -> String {
+    let anchor = tc_core::diag::codes::doc_anchor(code);
+    match help {
+        Some(h) => format!("\n  help: {h}; see {anchor}"),
+        None => format!("\n  help: see {anchor}"),
+    }
 }
