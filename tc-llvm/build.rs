@@ -6,7 +6,10 @@
 include!("src/fingerprint.rs");
 
 fn main() {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // Read at run time: a build-script binary can be reused for a checkout
+    // at another path, and must hash that checkout's sources.
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let src = std::path::Path::new(&dir).join("src");
     let files = source_files(&src).expect("tc-llvm build script: read src/");
     println!(
         "cargo:rustc-env=TC_LLVM_SOURCE_FINGERPRINT={}",
