@@ -6,6 +6,12 @@
 # difference is the macro's work (parse, Z3 checks, expansion) plus compiling
 # the generated IR constructors.
 #
+# Three annotated builds are timed: cold (the proof cache off), warm (every
+# answer from the proof cache the warm-up filled) and edited (warm, with one
+# function's `requires` changed before each run, so its queries miss).
+# With TC_PROFILE=<file> set, the macro appends a per-function breakdown
+# there (tc-core/src/profile.rs); scripts/macro-profile.awk sums it.
+#
 # usage: scripts/macro-cost.sh [N] [RUNS]
 set -euo pipefail
 N=${1:-50}
@@ -77,6 +83,14 @@ gen() { # $1 = annotated|plain
 
 gen annotated > "$WORK/annotated.rs"
 gen plain > "$WORK/plain.rs"
+# One more tensor fn whose `requires` names a constant: each edited run
+# changes it, so that function's queries are new and reach Z3.
+edited() { # $1 = the constant
+    cp "$WORK/annotated.rs" "$WORK/edited.rs"
+    echo "#[tensor_fn(requires(D % H == 0, D >= $1))] pub fn edited(x: Tensor![f32; B, S, D], gate: Tensor![f32; H]) -> Tensor![f32; B, S, D] { let q = reshape(x, [B, S, H, D / H]); reshape(q, [B, S, D]) }" >>"$WORK/edited.rs"
+}
+CACHE="$WORK/proof-cache"
+rm -rf "$CACHE"
 
 build() { # $1 = variant; prints seconds
     cp "$WORK/$1.rs" "$WORK/src/lib.rs"
@@ -88,13 +102,20 @@ build() { # $1 = variant; prints seconds
     echo "$t1 - $t0" | bc -l
 }
 
-echo "warm-up (dependencies)..." >&2
+echo "warm-up (dependencies, proof cache)..." >&2
 build plain >/dev/null
-build annotated >/dev/null
+TC_PROOF_CACHE=off build annotated >/dev/null
+edited 1
+TC_PROOF_CACHE=$CACHE build edited >/dev/null
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 P=$(for ((r = 0; r < RUNS; r++)); do build plain; done | median)
-A=$(for ((r = 0; r < RUNS; r++)); do build annotated; done | median)
-PER=$(echo "($A - $P) * 1000 / $N" | bc -l)
-printf 'fns: %d  runs: %d (median)\nplain:     %.3f s\nannotated: %.3f s\nadded:     %.3f s total, %.1f ms per fn\n' \
-    "$N" "$RUNS" "$P" "$A" "$(echo "$A - $P" | bc -l)" "$PER"
+C=$(for ((r = 0; r < RUNS; r++)); do TC_PROOF_CACHE=off build annotated; done | median)
+W=$(for ((r = 0; r < RUNS; r++)); do TC_PROOF_CACHE=$CACHE build annotated; done | median)
+E=$(for ((r = 0; r < RUNS; r++)); do
+    edited $((r + 2))
+    TC_PROOF_CACHE=$CACHE build edited
+done | median)
+per() { echo "($1 - $P) * 1000 / $N" | bc -l; }
+printf 'fns: %d  runs: %d (median)\nplain:             %.3f s\ncold (cache off):  %.3f s  %.1f ms per fn\nwarm (all hits):   %.3f s  %.1f ms per fn\none fn edited:     %.3f s  %.1f ms per fn\n' \
+    "$N" "$RUNS" "$P" "$C" "$(per "$C")" "$W" "$(per "$W")" "$E" "$(per "$E")"

@@ -17,6 +17,7 @@ pub mod dim;
 pub mod dtype;
 pub mod ir;
 pub mod pred;
+pub mod profile;
 pub mod size;
 pub mod solver;
 pub mod subtype;

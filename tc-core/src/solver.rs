@@ -10,10 +10,22 @@
 //! query outside any scope runs in a fresh context. Facts are asserted in a
 //! canonical order (sorted by printed form), and the result cache lives only
 //! as long as the scope, so what a function is told depends on its own queries
-//! alone. Cost: a context and solver are ~10 ms of setup per checked function
-//! (several times that on a loaded machine); the 200-op bench body went from
-//! ~25 ms (warm reused solver) to ~0.4 s measured at load 16 — see
-//! `benches/check.rs`.
+//! alone. Cost (issue #48, docs/perf-log.md "Build-time cost"): the context
+//! is made at the scope's first query that reaches Z3, never for a function
+//! whose queries are all answered before it; the solver is told its logic
+//! (`QF_LIA`) before first use, which makes context and solver ~15 M
+//! instructions instead of ~52 M (Z3's default tactic builds a strategy for
+//! every logic).
+//!
+//! **Before Z3**: a goal that is syntactically a fact, one that interval
+//! reasoning proves, and a fact set that a simple σ satisfies are answered
+//! here (`solver/fast.rs`); they are proofs, so no verdict changes (the corpus of
+//! `tests/determinism.rs` is checked both ways).
+//!
+//! **The persistent proof cache** (`solver/disk.rs`, off unless
+//! [`set_proof_cache`] names a directory): Z3's answers keyed by the
+//! scope's query history, so an unchanged function makes no Z3 call on the
+//! next build, and a changed one gets exactly its cold answers.
 //!
 //! **Budget by Z3's `rlimit`** (a deterministic resource count), never wall
 //! time: no check has a timeout, so no verdict depends on machine load. A check
@@ -52,8 +64,8 @@
 //! same refinement: a
 //! minimum of the abstraction that is consistent with the products is the
 //! minimum of the real query (every real model is a model of the abstraction).
-//! Results are cached per thread by the canonical query after a syntactic
-//! short-circuit; [`stats`] counts queries so benches can show it.
+//! Results are cached per scope by the canonical query after the syntactic
+//! and `fast` short-circuits; [`stats`] counts queries so benches can show it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -66,6 +78,10 @@ use crate::ctx::Ctx;
 use crate::diag::Counterexample;
 use crate::dim::{Atom, Dim};
 use crate::pred::{CmpOp, Pred};
+use crate::profile;
+
+mod disk;
+mod fast;
 
 /// The rlimit of a check's first attempt. The whole test suite (every
 /// Section 2 rule, the layers of the examples, the MiniLM and GPT-2 blocks)
@@ -186,13 +202,23 @@ pub struct Stats {
     pub abstracted: u64,
     /// Refinement rounds (spurious models of the abstraction excluded).
     pub refinements: u64,
+    /// Answered by interval reasoning or a witness before Z3 (`fast.rs`).
+    pub fast: u64,
+    /// Answered from the persistent proof cache (`disk.rs`).
+    pub disk_hits: u64,
+    /// Queries answered from the proof cache, run again on the solver
+    /// before a later query of their scope missed.
+    pub replays: u64,
 }
 
 struct State {
     budget: Budget,
     cache_enabled: bool,
+    fast_enabled: bool,
     cache: HashMap<String, Answer>,
     stats: Stats,
+    /// The persistent proof cache of this thread's scoped checks, if any.
+    disk: Option<std::rc::Rc<disk::Store>>,
 }
 
 #[derive(Clone)]
@@ -209,8 +235,10 @@ impl State {
         State {
             budget: Budget { start, ceiling },
             cache_enabled: true,
+            fast_enabled: true,
             cache: HashMap::new(),
             stats: Stats::default(),
+            disk: None,
         }
     }
 }
@@ -267,6 +295,30 @@ pub fn set_cache_enabled(on: bool) {
     })
 }
 
+/// Keep the answers of this thread's scoped checks in `dir` (created on
+/// the first write), or in no directory (`None`, the default). See
+/// `solver/disk.rs` for what an entry is keyed by and how it is verified.
+pub fn set_proof_cache(dir: Option<&std::path::Path>) {
+    with_state(|s| s.disk = dir.map(|d| std::rc::Rc::new(disk::Store::new(d))))
+}
+
+/// Whether this thread has a proof cache directory.
+pub fn has_proof_cache() -> bool {
+    with_state(|s| s.disk.is_some())
+}
+
+pub use disk::{stats as proof_cache_stats, DiskStats};
+
+/// Turn the answers before Z3 (`solver/fast.rs`) on or off for this
+/// thread; off, every query that is not syntactic reaches Z3 (for tests that
+/// exercise Z3's encoding, and for comparing the two). Clears the cache.
+pub fn set_fast_path_enabled(on: bool) {
+    with_state(|s| {
+        s.fast_enabled = on;
+        s.cache.clear();
+    })
+}
+
 /// This thread's counters.
 pub fn stats() -> Stats {
     with_state(|s| s.stats)
@@ -287,12 +339,20 @@ pub fn entails(ctx: &Ctx, goal: &Pred) -> Entailment {
 
 /// Does Γ together with `extra` entail `goal`? (`Γ; R₁ ⊨ R₂`, Section 3 §3.3.)
 pub fn entails_with(ctx: &Ctx, extra: &[Pred], goal: &Pred) -> Entailment {
+    profile::time("solver.query", || entails_inner(ctx, extra, goal))
+}
+
+fn entails_inner(ctx: &Ctx, extra: &[Pred], goal: &Pred) -> Entailment {
     let facts = collect_facts(ctx, extra);
     let shown = relevant_vars(ctx, goal);
     with_state(|s| {
         s.stats.queries += 1;
         if *goal == Pred::True || facts.contains(goal) {
             s.stats.syntactic += 1;
+            return Entailment::Valid;
+        }
+        if s.fast_enabled && profile::time("solver.fast", || fast::valid(&facts, goal)) {
+            s.stats.fast += 1;
             return Entailment::Valid;
         }
         // The counterexample lists `shown` in this order: part of the query.
@@ -304,7 +364,9 @@ pub fn entails_with(ctx: &Ctx, extra: &[Pred], goal: &Pred) -> Entailment {
                 return e.clone();
             }
         }
-        let out = match run(&facts, Some(goal), &shown, s.budget, &mut s.stats) {
+        let disk = s.disk.clone().filter(|_| s.cache_enabled);
+        let q = Query::new(key.clone(), &facts, Some(goal), &shown, s.budget);
+        let out = match run(q, disk.as_deref(), &mut s.stats) {
             Outcome::Unsat => Entailment::Valid,
             Outcome::Sat(Some(cex)) => Entailment::Invalid(cex),
             Outcome::Sat(None) | Outcome::Unknown => {
@@ -321,12 +383,20 @@ pub fn entails_with(ctx: &Ctx, extra: &[Pred], goal: &Pred) -> Entailment {
 
 /// Are Γ's facts together with `extra` jointly satisfiable? (`Sat(R)`, Section 1 §4.)
 pub fn satisfiable(ctx: &Ctx, extra: &[Pred]) -> Satisfiability {
+    profile::time("solver.query", || satisfiable_inner(ctx, extra))
+}
+
+fn satisfiable_inner(ctx: &Ctx, extra: &[Pred]) -> Satisfiability {
     let facts = collect_facts(ctx, extra);
     with_state(|s| {
         s.stats.queries += 1;
         if facts.contains(&Pred::False) {
             s.stats.syntactic += 1;
             return Satisfiability::Unsat;
+        }
+        if s.fast_enabled && profile::time("solver.fast", || fast::witness(&facts)) {
+            s.stats.fast += 1;
+            return Satisfiability::Sat;
         }
         let key = cache_key("sat", &facts, None, s.budget);
         if s.cache_enabled {
@@ -335,7 +405,9 @@ pub fn satisfiable(ctx: &Ctx, extra: &[Pred]) -> Satisfiability {
                 return *r;
             }
         }
-        let out = match run(&facts, None, &[], s.budget, &mut s.stats) {
+        let disk = s.disk.clone().filter(|_| s.cache_enabled);
+        let q = Query::new(key.clone(), &facts, None, &[], s.budget);
+        let out = match run(q, disk.as_deref(), &mut s.stats) {
             Outcome::Sat(_) => Satisfiability::Sat,
             Outcome::Unsat => Satisfiability::Unsat,
             Outcome::Unknown => {
@@ -408,6 +480,7 @@ fn relevant_vars(ctx: &Ctx, goal: &Pred) -> Vec<String> {
 }
 
 /// What one query found.
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Outcome {
     /// The facts (and the negated goal) have no model.
     Unsat,
@@ -417,8 +490,49 @@ enum Outcome {
     Unknown,
 }
 
-/// The Z3 solver shared by the queries of one [`scoped`] check.
+/// One query as the solver runs it: its canonical key (the cache's) and
+/// what [`solve`] needs.
+struct Query {
+    key: String,
+    facts: Vec<Pred>,
+    goal: Option<Pred>,
+    shown: Vec<String>,
+    budget: Budget,
+}
+
+impl Query {
+    fn new(
+        key: String,
+        facts: &[Pred],
+        goal: Option<&Pred>,
+        shown: &[String],
+        budget: Budget,
+    ) -> Query {
+        Query {
+            key,
+            facts: canonical(facts),
+            goal: goal.cloned(),
+            shown: shown.to_vec(),
+            budget,
+        }
+    }
+}
+
+/// The state of one [`scoped`] check.
 struct Scope {
+    /// Its Z3 context and solver, made at the first query that reaches Z3:
+    /// a function whose every query is answered before Z3 (syntactically, by
+    /// `fast`, or from the proof cache) never pays for them.
+    z3: Option<Z3Scope>,
+    /// The history of the solver so far, as the proof cache keys it.
+    chain: u128,
+    /// Queries answered from the proof cache that the solver has not run:
+    /// replayed, in order, before the first query that has to run.
+    pending: Vec<Query>,
+}
+
+struct Z3Scope {
+    ctx: z3::Context,
     solver: Option<Solver>,
     /// The rlimit last set on `solver`: setting parameters costs more than a
     /// small check, so it is done only when the rlimit changes.
@@ -427,14 +541,42 @@ struct Scope {
 
 thread_local! {
     static SCOPE: RefCell<Option<Scope>> = const { RefCell::new(None) };
+    /// Hands a context made by `with_z3_config` out of its closure.
+    static MADE: RefCell<Option<z3::Context>> = const { RefCell::new(None) };
+}
+
+/// A new Z3 context, used by nothing yet. (`z3::Context::new` is private to
+/// the z3 crate; `with_z3_config` makes one and installs it for its closure.)
+fn fresh_context() -> z3::Context {
+    z3::with_z3_config(&Config::new(), || {
+        MADE.with(|m| *m.borrow_mut() = Some(z3::Context::thread_local()))
+    });
+    // `MADE` is always set above; the thread's context is only a fallback
+    // that keeps this total.
+    MADE.with(|m| m.borrow_mut().take())
+        .unwrap_or_else(z3::Context::thread_local)
+}
+
+/// A solver of the thread's current context for linear integer arithmetic,
+/// with `rlimit` set. `smt.logic` is set before the solver is first used:
+/// otherwise Z3 builds its default tactic, with a strategy for every logic,
+/// which costs several times a whole small check (issue #48's profile), and
+/// parameters set after first use are validated against all of them.
+fn lia_solver(rlimit: u32) -> Solver {
+    let s = Solver::new();
+    let mut p = rlimit_params(rlimit);
+    p.set_symbol("smt.logic", "QF_LIA");
+    s.set_params(&p);
+    s
 }
 
 /// Run `f` — the check of one function — with a Z3 context of its own, shared
-/// by its queries through push/pop (a fresh context costs several ms, push/pop
-/// ~0.1 ms). What `f` is told then depends on `f`'s own queries and nothing
-/// else: not on earlier checks on this thread, nor on the thread. The result
-/// cache is cleared on entry and exit, since answers given inside the scope
-/// depend on the scope's history. Nested calls join the outer scope.
+/// by its queries through push/pop (a fresh context costs milliseconds,
+/// push/pop ~0.1 ms), made at its first query that reaches Z3. What `f` is
+/// told then depends on `f`'s own queries and nothing else: not on earlier
+/// checks on this thread, nor on the thread. The result cache is cleared on
+/// entry and exit, since answers given inside the scope depend on the
+/// scope's history. Nested calls join the outer scope.
 pub fn scoped<R: Send + Sync>(f: impl FnOnce() -> R + Send + Sync) -> R {
     if SCOPE.with(|s| s.borrow().is_some()) {
         return f();
@@ -443,51 +585,100 @@ pub fn scoped<R: Send + Sync>(f: impl FnOnce() -> R + Send + Sync) -> R {
     struct Leave;
     impl Drop for Leave {
         fn drop(&mut self) {
-            SCOPE.with(|s| *s.borrow_mut() = None);
+            let scope = SCOPE.with(|s| s.borrow_mut().take());
+            profile::time("z3.context_drop", || drop(scope));
             with_state(|s| s.cache.clear());
         }
     }
     with_state(|s| s.cache.clear());
-    z3::with_z3_config(&Config::new(), || {
-        SCOPE.with(|s| {
-            *s.borrow_mut() = Some(Scope {
-                solver: None,
-                rlimit: Cell::new(None),
-            })
-        });
-        let _leave = Leave;
-        f()
-    })
+    SCOPE.with(|s| {
+        *s.borrow_mut() = Some(Scope {
+            z3: None,
+            chain: disk::chain_start(),
+            pending: Vec::new(),
+        })
+    });
+    let _leave = Leave;
+    f()
 }
 
-/// One query: on the scope's solver between push and pop, or outside any
-/// scope in a fresh Z3 context, so nothing from an earlier query reaches it.
-fn run(
-    facts: &[Pred],
-    goal: Option<&Pred>,
-    shown: &[String],
-    budget: Budget,
-    stats: &mut Stats,
-) -> Outcome {
-    let facts = canonical(facts);
-    stats.z3_checks += 1;
-    let scoped = SCOPE.with(|sc| {
+/// One query: on the scope's solver between push and pop (or from the
+/// proof cache), or outside any scope in a fresh Z3 context, so nothing
+/// from an earlier query reaches it.
+fn run(q: Query, store: Option<&disk::Store>, stats: &mut Stats) -> Outcome {
+    let chained = SCOPE.with(|sc| {
         let mut sc = sc.borrow_mut();
         let scope = sc.as_mut()?;
-        let solver = scope.solver.get_or_insert_with(Solver::new);
-        let on = (&*solver, &scope.rlimit);
-        on.0.push();
-        let out = solve(on, &facts, goal, shown, budget, stats);
-        solver.pop(1);
-        Some(out)
+        let prev = scope.chain;
+        scope.chain = disk::chain_next(prev, &q.key);
+        Some((prev, scope.chain))
     });
-    match scoped {
-        Some(out) => out,
-        None => z3::with_z3_config(&Config::new(), || {
-            let on = (&Solver::new(), &Cell::new(None));
-            solve(on, &facts, goal, shown, budget, stats)
-        }),
+    let Some((prev, chain)) = chained else {
+        stats.z3_checks += 1;
+        return z3::with_z3_config(&Config::new(), || {
+            let on = (
+                &lia_solver(q.budget.start),
+                &Cell::new(Some(q.budget.start)),
+            );
+            solve(on, &q.facts, q.goal.as_ref(), &q.shown, q.budget, stats)
+        });
+    };
+    if let Some(out) =
+        store.and_then(|st| profile::time("disk.load", || st.load(prev, chain, &q.key)))
+    {
+        stats.disk_hits += 1;
+        SCOPE.with(|sc| {
+            if let Some(scope) = sc.borrow_mut().as_mut() {
+                scope.pending.push(q);
+            }
+        });
+        return out;
     }
+    // The solver must have run every earlier query of the scope, as it
+    // would have cold, before this one.
+    let (ctx, pending) = SCOPE
+        .with(|sc| {
+            let mut sc = sc.borrow_mut();
+            let scope = sc.as_mut()?;
+            let z = scope.z3.get_or_insert_with(|| Z3Scope {
+                ctx: profile::time("z3.context_new", fresh_context),
+                solver: None,
+                rlimit: Cell::new(None),
+            });
+            Some((z.ctx.clone(), std::mem::take(&mut scope.pending)))
+        })
+        .unwrap_or_else(|| (fresh_context(), Vec::new()));
+    let out = z3::with_z3_context(&ctx, || {
+        SCOPE.with(|sc| {
+            let mut sc = sc.borrow_mut();
+            let z = sc.as_mut().and_then(|s| s.z3.as_mut())?;
+            for p in &pending {
+                stats.replays += 1;
+                let _ = on_scope_solver(z, p, stats);
+            }
+            stats.z3_checks += 1;
+            Some(on_scope_solver(z, &q, stats))
+        })
+    })
+    .unwrap_or(Outcome::Unknown);
+    if let Some(st) = store {
+        profile::time("disk.save", || st.save(prev, chain, &q.key, &out));
+    }
+    out
+}
+
+/// Run `q` on the scope's solver, between push and pop.
+fn on_scope_solver(z: &mut Z3Scope, q: &Query, stats: &mut Stats) -> Outcome {
+    let rlimit = &z.rlimit;
+    let solver = z.solver.get_or_insert_with(|| {
+        rlimit.set(Some(q.budget.start));
+        profile::time("z3.solver_new", || lia_solver(q.budget.start))
+    });
+    let on = (&*solver, &z.rlimit);
+    profile::time("z3.push", || on.0.push());
+    let out = solve(on, &q.facts, q.goal.as_ref(), &q.shown, q.budget, stats);
+    profile::time("z3.pop", || solver.pop(1));
+    out
 }
 
 /// Rewrite the variables the facts equate (`N == H`: a local `dim` binding,
@@ -549,6 +740,7 @@ fn solve(
     budget: Budget,
     stats: &mut Stats,
 ) -> Outcome {
+    let t_lower = std::time::Instant::now();
     let (facts, goal) = unalias(facts, goal);
     let goal = goal.as_ref();
     let mut lin = Linearizer::default();
@@ -570,8 +762,12 @@ fn solve(
     for a in &asserts {
         solver.assert(a);
     }
+    profile::add("solve.encode", t_lower.elapsed());
     let mut lemmas = Vec::new();
-    let model = match refine(solver, rlimit, &lin, budget, stats, &mut lemmas) {
+    let found = profile::time("solve.check", || {
+        refine(solver, rlimit, &lin, budget, stats, &mut lemmas)
+    });
+    let model = match found {
         Found::Unsat => return Outcome::Unsat,
         Found::Unknown => return Outcome::Unknown,
         Found::Model(m) => m,
@@ -595,7 +791,10 @@ fn solve(
     // Minimisation runs at the ceiling at once: every descent step is a
     // fresh query, and retrying each at growing rlimits would only add cost.
     let top = Budget::fixed(budget.ceiling);
-    let cex = match refine(&opt, &fresh, &lin, top, stats, &mut Vec::new()) {
+    let found = profile::time("solve.minimise", || {
+        refine(&opt, &fresh, &lin, top, stats, &mut Vec::new())
+    });
+    let cex = match found {
         Found::Model(m) => values(&m, shown, &vars).unwrap_or(fallback),
         Found::Unknown | Found::Unsat => fallback,
     };
@@ -723,8 +922,7 @@ impl Engine for Minimiser<'_> {
         self.rlimit.set(rlimit);
     }
     fn check_now(&self) -> SatResult {
-        let solver = Solver::new();
-        solver.set_params(&rlimit_params(self.rlimit.get()));
+        let solver = lia_solver(self.rlimit.get());
         for a in self.asserts.borrow().iter() {
             solver.assert(a);
         }
@@ -760,7 +958,7 @@ fn check_escalating(
             stats.escalations += 1;
         }
         if current.get() != Some(rlimit) {
-            e.set_rlimit(rlimit);
+            profile::time("z3.set_params", || e.set_rlimit(rlimit));
             current.set(Some(rlimit));
         }
         let r = e.check_now();
@@ -1145,13 +1343,49 @@ mod tests {
         let mut g = ctx(&["B"]);
         g.assume(Pred::eq("B", 0));
         assert_eq!(satisfiable(&g, &[]), Satisfiability::Unsat);
-        let g2 = ctx(&["B"]);
+        // Beyond the witness of `fast` (B = 1), so Z3 answers and the cache
+        // keeps the answer.
+        let mut g2 = ctx(&["B"]);
+        g2.assume(Pred::eq(Dim::var("B").rem(&Dim::c(4)), 0));
         assert_eq!(satisfiable(&g2, &[]), Satisfiability::Sat);
         let before = stats();
         assert_eq!(satisfiable(&g2, &[]), Satisfiability::Sat);
         let after = stats();
         assert_eq!(after.cache_hits, before.cache_hits + 1);
         assert_eq!(after.z3_checks, before.z3_checks);
+    }
+
+    #[test]
+    fn proof_cache_replays_the_scope_before_a_miss() {
+        let dir =
+            std::env::temp_dir().join(format!("tc-proof-cache-replay-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        set_fast_path_enabled(false);
+        let g = ctx(&["B", "S"]);
+        let (q1, q2, q3) = (
+            Pred::ge(Dim::var("B") + Dim::var("S"), 2),
+            Pred::ge("B", 3),
+            Pred::eq("B", "S"),
+        );
+        let two = |a: &Pred, b: &Pred| scoped(|| (entails(&g, a), entails(&g, b)));
+        // Cold answers, no cache.
+        let cold = two(&q1, &q3);
+        set_proof_cache(Some(&dir));
+        reset();
+        let _ = two(&q1, &q2);
+        assert_eq!(stats().disk_hits, 0);
+        // q1 comes from disk; q3 misses, so q1 is replayed on the solver first.
+        reset();
+        assert_eq!(two(&q1, &q3), cold);
+        let s = stats();
+        assert_eq!((s.disk_hits, s.replays, s.z3_checks), (1, 1, 1), "{s:?}");
+        // Now both are on disk: no Z3 at all.
+        reset();
+        assert_eq!(two(&q1, &q3), cold);
+        assert_eq!((stats().disk_hits, stats().z3_checks), (2, 0));
+        set_proof_cache(None);
+        set_fast_path_enabled(true);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

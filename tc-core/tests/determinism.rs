@@ -440,3 +440,145 @@ fn verdicts_do_not_depend_on_the_previous_check() {
         }
     }
 }
+
+/// `one_thread` with this thread's solver configured by `setup` first.
+fn one_thread_with(
+    fs: &[Function],
+    order: Vec<usize>,
+    setup: impl FnOnce() + Send + 'static,
+) -> Vec<(usize, String)> {
+    let fs = fs.to_vec();
+    thread::spawn(move || {
+        setup();
+        order.into_iter().map(|i| (i, verdict(&fs[i]))).collect()
+    })
+    .join()
+    .expect("checker thread")
+}
+
+#[test]
+fn verdicts_do_not_depend_on_shuffled_orders_on_several_threads() {
+    let fs = corpus();
+    let n = fs.len();
+    let fresh: Vec<String> = (0..n)
+        .map(|i| one_thread(&fs, vec![i]).remove(0).1)
+        .collect();
+    // Four threads at once, each the whole corpus in its own shuffled order.
+    let handles: Vec<_> = (0..4u64)
+        .map(|seed| {
+            let fs = fs.clone();
+            thread::spawn(move || one_thread(&fs, shuffled(fs.len(), 100 + seed)))
+        })
+        .collect();
+    for (t, h) in handles.into_iter().enumerate() {
+        let got = by_index(n, h.join().expect("thread"));
+        assert_same(&format!("thread {t} of 4, shuffled"), &fresh, &got);
+    }
+}
+
+#[test]
+fn the_answers_before_z3_change_no_verdict() {
+    // `solver/fast.rs` only proves (valid, or satisfiable by a witness); Z3
+    // alone must reach the same verdicts, messages and counterexamples.
+    let fs = corpus();
+    let n = fs.len();
+    let with: Vec<String> = by_index(n, one_thread(&fs, (0..n).collect()));
+    let without = by_index(
+        n,
+        one_thread_with(&fs, (0..n).collect(), || {
+            tc_core::solver::set_fast_path_enabled(false)
+        }),
+    );
+    assert_same("Z3 alone", &without, &with);
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!(
+            "tc-proof-cache-{tag}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&d).expect("temp dir");
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+#[test]
+fn proof_cache_answers_are_the_cold_answers() {
+    let fs = corpus();
+    let n = fs.len();
+    let fresh: Vec<String> = (0..n)
+        .map(|i| one_thread(&fs, vec![i]).remove(0).1)
+        .collect();
+    let tmp = TempDir::new("determinism");
+    let dir = tmp.0.clone();
+    let with_cache = move || {
+        let d = dir.clone();
+        move || tc_core::solver::set_proof_cache(Some(&d))
+    };
+    let cold = by_index(n, one_thread_with(&fs, (0..n).collect(), with_cache()));
+    assert_same("cold, filling the proof cache", &fresh, &cold);
+    let files = entries(&tmp.0);
+    assert!(
+        !files.is_empty(),
+        "the corpus reaches Z3, so entries are written"
+    );
+    // Warm: reversed and shuffled on several threads, every answer from disk.
+    let backward: Vec<usize> = (0..n).rev().collect();
+    let stats = tc_core::solver::proof_cache_stats();
+    let hits = stats.hits.load(std::sync::atomic::Ordering::Relaxed);
+    let warm = by_index(n, one_thread_with(&fs, backward, with_cache()));
+    assert_same("warm, reversed", &fresh, &warm);
+    assert!(stats.hits.load(std::sync::atomic::Ordering::Relaxed) > hits);
+    let handles: Vec<_> = (0..3u64)
+        .map(|seed| {
+            let (fs, setup) = (fs.clone(), with_cache());
+            thread::spawn(move || one_thread_with(&fs, shuffled(fs.len(), 200 + seed), setup))
+        })
+        .collect();
+    for h in handles {
+        assert_same(
+            "warm, shuffled threads",
+            &fresh,
+            &by_index(n, h.join().expect("thread")),
+        );
+    }
+    // Corrupt every entry three ways; each is refused, recomputed, rewritten.
+    for (k, f) in files.iter().enumerate() {
+        let mut bytes = std::fs::read(f).expect("entry");
+        match k % 3 {
+            0 => {
+                let i = bytes.len() / 2;
+                bytes[i] ^= 0x20;
+            }
+            1 => bytes.truncate(bytes.len() / 3),
+            // A well-formed entry of another query: right checksum, wrong key.
+            _ => bytes = std::fs::read(&files[(k + 1) % files.len()]).expect("entry"),
+        }
+        std::fs::write(f, bytes).expect("corrupt");
+    }
+    let rejected = stats.rejected.load(std::sync::atomic::Ordering::Relaxed);
+    let after = by_index(n, one_thread_with(&fs, (0..n).collect(), with_cache()));
+    assert_same("corrupt entries", &fresh, &after);
+    assert!(stats.rejected.load(std::sync::atomic::Ordering::Relaxed) > rejected);
+    let again = by_index(n, one_thread_with(&fs, shuffled(n, 7), with_cache()));
+    assert_same("rewritten entries", &fresh, &again);
+}

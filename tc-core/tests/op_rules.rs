@@ -2214,9 +2214,12 @@ fn solver_budget_unknown_is_a_rejection() {
         Some("add a refinement or an axiom that makes the obligation easier")
     );
 
-    // A budget too small for anything: even Sat of the signature is unknown.
+    // A budget too small for anything: even Sat of the signature is unknown
+    // (a signature whose satisfiability needs Z3: B = 1, the witness tried
+    // before Z3, fails `B % 4 == 0`).
     let mut b = fb();
     let x = b.param("x", f32s("B, S"));
+    b.requires(Pred::eq(Dim::var("B").rem(&Dim::c(4)), 0));
     let y = unary(&mut b, UnaryOp::Relu, x);
     b.returns(f32s("B, S"));
     let f = b.finish(y);

@@ -47,7 +47,7 @@ pub fn to_errors(diags: &[Diagnostic], spans: &SpanTable) -> Vec<syn::Error> {
 
 /// Formation of one signature (Section 1 §4), before any body is checked.
 pub fn signature(sig: &Signature, spans: &SpanTable) -> Result<(), Vec<syn::Error>> {
-    let ds = check_signature(sig);
+    let ds = tc_core::profile::time("check.signature", || check_signature(sig));
     if ds.is_empty() {
         Ok(())
     } else {
@@ -62,5 +62,6 @@ pub fn function(
     sigs: &Signatures,
     spans: &SpanTable,
 ) -> Result<Checked, Vec<syn::Error>> {
-    check_formed_function(func, sigs).map_err(|ds| to_errors(&ds, spans))
+    tc_core::profile::time("check.function", || check_formed_function(func, sigs))
+        .map_err(|ds| to_errors(&ds, spans))
 }

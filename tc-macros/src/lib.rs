@@ -20,6 +20,7 @@ mod literals;
 mod lower;
 mod params;
 mod parse;
+mod proof_cache;
 mod spans;
 
 #[cfg(test)]
@@ -48,8 +49,29 @@ fn guarded(f: impl FnOnce() -> proc_macro2::TokenStream) -> proc_macro2::TokenSt
 /// `axiom(pred, …)` (assumed statically, re-checked at every call).
 #[proc_macro_attribute]
 pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let t = std::time::Instant::now();
+    let label = tc_core::profile::enabled().then(|| fn_name(&item));
+    proof_cache::install();
     let (attr, item) = (attr.into(), item.into());
-    guarded(|| expand::tensor_fn(attr, item)).into()
+    let out = guarded(|| expand::tensor_fn(attr, item)).into();
+    if let Some(label) = label {
+        tc_core::profile::add("macro.total", t.elapsed());
+        tc_core::profile::flush(&label);
+    }
+    out
+}
+
+/// `tensor_fn:<name>` for the profile (`TC_PROFILE`): the ident after `fn`.
+fn fn_name(item: &TokenStream) -> String {
+    let mut toks = item.clone().into_iter();
+    while let Some(t) = toks.next() {
+        if matches!(&t, proc_macro::TokenTree::Ident(i) if i.to_string() == "fn") {
+            if let Some(n) = toks.next() {
+                return format!("tensor_fn:{n}");
+            }
+        }
+    }
+    "tensor_fn:?".to_string()
 }
 
 /// Check every `#[tensor_fn]` of an inline module together, so that calls
@@ -57,6 +79,7 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// visible to their shapes.
 #[proc_macro_attribute]
 pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
+    proof_cache::install();
     let (attr, item) = (attr.into(), item.into());
     guarded(|| expand::tensor_module(attr, item)).into()
 }
