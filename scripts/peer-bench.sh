@@ -176,7 +176,9 @@ if rows:
     print("\n| MiniLM cold start: process start to exit, first 1 x 10 embedding, ms | "
           + " | ".join(names[s] for s in cols) + " | tc (kernels on disk) vs best |")
     print("|---|" + "---|" * len(cols) + "---|")
-    print(f"| median of {len(rows) // len(cols)} | " + " | ".join(f"{med[s]:.0f}" for s in cols)
+    rng = {s: [r["ms"] for r in rows if r["system"] == s] for s in cols}
+    print(f"| median [min–max] of {len(rows) // len(cols)} | "
+          + " | ".join(f"{med[s]:.0f} [{min(rng[s]):.0f}–{max(rng[s]):.0f}]" for s in cols)
           + f" | {best / med['tc']:.2f}x |")
     if bad:
         print(f"(failed runs: {', '.join(bad)})")

@@ -71,7 +71,7 @@ def main():
         print("\n| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         detail = []
-        for k in sorted(by):
+        for k in sorted(by, key=lambda k: (k[0] * k[1], k[2])):
             sy = by[k]
             tc = sy.get("tc", {})
             med = {s: statistics.median(v.values()) for s, v in sy.items()}
