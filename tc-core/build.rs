@@ -24,7 +24,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::R
 }
 
 fn main() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // Read at run time: a build-script binary reused for a checkout at
+    // another path must hash that checkout's sources.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let src = Path::new(&manifest).join("src");
     let mut files = Vec::new();
     walk(&src, &src, &mut files).expect("tc-core build script: read src/");
     files.sort();
