@@ -3,7 +3,8 @@
 //!
 //! The attribute parses the signature (`Tensor![dt; dims where preds]`,
 //! `requires(...)`, `axiom(...)`) and the body into the tc IR, runs the
-//! tc-core checker (Z3, one solver per thread reused across invocations) and
+//! tc-core checker (Z3, a context per checked function, answers kept in the
+//! proof cache under `target/`: see `proof_cache.rs`) and
 //! either expands to a normal Rust fn over `tc::Tensor` that runs the checked
 //! IR, or reports every violation as a compile error at the offending tokens
 //! with a counterexample. See `docs/syntax.md` in the repository.
