@@ -733,7 +733,7 @@ fn dv(ds: &[&str]) -> Vec<Dim> {
         .collect()
 }
 
-/// `x · wᵀ + b` as the model writes it (examples/minilm/model.rs `linear`).
+/// `x · wᵀ + b` as the model writes it (tc-serve/src/minilm.rs `linear`).
 fn t_linear(
     b: &mut FnBuilder,
     x: tc_core::ir::Value,
