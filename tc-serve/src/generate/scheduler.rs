@@ -287,15 +287,19 @@ fn find_stop(text: &str, from: usize, stops: &[String]) -> Option<usize> {
 /// boundary) that is a proper prefix of a stop sequence: it must be held
 /// back until the next tokens show whether the stop sequence completes.
 fn held_back(text: &str, from: usize, stops: &[String]) -> usize {
+    let unsent = text.len() - from;
     let mut hold = 0;
     for st in stops {
         for k in (1..st.len()).rev() {
-            if k <= hold || k > text.len() - from {
+            if k > text.len() {
                 continue;
             }
             let at = text.len() - k;
             if text.is_char_boundary(at) && st.as_bytes().starts_with(&text.as_bytes()[at..]) {
-                hold = k;
+                // A stop's prefix may have begun in text already sent: only
+                // the unsent part of it can still be held (`from` and `at`
+                // are both character boundaries, so the cut is one too).
+                hold = hold.max(k.min(unsent));
                 break;
             }
         }
