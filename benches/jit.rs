@@ -94,7 +94,10 @@ fn table(title: &str, rounds: usize, mut peers: Vec<Peer>) -> Vec<(String, f64)>
     println!("| peer | time | {} / peer |", peers[0].name);
     println!("| --- | ---: | ---: |");
     for (p, m) in peers.iter().zip(&med) {
-        let (lo, hi) = (p.times[0].as_secs_f64(), p.times[p.times.len() - 1].as_secs_f64());
+        let (lo, hi) = (
+            p.times[0].as_secs_f64(),
+            p.times[p.times.len() - 1].as_secs_f64(),
+        );
         println!(
             "| {} | {} [{}–{}] | {:.2}× |",
             p.name,
