@@ -54,80 +54,58 @@ impl Job<'_> {
     }
 
     /// The columns `j0..` against every activation row on the fused
-    /// kernels, in tiles of 4 rows × 4 columns (a row or column remainder:
-    /// 1 × 4, 1 × 1); how many whole columns of `out` (`[cols][rows]`) it
-    /// filled: all of them, or 0 where the path has no fused kernel for the
-    /// format (the same answer for every tile of one job: it depends only
-    /// on the path, the format and the lengths).
-    ///
-    /// Row tiles are the outer loop: a tile's activation rows (4 × K f32)
-    /// stay in L1 while every weight column of the task streams past them,
-    /// and it is the weights (a quarter to an eighth of the bytes) that are
-    /// read again for the next tile. The other order re-read all the
-    /// activation rows from L2 for every 4 columns, which made a 128-row
-    /// prefill slower per row than a 16-row batch. Each output's sum is the
-    /// same sequence of FMAs in either order.
+    /// kernels, in tiles of 4 rows × 4 columns (a decoder's single row: 1 ×
+    /// 4); how many whole columns of `out` (`[cols][rows]`) it filled: 0
+    /// where the path has no fused kernel for the format.
     fn fused_columns(&self, j0: usize, out: &mut [f32]) -> usize {
         let cols = out.len() / self.rows.max(1);
-        let mut m = 0;
-        while m < self.rows {
-            let r = if m + 4 <= self.rows { 4 } else { 1 };
-            let mut c = 0;
-            while c < cols {
-                let n = if c + 4 <= cols { 4 } else { 1 };
-                if !self.fused_tile_at(m, r, j0 + c, n, out, c) {
-                    return 0;
-                }
-                c += n;
+        let mut c = 0;
+        while c < cols {
+            let n = if c + 4 <= cols { 4 } else { 1 };
+            if !self.fused_block(j0 + c, n, out, c) {
+                return c;
             }
-            m += r;
+            c += n;
         }
-        cols
+        c
     }
 
-    /// Rows `m..m + r` (r = 4 or 1) × columns `c0..c0 + n` (n = 4 or 1)
-    /// into `out`; false where the path has no fused kernel.
-    fn fused_tile_at(
-        &self,
-        m: usize,
-        r: usize,
-        j: usize,
-        n: usize,
-        out: &mut [f32],
-        c0: usize,
-    ) -> bool {
+    /// Columns `c0..c0 + n` (n = 4 or 1) of every row into `out`.
+    fn fused_block(&self, j: usize, n: usize, out: &mut [f32], c0: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             use super::x86::fused_tile;
             let (rows, k) = (self.rows, self.k);
             let xr = |m: usize| &self.x[m * k..(m + 1) * k];
             let mut put = |m: usize, i: usize, y: f32| out[(c0 + i) * rows + m] = y;
-            let ok = match (r, n) {
-                (4, 4) => {
-                    let w = [0, 1, 2, 3].map(|i| self.wrow(j + i));
-                    fused_tile(self.path, self.f, [0, 1, 2, 3].map(|d| xr(m + d)), w)
-                        .map(|y| (0..4).for_each(|d| (0..4).for_each(|i| put(m + d, i, y[d][i]))))
+            let mut m = 0;
+            while m < rows {
+                let r4 = m + 4 <= rows;
+                let ok = match (n, r4) {
+                    (4, true) => {
+                        let w = [0, 1, 2, 3].map(|i| self.wrow(j + i));
+                        fused_tile(self.path, self.f, [0, 1, 2, 3].map(|r| xr(m + r)), w).map(|y| {
+                            (0..4).for_each(|r| (0..4).for_each(|i| put(m + r, i, y[r][i])))
+                        })
+                    }
+                    (4, false) => {
+                        let w = [0, 1, 2, 3].map(|i| self.wrow(j + i));
+                        fused_tile(self.path, self.f, [xr(m)], w)
+                            .map(|y| (0..4).for_each(|i| put(m, i, y[0][i])))
+                    }
+                    _ => fused_tile(self.path, self.f, [xr(m)], [self.wrow(j)])
+                        .map(|y| put(m, 0, y[0][0])),
+                };
+                if ok.is_none() {
+                    return false;
                 }
-                (4, _) => fused_tile(
-                    self.path,
-                    self.f,
-                    [0, 1, 2, 3].map(|d| xr(m + d)),
-                    [self.wrow(j)],
-                )
-                .map(|y| (0..4).for_each(|d| put(m + d, 0, y[d][0]))),
-                (_, 4) => {
-                    let w = [0, 1, 2, 3].map(|i| self.wrow(j + i));
-                    fused_tile(self.path, self.f, [xr(m)], w)
-                        .map(|y| (0..4).for_each(|i| put(m, i, y[0][i])))
-                }
-                _ => fused_tile(self.path, self.f, [xr(m)], [self.wrow(j)])
-                    .map(|y| put(m, 0, y[0][0])),
-            };
-            ok.is_some()
+                m += if n == 4 && r4 { 4 } else { 1 };
+            }
+            true
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (m, r, j, n, out, c0);
+            let _ = (j, n, out, c0);
             false
         }
     }
