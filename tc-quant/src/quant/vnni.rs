@@ -190,11 +190,11 @@ struct Pack {
 /// never stored). The scales come by one gather, which reads only lanes
 /// under `mask` (others are 0); the quants by 16-byte loads, transposed
 /// in registers, which costs fewer loads than one gather per group.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 // SAFETY: (contract) the `vnni` features present; `blk + off[i]` starts a
 // whole block of the format for every `i`, and `blk + idx_i` too for every
 // lane `i` in `mask`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn pack<const F: u8>(
     blk: *const u8,
     idx: __m512i,
