@@ -386,10 +386,10 @@ mod identity_tests {
     #[test]
     fn the_identity_names_the_generator_source() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let files = crate::fingerprint::source_files(&src).unwrap();
+        let files = tc_fingerprint::source_files(&src).unwrap();
         assert!(files.iter().any(|(p, _)| p == "codegen/kernels.rs"));
         let built = env!("TC_LLVM_SOURCE_FINGERPRINT");
-        assert_eq!(crate::fingerprint::fingerprint(&files), built);
+        assert_eq!(tc_fingerprint::fingerprint(&files), built);
         assert!(host_identity().contains(built));
         for i in [0, files.len() / 2, files.len() - 1] {
             let mut changed = files.clone();
@@ -399,7 +399,7 @@ mod identity_tests {
                 None => changed[i].1.push(b' '),
             }
             assert_ne!(
-                crate::fingerprint::fingerprint(&changed),
+                tc_fingerprint::fingerprint(&changed),
                 built,
                 "{}",
                 files[i].0

@@ -99,8 +99,6 @@ pub mod codegen;
 pub mod conv;
 pub mod disk;
 pub mod exec;
-#[cfg(test)]
-mod fingerprint;
 mod gather;
 mod gemm_common;
 #[cfg(target_arch = "x86_64")]

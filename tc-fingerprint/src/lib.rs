@@ -1,12 +1,11 @@
-// The code generator's source fingerprint, shared by `build.rs` (which
-// computes it) and the tests (which recompute it): an FNV-1a 128 over every
-// `.rs` file under `src/`, in sorted path order, each as its relative path,
-// a 0 byte, its length and its bytes. Plain code with no crate paths, so
-// `build.rs` can `include!` it.
+//! Source fingerprints for tc's build scripts: an FNV-1a 128 over every
+//! `.rs` file under a directory, in sorted path order, each as its relative
+//! path, a 0 byte, its length and its bytes. tc-core's proof cache and
+//! tc-llvm's kernel cache put their crate's fingerprint in their entries'
+//! identity, so an entry made by other code is never trusted.
 
 /// Every `.rs` file under `dir`, as (path relative to `dir` with `/`
 /// separators, contents), sorted by path.
-#[allow(dead_code)]
 pub fn source_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
     fn walk(
         root: &std::path::Path,
@@ -34,8 +33,12 @@ pub fn source_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, Vec<u
     Ok(out)
 }
 
+/// The fingerprint of every `.rs` file under `dir`.
+pub fn source_fingerprint(dir: &std::path::Path) -> std::io::Result<String> {
+    Ok(fingerprint(&source_files(dir)?))
+}
+
 /// FNV-1a 128 of the files, as 32 hex digits.
-#[allow(dead_code)]
 pub fn fingerprint(files: &[(String, Vec<u8>)]) -> String {
     const PRIME: u128 = 0x0000000001000000000000000000013B;
     let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
