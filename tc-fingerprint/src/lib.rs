@@ -1,8 +1,13 @@
-//! Source fingerprints for tc's build scripts: an FNV-1a 128 over every
-//! `.rs` file under a directory, in sorted path order, each as its relative
-//! path, a 0 byte, its length and its bytes. tc-core's proof cache and
-//! tc-llvm's kernel cache put their crate's fingerprint in their entries'
-//! identity, so an entry made by other code is never trusted.
+//! What tc's on-disk caches (tc-core's proof cache, tc-llvm's kernel
+//! cache) share:
+//! - source fingerprints for their build scripts: an FNV-1a 128 over every
+//!   `.rs` file under a directory, in sorted path order, each as its
+//!   relative path, a 0 byte, its length and its bytes; each cache puts its
+//!   crate's fingerprint in its entries' identity, so an entry made by other
+//!   code is never trusted;
+//! - [`read_entry`], the one way they read an entry: whatever sits at an
+//!   entry's name (a FIFO, a link to /dev/zero, a directory, a huge file)
+//!   is refused, never waited on or read whole.
 
 /// Every `.rs` file under `dir`, as (path relative to `dir` with `/`
 /// separators, contents), sorted by path.
@@ -55,4 +60,51 @@ pub fn fingerprint(files: &[(String, Vec<u8>)]) -> String {
         eat(bytes);
     }
     format!("{h:032x}")
+}
+
+/// What a cache lookup found at an entry's name.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Nothing.
+    Absent,
+    /// Something that is not an entry: not a regular file, a symbolic
+    /// link, or larger than the limit.
+    Refused,
+    /// A regular file's bytes, to be decoded and verified by the cache.
+    Read(Vec<u8>),
+}
+
+/// Reads the entry at `path`, refusing without blocking a symbolic link
+/// (`O_NOFOLLOW`: a link to /dev/zero or to any file), a FIFO or device
+/// (`O_NONBLOCK`, then the opened descriptor's own metadata, so nothing can
+/// be swapped in between the check and the read), a directory, and a file
+/// over `limit` bytes. The read itself is bounded too, should the file grow
+/// meanwhile.
+pub fn read_entry(path: &std::path::Path, limit: u64) -> Entry {
+    use std::io::Read;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = match opts.open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Entry::Absent,
+        // A symbolic link (ELOOP under O_NOFOLLOW), no permission, …
+        Err(_) => return Entry::Refused,
+    };
+    let Ok(meta) = file.metadata() else {
+        return Entry::Refused;
+    };
+    if !meta.is_file() || meta.len() > limit {
+        return Entry::Refused;
+    }
+    let mut bytes = Vec::new();
+    // At most `limit + 1` bytes: one more than allowed means it grew.
+    match file.take(limit.saturating_add(1)).read_to_end(&mut bytes) {
+        Ok(n) if n as u64 <= limit => Entry::Read(bytes),
+        _ => Entry::Refused,
+    }
 }

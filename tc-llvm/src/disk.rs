@@ -53,15 +53,7 @@ const MAGIC: &[u8] = b"TC-KERNEL-CACHE-1\n";
 /// entry is one kernel module's object code and IR, megabytes at most.
 const MAX_ENTRY_BYTES: u64 = 256 << 20;
 
-/// What a lookup found at an entry's name.
-enum Entry {
-    /// Nothing.
-    Absent,
-    /// Something that is not an entry: not a regular file, or too large.
-    Refused,
-    /// A regular file's bytes, to be decoded.
-    Read(Vec<u8>),
-}
+use tc_fingerprint::Entry;
 
 /// Counters of one store (for tests, stats and the operator).
 #[derive(Debug, Default)]
@@ -249,33 +241,7 @@ impl Store {
     /// size is never kept: eviction removes it). The read itself is bounded
     /// too, should the file grow meanwhile.
     fn read_entry(&self, path: &Path) -> Entry {
-        use std::io::Read;
-        let mut opts = fs::OpenOptions::new();
-        opts.read(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-        }
-        let file = match opts.open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Entry::Absent,
-            // A symbolic link (ELOOP under O_NOFOLLOW), no permission, …
-            Err(_) => return Entry::Refused,
-        };
-        let Ok(meta) = file.metadata() else {
-            return Entry::Refused;
-        };
-        let limit = self.max_bytes.min(MAX_ENTRY_BYTES);
-        if !meta.is_file() || meta.len() > limit {
-            return Entry::Refused;
-        }
-        let mut bytes = Vec::new();
-        // At most `limit + 1` bytes: one more than allowed means it grew.
-        match file.take(limit.saturating_add(1)).read_to_end(&mut bytes) {
-            Ok(n) if n as u64 <= limit => Entry::Read(bytes),
-            _ => Entry::Refused,
-        }
+        tc_fingerprint::read_entry(path, self.max_bytes.min(MAX_ENTRY_BYTES))
     }
 
     /// The object of a whole entry whose identity and IR equal ours.

@@ -100,7 +100,8 @@ pub struct DiskStats {
     /// Lookups that found no file.
     pub misses: AtomicU64,
     /// Files present but refused: a failed checksum, another identity,
-    /// chain or key, or an answer that does not parse.
+    /// chain or key, an answer that does not parse, or not a regular file
+    /// of at most 1 MiB (a FIFO, a symbolic link, a directory).
     pub rejected: AtomicU64,
     /// Entries written.
     pub writes: AtomicU64,
@@ -186,9 +187,19 @@ impl Store {
     /// `chain`), or `None` (absent, or refused and counted).
     pub(super) fn load(&self, prev: u128, chain: u128, key: &str) -> Option<Outcome> {
         let st = stats();
-        let Ok(bytes) = fs::read(self.path_of(chain)) else {
-            st.misses.fetch_add(1, Ordering::Relaxed);
-            return None;
+        // An entry is a few hundred bytes; what sits at its name is read
+        // only if it is a regular file of at most 1 MiB (never a FIFO's
+        // wait or /dev/zero's endless bytes: a hang of the build).
+        let bytes = match tc_fingerprint::read_entry(&self.path_of(chain), 1 << 20) {
+            tc_fingerprint::Entry::Read(b) => b,
+            tc_fingerprint::Entry::Absent => {
+                st.misses.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            tc_fingerprint::Entry::Refused => {
+                st.rejected.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
         };
         let out = Self::decode(&bytes, prev, key);
         let counter = if out.is_some() {
@@ -213,7 +224,11 @@ impl Store {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let bytes = Self::encode(prev, key, out);
-        let written = fs::File::create(&tmp)
+        // `create_new` (O_EXCL): never write through a link left at the name.
+        let written = fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
             .and_then(|mut f| f.write_all(&bytes))
             .and_then(|()| fs::rename(&tmp, self.path_of(chain)));
         match written {
