@@ -161,11 +161,29 @@ fn check_vs_naive(c: &Case, y: &[f32]) {
 #[test]
 fn every_format_rows_and_ragged_columns() {
     for f in Format::ALL {
-        for (i, rows) in [1, 2, 3, 7, 33].into_iter().enumerate() {
+        // 16 and 48: whole groups of the AMX tiles' 16 rows; 33: two
+        // groups and one row left over for the VNNI tile.
+        for (i, rows) in [1, 2, 3, 7, 16, 33, 48].into_iter().enumerate() {
             let nblk = if f.block_elems() == 32 { 5 } else { 2 };
             // 37 and 13 are no multiple of the 4-column tiles or the chunks.
-            check_all(&case(f, rows, nblk, [37, 13, 5, 1, 19][i], 1000 + i as u64));
+            let n_out = [37, 13, 5, 1, 16, 19, 21][i];
+            check_all(&case(f, rows, nblk, n_out, 1000 + i as u64));
         }
+    }
+}
+
+/// Every path the host has is tested: a CPU that reports AMX-INT8 in
+/// /proc/cpuinfo must be offered the AMX path (the OS grants the tile
+/// state on every Linux since 5.16), so its kernels cannot silently drop
+/// out of the comparisons above.
+#[test]
+fn amx_is_offered_where_the_cpu_has_it() {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = info.lines().find(|l| l.starts_with("flags")).unwrap_or("");
+    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+    if has("amx_int8") && has("amx_tile") && has("avx512_vnni") {
+        assert!(Path::Amx.is_available(), "AMX-INT8 CPU, but no AMX path");
+        assert!(available_paths().contains(&Path::Amx));
     }
 }
 
@@ -300,7 +318,7 @@ proptest! {
     #[test]
     fn random_shapes_within_bounds(
         fi in 0usize..5,
-        rows in prop::sample::select(vec![1usize, 2, 3, 7, 33]),
+        rows in prop::sample::select(vec![1usize, 2, 3, 7, 16, 33]),
         nblk in 1usize..6,
         n_out in 1usize..40,
         seed in any::<u64>(),

@@ -17,6 +17,24 @@ pub(crate) struct Job<'a> {
     pub k: usize,
     pub w: &'a [u8],
     pub row_bytes: usize,
+    /// Fast-mode groups of 16 rows on AMX tiles ([`Path::Amx`]); `path`
+    /// is then [`Path::Avx512`], which runs everything else.
+    pub amx: bool,
+}
+
+/// One task's share of `y`: columns `j0..j0 + cols` of every activation
+/// row, each row its own slice of the row-major output, so kernels write
+/// `y` in place (no column-major scratch, no transpose).
+pub(crate) struct Out<'a> {
+    /// `rows[m]`: row `m`'s `cols` outputs.
+    pub rows: Vec<&'a mut [f32]>,
+}
+
+impl Out<'_> {
+    /// Columns in this share (every row has the same number).
+    pub fn cols(&self) -> usize {
+        self.rows.first().map_or(0, |r| r.len())
+    }
 }
 
 thread_local! {
@@ -31,23 +49,23 @@ impl Job<'_> {
         &self.w[j * self.row_bytes..(j + 1) * self.row_bytes]
     }
 
-    /// Fills `out` (`[cols][rows]`) with the outputs of columns `j0..`.
-    pub fn columns(&self, j0: usize, out: &mut [f32]) {
+    /// Fills `out` with the outputs of columns `j0..`.
+    pub fn columns(&self, j0: usize, out: &mut Out<'_>) {
         match self.acts {
             Some(acts) => self.fast_columns(acts, j0, out),
             None => self.exact_columns(j0, out),
         }
     }
 
-    fn exact_columns(&self, j0: usize, out: &mut [f32]) {
+    fn exact_columns(&self, j0: usize, out: &mut Out<'_>) {
         ROW.with_borrow_mut(|row| {
             row.resize(self.k, 0.0);
             let (be, bb) = (self.f.block_elems(), self.f.block_bytes());
             let fused = self.fused_columns(j0, out);
-            for (c, col) in out.chunks_exact_mut(self.rows).enumerate().skip(fused) {
+            for c in fused..out.cols() {
                 self.dequant_row(self.wrow(j0 + c), row, be, bb);
-                for (m, y) in col.iter_mut().enumerate() {
-                    *y = self.dot(&self.x[m * self.k..(m + 1) * self.k], row);
+                for m in 0..self.rows {
+                    out.rows[m][c] = self.dot(&self.x[m * self.k..(m + 1) * self.k], row);
                 }
             }
         });
@@ -55,10 +73,10 @@ impl Job<'_> {
 
     /// The columns `j0..` against every activation row on the fused
     /// kernels, in tiles of 4 rows × 4 columns (a decoder's single row: 1 ×
-    /// 4); how many whole columns of `out` (`[cols][rows]`) it filled: 0
-    /// where the path has no fused kernel for the format.
-    fn fused_columns(&self, j0: usize, out: &mut [f32]) -> usize {
-        let cols = out.len() / self.rows.max(1);
+    /// 4); how many whole columns of `out` it filled: 0 where the path
+    /// has no fused kernel for the format.
+    fn fused_columns(&self, j0: usize, out: &mut Out<'_>) -> usize {
+        let cols = out.cols();
         let mut c = 0;
         while c < cols {
             let n = if c + 4 <= cols { 4 } else { 1 };
@@ -71,13 +89,13 @@ impl Job<'_> {
     }
 
     /// Columns `c0..c0 + n` (n = 4 or 1) of every row into `out`.
-    fn fused_block(&self, j: usize, n: usize, out: &mut [f32], c0: usize) -> bool {
+    fn fused_block(&self, j: usize, n: usize, out: &mut Out<'_>, c0: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             use super::x86::fused_tile;
             let (rows, k) = (self.rows, self.k);
             let xr = |m: usize| &self.x[m * k..(m + 1) * k];
-            let mut put = |m: usize, i: usize, y: f32| out[(c0 + i) * rows + m] = y;
+            let mut put = |m: usize, i: usize, y: f32| out.rows[m][c0 + i] = y;
             let mut m = 0;
             while m < rows {
                 let r4 = m + 4 <= rows;
@@ -130,28 +148,28 @@ impl Job<'_> {
         dot16(x, w)
     }
 
-    fn fast_columns(&self, acts: &Acts, j0: usize, out: &mut [f32]) {
+    fn fast_columns(&self, acts: &Acts, j0: usize, out: &mut Out<'_>) {
         #[cfg(target_arch = "x86_64")]
         if self.path == Path::Avx512 && super::vnni::supports(self.f, self.row_bytes) {
             super::vnni::columns(self, acts, j0, out);
             return;
         }
         let rows = self.rows;
-        let n = out.len() / rows;
+        let n = out.cols();
         let mut c = 0;
         while c + 4 <= n {
             let w = [0, 1, 2, 3].map(|i| self.wrow(j0 + c + i));
             for m in 0..rows {
                 let y = self.fast_tile4(acts, m, w);
                 for (i, v) in y.into_iter().enumerate() {
-                    out[(c + i) * rows + m] = v;
+                    out.rows[m][c + i] = v;
                 }
             }
             c += 4;
         }
         for c in c..n {
             for m in 0..rows {
-                out[c * rows + m] = fast_dot(self.f, acts, self.k, m, self.wrow(j0 + c));
+                out.rows[m][c] = fast_dot(self.f, acts, self.k, m, self.wrow(j0 + c));
             }
         }
     }

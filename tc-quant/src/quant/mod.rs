@@ -48,9 +48,13 @@
 //! at run time. With VNNI, [`Numerics::Fast`] on the 32-element formats
 //! runs tiles of 16 weight rows whose blocks are transposed in registers,
 //! so each `vpdpbusd` computes a part of 16 block dots at once (see
-//! `vnni.rs`). The output columns are split across rayon's global pool.
+//! `vnni.rs`); with AMX-INT8 ([`Path::Amx`]), 16 activation rows at a
+//! time go through one `tdpbsud` per block on the same packed weights
+//! (see `amx.rs`). The output columns are split across rayon's global pool.
 
 mod act;
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod dequant;
 mod kernels;
 #[cfg(target_arch = "x86_64")]
@@ -186,6 +190,11 @@ pub enum Path {
     Avx2,
     /// AVX-512 F/BW/VL (plus AVX2/FMA/F16C), with VNNI when present.
     Avx512,
+    /// [`Path::Avx512`] with VNNI, plus AMX-INT8 tiles for
+    /// [`Numerics::Fast`] products of 16 or more activation rows in the
+    /// 32-element formats (prefill, batched decode). Offered where the
+    /// CPU has AMX-TILE and AMX-INT8 and the OS grants the tile state.
+    Amx,
 }
 
 impl Path {
@@ -197,6 +206,8 @@ impl Path {
             Path::Avx2 => x86::has_avx2(),
             #[cfg(target_arch = "x86_64")]
             Path::Avx512 => x86::has_avx512(),
+            #[cfg(target_arch = "x86_64")]
+            Path::Amx => amx::available(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -205,7 +216,7 @@ impl Path {
 
 /// The paths this host can run, slowest first.
 pub fn available_paths() -> Vec<Path> {
-    [Path::Scalar, Path::Avx2, Path::Avx512]
+    [Path::Scalar, Path::Avx2, Path::Avx512, Path::Amx]
         .into_iter()
         .filter(|p| p.is_available())
         .collect()
@@ -261,8 +272,14 @@ pub fn qmatmul_with(
         Numerics::Fast => Some(act::Acts::quantize(f, x, rows, k_dim)),
         Numerics::Exact => None,
     };
+    // AMX only adds a kernel; everything else runs on AVX-512.
+    let (path, amx) = match path {
+        Path::Amx => (Path::Avx512, true),
+        p => (p, false),
+    };
     let job = kernels::Job {
         path,
+        amx,
         f,
         x,
         acts: acts.as_ref(),
@@ -271,33 +288,41 @@ pub fn qmatmul_with(
         w,
         row_bytes,
     };
-    if rows == 1 {
-        run_columns(&job, y);
-        return Ok(());
-    }
-    // Tasks own disjoint column ranges; a column-major scratch makes each
-    // range contiguous, and one transpose at the end restores row-major y.
-    let mut yt = vec![0f32; rows * n_out];
-    run_columns(&job, &mut yt);
-    for (j, col) in yt.chunks_exact(rows).enumerate() {
-        for (m, &v) in col.iter().enumerate() {
-            y[m * n_out + j] = v;
-        }
-    }
+    run_columns(&job, y, n_out);
     Ok(())
 }
 
-/// Splits the columns (output features) over the pool; `yt` is `[n_out][rows]`.
-fn run_columns(job: &kernels::Job<'_>, yt: &mut [f32]) {
-    let n_out = yt.len() / job.rows;
+/// Splits the columns (output features) over the pool: each task owns the
+/// same column range of every row of the row-major `y`.
+fn run_columns(job: &kernels::Job<'_>, y: &mut [f32], n_out: usize) {
     let tasks = rayon::current_num_threads().max(1) * 8;
     // Multiples of 16 columns keep the 4-column and 16-column kernels
     // busy; tiny matrices stay on one task because scheduling would cost
     // more than the work.
     let cols = n_out.div_ceil(tasks).next_multiple_of(16);
-    yt.par_chunks_mut(cols * job.rows)
+    let mut shares: Vec<kernels::Out<'_>> = (0..n_out.div_ceil(cols))
+        .map(|_| kernels::Out {
+            rows: Vec::with_capacity(job.rows),
+        })
+        .collect();
+    for row in y.chunks_exact_mut(n_out) {
+        for (share, part) in shares.iter_mut().zip(row.chunks_mut(cols)) {
+            share.rows.push(part);
+        }
+    }
+    // With one thread, a caller outside the pool (a decoder's main
+    // thread) would hand every call to the pool's worker and sleep until
+    // it is done: two context switches per product, hundreds per token.
+    if rayon::current_num_threads() <= 1 {
+        for (ci, mut out) in shares.into_iter().enumerate() {
+            job.columns(ci * cols, &mut out);
+        }
+        return;
+    }
+    shares
+        .into_par_iter()
         .enumerate()
-        .for_each(|(ci, out)| job.columns(ci * cols, out));
+        .for_each(|(ci, mut out)| job.columns(ci * cols, &mut out));
 }
 
 /// Validates every length with checked arithmetic; returns bytes per row.

@@ -23,7 +23,8 @@
 //! load serves four dots.
 
 use super::act::Acts;
-use super::kernels::Job;
+use super::amx;
+use super::kernels::{Job, Out};
 use super::Format;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -32,12 +33,12 @@ use std::cell::RefCell;
 pub(crate) const TILE: usize = 16;
 
 /// The formats and their const-generic tags.
-const Q8: u8 = 0;
-const Q40: u8 = 1;
-const Q41: u8 = 2;
+pub(crate) const Q8: u8 = 0;
+pub(crate) const Q40: u8 = 1;
+pub(crate) const Q41: u8 = 2;
 
 /// Vectors per transposed block: 8 quant groups, `d_w`, and Q4_1's `m_w`.
-const PACK: usize = 10;
+pub(crate) const PACK: usize = 10;
 
 thread_local! {
     /// Transposed tiles for the multi-row kernel, reused across calls.
@@ -54,12 +55,12 @@ pub(crate) fn supports(f: Format, row_bytes: usize) -> bool {
             .is_some_and(|b| i32::try_from(b).is_ok())
 }
 
-/// Fills `out` (`[cols][rows]`, column `c` for weight row `j0 + c`) with
-/// the job's fast-mode outputs, `acts` being its quantized activations.
-/// Call only where [`supports`] said yes.
-pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut [f32]) {
+/// Fills `out` (column `c` for weight row `j0 + c`) with the job's
+/// fast-mode outputs, `acts` being its quantized activations. Call only
+/// where [`supports`] said yes.
+pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) {
     let (f, rows, k, w, row_bytes) = (job.f, job.rows, job.k, job.w, job.row_bytes);
-    let cols = out.len() / rows;
+    let cols = out.cols();
     let nb = k / 32;
     // These checks make every pointer the kernels form point inside its
     // buffer; they hold for any job `qmatmul` builds (an internal bug
@@ -68,6 +69,12 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut [f32]) {
     assert!(row_bytes == nb * f.block_bytes() && (j0 + cols) * row_bytes <= w.len());
     assert!(acts.qx.len() >= rows * k && acts.d.len() >= rows * nb);
     assert!(acts.bsum.len() >= rows * nb && acts.s.len() >= rows * nb);
+    assert!(out.rows.len() == rows);
+    let scales = (job.amx && rows >= amx::ROWS).then(|| match f {
+        Format::Q8_0 => amx::Scales::new::<Q8>(acts, rows, k),
+        Format::Q4_0 => amx::Scales::new::<Q40>(acts, rows, k),
+        _ => amx::Scales::new::<Q41>(acts, rows, k),
+    });
     let mut c = 0;
     while c < cols {
         let n = (cols - c).min(TILE);
@@ -79,16 +86,16 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut [f32]) {
             nb,
             acts,
             k,
+            scales: scales.as_ref(),
         };
-        let dst = &mut out[c * rows..(c + n) * rows];
         // SAFETY: `supports` checked VNNI (and, through it, AVX-512 and
         // the AVX2/FMA/F16C set) and the i32 offsets; the asserts above
         // give the lengths `Tile`'s contract names.
         unsafe {
             match f {
-                Format::Q8_0 => tile::<Q8>(&t, rows, dst),
-                Format::Q4_0 => tile::<Q40>(&t, rows, dst),
-                _ => tile::<Q41>(&t, rows, dst),
+                Format::Q8_0 => tile::<Q8>(&t, rows, out, c),
+                Format::Q4_0 => tile::<Q40>(&t, rows, out, c),
+                _ => tile::<Q41>(&t, rows, out, c),
             }
         }
         c += n;
@@ -104,14 +111,17 @@ struct Tile<'a> {
     nb: usize,
     acts: &'a Acts,
     k: usize,
+    /// The activations' scalars for the AMX groups: set only where
+    /// `amx::available()` said yes and there are 16 rows or more.
+    scales: Option<&'a amx::Scales>,
 }
 
-/// One tile into `out` (`[n][rows]`).
+/// One tile into columns `c0..c0 + t.n` of `out`.
 // SAFETY: (contract) AVX-512 F/BW/VL with VNNI, AVX2, FMA and F16C
 // present; `16 · row_bytes` fits an i32; `t.w` holds `t.n` rows of `nb`
 // blocks of the format; `acts` holds `rows` rows of `k = 32 · nb`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut [f32]) {
+unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: usize) {
     let mask: __mmask16 = if t.n >= TILE { !0 } else { (1u16 << t.n) - 1 };
     // Lane i reads row i; the cast is exact (`supports` bounded it).
     let idx = _mm512_mullo_epi32(
@@ -122,12 +132,10 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut [f32]) {
     // Rows past the tile's `n` re-read row `n − 1`: in bounds, never stored.
     let off: [usize; TILE] = std::array::from_fn(|i| i.min(t.n - 1) * t.row_bytes);
     let mut put = |m: usize, y: __m512| {
-        let mut v = [0f32; TILE];
-        // SAFETY: `v` holds 16 f32.
-        unsafe { _mm512_storeu_ps(v.as_mut_ptr(), y) };
-        for (i, &y) in v.iter().enumerate().take(t.n) {
-            out[i * rows + m] = y;
-        }
+        let dst = &mut out.rows[m][c0..c0 + t.n];
+        // SAFETY: the mask writes lanes `< t.n` only, the `t.n` f32 of
+        // `dst` (which indexing just checked).
+        unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, y) };
     };
     if rows == 1 {
         // The next tile's rows follow this one's in memory: while block `b`
@@ -161,6 +169,19 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut [f32]) {
             slot[9] = _mm512_castps_si512(p.m);
         }
         let mut m = 0;
+        if let Some(sc) = t.scales {
+            // SAFETY: `t.scales` is set only where `amx::available()`
+            // said yes.
+            let tiles = unsafe { amx::Tiles::load() };
+            while m + amx::ROWS <= rows {
+                // SAFETY: this function's features; `tiles` is loaded.
+                let y = unsafe { amx::rows16::<F>(&tiles, buf, t.acts, sc, t.k, m / amx::ROWS) };
+                for (r, y) in y.into_iter().enumerate() {
+                    put(m + r, y);
+                }
+                m += amx::ROWS;
+            }
+        }
         while m + 4 <= rows {
             let y = rows_packed::<F, 4>(buf, t.acts, t.k, m);
             for (r, y) in y.into_iter().enumerate() {

@@ -35,7 +35,7 @@ pub(crate) fn dot16(path: Path, x: &[f32], w: &[f32]) -> f32 {
     match path {
         // SAFETY: the path was checked available (`Path::is_available`)
         // before any job ran, so the CPU has the enabled features.
-        Path::Avx512 => unsafe { dot16_avx512(x, w) },
+        Path::Avx512 | Path::Amx => unsafe { dot16_avx512(x, w) },
         // SAFETY: as above.
         Path::Avx2 => unsafe { dot16_avx2(x, w) },
         Path::Scalar => super::kernels::dot16(x, w),
@@ -271,7 +271,7 @@ pub(crate) fn dequant_row(path: Path, f: Format, w: &[u8], out: &mut [f32]) -> b
     match path {
         // SAFETY: the path was checked available before any job ran; the
         // block counts of `w` and `out` agree (checked just above).
-        Path::Avx512 => unsafe { dequant_row_avx512(f, w, out) },
+        Path::Avx512 | Path::Amx => unsafe { dequant_row_avx512(f, w, out) },
         // SAFETY: as above.
         Path::Avx2 => unsafe { dequant_row_avx2(f, w, out) },
         Path::Scalar => return false,

@@ -1,0 +1,288 @@
+//! AMX-INT8 tiles for fast-numerics products of 16 activation rows at a
+//! time (prefill, batched decode), on the 32-element block formats.
+//!
+//! The operands are the ones `vnni.rs` already builds. A tile of 16
+//! weight rows is packed once per call: for each block, 8 vectors whose
+//! lane `j` holds 4 consecutive quants of row `j` (u8; `Q8_0` offset by
+//! 128). Those 8 × 64 bytes are exactly AMX's "VNNI layout" for the B
+//! operand of `tdpbsud` (K/4 rows of N × 4 bytes), and the activation
+//! block of 16 rows (`qx`, 32 i8 per row per block, row stride `k`) is the
+//! A operand as it lies in memory. One `tdpbsud` gives the 16 × 16 integer
+//! block dots `C[r][j] = Σ x_r·w_j`, exact like `vpdpbusd`'s; after it,
+//! every lane takes the scalar reference's f32 steps (`kernels::fast_dot`)
+//! in the same order as `vnni::step`, so the results are bit-identical to
+//! the scalar path and to the VNNI tiles.
+//!
+//! A block's scales differ per block and per row, so the integer sums
+//! cannot stay in the tile across blocks: each block is one `tdpbsud`
+//! with K = 32, its C tile stored to a 1 KiB buffer in L1 and scaled by
+//! AVX-512, as ggml does for these formats.
+//!
+//! Linux hands AMX's 8 KiB of tile state to a process only on request
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); [`available`]
+//! asks once, and the path is offered only when the kernel agreed.
+
+use super::act::Acts;
+use super::vnni::{PACK, Q40, Q41, Q8};
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+/// Activation rows per AMX step: the rows of the A and C tiles.
+pub(crate) const ROWS: usize = 16;
+
+/// Whether this process may run the AMX kernels: AVX-512 VNNI (the
+/// packing and the scaling use it), CPUID's AMX-TILE and AMX-INT8, and
+/// the operating system's permission for the tile state.
+pub(crate) fn available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| super::x86::has_vnni() && cpu_has_amx_int8() && request_tile_state())
+}
+
+/// CPUID leaf 7, sub-leaf 0: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
+fn cpu_has_amx_int8() -> bool {
+    // SAFETY: CPUID leaf 7 exists on every CPU with AVX-512 (checked by
+    // the caller first); the instruction reads no memory.
+    #[allow(unused_unsafe)] // `__cpuid_count` is safe on newer toolchains
+    let r = unsafe { __cpuid_count(7, 0) };
+    r.edx & (1 << 24) != 0 && r.edx & (1 << 25) != 0
+}
+
+#[cfg(target_os = "linux")]
+fn request_tile_state() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: this arch_prctl takes two integers and reads or writes no
+    // memory of the process; it fails (returns −1) where the kernel
+    // lacks AMX support, and the permission it grants is process-wide.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        )
+    };
+    rc == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_state() -> bool {
+    false
+}
+
+/// The 64-byte tile configuration (palette 1), two sets of three: `tmm0`
+/// and `tmm3` are C (16 rows × 16 i32), `tmm1` and `tmm4` A (16 rows × 32
+/// i8), `tmm2` and `tmm5` B (8 rows × 64 u8).
+#[repr(C, align(64))]
+struct Config {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+const CONFIG: Config = {
+    let mut colsb = [0u16; 16];
+    let mut rows = [0u8; 16];
+    (colsb[0], rows[0]) = (64, 16);
+    (colsb[1], rows[1]) = (32, 16);
+    (colsb[2], rows[2]) = (64, 8);
+    (colsb[3], rows[3]) = (64, 16);
+    (colsb[4], rows[4]) = (32, 16);
+    (colsb[5], rows[5]) = (64, 8);
+    Config {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb,
+        rows,
+    }
+};
+
+/// The tiles configured for [`rows16`], released on drop. Holding one
+/// is the proof that `ldtilecfg` ran on this thread.
+pub(crate) struct Tiles(());
+
+impl Tiles {
+    /// Loads the configuration on this thread.
+    // SAFETY: (contract) `available()` returned true in this process.
+    pub(crate) unsafe fn load() -> Tiles {
+        // SAFETY: the configuration is 64 readable bytes with valid
+        // palette-1 shapes (at most 16 rows, 64 bytes per row); the
+        // contract says the OS granted the tile state.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly)) };
+        Tiles(())
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: the tiles were configured (`Tiles::load`), so the
+        // instruction exists and is permitted; it only resets tile state.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+}
+
+/// 64-byte aligned scratch for one C tile.
+#[repr(C, align(64))]
+struct CTile([i32; ROWS * 16]);
+
+/// The activation blocks' per-row scalars, regrouped so that [`rows16`]
+/// reads the 16 rows of a group for one block contiguously: entry
+/// `(g · nb + b) · 16 + r` is row `16g + r`, block `b`. Built once per
+/// task and shared by all its weight tiles.
+pub(crate) struct Scales {
+    d: Vec<f32>,
+    s: Vec<f32>,
+    /// The integer dot's start: `−128 · bsum` (Q8_0), `−8 · bsum`
+    /// (Q4_0), 0 (Q4_1), as `vnni::step` has it.
+    start: Vec<i32>,
+}
+
+impl Scales {
+    /// The whole groups of 16 among `a`'s rows (`k / 32` blocks each).
+    pub(crate) fn new<const F: u8>(a: &Acts, rows: usize, k: usize) -> Scales {
+        let (nb, n) = (k / 32, rows / ROWS * ROWS * (k / 32));
+        let mut sc = Scales {
+            d: Vec::with_capacity(n),
+            s: Vec::with_capacity(n),
+            start: Vec::with_capacity(n),
+        };
+        for g in 0..rows / ROWS {
+            for b in 0..nb {
+                for r in 0..ROWS {
+                    let i = (ROWS * g + r) * nb + b;
+                    sc.d.push(a.d[i]);
+                    sc.s.push(a.s[i]);
+                    sc.start.push(match F {
+                        Q8 => -128 * a.bsum[i],
+                        Q40 => -8 * a.bsum[i],
+                        _ => 0,
+                    });
+                }
+            }
+        }
+        sc
+    }
+}
+
+/// Block `b`'s integer dots into `c`, on tile set 0 (`tmm0`–`tmm2`) or
+/// 1 (`tmm3`–`tmm5`), so that one block's tiles compute while the
+/// previous block's outputs are scaled.
+macro_rules! block_dots {
+    ($c:literal, $a:literal, $b:literal, $x:expr, $k:expr, $w:expr, $out:expr) => {
+        asm!(
+            concat!("tilezero tmm", $c),
+            concat!("tileloadd tmm", $a, ", [{x} + {kx}*1]"),
+            concat!("tileloadd tmm", $b, ", [{w} + {kw}*1]"),
+            concat!("tdpbsud tmm", $c, ", tmm", $a, ", tmm", $b),
+            concat!("tilestored [{c} + {kc}*1], tmm", $c),
+            x = in(reg) $x,
+            kx = in(reg) $k,
+            w = in(reg) $w,
+            kw = in(reg) 64usize,
+            c = in(reg) $out,
+            kc = in(reg) 64usize,
+            options(nostack),
+        )
+    };
+}
+
+/// Activation rows `16g..16g + 16` against the packed weight tile `buf`
+/// (`k / 32` packs of `PACK` vectors, as `vnni::tile` builds them): per
+/// row, the 16 weight rows' outputs.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+// SAFETY: (contract) the `vnni` features present; `_tiles` shows the
+// configuration is loaded.
+pub(crate) unsafe fn rows16<const F: u8>(
+    _tiles: &Tiles,
+    buf: &[__m512i],
+    a: &Acts,
+    sc: &Scales,
+    k: usize,
+    g: usize,
+) -> [__m512; ROWS] {
+    let nb = k / 32;
+    // Indexing checks every bound the tile loads rely on: the group's
+    // 16 rows of `k` activation bytes, `nb` packs, `nb · 16` scalars.
+    let xs = &a.qx[ROWS * g * k..ROWS * (g + 1) * k];
+    let buf = &buf[..nb * PACK];
+    let at = g * nb * ROWS..(g + 1) * nb * ROWS;
+    let (d, s, start) = (&sc.d[at.clone()], &sc.s[at.clone()], &sc.start[at]);
+    let mut acc = [_mm512_setzero_ps(); ROWS];
+    let mut c = [CTile([0; ROWS * 16]), CTile([0; ROWS * 16])];
+    // SAFETY (every `block_dots!` below): A reads 16 rows of 32 bytes at
+    // `xs + 32b + r·k`, inside `xs` (`32b + 32 ≤ k`); B reads 8 rows of 64
+    // bytes, inside block `b`'s pack of 640 bytes; C writes the 1024
+    // bytes of one `CTile`. The tile registers are named, never
+    // allocated: the compiler itself uses none.
+    let dots = |b: usize, c: &mut CTile| unsafe {
+        let (x, w, out) = (
+            xs.as_ptr().add(32 * b),
+            buf[b * PACK..].as_ptr(),
+            c.0.as_mut_ptr(),
+        );
+        if b.is_multiple_of(2) {
+            block_dots!("0", "1", "2", x, k, w, out);
+        } else {
+            block_dots!("3", "4", "5", x, k, w, out);
+        }
+    };
+    if nb > 0 {
+        dots(0, &mut c[0]);
+    }
+    for b in 0..nb {
+        if b + 1 < nb {
+            dots(b + 1, &mut c[(b + 1) % 2]);
+        }
+        let slot = &buf[b * PACK..(b + 1) * PACK];
+        let (dw, mw) = (_mm512_castsi512_ps(slot[8]), _mm512_castsi512_ps(slot[9]));
+        let blk = b * ROWS..(b + 1) * ROWS;
+        let (db, sb, stb): (&[f32; ROWS], &[f32; ROWS], &[i32; ROWS]) = (
+            d[blk.clone()].try_into().unwrap(),
+            s[blk.clone()].try_into().unwrap(),
+            start[blk].try_into().unwrap(),
+        );
+        let cb = &c[b % 2];
+        // Unrolled by hand, with constant indices, so that the 16
+        // accumulators stay in registers (a loop kept them on the stack).
+        macro_rules! row {
+            ($r:literal) => {{
+                // SAFETY: row `r` of the aligned C scratch, 64 bytes.
+                let dot = unsafe { _mm512_load_si512(cb.0.as_ptr().add(16 * $r).cast()) };
+                // Q4_1's start is 0: adding it would change nothing.
+                let isum = if F == Q41 {
+                    dot
+                } else {
+                    _mm512_add_epi32(dot, _mm512_set1_epi32(stb[$r]))
+                };
+                // `vnni::step`'s operations, in its order.
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(db[$r]));
+                let mut term = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(isum));
+                if F == Q41 {
+                    term = _mm512_add_ps(term, _mm512_mul_ps(mw, _mm512_set1_ps(sb[$r])));
+                }
+                acc[$r] = _mm512_add_ps(acc[$r], term);
+            }};
+        }
+        row!(0);
+        row!(1);
+        row!(2);
+        row!(3);
+        row!(4);
+        row!(5);
+        row!(6);
+        row!(7);
+        row!(8);
+        row!(9);
+        row!(10);
+        row!(11);
+        row!(12);
+        row!(13);
+        row!(14);
+        row!(15);
+    }
+    acc
+}
