@@ -11,7 +11,10 @@
 //! 8-bit activations as llama.cpp: faster on decode, logits within the
 //! bound `tests/smollm2.rs` states), `--temperature T`, `--top-k K`,
 //! `--top-p P`, `--seed S` (greedy unless a temperature is given),
-//! `--model PATH` (default: the file scripts/fetch-smollm2.sh fetches).
+//! `--model PATH` (default: the file scripts/fetch-smollm2.sh fetches),
+//! `--print-ids` (print the prompt's token ids, with BOS where the tokenizer
+//! adds one, comma-separated on one stdout line, and exit without
+//! generating: other engines can then run the very same ids).
 //! Generated text goes to stdout, statistics to stderr.
 
 use std::io::Write;
@@ -36,6 +39,7 @@ struct Options {
     fast: bool,
     sampler: SamplerConfig,
     model: std::path::PathBuf,
+    print_ids: bool,
 }
 
 fn value<T: std::str::FromStr>(
@@ -60,6 +64,7 @@ fn options() -> Result<Options, String> {
             seed: 0,
         },
         model: model::default_model_path(),
+        print_ids: false,
     };
     let mut args = std::env::args().skip(1);
     let mut words = Vec::new();
@@ -79,6 +84,7 @@ fn options() -> Result<Options, String> {
             "--top-p" => o.sampler.top_p = value(&mut args, &a)?,
             "--seed" => o.sampler.seed = value(&mut args, &a)?,
             "--model" => o.model = value::<String>(&mut args, &a)?.into(),
+            "--print-ids" => o.print_ids = true,
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             _ => words.push(a),
         }
@@ -131,6 +137,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut ids = tok.encode(&text)?;
     if tok.add_bos() {
         ids.insert(0, tok.bos());
+    }
+    if o.print_ids {
+        let list: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        println!("{}", list.join(","));
+        return Ok(());
     }
     if ids.is_empty() || ids.len() + o.max_tokens > m.context {
         return Err(format!(

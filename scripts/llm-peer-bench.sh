@@ -1,18 +1,42 @@
 #!/usr/bin/env bash
-# SmolLM2-135M-Instruct (Q4_1 GGUF) in tc against llama.cpp on the same file,
-# at 1 and 2 threads: prefill tokens/s for a 128-token prompt and decode
-# tokens/s for 64 tokens after it, as median (min–max) over rounds, next to
-# the decode ceiling that this machine's memory bandwidth allows.
+# SmolLM2-135M-Instruct (Q4_1 GGUF) in tc against llama.cpp and candle on
+# the same file, at 1 and 2 threads: prefill tokens/s for a 128-token prompt
+# and decode tokens/s for 64 tokens after it, as median (min–max) over
+# rounds, next to the decode ceiling that this machine's memory bandwidth
+# allows.
 #
 #   scripts/llm-peer-bench.sh             # 5 rounds
 #   ROUNDS=3 scripts/llm-peer-bench.sh
+#   LLAMA_CPP_SRC=/path/to/llama.cpp scripts/llm-peer-bench.sh
 #
 # llama.cpp is built from the sdist of llama-cpp-python on PyPI (it vendors
 # llama.cpp under vendor/llama.cpp): PyPI is the only registry here that
-# carries its source. Builds, the CMake venv and the run's raw outputs live
-# under target/peers/; a build already there is reused. A second llama.cpp
-# build with AMX compiled out is made only if the CPU has amx_int8, since
-# ggml has AMX kernels for Q4_1 and they change prefill speed.
+# carries its source. LLAMA_CPP_SRC names a llama.cpp source tree to build
+# instead (used as it is, into build folders of its own). Builds, the CMake
+# venv and the run's raw outputs live under target/peers/; a build already
+# there is reused. A second llama.cpp build with AMX compiled out is made
+# only if the CPU has amx_int8, since ggml has AMX kernels for Q4_1 and they
+# change prefill speed.
+#
+# The sdist's ggml loads its AMX tile configuration through GCC's
+# _tile_loadconfig, which in GCC 12 declares an 8-byte read of the 64-byte
+# config: GCC drops the stores of the tile shapes as dead, the tiles stay
+# unconfigured and the first tileloadd dies with SIGILL. The script patches
+# that one call in the extracted sdist to an asm statement that reads the
+# whole struct (benches/peers/llm_peer_table.py amx-tilecfg-fix), which
+# changes nothing else; the table's header says so.
+#
+# candle: the standalone crate benches/peers/candle, binary smollm2
+# (candle-transformers' quantized_llama from the same GGUF, CPU), on the
+# prompt's token ids as tc's example prints them (--print-ids), so both run
+# the same ids; one warm-up and ROUNDS timed rounds in one process per
+# thread count. It is built with -C target-cpu=native, like the native
+# llama.cpp build: candle 0.11 has no x86 SIMD kernel for Q4_1, and its
+# portable dot product is vectorized by the compiler only for the target's
+# own features (about 5x faster here than with the default x86-64 target).
+# Its target dir is target/peers/candle-target-native, so the MiniLM build
+# in target/peers/candle-target keeps its flags. The table also compares
+# candle's greedy text with tc's.
 #
 # llama.cpp rows come from two of its tools: llama-bench (f16 KV cache only:
 # this version's -ctk does not take f32) and llama-batched-bench, which does,
@@ -31,10 +55,13 @@ JOBS=${JOBS:-2}
 model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 out=target/peers
 run=$out/llm-run
-# Exactly 128 tokens for SmolLM2's tokenizer with its BOS; the example prints
-# the count as its prefill count, and the table checks it. Greedy decoding of
-# this text does not reach EOS within 64 tokens.
+# Exactly 128 tokens for SmolLM2's tokenizer (this GGUF adds no BOS; the ids
+# are llama-tokenize's too); the example prints the count as its prefill
+# count, and the table checks it. Greedy decoding of this text does not
+# reach EOS within 64 tokens.
 prompt="The history of the printing press begins in the middle of the fifteenth century, when Johannes Gutenberg, a goldsmith from Mainz, combined several older ideas into a single working machine. Movable type had been used in East Asia for centuries, and screw presses were already common in European vineyards, but Gutenberg found a way to cast metal letters quickly and in large numbers. His workshop printed indulgences, grammars and, most famously, a Latin Bible of about thirteen hundred pages. Within fifty years, presses were running in more than two hundred cities, and the price of books fell sharply, so that ordinary merchants and village teachers could own several books"
+
+LLAMA_CPP_SRC=${LLAMA_CPP_SRC:-}
 
 mkdir -p "$out"
 bash scripts/fetch-smollm2.sh >/dev/null
@@ -45,8 +72,16 @@ amx=no
 has_flag amx_int8 && amx=yes
 
 # --- llama.cpp from source -------------------------------------------------
-src=$out/llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp
-if [ ! -f "$src/CMakeLists.txt" ]; then
+if [ -n "$LLAMA_CPP_SRC" ]; then
+  src=$LLAMA_CPP_SRC
+  [ -f "$src/CMakeLists.txt" ] || { echo "LLAMA_CPP_SRC=$src: no CMakeLists.txt" >&2; exit 1; }
+  build_dir=$out/llama.cpp-src-build
+  llama_src="source tree $src (as it is)"
+else
+  src=$out/llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp
+  build_dir=$out/llama.cpp-build
+fi
+if [ -z "$LLAMA_CPP_SRC" ] && [ ! -f "$src/CMakeLists.txt" ]; then
   dl=$out/llamacpp-dl
   mkdir -p "$dl"
   sdist=$dl/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz
@@ -63,6 +98,16 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
     exit 1
   fi
   tar -xzf "$sdist" -C "$out"
+fi
+if [ -z "$LLAMA_CPP_SRC" ]; then
+  mmq=$src/ggml/src/ggml-cpu/amx/mmq.cpp
+  fix=absent
+  [ -f "$mmq" ] && fix=$(python3 benches/peers/llm_peer_table.py amx-tilecfg-fix "$mmq")
+  llama_src="vendored in llama-cpp-python $LLAMA_CPP_PYTHON (sdist)"
+  case $fix in
+  patched | "already patched") llama_src+=", AMX tile-config load patched (GCC 12 fix)" ;;
+  *) llama_src+=", AMX tile-config load not patched ($fix)" ;;
+  esac
 fi
 
 if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then
@@ -90,22 +135,29 @@ build_llama() { # build-dir [extra cmake args...]
   echo "llama.cpp build $dir: $((SECONDS - t0)) s" >&2
 }
 builds=(amx)
-build_llama "$out/llama.cpp-build"
+build_llama "$build_dir"
 if [ "$amx" = yes ]; then
   # -mno-* wins over -march=native whatever the order, so ggml sees no
   # __AMX_INT8__ and compiles its AMX backend out. This build is also the
-  # fallback where the AMX one cannot run: in llama.cpp as vendored by
-  # llama-cpp-python 0.3.36 the AMX Q4_1 kernels can die with SIGILL
-  # (tile configuration never loaded), though this CPU runs AMX tiles fine.
+  # fallback where the AMX one cannot run (an unpatched source built with
+  # GCC 12 dies with SIGILL in its AMX Q4_1 kernels, see above).
   noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  build_llama "$out/llama.cpp-build-noamx" "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
+  build_llama "$build_dir-noamx" "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
   builds+=(noamx)
 fi
-bindir() { [ "$1" = amx ] && echo "$out/llama.cpp-build/bin" || echo "$out/llama.cpp-build-noamx/bin"; }
+bindir() { [ "$1" = amx ] && echo "$build_dir/bin" || echo "$build_dir-noamx/bin"; }
 
 # --- tc ----------------------------------------------------------------------
 cargo build --release --example smollm2
 tc=target/release/examples/smollm2
+
+# --- candle --------------------------------------------------------------------
+candle=target/peers/candle-target-native/release/smollm2
+t0=$SECONDS
+RUSTFLAGS="-C target-cpu=native" CARGO_TARGET_DIR=target/peers/candle-target-native \
+  cargo build --release --manifest-path benches/peers/candle/Cargo.toml --bin smollm2 -j "$JOBS" ||
+  { echo "note: benches/peers/candle did not build; no candle rows" >&2; candle=; }
+echo "candle build: $((SECONDS - t0)) s" >&2
 
 # --- memory bandwidth ---------------------------------------------------------
 gcc -O3 -march=native -fopenmp benches/peers/membw.c -o "$out/membw"
@@ -141,7 +193,8 @@ done
   echo "model=$model"
   echo "model_bytes=$(stat -c %s "$model")"
   echo "weight_bytes=$weight_bytes"
-  echo "llama_cpp_python=$LLAMA_CPP_PYTHON"
+  echo "llama_src=$llama_src"
+  echo "candle=$(sed -n '/^name = "candle-core"$/{n;s/^version = "\(.*\)"$/\1/p}' benches/peers/candle/Cargo.lock)"
   echo "membw_what=sum of u64s, 1 GiB buffer, best of 5"
   echo "membw_cache_what=same, $cache_mib MiB buffer, best of 10"
 } >"$run/meta.txt"
@@ -149,11 +202,14 @@ done
 # --- runs ----------------------------------------------------------------------
 # One untimed run first so the GGUF is in the page cache for every process.
 "$tc" --raw --max-tokens 1 "$prompt" >/dev/null 2>&1
+# The prompt's token ids for candle, which gets no tokenizer run of its own.
+ids=$("$tc" --raw --print-ids "$prompt" 2>/dev/null)
+echo "$ids" >"$run/prompt-ids.txt"
 for r in $(seq "$ROUNDS"); do
   for t in 1 2; do
     for numerics in fast exact; do
       RAYON_NUM_THREADS=$t "$tc" --raw --max-tokens 64 --numerics "$numerics" "$prompt" \
-        >/dev/null 2>"$run/tc-$numerics-t$t-r$r.log"
+        >"$run/tc-$numerics-t$t-r$r.out" 2>"$run/tc-$numerics-t$t-r$r.log"
     done
   done
   echo "tc round $r/$ROUNDS done" >&2
@@ -167,6 +223,12 @@ peer() { # output-file command...
   "$@" >"$f" 2>"$f.err" || rc=$?
   [ "$rc" = 0 ] || echo "$rc" >"$f.failed"
 }
+if [ -n "$candle" ]; then
+  for t in 1 2; do
+    peer "$run/candle-t$t.jsonl" env RAYON_NUM_THREADS="$t" "$candle" "$model" "$ids" "$ROUNDS" 64
+  done
+  echo "candle runs done" >&2
+fi
 for b in "${builds[@]}"; do
   bin=$(bindir "$b")
   peer "$run/llama-bench-$b-pp.json" \

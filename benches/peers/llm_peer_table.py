@@ -2,11 +2,13 @@
 """Helpers for scripts/llm-peer-bench.sh (standard library only).
 
   llm_peer_table.py weight-bytes FILE.gguf   bytes of weights read per token
+  llm_peer_table.py amx-tilecfg-fix MMQ.CPP  patch ggml's AMX tile config load
   llm_peer_table.py table RUN_DIR            the markdown table
 
 RUN_DIR holds what the shell script collected: tc-<numerics>-t<T>-r<R>.log
-(the smollm2 example's stderr), llama-bench-<build>-<pp|tg>.json,
-batched-<build>-<kv>-t<T>.jsonl, membw.txt and meta.txt.
+(the smollm2 example's stderr) and .out (its text), llama-bench-<build>-
+<pp|tg>.json, batched-<build>-<kv>-t<T>.jsonl, candle-t<T>.jsonl (the
+candle crate's smollm2 binary), membw.txt and meta.txt.
 """
 import glob
 import json
@@ -85,6 +87,30 @@ def weight_bytes(path):
     return total
 
 
+# ggml's AMX matmul (ggml-cpu/amx/mmq.cpp) fills a 64-byte tile config on the
+# stack and loads it with _tile_loadconfig. GCC 12's intrinsic is an asm
+# statement whose memory operand is a pointer-sized object, so the compiler
+# may treat the stores of the rows and column widths as dead and drop them:
+# ldtilecfg then loads palette 1 with every tile 0 x 0, and the first
+# tileloadd raises #UD (SIGILL). An asm statement naming the whole struct
+# as its operand keeps the stores.
+AMX_OLD = "    _tile_loadconfig(&tc);\n"
+AMX_NEW = ("    // The whole config as the operand: GCC 12's _tile_loadconfig declares\n"
+           "    // an 8-byte read, and the stores above were dropped as dead.\n"
+           '    __asm__ __volatile__("ldtilecfg %0" :: "m"(tc));\n')
+
+
+def amx_tilecfg_fix(path):
+    text = open(path).read()
+    if AMX_NEW in text:
+        print("already patched")
+    elif text.count(AMX_OLD) == 1:
+        open(path, "w").write(text.replace(AMX_OLD, AMX_NEW))
+        print("patched")
+    else:
+        print("pattern not found")
+
+
 def stats(xs):
     if not xs:
         return "—"
@@ -144,7 +170,49 @@ def table(run):
         # kernels; llama-bench and llama-batched-bench time after a warm-up.
         notes.append("tc's prefill time includes its JIT compiles (median): " + ", ".join(jit_ms))
 
-    builds = [("amx", "native")]
+    # candle: one process per thread count, one JSON line per timed round
+    # and a last one with the generated ids and text.
+    candle_text = {}
+    for t in (1, 2):
+        path = f"{run}/candle-t{t}.jsonl"
+        if not os.path.exists(path):
+            continue
+        why = failed(path)
+        if why:
+            rows.append(("candle", "quantized_llama", "f32", t, "candle smollm2 binary", why, why, 0))
+            continue
+        recs = [json.loads(l) for l in open(path) if l.startswith("{")]
+        rounds = [r for r in recs if "round" in r]
+        counts = {(r["prefill_tokens"], r["decode_tokens"]) for r in rounds}
+        if counts != {(128, 64)}:
+            notes.append(f"candle t={t}: token counts (prefill, decode) were "
+                         f"{sorted(counts)}, not (128, 64)")
+        candle_text.update((t, r["text"]) for r in recs if "text" in r)
+        rows.append(("candle", "quantized_llama", "f32", t, "candle smollm2 binary",
+                     stats([r["prefill_tok_s"] for r in rounds]),
+                     stats([r["decode_tok_s"] for r in rounds]), len(rounds)))
+    if candle_text:
+        # Greedy text against tc's (its first round at 1 thread): tc's
+        # example ends its text with one newline of its own.
+        text = candle_text.get(1, next(iter(candle_text.values())))
+        if len(set(candle_text.values())) > 1:
+            notes.append("candle's greedy text differs between 1 and 2 threads")
+        for numerics in ("exact", "fast"):
+            out = f"{run}/tc-{numerics}-t1-r1.out"
+            if not os.path.exists(out):
+                continue
+            ref = open(out).read()
+            ref = ref[:-1] if ref.endswith("\n") else ref
+            if text == ref:
+                notes.append(f"candle's greedy text (64 tokens) is identical to tc {numerics}'s")
+            else:
+                same = len(os.path.commonprefix([text, ref]))
+                notes.append(f"candle's greedy text (64 tokens) and tc {numerics}'s agree on "
+                             f"their first {same} characters ({len(text)} and {len(ref)} in all)")
+        notes.append("candle's greedy text begins: `" +
+                     text[:100].replace("\n", " ").replace("`", "'") + "…`")
+
+    builds = [("amx", "native, AMX on" if meta.get("amx") == "yes" else "native")]
     if meta.get("amx") == "yes":
         builds.append(("noamx", "native, AMX off"))
     for build, label in builds:
@@ -193,16 +261,24 @@ def table(run):
             rows.append(("cache limit", f"{bw[('cache', t)]:.1f} GB/s ÷ {wbytes / 1e6:.1f} MB",
                          "", t, meta["membw_cache_what"], "", f"≤ {limit:.1f}", ""))
 
-    print(f"## SmolLM2-135M-Instruct Q4_1: tc against llama.cpp, {meta['date']}")
+    peers = "llama.cpp and candle" if "candle" in meta else "llama.cpp"
+    print(f"## SmolLM2-135M-Instruct Q4_1: tc against {peers}, {meta['date']}")
     print()
     print(f"- CPU: {meta['cpu']} ({meta['ncpu']} logical CPUs, L3 {meta['l3']}); "
           f"flags: {meta['flags']}")
     print(f"- model: `{meta['model']}` ({meta['model_bytes']} bytes; "
           f"{wbytes / 1e6:.1f} MB of tensors read per token)")
-    print(f"- llama.cpp: vendored in llama-cpp-python {meta['llama_cpp_python']} "
-          f"(build {meta.get('llama_build', '?')}), -DGGML_NATIVE=ON Release, "
-          f"default flash-attention and batch sizes")
-    print(f"- prompt: 128 tokens (BOS included), decode: 64 tokens after it, greedy; "
+    src = meta.get("llama_src") or f"vendored in llama-cpp-python {meta['llama_cpp_python']}"
+    print(f"- llama.cpp: {src} (build {meta.get('llama_build', '?')}), "
+          f"-DGGML_NATIVE=ON Release, default flash-attention and batch sizes")
+    if "candle" in meta:
+        print(f"- candle: candle-transformers {meta['candle']} quantized_llama "
+              f"(`benches/peers/candle`, binary smollm2), -C target-cpu=native, CPU: "
+              f"Q4_1 matmuls on Q8_1-quantized activations through candle's portable "
+              f"(compiler-vectorized) dot product, f32 KV cache; on tc's prompt ids; "
+              f"threads from RAYON_NUM_THREADS; one warm-up round, then the timed "
+              f"rounds in one process")
+    print(f"- prompt: 128 tokens (the GGUF's tokenizer adds no BOS), decode: 64 tokens after it, greedy; "
           f"tokens/s as median (min–max) over rounds")
     print()
     print("| engine | build / numerics | KV cache | threads | tool | prefill 128 tok/s | decode 64 tok/s | rounds |")
@@ -218,6 +294,8 @@ def table(run):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "weight-bytes":
         print(weight_bytes(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "amx-tilecfg-fix":
+        amx_tilecfg_fix(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "table":
         table(sys.argv[2])
     else:
