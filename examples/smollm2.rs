@@ -128,6 +128,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let t0 = Instant::now();
     let (m, file) = model::Model::load(&o.model)?;
+    if o.fast {
+        m.prepack_quantized();
+    }
     let tok = ChatTokenizer::from_parts(model::tokenizer_parts(&file)?)?;
     let text = if o.raw {
         o.prompt.clone()

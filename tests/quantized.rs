@@ -168,6 +168,16 @@ fn qmatmul_on_the_jit_agrees_with_the_interpreter_in_every_format() {
             for fast in [false, true] {
                 set_fast_quant(fast);
                 let got = call(dt, &x, &w).expect("jit").to_vec::<f32>().unwrap();
+                if fast {
+                    // The JIT reads a weight parameter packed (tc-llvm's
+                    // prepack::quant, where the host packs the format):
+                    // bit for bit the kernels' results on the raw blocks.
+                    let fast = tc::runtime::quant::Numerics::Fast;
+                    let raw = tc::runtime::quant::qmatmul(&x, &w, fast).unwrap();
+                    let raw = raw.to_vec::<f32>().unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&raw), "{dt} [{b}, {m}, {k}] × [{n}, {k}]");
+                }
                 for (i, ((g, r), (abs, act))) in got.iter().zip(&want).zip(&bound).enumerate() {
                     let tol = gamma * abs + if fast { act + gamma * abs } else { 0.0 } + 1e-6;
                     let err = (*g as f64 - *r as f64).abs();

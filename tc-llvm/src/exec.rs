@@ -872,7 +872,7 @@ impl CompiledFn {
                     table,
                     ids,
                 } => run_gather(*out, *axis, *table, *ids, &mut st)?,
-                Step::Host { out } => self.run_host(*out, &mut st)?,
+                Step::Host { out } => self.run_host(*out, args, &mut st)?,
                 Step::Call {
                     out,
                     name,
@@ -1072,7 +1072,12 @@ impl CompiledFn {
 
     /// A [`Step::Host`]: the op's reference denotation on its operand's
     /// buffer (copied into a tensor), the result held as a call's is.
-    fn run_host(&self, out: Value, st: &mut RunState) -> Result<(), tc_runtime::Error> {
+    fn run_host(
+        &self,
+        out: Value,
+        args: &[Arg],
+        st: &mut RunState,
+    ) -> Result<(), tc_runtime::Error> {
         use tc_core::ir::Op;
         let np = self.func.sig.params.len();
         let op = &self.func.body[out.0 as usize - np].op;
@@ -1098,7 +1103,7 @@ impl CompiledFn {
                 window,
                 x,
             } => tc_runtime::interp::denote::pool(*kind, kernel, window, &tensor(*x)?)?,
-            Op::QMatmul(x, w) => self.run_qmatmul(*x, *w, st)?,
+            Op::QMatmul(x, w) => self.run_qmatmul(*x, *w, args, st)?,
             // §18 `dequantize` (plan::reads_quantized: only a quantized cast
             // is a host step).
             Op::Cast(dt, x) => tensor(*x)?.cast(*dt)?,
@@ -1118,8 +1123,15 @@ impl CompiledFn {
     /// both operands where they lie: the weight's blocks are never copied
     /// or dequantized whole. `JitOptions::fast_quant` picks the kernels'
     /// numerics: 8-bit activations (`Numerics::Fast`) or F32 dequantization
-    /// (`Exact`).
-    fn run_qmatmul(&self, x: Value, w: Value, st: &RunState) -> Result<Tensor, tc_runtime::Error> {
+    /// (`Exact`). A fast-numerics weight that is a tensor parameter is
+    /// read from its packed form (`prepack::quant`) once it comes back.
+    fn run_qmatmul(
+        &self,
+        x: Value,
+        w: Value,
+        args: &[Arg],
+        st: &RunState,
+    ) -> Result<Tensor, tc_runtime::Error> {
         let (xi, wi) = (&st.vals[x.0 as usize], &st.vals[w.0 as usize]);
         let (_, out_shape) = tc_core::concrete::qmatmul(
             tc_core::concrete::Operand {
@@ -1160,8 +1172,24 @@ impl CompiledFn {
         } else {
             tc_runtime::quant::Numerics::Exact
         };
-        tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, &mut y)
-            .map_err(|e| tc_runtime::Error::Malformed(format!("qmatmul: {e}")))?;
+        // The packed form is of the parameter's own bytes, which are the
+        // operand's exactly when they are the same memory.
+        let packed = match (numerics, &wi.kind) {
+            (tc_runtime::quant::Numerics::Fast, VKind::TensorParam(i)) => match args.get(*i) {
+                Some(Arg::Tensor(t))
+                    if t.bytes().as_ptr() == wb.as_ptr() && t.bytes().len() == wb.len() =>
+                {
+                    crate::prepack::quant::packed(t, format, n, k)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        match packed {
+            Some(p) => tc_quant::quant::qmatmul_packed(&p, xs, rows, &mut y),
+            None => tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, &mut y),
+        }
+        .map_err(|e| tc_runtime::Error::Malformed(format!("qmatmul: {e}")))?;
         Tensor::from_vec(&out_shape, y)
     }
 

@@ -133,3 +133,99 @@ impl PackCache for Owner<'_> {
         }
     }
 }
+
+/// Quantized weights packed for fast numerics (`tc_quant::PackedWeights`,
+/// Section 2 §18), kept like [`PackedB`]: by the storage identity of the
+/// tensor parameter they were packed from, checked on every hit, and
+/// counted against the same cap. Packed on the first call: a block-
+/// quantized operand is a weight (activations are f32), and packing costs
+/// about what one unpacked call spends transposing the blocks. The
+/// packing is a layout only: results are bit-identical with or without
+/// it.
+pub mod quant {
+    use super::*;
+    use tc_quant::{Format, PackedWeights};
+
+    /// The tensor's bytes (address and length) and the weight's shape:
+    /// one storage may hold several views.
+    type Key = (usize, usize, usize, Format, usize, usize);
+
+    struct Entry {
+        id: StorageId,
+        packed: Arc<PackedWeights>,
+    }
+
+    #[derive(Default)]
+    struct Store {
+        map: HashMap<Key, Entry>,
+    }
+
+    fn store() -> &'static Mutex<Store> {
+        static S: OnceLock<Mutex<Store>> = OnceLock::new();
+        S.get_or_init(Default::default)
+    }
+
+    fn lock() -> std::sync::MutexGuard<'static, Store> {
+        store().lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Packs the block-quantized weight `t` (`[n, k]`) now, as the first
+    /// fast-numerics `qmatmul` on it would: a model loaded for fast
+    /// numerics calls it on its weights so that no request (and no
+    /// timed prefill) pays for the packing. Whether a packed form is held;
+    /// `false` for a tensor that is not a rank-2 quantized weight of a
+    /// packed format, on a host without the kernels, or with the cache off.
+    pub fn prepack(t: &Tensor) -> bool {
+        let Some(f) = tc_runtime::quant::format(t.dtype()) else {
+            return false;
+        };
+        match *t.shape() {
+            [n, k] => packed(t, f, n, k).is_some(),
+            _ => false,
+        }
+    }
+
+    /// Bytes of packed quantized weights kept now.
+    pub fn kept_bytes() -> usize {
+        lock().map.values().map(|e| e.packed.bytes()).sum()
+    }
+
+    /// The packed form of tensor `t`'s bytes as the weight `[n, k]` of
+    /// format `f`: `None` when the cache is off or the host has no packed
+    /// kernel for `f` (then the caller reads the raw blocks). Past the
+    /// cap, the packing serves this call and is not kept.
+    pub fn packed(t: &Tensor, f: Format, n: usize, k: usize) -> Option<Arc<PackedWeights>> {
+        if !enabled() {
+            return None;
+        }
+        let bytes = t.bytes();
+        let id = StorageId::of(t);
+        let key = (id.addr(), bytes.as_ptr() as usize, bytes.len(), f, n, k);
+        if let Some(e) = lock().map.get(&key).filter(|e| e.id.holds(t)) {
+            return Some(e.packed.clone());
+        }
+        // Packed outside the lock: a large weight takes milliseconds.
+        let packed = Arc::new(PackedWeights::new(f, bytes, n, k).ok()??);
+        let mut st = lock();
+        st.map.retain(|_, e| e.id.alive());
+        let kept: usize = st.map.values().map(|e| e.packed.bytes()).sum();
+        if kept
+            .saturating_add(super::kept_bytes())
+            .saturating_add(packed.bytes())
+            > cap_bytes()
+        {
+            return Some(packed);
+        }
+        st.map.insert(
+            key,
+            Entry {
+                id,
+                packed: packed.clone(),
+            },
+        );
+        // Fast numerics read only the packed copy from now on; a mapped
+        // weight's file pages need not stay resident beside it.
+        t.release_resident_pages();
+        Some(packed)
+    }
+}

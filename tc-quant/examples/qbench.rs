@@ -4,7 +4,7 @@
 //! numerics or row count (`qbench Avx512 q4_1 Fast 1`).
 
 use std::time::{Duration, Instant};
-use tc_quant::{available_paths, qmatmul_with, Format, Numerics};
+use tc_quant::{available_paths, qmatmul_packed, qmatmul_with, Format, Numerics, PackedWeights};
 
 fn cpu_name() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -59,6 +59,43 @@ fn main() {
         "path", "fmt", "num", "rows", "n_out", "k", "us/call", "GB/s", "GFLOP/s"
     );
     let shapes = [(576, 1536), (1536, 576), (576, 49152)];
+    // Weights packed once (`PackedWeights`): fast numerics only.
+    for f in [Format::Q4_1, Format::Q8_0] {
+        for rows in [1, 16, 128] {
+            let tags = [
+                "Packed".to_owned(),
+                f.name().to_owned(),
+                "Fast".to_owned(),
+                rows.to_string(),
+            ];
+            if !words.iter().all(|w| tags.contains(w)) {
+                continue;
+            }
+            for (k, n_out) in shapes {
+                let w = weights(f, n_out, k);
+                let Some(p) = PackedWeights::new(f, &w, n_out, k).unwrap() else {
+                    continue;
+                };
+                let x: Vec<f32> = (0..rows * k)
+                    .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                    .collect();
+                let mut y = vec![0f32; rows * n_out];
+                let s = time(|| qmatmul_packed(&p, &x, rows, &mut y).unwrap());
+                println!(
+                    "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10.1} {:>9.2} {:>9.2}",
+                    "Packed",
+                    f.name(),
+                    "Fast",
+                    rows,
+                    n_out,
+                    k,
+                    s * 1e6,
+                    w.len() as f64 / s / 1e9,
+                    2.0 * (rows * k * n_out) as f64 / s / 1e9
+                );
+            }
+        }
+    }
     for path in available_paths() {
         for f in [Format::Q4_1, Format::Q8_0] {
             for num in [Numerics::Fast, Numerics::Exact] {

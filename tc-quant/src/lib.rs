@@ -20,5 +20,6 @@ pub mod testing;
 
 pub use gguf::{GgmlType, Gguf, GgufError, MetaValue, TensorInfo};
 pub use quant::{
-    available_paths, dequantize, qmatmul, qmatmul_with, Format, Numerics, Path, QuantError,
+    available_paths, dequantize, qmatmul, qmatmul_packed, qmatmul_with, Format, Numerics,
+    PackedWeights, Path, QuantError,
 };

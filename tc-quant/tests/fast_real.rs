@@ -7,7 +7,10 @@
 mod common;
 
 use common::{normal, Rng};
-use tc_quant::{available_paths, dequantize, qmatmul_with, Format, Gguf, Numerics, Path};
+use tc_quant::{
+    available_paths, dequantize, qmatmul_packed, qmatmul_with, Format, Gguf, Numerics,
+    PackedWeights, Path,
+};
 
 const MODEL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -118,6 +121,16 @@ fn check_tensor(g: &Gguf<'_>, name: &str, max_rows: usize, rows: usize, seed: u6
             assert!(
                 bits(&y) == bits(&reference),
                 "{name} {path:?} {num:?} rows={rows}: differs from the scalar path"
+            );
+        }
+        // The packed weight (where the host packs this format) too.
+        if let (Numerics::Fast, Some(p)) = (num, PackedWeights::new(f, w, n_out, k).unwrap()) {
+            let mut y = vec![f32::NAN; rows * n_out];
+            qmatmul_packed(&p, &x, rows, &mut y).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&y) == bits(&reference),
+                "{name} packed rows={rows}: differs from the scalar path"
             );
         }
     }

@@ -5,7 +5,10 @@ mod common;
 
 use common::{adversarial_acts, extreme_blocks, random_acts, random_blocks, Rng};
 use proptest::prelude::*;
-use tc_quant::{available_paths, dequantize, qmatmul_with, Format, Numerics, Path, QuantError};
+use tc_quant::{
+    available_paths, dequantize, qmatmul_packed, qmatmul_with, Format, Numerics, PackedWeights,
+    Path, QuantError,
+};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 /// 2⁻¹⁵⁰: the most one underflowing f32 operation can lose (module docs).
@@ -126,9 +129,9 @@ fn check_all(c: &Case) {
         if num == Numerics::Exact {
             check_vs_naive(c, &reference);
         }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for path in available_paths() {
             let y = run(c, path, num);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&y),
                 bits(&reference),
@@ -138,7 +141,33 @@ fn check_all(c: &Case) {
                 c.n_out
             );
         }
+        if num == Numerics::Fast {
+            check_packed(c, &bits(&reference));
+        }
     }
+}
+
+/// The packed weight gives the raw one's fast results bit for bit, where
+/// the host packs the format at all (VNNI, a 32-element format).
+fn check_packed(c: &Case, reference: &[u32]) {
+    let Some(p) = PackedWeights::new(c.f, &c.w, c.n_out, c.k).unwrap() else {
+        return;
+    };
+    assert_eq!((p.format(), p.n_out(), p.k()), (c.f, c.n_out, c.k));
+    // Never smaller than the raw weight, and at most a partial tile's
+    // padding plus each tile's rounding to 64 bytes more.
+    let tile_raw = 16 * c.w.len() / c.n_out;
+    assert!(
+        p.bytes() >= c.w.len() && p.bytes() <= c.w.len() + tile_raw + 64 * c.n_out.div_ceil(16)
+    );
+    let mut y = vec![f32::NAN; c.rows * c.n_out];
+    qmatmul_packed(&p, &c.x, c.rows, &mut y).unwrap();
+    let got: Vec<u32> = y.iter().map(|x| x.to_bits()).collect();
+    assert_eq!(
+        got, reference,
+        "packed {:?} rows={} n_out={}",
+        c.f, c.rows, c.n_out
+    );
 }
 
 /// Exact mode within 2·γ_K·Σ|x w| of a naive sequential f32 dot.

@@ -106,6 +106,35 @@ impl Region {
         })
     }
 
+    /// Gives the resident pages wholly inside this region back to the
+    /// kernel. The mapping stays: a later read faults the page in again
+    /// from the file, with the same bytes (the mapping is private and
+    /// never written, and the loader's contract keeps the file as it
+    /// was), so nothing any borrow sees changes. Only memory use does.
+    pub(crate) fn release_pages(&self) {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `sysconf` reads a constant of the system.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+                .ok()
+                .filter(|p| p.is_power_of_two())
+                .unwrap_or(4096);
+            let start = self.map.ptr as usize + self.offset;
+            let (lo, hi) = (
+                start.next_multiple_of(page),
+                (start + self.words * 8) / page * page,
+            );
+            if hi > lo {
+                // SAFETY: `[lo, hi)` is whole pages inside this private,
+                // read-only file mapping, which lives while `self` does.
+                // MADV_DONTNEED on such pages drops them from the page
+                // tables; as they were never written, the next access
+                // reads the unchanged file again (see the doc comment).
+                unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) };
+            }
+        }
+    }
+
     /// The words.
     pub(crate) fn words(&self) -> &[u64] {
         let bytes = &self.map.bytes()[self.offset..self.offset + self.words * 8];

@@ -644,6 +644,18 @@ impl Tensor {
         self.words.uid
     }
 
+    /// A hint that this tensor's bytes will not be read for a while: where
+    /// its storage is a read-only file mapping, the resident pages wholly
+    /// inside it go back to the operating system (a later read brings
+    /// them back from the file, unchanged). Heap storage is left as it
+    /// is. The JIT calls it on a quantized weight once it holds a packed
+    /// copy, so the weight's memory is counted once.
+    pub fn release_resident_pages(&self) {
+        if let Words::Mapped(r) = &self.words.words {
+            r.release_pages();
+        }
+    }
+
     /// Overwrite the block of `src`'s extent along `axis` from `start`:
     /// `self[…, start..start + len, …] = src` (XLA's `DynamicUpdateSlice`),
     /// the one write into a built tensor. For a cache with room for every

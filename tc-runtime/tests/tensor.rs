@@ -696,3 +696,30 @@ fn a_file_that_cannot_be_mapped_is_read_instead() {
     assert_eq!(mapped, read);
     assert!(!mapped.contains("No such device"), "{mapped}");
 }
+
+/// Releasing a mapped tensor's resident pages changes no byte it reads
+/// (they come back from the file), and is a no-op on heap storage.
+#[test]
+fn releasing_resident_pages_keeps_the_bytes() {
+    // Several pages, so whole pages lie inside the tensor.
+    let n = 5 * 4096;
+    let data: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
+    let t = Tensor::from_vec(&[n], data.clone()).unwrap();
+    let path = temp_path("release-pages");
+    let map = std::collections::BTreeMap::from([("w".to_string(), t.clone())]);
+    save_safetensors(&path, &map).unwrap();
+    {
+        // SAFETY: the file is removed only after the mapped tensors are
+        // dropped (at the end of this block), and nothing writes it.
+        let m = unsafe { load_safetensors_mapped(&path) }.unwrap();
+        let w = &m["w"];
+        assert_eq!(w.to_vec::<f32>().unwrap(), data);
+        w.release_resident_pages();
+        assert_eq!(w.to_vec::<f32>().unwrap(), data);
+        w.release_resident_pages();
+        assert_eq!(w.bytes(), t.bytes());
+    }
+    t.release_resident_pages();
+    assert_eq!(t.to_vec::<f32>().unwrap(), data);
+    std::fs::remove_file(&path).unwrap();
+}

@@ -15,6 +15,10 @@ pub(crate) struct Acts {
     pub s: Vec<f32>,
     /// Activation block length.
     pub block: usize,
+    /// The scalars regrouped for the AMX tiles, built once per call when
+    /// they run ([`Acts::with_amx`]).
+    #[cfg(target_arch = "x86_64")]
+    pub amx: Option<super::amx::Scales>,
 }
 
 impl Acts {
@@ -29,7 +33,21 @@ impl Acts {
             bsum: Vec::with_capacity(rows * k / 32),
             s: Vec::with_capacity(rows * k / 32),
             block,
+            #[cfg(target_arch = "x86_64")]
+            amx: None,
         };
+        #[cfg(target_arch = "x86_64")]
+        if super::x86::has_avx512() {
+            for (xb, qb) in x.chunks_exact(block).zip(acts.qx.chunks_exact_mut(block)) {
+                // SAFETY: `has_avx512` checked the features just above;
+                // blocks are 32 or 256 elements, whole 32-element groups.
+                let d = unsafe { quantize_block_avx512(xb, qb, &mut acts.bsum) };
+                acts.d.push(d);
+                let sums = &acts.bsum[acts.bsum.len() - block / 32..];
+                acts.s.extend(sums.iter().map(|&sum| d * sum as f32));
+            }
+            return acts;
+        }
         #[cfg(target_arch = "x86_64")]
         let simd = super::x86::has_avx2();
         for (xb, qb) in x.chunks_exact(block).zip(acts.qx.chunks_exact_mut(block)) {
@@ -53,6 +71,18 @@ impl Acts {
     }
 }
 
+impl Acts {
+    /// Adds the AMX tiles' scalars where they will run: `amx` set, 16
+    /// rows or more, a 32-element format.
+    #[cfg(target_arch = "x86_64")]
+    pub fn with_amx(mut self, f: Format, amx: bool, rows: usize, k: usize) -> Acts {
+        if amx && rows >= super::amx::ROWS && f.block_elems() == 32 {
+            self.amx = Some(super::amx::Scales::new(f, &self, rows, k));
+        }
+        self
+    }
+}
+
 /// [`quantize_block`] compiled for AVX2: the same operations, IEEE
 /// division and `round_ties_even` included, so the same bits; without it
 /// the baseline target calls libm's `rintf` once per element.
@@ -61,6 +91,56 @@ impl Acts {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_block_avx2(x: &[f32], q: &mut [i8]) -> f32 {
     quantize_block(x, q)
+}
+
+/// [`quantize_block`] on AVX-512, 16 lanes at a time, plus the block's
+/// 32-element sums pushed to `bsum`: the same operations per element, so
+/// the same bits. `max` returns its second operand for a NaN, as
+/// `f32::max` returns the non-NaN one; the clamp's `min`/`max` would turn
+/// a NaN quotient into ±127, so NaN lanes are zeroed by mask, as `as i8`
+/// maps NaN to 0; the quotient is an IEEE division, rounded to nearest
+/// even; integral values in ±127 convert exactly.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+// SAFETY: (contract) AVX-512 F/BW/VL present; `x.len() == q.len()`, a
+// multiple of 32.
+unsafe fn quantize_block_avx512(x: &[f32], q: &mut [i8], bsum: &mut Vec<i32>) -> f32 {
+    use std::arch::x86_64::*;
+    debug_assert!(x.len() == q.len() && x.len().is_multiple_of(32));
+    // SAFETY (every load and store below): `c` and `o` are whole chunks
+    // of 16 f32 and 16 i8.
+    let mut a = _mm512_setzero_ps();
+    for c in x.chunks_exact(16) {
+        let v = _mm512_abs_ps(unsafe { _mm512_loadu_ps(c.as_ptr()) });
+        a = _mm512_max_ps(v, a);
+    }
+    let amax = _mm512_reduce_max_ps(a);
+    let d = amax / 127.0;
+    if d == 0.0 {
+        q.fill(0);
+        bsum.extend(std::iter::repeat_n(0, x.len() / 32));
+        return d;
+    }
+    let (dv, hi, lo) = (
+        _mm512_set1_ps(d),
+        _mm512_set1_ps(127.0),
+        _mm512_set1_ps(-127.0),
+    );
+    for (c, o) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)) {
+        let mut sum = _mm512_setzero_si512();
+        for h in 0..2 {
+            let v = unsafe { _mm512_loadu_ps(c.as_ptr().add(16 * h)) };
+            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_div_ps(v, dv),
+            );
+            let ord = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
+            let i = _mm512_maskz_cvtps_epi32(ord, _mm512_max_ps(_mm512_min_ps(r, hi), lo));
+            sum = _mm512_add_epi32(sum, i);
+            unsafe { _mm_storeu_si128(o.as_mut_ptr().add(16 * h).cast(), _mm512_cvtepi32_epi8(i)) };
+        }
+        bsum.push(_mm512_reduce_add_epi32(sum));
+    }
+    d
 }
 
 #[inline(always)]
@@ -81,4 +161,61 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
         *q = (v / d).round_ties_even().clamp(-127.0, 127.0) as i8;
     }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The portable reference: `quantize_block` and the 32-element sums.
+    fn reference(x: &[f32]) -> (Vec<i8>, f32, Vec<i32>) {
+        let mut q = vec![0i8; x.len()];
+        let d = quantize_block(x, &mut q);
+        let sums = q
+            .chunks_exact(32)
+            .map(|s| s.iter().map(|&v| v as i32).sum())
+            .collect();
+        (q, d, sums)
+    }
+
+    /// Values that stress each step: NaN (ignored by the max, 0 after),
+    /// ±inf, ±0, subnormals (a subnormal `d`), exact ties of `x / d`.
+    fn special() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            4 => -4.0f32..4.0,
+            1 => Just(f32::NAN),
+            1 => Just(f32::INFINITY),
+            1 => Just(f32::NEG_INFINITY),
+            1 => Just(-0.0f32),
+            1 => (1u32..0x0080_0000).prop_map(f32::from_bits),
+            1 => (-127i32..=127).prop_map(|i| i as f32 + 0.5),
+            1 => Just(f32::MAX),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Every SIMD quantizer gives the portable one's bits, for every
+        /// input: the kernels' bit-identity rests on it.
+        #[test]
+        fn simd_quantizers_match_the_reference(
+            x in prop::collection::vec(special(), 32 * 8),
+            block in prop::sample::select(vec![32usize, 256]),
+        ) {
+            let f = if block == 32 { Format::Q4_1 } else { Format::Q4_K };
+            let acts = Acts::quantize(f, &x, x.len() / 256, 256);
+            let mut qs = Vec::new();
+            let (mut ds, mut sums) = (Vec::new(), Vec::new());
+            for xb in x.chunks_exact(block) {
+                let (q, d, s) = reference(xb);
+                qs.extend(q);
+                ds.push(d.to_bits());
+                sums.extend(s);
+            }
+            prop_assert_eq!(&acts.qx, &qs);
+            prop_assert_eq!(acts.d.iter().map(|d| d.to_bits()).collect::<Vec<_>>(), ds);
+            prop_assert_eq!(&acts.bsum, &sums);
+        }
+    }
 }

@@ -23,7 +23,8 @@
 //! asks once, and the path is offered only when the kernel agreed.
 
 use super::act::Acts;
-use super::vnni::{PACK, Q40, Q41, Q8};
+use super::vnni::{PACK, Q41};
+use super::Format;
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -131,7 +132,7 @@ struct CTile([i32; ROWS * 16]);
 /// The activation blocks' per-row scalars, regrouped so that [`rows16`]
 /// reads the 16 rows of a group for one block contiguously: entry
 /// `(g · nb + b) · 16 + r` is row `16g + r`, block `b`. Built once per
-/// task and shared by all its weight tiles.
+/// call and shared by all its tasks and weight tiles.
 pub(crate) struct Scales {
     d: Vec<f32>,
     s: Vec<f32>,
@@ -142,7 +143,7 @@ pub(crate) struct Scales {
 
 impl Scales {
     /// The whole groups of 16 among `a`'s rows (`k / 32` blocks each).
-    pub(crate) fn new<const F: u8>(a: &Acts, rows: usize, k: usize) -> Scales {
+    pub(crate) fn new(f: Format, a: &Acts, rows: usize, k: usize) -> Scales {
         let (nb, n) = (k / 32, rows / ROWS * ROWS * (k / 32));
         let mut sc = Scales {
             d: Vec::with_capacity(n),
@@ -155,9 +156,9 @@ impl Scales {
                     let i = (ROWS * g + r) * nb + b;
                     sc.d.push(a.d[i]);
                     sc.s.push(a.s[i]);
-                    sc.start.push(match F {
-                        Q8 => -128 * a.bsum[i],
-                        Q40 => -8 * a.bsum[i],
+                    sc.start.push(match f {
+                        Format::Q8_0 => -128 * a.bsum[i],
+                        Format::Q4_0 => -8 * a.bsum[i],
                         _ => 0,
                     });
                 }

@@ -17,6 +17,9 @@ pub(crate) struct Job<'a> {
     pub k: usize,
     pub w: &'a [u8],
     pub row_bytes: usize,
+    /// The weight packed once (`qmatmul_packed`); `w` is then empty and
+    /// only the VNNI tiles run.
+    pub packed: Option<&'a super::PackedWeights>,
     /// Fast-mode groups of 16 rows on AMX tiles ([`Path::Amx`]); `path`
     /// is then [`Path::Avx512`], which runs everything else.
     pub amx: bool,

@@ -57,6 +57,7 @@ mod act;
 mod amx;
 mod dequant;
 mod kernels;
+mod packed;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 #[cfg(target_arch = "x86_64")]
@@ -66,6 +67,7 @@ use crate::gguf::GgmlType;
 use rayon::prelude::*;
 
 pub use dequant::dequantize;
+pub use packed::PackedWeights;
 
 /// A ggml block format this crate decodes.
 #[allow(non_camel_case_types)] // ggml's own names
@@ -268,14 +270,14 @@ pub fn qmatmul_with(
     if rows == 0 || n_out == 0 {
         return Ok(());
     }
-    let acts = match numerics {
-        Numerics::Fast => Some(act::Acts::quantize(f, x, rows, k_dim)),
-        Numerics::Exact => None,
-    };
     // AMX only adds a kernel; everything else runs on AVX-512.
     let (path, amx) = match path {
         Path::Amx => (Path::Avx512, true),
         p => (p, false),
+    };
+    let acts = match numerics {
+        Numerics::Fast => Some(quantize(f, x, rows, k_dim, amx)),
+        Numerics::Exact => None,
     };
     let job = kernels::Job {
         path,
@@ -287,9 +289,66 @@ pub fn qmatmul_with(
         k: k_dim,
         w,
         row_bytes,
+        packed: None,
     };
     run_columns(&job, y, n_out);
     Ok(())
+}
+
+/// [`qmatmul`] with [`Numerics::Fast`] on a weight packed once
+/// ([`PackedWeights::new`]): the same results, bit for bit, without
+/// transposing the weight's blocks on every call.
+pub fn qmatmul_packed(
+    w: &PackedWeights,
+    x: &[f32],
+    rows: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    let (f, k, n_out) = (w.f, w.k, w.n_out);
+    let mul = |a: usize, b: usize, what| a.checked_mul(b).ok_or(QuantError::Overflow { what });
+    for (what, expected, found) in [
+        ("x", mul(rows, k, "x")?, x.len()),
+        ("y", mul(rows, n_out, "y")?, y.len()),
+    ] {
+        if expected != found {
+            return Err(QuantError::BadLength {
+                what,
+                expected,
+                found,
+            });
+        }
+    }
+    if rows == 0 || n_out == 0 {
+        return Ok(());
+    }
+    let amx = Path::Amx.is_available();
+    let acts = quantize(f, x, rows, k, amx);
+    let job = kernels::Job {
+        // `PackedWeights::new` packs only where VNNI (so AVX-512) is.
+        path: Path::Avx512,
+        amx,
+        f,
+        x,
+        acts: Some(&acts),
+        rows,
+        k,
+        w: &[],
+        row_bytes: k / 32 * f.block_bytes(),
+        packed: Some(w),
+    };
+    run_columns(&job, y, n_out);
+    Ok(())
+}
+
+/// The activations quantized once per call, with the AMX tiles' scalars
+/// where those run.
+fn quantize(f: Format, x: &[f32], rows: usize, k: usize, amx: bool) -> act::Acts {
+    let acts = act::Acts::quantize(f, x, rows, k);
+    #[cfg(target_arch = "x86_64")]
+    let acts = acts.with_amx(f, amx, rows, k);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = amx;
+    acts
 }
 
 /// Splits the columns (output features) over the pool: each task owns the

@@ -25,6 +25,7 @@
 use super::act::Acts;
 use super::amx;
 use super::kernels::{Job, Out};
+use super::packed;
 use super::Format;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -66,27 +67,31 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
     // buffer; they hold for any job `qmatmul` builds (an internal bug
     // otherwise), and asserting here keeps the unsafe code below sound.
     assert!(supports(f, row_bytes) && acts.block == 32);
-    assert!(row_bytes == nb * f.block_bytes() && (j0 + cols) * row_bytes <= w.len());
+    assert!(row_bytes == nb * f.block_bytes());
+    match job.packed {
+        // Whole tiles from `j0` on (`run_columns` splits at multiples of
+        // 16), and packed from this very shape.
+        Some(p) => assert!(j0.is_multiple_of(TILE) && j0 + cols <= p.n_out && p.k == k && p.f == f),
+        None => assert!((j0 + cols) * row_bytes <= w.len()),
+    }
     assert!(acts.qx.len() >= rows * k && acts.d.len() >= rows * nb);
     assert!(acts.bsum.len() >= rows * nb && acts.s.len() >= rows * nb);
     assert!(out.rows.len() == rows);
-    let scales = (job.amx && rows >= amx::ROWS).then(|| match f {
-        Format::Q8_0 => amx::Scales::new::<Q8>(acts, rows, k),
-        Format::Q4_0 => amx::Scales::new::<Q40>(acts, rows, k),
-        _ => amx::Scales::new::<Q41>(acts, rows, k),
-    });
     let mut c = 0;
     while c < cols {
         let n = (cols - c).min(TILE);
-        let rb = &w[(j0 + c) * row_bytes..(j0 + c + n) * row_bytes];
+        let src = match job.packed {
+            Some(p) => Src::Packed(p.tile((j0 + c) / TILE)),
+            None => Src::Raw(&w[(j0 + c) * row_bytes..(j0 + c + n) * row_bytes]),
+        };
         let t = Tile {
-            w: rb,
+            src,
             n,
             row_bytes,
             nb,
             acts,
             k,
-            scales: scales.as_ref(),
+            scales: acts.amx.as_ref().filter(|_| job.amx),
         };
         // SAFETY: `supports` checked VNNI (and, through it, AVX-512 and
         // the AVX2/FMA/F16C set) and the i32 offsets; the asserts above
@@ -105,7 +110,7 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
 /// `n ≤ 16` consecutive weight rows (`w`: exactly `n · row_bytes` bytes,
 /// `nb` blocks per row) against the quantized activations.
 struct Tile<'a> {
-    w: &'a [u8],
+    src: Src<'a>,
     n: usize,
     row_bytes: usize,
     nb: usize,
@@ -143,15 +148,19 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         // requested, so the weights stream from DRAM instead of stalling.
         // A prefetch never faults; the address is computed with
         // `wrapping_add` and never dereferenced.
-        let next = t.w.as_ptr().wrapping_add(t.w.len());
+        // (A packed tile is followed by the next one too, `tile_bytes`
+        // later, its block `b` at the same offset.)
+        let here = t.src.bytes();
+        let next = here.as_ptr().wrapping_add(here.len());
+        let per = here.len() / t.nb.max(1);
         let mut acc = _mm512_setzero_ps();
         for b in 0..t.nb {
-            for l in (0..TILE * bb).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * TILE * bb + l).cast());
+            for l in (0..per).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * per + l).cast());
             }
-            // SAFETY: block `b` of row 0 starts inside `t.w`; `off` and
-            // `idx` under `mask` address block `b` of rows `< n`.
-            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, &off) };
+            // SAFETY: the contract of `block`: `b < nb`, and `off`/`idx`
+            // under `mask` address rows `< n` of a raw source.
+            let p = unsafe { block::<F>(t.src, b, bb, idx, mask, &off) };
             acc = step::<F>(&p, t.acts, t.k, 0, b, acc);
         }
         put(0, acc);
@@ -163,7 +172,7 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         buf.resize(t.nb * PACK, _mm512_setzero_si512());
         for (b, slot) in buf.chunks_exact_mut(PACK).enumerate() {
             // SAFETY: as in the single-row case.
-            let p = unsafe { pack::<F>(t.w.as_ptr().add(b * bb), idx, mask, &off) };
+            let p = unsafe { block::<F>(t.src, b, bb, idx, mask, &off) };
             slot[..8].copy_from_slice(&p.q);
             slot[8] = _mm512_castps_si512(p.d);
             slot[9] = _mm512_castps_si512(p.m);
@@ -195,6 +204,86 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
             m += 1;
         }
     });
+}
+
+/// Where a tile's weights come from.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    /// `n` raw rows (GGUF blocks), transposed per block as they are read.
+    Raw(&'a [u8]),
+    /// One tile of a [`PackedWeights`]: the transposed blocks as stored.
+    Packed(&'a [u8]),
+}
+
+impl Src<'_> {
+    fn bytes(&self) -> &[u8] {
+        match *self {
+            Src::Raw(b) | Src::Packed(b) => b,
+        }
+    }
+}
+
+/// Block `b` of the tile, transposed (raw) or read (packed).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+// SAFETY: (contract) the `vnni` features present; `b < nb` of the tile;
+// for a raw source, `bb` is the format's block size, the source holds
+// whole rows of `nb` blocks, and `off`/`idx` under `mask` address rows
+// `< n` of it (as `pack` requires).
+unsafe fn block<const F: u8>(
+    src: Src<'_>,
+    b: usize,
+    bb: usize,
+    idx: __m512i,
+    mask: __mmask16,
+    off: &[usize; TILE],
+) -> Pack {
+    match src {
+        // SAFETY: block `b` of row 0 starts inside the rows (`b < nb`);
+        // the rest is `pack`'s contract, which the caller's gives.
+        Src::Raw(w) => unsafe { pack::<F>(w.as_ptr().add(b * bb), idx, mask, off) },
+        Src::Packed(tile) => unpack::<F>(tile, b),
+    }
+}
+
+/// Block `b` of a packed tile (`packed.rs`'s layout): the quant vectors
+/// as stored (Q4: nibbles split as `pack` splits them), the scales
+/// widened from f16.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack<const F: u8>(tile: &[u8], b: usize) -> Pack {
+    let (groups, pb) = match F {
+        Q8 => (8, packed::block_bytes(Format::Q8_0)),
+        Q40 => (4, packed::block_bytes(Format::Q4_0)),
+        _ => (4, packed::block_bytes(Format::Q4_1)),
+    };
+    // Indexing checks the whole block is inside the tile.
+    let blk = &tile[b * pb..(b + 1) * pb];
+    let p = blk.as_ptr();
+    let z = _mm512_setzero_si512();
+    let mut q = [z; 8];
+    // SAFETY (every load below): `blk` holds `pb` bytes: `groups` vectors
+    // of 64, then 32 bytes of `d` (and for Q4_1 32 of `m`); unaligned
+    // loads need no alignment.
+    if F == Q8 {
+        for (g, q) in q.iter_mut().enumerate() {
+            *q = unsafe { _mm512_loadu_si512(p.add(64 * g).cast()) };
+        }
+    } else {
+        let nib = _mm512_set1_epi8(0x0F);
+        for g in 0..4 {
+            let v = unsafe { _mm512_loadu_si512(p.add(64 * g).cast()) };
+            q[g] = _mm512_and_si512(v, nib);
+            q[g + 4] = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nib);
+        }
+    }
+    let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.add(64 * groups).cast()) });
+    let m = if F == Q41 {
+        _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.add(64 * groups + 32).cast()) })
+    } else {
+        _mm512_setzero_ps()
+    };
+    Pack { q, d, m }
 }
 
 /// One transposed block: quant groups (u8, Q8_0 offset by 128), `d_w`

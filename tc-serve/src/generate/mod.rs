@@ -217,6 +217,11 @@ impl Generator {
     ) -> Result<Generator, Box<dyn std::error::Error>> {
         let config = config.validate()?;
         let (model, file) = Model::load(path)?;
+        // With fast numerics configured, the weights are packed at load
+        // rather than by the first request.
+        if tc::llvm::Jit::global().config().options.fast_quant {
+            model.prepack_quantized();
+        }
         let tok = ChatTokenizer::from_parts(crate::llama::model::tokenizer_parts(&file)?)?;
         let model_name = path
             .file_name()

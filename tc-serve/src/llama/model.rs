@@ -274,6 +274,24 @@ impl Model {
         ))
     }
 
+    /// Packs every quantized weight for fast numerics now (the JIT would
+    /// on its first product with each): load time, not the first
+    /// request, pays for it. Returns how many weights were packed; 0 on a
+    /// host without the packed kernels, where products read the blocks as
+    /// they lie.
+    pub fn prepack_quantized(&self) -> usize {
+        let globals = [&self.globals.embd];
+        let layers = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
+        globals
+            .into_iter()
+            .chain(layers)
+            .filter(|t| tc::llvm::prepack::quant::prepack(t))
+            .count()
+    }
+
     /// cos and sin `[S, HD/2]` of positions `start..start + s`: the angles
     /// in f64 (`pos · θ^(−2i/HD)`), rounded once to f32.
     fn rope_tables(&self, start: usize, s: usize) -> Result<(Tensor, Tensor), tc::Error> {
