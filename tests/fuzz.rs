@@ -82,6 +82,26 @@ const KNOWN: &[(u64, &str, usize, usize, u64)] = &[
     (140000010122, "all", 7, 12, 0x935d3dd760126819),
 ];
 
+/// Seeds of the default mix that generate a llama family's program (one
+/// in [`gen::LLAMA_ONE_IN`] does), two per family: `(seed, family)`. They
+/// run at the example's budget (a layer's weights are arguments) and must
+/// generate their family (checked: a change to the generator that draws
+/// another program from them fails here; pick new seeds then).
+const LLAMA_SEEDS: &[(u64, &str)] = &[
+    (56, "rmsnorm"),
+    (133, "rmsnorm"),
+    (35, "rope"),
+    (86, "rope"),
+    (72, "swiglu"),
+    (118, "swiglu"),
+    (82, "gqa"),
+    (92, "gqa"),
+    (83, "attention"),
+    (90, "attention"),
+    (21, "llama"),
+    (77, "llama"),
+];
+
 fn cfg() -> GenConfig {
     GenConfig::from_env().expect("TC_FUZZ_* settings")
 }
@@ -216,8 +236,38 @@ fn fuzz_fixed_seeds() {
             stats.merge(one);
         }
     }
+    if std::env::var("TC_FUZZ_OPS").is_err() {
+        let mut llama = Stats::default();
+        for &(seed, family) in LLAMA_SEEDS {
+            let p = gen::gen_program(seed, &cfg());
+            let f = p.llama.as_ref().map(|l| l.family.name());
+            assert_eq!(
+                f,
+                Some(family),
+                "seed {seed} no longer generates a {family} program (see LLAMA_SEEDS)"
+            );
+            run_isolated(&[(seed, 1)], gen::LONG_BUDGET, &[], &mut llama);
+            assert!(
+                matches!(
+                    llama.seeds.get(&seed),
+                    Some((gen::Status::Pass | gen::Status::Fail, _))
+                ),
+                "llama seed {seed} ({family}) did not run\n{}",
+                llama.report(true)
+            );
+        }
+        eprintln!("llama seeds: {}", llama.counts_report());
+        stats.merge(llama);
+    }
     let report = stats.report(true);
     eprintln!("{report}");
+    eprintln!("{}", stats.counts_report());
+    // Every fallback to the interpreter must have a reason on
+    // `gen::ALLOWED_FALLBACKS` (each other one is also a failure family).
+    assert_eq!(
+        stats.counts.unexplained, 0,
+        "unexplained JIT fallbacks to the interpreter\n{report}"
+    );
     // The generator is meant to produce well-typed programs: a high
     // rejection rate means it (or the checker) regressed.
     assert!(

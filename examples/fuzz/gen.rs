@@ -132,11 +132,23 @@ pub enum Family {
     Pool,
     /// §17 call of a generated function.
     Call,
+    /// SmolLM2's RMSNorm (`rms_norm` of `tc-serve/src/llama/model.rs`).
+    RmsNorm,
+    /// RoPE in both layouts (`rope_pairs`, `rope_halves`).
+    Rope,
+    /// SiLU and SwiGLU (`g · σ(g) · u`, as the model's `mix`).
+    SwiGlu,
+    /// Grouped-query attention, KV heads repeated by broadcast.
+    Gqa,
+    /// Causal attention over a KV cache (the model's `attention`).
+    Attention,
+    /// A whole decoder layer calling the model's tensor fns.
+    Llama,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 22] = [
+    pub const ALL: [Family; 28] = [
         Family::Unary,
         Family::Cast,
         Family::Binary,
@@ -159,6 +171,12 @@ impl Family {
         Family::Conv,
         Family::Pool,
         Family::Call,
+        Family::RmsNorm,
+        Family::Rope,
+        Family::SwiGlu,
+        Family::Gqa,
+        Family::Attention,
+        Family::Llama,
     ];
 
     /// The name used by `--ops`.
@@ -186,7 +204,19 @@ impl Family {
             Family::Conv => "conv",
             Family::Pool => "pool",
             Family::Call => "call",
+            Family::RmsNorm => "rmsnorm",
+            Family::Rope => "rope",
+            Family::SwiGlu => "swiglu",
+            Family::Gqa => "gqa",
+            Family::Attention => "attention",
+            Family::Llama => "llama",
         }
+    }
+
+    /// A family of the SmolLM2 model's operations ([`LLAMA`]): a whole
+    /// program of its own, not an op the generator draws step by step.
+    pub fn is_llama(self) -> bool {
+        LLAMA.contains(&self)
     }
 
     /// Look up by name.
@@ -284,6 +314,15 @@ impl GenConfig {
 
     fn allows(&self, f: Family) -> bool {
         self.families.contains(&f)
+    }
+
+    /// The families drawn op by op (the llama families are whole programs).
+    fn op_families(&self) -> Vec<Family> {
+        self.families
+            .iter()
+            .copied()
+            .filter(|f| !f.is_llama())
+            .collect()
     }
 }
 
@@ -567,6 +606,12 @@ impl<'a> Body<'a> {
             Family::Conv => self.conv(),
             Family::Pool => self.pool(),
             Family::Call => self.call(),
+            Family::RmsNorm
+            | Family::Rope
+            | Family::SwiGlu
+            | Family::Gqa
+            | Family::Attention
+            | Family::Llama => None,
         }
     }
 
@@ -755,7 +800,7 @@ impl<'a> Body<'a> {
         let reducible = |v: &Val| {
             v.dt.is_numeric()
                 && !w.may_zero(&d)
-                && v.shape.iter().any(|e| *e == d)
+                && v.shape.contains(&d)
                 && !from_call.contains(&v.v)
         };
         let ids = match self.pick_val(reducible) {
@@ -1209,9 +1254,12 @@ pub struct Program {
     pub twins: Option<Vec<Function>>,
     /// The function under test.
     pub main: Function,
-    /// Families of the ops in any function of the program.
+    /// Families of the ops in any function of the program (and its llama
+    /// family, for one of those).
     pub used: BTreeSet<Family>,
     world: World,
+    /// For a llama family's program: its σs and arguments.
+    pub llama: Option<LlamaPlan>,
 }
 
 fn body<'a>(
@@ -1267,7 +1315,7 @@ fn gen_callee(rng: &mut Rng, cfg: &GenConfig, i: usize, earlier: &[Callee]) -> C
     let (ret, fb) = {
         let mut b = body(rng, cfg, &world, earlier, fb, vals, vec![]);
         let n = 1 + b.rng.below(3);
-        b.run(n, &cfg.families);
+        b.run(n, &cfg.op_families());
         let ret = b.vals.last().cloned().expect("a value");
         (ret, b.fb)
     };
@@ -1373,6 +1421,9 @@ fn main_facts(rng: &mut Rng, world: &World, shapes: &[Vec<Dim>]) -> (Vec<Vec<Pre
 
 /// Generate the program of case `seed`.
 pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
+    if let Some(p) = llama_program(seed, cfg) {
+        return p;
+    }
     let mut rng = Rng::new(seed);
     let mut callees: Vec<Callee> = Vec::new();
     if cfg.allows(Family::Call) && !rng.one_in(3) {
@@ -1408,7 +1459,7 @@ pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
     let n_ops = 1 + rng.below(cfg.max_ops.max(1));
     let (ret, fb) = {
         let mut b = body(&mut rng, cfg, &world, &callees, fb, vals, scalars);
-        b.run(n_ops, &cfg.families);
+        b.run(n_ops, &cfg.op_families());
         let k = b.vals.len();
         let ret = b.vals[k - 1 - b.rng.below(2.min(k - shapes.len()).max(1))].clone();
         (ret, b.fb)
@@ -1438,6 +1489,7 @@ pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
         main,
         used,
         world,
+        llama: None,
     }
 }
 
@@ -1473,6 +1525,570 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Call(..) | Op::Dim(_) => Family::Call,
         })
         .collect()
+}
+
+// -------------------------------------------------------- llama families
+
+/// One program in `LLAMA_ONE_IN` of the default mix (any mix that allows
+/// other families too) is a llama family's.
+pub const LLAMA_ONE_IN: usize = 10;
+
+/// The six families of the SmolLM2 model's operations.
+pub const LLAMA: [Family; 6] = [
+    Family::RmsNorm,
+    Family::Rope,
+    Family::SwiGlu,
+    Family::Gqa,
+    Family::Attention,
+    Family::Llama,
+];
+
+/// What a llama family's program needs besides its text: σ candidates and
+/// how to fill its arguments (`prepare`).
+#[derive(Clone, Debug)]
+pub struct LlamaPlan {
+    /// The family.
+    pub family: Family,
+    /// Candidate σs (the module constants included), largest first, each
+    /// with the position of its first row (RoPE's tables, the causal
+    /// mask): the first within the budget is used.
+    sigmas: Vec<(Sigma, usize)>,
+    /// RoPE's base frequency.
+    theta: f64,
+    /// Magnitude of the activations (weights are scaled by their fan-in).
+    scale: f32,
+    /// The mask's value where a key is hidden: −1e30 as the model's, or −∞.
+    hidden: f32,
+}
+
+/// The model's constants for one program: `D = H · HD`, `H = G · KV`,
+/// `HALF = HD / 2`, `KVD = KV · HD`, `F` the feed-forward width.
+#[derive(Clone, Copy, Debug)]
+struct LlamaDims {
+    d: i64,
+    h: i64,
+    kv: i64,
+    g: i64,
+    hd: i64,
+    half: i64,
+    kvd: i64,
+    f: i64,
+}
+
+impl LlamaDims {
+    fn draw(rng: &mut Rng) -> LlamaDims {
+        let kv = rng.pick(&[1, 2, 3]);
+        let g = 1 + rng.below(4) as i64;
+        let h = g * kv;
+        let hd = rng.pick(&[2, 4, 6, 8, 16, 24, 32, 64, 64, 64]);
+        let d = h * hd;
+        let f = rng.pick(&[1, 2, 3]) * d + rng.below(3) as i64 * 8;
+        LlamaDims {
+            d,
+            h,
+            kv,
+            g,
+            hd,
+            half: hd / 2,
+            kvd: kv * hd,
+            f,
+        }
+    }
+
+    fn consts(&self) -> [(&'static str, i64); 8] {
+        [
+            ("D", self.d),
+            ("H", self.h),
+            ("KV", self.kv),
+            ("G", self.g),
+            ("HD", self.hd),
+            ("HALF", self.half),
+            ("KVD", self.kvd),
+            ("F", self.f),
+        ]
+    }
+}
+
+fn var(n: &str) -> Dim {
+    Dim::var(n)
+}
+
+fn dims(names: &[&str]) -> Vec<Dim> {
+    names
+        .iter()
+        .map(|n| match n.parse::<i64>() {
+            Ok(c) => Dim::c(c),
+            Err(_) => var(n),
+        })
+        .collect()
+}
+
+fn f32_param(fb: &mut FnBuilder, name: &str, shape: &[&str]) -> Value {
+    fb.param(name, Type::tensor(Dtype::F32, dims(shape)))
+}
+
+fn new_fn(name: &str, dm: &LlamaDims) -> FnBuilder {
+    let mut fb = FnBuilder::new(name);
+    for (n, v) in dm.consts() {
+        fb.constant(n, v);
+    }
+    fb
+}
+
+fn bin(fb: &mut FnBuilder, op: BinaryOp, a: Value, b: Value) -> Value {
+    fb.op(Op::Binary(op, a, b))
+}
+
+fn bcast(fb: &mut FnBuilder, shape: &[&str], x: Value) -> Value {
+    fb.op(Op::Broadcast(dims(shape), x))
+}
+
+fn reshape(fb: &mut FnBuilder, shape: &[&str], x: Value) -> Value {
+    fb.op(Op::Reshape(dims(shape), x))
+}
+
+fn slice(fb: &mut FnBuilder, axis: usize, start: Dim, stop: Dim, x: Value) -> Value {
+    fb.op(Op::Slice {
+        axis,
+        start,
+        stop,
+        step: 1,
+        x,
+    })
+}
+
+fn finish(mut fb: FnBuilder, shape: &[&str], ret: Value) -> Function {
+    fb.returns(Type::tensor(Dtype::F32, dims(shape)));
+    fb.finish(ret)
+}
+
+/// `rms_norm` of model.rs, op for op: `x / √(mean(x²) + ε) · w`.
+fn llama_rms_norm(dm: &LlamaDims, name: &str) -> Function {
+    let mut fb = new_fn(name, dm);
+    let x = f32_param(&mut fb, "x", &["B", "S", "D"]);
+    let w = f32_param(&mut fb, "w", &["D"]);
+    let sq = bin(&mut fb, BinaryOp::Mul, x, x);
+    let mean = fb.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![2],
+        keepdims: true,
+        x: sq,
+    });
+    let eps = fb.op(Op::ScalarBinary {
+        op: BinaryOp::Add,
+        x: mean,
+        s: Scalar::Float(1e-5),
+        scalar_left: false,
+    });
+    let inv = fb.op(Op::Unary(UnaryOp::Rsqrt, eps));
+    let inv = bcast(&mut fb, &["B", "S", "D"], inv);
+    let xi = bin(&mut fb, BinaryOp::Mul, x, inv);
+    let w = bcast(&mut fb, &["B", "S", "D"], w);
+    let r = bin(&mut fb, BinaryOp::Mul, xi, w);
+    finish(fb, &["B", "S", "D"], r)
+}
+
+/// `x0 · c − x1 · s` and `x0 · s + x1 · c`, concatenated on `axis`.
+fn rotate(fb: &mut FnBuilder, axis: usize, (x0, x1, c, s): (Value, Value, Value, Value)) -> Value {
+    let a = bin(fb, BinaryOp::Mul, x0, c);
+    let b = bin(fb, BinaryOp::Mul, x1, s);
+    let lo = bin(fb, BinaryOp::Sub, a, b);
+    let a = bin(fb, BinaryOp::Mul, x0, s);
+    let b = bin(fb, BinaryOp::Mul, x1, c);
+    let hi = bin(fb, BinaryOp::Add, a, b);
+    fb.op(Op::Concat(axis, vec![lo, hi]))
+}
+
+/// `rope_pairs` (adjacent pairs) or `rope_halves` of model.rs, op for op.
+fn llama_rope(dm: &LlamaDims, name: &str, pairs: bool) -> Function {
+    let mut fb = new_fn(name, dm);
+    let x = f32_param(&mut fb, "x", &["B", "S", "N", "HD"]);
+    let cos = f32_param(&mut fb, "cos", &["S", "HALF"]);
+    let sin = f32_param(&mut fb, "sin", &["S", "HALF"]);
+    let r = if pairs {
+        let p = reshape(&mut fb, &["B", "S", "N", "HALF", "2"], x);
+        let x0 = slice(&mut fb, 4, Dim::c(0), Dim::c(1), p);
+        let x1 = slice(&mut fb, 4, Dim::c(1), Dim::c(2), p);
+        let c = reshape(&mut fb, &["1", "S", "1", "HALF", "1"], cos);
+        let c = bcast(&mut fb, &["B", "S", "N", "HALF", "1"], c);
+        let s = reshape(&mut fb, &["1", "S", "1", "HALF", "1"], sin);
+        let s = bcast(&mut fb, &["B", "S", "N", "HALF", "1"], s);
+        let r = rotate(&mut fb, 4, (x0, x1, c, s));
+        reshape(&mut fb, &["B", "S", "N", "HD"], r)
+    } else {
+        let x0 = slice(&mut fb, 3, Dim::c(0), var("HALF"), x);
+        let x1 = slice(&mut fb, 3, var("HALF"), var("HD"), x);
+        let c = reshape(&mut fb, &["1", "S", "1", "HALF"], cos);
+        let c = bcast(&mut fb, &["B", "S", "N", "HALF"], c);
+        let s = reshape(&mut fb, &["1", "S", "1", "HALF"], sin);
+        let s = bcast(&mut fb, &["B", "S", "N", "HALF"], s);
+        rotate(&mut fb, 3, (x0, x1, c, s))
+    };
+    finish(fb, &["B", "S", "N", "HD"], r)
+}
+
+/// The attention core of model.rs's `attention` from the grouped queries
+/// `q5 [B, KV, G, S, HD]`, keys and values `[B, KV, G, T, HD]` (broadcast
+/// over the group axis, read in place by the matmul), and a mask `[S, T]`
+/// (none: every key visible): the context `[B, S, D]`.
+fn attend(
+    fb: &mut FnBuilder,
+    t: &str,
+    q5: Value,
+    (k, v): (Value, Value),
+    mask: Option<Value>,
+) -> Value {
+    let st = ["B", "KV", "G", "S", t];
+    let m = mask.map(|m| {
+        let m = reshape(fb, &["1", "1", "1", "S", t], m);
+        bcast(fb, &st, m)
+    });
+    let kt = fb.op(Op::Transpose(vec![0, 1, 2, 4, 3], k));
+    let qk = fb.op(Op::Matmul(q5, kt));
+    let mut scores = fb.op(Op::ScalarBinary {
+        op: BinaryOp::Mul,
+        x: qk,
+        s: Scalar::Float(0.125),
+        scalar_left: false,
+    });
+    if let Some(m) = m {
+        scores = bin(fb, BinaryOp::Add, scores, m);
+    }
+    let max = fb.op(Op::Reduce {
+        op: ReduceOp::Max,
+        axes: vec![4],
+        keepdims: true,
+        x: scores,
+    });
+    let max = bcast(fb, &st, max);
+    let z = bin(fb, BinaryOp::Sub, scores, max);
+    let e = fb.op(Op::Unary(UnaryOp::Exp, z));
+    let sum = fb.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![4],
+        keepdims: true,
+        x: e,
+    });
+    let sum = bcast(fb, &st, sum);
+    let probs = bin(fb, BinaryOp::Div, e, sum);
+    let ctx = fb.op(Op::Matmul(probs, v));
+    let ctx = reshape(fb, &["B", "H", "S", "HD"], ctx);
+    let ctx = fb.op(Op::Transpose(vec![0, 2, 1, 3], ctx));
+    reshape(fb, &["B", "S", "D"], ctx)
+}
+
+/// `q [B, S, D]` as grouped heads `[B, KV, G, S, HD]`.
+fn group_queries(fb: &mut FnBuilder, q: Value) -> Value {
+    let q = reshape(fb, &["B", "S", "H", "HD"], q);
+    let q = fb.op(Op::Transpose(vec![0, 2, 1, 3], q));
+    reshape(fb, &["B", "KV", "G", "S", "HD"], q)
+}
+
+/// model.rs's `attention`, op for op: causal grouped-query attention of S
+/// new positions over the first T of a KV cache of C positions.
+fn llama_attention(dm: &LlamaDims, name: &str) -> Function {
+    let mut fb = new_fn(name, dm);
+    let q = f32_param(&mut fb, "q", &["B", "S", "D"]);
+    let kc = f32_param(&mut fb, "kc", &["B", "KV", "C", "HD"]);
+    let vc = f32_param(&mut fb, "vc", &["B", "KV", "C", "HD"]);
+    let _t = fb.param("t", Type::Dim(var("T")));
+    let mask = f32_param(&mut fb, "mask", &["S", "T"]);
+    fb.requires(Pred::le(var("T"), var("C")));
+    let q5 = group_queries(&mut fb, q);
+    let cached = |fb: &mut FnBuilder, c: Value| {
+        let x = slice(fb, 2, Dim::c(0), var("T"), c);
+        let x = reshape(fb, &["B", "KV", "1", "T", "HD"], x);
+        bcast(fb, &["B", "KV", "G", "T", "HD"], x)
+    };
+    let k = cached(&mut fb, kc);
+    let v = cached(&mut fb, vc);
+    let r = attend(&mut fb, "T", q5, (k, v), Some(mask));
+    finish(fb, &["B", "S", "D"], r)
+}
+
+/// Grouped-query attention of fresh keys and values `[B, S, KVD]` (laid
+/// out head-major as model.rs's `keys` and `values` do), KV heads
+/// repeated by broadcast; causal (a mask `[S, S]`) or not.
+fn llama_gqa(dm: &LlamaDims, name: &str, masked: bool) -> Function {
+    let mut fb = new_fn(name, dm);
+    let q = f32_param(&mut fb, "q", &["B", "S", "D"]);
+    let k = f32_param(&mut fb, "k", &["B", "S", "KVD"]);
+    let v = f32_param(&mut fb, "v", &["B", "S", "KVD"]);
+    let mask = masked.then(|| f32_param(&mut fb, "mask", &["S", "S"]));
+    let heads = |fb: &mut FnBuilder, x: Value| {
+        let x = reshape(fb, &["B", "S", "KV", "HD"], x);
+        let x = fb.op(Op::Transpose(vec![0, 2, 1, 3], x));
+        let x = reshape(fb, &["B", "KV", "1", "S", "HD"], x);
+        bcast(fb, &["B", "KV", "G", "S", "HD"], x)
+    };
+    let q5 = group_queries(&mut fb, q);
+    let k = heads(&mut fb, k);
+    let v = heads(&mut fb, v);
+    let r = attend(&mut fb, "S", q5, (k, v), mask);
+    finish(fb, &["B", "S", "D"], r)
+}
+
+/// SiLU and SwiGLU as model.rs's `mix` computes them: `g · σ(g)`, times
+/// `u` for SwiGLU.
+fn llama_swiglu(dm: &LlamaDims, name: &str, glu: bool) -> Function {
+    let mut fb = new_fn(name, dm);
+    let g = f32_param(&mut fb, "g", &["B", "S", "F"]);
+    let u = glu.then(|| f32_param(&mut fb, "u", &["B", "S", "F"]));
+    let s = fb.op(Op::Unary(UnaryOp::Sigmoid, g));
+    let mut r = bin(&mut fb, BinaryOp::Mul, g, s);
+    if let Some(u) = u {
+        r = bin(&mut fb, BinaryOp::Mul, r, u);
+    }
+    finish(fb, &["B", "S", "F"], r)
+}
+
+/// One decoder layer as model.rs's forward pass runs it, in one function
+/// calling the model's tensor fns: `attn_input`, `queries`, `keys` and
+/// `values` (f32 weights `[in, out]`, broadcast over the batch, where the
+/// model reads Q4_1 blocks), the new keys and values appended to a cache
+/// of P past positions with E spare ones (the model writes them in place),
+/// `attention` over the first P + S, and `mix` (its output projection,
+/// residuals, norm and SwiGLU feed-forward).
+fn llama_layer(dm: &LlamaDims, pairs: bool) -> (Vec<Function>, Function) {
+    let rope = if pairs { "rope_pairs" } else { "rope_halves" };
+    let callees = vec![
+        llama_rms_norm(dm, "rms_norm"),
+        llama_rope(dm, rope, pairs),
+        llama_attention(dm, "attention"),
+    ];
+    let mut fb = new_fn("f", dm);
+    let x = f32_param(&mut fb, "x", &["B", "S", "D"]);
+    let attn_norm = f32_param(&mut fb, "attn_norm", &["D"]);
+    let wq = f32_param(&mut fb, "wq", &["D", "D"]);
+    let wk = f32_param(&mut fb, "wk", &["D", "KVD"]);
+    let wv = f32_param(&mut fb, "wv", &["D", "KVD"]);
+    let wo = f32_param(&mut fb, "wo", &["D", "D"]);
+    let ffn_norm = f32_param(&mut fb, "ffn_norm", &["D"]);
+    let gate = f32_param(&mut fb, "gate", &["D", "F"]);
+    let up = f32_param(&mut fb, "up", &["D", "F"]);
+    let down = f32_param(&mut fb, "down", &["F", "D"]);
+    let cos = f32_param(&mut fb, "cos", &["S", "HALF"]);
+    let sin = f32_param(&mut fb, "sin", &["S", "HALF"]);
+    let kp = f32_param(&mut fb, "kp", &["B", "KV", "P", "HD"]);
+    let vp = f32_param(&mut fb, "vp", &["B", "KV", "P", "HD"]);
+    // Binds E, the spare room of the cache.
+    fb.param("e", Type::Dim(var("E")));
+    let mask = fb.param(
+        "mask",
+        Type::tensor(Dtype::F32, vec![var("S"), var("P") + var("S")]),
+    );
+    fb.requires(Pred::ge(var("P"), 0));
+    fb.requires(Pred::ge(var("E"), 0));
+    let call = |fb: &mut FnBuilder, f: &str, xs: Vec<Value>| fb.op(Op::Call(f.into(), xs));
+    let proj = |fb: &mut FnBuilder, x: Value, w: Value, shape: [&str; 3]| {
+        let w = bcast(fb, &shape, w);
+        fb.op(Op::Matmul(x, w))
+    };
+    let xn = call(&mut fb, "rms_norm", vec![x, attn_norm]);
+    let q = proj(&mut fb, xn, wq, ["B", "D", "D"]);
+    let q = reshape(&mut fb, &["B", "S", "H", "HD"], q);
+    let q = call(&mut fb, rope, vec![q, cos, sin]);
+    let q = reshape(&mut fb, &["B", "S", "D"], q);
+    let k = proj(&mut fb, xn, wk, ["B", "D", "KVD"]);
+    let k = reshape(&mut fb, &["B", "S", "KV", "HD"], k);
+    let k = call(&mut fb, rope, vec![k, cos, sin]);
+    let k = fb.op(Op::Transpose(vec![0, 2, 1, 3], k));
+    let v = proj(&mut fb, xn, wv, ["B", "D", "KVD"]);
+    let v = reshape(&mut fb, &["B", "S", "KV", "HD"], v);
+    let v = fb.op(Op::Transpose(vec![0, 2, 1, 3], v));
+    let cache = |fb: &mut FnBuilder, past: Value, new: Value| {
+        let c = fb.op(Op::Concat(2, vec![past, new]));
+        fb.op(Op::Pad {
+            axis: 2,
+            before: Dim::c(0),
+            after: var("E"),
+            value: Scalar::Float(0.0),
+            x: c,
+        })
+    };
+    let kc = cache(&mut fb, kp, k);
+    let vc = cache(&mut fb, vp, v);
+    let t = fb.op(Op::Dim(var("P") + var("S")));
+    let ctx = call(&mut fb, "attention", vec![q, kc, vc, t, mask]);
+    // `mix`.
+    let o = proj(&mut fb, ctx, wo, ["B", "D", "D"]);
+    let h = bin(&mut fb, BinaryOp::Add, x, o);
+    let hn = call(&mut fb, "rms_norm", vec![h, ffn_norm]);
+    let g = proj(&mut fb, hn, gate, ["B", "D", "F"]);
+    let s = fb.op(Op::Unary(UnaryOp::Sigmoid, g));
+    let gs = bin(&mut fb, BinaryOp::Mul, g, s);
+    let u = proj(&mut fb, hn, up, ["B", "D", "F"]);
+    let gu = bin(&mut fb, BinaryOp::Mul, gs, u);
+    let dn = proj(&mut fb, gu, down, ["B", "F", "D"]);
+    let r = bin(&mut fb, BinaryOp::Add, h, dn);
+    (callees, finish(fb, &["B", "S", "D"], r))
+}
+
+/// The llama family program of case `seed`, if it is one: always when
+/// `cfg` allows llama families only, one in [`LLAMA_ONE_IN`] when it
+/// allows others too (drawn from a stream of its own, so that every other
+/// seed generates the program it generated before these families).
+fn llama_program(seed: u64, cfg: &GenConfig) -> Option<Program> {
+    let allowed: Vec<Family> = LLAMA.into_iter().filter(|f| cfg.allows(*f)).collect();
+    if allowed.is_empty() {
+        return None;
+    }
+    let mut rng = Rng::new(seed ^ 0x11a3_a5e9_0c0d_e5e1);
+    let only = cfg.families.iter().all(|f| f.is_llama());
+    if !only && !rng.one_in(LLAMA_ONE_IN) {
+        return None;
+    }
+    let family = rng.pick(&allowed);
+    let mut dm = LlamaDims::draw(&mut rng);
+    // A layer's weights are arguments: `[D, D]` and `[D, F]` within the
+    // long run's budget.
+    while family == Family::Llama && dm.d * dm.d.max(dm.f) > LONG_BUDGET as i64 {
+        dm = LlamaDims::draw(&mut rng);
+    }
+    if family == Family::RmsNorm {
+        // Any width, not only a multiple of the head width.
+        dm.d = rng.pick(&[1, 2, 3, 5, 8, 16, 63, 64, 96, 127, 192, 256, 384, 576]);
+    }
+    let pairs = rng.one_in(2);
+    let (callees, main) = match family {
+        Family::RmsNorm => (vec![], llama_rms_norm(&dm, "f")),
+        Family::Rope => (vec![], llama_rope(&dm, "f", pairs)),
+        Family::SwiGlu => (vec![], llama_swiglu(&dm, "f", !rng.one_in(3))),
+        Family::Gqa => (vec![], llama_gqa(&dm, "f", !rng.one_in(3))),
+        Family::Attention => (vec![], llama_attention(&dm, "f")),
+        _ => llama_layer(&dm, pairs),
+    };
+    // Shapes: batch, sequence 1..=40 (1 is a decode step), heads for RoPE,
+    // past positions (RoPE's offset, the cache) and spare cache room.
+    let b = rng.pick(&[1, 1, 1, 2, 3]);
+    let s = if rng.one_in(4) { 1 } else { 1 + rng.below(40) };
+    let n = 1 + rng.below(9);
+    let p = if rng.one_in(4) { 0 } else { rng.below(41) };
+    let e = rng.pick(&[0, 0, 1, 3, 8]);
+    let mut sigmas = Vec::new();
+    let (mut b, mut s, mut n, mut p, mut e) = (b, s, n, p, e);
+    loop {
+        let mut sigma: Sigma = dm
+            .consts()
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        for (k, v) in [("B", b), ("S", s), ("N", n), ("P", p), ("E", e)] {
+            sigma.insert(k.into(), v as i64);
+        }
+        sigma.insert("T".into(), (p + s) as i64);
+        sigma.insert("C".into(), (p + s + e) as i64);
+        sigmas.push((sigma, p));
+        if (b, s, n, p, e) == (1, 1, 1, 0, 0) {
+            break;
+        }
+        (b, s, n, p, e) = (1.max(b / 2), 1.max(s / 2), 1.max(n / 2), p / 2, e / 2);
+    }
+    let plan = LlamaPlan {
+        family,
+        sigmas,
+        theta: rng.pick(&[10_000.0, 10_000.0, 100_000.0, 500_000.0]),
+        scale: rng.pick(&[
+            1e-3, 0.5, 1.0, 1.0, 2.0, 8.0, 100.0, 1e4, 1e10, 1e19, 1e30, 3e38,
+        ]),
+        hidden: if rng.one_in(4) {
+            f32::NEG_INFINITY
+        } else {
+            -1e30
+        },
+    };
+    let mut used = families_in(&main);
+    for c in &callees {
+        used.extend(families_in(c));
+    }
+    used.insert(family);
+    Some(Program {
+        callees,
+        twins: None,
+        main,
+        used,
+        world: World::default(),
+        llama: Some(plan),
+    })
+}
+
+/// Arguments for a llama family's program at σ: activations of the plan's
+/// magnitude, weights scaled by their fan-in, RoPE tables of positions
+/// `start..start + S` computed as the model computes them (angles in f64,
+/// rounded once), the model's causal mask, dims from σ. One tensor in five
+/// gets a few special encodings (NaN, ±inf, −0, subnormals).
+fn llama_args(
+    plan: &LlamaPlan,
+    sig: &tc_core::ir::Signature,
+    sigma: &Sigma,
+    start: usize,
+    rng: &mut Rng,
+) -> Vec<Arg> {
+    let mut args = Vec::new();
+    for p in &sig.params {
+        let shape = match &p.ty {
+            Type::Dim(d) => {
+                let n = d.eval(sigma).expect("a dim under σ");
+                args.push(Arg::Dim(n as usize));
+                continue;
+            }
+            t => concrete(t, sigma).expect("parameter shape under σ").1,
+        };
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = match p.name.as_str() {
+            "cos" | "sin" => {
+                let (rows, half) = (shape[0], shape[1]);
+                let mut v = Vec::with_capacity(n);
+                for pos in start..start + rows {
+                    for i in 0..half {
+                        let inv = 1.0 / plan.theta.powf((2 * i) as f64 / (2 * half) as f64);
+                        let a = pos as f64 * inv;
+                        v.push(if p.name == "cos" { a.cos() } else { a.sin() } as f32);
+                    }
+                }
+                v
+            }
+            "mask" => {
+                // Query i, at position t − s + i, sees keys at positions ≤ it.
+                let (s, t) = (shape[0], shape[1]);
+                (0..n)
+                    .map(|k| {
+                        if k % t <= t - s + k / t {
+                            0.0
+                        } else {
+                            plan.hidden
+                        }
+                    })
+                    .collect()
+            }
+            name => {
+                let weight = !matches!(
+                    name,
+                    "x" | "q" | "k" | "v" | "kc" | "vc" | "kp" | "vp" | "g" | "u"
+                );
+                let scale = if weight {
+                    1.0 / (shape[0] as f32).sqrt()
+                } else {
+                    plan.scale
+                };
+                (0..n).map(|_| (rng.unit() * 2.0 - 1.0) * scale).collect()
+            }
+        };
+        let t = Tensor::from_vec(&shape, data).expect("an f32 tensor");
+        let t = if n > 0 && rng.one_in(5) && !matches!(p.name.as_str(), "cos" | "sin" | "mask") {
+            let mut bytes = t.bytes().to_vec();
+            for _ in 0..1 + rng.below(3) {
+                let i = rng.below(n);
+                let pat = rng.pick(special_bits(Dtype::F32));
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&pat.to_le_bytes());
+            }
+            Tensor::from_raw(Dtype::F32, &shape, bytes).expect("valid encodings")
+        } else {
+            t
+        };
+        args.push(Arg::Tensor(t));
+    }
+    args
 }
 
 // ------------------------------------------------------------- σ and data
@@ -1550,10 +2166,26 @@ enum Volumes {
 
 /// Walk the values of `ck` (and, through calls, of the callees) in order.
 fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Volumes {
+    // Module constants (the llama families') are part of σ.
+    let mut sigma = sigma.clone();
+    for (n, v) in &ck.func.sig.consts {
+        sigma.insert(n.clone(), *v);
+    }
+    let sigma = &sigma;
     let mut shapes: Vec<Vec<usize>> = Vec::new();
+    // The value of each dim value (`Dim![T]` parameters, `dim.value`).
+    let mut dim_vals: BTreeMap<usize, i64> = BTreeMap::new();
     let n_params = ck.func.sig.params.len();
     for (i, t) in ck.types.iter().enumerate() {
         if matches!(t, Type::Scalar(_)) {
+            shapes.push(vec![]);
+            continue;
+        }
+        if let Type::Dim(d) = t {
+            match d.eval(sigma) {
+                Ok(v) => dim_vals.insert(i, v),
+                Err(_) => return Volumes::TooBig,
+            };
             shapes.push(vec![]);
             continue;
         }
@@ -1607,7 +2239,16 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
                 };
                 let mut cs = Sigma::new();
                 for (p, x) in c.func.sig.params.iter().zip(xs) {
-                    let pt = p.ty.as_tensor().expect("tensor parameter");
+                    let pt = match &p.ty {
+                        Type::Dim(d) => {
+                            if let (Some(v), Some(n)) = (d.as_var(), dim_vals.get(&(x.0 as usize)))
+                            {
+                                cs.insert(v.to_string(), *n);
+                            }
+                            continue;
+                        }
+                        t => t.as_tensor().expect("tensor parameter"),
+                    };
                     for (d, &n) in pt.shape.iter().zip(&shapes[x.0 as usize]) {
                         if let Some(v) = d.as_var() {
                             cs.insert(v.to_string(), n as i64);
@@ -1783,6 +2424,27 @@ pub fn prepare(seed: u64, cfg: &GenConfig, budget: usize) -> Prepared {
         }
     }
     let mut rng = Rng::new(seed ^ 0xa5a5_5a5a_dead_beef);
+    if let Some(plan) = program.llama.clone() {
+        // The plan's σs, largest first: the first within the budget.
+        let Some((sigma, start)) = plan.sigmas.iter().find(|(s, _)| {
+            sig_holds(&program.main.sig, s)
+                && volumes(&checked, s, &callees, budget as u128) == Volumes::Fine
+        }) else {
+            return Prepared::NoSigma;
+        };
+        let args = llama_args(&plan, &program.main.sig, sigma, *start, &mut rng);
+        let want = concrete(&checked.types[checked.func.ret.0 as usize], sigma);
+        return Prepared::Ready(Box::new(Case {
+            seed,
+            program,
+            checked,
+            callees,
+            sigma: sigma.clone(),
+            args,
+            expect_cap: false,
+            want,
+        }));
+    }
     let huge = cfg.huge_one_in > 0 && rng.one_in(cfg.huge_one_in);
     let mut found = None;
     for attempt in 0..24 {
@@ -2152,10 +2814,140 @@ pub struct Failure {
 pub struct CaseResult {
     /// Failed expectations.
     pub failures: Vec<Failure>,
-    /// JIT calls that fell back to the interpreter.
+    /// JIT calls that fell back to the interpreter (allowed or not).
     pub fallbacks: u64,
-    /// Comparisons skipped as [`Taint::Indirect`].
+    /// Comparisons skipped as [`Taint::Indirect`] (the values differed).
     pub unchecked: u64,
+    /// How many comparisons of each kind were made.
+    pub counts: Counts,
+}
+
+/// The comparisons a case (or a run) made, and its fallbacks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Values compared bit for bit ([`Taint::Exact`]; the cache-identity
+    /// comparisons of a shared against a fresh cache included).
+    pub exact: u64,
+    /// Values compared within the documented bound ([`Taint::Direct`]).
+    pub bounded: u64,
+    /// Values not compared ([`Taint::Indirect`]), bit-identical or not.
+    pub tainted: u64,
+    /// Typed errors compared by kind (both backends refused).
+    pub errors: u64,
+    /// Fallbacks to the interpreter with a reason on [`ALLOWED_FALLBACKS`],
+    /// by reason.
+    pub allowed: BTreeMap<String, u64>,
+    /// Fallbacks with any other reason: each failed its case.
+    pub unexplained: u64,
+}
+
+impl Counts {
+    /// Add another case's or run's counts.
+    pub fn add(&mut self, o: &Counts) {
+        self.exact += o.exact;
+        self.bounded += o.bounded;
+        self.tainted += o.tainted;
+        self.errors += o.errors;
+        self.unexplained += o.unexplained;
+        for (k, v) in &o.allowed {
+            *self.allowed.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    /// The protocol form (`exact bounded tainted errors unexplained
+    /// reason=n;reason=n`), read back by [`Counts::parse`].
+    fn encode(&self) -> String {
+        let allowed: Vec<String> = self
+            .allowed
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!(
+            "{} {} {} {} {} {}",
+            self.exact,
+            self.bounded,
+            self.tainted,
+            self.errors,
+            self.unexplained,
+            if allowed.is_empty() {
+                "-".into()
+            } else {
+                allowed.join(";")
+            }
+        )
+    }
+
+    fn parse(f: &[&str]) -> Counts {
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        let allowed = f
+            .get(5)
+            .filter(|s| **s != "-")
+            .map(|s| {
+                s.split(';')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.parse().unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Counts {
+            exact: num(0),
+            bounded: num(1),
+            tainted: num(2),
+            errors: num(3),
+            unexplained: num(4),
+            allowed,
+        }
+    }
+}
+
+// ------------------------------------------------------------- fallbacks
+
+/// A reason for which a JIT call may hand a program to the interpreter
+/// without failing its case.
+pub struct AllowedFallback {
+    /// Its name in reports.
+    pub name: &'static str,
+    /// Does a fallback with this `reason` ([`Jit::last_fallback`]) and this
+    /// outcome of the JIT call have this reason?
+    pub matches: fn(reason: &str, out: &Out) -> bool,
+}
+
+/// The only fallbacks to the interpreter the oracle accepts. A JIT that
+/// quietly hands a program to the interpreter passes every comparison, so
+/// every other fallback fails its case as an "unexplained fallback": an
+/// LLVM error, a plan the plan verifier refused, an op the JIT does not
+/// lower (`not supported by the JIT`), a planning error after which the
+/// interpreter computes a value, and the call-depth limit (generated calls
+/// nest two deep at most, far from `MAX_CALL_DEPTH`). Each entry is one
+/// reason the JIT documents (`tc-llvm/src/cache.rs`, `Jit::call`), with
+/// why it is not a failure; docs/soundness.md lists them too.
+pub const ALLOWED_FALLBACKS: &[AllowedFallback] = &[
+    // A value past the element cap at this σ: planning the concrete shapes
+    // (`plan::shapes`, a σ-dependent planning error) found a value over
+    // `tc_core::size::MAX_ELEMS` (`Error::Size`), and the interpreter, run
+    // in the JIT's place, refused the call with a capacity error too (not
+    // necessarily at the same value: the planner sizes every value first,
+    // the interpreter stops at the first it computes). The JIT has no
+    // kernel to build for a call that cannot run. Only the huge-dim cases
+    // meet it. A cap error after which the interpreter computes a value is
+    // not this reason (the planner refused a call the semantics runs), nor
+    // is any other planning error (a negative dim, a malformed program).
+    AllowedFallback {
+        name: "element-cap-at-planning",
+        matches: |reason, out| match out {
+            Out::Err(e) => reason.ends_with("(tc_core::size::MAX_ELEMS)") && is_capacity(e),
+            _ => false,
+        },
+    },
+];
+
+/// The [`ALLOWED_FALLBACKS`] entry a fallback with `reason` and outcome
+/// `out` has, if any.
+pub fn allowed_fallback(reason: &str, out: &Out) -> Option<&'static str> {
+    ALLOWED_FALLBACKS
+        .iter()
+        .find(|a| (a.matches)(reason, out))
+        .map(|a| a.name)
 }
 
 /// The reproducer: every function's IR, σ and the arguments' summary.
@@ -2214,7 +3006,7 @@ impl Ctx<'_> {
     /// Check a JIT outcome against the interpreter's.
     fn judge(&mut self, who: &str, got: &Out, want: &Out, taint: Taint, twins: bool) {
         let (key, what) = match (got, want) {
-            (Out::Val(g), Out::Val(w)) => match compare(g, w, taint) {
+            (Out::Val(g), Out::Val(w)) => match self.count_and_compare(g, w, taint) {
                 Verdict::Same => return,
                 Verdict::Unchecked => {
                     self.res.unchecked += 1;
@@ -2234,7 +3026,10 @@ impl Ctx<'_> {
                 ),
                 e.to_string(),
             ),
-            (Out::Err(a), Out::Err(b)) if err_kind(a) == err_kind(b) => return,
+            (Out::Err(a), Out::Err(b)) if err_kind(a) == err_kind(b) => {
+                self.res.counts.errors += 1;
+                return;
+            }
             (Out::Err(a), Out::Err(b)) => (
                 format!(
                     "error kinds differ: JIT {} vs interpreter {}",
@@ -2246,6 +3041,50 @@ impl Ctx<'_> {
             (_, Out::Panic(_)) => return, // reported for the interpreter itself
         };
         self.fail(key, format!("[{who}] {what}"), twins);
+    }
+
+    /// Compare two values under `taint`, counting the comparison by kind.
+    fn count_and_compare(&mut self, got: &Tensor, want: &Tensor, taint: Taint) -> Verdict {
+        let c = &mut self.res.counts;
+        match taint {
+            Taint::Exact => c.exact += 1,
+            Taint::Direct => c.bounded += 1,
+            Taint::Indirect => c.tainted += 1,
+        }
+        compare(got, want, taint)
+    }
+
+    /// Run `fs`'s `f` on `jit`, accounting for its fallbacks to the
+    /// interpreter: one whose reason is not on [`ALLOWED_FALLBACKS`] fails
+    /// the case. (A call that falls back more than once, in nested calls,
+    /// is judged by its last reason, the one [`Jit::last_fallback`] keeps.)
+    fn jit_run(&mut self, who: &str, jit: &Jit, fs: &[Function], twins: bool) -> Out {
+        let before = jit.stats().fallbacks;
+        let out = jit_run(jit, self.case, fs);
+        let n = jit.stats().fallbacks.saturating_sub(before);
+        if n == 0 {
+            return out;
+        }
+        self.res.fallbacks += n;
+        let reason = jit.last_fallback().unwrap_or_default();
+        match allowed_fallback(&reason, &out) {
+            Some(name) => *self.res.counts.allowed.entry(name.into()).or_default() += n,
+            None => {
+                self.res.counts.unexplained += n;
+                let gist = reason_gist(&reason);
+                let outcome = match &out {
+                    Out::Val(t) => format!("a value {} {:?}", t.dtype(), t.shape()),
+                    Out::Err(e) => format!("error: {e}"),
+                    Out::Panic(m) => format!("panic: {}", first_line(m)),
+                };
+                self.fail(
+                    format!("unexplained JIT fallback to the interpreter: {gist}"),
+                    format!("[{who}] {n} fallback(s), last reason: {reason}; outcome {outcome}"),
+                    twins,
+                );
+            }
+        }
+        out
     }
 
     /// Oracle (a) and (b) on the interpreter's outcome.
@@ -2276,6 +3115,32 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// A fallback reason with its numbers and bracketed lists elided, so that
+/// one cause is one failure family.
+fn reason_gist(reason: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0;
+    for c in first_line(reason).chars() {
+        match c {
+            '[' => {
+                depth += 1;
+                if depth == 1 {
+                    out.push_str("[…]");
+                }
+            }
+            ']' => depth = (depth - 1).max(0),
+            _ if depth > 0 => {}
+            c if c.is_ascii_digit() => {
+                if !out.ends_with('#') {
+                    out.push('#');
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.chars().take(120).collect()
 }
 
 fn first_line(s: &str) -> String {
@@ -2337,23 +3202,22 @@ pub fn run_case(case: &Case, shared: &Jit, rotate: bool) -> CaseResult {
         let t = taint(&case.checked, &case.callees, mode.opts);
         let runs = if mode.specialize_after > 1 { 2 } else { 1 };
         for k in 0..runs {
-            let got = jit_run(&jit, case, fs);
             let who = if runs > 1 {
                 format!("{} run {}", mode.name, k + 1)
             } else {
                 mode.name.to_string()
             };
+            let got = cx.jit_run(&who, &jit, fs, false);
             cx.judge(&who, &got, &want, t, false);
             if first_default.is_none() && mode.name == MODES[0].name {
                 first_default = Some(got);
             }
         }
-        cx.res.fallbacks += jit.stats().fallbacks;
     }
     let twin = case.program.twins.is_some() && !case.expect_cap;
     // A twin must meet its original in the shared cache, compared or not.
     if first_default.is_some() || twin {
-        let got = jit_run(shared, case, fs);
+        let got = cx.jit_run("shared cache", shared, fs, false);
         if let Some(fresh) = &first_default {
             cache_identity(
                 &mut cx,
@@ -2384,6 +3248,9 @@ fn same_out(a: &Out, b: &Out) -> bool {
 /// Oracle (d): a long-lived cache must give what a fresh one gives, bit
 /// for bit (same options, so even tolerance ops agree).
 fn cache_identity(cx: &mut Ctx, shared: &Out, fresh: &Out, who: &str, twins: bool) {
+    if let (Out::Val(_), Out::Val(_)) = (shared, fresh) {
+        cx.res.counts.exact += 1;
+    }
     if same_out(shared, fresh) {
         return;
     }
@@ -2415,7 +3282,7 @@ fn run_twin(cx: &mut Ctx, tw: &[Function], shared: &Jit) {
             // i64 or the element cap where the original's do not (seed
             // 38654708159). Not the twin's check to make; but the JIT must
             // refuse it too, never run it.
-            let got = jit_run(&fresh(&MODES[0]), case, tw);
+            let got = cx.jit_run("twin past the cap", &fresh(&MODES[0]), tw, true);
             if !matches!(got, Out::Err(_)) {
                 cx.judge(
                     "twin past the cap, fresh cache",
@@ -2436,8 +3303,8 @@ fn run_twin(cx: &mut Ctx, tw: &[Function], shared: &Jit) {
         return;
     };
     let t = taint(&case.checked, &cks, MODES[0].opts);
-    let got = jit_run(shared, case, tw);
-    let fresh_out = jit_run(&fresh(&MODES[0]), case, tw);
+    let got = cx.jit_run("twin, shared cache", shared, tw, true);
+    let fresh_out = cx.jit_run("twin, fresh cache", &fresh(&MODES[0]), tw, true);
     cx.judge("twin, fresh cache", &fresh_out, &want, t, true);
     cache_identity(
         cx,
@@ -2500,6 +3367,8 @@ pub struct Record {
     /// [`program_fingerprint`] of the program the worker generated (0 if
     /// generation itself failed).
     pub fingerprint: u64,
+    /// Its comparisons and fallbacks.
+    pub counts: Counts,
 }
 
 fn program_size(p: &Program) -> usize {
@@ -2543,6 +3412,7 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
         reject: None,
         failures: vec![],
         fingerprint: 0,
+        counts: Counts::default(),
     };
     if let Ok(p) = catch_unwind(AssertUnwindSafe(|| gen_program(seed, cfg))) {
         r.fingerprint = program_fingerprint(&p);
@@ -2579,6 +3449,7 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
             let res = run_case(&case, shared, cfg.rotate);
             r.fallbacks = res.fallbacks;
             r.unchecked = res.unchecked;
+            r.counts = res.counts;
             r.status = if res.failures.is_empty() {
                 Status::Pass
             } else {
@@ -2636,7 +3507,7 @@ impl Record {
             Status::Fail => "fail",
         };
         v.push(format!(
-            "@@R {} {st} {} {} {} {} {} {} {:016x}",
+            "@@R {} {st} {} {} {} {} {} {} {:016x} {}",
             self.seed,
             self.size,
             self.fallbacks,
@@ -2648,7 +3519,8 @@ impl Record {
             } else {
                 self.families.join(",")
             },
-            self.fingerprint
+            self.fingerprint,
+            self.counts.encode()
         ));
         v
     }
@@ -2719,6 +3591,7 @@ impl Parser {
                         .get(8)
                         .and_then(|x| u64::from_str_radix(x, 16).ok())
                         .unwrap_or(0),
+                    counts: Counts::parse(f.get(9..).unwrap_or(&[])),
                 })
             }
             _ => None,
@@ -2764,6 +3637,8 @@ pub struct Stats {
     pub fallbacks: u64,
     /// Comparisons skipped as tainted.
     pub unchecked: u64,
+    /// Comparisons by kind and fallbacks by reason.
+    pub counts: Counts,
     /// Accepted programs per op family present.
     pub coverage: BTreeMap<String, u64>,
     /// Rejections per checker message (variable parts kept: they are short).
@@ -2802,6 +3677,7 @@ impl Stats {
         self.twins += r.twin as u64;
         self.fallbacks += r.fallbacks;
         self.unchecked += r.unchecked;
+        self.counts.add(&r.counts);
         for f in &r.families {
             *self.coverage.entry(f.clone()).or_default() += 1;
         }
@@ -2823,6 +3699,7 @@ impl Stats {
         self.twins += o.twins;
         self.fallbacks += o.fallbacks;
         self.unchecked += o.unchecked;
+        self.counts.add(&o.counts);
         for (k, v) in o.coverage {
             *self.coverage.entry(k).or_default() += v;
         }
@@ -2917,6 +3794,34 @@ impl Stats {
                 );
             }
         }
+        s
+    }
+}
+
+impl Stats {
+    /// The counts every run prints at its end: programs run, values
+    /// compared bit for bit and within a bound, tainted values not
+    /// compared, typed errors compared, fallbacks by allowed reason and
+    /// unexplained fallbacks (each a failure).
+    pub fn counts_report(&self) -> String {
+        let c = &self.counts;
+        let mut s = String::new();
+        let _ = writeln!(s, "counts:");
+        let _ = writeln!(s, "  programs run                      {}", self.run);
+        let _ = writeln!(s, "  values compared bit-exactly       {}", c.exact);
+        let _ = writeln!(s, "  values compared within a bound    {}", c.bounded);
+        let _ = writeln!(
+            s,
+            "  tainted values not compared       {} ({} of them not bit-identical)",
+            c.tainted, self.unchecked
+        );
+        let _ = writeln!(s, "  typed errors compared by kind     {}", c.errors);
+        let allowed: u64 = c.allowed.values().sum();
+        let _ = writeln!(s, "  fallbacks, allowed reasons        {allowed}");
+        for (k, v) in &c.allowed {
+            let _ = writeln!(s, "    {k}: {v}");
+        }
+        let _ = writeln!(s, "  fallbacks, unexplained (failures) {}", c.unexplained);
         s
     }
 }
@@ -3144,6 +4049,7 @@ pub fn supervise(
             reject: None,
             failures: vec![Failure { key, detail }],
             fingerprint: program_fingerprint(&gen_program(seed, cfg)),
+            counts: Counts::default(),
         });
         progress(stats);
         next = seed + 1;
