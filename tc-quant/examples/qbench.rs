@@ -58,9 +58,9 @@ fn main() {
         "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10} {:>9} {:>9}",
         "path", "fmt", "num", "rows", "n_out", "k", "us/call", "GB/s", "GFLOP/s"
     );
-    let shapes = [(576, 1536), (1536, 576), (576, 49152)];
+    let shapes: [(usize, usize); 3] = [(576, 1536), (1536, 576), (576, 49152)];
     // Weights packed once (`PackedWeights`): fast numerics only.
-    for f in [Format::Q4_1, Format::Q8_0] {
+    for f in [Format::Q4_1, Format::Q8_0, Format::Q4_K] {
         for rows in [1, 16, 128] {
             let tags = [
                 "Packed".to_owned(),
@@ -72,6 +72,9 @@ fn main() {
                 continue;
             }
             for (k, n_out) in shapes {
+                if !k.is_multiple_of(f.block_elems()) {
+                    continue;
+                }
                 let w = weights(f, n_out, k);
                 let Some(p) = PackedWeights::new(f, &w, n_out, k).unwrap() else {
                     continue;
@@ -97,7 +100,7 @@ fn main() {
         }
     }
     for path in available_paths() {
-        for f in [Format::Q4_1, Format::Q8_0] {
+        for f in [Format::Q4_1, Format::Q8_0, Format::Q4_K] {
             for num in [Numerics::Fast, Numerics::Exact] {
                 for rows in [1, 16, 128] {
                     let tags = [
@@ -110,6 +113,9 @@ fn main() {
                         continue;
                     }
                     for (k, n_out) in shapes {
+                        if !k.is_multiple_of(f.block_elems()) {
+                            continue;
+                        }
                         let w = weights(f, n_out, k);
                         let x: Vec<f32> = (0..rows * k)
                             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)

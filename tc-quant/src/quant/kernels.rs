@@ -153,6 +153,11 @@ impl Job<'_> {
 
     fn fast_columns(&self, acts: &Acts, j0: usize, out: &mut Out<'_>) {
         #[cfg(target_arch = "x86_64")]
+        if self.packed.is_some() && self.f == Format::Q4_K {
+            super::vnni_k::columns(self, acts, j0, out);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if self.path == Path::Avx512 && super::vnni::supports(self.f, self.row_bytes) {
             super::vnni::columns(self, acts, j0, out);
             return;

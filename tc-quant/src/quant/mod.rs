@@ -61,6 +61,8 @@ mod packed;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 #[cfg(target_arch = "x86_64")]
+mod vnni_k;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 
 use crate::gguf::GgmlType;
@@ -333,7 +335,7 @@ pub fn qmatmul_packed(
         rows,
         k,
         w: &[],
-        row_bytes: k / 32 * f.block_bytes(),
+        row_bytes: k / f.block_elems() * f.block_bytes(),
         packed: Some(w),
     };
     run_columns(&job, y, n_out);

@@ -22,6 +22,8 @@ pub(crate) fn block_bytes(f: Format) -> usize {
     match f {
         Format::Q8_0 => 8 * 64 + 32,
         Format::Q4_0 => 4 * 64 + 32,
+        #[cfg(target_arch = "x86_64")]
+        Format::Q4_K => super::vnni_k::BLOCK,
         _ => 4 * 64 + 64,
     }
 }
@@ -31,7 +33,7 @@ pub(crate) fn block_bytes(f: Format) -> usize {
 #[repr(C, align(64))]
 pub(crate) struct Line(pub [u8; 64]);
 
-/// A weight matrix `W : [n_out, k]` of a 32-element block format, packed
+/// A weight matrix `W : [n_out, k]` of `Q8_0`, `Q4_0`, `Q4_1` or `Q4_K`, packed
 /// for [`qmatmul_packed`](super::qmatmul_packed): tiles of 16 rows, each
 /// `k / 32` packed blocks, each tile starting on a 64-byte line.
 pub struct PackedWeights {
@@ -56,10 +58,10 @@ impl std::fmt::Debug for PackedWeights {
 
 impl PackedWeights {
     /// Packs `w` (`n_out` rows of `k / 32` blocks of `f`, as GGUF stores
-    /// them). `Ok(None)` where no packed kernel exists: a K-quant, or a
-    /// host without AVX-512 VNNI; the caller then uses `qmatmul` on `w`.
+    /// them). `Ok(None)` where no packed kernel exists: `Q6_K`, or a host
+    /// without AVX-512 VNNI; the caller then uses `qmatmul` on `w`.
     pub fn new(f: Format, w: &[u8], n_out: usize, k: usize) -> Result<Option<Self>, QuantError> {
-        let supported = matches!(f, Format::Q8_0 | Format::Q4_0 | Format::Q4_1);
+        let supported = matches!(f, Format::Q8_0 | Format::Q4_0 | Format::Q4_1 | Format::Q4_K);
         #[cfg(target_arch = "x86_64")]
         let supported = supported && super::x86::has_vnni();
         #[cfg(not(target_arch = "x86_64"))]
@@ -68,7 +70,7 @@ impl PackedWeights {
             return Ok(None);
         }
         let row_bytes = check_shapes(f, &[], 0, k, w, n_out, &[])?;
-        let nb = k / 32;
+        let nb = k / f.block_elems();
         let over = QuantError::Overflow {
             what: "packed weight",
         };
@@ -115,7 +117,8 @@ impl PackedWeights {
         self.lines.len() * 64
     }
 
-    /// Tile `t`'s bytes (`tile_bytes` of them).
+    /// Tile `t`'s bytes (`tile_bytes` of them: `k / block` packed blocks,
+    /// then padding to a 64-byte line).
     pub(crate) fn tile(&self, t: usize) -> &[u8] {
         let per = self.tile_bytes / 64;
         as_bytes(&self.lines[t * per..(t + 1) * per])
@@ -160,6 +163,13 @@ fn as_bytes_mut(lines: &mut [Line]) -> &mut [u8] {
 /// (`d = 0`), and their outputs are never stored.
 fn pack_tile(f: Format, rows: &[u8], row_bytes: usize, nb: usize, out: &mut [u8]) {
     let (bb, pb) = (f.block_bytes(), block_bytes(f));
+    #[cfg(target_arch = "x86_64")]
+    if f == Format::Q4_K {
+        for (s, dst) in out.chunks_exact_mut(pb).take(nb).enumerate() {
+            super::vnni_k::pack_block(rows, row_bytes, s, dst);
+        }
+        return;
+    }
     let (at, groups) = match f {
         Format::Q8_0 => (2, 8),
         Format::Q4_0 => (2, 4),
