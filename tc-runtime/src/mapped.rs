@@ -125,11 +125,11 @@ impl Region {
                 (start + self.words * 8) / page * page,
             );
             if hi > lo {
+                // MADV_DONTNEED on pages of a private mapping drops them
+                // from the page tables; as these were never written, the
+                // next access reads the unchanged file again (doc comment).
                 // SAFETY: `[lo, hi)` is whole pages inside this private,
-                // read-only file mapping, which lives while `self` does.
-                // MADV_DONTNEED on such pages drops them from the page
-                // tables; as they were never written, the next access
-                // reads the unchanged file again (see the doc comment).
+                // read-only file mapping, alive while `self` is.
                 unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) };
             }
         }

@@ -129,6 +129,7 @@ unsafe fn quantize_block_avx512(x: &[f32], q: &mut [i8], bsum: &mut Vec<i32>) ->
     for (c, o) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)) {
         let mut sum = _mm512_setzero_si512();
         for h in 0..2 {
+            // SAFETY: `c` holds 32 f32; `16h + 16 ≤ 32`.
             let v = unsafe { _mm512_loadu_ps(c.as_ptr().add(16 * h)) };
             let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                 _mm512_div_ps(v, dv),
@@ -136,6 +137,7 @@ unsafe fn quantize_block_avx512(x: &[f32], q: &mut [i8], bsum: &mut Vec<i32>) ->
             let ord = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
             let i = _mm512_maskz_cvtps_epi32(ord, _mm512_max_ps(_mm512_min_ps(r, hi), lo));
             sum = _mm512_add_epi32(sum, i);
+            // SAFETY: `o` holds 32 i8; `16h + 16 ≤ 32`.
             unsafe { _mm_storeu_si128(o.as_mut_ptr().add(16 * h).cast(), _mm512_cvtepi32_epi8(i)) };
         }
         bsum.push(_mm512_reduce_add_epi32(sum));

@@ -219,6 +219,7 @@ pub(crate) unsafe fn rows16<const F: u8>(
     // bytes, inside block `b`'s pack of 640 bytes; C writes the 1024
     // bytes of one `CTile`. The tile registers are named, never
     // allocated: the compiler itself uses none.
+    // SAFETY: as just above.
     let dots = |b: usize, c: &mut CTile| unsafe {
         let (x, w, out) = (
             xs.as_ptr().add(32 * b),

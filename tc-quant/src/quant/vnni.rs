@@ -65,7 +65,7 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
     let nb = k / 32;
     // These checks make every pointer the kernels form point inside its
     // buffer; they hold for any job `qmatmul` builds (an internal bug
-    // otherwise), and asserting here keeps the unsafe code below sound.
+    // otherwise), and asserting here keeps the code below sound.
     assert!(supports(f, row_bytes) && acts.block == 32);
     assert!(row_bytes == nb * f.block_bytes());
     match job.packed {
@@ -267,18 +267,22 @@ fn unpack<const F: u8>(tile: &[u8], b: usize) -> Pack {
     // loads need no alignment.
     if F == Q8 {
         for (g, q) in q.iter_mut().enumerate() {
+            // SAFETY: vector `g < 8` of the block's quants.
             *q = unsafe { _mm512_loadu_si512(p.add(64 * g).cast()) };
         }
     } else {
         let nib = _mm512_set1_epi8(0x0F);
         for g in 0..4 {
+            // SAFETY: vector `g < 4` of the block's quants.
             let v = unsafe { _mm512_loadu_si512(p.add(64 * g).cast()) };
             q[g] = _mm512_and_si512(v, nib);
             q[g + 4] = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nib);
         }
     }
+    // SAFETY: the 32 bytes of `d` after the quant vectors.
     let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.add(64 * groups).cast()) });
     let m = if F == Q41 {
+        // SAFETY: Q4_1's 32 bytes of `m` after `d`.
         _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.add(64 * groups + 32).cast()) })
     } else {
         _mm512_setzero_ps()

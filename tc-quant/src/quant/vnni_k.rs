@@ -59,7 +59,7 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
     let nsb = k / 256;
     let cols = out.cols();
     // Every index the kernel forms is checked by slicing against these
-    // (an internal bug otherwise; asserting keeps the unsafe code sound).
+    // (an internal bug otherwise; asserting keeps the kernel sound).
     assert!(super::x86::has_vnni() && acts.block == 256 && p.k == k);
     assert!(j0.is_multiple_of(TILE) && j0 + cols <= p.n_out && out.rows.len() == rows);
     assert!(acts.qx.len() >= rows * k && acts.d.len() >= rows * nsb);
@@ -108,6 +108,7 @@ unsafe fn row(tile: &[u8], nsb: usize, a: &Acts, k: usize, m: usize) -> __m512 {
         for p in 0..4 {
             let (mut lo, mut hi) = (z, z);
             for g in 0..8 {
+                // SAFETY: quant vector `8p + g < 32` of the block.
                 let v = unsafe { _mm512_loadu_si512(bp.add(64 * (8 * p + g)).cast()) };
                 let ql = _mm512_and_si512(v, nib);
                 let qh = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nib);
@@ -115,15 +116,19 @@ unsafe fn row(tile: &[u8], nsb: usize, a: &Acts, k: usize, m: usize) -> __m512 {
                 hi = _mm512_dpbusd_epi32(hi, qh, _mm512_set1_epi32(x(64 * p + 32 + 4 * g)));
             }
             for (j, dot) in [(2 * p, lo), (2 * p + 1, hi)] {
+                // SAFETY: the 16 scales of sub-block `j < 8`.
                 let sc =
                     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(bp.add(2048 + 16 * j).cast())) };
+                // SAFETY: the 16 mins of sub-block `j < 8`.
                 let mn =
                     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(bp.add(2176 + 16 * j).cast())) };
                 sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(sc, dot));
                 summ = _mm512_add_epi32(summ, _mm512_mullo_epi32(mn, _mm512_set1_epi32(bs[j])));
             }
         }
+        // SAFETY: the 16 f16 `d` at 2304..2336.
         let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(bp.add(2304).cast()) });
+        // SAFETY: the 16 f16 `dmin` at 2336..2368 = BLOCK.
         let dmin = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(bp.add(2336).cast()) });
         let dx = _mm512_set1_ps(a.d[m * nsb + s]);
         // `d·dx·sumi − dmin·dx·summ`, evaluated as the reference does.
