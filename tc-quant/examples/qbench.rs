@@ -4,7 +4,9 @@
 //! numerics or row count (`qbench Avx512 q4_1 Fast 1`).
 
 use std::time::{Duration, Instant};
-use tc_quant::{available_paths, qmatmul_packed, qmatmul_with, Format, Numerics, PackedWeights};
+use tc_quant::{
+    available_paths, qmatmul_packed, qmatmul_with, Format, Numerics, PackedWeights, Path,
+};
 
 fn cpu_name() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -59,86 +61,57 @@ fn main() {
         "path", "fmt", "num", "rows", "n_out", "k", "us/call", "GB/s", "GFLOP/s"
     );
     let shapes: [(usize, usize); 3] = [(576, 1536), (1536, 576), (576, 49152)];
-    // Weights packed once (`PackedWeights`): fast numerics only.
-    for f in [Format::Q4_1, Format::Q8_0, Format::Q4_K] {
-        for rows in [1, 16, 128] {
-            let tags = [
-                "Packed".to_owned(),
-                f.name().to_owned(),
-                "Fast".to_owned(),
-                rows.to_string(),
-            ];
-            if !words.iter().all(|w| tags.contains(w)) {
-                continue;
-            }
-            for (k, n_out) in shapes {
-                if !k.is_multiple_of(f.block_elems()) {
-                    continue;
-                }
-                let w = weights(f, n_out, k);
-                let Some(p) = PackedWeights::new(f, &w, n_out, k).unwrap() else {
-                    continue;
-                };
-                let x: Vec<f32> = (0..rows * k)
-                    .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-                    .collect();
-                let mut y = vec![0f32; rows * n_out];
-                let s = time(|| qmatmul_packed(&p, &x, rows, &mut y).unwrap());
-                println!(
-                    "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10.1} {:>9.2} {:>9.2}",
-                    "Packed",
-                    f.name(),
-                    "Fast",
-                    rows,
-                    n_out,
-                    k,
-                    s * 1e6,
-                    w.len() as f64 / s / 1e9,
-                    2.0 * (rows * k * n_out) as f64 / s / 1e9
-                );
-            }
+    // Every path with both numerics, then weights packed once
+    // (`PackedWeights`, fast numerics only) as the "Packed" path.
+    let mut runs: Vec<(String, Option<Path>, Numerics)> = Vec::new();
+    for path in available_paths() {
+        for num in [Numerics::Fast, Numerics::Exact] {
+            runs.push((format!("{path:?}"), Some(path), num));
         }
     }
-    for path in available_paths() {
+    runs.push(("Packed".into(), None, Numerics::Fast));
+    for (name, path, num) in runs {
         for f in [Format::Q4_1, Format::Q8_0, Format::Q4_K] {
-            for num in [Numerics::Fast, Numerics::Exact] {
-                for rows in [1, 16, 128] {
-                    let tags = [
-                        format!("{path:?}"),
-                        f.name().to_owned(),
-                        format!("{num:?}"),
-                        rows.to_string(),
-                    ];
-                    if !words.iter().all(|w| tags.contains(w)) {
+            for rows in [1, 16, 128] {
+                let tags = [
+                    name.clone(),
+                    f.name().to_owned(),
+                    format!("{num:?}"),
+                    rows.to_string(),
+                ];
+                if !words.iter().all(|w| tags.contains(w)) {
+                    continue;
+                }
+                for (k, n_out) in shapes {
+                    if !k.is_multiple_of(f.block_elems()) {
                         continue;
                     }
-                    for (k, n_out) in shapes {
-                        if !k.is_multiple_of(f.block_elems()) {
-                            continue;
-                        }
-                        let w = weights(f, n_out, k);
-                        let x: Vec<f32> = (0..rows * k)
-                            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-                            .collect();
-                        let mut y = vec![0f32; rows * n_out];
-                        let s = time(|| {
+                    let w = weights(f, n_out, k);
+                    let x: Vec<f32> = (0..rows * k)
+                        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                        .collect();
+                    let mut y = vec![0f32; rows * n_out];
+                    let s = match path {
+                        Some(path) => time(|| {
                             qmatmul_with(path, f, num, &x, rows, k, &w, n_out, &mut y).unwrap()
-                        });
-                        let gbs = w.len() as f64 / s / 1e9;
-                        let gflops = 2.0 * (rows * k * n_out) as f64 / s / 1e9;
-                        println!(
-                            "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10.1} {:>9.2} {:>9.2}",
-                            format!("{path:?}"),
-                            f.name(),
-                            format!("{num:?}"),
-                            rows,
-                            n_out,
-                            k,
-                            s * 1e6,
-                            gbs,
-                            gflops
-                        );
-                    }
+                        }),
+                        None => match PackedWeights::new(f, &w, n_out, k).unwrap() {
+                            Some(p) => time(|| qmatmul_packed(&p, &x, rows, &mut y).unwrap()),
+                            None => continue,
+                        },
+                    };
+                    println!(
+                        "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10.1} {:>9.2} {:>9.2}",
+                        name,
+                        f.name(),
+                        format!("{num:?}"),
+                        rows,
+                        n_out,
+                        k,
+                        s * 1e6,
+                        w.len() as f64 / s / 1e9,
+                        2.0 * (rows * k * n_out) as f64 / s / 1e9
+                    );
                 }
             }
         }
