@@ -71,7 +71,7 @@ fn main() {
     }
     runs.push(("Packed".into(), None, Numerics::Fast));
     for (name, path, num) in runs {
-        for f in [Format::Q4_1, Format::Q8_0, Format::Q4_K] {
+        for f in [Format::Q4_1, Format::Q8_0, Format::Q4_K, Format::Q6_K] {
             for rows in [1, 16, 128] {
                 let tags = [
                     name.clone(),

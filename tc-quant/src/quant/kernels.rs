@@ -153,7 +153,7 @@ impl Job<'_> {
 
     fn fast_columns(&self, acts: &Acts, j0: usize, out: &mut Out<'_>) {
         #[cfg(target_arch = "x86_64")]
-        if self.packed.is_some() && self.f == Format::Q4_K {
+        if self.packed.is_some() && matches!(self.f, Format::Q4_K | Format::Q6_K) {
             super::vnni_k::columns(self, acts, j0, out);
             return;
         }

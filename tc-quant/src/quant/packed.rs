@@ -24,6 +24,8 @@ pub(crate) fn block_bytes(f: Format) -> usize {
         Format::Q4_0 => 4 * 64 + 32,
         #[cfg(target_arch = "x86_64")]
         Format::Q4_K => super::vnni_k::BLOCK,
+        #[cfg(target_arch = "x86_64")]
+        Format::Q6_K => super::vnni_k::BLOCK6,
         _ => 4 * 64 + 64,
     }
 }
@@ -33,7 +35,7 @@ pub(crate) fn block_bytes(f: Format) -> usize {
 #[repr(C, align(64))]
 pub(crate) struct Line(pub [u8; 64]);
 
-/// A weight matrix `W : [n_out, k]` of `Q8_0`, `Q4_0`, `Q4_1` or `Q4_K`, packed
+/// A weight matrix `W : [n_out, k]` of any format this crate decodes, packed
 /// for [`qmatmul_packed`](super::qmatmul_packed): tiles of 16 rows, each
 /// `k / 32` packed blocks, each tile starting on a 64-byte line.
 pub struct PackedWeights {
@@ -58,10 +60,13 @@ impl std::fmt::Debug for PackedWeights {
 
 impl PackedWeights {
     /// Packs `w` (`n_out` rows of `k / 32` blocks of `f`, as GGUF stores
-    /// them). `Ok(None)` where no packed kernel exists: `Q6_K`, or a host
-    /// without AVX-512 VNNI; the caller then uses `qmatmul` on `w`.
+    /// them). `Ok(None)` on a host without AVX-512 VNNI, where no packed
+    /// kernel exists; the caller then uses `qmatmul` on `w`.
     pub fn new(f: Format, w: &[u8], n_out: usize, k: usize) -> Result<Option<Self>, QuantError> {
-        let supported = matches!(f, Format::Q8_0 | Format::Q4_0 | Format::Q4_1 | Format::Q4_K);
+        let supported = matches!(
+            f,
+            Format::Q8_0 | Format::Q4_0 | Format::Q4_1 | Format::Q4_K | Format::Q6_K
+        );
         #[cfg(target_arch = "x86_64")]
         let supported = supported && super::x86::has_vnni();
         #[cfg(not(target_arch = "x86_64"))]
@@ -164,9 +169,12 @@ fn as_bytes_mut(lines: &mut [Line]) -> &mut [u8] {
 fn pack_tile(f: Format, rows: &[u8], row_bytes: usize, nb: usize, out: &mut [u8]) {
     let (bb, pb) = (f.block_bytes(), block_bytes(f));
     #[cfg(target_arch = "x86_64")]
-    if f == Format::Q4_K {
+    if matches!(f, Format::Q4_K | Format::Q6_K) {
         for (s, dst) in out.chunks_exact_mut(pb).take(nb).enumerate() {
-            super::vnni_k::pack_block(rows, row_bytes, s, dst);
+            match f {
+                Format::Q4_K => super::vnni_k::pack_block(rows, row_bytes, s, dst),
+                _ => super::vnni_k::pack_block6(rows, row_bytes, s, dst),
+            }
         }
         return;
     }

@@ -18,14 +18,26 @@
 //! bytes `32p + 4g .. + 4` of row `i`), then `sc` as `[8][16]` u8, `m` as
 //! `[8][16]` u8 (the 6-bit fields unpacked), then 16 f16 `d` and 16 f16
 //! `dmin`: 2368 bytes, 64 more than the 16 raw super-blocks.
+//!
+//! `Q6_K` (16 sub-blocks of 16, i8 scales, 6-bit values `u` stored as
+//! 4 low bits in `ql` and 2 high bits in `qh`, `q = u − 32`): the
+//! reference sums `sc_g · Σ q·x` per sub-block. Here `Σ u·x` comes from
+//! `vpdpbusd` on `u` rebuilt per lane (`ql` nibble, `qh` bit pair shifted
+//! up: no carry crosses a byte), minus the exact `32 · Σx` of the
+//! sub-block. Packed: per half of the super-block, `ql`'s 64 bytes as 16
+//! vectors and `qh`'s 32 as 8, the 16 i8 scales as `[16][16]`, then 16
+//! f16 `d`: 3360 bytes, the size of the 16 raw super-blocks.
 
 use super::act::Acts;
 use super::dequant::scale_min_k4;
 use super::kernels::{Job, Out};
 use std::arch::x86_64::*;
 
-/// Bytes of one packed super-block of a tile.
+/// Bytes of one packed `Q4_K` super-block of a tile.
 pub(crate) const BLOCK: usize = 32 * 64 + 2 * 128 + 2 * 32;
+
+/// Bytes of one packed `Q6_K` super-block of a tile.
+pub(crate) const BLOCK6: usize = 48 * 64 + 256 + 32;
 
 /// Rows per tile.
 const TILE: usize = 16;
@@ -51,8 +63,31 @@ pub(crate) fn pack_block(rows: &[u8], row_bytes: usize, s: usize, dst: &mut [u8]
     }
 }
 
+/// [`pack_block`] for `Q6_K` (210-byte raw blocks), into `BLOCK6` bytes.
+pub(crate) fn pack_block6(rows: &[u8], row_bytes: usize, s: usize, dst: &mut [u8]) {
+    for (i, row) in rows.chunks_exact(row_bytes).enumerate() {
+        let blk = &row[s * 210..(s + 1) * 210];
+        let (ql, qh, scales) = (&blk[0..128], &blk[128..192], &blk[192..208]);
+        // ql: vector (2h + part)·8 + g holds bytes 64h + 32·part + 4g..;
+        // qh: vector 32 + 8h + g holds bytes 32h + 4g...
+        for v in 0..32 {
+            let src = &ql[4 * v..4 * v + 4];
+            dst[64 * v + 4 * i..64 * v + 4 * i + 4].copy_from_slice(src);
+        }
+        for v in 0..16 {
+            let src = &qh[4 * v..4 * v + 4];
+            dst[64 * (32 + v) + 4 * i..64 * (32 + v) + 4 * i + 4].copy_from_slice(src);
+        }
+        for (g, &sc) in scales.iter().enumerate() {
+            dst[3072 + 16 * g + i] = sc;
+        }
+        dst[3328 + 2 * i..3328 + 2 * i + 2].copy_from_slice(&blk[208..210]);
+    }
+}
+
 /// Fills `out` (column `c` for weight row `j0 + c`) from the job's packed
-/// `Q4_K` weight. Call only with a packed `Q4_K` job on a VNNI host.
+/// `Q4_K` or `Q6_K` weight. Call only with such a packed job on a VNNI
+/// host.
 pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) {
     let (rows, k) = (job.rows, job.k);
     let p = job.packed.expect("a packed job");
@@ -64,6 +99,16 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
     assert!(j0.is_multiple_of(TILE) && j0 + cols <= p.n_out && out.rows.len() == rows);
     assert!(acts.qx.len() >= rows * k && acts.d.len() >= rows * nsb);
     assert!(acts.bsum.len() >= rows * nsb * 8);
+    let q6 = job.f == super::Format::Q6_K;
+    // Q6_K's sub-blocks are 16 long: their activation sums, once per task.
+    let gsum: Vec<i32> = if q6 {
+        let x = &acts.qx[..rows * k];
+        x.chunks_exact(16)
+            .map(|g| g.iter().map(|&v| v as i32).sum())
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut c = 0;
     while c < cols {
         let n = (cols - c).min(TILE);
@@ -72,7 +117,13 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
         for m in 0..rows {
             // SAFETY: `has_vnni` asserted above (it implies the AVX-512,
             // AVX2, FMA and F16C features); the lengths are asserted.
-            let y = unsafe { row(tile, nsb, acts, k, m) };
+            let y = unsafe {
+                if q6 {
+                    row6(tile, nsb, acts, &gsum, k, m)
+                } else {
+                    row(tile, nsb, acts, k, m)
+                }
+            };
             let dst = &mut out.rows[m][c..c + n];
             // SAFETY: the mask writes the `n` lanes of `dst` only.
             unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, y) };
@@ -135,6 +186,79 @@ unsafe fn row(tile: &[u8], nsb: usize, a: &Acts, k: usize, m: usize) -> __m512 {
         let t1 = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sumi));
         let t2 = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(summ));
         acc = _mm512_add_ps(acc, _mm512_sub_ps(t1, t2));
+    }
+    acc
+}
+
+/// [`row`] for packed `Q6_K`; `gsum` holds the 16-element sums of every
+/// activation row.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+// SAFETY: (contract) as for `row`, with `BLOCK6`-byte super-blocks, and
+// `gsum` holding row `m`'s `k / 16` sums.
+unsafe fn row6(tile: &[u8], nsb: usize, a: &Acts, gsum: &[i32], k: usize, m: usize) -> __m512 {
+    let (nib, two) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x03));
+    let z = _mm512_setzero_si512();
+    let mut acc = _mm512_setzero_ps();
+    let next = tile.as_ptr().wrapping_add(tile.len());
+    for s in 0..nsb {
+        for l in (0..BLOCK6).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(s * BLOCK6 + l).cast());
+        }
+        let blk = &tile[s * BLOCK6..(s + 1) * BLOCK6];
+        let xs = &a.qx[m * k + 256 * s..m * k + 256 * s + 256];
+        let gs = &gsum[(m * nsb + s) * 16..(m * nsb + s) * 16 + 16];
+        let bp = blk.as_ptr();
+        // SAFETY: 4 bytes inside `xs` (`at + 4 ≤ 256`), unaligned.
+        let x = |at: usize| unsafe { xs.as_ptr().add(at).cast::<i32>().read_unaligned() };
+        let mut sumi = z;
+        for h in 0..2 {
+            for q in 0..4 {
+                let (mut d0, mut d1) = (z, z);
+                for g in 0..8 {
+                    let lv = 64 * ((2 * h + (q & 1)) * 8 + g);
+                    // SAFETY: `ql` vector `< 32` and `qh` vector `< 48` of
+                    // the block (`BLOCK6` bytes).
+                    let (vl, vh) = unsafe {
+                        (
+                            _mm512_loadu_si512(bp.add(lv).cast()),
+                            _mm512_loadu_si512(bp.add(64 * (32 + 8 * h + g)).cast()),
+                        )
+                    };
+                    let lo = if q < 2 {
+                        vl
+                    } else {
+                        _mm512_srli_epi32::<4>(vl)
+                    };
+                    let hi = _mm512_and_si512(
+                        _mm512_srlv_epi32(vh, _mm512_set1_epi32(2 * q as i32)),
+                        two,
+                    );
+                    let u = _mm512_or_si512(_mm512_and_si512(lo, nib), _mm512_slli_epi32::<4>(hi));
+                    let xw = _mm512_set1_epi32(x(128 * h + 32 * q + 4 * g));
+                    if g < 4 {
+                        d0 = _mm512_dpbusd_epi32(d0, u, xw);
+                    } else {
+                        d1 = _mm512_dpbusd_epi32(d1, u, xw);
+                    }
+                }
+                for (half, dot) in [(0, d0), (1, d1)] {
+                    let gi = 8 * h + 2 * q + half;
+                    // SAFETY: the 16 scales of sub-block `gi < 16`.
+                    let sc = unsafe {
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128(bp.add(3072 + 16 * gi).cast()))
+                    };
+                    let dq = _mm512_sub_epi32(dot, _mm512_set1_epi32(32 * gs[gi]));
+                    sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(sc, dq));
+                }
+            }
+        }
+        // SAFETY: the 16 f16 `d` at 3328..3360 = BLOCK6.
+        let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(bp.add(3328).cast()) });
+        let dx = _mm512_set1_ps(a.d[m * nsb + s]);
+        acc = _mm512_add_ps(
+            acc,
+            _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sumi)),
+        );
     }
     acc
 }
