@@ -1166,7 +1166,19 @@ impl CompiledFn {
         // The rows are x's leading dims (the rule checked x's last is k),
         // so an empty contraction (k = 0) still gives every row its zeros.
         let rows = tc_core::size::numel(&xi.shape[..xi.shape.len() - 1])?;
-        let mut y = tc_runtime::alloc::filled(tc_core::size::numel(&out_shape)?, 0f32)?;
+        // The output goes straight into a tensor's word storage (from the
+        // pool when a buffer of its size came back): no copy into a tensor
+        // afterwards. Every element is written below (the kernels write
+        // every row of every column; an empty contraction is filled here).
+        let numel = tc_core::size::numel(&out_shape)?;
+        let mut words = out_buffer(tc_core::size::bytes(Dtype::F32, numel)?)?;
+        // SAFETY: every bit pattern is an f32, and u64's alignment is a
+        // multiple of f32's, so the middle part is every word, as f32s.
+        let (_, all, _) = unsafe { words.align_to_mut::<f32>() };
+        let y = &mut all[..numel];
+        if k == 0 {
+            y.fill(0.0);
+        }
         let numerics = if self.opts.fast_quant {
             tc_runtime::quant::Numerics::Fast
         } else {
@@ -1186,11 +1198,11 @@ impl CompiledFn {
             _ => None,
         };
         match packed {
-            Some(p) => tc_quant::quant::qmatmul_packed(&p, xs, rows, &mut y),
-            None => tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, &mut y),
+            Some(p) => tc_quant::quant::qmatmul_packed(&p, xs, rows, y),
+            None => tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, y),
         }
         .map_err(|e| tc_runtime::Error::Malformed(format!("qmatmul: {e}")))?;
-        Tensor::from_vec(&out_shape, y)
+        Tensor::from_word_storage(Dtype::F32, &out_shape, words)
     }
 
     /// A [`Step::Matmul`]: the output's buffer, then the GEMM on the
