@@ -110,6 +110,9 @@ fn status_mib(field: &str) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Before any other thread runs: one heap for every thread, so that
+    // what a forward pass frees on a pool worker can be given back.
+    tc::runtime::resident::share_one_heap();
     let o = options()?;
     if !o.model.exists() {
         return Err(format!(
@@ -128,10 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let t0 = Instant::now();
     let (m, file) = model::Model::load(&o.model)?;
-    if o.fast {
-        m.prepack_quantized();
-    }
-    let tok = ChatTokenizer::from_parts(model::tokenizer_parts(&file)?)?;
+    let mut tok = ChatTokenizer::from_parts(model::tokenizer_parts(&file)?)?;
     let text = if o.raw {
         o.prompt.clone()
     } else {
@@ -146,6 +146,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", list.join(","));
         return Ok(());
     }
+    // The prompt is encoded: only decoding is left (the BPE model's
+    // vocabulary and merges are freed).
+    tok.release_encoder();
     if ids.is_empty() || ids.len() + o.max_tokens > m.context {
         return Err(format!(
             "{} prompt tokens + {} to generate do not fit the context of {}",
@@ -155,20 +158,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
-    eprintln!(
-        "loaded {} layers from {} in {:.2} s",
-        m.layers.len(),
-        o.model.display(),
-        t0.elapsed().as_secs_f64()
-    );
+    let load_s = t0.elapsed().as_secs_f64();
 
     let mut cache = m.cache(ids.len() + o.max_tokens)?;
     let mut sampler = Sampler::new(o.sampler);
     let mut stream = StreamDecoder::new();
     let stdout = std::io::stdout();
+    // The prefill's time includes getting the kernels ready, as when its
+    // forward pass compiled them as it went: here they are all compiled
+    // or linked first, and what only setup touched is given back, so that
+    // the peak resident set is the weights, the KV cache and what the
+    // steps use (docs/models.md, SmolLM2, "Memory"). Under fast numerics
+    // this is also where the weights are packed, after the compiler's
+    // pages are given back; the packing counts as load time, as before.
     let t_prefill = Instant::now();
+    // SAFETY: nothing in this program writes to a file mapping or loads a
+    // library while this runs: its only other threads are the pool's
+    // workers, idle between tc's calls.
+    let ready = unsafe { m.get_ready(&mut cache, ids.len())? };
+    eprintln!(
+        "loaded {} layers from {} in {:.2} s",
+        m.layers.len(),
+        o.model.display(),
+        load_s + ready.packing_s
+    );
     let mut logits = m.forward(&mut cache, &ids, 0)?;
-    let prefill_s = t_prefill.elapsed().as_secs_f64();
+    let prefill_s = t_prefill.elapsed().as_secs_f64() - ready.packing_s;
     let t_decode = Instant::now();
     let mut generated = 0usize;
     let mut pos = ids.len();
@@ -207,16 +222,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         decode_s,
         generated.saturating_sub(1) as f64 / decode_s.max(1e-9),
     );
+    let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
+    let file_bytes = std::fs::metadata(&o.model)?.len() as f64;
+    let kv_bytes = m.cache_bytes(ids.len() + o.max_tokens) as f64;
     eprintln!(
-        "kernels: {} specialised + {} generic compiles ({:.0} ms), numerics {}; peak RSS {:.0} MiB (model file {:.0} MiB; resident now: {:.0} MiB file pages, {:.0} MiB anonymous)",
+        "kernels: {} specialised + {} generic compiles ({:.0} ms), numerics {}; peak RSS {:.1} MiB, budget {:.1} MiB (1.2 × the {:.1} MiB model file + the {:.1} MiB KV cache); setup pages given back: {:.0} MiB; resident now: {:.0} MiB file pages, {:.0} MiB anonymous",
         stats.compiles,
         stats.generic_compiles,
         stats.compile_ms,
         if o.fast { "fast" } else { "exact" },
         status_mib("VmHWM:"),
-        std::fs::metadata(&o.model)?.len() as f64 / (1024.0 * 1024.0),
+        mib(1.2 * file_bytes + kv_bytes),
+        mib(file_bytes),
+        mib(kv_bytes),
+        mib(ready.released as f64),
         status_mib("RssFile:"),
         status_mib("RssAnon:"),
     );
+    // The model, and the packed copies of its weights with it, go before
+    // the process exits: libLLVM's destructors, which run at exit, map
+    // some of its code again.
+    drop((m, file, cache, logits));
+    tc::llvm::prepack::quant::drop_unused();
     Ok(())
 }

@@ -226,6 +226,21 @@ fn gemm_kernels(
     if generic {
         return crate::matmul::warm_up();
     }
+    prepare_products(func, vals, st, sigma, &products, false)
+}
+
+/// [`crate::matmul::prepare`] for each of `products` (`(out, a, b)`) under
+/// the planned `vals` and σ, on pool workers; with `any_columns`, for
+/// every column count and depth the product could have on a later call
+/// ([`crate::matmul::prepare_any_columns`]).
+fn prepare_products(
+    func: &Function,
+    vals: &[ValInfo],
+    st: &Structure,
+    sigma: &Sigma,
+    products: &[(Value, Value, Value)],
+    any_columns: bool,
+) -> Result<(), Error> {
     products.par_iter().try_for_each(|&(out, a, b)| {
         let [Some(va), Some(vb)] = [a, b].map(|v| plan::view(func, vals, &st.mat, sigma, v, false))
         else {
@@ -235,7 +250,12 @@ fn gemm_kernels(
             && crate::prepack::enabled();
         let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
         let dt = vals[out.0 as usize].dtype;
-        crate::matmul::prepare(dt, (&va.strides, &vb.strides), (sa, sb), kept)
+        let strides = (va.strides.as_slice(), vb.strides.as_slice());
+        if any_columns {
+            crate::matmul::prepare_any_columns(dt, strides, (sa, sb))
+        } else {
+            crate::matmul::prepare(dt, strides, (sa, sb), kept)
+        }
     })
 }
 
@@ -1319,9 +1339,36 @@ impl CompiledFn {
         let func = &*self.func;
         let planned = self.vals_for(bound, resolve)?;
         let vals = planned.vals();
+        // The GEMM kernels of this call's products: a shape-generic
+        // compilation has only the host kernel ready (`gemm_kernels`), and
+        // its calls compiled the others (edge rows, ragged column panels)
+        // while they ran, after the warm-up. Every column variant, since
+        // later calls may have other column counts (a decoder's attention
+        // reads a cache one position longer each step). A kernel that
+        // fails to compile here is compiled, and its error reported, by
+        // the call that needs it, as before.
+        if let Planned::Generic(p) = &planned {
+            let products: Vec<(Value, Value, Value)> = self
+                .st
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Matmul { out, a, b } => Some((*out, *a, *b)),
+                    _ => None,
+                })
+                .collect();
+            let _ = prepare_products(func, &p.0, &self.st, &p.1, &products, true);
+        }
+        // Zeroed buffers from the pool, as a real call's outputs come:
+        // fresh ones (`Tensor::try_zeros`) were each given to the pool
+        // when dropped and never taken back out here, so a warm-up left
+        // the pool holding one buffer per value it made (25 MB after
+        // SmolLM2's, none of it of use to the calls that followed).
         let zeros = |v: Value| {
             let i = &vals[v.0 as usize];
-            Tensor::try_zeros(i.dtype, &i.shape)
+            let mut buf = out_buffer(i.bytes())?;
+            buf.fill(0);
+            Tensor::from_word_storage(i.dtype, &i.shape, buf)
         };
         for step in &self.st.steps {
             let Step::Call {

@@ -54,18 +54,38 @@ thread_local! {
     /// code generation each made their own). A target machine is not
     /// shared between threads, and what it caches is a function of the
     /// host identity alone, so the object code is the same either way.
-    static TARGET_MACHINE: std::cell::OnceCell<Result<TargetMachine, String>> =
-        const { std::cell::OnceCell::new() };
+    /// Kept until [`release_target_machines`].
+    static TARGET_MACHINE: std::cell::RefCell<Option<std::rc::Rc<Result<TargetMachine, String>>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Run `f` with this thread's host target machine.
 fn with_target_machine<R>(f: impl FnOnce(&TargetMachine) -> Result<R, Error>) -> Result<R, Error> {
-    TARGET_MACHINE.with(|cell| {
-        match cell.get_or_init(|| target_machine().map_err(|e| e.to_string())) {
-            Ok(tm) => f(tm),
-            Err(e) => Err(Error::Llvm(e.clone())),
-        }
-    })
+    // The machine is held by `f`'s call, not the cell: `f` may compile
+    // again on this thread, and a release meanwhile only drops the cell's.
+    let tm = TARGET_MACHINE.with(|cell| {
+        cell.borrow_mut()
+            .get_or_insert_with(|| std::rc::Rc::new(target_machine().map_err(|e| e.to_string())))
+            .clone()
+    });
+    match &*tm {
+        Ok(tm) => f(tm),
+        Err(e) => Err(Error::Llvm(e.clone())),
+    }
+}
+
+/// Drop the host target machines that compiling left on this thread and
+/// on every thread of the pool (about 0.9 MiB each for SmolLM2: the subtarget's
+/// tables), to be made again by the next compilation (about a
+/// millisecond). For a program whose kernels are all compiled (see
+/// `tc::llvm::dry_run`) and that will mostly not compile again.
+pub fn release_target_machines() {
+    fn clear() {
+        TARGET_MACHINE.with(|cell| drop(cell.borrow_mut().take()));
+    }
+    clear();
+    crate::threads::init();
+    rayon::broadcast(|_| clear());
 }
 
 /// [`crate::host::PIPELINE`]: LLVM's loop unrolling off, so only loops

@@ -120,6 +120,7 @@ pub mod threads;
 
 pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
+pub use jit::release_target_machines;
 pub use team::session;
 
 use tc_core::ir::Function;

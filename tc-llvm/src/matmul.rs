@@ -1892,6 +1892,38 @@ pub fn prepare(
     F32Gemm::for_product((m, n, k), 1, in_place.as_ref()).map(|_| ())
 }
 
+/// [`prepare`] for a product whose later calls may change its column
+/// count and its depth (a shape-generic compilation: a decoder's
+/// attention reads a cache one position longer each step, as the columns
+/// of its scores and the depth of its weighted sum): the kernels of a
+/// whole last column panel and of both ragged variants ([`Cols`]), each
+/// for A read in place and for A packed (which of the two a call takes
+/// depends on the depth), whether or not B's packing is kept or a
+/// product of that depth skips the GEMM. Rows and strides as given.
+pub fn prepare_any_columns(
+    dt: Dtype,
+    (st_a, st_b): (&[isize], &[isize]),
+    (sa, sb): (&[usize], &[usize]),
+) -> Result<(), Error> {
+    let (batch, m, k, _) = matmul_dims(sa, sb)?;
+    let r = sa.len();
+    let ok = st_a.len() == r && st_b.len() == r && st_a.iter().chain(st_b).all(|&s| s >= 0);
+    if dt != Dtype::F32 || !ok || batch * m == 0 {
+        return Ok(());
+    }
+    let one = batch == 1 || folds(sa, sb, st_a, st_b);
+    let m = if one { batch * m } else { m };
+    let a = View::new(std::ptr::null(), st_a[r - 2] as usize, st_a[r - 1] as usize);
+    let in_place = streams(m)?.then_some(a);
+    let nr = geometry().1;
+    let k = k.max(1);
+    for n in [nr, 1, nr / 2 + 1] {
+        F32Gemm::for_product((m, n, k), 1, in_place.as_ref())?;
+        F32Gemm::for_product((m, n, k), 1, None)?;
+    }
+    Ok(())
+}
+
 /// `C[m×n] = A · B` for one matrix each: swept ([`crate::sweep`]), from a
 /// kept packing, or by [`sgemm`].
 ///

@@ -190,6 +190,26 @@ pub mod quant {
         lock().map.values().map(|e| e.packed.bytes()).sum()
     }
 
+    /// Free the packed forms of weights that are gone (every tensor on
+    /// their storage dropped); the bytes freed. Otherwise they are freed
+    /// only when a later packing is kept: a program that drops its model
+    /// (before it exits, where libLLVM's destructors touch its pages again,
+    /// or to load another) calls this to give their memory back at once.
+    pub fn drop_unused() -> usize {
+        let gone: Vec<Entry> = {
+            let mut st = lock();
+            let dead: Vec<Key> = st
+                .map
+                .iter()
+                .filter(|(_, e)| !e.id.alive())
+                .map(|(k, _)| *k)
+                .collect();
+            dead.iter().filter_map(|k| st.map.remove(k)).collect()
+        };
+        // Freed outside the lock.
+        gone.iter().map(|e| e.packed.bytes()).sum()
+    }
+
     /// The packed form of tensor `t`'s bytes as the weight `[n, k]` of
     /// format `f`: `None` when the cache is off or the host has no packed
     /// kernel for `f` (then the caller reads the raw blocks). Past the

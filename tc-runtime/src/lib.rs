@@ -30,6 +30,7 @@ pub mod params;
 pub mod pool;
 pub mod qformat;
 pub mod quant;
+pub mod resident;
 
 pub use contract::{bind, Arg};
 pub use interp::{Handle, Heap, Interpreter};

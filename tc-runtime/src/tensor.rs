@@ -656,6 +656,23 @@ impl Tensor {
         }
     }
 
+    /// Give back to the operating system the whole memory pages of this
+    /// tensor's storage that hold only zero bytes; the bytes given back. A
+    /// page given back reads as zeros again, so no value changes; it costs
+    /// memory again once written. For a buffer allocated zeroed and filled
+    /// over time, such as a KV cache with room for the positions still to
+    /// come: the allocator may have handed it memory that was in use
+    /// before and had to zero it, which makes the whole buffer resident at
+    /// once. Only storage this tensor alone holds (no clone or
+    /// [`StorageId`] shares it), in private anonymous memory
+    /// ([`crate::resident`]); anything else is left as it is. Linux only.
+    pub fn release_zero_pages(&mut self) -> usize {
+        match Arc::get_mut(&mut self.words).and_then(Storage::heap_mut) {
+            Some(words) => crate::resident::release_zero_pages(words),
+            None => 0,
+        }
+    }
+
     /// Overwrite the block of `src`'s extent along `axis` from `start`:
     /// `self[…, start..start + len, …] = src` (XLA's `DynamicUpdateSlice`),
     /// the one write into a built tensor. For a cache with room for every

@@ -197,6 +197,14 @@ pub mod llama {
         dequantize(gather(g.embd, ids))
     }
 
+    /// Token embeddings from their rows of the Q8_0 table, copied out by
+    /// the model ([`super::Model`]'s `embedding_rows`), dequantized: the
+    /// values `embed` gives for the same ids.
+    #[tensor_fn]
+    pub fn embed_rows(rows: Tensor![q8_0; B, S, D]) -> Tensor![f32; B, S, D] {
+        dequantize(rows)
+    }
+
     /// Logits of the last position through the tied head (the embedding).
     #[tensor_fn]
     pub fn logits(x: Tensor![f32; B, S, D], g: Globals) -> Tensor![f32; B, V] {
@@ -215,6 +223,43 @@ pub struct Model {
     pub rope_theta: f64,
     /// Positions the model was trained for.
     pub context: usize,
+    /// The file, for what is read from it by offset.
+    rows: Rows,
+}
+
+/// Reads of the model file by offset (`pread`), beside its mapping: the
+/// token embedding's rows for each step, and the norms once at load.
+///
+/// Why not through the mapping: under fast numerics the quantized weights
+/// are read from packed copies and their file pages are given back
+/// ([`Model::prepack_quantized`]), and a read of a few bytes through the
+/// mapping maps back 64 KiB to 2 MiB of the file around them (fault-around,
+/// or a large folio of the page cache mapped whole): 61 norms and the rows
+/// of a prompt brought 43 MiB of packed weights' pages back, resident a
+/// second time. A read by offset copies from the page cache and maps
+/// nothing. A file cut short meanwhile makes it fail, not fault.
+struct Rows {
+    file: std::fs::File,
+    /// File offset of the token embedding's first row.
+    embd_at: u64,
+    /// Bytes per embedding row.
+    embd_row: usize,
+}
+
+impl Rows {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::FileExt::read_exact_at(&self.file, buf, offset)
+        }
+        #[cfg(not(unix))]
+        {
+            use std::io::{Read, Seek};
+            let mut f = &self.file;
+            f.seek(std::io::SeekFrom::Start(offset))?;
+            f.read_exact(buf)
+        }
+    }
 }
 
 /// Hyper-parameters the tensor fns fix as constants, checked against the
@@ -258,17 +303,44 @@ impl Model {
         let file = unsafe { tc::runtime::gguf::GgufFile::map(path)? };
         let (rope_theta, context) = check_hparams(&file)?;
         let w = file.tensors()?;
-        let globals = llama::Globals::load(&w, "")?;
-        let layers = (0..)
+        let mut globals = llama::Globals::load(&w, "")?;
+        let mut layers = (0..)
             .take_while(|l| w.contains_key(&format!("blk.{l}.attn_norm.weight")))
             .map(|l| llama::Layer::load(&w, &format!("blk.{l}")))
             .collect::<Result<Vec<_>, _>>()?;
+        let p = file.parse()?;
+        let at = |name: &str| -> Result<(u64, usize), Box<dyn std::error::Error>> {
+            let info = p
+                .tensor(name)
+                .ok_or_else(|| format!("tensor `{name}` is missing"))?;
+            Ok((p.data_offset() as u64 + info.offset, info.nbytes))
+        };
+        let (embd_at, embd_bytes) = at("token_embd.weight")?;
+        let rows = Rows {
+            file: std::fs::File::open(path)?,
+            embd_at,
+            embd_row: embd_bytes / globals.embd.shape()[0].max(1),
+        };
+        // The norms are read from the file (see `Rows`).
+        let read = |name: &str, t: &Tensor| -> Result<Tensor, Box<dyn std::error::Error>> {
+            let (offset, n) = at(name)?;
+            let mut buf = vec![0u8; n];
+            rows.read_at(&mut buf, offset)?;
+            Ok(Tensor::from_raw(t.dtype(), t.shape(), buf)?)
+        };
+        globals.norm = read("output_norm.weight", &globals.norm)?;
+        for (i, l) in layers.iter_mut().enumerate() {
+            l.attn_norm = read(&format!("blk.{i}.attn_norm.weight"), &l.attn_norm)?;
+            l.ffn_norm = read(&format!("blk.{i}.ffn_norm.weight"), &l.ffn_norm)?;
+        }
+        drop(p);
         Ok((
             Model {
                 globals,
                 layers,
                 rope_theta,
                 context,
+                rows,
             },
             file,
         ))
@@ -292,6 +364,30 @@ impl Model {
             .count()
     }
 
+    /// `ids`' rows of the token embedding as a `[1, S, D]` Q8_0 tensor,
+    /// the bytes `llama::embed`'s gather would copy, read from the file
+    /// ([`Rows`]).
+    fn embedding_rows(&self, ids: &[u32]) -> Result<Tensor, tc::Error> {
+        let e = &self.globals.embd;
+        let (v, d) = (e.shape()[0], e.shape()[1]);
+        let row = self.rows.embd_row;
+        let mut out = vec![0u8; ids.len() * row];
+        for (&id, dst) in ids.iter().zip(out.chunks_exact_mut(row.max(1))) {
+            let i = id as u64;
+            if i >= v as u64 {
+                return Err(tc::Error::Malformed(format!(
+                    "token id {id} is outside the vocabulary of {v}"
+                )));
+            }
+            self.rows
+                .read_at(dst, self.rows.embd_at + i * row as u64)
+                .map_err(|err| {
+                    tc::Error::Malformed(format!("reading embedding row {id}: {err}"))
+                })?;
+        }
+        Tensor::from_raw(e.dtype(), &[1, ids.len(), d], out)
+    }
+
     /// cos and sin `[S, HD/2]` of positions `start..start + s`: the angles
     /// in f64 (`pos · θ^(−2i/HD)`), rounded once to f32.
     fn rope_tables(&self, start: usize, s: usize) -> Result<(Tensor, Tensor), tc::Error> {
@@ -313,17 +409,94 @@ impl Model {
     }
 
     /// An empty f32 KV cache for `capacity` positions: one (keys, values)
-    /// pair per layer, `[1, KV, capacity, HD]` each.
+    /// pair per layer, `[1, KV, capacity, HD]` each. Its pages cost memory
+    /// once written: zeroed memory the allocator had to clear is given
+    /// back ([`Tensor::release_zero_pages`]), so positions still to come
+    /// are not resident.
     pub fn cache(&self, capacity: usize) -> Result<Vec<(Tensor, Tensor)>, tc::Error> {
         let room = [1, llama::KV, capacity, llama::HD];
+        let zeros = || -> Result<Tensor, tc::Error> {
+            let mut t = Tensor::try_zeros(tc::core::Dtype::F32, &room)?;
+            t.release_zero_pages();
+            Ok(t)
+        };
         (0..self.layers.len())
-            .map(|_| {
-                Ok((
-                    Tensor::try_zeros(tc::core::Dtype::F32, &room)?,
-                    Tensor::try_zeros(tc::core::Dtype::F32, &room)?,
-                ))
-            })
+            .map(|_| Ok((zeros()?, zeros()?)))
             .collect()
+    }
+
+    /// Compile, or link from the kernel cache, every kernel that generating
+    /// from a `prompt`-token prompt into `cache` runs (its prefill, then
+    /// its decode steps), computing nothing ([`tc::llvm::dry_run`]): no
+    /// weight is read. It writes zeros into `cache`'s first `prompt + 1`
+    /// positions, which generation writes before it reads them. Nothing to
+    /// do on the interpreter.
+    pub fn prepare(&self, cache: &mut [(Tensor, Tensor)], prompt: usize) -> Result<(), tc::Error> {
+        if tc::backend() != tc::Backend::Jit || prompt == 0 {
+            return Ok(());
+        }
+        let room = cache.first().map_or(0, |(k, _)| k.shape()[2]);
+        // On this thread, outside a session: `dry_run` covers the calls
+        // made on the thread that runs it, and a session would move them
+        // onto a pool worker.
+        tc::llvm::dry_run(|| {
+            self.forward_pass(cache, &vec![0; prompt], 0)?;
+            if room > prompt {
+                self.step_pass(&mut [StepSeq {
+                    cache,
+                    token: 0,
+                    pos: prompt,
+                }])?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Get ready to generate from a `prompt`-token prompt into `cache`
+    /// with the least memory resident: every kernel compiled or linked
+    /// first ([`Model::prepare`]), before any weight is read, then what
+    /// only setup touched given back ([`tc::runtime::resident`]): the code
+    /// pages of `libLLVM` and the rest of the process's code, the GGUF
+    /// metadata's pages, the heap that setup freed (the tokenizer's build,
+    /// the compiler's); under fast numerics (the JIT's `fast_quant`), the
+    /// quantized weights are packed after that
+    /// ([`Model::prepack_quantized`]), not before. What stays resident
+    /// while generating is then the weights (once), the KV cache and what
+    /// the steps use.
+    ///
+    /// # Safety
+    /// As [`tc::runtime::resident::release_file_pages`]: while it runs, no
+    /// thread may write to a private file mapping (a library that `dlopen`
+    /// is loading, a debugger's breakpoint).
+    // SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
+    pub unsafe fn get_ready(
+        &self,
+        cache: &mut [(Tensor, Tensor)],
+        prompt: usize,
+    ) -> Result<Ready, tc::Error> {
+        self.prepare(cache, prompt)?;
+        // What compiling kept for the next compilation (the per-thread
+        // target machines), when it compiled: the run compiles no more.
+        tc::llvm::release_target_machines();
+        // SAFETY: this function's contract, passed on.
+        let mut released = unsafe { tc::runtime::resident::release_file_pages() }.bytes;
+        tc::runtime::resident::trim_heap();
+        let t_packing = std::time::Instant::now();
+        // Packed for fast numerics only now: the packed weights are as
+        // large as the file's, and packed before the compiler's pages were
+        // given back, the two would have been resident together.
+        if tc::llvm::Jit::global().config().options.fast_quant && self.prepack_quantized() > 0 {
+            // What the packing read of the file and left mapped (the
+            // pages a packed weight shares with its neighbours).
+            // SAFETY: as above.
+            released += unsafe { tc::runtime::resident::release_file_pages() }.bytes;
+        }
+        let packing_s = t_packing.elapsed().as_secs_f64();
+        tc::runtime::resident::trim_heap();
+        Ok(Ready {
+            released,
+            packing_s,
+        })
     }
 
     /// One forward pass of `ids` at positions `start..`, writing their keys
@@ -344,8 +517,7 @@ impl Model {
         start: usize,
     ) -> Result<Tensor, tc::Error> {
         let s = ids.len();
-        let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
-        let mut x = llama::embed(&self.globals, Tensor::from_vec(&[1, s], ids)?)?;
+        let mut x = llama::embed_rows(self.embedding_rows(ids)?)?;
         let (cos, sin) = self.rope_tables(start, s)?;
         let m = mask(s, start + s)?;
         for (l, (kc, vc)) in self.layers.iter().zip(cache.iter_mut()) {
@@ -359,8 +531,28 @@ impl Model {
             let ctx = llama::attention(q, kc.clone(), vc.clone(), start + s, m.clone())?;
             x = llama::mix(x, ctx, l)?;
         }
+        if s > 1 {
+            // A prefill's intermediates, which the storage pool keeps for
+            // a next pass of the same length (7 MB for 128 tokens), are no
+            // use to the decode steps after it (theirs are too small to
+            // pool): given back before the output head reads the
+            // embedding, the last of the weights to become resident, they
+            // do not add to the peak resident set.
+            tc::runtime::pool::clear();
+            tc::runtime::resident::trim_heap();
+        }
         llama::logits(x, &self.globals)
     }
+}
+
+/// What [`Model::get_ready`] did.
+#[derive(Clone, Copy, Debug)]
+pub struct Ready {
+    /// Bytes of file pages given back.
+    pub released: usize,
+    /// Seconds spent packing the weights for fast numerics (0 otherwise):
+    /// load time, which a timed prefill leaves out.
+    pub packing_s: f64,
 }
 
 /// One sequence's part in a batched decode step ([`Model::step`]).
@@ -394,8 +586,8 @@ impl Model {
     fn step_pass(&self, seqs: &mut [StepSeq<'_>]) -> Result<Tensor, tc::Error> {
         use llama::{D, HALF, HD, KV};
         let n = seqs.len();
-        let ids: Vec<i64> = seqs.iter().map(|q| q.token as i64).collect();
-        let mut x = llama::embed(&self.globals, Tensor::from_vec(&[1, n], ids)?)?;
+        let ids: Vec<u32> = seqs.iter().map(|q| q.token).collect();
+        let mut x = llama::embed_rows(self.embedding_rows(&ids)?)?;
         let mut cos = Vec::with_capacity(n * HALF);
         let mut sin = Vec::with_capacity(n * HALF);
         for q in seqs.iter() {
