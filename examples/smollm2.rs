@@ -172,9 +172,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // this is also where the weights are packed, after the compiler's
     // pages are given back; the packing counts as load time, as before.
     let t_prefill = Instant::now();
-    // SAFETY: nothing in this program writes to a file mapping or loads a
-    // library while this runs: its only other threads are the pool's
-    // workers, idle between tc's calls.
+    // SAFETY: nothing in this program writes to or unmaps a file mapping,
+    // or loads a library, while this runs: its only other threads are the
+    // pool's workers, idle between tc's calls.
     let ready = unsafe { m.get_ready(&mut cache, ids.len())? };
     eprintln!(
         "loaded {} layers from {} in {:.2} s",

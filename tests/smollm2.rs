@@ -370,9 +370,9 @@ fn generation_in_a_child_process() {
     tok.release_encoder();
     let n = 8;
     let mut cache = m.cache(ids.len() + n).expect("cache");
-    // SAFETY: nothing in this process writes to a file mapping or loads a
-    // library meanwhile: the harness waits for this test, and the pool's
-    // workers are idle between tc's calls.
+    // SAFETY: nothing in this process writes to or unmaps a file mapping,
+    // or loads a library, meanwhile: the child runs this test alone, and
+    // the pool's workers are idle between tc's calls.
     unsafe { m.get_ready(&mut cache, ids.len()) }.expect("ready");
     let mut logits = m.forward(&mut cache, &ids, 0).expect("prefill");
     let mut stream = tokenizer::StreamDecoder::new();

@@ -115,7 +115,10 @@ fn parse_smaps(text: &str) -> Vec<Entry> {
 /// nothing.
 ///
 /// # Safety
-/// While it runs, no thread may make a private file mapping of this
+/// While it runs, no thread may unmap a file mapping of this process (a
+/// `dlclose`, or dropping the last handle on a mapped file's tensors):
+/// its addresses could be reused by other memory, which this would then
+/// drop. Nor may any thread make a private file mapping of this
 /// process writable and write to it (as the dynamic loader does when it
 /// relocates the text of a library that `dlopen` loads meanwhile, or a
 /// debugger setting a breakpoint): a page modified after it was checked
@@ -129,13 +132,12 @@ pub unsafe fn release_file_pages() -> Released {
             return done;
         };
         for e in parse_smaps(&text).iter().filter(|e| e.releasable()) {
-            // SAFETY: `[start, end)` is a mapping of this process (smaps
-            // just listed it), private, read-only and backed by a file,
-            // with no page the process modified (no anonymous or swapped
-            // page): dropping its pages loses nothing, each reads back
-            // from the file unchanged; nothing writes it meanwhile (this
-            // function's contract). A mapping gone since (unmapped by
-            // another thread) only makes the call fail, which is ignored.
+            // `[start, end)` is a mapping of this process (smaps just
+            // listed it), private, read-only and backed by a file, with no
+            // page the process modified (no anonymous or swapped page):
+            // dropping its pages loses nothing, each reads back from the
+            // file unchanged. Nothing writes or unmaps it meanwhile.
+            // SAFETY: as just said, with this function's contract.
             let r = unsafe {
                 libc::madvise(
                     e.start as *mut libc::c_void,
@@ -241,12 +243,13 @@ pub(crate) fn release_zero_pages(words: &mut [u64]) -> usize {
         let mut released = 0;
         let mut run: Option<usize> = None;
         let mut give = |from: usize, to: usize| {
-            // SAFETY: `[from, to)` is whole pages inside `words`, which
-            // this function borrows exclusively, in private anonymous
-            // memory (checked just above), and every byte there is zero:
+            // `[from, to)` is whole pages inside `words`, which this
+            // function borrows exclusively, in private anonymous memory
+            // (checked just above), and every byte there is zero:
             // MADV_DONTNEED replaces those pages by zero-fill-on-demand
-            // ones, so every later read sees the same zeros. The
-            // allocator's own bookkeeping lies outside `words`.
+            // ones, so every later read sees the same zeros.
+            // SAFETY: as just said; the allocator's bookkeeping lies
+            // outside `words`.
             if unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED) }
                 == 0
             {

@@ -466,8 +466,9 @@ impl Model {
     ///
     /// # Safety
     /// As [`tc::runtime::resident::release_file_pages`]: while it runs, no
-    /// thread may write to a private file mapping (a library that `dlopen`
-    /// is loading, a debugger's breakpoint).
+    /// thread may unmap a file mapping (a `dlclose`, dropping another
+    /// mapped model) or write to a private one (a library that `dlopen` is
+    /// loading, a debugger's breakpoint).
     // SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
     pub unsafe fn get_ready(
         &self,
