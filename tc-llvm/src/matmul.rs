@@ -1896,7 +1896,7 @@ pub fn prepare(
 /// count and its depth (a shape-generic compilation: a decoder's
 /// attention reads a cache one position longer each step, as the columns
 /// of its scores and the depth of its weighted sum): the kernels of a
-/// whole last column panel and of both ragged variants ([`Cols`]), each
+/// whole last column panel and of both ragged variants (`Cols`), each
 /// for A read in place and for A packed (which of the two a call takes
 /// depends on the depth), whether or not B's packing is kept or a
 /// product of that depth skips the GEMM. Rows and strides as given.
