@@ -212,14 +212,7 @@ fn gemm_kernels(
     sigma: &Sigma,
     generic: bool,
 ) -> Result<(), Error> {
-    let products: Vec<(Value, Value, Value)> = st
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Matmul { out, a, b } => Some((*out, *a, *b)),
-            _ => None,
-        })
-        .collect();
+    let products = matmul_steps(st);
     if products.is_empty() {
         return Ok(());
     }
@@ -227,6 +220,17 @@ fn gemm_kernels(
         return crate::matmul::warm_up();
     }
     prepare_products(func, vals, st, sigma, &products, false)
+}
+
+/// The plan's products: (output, left, right) of every `Step::Matmul`.
+fn matmul_steps(st: &Structure) -> Vec<(Value, Value, Value)> {
+    st.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Matmul { out, a, b } => Some((*out, *a, *b)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// [`crate::matmul::prepare`] for each of `products` (`(out, a, b)`) under
@@ -1348,15 +1352,7 @@ impl CompiledFn {
         // fails to compile here is compiled, and its error reported, by
         // the call that needs it, as before.
         if let Planned::Generic(p) = &planned {
-            let products: Vec<(Value, Value, Value)> = self
-                .st
-                .steps
-                .iter()
-                .filter_map(|s| match s {
-                    Step::Matmul { out, a, b } => Some((*out, *a, *b)),
-                    _ => None,
-                })
-                .collect();
+            let products = matmul_steps(&self.st);
             let _ = prepare_products(func, &p.0, &self.st, &p.1, &products, true);
         }
         // Zeroed buffers from the pool, as a real call's outputs come:
