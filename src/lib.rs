@@ -110,8 +110,8 @@ pub fn backend() -> Backend {
     if let Some(b) = decode(BACKEND.load(Ordering::Relaxed)) {
         return b;
     }
-    let b = match std::env::var("TC_BACKEND").as_deref() {
-        Ok("interp") | Ok("interpreter") => Backend::Interpreter,
+    let b = match tc_core::env::TC_BACKEND.get().as_deref() {
+        Some("interp") | Some("interpreter") => Backend::Interpreter,
         _ => Backend::Jit,
     };
     BACKEND.store(b as u8, Ordering::Relaxed);

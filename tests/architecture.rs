@@ -306,3 +306,190 @@ fn the_length_counter_skips_literals_and_comments() {
         "{got:?}"
     );
 }
+
+/// What a user's program links or runs: the library crates and the server.
+const SOURCE_ROOTS: &[&str] = &[
+    "tc-core/src",
+    "tc-runtime/src",
+    "tc-llvm/src",
+    "tc-macros/src",
+    "tc-quant/src",
+    "tc-serve/src",
+    "src",
+];
+
+/// The one module that reads `TC_*` variables (`tc_core::env`).
+const ENV_MODULE: &str = "tc-core/src/env.rs";
+
+/// Every line of `src` (code before any `//`) that reads a `TC_*` variable
+/// or names one in a string literal: `env::var`/`var_os` with anything but
+/// a literal naming a non-tc variable, or a `"TC_…"` literal that is not a
+/// build-time `env!` nor a tc-serve flag's clap attribute.
+fn env_reads(src: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (i, line) in src.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut bad = code
+            .match_indices("\"TC_")
+            .any(|(at, _)| !code[..at].ends_with("env!(") && !code[..at].ends_with("env = "));
+        for call in ["env::var(", "env::var_os("] {
+            for (at, _) in code.match_indices(call) {
+                let arg = &code[at + call.len()..];
+                bad |= !arg.starts_with('"') || arg.starts_with("\"TC_");
+            }
+        }
+        if bad {
+            found.push((i + 1, line.trim().to_string()));
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_env_module_reads_tc_variables() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut reads = Vec::new();
+    let mut files_seen = 0;
+    for dir in SOURCE_ROOTS {
+        let mut files = Vec::new();
+        rs_files(&root.join(dir), &mut files);
+        files.sort();
+        for f in files {
+            let rel = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+            files_seen += 1;
+            if rel == ENV_MODULE {
+                continue;
+            }
+            let src = std::fs::read_to_string(&f).expect("read");
+            for (line, text) in env_reads(&src) {
+                reads.push(format!("{rel}:{line}: {text}"));
+            }
+        }
+    }
+    assert!(files_seen > 100, "sources not found ({files_seen})");
+    assert!(
+        reads.is_empty(),
+        "environment reads outside {ENV_MODULE} (add the variable to tc_core::env and read it there):\n{}",
+        reads.join("\n")
+    );
+}
+
+#[test]
+fn the_env_scanner_finds_reads() {
+    let src = "let a = std::env::var(\"TC_X\");\nlet b = std::env::var(k);\n\
+               let c = env!(\"TC_FP\");\nlet d = std::env::var_os(\"HOME\");\n\
+               // std::env::var(\"TC_Y\")\n#[arg(long, env = \"TC_SERVE_PORT\")]\n\
+               static S: Switch = Switch::new(\"TC_Z\");\n";
+    let lines: Vec<usize> = env_reads(src).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(lines, vec![1, 2, 7]);
+}
+
+#[test]
+fn the_environment_page_is_the_env_table() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/environment.md")).expect("read");
+    let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("| `TC_")).collect();
+    let table: Vec<String> = tc::core::env::ALL
+        .iter()
+        .map(|v| format!("| `{}` | {} | {} |", v.name, v.default, v.doc))
+        .collect();
+    assert_eq!(
+        rows, table,
+        "docs/environment.md differs from tc_core::env::ALL"
+    );
+}
+
+/// The files that may match over every `Op` variant: the op's definition
+/// and visitors, its typing, concrete and denotation rules, its surface
+/// syntax and its lowering (docs/architecture.md, "Adding an op").
+const OP_MATCH_FILES: &[&str] = &[
+    "tc-core/src/ir.rs",
+    "tc-core/src/check/body.rs",
+    "tc-core/src/concrete.rs",
+    "tc-runtime/src/interp.rs",
+    "tc-macros/src/lower.rs",
+    "tc-macros/src/codegen.rs",
+    "tc-llvm/src/plan.rs",
+    "tc-llvm/src/codegen/kernels.rs",
+];
+
+/// `Op`'s variants, read from its definition.
+fn op_variants(ir: &str) -> Vec<String> {
+    let body = ir.split("pub enum Op {").nth(1).expect("enum Op");
+    let body = &body[..body.find("\n}").expect("end of enum Op")];
+    body.lines()
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| l.chars().take_while(|c| c.is_alphanumeric()).collect())
+        .collect()
+}
+
+/// How many distinct `Op` variants `src` names as `Op::Variant` (not
+/// `BinaryOp::…` and the like).
+fn variants_named(src: &str, variants: &[String]) -> usize {
+    let code: String = src
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    variants
+        .iter()
+        .filter(|v| {
+            let pat = format!("Op::{v}");
+            code.match_indices(&pat).any(|(at, _)| {
+                let before = code[..at].chars().next_back();
+                let after = code[at + pat.len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        })
+        .count()
+}
+
+#[test]
+fn only_the_listed_files_match_over_every_op() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ir = std::fs::read_to_string(root.join("tc-core/src/ir.rs")).expect("read");
+    let variants = op_variants(&ir);
+    assert!(
+        variants.len() >= 20,
+        "Op's variants not found: {variants:?}"
+    );
+    // Two thirds of the variants: a dispatch over all of them, with a
+    // wildcard or grouped arms for the rest.
+    let whole = variants.len() * 2 / 3;
+    let arch = std::fs::read_to_string(root.join("docs/architecture.md")).expect("read");
+    for f in OP_MATCH_FILES {
+        assert!(
+            arch.contains(&format!("`{f}`")),
+            "docs/architecture.md does not list {f}"
+        );
+    }
+    let mut unlisted = Vec::new();
+    for dir in SOURCE_ROOTS {
+        let mut files = Vec::new();
+        rs_files(&root.join(dir), &mut files);
+        for f in files {
+            let rel = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+            let n = variants_named(&std::fs::read_to_string(&f).expect("read"), &variants);
+            if n >= whole && !OP_MATCH_FILES.contains(&rel.as_str()) {
+                unlisted.push(format!("{rel}: {n} of {} variants", variants.len()));
+            }
+        }
+    }
+    assert!(
+        unlisted.is_empty(),
+        "files matching over Op outside docs/architecture.md's list (use Op::operands / try_map, or list the file):\n{}",
+        unlisted.join("\n")
+    );
+}
+
+#[test]
+fn the_variant_counter_ignores_other_enums() {
+    let v: Vec<String> = ["Unary", "Cast", "Dim"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let src = "match op { Op::Unary(..) => 1, BinaryOp::Cast => 2, Op::DimX => 3 } // Op::Dim";
+    assert_eq!(variants_named(src, &v), 1);
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 fn target() -> Option<&'static str> {
     static T: OnceLock<Option<String>> = OnceLock::new();
-    T.get_or_init(|| std::env::var("TC_PROFILE").ok().filter(|s| !s.is_empty()))
+    T.get_or_init(|| crate::env::TC_PROFILE.get().filter(|s| !s.is_empty()))
         .as_deref()
 }
 

@@ -229,15 +229,20 @@ enum Answer {
 
 impl State {
     fn new() -> State {
-        let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u32>().ok());
-        let start = env("TC_SOLVER_RLIMIT").unwrap_or(DEFAULT_RLIMIT);
-        let ceiling = env("TC_SOLVER_MAX_RLIMIT").unwrap_or(MAX_RLIMIT.max(start));
+        let start = crate::env::TC_SOLVER_RLIMIT
+            .parse::<u32>()
+            .unwrap_or(DEFAULT_RLIMIT);
+        let ceiling = crate::env::TC_SOLVER_MAX_RLIMIT
+            .parse::<u32>()
+            .unwrap_or(MAX_RLIMIT.max(start));
         State {
             budget: Budget { start, ceiling },
             cache_enabled: true,
             // `TC_SOLVER_FAST=off` sends every non-syntactic query to Z3
             // (to measure Z3's share, and the proof cache, on any crate).
-            fast_enabled: std::env::var("TC_SOLVER_FAST").map_or(true, |v| v != "off"),
+            fast_enabled: crate::env::TC_SOLVER_FAST
+                .get()
+                .map_or(true, |v| v != "off"),
             cache: HashMap::new(),
             stats: Stats::default(),
             disk: None,

@@ -152,7 +152,7 @@ impl Store {
         static GLOBAL: OnceLock<Option<Store>> = OnceLock::new();
         GLOBAL
             .get_or_init(|| {
-                let dir = match std::env::var_os("TC_KERNEL_CACHE") {
+                let dir = match tc_core::env::TC_KERNEL_CACHE.get_os() {
                     Some(v) if v == "off" || v == "0" || v.is_empty() => return None,
                     Some(v) => PathBuf::from(v),
                     None => std::env::var_os("XDG_CACHE_HOME")
@@ -161,9 +161,8 @@ impl Store {
                         .join("tc")
                         .join("kernels"),
                 };
-                let mb = std::env::var("TC_KERNEL_CACHE_MAX_MB")
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
+                let mb = tc_core::env::TC_KERNEL_CACHE_MAX_MB
+                    .parse::<u64>()
                     .unwrap_or(1024);
                 Store::open(&dir, host_identity(), mb.saturating_mul(1 << 20))
             })

@@ -464,7 +464,7 @@ pub fn streaming() -> bool {
         0 => false,
         1 => true,
         _ => {
-            let on = std::env::var("TC_STREAM").map_or(true, |v| v != "0");
+            let on = tc_core::env::TC_STREAM.on_unless_zero();
             STREAM.store(on as u8, Ordering::Relaxed);
             on
         }
@@ -597,7 +597,11 @@ unsafe fn run_flat_streamed(
 /// `TC_LLVM_PROFILE=1`: print every step's time to stderr.
 fn profiling() -> bool {
     static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *P.get_or_init(|| std::env::var("TC_LLVM_PROFILE").is_ok_and(|v| v != "0"))
+    *P.get_or_init(|| {
+        tc_core::env::TC_LLVM_PROFILE
+            .get()
+            .is_some_and(|v| v != "0")
+    })
 }
 
 fn describe_step(step: &Step, vals: &[ValInfo]) -> String {

@@ -616,7 +616,7 @@ pub(crate) fn column_kernels() -> bool {
         0 => false,
         1 => true,
         _ => {
-            let on = std::env::var("TC_MM_COLS").map_or(true, |v| v != "0");
+            let on = tc_core::env::TC_MM_COLS.on_unless_zero();
             COLS.store(on as u8, Relaxed);
             on
         }

@@ -55,9 +55,8 @@ const AHEAD: usize = 256;
 fn ahead() -> usize {
     static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *P.get_or_init(|| {
-        std::env::var("TC_GEMV_PF")
-            .ok()
-            .and_then(|v| v.parse().ok())
+        tc_core::env::TC_GEMV_PF
+            .parse()
             .unwrap_or(if crate::host::amd() { 0 } else { AHEAD })
     })
 }
@@ -79,9 +78,9 @@ fn ahead() -> usize {
 /// (3–4 s of GPT-2-small warm-up on that AMD VM, against 0.4 s).
 pub(crate) fn huge_packings() -> Option<bool> {
     static H: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    *H.get_or_init(|| match std::env::var("TC_PACK_HUGE").as_deref() {
-        Ok("0") => None,
-        Ok("1") => Some(true),
+    *H.get_or_init(|| match tc_core::env::TC_PACK_HUGE.get().as_deref() {
+        Some("0") => None,
+        Some("1") => Some(true),
         _ => crate::host::amd().then_some(false),
     })
 }

@@ -156,7 +156,7 @@ pub fn host() -> &'static Host {
         Target::initialize_native(&InitializationConfig::default())
             .expect("LLVM native target initialisation");
         let mut features = TargetMachine::get_host_cpu_features().to_string();
-        if std::env::var("TC_HOST_AVX2").is_ok_and(|v| v == "1") {
+        if tc_core::env::TC_HOST_AVX2.get().is_some_and(|v| v == "1") {
             features = without_avx512(&features);
         }
         Host {

@@ -91,20 +91,11 @@ pub fn ukernel_ir(vw: usize) -> String {
 fn params() -> (usize, usize, usize, usize) {
     static P: OnceLock<(usize, usize, usize, usize)> = OnceLock::new();
     *P.get_or_init(|| {
-        let get = |k: &str, d: usize| {
-            std::env::var(k)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&v: &usize| v > 0)
-                .unwrap_or(d)
-        };
-        let mr = get("TC_MM_MR", MR).min(14);
-        (
-            mr,
-            get("TC_MM_KC", KC),
-            get("TC_MM_MC", MC),
-            get("TC_MM_NC", NC),
-        )
+        use tc_core::env::{TC_MM_KC, TC_MM_MC, TC_MM_MR, TC_MM_NC};
+        let get =
+            |var: tc_core::env::Var, d: usize| var.parse::<usize>().filter(|&v| v > 0).unwrap_or(d);
+        let mr = get(TC_MM_MR, MR).min(14);
+        (mr, get(TC_MM_KC, KC), get(TC_MM_MC, MC), get(TC_MM_NC, NC))
     })
 }
 
@@ -169,12 +160,7 @@ fn f32_k_unroll(vw: usize) -> u32 {
 /// [`B_PREFETCH`]; `TC_MM_PF` overrides it, `0` turns it off).
 fn b_prefetch_steps() -> usize {
     static P: OnceLock<usize> = OnceLock::new();
-    *P.get_or_init(|| {
-        std::env::var("TC_MM_PF")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(B_PREFETCH)
-    })
+    *P.get_or_init(|| tc_core::env::TC_MM_PF.parse().unwrap_or(B_PREFETCH))
 }
 
 /// The host kernel's tile `(mr, nr)`: what every f32 kernel's rows, panel
@@ -218,11 +204,11 @@ fn micro(cols: Cols) -> Result<&'static Micro, Error> {
 struct Switch {
     /// 0 off, 1 on, 2 not yet read from the environment.
     state: std::sync::atomic::AtomicU8,
-    var: &'static str,
+    var: tc_core::env::Var,
 }
 
 impl Switch {
-    const fn new(var: &'static str) -> Switch {
+    const fn new(var: tc_core::env::Var) -> Switch {
         Switch {
             state: std::sync::atomic::AtomicU8::new(2),
             var,
@@ -235,7 +221,7 @@ impl Switch {
             0 => false,
             1 => true,
             _ => {
-                let on = std::env::var(self.var).map_or(true, |v| v != "0");
+                let on = self.var.on_unless_zero();
                 self.state.store(on as u8, Relaxed);
                 on
             }
@@ -281,7 +267,7 @@ fn edge(rows: usize, cols: Cols) -> Result<&'static Micro, Error> {
 
 /// `TC_MM_EDGE=0` runs edge row panels through the full kernel and a
 /// scratch tile (for measurements and the equivalence test).
-static EDGE: Switch = Switch::new("TC_MM_EDGE");
+static EDGE: Switch = Switch::new(tc_core::env::TC_MM_EDGE);
 
 /// Turn the edge-row kernels on or off (process-wide; for tests and
 /// measurements).
@@ -321,7 +307,7 @@ const A_AHEAD: usize = 64;
 /// `TC_MM_IN_PLACE=0` (or [`set_a_in_place`]) packs A in the streamed
 /// path even where it could be read in place (measurements, the
 /// equivalence tests).
-static IN_PLACE: Switch = Switch::new("TC_MM_IN_PLACE");
+static IN_PLACE: Switch = Switch::new(tc_core::env::TC_MM_IN_PLACE);
 
 /// Turn reading A in place on or off (process-wide; tests, measurements).
 pub fn set_a_in_place(on: bool) {
@@ -1176,7 +1162,7 @@ fn announce(b: &std::sync::Arc<PackedB>, par: bool) -> crate::readahead::Product
 
 /// Whether a single row block streams B panel by panel (default on;
 /// `TC_MM_STREAM=0` or [`set_stream_b`] turn it off, for measurements).
-static STREAM: Switch = Switch::new("TC_MM_STREAM");
+static STREAM: Switch = Switch::new(tc_core::env::TC_MM_STREAM);
 
 fn stream_b() -> bool {
     STREAM.on()
@@ -1345,9 +1331,7 @@ unsafe fn pack_a_panel(
 /// off, for measurements).
 fn avx512() -> bool {
     static A: OnceLock<bool> = OnceLock::new();
-    *A.get_or_init(|| {
-        std::env::var("TC_MM_T16").map_or(true, |v| v != "0") && crate::host::avx512()
-    })
+    *A.get_or_init(|| tc_core::env::TC_MM_T16.on_unless_zero() && crate::host::avx512())
 }
 
 /// `dst[i·ds + c] = src[c·ss + i]` for `i, c < 16`: a 16 × 16 f32 transpose

@@ -199,9 +199,8 @@ fn host_geometry(kind: IntKernel) -> (usize, usize) {
     };
     static MR_ENV: OnceLock<Option<usize>> = OnceLock::new();
     let env = *MR_ENV.get_or_init(|| {
-        std::env::var("TC_MM_INT_MR")
-            .ok()
-            .and_then(|v| v.parse().ok())
+        tc_core::env::TC_MM_INT_MR
+            .parse()
             .filter(|&v: &usize| (1..=14).contains(&v))
     });
     (vw, env.unwrap_or(mr))
@@ -253,9 +252,8 @@ fn straight_into_c(kind: IntKernel) -> (bool, bool) {
 /// off, for measurements), else the plain one of the accumulator's width.
 pub fn kernel_for(dt: Dtype) -> IntKernel {
     static PAIR: OnceLock<bool> = OnceLock::new();
-    let pair = *PAIR.get_or_init(|| {
-        pair_available() && std::env::var("TC_MM_INT_PAIR").map_or(true, |v| v != "0")
-    });
+    let pair =
+        *PAIR.get_or_init(|| pair_available() && tc_core::env::TC_MM_INT_PAIR.on_unless_zero());
     match dt {
         Dtype::I64 => IntKernel::I64,
         Dtype::I32 => IntKernel::I32,

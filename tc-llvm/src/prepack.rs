@@ -66,9 +66,8 @@ fn store() -> &'static Mutex<Store> {
 pub fn cap_bytes() -> usize {
     static C: OnceLock<usize> = OnceLock::new();
     *C.get_or_init(|| {
-        std::env::var("TC_PACK_CACHE_MB")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
+        tc_core::env::TC_PACK_CACHE_MB
+            .parse::<usize>()
             .unwrap_or(1024)
             .saturating_mul(1 << 20)
     })

@@ -63,9 +63,8 @@ static BUDGET: AtomicUsize = AtomicUsize::new(usize::MAX);
 pub(crate) fn budget() -> usize {
     match BUDGET.load(Ordering::Relaxed) {
         usize::MAX => {
-            let mb = std::env::var("TC_READ_AHEAD_MB")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
+            let mb = tc_core::env::TC_READ_AHEAD_MB
+                .parse::<usize>()
                 .unwrap_or(BUDGET_MB);
             let b = mb.saturating_mul(1 << 20).min(usize::MAX - 1);
             BUDGET.store(b, Ordering::Relaxed);

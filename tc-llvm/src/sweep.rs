@@ -79,9 +79,7 @@ pub(crate) fn available(m: usize, k: usize, (rs, cs): (usize, usize)) -> Option<
 /// measurements: those products then take the tile path).
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        crate::host::avx512() && std::env::var("TC_MM_SWEEP").map_or(true, |v| v != "0")
-    })
+    *ON.get_or_init(|| crate::host::avx512() && tc_core::env::TC_MM_SWEEP.on_unless_zero())
 }
 
 /// A weight read in place: `k × n` floats, `(i, j)` at `ptr + i·rs + j·cs`

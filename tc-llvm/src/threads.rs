@@ -54,7 +54,7 @@ pub fn init() -> bool {
         return false;
     }
     *BUILT.get_or_init(|| {
-        let on = std::env::var("TC_PIN_THREADS").map_or(true, |v| v != "0");
+        let on = tc_core::env::TC_PIN_THREADS.on_unless_zero();
         on && build_pinned()
     })
 }

@@ -47,7 +47,7 @@ fn from_out_dir(args: &[String]) -> Option<PathBuf> {
 pub fn dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Ok(v) = std::env::var("TC_PROOF_CACHE") {
+        if let Some(v) = tc_core::env::TC_PROOF_CACHE.get() {
             return match v.as_str() {
                 "" | "off" | "0" => None,
                 d => Some(PathBuf::from(d)),

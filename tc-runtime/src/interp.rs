@@ -330,7 +330,7 @@ impl Default for Interpreter {
 impl Interpreter {
     /// `check_heap` on when `TC_CHECK_HEAP` is set to anything but `0` or empty.
     pub fn from_env() -> Interpreter {
-        let on = std::env::var("TC_CHECK_HEAP").is_ok_and(|v| !v.is_empty() && v != "0");
+        let on = tc_core::env::TC_CHECK_HEAP.on_if_set();
         Interpreter { check_heap: on }
     }
 

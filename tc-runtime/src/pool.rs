@@ -134,9 +134,8 @@ struct Pool {
 fn pool() -> &'static Mutex<Pool> {
     static P: OnceLock<Mutex<Pool>> = OnceLock::new();
     P.get_or_init(|| {
-        let limit = std::env::var("TC_POOL_MB")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
+        let limit = tc_core::env::TC_POOL_MB
+            .parse::<usize>()
             .map(|mb| mb.saturating_mul(1 << 20))
             .unwrap_or(DEFAULT_LIMIT);
         Mutex::new(Pool {

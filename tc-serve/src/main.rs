@@ -230,7 +230,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::set_var("RAYON_NUM_THREADS", n.max(1).to_string());
     }
     if let Some(dir) = &args.kernel_cache_dir {
-        std::env::set_var("TC_KERNEL_CACHE", dir);
+        // SAFETY: no thread other than this one exists yet.
+        unsafe { tc::core::env::TC_KERNEL_CACHE.set(dir) };
     }
     // tc builds the rayon pool, its workers pinned one per CPU, before the
     // warm-up's `par_iter` would build it unpinned (`tc_llvm::threads`).

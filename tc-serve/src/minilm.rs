@@ -360,7 +360,8 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 /// fetched with `scripts/fetch-minilm.sh` when absent.
 pub fn model_dir() -> Result<std::path::PathBuf, BoxError> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::env::var_os("TC_MINILM_DIR")
+    let dir = tc::core::env::TC_MINILM_DIR
+        .get_os()
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root.join("models/all-MiniLM-L6-v2"));
     // One fetch at a time in this process (the tests call this from
