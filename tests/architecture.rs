@@ -408,7 +408,6 @@ const OP_MATCH_FILES: &[&str] = &[
     "tc-core/src/concrete.rs",
     "tc-runtime/src/interp.rs",
     "tc-macros/src/lower.rs",
-    "tc-macros/src/codegen.rs",
     "tc-llvm/src/plan.rs",
     "tc-llvm/src/codegen/kernels.rs",
 ];

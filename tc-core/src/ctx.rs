@@ -6,7 +6,7 @@ use crate::dim::Dim;
 use crate::pred::{CmpOp, Pred};
 
 /// A shape variable in scope.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ShapeVar {
     /// Its name as the user wrote it.
     pub name: String,

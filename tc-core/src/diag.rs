@@ -7,7 +7,19 @@
 use std::fmt;
 
 /// An opaque source location handed in by the front end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct SpanId(pub u32);
 
 /// A concrete assignment of shape variables under which an obligation fails,

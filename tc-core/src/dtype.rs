@@ -6,7 +6,9 @@ use std::str::FromStr;
 /// One of the eleven core element types (Section 1 §2), or a block-quantized
 /// format (Section 2 §18).
 #[allow(non_camel_case_types)] // `Q4_K` is the format's name in GGML and GGUF
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Dtype {
     /// IEEE 754 binary32.
     F32,

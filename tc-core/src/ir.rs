@@ -16,7 +16,9 @@ use crate::pred::Pred;
 use crate::types::{shape_string, Type};
 
 /// An SSA value id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Value(pub u32);
 
 impl fmt::Display for Value {
@@ -26,7 +28,7 @@ impl fmt::Display for Value {
 }
 
 /// Elementwise unary operations (Section 2 §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum UnaryOp {
     /// `-x` (Numeric)
     Neg,
@@ -138,7 +140,7 @@ impl UnaryOp {
 }
 
 /// Elementwise binary operations (Section 2 §6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BinaryOp {
     /// `+` (Numeric)
     Add,
@@ -276,7 +278,7 @@ impl BinaryOp {
 /// constants, as in PyTorch (docs/syntax.md §12c). Along axis `i` the
 /// output has `(S + 2·padding − dilation·(K − 1) − 1) / stride + 1`
 /// elements (floor division, [`crate::concrete::window_len`]).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     /// Step between windows (≥ 1).
     pub stride: Vec<usize>,
@@ -295,7 +297,7 @@ impl Window {
 }
 
 /// The reduction of a pooling window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PoolKind {
     /// IEEE 754-2019 `maximum` of the window's elements inside the input
     /// (the padding is never chosen), like `reduce.max`.
@@ -306,7 +308,7 @@ pub enum PoolKind {
 }
 
 /// Reductions (Section 2 §8).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ReduceOp {
     /// Σ (Numeric; empty = 0)
     Sum,
@@ -396,7 +398,7 @@ pub enum Scalar {
 
 impl Scalar {
     /// The literal's identity: a float by its bits.
-    fn key(&self) -> (u8, u64) {
+    pub(crate) fn key(&self) -> (u8, u64) {
         match *self {
             Scalar::Float(x) => (0, x.to_bits()),
             Scalar::Int(i) => (1, i as u64),
@@ -436,7 +438,7 @@ impl fmt::Display for Scalar {
 /// [`Op::try_map`]; equality and hashing are derived (scalars by their
 /// bits), so a pass that renames, substitutes or keys ops needs no match
 /// of its own.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// §4 elementwise unary.
     Unary(UnaryOp, Value),
@@ -848,7 +850,7 @@ impl fmt::Display for Op {
 }
 
 /// One instruction: `result = op`, optionally checked against an annotation.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Inst {
     /// The value defined.
     pub result: Value,
@@ -893,7 +895,7 @@ impl Inst {
 
 /// A local dim binding `let n = dim(x, axis)` (Section 1 §6 binding site 2),
 /// placed before instruction `before`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DimBinding {
     /// The new shape variable.
     pub name: String,
@@ -908,7 +910,7 @@ pub struct DimBinding {
 }
 
 /// A parameter.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Param {
     /// Its Rust name.
     pub name: String,
@@ -923,7 +925,7 @@ pub struct Param {
 }
 
 /// A predicate with where it was written.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Spanned<T> {
     /// The thing.
     pub node: T,
@@ -932,7 +934,7 @@ pub struct Spanned<T> {
 }
 
 /// A tensor function's signature: `∀ ᾱ. requires P. T₁ → … → Tₙ → U` (Section 2 §17).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Signature {
     /// Its name.
     pub name: String,
@@ -957,7 +959,7 @@ pub struct Signature {
 }
 
 /// A tensor function: signature plus body.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Function {
     /// The signature.
     pub sig: Signature,

@@ -15,6 +15,7 @@ pub mod ctx;
 pub mod diag;
 pub mod dim;
 pub mod dtype;
+pub mod embed;
 pub mod env;
 pub mod ir;
 pub mod pred;

@@ -6,7 +6,9 @@ use std::fmt;
 use crate::dim::{Dim, DimError, EvalError, Sigma};
 
 /// A comparison operator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum CmpOp {
     /// `=`
     Eq,
@@ -61,7 +63,9 @@ impl CmpOp {
 }
 
 /// A quantifier-free Presburger predicate over dims.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Pred {
     /// Always holds.
     True,

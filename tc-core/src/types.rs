@@ -8,7 +8,7 @@ use crate::dtype::Dtype;
 use crate::pred::Pred;
 
 /// `Tensor[dt, shape, R]`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TensorType {
     /// Element type (invariant under subtyping, Section 3 §3.3).
     pub dtype: Dtype,
@@ -100,7 +100,7 @@ pub fn checked_volume(shape: &[Dim]) -> Result<Dim, DimError> {
 }
 
 /// An n-ary function type `T₁ → … → Tₙ → U` with its `requires` clause (Section 2 §17).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct FnType {
     /// Parameter types, in order.
     pub params: Vec<Type>,
@@ -109,7 +109,7 @@ pub struct FnType {
 }
 
 /// A type of the core calculus (Section 1 §2).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Type {
     /// `Tensor[dt, s, R]`.
     Tensor(TensorType),

@@ -17,7 +17,7 @@ use tc_core::Dtype;
 use crate::params::{self, Structs};
 use crate::parse::{self, Consts, FnAttr, ParamKind};
 use crate::spans::{combine, SpanTable};
-use crate::{check, codegen, lower};
+use crate::{check, lower};
 
 /// Is this attribute `#[tensor_fn]` (any path ending in `tensor_fn`)?
 fn is_tensor_fn_attr(a: &syn::Attribute) -> bool {
@@ -101,7 +101,7 @@ fn rust_sig(item: &ItemFn, structs: &Structs) -> RustSig {
 enum Body {
     /// Checked: run the IR.
     Run {
-        /// Expression of type `&'static Function`.
+        /// Expression of type `Result<&'static Function, &'static EmbedError>`.
         ir: TokenStream,
         /// Expression usable as `&dyn Fn(&str) -> Option<&Function>`.
         resolve: TokenStream,
@@ -152,13 +152,31 @@ fn emit_fn(
     }
 }
 
-/// A `static` `OnceLock` holding the IR, as the body of an `fn() -> &'static Function`.
+/// The type of an IR cell's accessor: the embedded function, or why it
+/// was refused when loaded.
+fn ir_cell_type() -> TokenStream {
+    quote!(::core::result::Result<&'static ::tc::core::ir::Function, &'static ::tc::core::embed::EmbedError>)
+}
+
+/// The body of an IR cell's accessor: the checked function embedded as
+/// bytes (`tc_core::embed`), decoded and verified on first use and kept in
+/// a `static` `OnceLock`.
 fn ir_cell(func: &Function) -> TokenStream {
-    let ctor = codegen::function(func);
-    quote!({
-        static IR: ::std::sync::OnceLock<::tc::core::ir::Function> = ::std::sync::OnceLock::new();
-        IR.get_or_init(|| #ctor)
-    })
+    match tc_core::embed::encode(func) {
+        Ok(bytes) => {
+            let lit = proc_macro2::Literal::byte_string(&bytes);
+            quote!({
+                static IR: ::std::sync::OnceLock<
+                    ::core::result::Result<::tc::core::ir::Function, ::tc::core::embed::EmbedError>,
+                > = ::std::sync::OnceLock::new();
+                IR.get_or_init(|| ::tc::core::embed::decode(#lit)).as_ref()
+            })
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            quote!({ ::core::compile_error!(#msg) })
+        }
+    }
 }
 
 /// One tensor fn as the front end sees it.
@@ -299,8 +317,9 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     let out = match &u.checked {
         Some(f) => {
             let cell = ir_cell(f);
+            let cell_ty = ir_cell_type();
             let ir = quote!({
-                fn __tc_ir() -> &'static ::tc::core::ir::Function #cell
+                fn __tc_ir() -> #cell_ty #cell
                 __tc_ir()
             });
             let resolve = quote!(&|_: &str| ::core::option::Option::None);
@@ -665,7 +684,7 @@ fn ir_items(ok: &[Function]) -> (Vec<TokenStream>, Vec<TokenStream>) {
         .map(|f| {
             let n = &f.sig.name;
             let ir = format_ident!("__tc_ir_{}", n);
-            quote!(#n => ::core::option::Option::Some(#ir()),)
+            quote!(#n => #ir().ok(),)
         })
         .collect();
     let cells: Vec<TokenStream> = ok
@@ -673,10 +692,11 @@ fn ir_items(ok: &[Function]) -> (Vec<TokenStream>, Vec<TokenStream>) {
         .map(|f| {
             let ir = format_ident!("__tc_ir_{}", f.sig.name);
             let cell = ir_cell(f);
+            let cell_ty = ir_cell_type();
             quote!(
                 #[doc(hidden)]
                 #[allow(non_snake_case, dead_code)]
-                fn #ir() -> &'static ::tc::core::ir::Function #cell
+                fn #ir() -> #cell_ty #cell
             )
         })
         .collect();
