@@ -76,19 +76,19 @@ pub const TC_BACKEND: Var = var(
 pub const TC_PROFILE: Var = var(
     "TC_PROFILE",
     "unset (off)",
-    "A file to which the checker appends its per-phase timings, one line per checked function.",
+    "A file to which `#[tensor_fn]` appends each fn's checking time by phase (`scripts/macro-profile.awk`).",
 );
 /// The solver's first resource limit per query.
 pub const TC_SOLVER_RLIMIT: Var = var(
     "TC_SOLVER_RLIMIT",
-    "the solver's built-in budget",
-    "Z3's resource limit for a query's first attempt.",
+    "100000",
+    "Z3's deterministic resource limit for a query's first attempt.",
 );
 /// The solver's last resource limit per query.
 pub const TC_SOLVER_MAX_RLIMIT: Var = var(
     "TC_SOLVER_MAX_RLIMIT",
-    "the solver's built-in ceiling",
-    "Z3's resource limit for a query's last retry.",
+    "10000000",
+    "Z3's deterministic resource limit for a query's last retry.",
 );
 /// The linear fast path before Z3.
 pub const TC_SOLVER_FAST: Var = var(
@@ -99,8 +99,8 @@ pub const TC_SOLVER_FAST: Var = var(
 /// The macro's persistent proof cache.
 pub const TC_PROOF_CACHE: Var = var(
     "TC_PROOF_CACHE",
-    "a folder under the build's `target/`",
-    "The proof cache's folder; `off`, `0` or empty turns it off.",
+    "the build's `target/tc-proof-cache`",
+    "The `#[tensor_fn]` proof cache's folder; `off`, `0` or empty turns it off.",
 );
 /// The interpreter's heap-invariant check.
 pub const TC_CHECK_HEAP: Var = var(
@@ -112,7 +112,7 @@ pub const TC_CHECK_HEAP: Var = var(
 pub const TC_POOL_MB: Var = var(
     "TC_POOL_MB",
     "256",
-    "MiB of freed tensor storage the pool keeps for reuse.",
+    "MiB of freed tensor storage the pool keeps for reuse; `0` turns the pool off.",
 );
 /// The persistent kernel cache's folder.
 pub const TC_KERNEL_CACHE: Var = var(
@@ -130,7 +130,7 @@ pub const TC_KERNEL_CACHE_MAX_MB: Var = var(
 pub const TC_PACK_CACHE_MB: Var = var(
     "TC_PACK_CACHE_MB",
     "1024",
-    "MiB of packed weights kept across calls.",
+    "MiB of weights kept packed across calls; `0` keeps none (less memory, slower steps).",
 );
 /// Pinned worker threads.
 pub const TC_PIN_THREADS: Var = var(
@@ -142,7 +142,7 @@ pub const TC_PIN_THREADS: Var = var(
 pub const TC_STREAM: Var = var(
     "TC_STREAM",
     "on",
-    "`0` turns off streaming a product's weight while its kernel runs (for measurements).",
+    "`0` turns off streaming (non-temporal) stores for large outputs.",
 );
 /// Per-step timings of the JIT's executor.
 pub const TC_LLVM_PROFILE: Var = var(
