@@ -126,11 +126,15 @@ build_llama() { # build-dir [extra cmake args...]
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S "$src" -B "$dir" -G Ninja -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF "$@" >"$dir.configure.log" 2>&1 ||
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+      "$@" >"$dir.configure.log" 2>&1 ||
       { cat "$dir.configure.log" >&2; exit 1; }
   fi
   local t0=$SECONDS
-  cmake --build "$dir" --target llama-bench llama-batched-bench -j "$JOBS" >"$dir.build.log" 2>&1 ||
+  # llama-server too, for scripts/serve-load.sh (LLAMA_SERVER=$dir/bin/llama-server);
+  # its web UI is left out (its assets would be downloaded).
+  cmake --build "$dir" --target llama-bench llama-batched-bench llama-server -j "$JOBS" \
+    >"$dir.build.log" 2>&1 ||
     { tail -40 "$dir.build.log" >&2; exit 1; }
   echo "llama.cpp build $dir: $((SECONDS - t0)) s" >&2
 }

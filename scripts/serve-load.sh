@@ -8,6 +8,7 @@
 #   THREADS=2 STREAMS=1,4,16,32 TOKENS=128 scripts/serve-load.sh
 #   NUMERICS=fast scripts/serve-load.sh         # 8-bit activations (default exact)
 #   LLAMA_SERVER=path/to/llama-server scripts/serve-load.sh   # also llama.cpp's
+#     (scripts/llm-peer-bench.sh builds one: target/peers/llama.cpp-build/bin/llama-server)
 #
 # With LLAMA_SERVER set, the same load runs against llama.cpp's server on
 # the same GGUF and thread count (`-t $THREADS -np 32 -c 32768`).
