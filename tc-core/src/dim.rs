@@ -214,6 +214,16 @@ impl Dim {
         self.terms.iter().map(|(m, c)| (m.as_slice(), *c))
     }
 
+    /// The single term `c · m` (`m` a monomial as [`Dim::terms`] yields it,
+    /// already sorted), so a dim can be split into its terms and rebuilt.
+    pub fn term(m: &[Atom], c: i64) -> Dim {
+        let mut terms = BTreeMap::new();
+        if c != 0 {
+            terms.insert(m.to_vec(), c);
+        }
+        Dim { terms }
+    }
+
     /// Floor division `self / rhs`; panics where [`Dim::checked_div`] errs.
     pub fn div(&self, rhs: &Dim) -> Dim {
         self.checked_div(rhs).unwrap_or_else(|e| panic!("{e}"))

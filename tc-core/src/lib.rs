@@ -17,6 +17,7 @@ pub mod dim;
 pub mod dtype;
 pub mod embed;
 pub mod env;
+pub mod invert;
 pub mod ir;
 pub mod pred;
 pub mod profile;

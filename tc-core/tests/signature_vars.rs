@@ -1,5 +1,6 @@
 //! Every shape variable of an accepted signature is bound at every call
-//! (Section 2 §17: a call binds exactly the parameters' bare dims). A
+//! (Section 2 §17: a call binds the parameters' bare dims, and Section 2
+//! §18 the variables of compound dims invertible in them, `2 * V`). A
 //! variable that occurs in no parameter dim — only in `requires`, a
 //! refinement, an axiom, the return type, or declared through
 //! `FnBuilder::declare` — is refused at formation with E0102 on every
@@ -9,7 +10,8 @@
 //! The property test draws signatures with variables placed at random in
 //! every position a variable can occur and checks the class: whenever the
 //! checker accepts, each variable of the signature is a bare dim of some
-//! parameter (what the runtime contract binds).
+//! parameter or solvable from an invertible one (what the runtime contract
+//! binds).
 
 use proptest::prelude::*;
 
@@ -134,8 +136,10 @@ enum Place {
     Bare,
     /// A dim parameter `Dim![V]` (bound at a call).
     DimParam,
-    /// Inside the compound dim `2 * V` of a parameter.
+    /// Inside the compound dim `2 * V` of a parameter (invertible: bound).
     Compound,
+    /// Inside the compound dim `N + V % 3` of a parameter (not invertible).
+    Remainder,
     /// `requires(V >= 1)`.
     Requires,
     /// A refinement `N >= V` of `x`.
@@ -153,6 +157,7 @@ fn place() -> impl Strategy<Value = Place> {
         Just(Place::Bare),
         Just(Place::DimParam),
         Just(Place::Compound),
+        Just(Place::Remainder),
         Just(Place::Requires),
         Just(Place::Refinement),
         Just(Place::Axiom),
@@ -183,6 +188,11 @@ fn drawn(places: &[(Place, Option<Place>)]) -> Function {
     let mut xdims = vec![v("N")];
     xdims.extend(at(Place::Bare).into_iter().map(v));
     xdims.extend(at(Place::Compound).into_iter().map(|n| v(n) + v(n)));
+    xdims.extend(
+        at(Place::Remainder)
+            .into_iter()
+            .map(|n| v("N") + v(n).rem(&Dim::c(3))),
+    );
     let refs: Vec<Pred> = at(Place::Refinement)
         .into_iter()
         .map(|n| Pred::ge(v("N"), v(n)))
@@ -209,14 +219,37 @@ fn drawn(places: &[(Place, Option<Place>)]) -> Function {
     b.finish(y)
 }
 
-/// The variables a call binds: the bare dims of the parameters.
+/// The variables a call binds: the bare dims of the parameters, then
+/// (Section 2 §18) the one open variable of a dim invertible in it.
 fn bound_at_a_call(f: &Function) -> Vec<String> {
-    f.sig
+    let dims: Vec<Dim> = f
+        .sig
         .params
         .iter()
         .flat_map(|p| p.ty.param_dims().to_vec())
+        .collect();
+    let mut bound: Vec<String> = dims
+        .iter()
         .filter_map(|d| d.as_var().map(str::to_string))
-        .collect()
+        .collect();
+    loop {
+        let before = bound.len();
+        for d in &dims {
+            let open: Vec<String> = d
+                .vars()
+                .into_iter()
+                .filter(|x| !bound.contains(x))
+                .collect();
+            if let [x] = open.as_slice() {
+                if tc_core::invert::layers(d, x, &|y| bound.iter().any(|b| b == y)).is_ok() {
+                    bound.push(x.clone());
+                }
+            }
+        }
+        if bound.len() == before {
+            return bound;
+        }
+    }
 }
 
 /// Every variable the signature names, anywhere.

@@ -11,6 +11,10 @@
 //!    is one more dimension): a bare variable not yet bound binds σ (module
 //!    constants are pre-bound), an already-bound variable or a constant is
 //!    compared; compound dims (`S - K + 1`, `D / H`) are deferred;
+//! 2b. each variable that only compound dims determine, solved from a
+//!    deferred dim invertible in it (Section 2 §18: `4 * F`, `F + 2`,
+//!    `K / 32`): the division must be exact and the value at least the
+//!    variable's least size, else [`Error::Infer`];
 //! 3. every deferred compound dim, evaluated under the now complete σ (so
 //!    `x: [S], y: [S - K + 1]` works whatever the parameter order);
 //! 4. every tensor refinement, every `requires`, and every axiom under σ
@@ -26,6 +30,7 @@
 use std::collections::BTreeSet;
 
 use tc_core::ctx::zero_opt_ins;
+use tc_core::invert;
 use tc_core::ir::Signature;
 use tc_core::{Dim, Dtype, Pred, Sigma, TensorType, Type};
 
@@ -333,6 +338,8 @@ fn bind_with(
             }
         }
     }
+    // Pass 1b: variables only compound dims determine (Section 2 §18).
+    infer_compound(sig, args, &deferred, &mut sigma, &zero_ok)?;
     // Pass 2: compound dims under the complete σ.
     for (pi, axis) in deferred {
         check_compound(sig, &sigma, args, pi, axis)?;
@@ -374,6 +381,83 @@ fn bind_tensor<'a>(
         }
     }
     Ok(deferred)
+}
+
+/// Pass 1b (Section 2 §18, last bullet): a variable no bare dim bound is
+/// solved from a deferred compound dim invertible in it once that dim's
+/// other variables are bound (`4 * F` at 32 gives `F = 8`), until nothing
+/// changes. Pass 2 then re-checks every compound dim, these included. A dim
+/// that cannot be inverted is left alone: pass 2 reports its variable unbound.
+fn infer_compound(
+    sig: &Signature,
+    args: &[ArgShape<'_>],
+    deferred: &[(usize, usize)],
+    sigma: &mut Sigma,
+    zero_ok: &dyn Fn(&str) -> bool,
+) -> Result<()> {
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for &(pi, axis) in deferred {
+            let p = &sig.params[pi];
+            let (Some(d), Some(actual)) = (p.ty.param_dims().get(axis), args[pi].dim(axis)) else {
+                continue;
+            };
+            let open: Vec<String> = d
+                .vars()
+                .into_iter()
+                .filter(|v| !sigma.contains_key(v))
+                .collect();
+            let [var] = open.as_slice() else { continue };
+            let site = Site {
+                sig,
+                param: &p.name,
+                axis: Some(axis).filter(|_| matches!(p.ty, Type::Tensor(_))),
+                dim: d,
+            };
+            if let Some(val) = invert_dim(&site, var, actual, sigma, zero_ok)? {
+                sigma.insert(var.clone(), val);
+                progress = true;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The value of `var` that makes `site`'s dim equal `actual`: exact
+/// division, checked arithmetic, and the least size of Section 2 §16
+/// (`var ≥ 1` unless opted into `≥ 0`). `None` when the dim is not
+/// invertible in `var` (formation refuses such a signature; one built
+/// unchecked fails in pass 2 instead).
+fn invert_dim(
+    site: &Site,
+    var: &str,
+    actual: usize,
+    sigma: &Sigma,
+    zero_ok: &dyn Fn(&str) -> bool,
+) -> Result<Option<i64>> {
+    let fail = |why: String| Error::Infer {
+        param: site.param.to_string(),
+        axis: site.axis,
+        dim: site.dim.to_string(),
+        var: var.to_string(),
+        found: actual,
+        why,
+        sigma: format_sigma(site.sig, sigma),
+    };
+    let n = i64::try_from(actual).map_err(|_| fail("the size does not fit in an i64".into()))?;
+    let val = match invert::solve_value(site.dim, var, n, sigma) {
+        Ok(v) => v,
+        Err(invert::InvertError::NotInvertible(_)) => return Ok(None),
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    let min = if zero_ok(var) { 0 } else { 1 };
+    if val < min {
+        return Err(fail(format!(
+            "it gives `{var}` = {val}, below the least size `{var} >= {min}` (Section 2 §16)"
+        )));
+    }
+    Ok(Some(val))
 }
 
 /// Pass 2: a compound dim (`2 * W`, `D / H`) against the argument's size.

@@ -300,6 +300,27 @@ pub enum Error {
         /// The substitution bound so far.
         sigma: String,
     },
+    /// A compound dim that binds a shape variable (Section 2 §18: `4 * F`,
+    /// `F + 2`, `K / 32`) does not invert at the argument's size: the size
+    /// is not a multiple, the value it gives is below the variable's least
+    /// size (Section 2 §16), or it does not fit in an i64.
+    #[error("parameter `{param}`{} (`{dim}`): size {found} cannot bind `{var}`: {why} (σ = {sigma})", axis_text(.axis))]
+    Infer {
+        /// The parameter.
+        param: String,
+        /// The tensor axis; `None` for a dim parameter.
+        axis: Option<usize>,
+        /// The declared compound dim.
+        dim: String,
+        /// The shape variable it was to bind.
+        var: String,
+        /// The argument's size.
+        found: usize,
+        /// Why no value of the variable gives that size.
+        why: String,
+        /// The substitution bound so far.
+        sigma: String,
+    },
     /// A scalar argument's value is not in its declared dtype's value set.
     #[error("parameter `{param}`: value {value} is not a {dtype} value")]
     ScalarValue {
@@ -320,6 +341,11 @@ pub enum Error {
         /// What was found.
         message: String,
     },
+}
+
+/// `, dimension 2` for a tensor axis, nothing for a dim parameter.
+fn axis_text(axis: &Option<usize>) -> String {
+    axis.map(|a| format!(", dimension {a}")).unwrap_or_default()
 }
 
 /// Result with the runtime's error.

@@ -192,14 +192,24 @@ fn compound_dims_are_checked_after_every_bare_variable() {
             value: -1
         })
     );
-    // A variable that only occurs inside a compound dim cannot be bound.
-    let mut b = FnBuilder::new("unb");
+    // A variable that only occurs inside a compound dim is bound from it
+    // when the dim determines it (Section 2 §18)...
+    let mut b = FnBuilder::new("inv");
     let y = b.tensor("y", Dtype::F32, vec![d("N") * 2]);
+    let g = b.ret_any(y);
+    assert_eq!(bind(&g.sig, &[z(Dtype::F32, &[4])]), Ok(sigma(&[("N", 2)])));
+    // ...and cannot be bound from one that does not (`N % 2`).
+    let mut b = FnBuilder::new("unb");
+    let y = b.tensor(
+        "y",
+        Dtype::F32,
+        vec![d("N") + d("N").rem(&Dim::c(2))],
+    );
     let g = b.ret_any(y);
     assert_eq!(
         bind(&g.sig, &[z(Dtype::F32, &[4])]),
         Err(Error::Eval {
-            context: "parameter `y`, dimension 0 (`2 * N`)".into(),
+            context: "parameter `y`, dimension 0 (`N + N % 2`)".into(),
             source: tc_core::dim::EvalError::Unbound("N".into())
         })
     );

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use crate::ctx::Ctx;
 use crate::diag::{codes, Diagnostic, SpanId};
 use crate::dim::{Dim, DimError};
+use crate::invert;
 use crate::ir::{Inst, Signature};
-use crate::pred::Pred;
+use crate::pred::{CmpOp, Pred};
 use crate::subtype::subtype;
 use crate::types::{shape_string, TensorType, Type};
 
@@ -130,6 +131,7 @@ impl Checker<'_> {
                 }
             }
         }
+        self.infer_compound(name, sig, operands, inst, &mut theta)?;
         for v in &sig.vars {
             if !theta.contains_key(&v.name) {
                 self.err(Diagnostic::new(
@@ -145,6 +147,73 @@ impl Checker<'_> {
             }
         }
         Some(theta)
+    }
+
+    /// Section 2 §18 (last bullet): a callee variable that no bare dim
+    /// bound is solved from a compound parameter dim invertible in it once
+    /// that dim's other variables are in θ (`4 * F` against the caller's
+    /// `8 * E` gives `F = 2 * E`). Each division the solution makes must be
+    /// exact: an obligation on the caller, with a counterexample when it
+    /// fails. The range (`F ≥ 1`) is the callee's default, checked with the
+    /// other obligations; that the dim then matches is argument subtyping.
+    fn infer_compound(
+        &mut self,
+        name: &str,
+        sig: &Signature,
+        operands: &[Type],
+        inst: &Inst,
+        theta: &mut BTreeMap<String, Dim>,
+    ) -> Option<()> {
+        let consts: BTreeMap<String, Dim> = sig
+            .consts
+            .iter()
+            .map(|(n, v)| (n.clone(), Dim::c(*v)))
+            .collect();
+        let pairs = compound_pairs(sig, operands);
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for &(i, param, pd, ad) in &pairs {
+                // Module constants folded, so `N_EXPERTS * F` is `8 * F`.
+                let Ok(folded) = pd.checked_subst(&consts) else {
+                    continue;
+                };
+                let open: Vec<String> = folded
+                    .vars()
+                    .into_iter()
+                    .filter(|v| !theta.contains_key(v))
+                    .collect();
+                let [var] = open.as_slice() else { continue };
+                let Ok(layers) = invert::layers(&folded, var, &|x| theta.contains_key(x)) else {
+                    continue;
+                };
+                let span = inst.arg_span(i);
+                let n = self.dim_op(ad.checked_subst(&self.const_map()), span)?;
+                let solved = match invert::solve(&layers, &n, theta) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.err(dim_error_diag(&e, span));
+                        return None;
+                    }
+                };
+                for (e, c) in &solved.multiples {
+                    let rem = self.dim_op(e.checked_rem(&Dim::c(*c)), span)?;
+                    let ok = self.prove_cmp(&rem, CmpOp::Eq, &Dim::c(0), codes::CALL, R_CALL, span, || {
+                        format!("argument `{param}` of `{name}`: binding `{var}` from the dim `{ad}` through the parameter's `{pd}` needs `{e}` to be a multiple of {c}")
+                    });
+                    if !ok {
+                        let help = format!("pass a tensor whose dim makes `{e}` a multiple of {c}, or add `requires({e} % {c} == 0)` to the caller");
+                        if let Some(last) = self.diags.last_mut() {
+                            last.help = Some(help);
+                        }
+                        return None;
+                    }
+                }
+                theta.insert(var.clone(), solved.value);
+                progress = true;
+            }
+        }
+        Some(())
     }
 
     /// One tensor argument against its parameter: dtype, rank, then its
@@ -291,4 +360,26 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// Every (argument index, parameter name, parameter dim, argument dim) of a
+/// call whose parameter dim is compound: the dims §18 inference may solve.
+fn compound_pairs<'s>(
+    sig: &'s Signature,
+    operands: &'s [Type],
+) -> Vec<(usize, &'s str, &'s Dim, &'s Dim)> {
+    let mut out = Vec::new();
+    for (i, (p, a)) in sig.params.iter().zip(operands).enumerate() {
+        let dims: Vec<(&Dim, &Dim)> = match (&p.ty, a) {
+            (Type::Tensor(pt), Type::Tensor(at)) => pt.shape.iter().zip(&at.shape).collect(),
+            (Type::Dim(pd), Type::Dim(ad)) => vec![(pd, ad)],
+            _ => vec![],
+        };
+        out.extend(
+            dims.into_iter()
+                .filter(|(pd, _)| pd.as_var().is_none() && pd.as_const().is_none())
+                .map(|(pd, ad)| (i, p.name.as_str(), pd, ad)),
+        );
+    }
+    out
 }

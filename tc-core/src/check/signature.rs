@@ -3,10 +3,14 @@
 //! `requires` well formed, and the refinement set satisfiable, with a
 //! minimal unsatisfiable core underlined when it is not.
 
+use std::collections::BTreeSet;
+
 use crate::diag::{codes, Diagnostic, SpanId};
+use crate::dim::Dim;
+use crate::invert;
 use crate::ir::Signature;
 use crate::pred::Pred;
-use crate::solver::{self, Satisfiability};
+use crate::solver::{self, Entailment, Satisfiability};
 use crate::types::Type;
 
 use super::{Checker, R_FORM, R_QUANT};
@@ -22,69 +26,90 @@ impl Checker<'_> {
         self.divisor_ctx = None;
     }
 
-    /// Every shape variable of a signature must be inferable at a call
-    /// (Section 2 §17: "each dimension of a parameter that is a bare variable
-    /// binds it"). One that occurs only inside compound dims (`[D, 8 * F]`)
-    /// would be accepted here and then make every call fail with an unbound
-    /// variable: an accepted signature must be callable.
+    /// Every shape variable of a signature must be inferable at a call:
+    /// a bare parameter dim binds it (Section 2 §17), and so does a compound
+    /// dim invertible in it once its other variables are bound (Section 2
+    /// §18, last bullet: `8 * F`, `F + 2`, `K / 32` with `K % 32 == 0`).
+    /// Any other variable would be accepted here and then make every call
+    /// fail with an unbound variable: an accepted signature must be callable.
     fn check_vars_inferable(&mut self, sig: &Signature) {
-        let tensor_dims = || {
-            // Tensor dims and dim parameters (`heads: Dim![H]`) alike.
-            sig.params.iter().flat_map(|p| {
+        let consts = self.const_map();
+        // Tensor dims and dim parameters (`heads: Dim![H]`) alike, with
+        // module constants folded so `N_EXPERTS * F` reads `8 * F`.
+        let dims: Vec<(Dim, Dim, SpanId)> = sig
+            .params
+            .iter()
+            .flat_map(|p| {
                 p.ty.param_dims()
                     .iter()
                     .enumerate()
-                    .map(|(i, d)| (d, p.dim_spans.get(i).copied().unwrap_or(p.span)))
+                    .map(|(i, d)| {
+                        let folded = d.checked_subst(&consts).unwrap_or_else(|_| d.clone());
+                        (
+                            d.clone(),
+                            folded,
+                            p.dim_spans.get(i).copied().unwrap_or(p.span),
+                        )
+                    })
                     .collect::<Vec<_>>()
             })
-        };
-        let bare: std::collections::BTreeSet<&str> =
-            tensor_dims().filter_map(|(d, _)| d.as_var()).collect();
+            .collect();
+        let mut bound: BTreeSet<String> = dims
+            .iter()
+            .filter_map(|(_, d, _)| d.as_var().map(str::to_string))
+            .chain(sig.consts.iter().map(|(c, _)| c.clone()))
+            .collect();
+        // Bind through compound dims until nothing changes (`F + G` after
+        // `G / 2` bound `G`).
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for v in &sig.vars {
+                if bound.contains(&v.name) {
+                    continue;
+                }
+                let binds = dims.iter().any(|(_, d, _)| {
+                    d.vars().contains(&v.name) && self.inverts(d, &v.name, &bound).is_ok()
+                });
+                if binds {
+                    bound.insert(v.name.clone());
+                    progress = true;
+                }
+            }
+        }
         for v in &sig.vars {
-            let is_const = sig.consts.iter().any(|(c, _)| c == &v.name);
-            if bare.contains(v.name.as_str()) || is_const {
+            if bound.contains(&v.name) {
                 continue;
             }
-            let Some((d, span)) = tensor_dims().find(|(d, _)| d.vars().contains(&v.name)) else {
-                // In no parameter dim at all. `names_bound` cannot report
-                // it: Γ binds every name of `sig.vars`, and a builder
-                // (`FnBuilder::declare`, `returns`) puts names there that
-                // only `requires`, a refinement, an axiom or the return
-                // type mention. Section 2 §17 binds a call's σ from the
-                // parameters alone, so no call could bind it.
-                self.err(
-                    Diagnostic::new(
-                        codes::UNBOUND_VAR,
-                        R_FORM,
-                        first_mention(sig, &v.name),
-                        format!(
-                            "shape variable `{}` occurs in no parameter's dims, so a call cannot bind it",
-                            v.name
-                        ),
-                    )
-                    .help(format!(
-                        "bind `{}` through a tensor parameter's dim or a dim parameter (`Dim![{}]`), or remove it",
-                        v.name, v.name
-                    )),
-                );
-                continue;
-            };
-            self.err(
-                Diagnostic::new(
-                    codes::UNBOUND_VAR,
-                    R_FORM,
-                    span,
-                    format!(
-                        "shape variable `{}` occurs only inside the compound dim `{d}`, so a call cannot infer it",
-                        v.name
-                    ),
-                )
-                .help(format!(
-                    "give `{}` a dim of its own in some parameter (for example a tensor whose dim is exactly `{}`), or write the dim with a variable of its own and relate the two in `requires`",
-                    v.name, v.name
-                )),
-            );
+            match dims.iter().find(|(_, d, _)| d.vars().contains(&v.name)) {
+                Some((orig, d, span)) => {
+                    let why = self.inverts(d, &v.name, &bound).err().unwrap_or_default();
+                    self.err(not_inferable(&v.name, orig, &why, *span));
+                }
+                None => self.err(in_no_param(sig, &v.name)),
+            }
         }
+    }
+
+    /// Can `d` bind `var` at a call, given the variables in `bound`? The
+    /// reason it cannot otherwise. A quotient `x / k` inverts only when the
+    /// signature implies `x % k == 0`: else `x` is known only up to `k`
+    /// values, and the body could tell them apart.
+    fn inverts(&self, d: &Dim, var: &str, bound: &BTreeSet<String>) -> Result<(), String> {
+        let layers = invert::layers(d, var, &|x| bound.contains(x)).map_err(|e| e.reason(var))?;
+        for (x, k) in layers.iter().filter_map(|l| l.quotient.as_ref()) {
+            let exact = x
+                .checked_rem(&Dim::c(*k))
+                .map(|r| Pred::eq(r, 0))
+                .map_err(|e| e.to_string())?;
+            if !matches!(solver::entails(&self.ctx, &exact), Entailment::Valid) {
+                let q = x.checked_div(&Dim::c(*k)).map_err(|e| e.to_string())?;
+                return Err(format!(
+                    "`{q}` gives `{x}` only up to a remainder, and the signature does not imply `{exact}`"
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check_sig_formed(&mut self, sig: &Signature) {
@@ -243,6 +268,36 @@ impl Checker<'_> {
         }
         keep
     }
+}
+
+/// E0102 for a variable whose only parameter dims cannot bind it.
+fn not_inferable(var: &str, d: &Dim, why: &str, span: SpanId) -> Diagnostic {
+    Diagnostic::new(
+        codes::UNBOUND_VAR,
+        R_FORM,
+        span,
+        format!("shape variable `{var}` occurs only inside the compound dim `{d}`, which cannot bind it at a call: {why}"),
+    )
+    .help(format!(
+        "give `{var}` a dim of its own in some parameter, or write the dim so that it determines `{var}` (`c * {var}`, `{var} + k`, `{var} - k`, or `{var} / c` with `requires({var} % c == 0)`: Section 2 §18)"
+    ))
+}
+
+/// E0102 for a variable in no parameter's dims. `names_bound` cannot
+/// report it: Γ binds every name of `sig.vars`, and a builder
+/// (`FnBuilder::declare`, `returns`) puts names there that only `requires`,
+/// a refinement, an axiom or the return type mention. Section 2 §17 binds a
+/// call's σ from the parameters alone, so no call could bind it.
+fn in_no_param(sig: &Signature, var: &str) -> Diagnostic {
+    Diagnostic::new(
+        codes::UNBOUND_VAR,
+        R_FORM,
+        first_mention(sig, var),
+        format!("shape variable `{var}` occurs in no parameter's dims, so a call cannot bind it"),
+    )
+    .help(format!(
+        "bind `{var}` through a tensor parameter's dim or a dim parameter (`Dim![{var}]`), or remove it"
+    ))
 }
 
 /// Where a signature first mentions `var` outside its parameters' dims:

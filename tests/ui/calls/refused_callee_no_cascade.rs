@@ -1,7 +1,7 @@
 use tc::tensor_module;
 
-// Mixtral experts stored as one `[D, 8 * F]` weight: `F` occurs only inside a
-// compound dim, so the signature is refused (E0102) at that dim. The caller
+// A weight `[D, D + F % 8]`: `F` occurs only inside a compound dim that does
+// not determine it, so the signature is refused (E0102) at that dim. The caller
 // gets no second, derived "cannot infer F" error; its own unrelated error is
 // not derived and is still reported.
 #[tensor_module]
@@ -9,7 +9,7 @@ mod mixtral {
     use tc::Tensor;
 
     #[tensor_fn]
-    pub fn experts(x: Tensor![f32; T, D], w: Tensor![f32; D, 8 * F]) -> Tensor![f32; T, 8 * F] {
+    pub fn experts(x: Tensor![f32; T, D], w: Tensor![f32; D, D + F % 8]) -> Tensor![f32; T, D + F % 8] {
         matmul(x, w)
     }
 
