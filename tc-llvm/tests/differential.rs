@@ -166,7 +166,7 @@ fn scalar_binary_literal_and_param() {
                 let r = b.op(Op::ScalarBinary {
                     op,
                     x,
-                    s: Scalar::Param(s.0 as usize),
+                    s: b.scalar_param(s),
                     scalar_left: left,
                 });
                 let f = b.finish(r);

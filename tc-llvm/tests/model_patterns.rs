@@ -5,7 +5,7 @@
 //! row-fused softmax / layer norm.
 mod util;
 
-use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, UnaryOp};
 use tc_core::{Dim, Dtype};
 use tc_llvm::plan::Step;
 use tc_llvm::JitOptions;
@@ -236,7 +236,7 @@ fn layer_norm_fn() -> Function {
     let ve = b.op(Op::ScalarBinary {
         op: BinaryOp::Add,
         x: var,
-        s: Scalar::Param(eps.0 as usize),
+        s: b.scalar_param(eps),
         scalar_left: false,
     });
     let inv = b.op(Op::Unary(UnaryOp::Rsqrt, ve));

@@ -345,7 +345,7 @@ fn scalar_parameters() {
     let _n = b.scalar("n", Dtype::I8);
     let _a = b.scalar("alpha", Dtype::BF16);
     let _m = b.scalar("mask", Dtype::Bool);
-    let g = b.ret_any(tc_core::ir::Value(0));
+    let g = b.ret_any(tc_core::ir::Value::from_u32(0));
     let ok = bind_args(&g.sig, &[5i64.into(), 0.1f32.into(), true.into()]).unwrap();
     assert_eq!(ok.scalars[0], Some((Elem::I(5), Dtype::I8)));
     // The f32 0.1 is rounded into bf16.

@@ -563,7 +563,7 @@ fn scalar_binary_literals_and_params() {
     let r = b.op(Op::ScalarBinary {
         op: BinaryOp::Mul,
         x: xv,
-        s: Scalar::Param(s.0 as usize),
+        s: b.scalar_param(s),
         scalar_left: false,
     });
     let f = b.ret(r, tt(Dtype::F32, ds(&["N"])));
@@ -1124,7 +1124,7 @@ fn fill_and_iota() {
     let mut b = FnBuilder::new("f");
     let x = b.tensor("x", Dtype::F32, ds(&["B", "S"]));
     let s = b.scalar("s", Dtype::I8);
-    let f1 = b.op(Op::Fill(Dtype::I8, ds(&["S"]), Scalar::Param(s.0 as usize)));
+    let f1 = b.op(Op::Fill(Dtype::I8, ds(&["S"]), b.scalar_param(s)));
     let _f2 = b.op(Op::Fill(Dtype::BF16, ds(&["B"]), Scalar::Float(0.1)));
     let i1 = b.op(Op::Iota(Dtype::I64, ds(&["B", "S"]), 1));
     let _i2 = b.op(Op::Iota(Dtype::F8E4M3, ds(&["S"]), 0));
@@ -1283,7 +1283,7 @@ fn every_step_is_op_apply_and_preserves_the_heap_invariant() {
         n += 1;
         assert_eq!(m.heap().len(), n, "one fresh handle per step");
         m.check().unwrap();
-        assert!(matches!(m.values().last(), Some(Val::Tensor(h)) if h.0 as usize == n - 1));
+        assert!(matches!(m.values().values().last(), Some(Val::Tensor(h)) if h.index() == n - 1));
     }
     assert!(!m.step().unwrap());
     let out = m.finish().unwrap();
@@ -1334,7 +1334,7 @@ fn declared_types_are_checked_by_the_heap_invariant() {
 fn malformed_ir_is_an_error_not_a_panic() {
     let mut b = FnBuilder::new("m");
     let x = b.tensor("x", Dtype::F32, ds(&["N"]));
-    let r = b.op(Op::Binary(BinaryOp::Add, x, Value(7)));
+    let r = b.op(Op::Binary(BinaryOp::Add, x, Value::from_u32(7)));
     let f = b.ret_any(r);
     assert!(matches!(
         run(&f, vec![Tensor::zeros(Dtype::F32, &[1]).into()]),

@@ -238,7 +238,7 @@ proptest! {
             8 => Op::Concat(axis, vec![p, q]),
             9 => Op::Select(p, q, q),
             10 => Op::Iota(Dtype::I4, vec![Dim::c(lo)], axis),
-            _ => Op::Binary(BinaryOp::Rem, p, Value(9)),
+            _ => Op::Binary(BinaryOp::Rem, p, Value::from_u32(9)),
         });
         let _ = r;
     }

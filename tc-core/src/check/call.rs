@@ -196,21 +196,41 @@ impl Checker<'_> {
                         return None;
                     }
                 };
-                for (e, c) in &solved.multiples {
-                    let rem = self.dim_op(e.checked_rem(&Dim::c(*c)), span)?;
-                    let ok = self.prove_cmp(&rem, CmpOp::Eq, &Dim::c(0), codes::CALL, R_CALL, span, || {
-                        format!("argument `{param}` of `{name}`: binding `{var}` from the dim `{ad}` through the parameter's `{pd}` needs `{e}` to be a multiple of {c}")
-                    });
-                    if !ok {
-                        let help = format!("pass a tensor whose dim makes `{e}` a multiple of {c}, or add `requires({e} % {c} == 0)` to the caller");
-                        if let Some(last) = self.diags.last_mut() {
-                            last.help = Some(help);
-                        }
-                        return None;
-                    }
-                }
+                self.prove_multiples(&solved.multiples, span, |e, c| {
+                    format!("argument `{param}` of `{name}`: binding `{var}` from the dim `{ad}` through the parameter's `{pd}` needs `{e}` to be a multiple of {c}")
+                })?;
                 theta.insert(var.clone(), solved.value);
                 progress = true;
+            }
+        }
+        Some(())
+    }
+
+    /// Each `(e, c)`: `e % c == 0` under the caller's facts, or E0401 with
+    /// the counterexample and the `requires` that would make it hold.
+    fn prove_multiples(
+        &mut self,
+        multiples: &[(Dim, i64)],
+        span: SpanId,
+        msg: impl Fn(&Dim, i64) -> String,
+    ) -> Option<()> {
+        for (e, c) in multiples {
+            let rem = self.dim_op(e.checked_rem(&Dim::c(*c)), span)?;
+            let ok = self.prove_cmp(
+                &rem,
+                CmpOp::Eq,
+                &Dim::c(0),
+                codes::CALL,
+                R_CALL,
+                span,
+                || msg(e, *c),
+            );
+            if !ok {
+                let help = format!("pass a tensor whose dim makes `{e}` a multiple of {c}, or add `requires({e} % {c} == 0)` to the caller");
+                if let Some(last) = self.diags.last_mut() {
+                    last.help = Some(help);
+                }
+                return None;
             }
         }
         Some(())
