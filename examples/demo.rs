@@ -52,8 +52,8 @@ fn report(title: &str, f: &Function) {
     match check_function(f, &Signatures::new()) {
         Ok(checked) => {
             println!("   accepted; value types:");
-            for (i, t) in checked.types.iter().enumerate() {
-                println!("     v{i}: {t}");
+            for (v, t) in &checked.types {
+                println!("     {v}: {t}");
             }
         }
         Err(diags) => {

@@ -10,7 +10,7 @@
 mod gen;
 
 use tc_core::concrete::{self, Operand, RuleError};
-use tc_core::ir::Op;
+use tc_core::ir::{Op, ValueMap};
 use tc_core::{Dtype, Sigma, Type};
 
 /// Seeds of the run (each is a whole random program).
@@ -33,12 +33,12 @@ fn concrete_type(t: &Type, sigma: &Sigma) -> Option<(Dtype, Vec<usize>)> {
 fn compare(case: &gen::Case) -> usize {
     let f = &case.program.main;
     let types = &case.checked.types;
-    let vals: Vec<Option<(Dtype, Vec<usize>)>> = types
-        .iter()
+    let vals: ValueMap<Option<(Dtype, Vec<usize>)>> = types
+        .values()
         .map(|t| concrete_type(t, &case.sigma))
         .collect();
     let operand = |v: tc_core::ir::Value| -> Result<Operand<'_>, RuleError> {
-        match vals.get(v.0 as usize) {
+        match vals.get(v) {
             Some(Some((dtype, shape))) => Ok(Operand {
                 dtype: *dtype,
                 shape,
@@ -48,11 +48,12 @@ fn compare(case: &gen::Case) -> usize {
     };
     let mut compared = 0;
     for (i, inst) in f.body.iter().enumerate() {
-        let id = f.sig.params.len() + i;
         if matches!(inst.op, Op::Call(..)) {
             continue;
         }
-        let Some(want) = &vals[id] else { continue };
+        let Some(want) = &vals[inst.result] else {
+            continue;
+        };
         let got = concrete::infer(&inst.op, &operand, &case.sigma);
         match got {
             Ok(got) => assert_eq!(

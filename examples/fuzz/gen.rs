@@ -30,7 +30,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tc_core::build::FnBuilder;
 use tc_core::check::{check_function, Checked};
 use tc_core::ir::{
-    BinaryOp, Function, Op, PoolKind, ReduceOp, Scalar, Signatures, UnaryOp, Value, Window,
+    BinaryOp, Function, Op, PoolKind, ReduceOp, Scalar, Signatures, UnaryOp, Value, ValueDef,
+    ValueMap, Window,
 };
 use tc_core::{Dim, Dtype, Pred, Sigma, TensorType, Type};
 use tc_llvm::{CacheConfig, Jit, JitOptions};
@@ -465,7 +466,7 @@ impl<'a> Body<'a> {
         let used: BTreeSet<Value> = self
             .fb
             .clone()
-            .finish(Value(0))
+            .finish(Value::from_u32(0))
             .body
             .iter()
             .flat_map(|i| i.op.operands())
@@ -746,7 +747,7 @@ impl<'a> Body<'a> {
 
     /// The values computed from a call's result (directly or not).
     fn call_derived(&self) -> BTreeSet<Value> {
-        let f = self.fb.clone().finish(Value(0));
+        let f = self.fb.clone().finish(Value::from_u32(0));
         let mut out = BTreeSet::new();
         for inst in &f.body {
             let tainted = matches!(inst.op, Op::Call(..))
@@ -1450,8 +1451,8 @@ pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
     let mut scalars = Vec::new();
     for k in 0..rng.below(3) {
         let dt = rng.pick(&Dtype::ALL);
-        let v = fb.param(&format!("s{k}"), Type::Scalar(dt));
-        scalars.push((v.0 as usize, dt));
+        scalars.push((fb.sig().params.len(), dt));
+        fb.param(&format!("s{k}"), Type::Scalar(dt));
     }
     for p in requires {
         fb.requires(p);
@@ -2172,11 +2173,11 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
         sigma.insert(n.clone(), *v);
     }
     let sigma = &sigma;
-    let mut shapes: Vec<Vec<usize>> = Vec::new();
+    let mut shapes: ValueMap<Vec<usize>> = ValueMap::new();
     // The value of each dim value (`Dim![T]` parameters, `dim.value`).
-    let mut dim_vals: BTreeMap<usize, i64> = BTreeMap::new();
-    let n_params = ck.func.sig.params.len();
-    for (i, t) in ck.types.iter().enumerate() {
+    let mut dim_vals: BTreeMap<Value, i64> = BTreeMap::new();
+    for (i, t) in &ck.types {
+        let param = matches!(ck.func.value_def(i), Some(ValueDef::Param(_)));
         if matches!(t, Type::Scalar(_)) {
             shapes.push(vec![]);
             continue;
@@ -2198,7 +2199,7 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
             let empty = t
                 .as_tensor()
                 .is_some_and(|tt| tt.shape.iter().any(|d| d.eval(sigma) == Ok(0)));
-            return if i < n_params || empty {
+            return if param || empty {
                 Volumes::TooBig
             } else {
                 Volumes::Cap
@@ -2214,7 +2215,7 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
                 .iter()
                 .try_fold(1u128, |a, &d| a.checked_mul(d as u128))
         };
-        if i < n_params {
+        if param {
             // Arguments are allocated by the fuzzer: they stay small, and
             // their dims multiply within usize in any order (a tensor
             // `[0, 2^62, 2^62]` is not constructible).
@@ -2232,8 +2233,8 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
             Some(v) if v > budget => return Volumes::TooBig,
             _ => {}
         }
-        if i >= n_params {
-            if let Op::Call(name, xs) = &ck.func.body[i - n_params].op {
+        if let Some(inst) = ck.func.inst(i) {
+            if let Op::Call(name, xs) = &inst.op {
                 let Some(c) = callees.iter().find(|c| &c.func.sig.name == name) else {
                     continue;
                 };
@@ -2241,15 +2242,14 @@ fn volumes(ck: &Checked, sigma: &Sigma, callees: &[Checked], budget: u128) -> Vo
                 for (p, x) in c.func.sig.params.iter().zip(xs) {
                     let pt = match &p.ty {
                         Type::Dim(d) => {
-                            if let (Some(v), Some(n)) = (d.as_var(), dim_vals.get(&(x.0 as usize)))
-                            {
+                            if let (Some(v), Some(n)) = (d.as_var(), dim_vals.get(x)) {
                                 cs.insert(v.to_string(), *n);
                             }
                             continue;
                         }
                         t => t.as_tensor().expect("tensor parameter"),
                     };
-                    for (d, &n) in pt.shape.iter().zip(&shapes[x.0 as usize]) {
+                    for (d, &n) in pt.shape.iter().zip(&shapes[*x]) {
                         if let Some(v) = d.as_var() {
                             cs.insert(v.to_string(), n as i64);
                         }
@@ -2433,7 +2433,7 @@ pub fn prepare(seed: u64, cfg: &GenConfig, budget: usize) -> Prepared {
             return Prepared::NoSigma;
         };
         let args = llama_args(&plan, &program.main.sig, sigma, *start, &mut rng);
-        let want = concrete(&checked.types[checked.func.ret.0 as usize], sigma);
+        let want = concrete(&checked.types[checked.func.ret], sigma);
         return Prepared::Ready(Box::new(Case {
             seed,
             program,
@@ -2483,7 +2483,7 @@ pub fn prepare(seed: u64, cfg: &GenConfig, budget: usize) -> Prepared {
     let want = if expect_cap {
         None
     } else {
-        concrete(&checked.types[checked.func.ret.0 as usize], &sigma)
+        concrete(&checked.types[checked.func.ret], &sigma)
     };
     Prepared::Ready(Box::new(Case {
         seed,
@@ -2571,7 +2571,7 @@ pub enum Taint {
 }
 
 fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
-    let dt = |v: &Value| ck.types[v.0 as usize].as_tensor().map(|t| t.dtype);
+    let dt = |v: &Value| ck.types[*v].as_tensor().map(|t| t.dtype);
     let float = |v: &Value| dt(v).is_some_and(|d| d.is_float());
     match op {
         Op::Reduce { op, x, .. } => {
@@ -2597,13 +2597,13 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
 
 /// The taint of `ck`'s returned value under options `o`.
 pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
-    let mut t: Vec<Taint> = vec![Taint::Exact; ck.func.sig.params.len()];
+    let mut t: ValueMap<Taint> = ck.func.sig.params.iter().map(|_| Taint::Exact).collect();
     for inst in &ck.func.body {
         let ins = inst
             .op
             .operands()
             .iter()
-            .map(|v| t[v.0 as usize])
+            .map(|v| t[*v])
             .max()
             .unwrap_or(Taint::Exact);
         let layout = match &inst.op {
@@ -2629,15 +2629,15 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
             }
         } else if let Op::TopK { x, .. } | Op::CumSum { x, .. } = &inst.op {
             // Values that may differ may sort differently.
-            if t[x.0 as usize] == Taint::Exact {
+            if t[*x] == Taint::Exact {
                 Taint::Exact
             } else {
                 Taint::Indirect
             }
         } else if let Op::Gather { table, ids, .. } = &inst.op {
             // Ids that may differ select other elements: nothing bounds that.
-            if t[ids.0 as usize] == Taint::Exact {
-                t[table.0 as usize]
+            if t[*ids] == Taint::Exact {
+                t[*table]
             } else {
                 Taint::Indirect
             }
@@ -2648,7 +2648,7 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
         };
         t.push(r);
     }
-    t[ck.func.ret.0 as usize]
+    t[ck.func.ret]
 }
 
 /// The outcome of one backend run.

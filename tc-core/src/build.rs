@@ -6,7 +6,9 @@
 use crate::ctx::ShapeVar;
 use crate::diag::SpanId;
 use crate::dim::Dim;
-use crate::ir::{DimBinding, Function, Inst, Op, Param, Signature, Spanned, Value};
+use crate::ir::{
+    DimBinding, Function, Inst, Op, Param, Scalar, Signature, Spanned, Value, ValueDef,
+};
 use crate::pred::Pred;
 use crate::types::Type;
 
@@ -36,7 +38,7 @@ impl FnBuilder {
                 },
                 body: Vec::new(),
                 dim_bindings: Vec::new(),
-                ret: Value(0),
+                ret: Value::from_u32(0),
                 ret_span: SpanId(0),
             },
             next_span: 1,
@@ -89,7 +91,7 @@ impl FnBuilder {
         };
         let dim_spans = (0..nd).map(|_| self.span()).collect();
         let ref_spans = (0..nr).map(|_| self.span()).collect();
-        let v = Value(self.func.sig.params.len() as u32);
+        let v = self.func.param_value(self.func.sig.params.len());
         assert!(
             self.func.body.is_empty(),
             "parameters come before instructions"
@@ -174,6 +176,18 @@ impl FnBuilder {
     /// The instruction that defines `v`, for span assertions.
     pub fn inst(&self, v: Value) -> Option<&Inst> {
         self.func.body.iter().find(|i| i.result == v)
+    }
+
+    /// The operand reading parameter `v` as a scalar (a [`Scalar::Param`]
+    /// names the parameter by its position, not its value).
+    ///
+    /// # Panics
+    /// When `v` is not a parameter.
+    pub fn scalar_param(&self, v: Value) -> Scalar {
+        match self.func.sig.value_def(v) {
+            ValueDef::Param(i) => Scalar::Param(i),
+            ValueDef::Inst(_) => panic!("{v} is not a parameter"),
+        }
     }
 
     /// The signature built so far.

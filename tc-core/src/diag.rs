@@ -22,6 +22,14 @@ use std::fmt;
 )]
 pub struct SpanId(pub u32);
 
+impl SpanId {
+    /// Its position in the front end's table of spans (the ids are handed
+    /// out in order from 0).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// A concrete assignment of shape variables under which an obligation fails,
 /// in declaration order, minimised per variable (Section 2 notation).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]

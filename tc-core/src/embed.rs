@@ -252,7 +252,11 @@ mod tests {
     fn a_function_the_verifier_refuses_is_refused() {
         let mut f = sample();
         // An operand that is not defined before its use.
-        f.body[0].op = Op::Binary(BinaryOp::Add, crate::ir::Value(90), crate::ir::Value(91));
+        f.body[0].op = Op::Binary(
+            BinaryOp::Add,
+            crate::ir::Value::from_u32(90),
+            crate::ir::Value::from_u32(91),
+        );
         let bytes = encode(&f).unwrap();
         assert!(matches!(decode(&bytes), Err(EmbedError::Malformed { .. })));
     }

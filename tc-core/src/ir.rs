@@ -15,11 +15,171 @@ use crate::dtype::Dtype;
 use crate::pred::Pred;
 use crate::types::{shape_string, Type};
 
-/// An SSA value id.
+/// An SSA value id. Opaque, as Cranelift's entity ids are: a function's
+/// values are made by [`Function::param_value`] and [`Function::inst_value`],
+/// told apart by [`Function::value_def`], and per-value data lives in a
+/// [`ValueMap`]; no code does arithmetic on the number.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
-pub struct Value(pub u32);
+pub struct Value(u32);
+
+impl Value {
+    /// The value with this number, for hand-written fixtures that name a
+    /// value outside any function (a verifier test's undefined `v7`).
+    pub const fn from_u32(n: u32) -> Value {
+        Value(n)
+    }
+
+    fn new(i: usize) -> Value {
+        Value(u32::try_from(i).expect("more than u32::MAX values"))
+    }
+
+    fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What defines a value: parameter `i` of the signature or instruction `j`
+/// of the body (the numbering of [`Function::body`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValueDef {
+    /// `sig.params[i]`.
+    Param(usize),
+    /// `body[j]`.
+    Inst(usize),
+}
+
+/// Data per value of a function, indexed by [`Value`] (Cranelift's
+/// `SecondaryMap`, dense): parameters first, then one entry per
+/// instruction, as the ids are numbered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ValueMap<T>(Vec<T>);
+
+impl<T> ValueMap<T> {
+    /// An empty map.
+    pub fn new() -> ValueMap<T> {
+        ValueMap(Vec::new())
+    }
+
+    /// An empty map with room for `n` values.
+    pub fn with_capacity(n: usize) -> ValueMap<T> {
+        ValueMap(Vec::with_capacity(n))
+    }
+
+    /// One entry per value of `func`, `f(v)` for each.
+    pub fn from_fn(func: &Function, f: impl FnMut(Value) -> T) -> ValueMap<T> {
+        func.values().map(f).collect()
+    }
+
+    /// `x` for every value of `func`.
+    pub fn filled(func: &Function, x: T) -> ValueMap<T>
+    where
+        T: Clone,
+    {
+        ValueMap(vec![x; func.num_values()])
+    }
+
+    /// Appends the entry of the next value.
+    pub fn push(&mut self, x: T) {
+        self.0.push(x);
+    }
+
+    /// The entry of `v`, if the map has one.
+    pub fn get(&self, v: Value) -> Option<&T> {
+        self.0.get(v.index())
+    }
+
+    /// The entry of `v`, mutably, if the map has one.
+    pub fn get_mut(&mut self, v: Value) -> Option<&mut T> {
+        self.0.get_mut(v.index())
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No entries?
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The values that have an entry, in order.
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = Value> + ExactSizeIterator {
+        (0..self.0.len()).map(Value::new)
+    }
+
+    /// `(value, entry)` in value order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (Value, &T)> + ExactSizeIterator {
+        self.0.iter().enumerate().map(|(i, x)| (Value::new(i), x))
+    }
+
+    /// `(value, entry)` in value order, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Value, &mut T)> {
+        self.0
+            .iter_mut()
+            .enumerate()
+            .map(|(i, x)| (Value::new(i), x))
+    }
+
+    /// The entries in value order.
+    pub fn values(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    /// The entries in value order, mutably.
+    pub fn values_mut(&mut self) -> std::slice::IterMut<'_, T> {
+        self.0.iter_mut()
+    }
+
+    /// The entries in value order, by value.
+    pub fn into_values(self) -> std::vec::IntoIter<T> {
+        self.0.into_iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a ValueMap<T> {
+    type Item = (Value, &'a T);
+    type IntoIter = std::iter::Map<
+        std::iter::Enumerate<std::slice::Iter<'a, T>>,
+        fn((usize, &'a T)) -> (Value, &'a T),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().enumerate().map(|(i, x)| (Value::new(i), x))
+    }
+}
+
+impl<T> std::ops::Index<Value> for ValueMap<T> {
+    type Output = T;
+    fn index(&self, v: Value) -> &T {
+        &self.0[v.index()]
+    }
+}
+
+impl<T> std::ops::IndexMut<Value> for ValueMap<T> {
+    fn index_mut(&mut self, v: Value) -> &mut T {
+        &mut self.0[v.index()]
+    }
+}
+
+impl<T> FromIterator<T> for ValueMap<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(it: I) -> ValueMap<T> {
+        ValueMap(it.into_iter().collect())
+    }
+}
+
+impl<T> From<Vec<T>> for ValueMap<T> {
+    fn from(v: Vec<T>) -> ValueMap<T> {
+        ValueMap(v)
+    }
+}
+
+impl<T> Extend<T> for ValueMap<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, it: I) {
+        self.0.extend(it)
+    }
+}
 
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -963,7 +1123,7 @@ pub struct Signature {
 pub struct Function {
     /// The signature.
     pub sig: Signature,
-    /// Instructions; `body[i].result` is `Value(params.len() + i)`.
+    /// Instructions; `body[j].result` is [`Function::inst_value`]`(j)`.
     pub body: Vec<Inst>,
     /// Local dim bindings.
     pub dim_bindings: Vec<DimBinding>,
@@ -973,10 +1133,80 @@ pub struct Function {
     pub ret_span: SpanId,
 }
 
+impl Signature {
+    /// The value of parameter `i`.
+    pub fn param_value(&self, i: usize) -> Value {
+        Value::new(i)
+    }
+
+    /// The value instruction `j` of a body under this signature defines.
+    pub fn inst_value(&self, j: usize) -> Value {
+        Value::new(self.params.len() + j)
+    }
+
+    /// Which parameter `v` is, or which instruction of a body under this
+    /// signature defines it (whether the body has it or not).
+    pub fn value_def(&self, v: Value) -> ValueDef {
+        match v.index().checked_sub(self.params.len()) {
+            None => ValueDef::Param(v.index()),
+            Some(j) => ValueDef::Inst(j),
+        }
+    }
+}
+
 impl Function {
     /// The id the next instruction will define.
     pub fn next_value(&self) -> Value {
-        Value((self.sig.params.len() + self.body.len()) as u32)
+        self.sig.inst_value(self.body.len())
+    }
+
+    /// The value of parameter `i`.
+    pub fn param_value(&self, i: usize) -> Value {
+        self.sig.param_value(i)
+    }
+
+    /// The value `body[j]` defines.
+    pub fn inst_value(&self, j: usize) -> Value {
+        self.sig.inst_value(j)
+    }
+
+    /// What defines `v`; `None` when the function has no such value.
+    pub fn value_def(&self, v: Value) -> Option<ValueDef> {
+        match self.sig.value_def(v) {
+            ValueDef::Inst(j) if j >= self.body.len() => None,
+            d => Some(d),
+        }
+    }
+
+    /// The instruction defining `v`; `None` for a parameter or no value.
+    pub fn inst(&self, v: Value) -> Option<&Inst> {
+        match self.value_def(v)? {
+            ValueDef::Inst(j) => self.body.get(j),
+            ValueDef::Param(_) => None,
+        }
+    }
+
+    /// The parameter `v` is; `None` for an instruction's value or no value.
+    pub fn param(&self, v: Value) -> Option<&Param> {
+        match self.value_def(v)? {
+            ValueDef::Param(i) => self.sig.params.get(i),
+            ValueDef::Inst(_) => None,
+        }
+    }
+
+    /// Is `v` one of the function's values?
+    pub fn has_value(&self, v: Value) -> bool {
+        v.index() < self.num_values()
+    }
+
+    /// Number of values: parameters plus instructions.
+    pub fn num_values(&self) -> usize {
+        self.sig.params.len() + self.body.len()
+    }
+
+    /// Every value, parameters first.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = Value> + ExactSizeIterator {
+        (0..self.num_values()).map(Value::new)
     }
 }
 
@@ -1184,7 +1414,6 @@ pub fn verify(func: &Function) -> Result<(), Diagnostic> {
 /// exists. (The checker then reports axis errors per instruction, with their
 /// types, so that one bad transpose does not hide the body's other errors.)
 pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
-    let n_params = func.sig.params.len() as u32;
     let bad = |span: SpanId, msg: String| {
         Err(Diagnostic::new(
             codes::MALFORMED_IR,
@@ -1194,7 +1423,7 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
         ))
     };
     for (i, inst) in func.body.iter().enumerate() {
-        let expect = Value(n_params + i as u32);
+        let expect = func.inst_value(i);
         if inst.result != expect {
             return bad(
                 inst.span,
@@ -1258,8 +1487,7 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
         }
     }
     for b in &func.dim_bindings {
-        let limit = n_params + b.before as u32;
-        if b.of.0 >= limit || b.before > func.body.len() {
+        if b.of >= func.sig.inst_value(b.before) || b.before > func.body.len() {
             return bad(
                 b.span,
                 format!(
@@ -1269,7 +1497,7 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
             );
         }
     }
-    if func.ret.0 >= func.next_value().0 {
+    if !func.has_value(func.ret) {
         return bad(
             func.ret_span,
             format!("return of undefined value {}", func.ret),
@@ -1287,12 +1515,9 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
 /// Is `v` a dim value (a dim parameter or an [`Op::Dim`]), which has no
 /// buffer and may only be passed to a call?
 pub fn is_dim_value(func: &Function, v: Value) -> bool {
-    let i = v.0 as usize;
-    match func.sig.params.get(i) {
-        Some(p) => matches!(p.ty, Type::Dim(_)),
-        None => func
-            .body
-            .get(i - func.sig.params.len())
-            .is_some_and(|inst| matches!(inst.op, Op::Dim(_))),
+    match func.value_def(v) {
+        Some(ValueDef::Param(i)) => matches!(func.sig.params[i].ty, Type::Dim(_)),
+        Some(ValueDef::Inst(j)) => matches!(func.body[j].op, Op::Dim(_)),
+        None => false,
     }
 }

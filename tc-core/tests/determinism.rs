@@ -331,7 +331,7 @@ fn corpus() -> Vec<Function> {
 fn verdict(f: &Function) -> String {
     match check_function(f, &Signatures::new()) {
         Ok(c) => {
-            let tys: Vec<String> = c.types.iter().map(|t| t.to_string()).collect();
+            let tys: Vec<String> = c.types.values().map(|t| t.to_string()).collect();
             format!("{}: ok {}", f.sig.name, tys.join("; "))
         }
         Err(es) => {

@@ -49,7 +49,7 @@ fn a_dim_parameter_binds_its_variable_and_prints() {
     let text = f.to_string();
     assert!(text.contains("heads (v1): Dim[H]"), "{text}");
     let ck = check_function(&f, &Signatures::new()).unwrap();
-    assert_eq!(ck.types[1], Type::Dim(v("H")));
+    assert_eq!(ck.types[f.param_value(1)], Type::Dim(v("H")));
 }
 
 #[test]
@@ -116,7 +116,7 @@ fn a_dim_value_where_a_tensor_is_expected_is_malformed() {
     let mut b = FnBuilder::new("ret");
     b.param("n", Type::Dim(v("N")));
     b.returns(f32s(&["N"]));
-    let e = verify(&b.finish(Value(0))).unwrap_err();
+    let e = verify(&b.finish(Value::from_u32(0))).unwrap_err();
     assert!(
         e.message.contains("return of the dim value v0"),
         "{}",

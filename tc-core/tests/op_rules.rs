@@ -71,7 +71,7 @@ fn accept_with(mut b: FnBuilder, y: Value, ret: Type, sigs: &Signatures) -> Stri
     b.returns(ret);
     let f = b.finish(y);
     match check_function(&f, sigs) {
-        Ok(c) => c.types[y.0 as usize].to_string(),
+        Ok(c) => c.types[y].to_string(),
         Err(es) => panic!("expected acceptance of\n{f}\ngot:\n{}", render(&es)),
     }
 }
@@ -1781,7 +1781,7 @@ fn local_dim_binding_in_later_reshape() {
     let n = b.dim("n", x, 1);
     let y = b.op(Op::Reshape(vec![n.clone(), v("B")], x));
     let ck = checked(b, y, f32s("S, B"));
-    assert_eq!(ck.types[y.0 as usize].to_string(), "Tensor[f32; n, B]");
+    assert_eq!(ck.types[y].to_string(), "Tensor[f32; n, B]");
     assert!(ck.ctx.facts.contains(&Pred::eq("n", "S")));
     // The binding's value is known: a reshape to [B, n, 2] fails with n shown.
     let mut b = fb();
@@ -2086,10 +2086,7 @@ fn annotated_let() {
         tr(Dtype::F32, "B, S", vec![Pred::ge("B", 1)]),
     );
     let ck = checked(b, y, f32s("B, S"));
-    assert_eq!(
-        ck.types[y.0 as usize].to_string(),
-        "Tensor[f32; B, S where B >= 1]"
-    );
+    assert_eq!(ck.types[y].to_string(), "Tensor[f32; B, S where B >= 1]");
     // Strengthening is rejected at the annotation.
     let mut b = fb();
     let x = b.param("x", f32s("B, S"));

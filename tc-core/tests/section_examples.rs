@@ -86,7 +86,7 @@ fn one_err(f: &Function, sigs: &Signatures) -> Diagnostic {
 }
 
 fn ty_of(c: &Checked, val: Value) -> String {
-    c.types[val.0 as usize].to_string()
+    c.types[val].to_string()
 }
 
 // ------------------------------------------------------ Section 1 §7: matmul
@@ -174,8 +174,8 @@ fn s1_group_norm_body_with_requires() {
     let (b, y, _) = group_norm(true);
     let f = b.clone().finish(y);
     let c = ok(&f, &Signatures::new());
-    assert_eq!(ty_of(&c, Value(2)), "Tensor[f32; B, S, G, H / G]");
-    assert_eq!(ty_of(&c, Value(3)), "Tensor[f32; B, S, G, 1]");
+    assert_eq!(ty_of(&c, Value::from_u32(2)), "Tensor[f32; B, S, G, H / G]");
+    assert_eq!(ty_of(&c, Value::from_u32(3)), "Tensor[f32; B, S, G, 1]");
     assert_eq!(ty_of(&c, y), "Tensor[f32; B, S, H]");
 }
 
@@ -189,7 +189,7 @@ fn s1_group_norm_body_without_requires_is_rejected() {
     assert_eq!(errs.len(), 1, "{errs:#?}");
     let e = &errs[0];
     assert_eq!(e.code, codes::DIV_BY_VAR);
-    assert_eq!(e.span, b.inst(Value(2)).unwrap().attr_span(3));
+    assert_eq!(e.span, b.inst(Value::from_u32(2)).unwrap().attr_span(3));
     assert!(e
         .message
         .contains("`H / G` divides by a shape variable, but `H % G == 0` is not implied"));
@@ -405,7 +405,7 @@ fn s1_split_heads_with_divisibility() {
     let (b, y) = split_heads(true);
     let c = ok(&b.finish(y), &Signatures::new());
     // v0 is x, v1 the dim parameter `H`, v2 the reshape.
-    assert_eq!(ty_of(&c, Value(2)), "Tensor[f32; B, S, H, D / H]");
+    assert_eq!(ty_of(&c, Value::from_u32(2)), "Tensor[f32; B, S, H, D / H]");
     assert_eq!(ty_of(&c, y), "Tensor[f32; B, H, S, D / H]");
 }
 

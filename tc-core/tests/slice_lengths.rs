@@ -34,9 +34,7 @@ fn slice_type(start: Dim, stop: Dim, step: usize, requires: Option<Pred>) -> Opt
     });
     let f = b.finish(x);
     let ck = check_function(&f, &Signatures::new()).ok()?;
-    ck.types[y.0 as usize]
-        .as_tensor()
-        .map(|t| t.shape[0].clone())
+    ck.types[y].as_tensor().map(|t| t.shape[0].clone())
 }
 
 /// The slice's type evaluated at `N = n` equals the concrete length.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use tc_core::ir::{Function, Value};
+use tc_core::ir::{Function, Value, ValueMap};
 use tc_core::{Dtype, Sigma};
 use tc_runtime::contract::{self, Arg, Bound};
 use tc_runtime::elem::Elem;
@@ -41,11 +41,11 @@ fn par_min_work() -> usize {
 /// pointer and owner, the scalar slots and the shape table the kernels
 /// read.
 struct RunState<'v> {
-    vals: &'v [ValInfo],
+    vals: &'v ValueMap<ValInfo>,
     /// The extended σ of this call.
     sigma: &'v Sigma,
-    ptrs: Vec<*mut u8>,
-    owned_bufs: Vec<Option<Held>>,
+    ptrs: ValueMap<*mut u8>,
+    owned_bufs: ValueMap<Option<Held>>,
     slots: Vec<u64>,
     shp: Vec<i64>,
     threads: usize,
@@ -57,11 +57,11 @@ impl RunState<'_> {
     /// empty value's other dims may be huge (`[2^40, 0]`), so a loop over
     /// its rows would run 2^40 empty iterations.
     fn output(&mut self, out: Value) -> Result<Option<Vec<u64>>, tc_runtime::Error> {
-        let o = &self.vals[out.0 as usize];
+        let o = &self.vals[out];
         let mut buf = out_buffer(o.bytes())?;
-        self.ptrs[out.0 as usize] = buf.as_mut_ptr().cast::<u8>();
+        self.ptrs[out] = buf.as_mut_ptr().cast::<u8>();
         if o.numel() == 0 {
-            self.owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+            self.owned_bufs[out] = Some(Held::Buf(buf));
             return Ok(None);
         }
         Ok(Some(buf))
@@ -70,17 +70,17 @@ impl RunState<'_> {
 
 /// A generic compilation's plan for one σ: every value's shape and
 /// layout, and σ extended by the body's dim bindings ([`plan::shapes`]).
-type GenericPlan = (Vec<ValInfo>, Sigma);
+type GenericPlan = (ValueMap<ValInfo>, Sigma);
 
 /// The values a call runs with: the σ-specialised compilation's own, or a
 /// generic compilation's plan for the call's σ.
 enum Planned<'a> {
-    Fixed(&'a [ValInfo]),
+    Fixed(&'a ValueMap<ValInfo>),
     Generic(Arc<GenericPlan>),
 }
 
 impl Planned<'_> {
-    fn vals(&self) -> &[ValInfo] {
+    fn vals(&self) -> &ValueMap<ValInfo> {
         match self {
             Planned::Fixed(v) => v,
             Planned::Generic(p) => &p.0,
@@ -140,7 +140,7 @@ type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u64, i64
 pub struct CompiledFn {
     func: Arc<Function>,
     st: Structure,
-    vals: Vec<ValInfo>,
+    vals: ValueMap<ValInfo>,
     sigma: Sigma,
     /// σ extended by the body's dim bindings (the views of matmul operands
     /// read slice starts from it).
@@ -207,7 +207,7 @@ fn kernel_fns(
 /// A product whose views the planner cannot give is left to its call.
 fn gemm_kernels(
     func: &Function,
-    vals: &[ValInfo],
+    vals: &ValueMap<ValInfo>,
     st: &Structure,
     sigma: &Sigma,
     generic: bool,
@@ -239,7 +239,7 @@ fn matmul_steps(st: &Structure) -> Vec<(Value, Value, Value)> {
 /// ([`crate::matmul::prepare_any_columns`]).
 fn prepare_products(
     func: &Function,
-    vals: &[ValInfo],
+    vals: &ValueMap<ValInfo>,
     st: &Structure,
     sigma: &Sigma,
     products: &[(Value, Value, Value)],
@@ -250,10 +250,9 @@ fn prepare_products(
         else {
             return Ok(());
         };
-        let kept = matches!(vals[vb.base.0 as usize].kind, VKind::TensorParam(_))
-            && crate::prepack::enabled();
-        let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
-        let dt = vals[out.0 as usize].dtype;
+        let kept = matches!(vals[vb.base].kind, VKind::TensorParam(_)) && crate::prepack::enabled();
+        let (sa, sb) = (&vals[a].shape, &vals[b].shape);
+        let dt = vals[out].dtype;
         let strides = (va.strides.as_slice(), vb.strides.as_slice());
         if any_columns {
             crate::matmul::prepare_any_columns(dt, strides, (sa, sb))
@@ -293,8 +292,8 @@ pub fn compile_with<'f>(
             plan::shapes(func, sigma, resolve).map_err(Error::Runtime)?,
         ),
     };
-    let concrete = (!generic).then_some((vals.as_slice(), &sigma_ext));
-    let mut st = plan::structure(func, &|v| vals[v.0 as usize].dtype, concrete);
+    let concrete = (!generic).then_some((&vals, &sigma_ext));
+    let mut st = plan::structure(func, &|v| vals[v].dtype, concrete);
     if !generic {
         plan::group_rows(func, &vals, &mut st);
     }
@@ -356,11 +355,11 @@ pub fn compile_with<'f>(
 /// (it packs and computes each K-block in separate splits).
 fn parallel_regions(
     func: &Function,
-    vals: &[ValInfo],
+    vals: &ValueMap<ValInfo>,
     st: &Structure,
     kernels: &[(KernelFn, KernelShape)],
 ) -> usize {
-    let numel = |v: &Value| vals[v.0 as usize].numel();
+    let numel = |v: &Value| vals[*v].numel();
     let splits = |step: &Step| match step {
         // An empty output runs no kernel (`exec`), and its leading dims
         // may multiply past usize.
@@ -371,7 +370,7 @@ fn parallel_regions(
         }),
         Step::Group { members, .. } => members.last().is_some_and(|m| numel(m) >= PAR_MIN_WORK),
         Step::Matmul { out, a, .. } => {
-            let sa = &vals[a.0 as usize].shape;
+            let sa = &vals[*a].shape;
             let k = sa.last().copied().unwrap_or(1);
             numel(out).saturating_mul(k) >= crate::matmul::PAR_MIN_MACS
         }
@@ -604,8 +603,8 @@ fn profiling() -> bool {
     })
 }
 
-fn describe_step(step: &Step, vals: &[ValInfo]) -> String {
-    let sh = |v: &Value| format!("{:?}", vals[v.0 as usize].shape);
+fn describe_step(step: &Step, vals: &ValueMap<ValInfo>) -> String {
+    let sh = |v: &Value| format!("{:?}", vals[*v].shape);
     match step {
         Step::Kernel { out, .. } => format!("kernel -> {}", sh(out)),
         Step::Group { members, .. } => format!(
@@ -673,8 +672,8 @@ fn run_gather(
     st: &mut RunState,
 ) -> Result<(), tc_runtime::Error> {
     let vals = st.vals;
-    let (t, x) = (&vals[table.0 as usize], &vals[ids.0 as usize]);
-    let (tp, ip) = (st.ptrs[table.0 as usize], st.ptrs[ids.0 as usize]);
+    let (t, x) = (&vals[table], &vals[ids]);
+    let (tp, ip) = (st.ptrs[table], st.ptrs[ids]);
     // A gather's operands are materialized (plan::structure forces them)
     // and computed by earlier steps or bound as arguments: each pointer is
     // the storage of its planned shape (checked by `contract::bind_args`,
@@ -686,13 +685,13 @@ fn run_gather(
     let Some(mut buf) = st.output(out)? else {
         return Ok(());
     };
-    let o = &vals[out.0 as usize];
+    let o = &vals[out];
     let n = o.bytes().min(buf.len() * 8);
     // SAFETY: `buf` is an owned, initialised `Vec<u64>` of at least
     // `o.bytes()` bytes (`out_buffer`), viewed as bytes for the copy only.
     let out_bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), n) };
     crate::gather::copy(o.dtype, axis, &t.shape, table_bytes, ids_bytes, out_bytes)?;
-    st.owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+    st.owned_bufs[out] = Some(Held::Buf(buf));
     Ok(())
 }
 
@@ -863,18 +862,17 @@ impl CompiledFn {
         let func = &*self.func;
         let planned = self.vals_for(bound, resolve)?;
         let (vals, sigma_ext) = (planned.vals(), planned.sigma_ext());
-        let n = vals.len();
-        let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); n];
+        let mut ptrs = ValueMap::filled(func, std::ptr::null_mut());
         for (i, a) in args.iter().enumerate() {
             if let Arg::Tensor(t) = a {
-                ptrs[i] = t.bytes().as_ptr() as *mut u8;
+                ptrs[func.param_value(i)] = t.bytes().as_ptr() as *mut u8;
             }
         }
         let mut st = RunState {
             vals,
             sigma: sigma_ext.unwrap_or(&self.sigma_ext),
             ptrs,
-            owned_bufs: (0..n).map(|_| None).collect(),
+            owned_bufs: ValueMap::from_fn(func, |_| None),
             slots: self.slot_values(bound),
             // Shape table (generic kernels).
             shp: match sigma_ext {
@@ -919,11 +917,11 @@ impl CompiledFn {
                     }
                     let t = nested(name, &call_args)?;
                     drop(call_args);
-                    check_call_result(name, &vals[out.0 as usize], &t)?;
+                    check_call_result(name, &vals[*out], &t)?;
                     // The callee's tensor is kept as is: later kernels read
                     // its storage in place (no copy back).
-                    st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
-                    st.owned_bufs[out.0 as usize] = Some(Held::T(t));
+                    st.ptrs[*out] = t.bytes().as_ptr() as *mut u8;
+                    st.owned_bufs[*out] = Some(Held::T(t));
                 }
             }
             if let Some(t0) = t0 {
@@ -936,14 +934,14 @@ impl CompiledFn {
             }
         }
         let ret = func.ret;
-        let rv = &vals[ret.0 as usize];
+        let rv = &vals[ret];
         match rv.kind {
             VKind::TensorParam(i) => match &args[i] {
                 Arg::Tensor(t) => Ok(t.clone()),
                 _ => Err(tc_runtime::Error::Malformed("return of a scalar".into())),
             },
             _ => {
-                let held = st.owned_bufs[ret.0 as usize].take().ok_or_else(|| {
+                let held = st.owned_bufs[ret].take().ok_or_else(|| {
                     tc_runtime::Error::Malformed("returned value was not computed".into())
                 })?;
                 // The kernel wrote straight into word storage: no copy.
@@ -984,13 +982,13 @@ impl CompiledFn {
         };
         let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
         let (shp, slots) = (&st.shp, &st.slots);
-        let o = &vals[out.0 as usize];
+        let o = &vals[out];
         let (f, shape) = &self.kernels[id];
         let (outer, work) = extent(func, vals, out, shape);
         let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 2);
-        list.push(ptrs[out.0 as usize]);
+        list.push(ptrs[out]);
         for v in inputs {
-            list.push(ptrs[v.0 as usize]);
+            list.push(ptrs[*v]);
         }
         // A top-k's heap rows: `i64`s laid out like the output, written
         // before they are read (`codegen/topk.rs`), so stale pool words
@@ -1016,12 +1014,10 @@ impl CompiledFn {
             && o.dtype != Dtype::I4
             && streaming()
             && buf.len() * 8 >= STREAM_MIN
-            && inputs
-                .iter()
-                .all(|v| vals[v.0 as usize].numel() == o.numel());
+            && inputs.iter().all(|v| vals[*v].numel() == o.numel());
         if stream {
             let dts: Vec<Dtype> = std::iter::once(o.dtype)
-                .chain(inputs.iter().map(|v| vals[v.0 as usize].dtype))
+                .chain(inputs.iter().map(|v| vals[*v].dtype))
                 .collect();
             // Buffers of their planned shapes as for `run_split`
             // below; a flat kernel reads each input at the
@@ -1041,7 +1037,7 @@ impl CompiledFn {
         if let Some(s) = scratch {
             tc_runtime::pool::give(s);
         }
-        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+        owned_bufs[out] = Some(Held::Buf(buf));
         Ok(())
     }
 
@@ -1060,28 +1056,27 @@ impl CompiledFn {
         let mut list: Vec<*mut u8> = Vec::with_capacity(members.len() + inputs.len());
         let mut bufs = Vec::with_capacity(members.len());
         for m in members {
-            let o = &vals[m.0 as usize];
+            let o = &vals[*m];
             let mut buf = out_buffer(o.bytes())?;
-            ptrs[m.0 as usize] = buf.as_mut_ptr().cast::<u8>();
-            list.push(ptrs[m.0 as usize]);
+            ptrs[*m] = buf.as_mut_ptr().cast::<u8>();
+            list.push(ptrs[*m]);
             bufs.push(buf);
         }
         for v in inputs {
-            list.push(ptrs[v.0 as usize]);
+            list.push(ptrs[*v]);
         }
         let (f, _) = &self.kernels[id];
-        let np = func.sig.params.len();
         let mut work = 0usize;
         let mut outer = 1usize;
         for m in members {
-            let s = &vals[m.0 as usize].shape;
+            let s = &vals[*m].shape;
             // Members have rank ≥ 2 and at least GROUP_MIN_ROW
             // elements per row (plan::group_rows), so the row
             // count is at most the (checked) element count.
             outer = tc_core::size::numel(&s[..s.len() - 1])?;
-            work = work.saturating_add(match &func.body[m.0 as usize - np].op {
-                tc_core::ir::Op::Reduce { x, .. } => {
-                    vals[x.0 as usize].shape.last().copied().unwrap_or(1)
+            work = work.saturating_add(match func.inst(*m).map(|i| &i.op) {
+                Some(tc_core::ir::Op::Reduce { x, .. }) => {
+                    vals[*x].shape.last().copied().unwrap_or(1)
                 }
                 _ => s.last().copied().unwrap_or(1),
             });
@@ -1093,7 +1088,7 @@ impl CompiledFn {
         // count (plan::group_rows groups rows of one extent).
         unsafe { run_split(*f, p, outer, work, 1, threads) };
         for (m, buf) in members.iter().zip(bufs) {
-            owned_bufs[m.0 as usize] = Some(Held::Buf(buf));
+            owned_bufs[*m] = Some(Held::Buf(buf));
         }
         Ok(())
     }
@@ -1107,15 +1102,20 @@ impl CompiledFn {
         st: &mut RunState,
     ) -> Result<(), tc_runtime::Error> {
         use tc_core::ir::Op;
-        let np = self.func.sig.params.len();
-        let op = &self.func.body[out.0 as usize - np].op;
+        let op = &self
+            .func
+            .inst(out)
+            .ok_or_else(|| {
+                tc_runtime::Error::Malformed(format!("host step {out} is no instruction"))
+            })?
+            .op;
         let tensor = |v: Value| {
-            let info = &st.vals[v.0 as usize];
+            let info = &st.vals[v];
             // The operand is materialized (plan::structure forces a host
             // op's operands): the storage of its planned shape, checked by
             // `contract::bind_args` or sized by `out_buffer` from `vals`.
             // SAFETY: so `bytes()` initialised bytes are there, alive this step.
-            let bytes = unsafe { bytes_of(st.ptrs[v.0 as usize], info.bytes()) };
+            let bytes = unsafe { bytes_of(st.ptrs[v], info.bytes()) };
             Tensor::from_raw_slice(info.dtype, &info.shape, bytes)
         };
         let t = match op {
@@ -1141,9 +1141,9 @@ impl CompiledFn {
                 )))
             }
         };
-        check_call_result("host op", &st.vals[out.0 as usize], &t)?;
-        st.ptrs[out.0 as usize] = t.bytes().as_ptr() as *mut u8;
-        st.owned_bufs[out.0 as usize] = Some(Held::T(t));
+        check_call_result("host op", &st.vals[out], &t)?;
+        st.ptrs[out] = t.bytes().as_ptr() as *mut u8;
+        st.owned_bufs[out] = Some(Held::T(t));
         Ok(())
     }
 
@@ -1160,7 +1160,7 @@ impl CompiledFn {
         args: &[Arg],
         st: &RunState,
     ) -> Result<Tensor, tc_runtime::Error> {
-        let (xi, wi) = (&st.vals[x.0 as usize], &st.vals[w.0 as usize]);
+        let (xi, wi) = (&st.vals[x], &st.vals[w]);
         let (_, out_shape) = tc_core::concrete::qmatmul(
             tc_core::concrete::Operand {
                 dtype: xi.dtype,
@@ -1178,8 +1178,8 @@ impl CompiledFn {
         // this step.
         let (xb, wb) = unsafe {
             (
-                bytes_of(st.ptrs[x.0 as usize], xi.bytes()),
-                bytes_of(st.ptrs[w.0 as usize], wi.bytes()),
+                bytes_of(st.ptrs[x], xi.bytes()),
+                bytes_of(st.ptrs[w], wi.bytes()),
             )
         };
         // SAFETY: every bit pattern is an f32; `align_to` puts only whole,
@@ -1247,14 +1247,14 @@ impl CompiledFn {
             return Ok(());
         };
         let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
-        let o = &vals[out.0 as usize];
-        let (sa, sb) = (&vals[a.0 as usize].shape, &vals[b.0 as usize].shape);
+        let o = &vals[out];
+        let (sa, sb) = (&vals[a].shape, &vals[b].shape);
         // Operands that are views of buffers (plan::view: transposes,
         // broadcasts, slices, reshapes) are read through strides, each view
         // checked to lie inside its buffer.
         let [va, vb] = [a, b].map(|v| {
             plan::view(func, vals, &self.st.mat, st.sigma, v, false)
-                .filter(|w| w.fits(&vals[v.0 as usize].shape, vals[w.base.0 as usize].numel()))
+                .filter(|w| w.fits(&vals[v].shape, vals[w.base].numel()))
         });
         let (Some(va), Some(vb)) = (va, vb) else {
             return Err(tc_runtime::Error::Op {
@@ -1265,7 +1265,7 @@ impl CompiledFn {
         };
         // A right operand read from a tensor parameter (a weight) keeps its
         // packing across calls (`prepack`: keyed by the storage, checked).
-        let weight = match (&vals[vb.base.0 as usize].kind, crate::prepack::enabled()) {
+        let weight = match (&vals[vb.base].kind, crate::prepack::enabled()) {
             (VKind::TensorParam(i), true) => match args.get(*i) {
                 Some(Arg::Tensor(t)) => Some(crate::prepack::Owner(t)),
                 _ => None,
@@ -1276,10 +1276,10 @@ impl CompiledFn {
         // addressed element against the buffer, so the first one's byte
         // offset is too; a sub-byte dtype (I4) is only read from offset 0.
         let at = |w: &plan::StridedView| -> Result<*const u8, tc_runtime::Error> {
-            let dt = vals[w.base.0 as usize].dtype;
+            let dt = vals[w.base].dtype;
             let whole = dt.byte_size().1 == 1 || w.offset == 0;
             match tc_core::size::bytes(dt, w.offset) {
-                Ok(off) if whole => Ok(ptrs[w.base.0 as usize].wrapping_add(off)),
+                Ok(off) if whole => Ok(ptrs[w.base].wrapping_add(off)),
                 _ => Err(tc_runtime::Error::Op {
                     op: "matmul".into(),
                     message: format!("operand offset {} of {dt} is not a byte address", w.offset),
@@ -1309,7 +1309,7 @@ impl CompiledFn {
                 message: e.to_string(),
             })?;
         }
-        owned_bufs[out.0 as usize] = Some(Held::Buf(buf));
+        owned_bufs[out] = Some(Held::Buf(buf));
         Ok(())
     }
 
@@ -1365,7 +1365,7 @@ impl CompiledFn {
         // the pool holding one buffer per value it made (25 MB after
         // SmolLM2's, none of it of use to the calls that followed).
         let zeros = |v: Value| {
-            let i = &vals[v.0 as usize];
+            let i = &vals[v];
             let mut buf = out_buffer(i.bytes())?;
             buf.fill(0);
             Tensor::from_word_storage(i.dtype, &i.shape, buf)
@@ -1379,7 +1379,7 @@ impl CompiledFn {
             };
             let mut call_args = Vec::with_capacity(cargs.len());
             for v in cargs {
-                call_args.push(match vals[v.0 as usize].kind {
+                call_args.push(match vals[*v].kind {
                     VKind::Dim(n) => Arg::Dim(n),
                     VKind::TensorParam(i) => args[i].clone(),
                     VKind::ScalarParam(i) => match bound.scalars.get(i) {
@@ -1399,16 +1399,16 @@ impl CompiledFn {
     fn arg_of(
         &self,
         v: Value,
-        vals: &[ValInfo],
-        ptrs: &mut [*mut u8],
-        owned: &mut [Option<Held>],
+        vals: &ValueMap<ValInfo>,
+        ptrs: &mut ValueMap<*mut u8>,
+        owned: &mut ValueMap<Option<Held>>,
         args: &[Arg],
         bound: &Bound,
     ) -> Result<Arg, tc_runtime::Error> {
-        let info = &vals[v.0 as usize];
+        let info = &vals[v];
         match info.kind {
             VKind::Dim(n) => Ok(Arg::Dim(n)),
-            VKind::TensorParam(i) | VKind::ScalarParam(i) if (v.0 as usize) < args.len() => {
+            VKind::TensorParam(i) | VKind::ScalarParam(i) if i < args.len() => {
                 if let (VKind::ScalarParam(_), Some(Some((e, _)))) =
                     (&info.kind, bound.scalars.get(i))
                 {
@@ -1417,13 +1417,13 @@ impl CompiledFn {
                 Ok(args[i].clone())
             }
             _ => {
-                let slot = &mut owned[v.0 as usize];
+                let slot = &mut owned[v];
                 let held = slot.take().ok_or_else(|| {
                     tc_runtime::Error::Malformed("call argument was not computed".into())
                 })?;
                 let t = held.into_tensor(info)?;
                 // The allocation did not move; refresh the pointer anyway.
-                ptrs[v.0 as usize] = t.bytes().as_ptr() as *mut u8;
+                ptrs[v] = t.bytes().as_ptr() as *mut u8;
                 *slot = Some(Held::T(t.clone()));
                 Ok(Arg::Tensor(t))
             }

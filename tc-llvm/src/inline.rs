@@ -31,7 +31,7 @@
 //! so their run-time errors keep naming the callee. Shape-generic
 //! compilations never inline: their structure must not depend on σ.
 
-use tc_core::ir::{DimBinding, Function, Inst, Op, Scalar, Value};
+use tc_core::ir::{DimBinding, Function, Inst, Op, Scalar, Signature, Value, ValueDef, ValueMap};
 use tc_core::{Dim, Sigma, Type};
 use tc_runtime::contract::{bind_shapes, ArgShape};
 
@@ -60,7 +60,7 @@ pub struct Inlined {
     pub callees: Vec<(String, Function)>,
     /// [`plan::shapes`] of `func` under σ, computed to verify it (the
     /// compilation plans with these instead of planning again).
-    pub planned: (Vec<ValInfo>, Sigma),
+    pub planned: (ValueMap<ValInfo>, Sigma),
 }
 
 /// `func` with its small callees spliced in for σ, or `None` when no call
@@ -88,7 +88,7 @@ fn inline_at<'f>(
     for (ii, inst) in func.body.iter().enumerate() {
         sp.pos.push(sp.body.len());
         if let Op::Call(name, args) = &inst.op {
-            let result = &vals[func.sig.params.len() + ii];
+            let result = &vals[func.inst_value(ii)];
             if let Some(callee) = prepare(name, args, result, &vals, resolve, depth) {
                 if sp.splice(inst, args, &callee) {
                     levels = levels.max(callee.levels);
@@ -109,7 +109,7 @@ fn inline_at<'f>(
     // (every value's shape, the declared return) under σ.
     tc_core::ir::verify(&out).ok()?;
     let (new_vals, sigma_ext) = plan::shapes(&out, sigma, resolve).ok()?;
-    let (old, new) = (&vals[func.ret.0 as usize], &new_vals[out.ret.0 as usize]);
+    let (old, new) = (&vals[func.ret], &new_vals[out.ret]);
     callees.sort_by(|a, b| a.0.cmp(&b.0));
     callees.dedup_by(|a, b| a.0 == b.0);
     if old.dtype != new.dtype || old.shape != new.shape {
@@ -140,7 +140,7 @@ fn prepare<'f>(
     name: &str,
     args: &[Value],
     result: &ValInfo,
-    vals: &[ValInfo],
+    vals: &ValueMap<ValInfo>,
     resolve: &dyn Fn(&str) -> Option<&'f Function>,
     depth: usize,
 ) -> Option<Prepared> {
@@ -148,7 +148,7 @@ fn prepare<'f>(
     let shapes: Vec<ArgShape<'_>> = args
         .iter()
         .map(|v| {
-            let x = vals.get(v.0 as usize)?;
+            let x = vals.get(*v)?;
             Some(match x.kind {
                 VKind::ScalarParam(_) => ArgShape::Scalar,
                 VKind::Dim(n) => ArgShape::Dim(n),
@@ -173,13 +173,13 @@ fn prepare<'f>(
     // Only call-free bodies: a call left inside a spliced body would run
     // one level shallower than its place in the call chain.
     if g.body.len() > CALLEE_MAX
-        || (g.ret.0 as usize) < g.sig.params.len()
+        || matches!(g.sig.value_def(g.ret), ValueDef::Param(_))
         || g.body.iter().any(|i| matches!(i.op, Op::Call(..)))
     {
         return None;
     }
     let (gvals, gsigma) = plan::shapes(g, &gsigma, resolve).ok()?;
-    let r = &gvals[g.ret.0 as usize];
+    let r = gvals.get(g.ret)?;
     if r.dtype != result.dtype || r.shape != result.shape {
         return None;
     }
@@ -206,55 +206,62 @@ fn prepare<'f>(
 /// For each callee parameter: the caller's scalar parameter passed to it
 /// (same dtype), `None` for a tensor or dim; `None` overall when a scalar
 /// argument is anything else.
-fn scalar_map(g: &Function, args: &[Value], vals: &[ValInfo]) -> Option<Vec<Option<usize>>> {
+fn scalar_map(
+    g: &Function,
+    args: &[Value],
+    vals: &ValueMap<ValInfo>,
+) -> Option<Vec<Option<usize>>> {
     g.sig
         .params
         .iter()
         .zip(args)
-        .map(|(p, v)| match (&p.ty, &vals.get(v.0 as usize)?.kind) {
-            (Type::Scalar(dt), VKind::ScalarParam(i)) => {
-                (vals[*i].dtype == *dt).then_some(Some(*i))
+        .map(|(p, v)| {
+            let x = vals.get(*v)?;
+            match (&p.ty, &x.kind) {
+                (Type::Scalar(dt), VKind::ScalarParam(i)) => (x.dtype == *dt).then_some(Some(*i)),
+                (Type::Scalar(_), _) => None,
+                _ => Some(None),
             }
-            (Type::Scalar(_), _) => None,
-            _ => Some(None),
         })
         .collect()
 }
 
 /// Builds the new body: caller instructions copied, callee bodies spliced,
 /// every value renumbered.
-struct Splicer {
-    np: u32,
+struct Splicer<'a> {
+    /// The caller's signature, which the new body has too.
+    sig: &'a Signature,
     body: Vec<Inst>,
     /// Old caller value → new value.
-    map: Vec<Value>,
+    map: ValueMap<Value>,
     /// Old caller instruction index → its (first) new index.
     pos: Vec<usize>,
 }
 
-impl Splicer {
-    fn new(func: &Function) -> Splicer {
-        let np = func.sig.params.len() as u32;
+impl<'a> Splicer<'a> {
+    fn new(func: &'a Function) -> Splicer<'a> {
         Splicer {
-            np,
+            sig: &func.sig,
             body: Vec::new(),
-            map: (0..np).map(Value).collect(),
+            map: (0..func.sig.params.len())
+                .map(|i| func.param_value(i))
+                .collect(),
             pos: Vec::new(),
         }
     }
 
     fn next(&self) -> Value {
-        Value(self.np + self.body.len() as u32)
+        self.sig.inst_value(self.body.len())
     }
 
     fn val(&self, v: Value) -> Value {
-        self.map.get(v.0 as usize).copied().unwrap_or(v)
+        self.map.get(v).copied().unwrap_or(v)
     }
 
     /// Copy a caller instruction, its operands renumbered.
     fn copy(&mut self, inst: &Inst) -> bool {
         let map = &self.map;
-        let v = |x: Value| map.get(x.0 as usize).copied().unwrap_or(x);
+        let v = |x: Value| map.get(x).copied().unwrap_or(x);
         let Some(op) = rewrite(
             &inst.op,
             &v,
@@ -278,10 +285,11 @@ impl Splicer {
     /// pushed) when an op cannot be carried over.
     fn splice(&mut self, inst: &Inst, args: &[Value], callee: &Prepared) -> bool {
         let g = &callee.func;
-        let mut gmap: Vec<Value> = args.iter().map(|a| self.val(*a)).collect();
+        // Callee value → new value: its parameters are the call's arguments.
+        let mut gmap: ValueMap<Value> = args.iter().map(|a| self.val(*a)).collect();
         let mut ops = Vec::with_capacity(g.body.len());
         for (k, ginst) in g.body.iter().enumerate() {
-            let v = |x: Value| gmap.get(x.0 as usize).copied().unwrap_or(x);
+            let v = |x: Value| gmap.get(x).copied().unwrap_or(x);
             let s = |s: &Scalar| match s {
                 Scalar::Param(j) => callee.scalars.get(*j).copied().flatten().map(Scalar::Param),
                 other => Some(*other),
@@ -290,7 +298,7 @@ impl Splicer {
                 return false;
             };
             ops.push((op, ginst));
-            gmap.push(Value(self.np + (self.body.len() + k) as u32));
+            gmap.push(self.sig.inst_value(self.body.len() + k));
         }
         for (op, ginst) in ops {
             let result = self.next();
@@ -306,7 +314,7 @@ impl Splicer {
                 annot_span: inst.span,
             });
         }
-        let ret = gmap.get(g.ret.0 as usize).copied();
+        let ret = gmap.get(g.ret).copied();
         match ret {
             Some(r) => {
                 self.map.push(r);
@@ -325,7 +333,7 @@ impl Splicer {
             .iter()
             .map(|b| {
                 Some(DimBinding {
-                    of: *self.map.get(b.of.0 as usize)?,
+                    of: *self.map.get(b.of)?,
                     before: *self.pos.get(b.before)?,
                     ..b.clone()
                 })
@@ -333,7 +341,7 @@ impl Splicer {
             .collect::<Option<Vec<_>>>()?;
         Some(Function {
             sig: func.sig.clone(),
-            ret: *self.map.get(func.ret.0 as usize)?,
+            ret: *self.map.get(func.ret)?,
             body: self.body,
             dim_bindings,
             ret_span: func.ret_span,

@@ -42,7 +42,7 @@
 use std::collections::BTreeMap;
 
 use tc_core::concrete::{self, Operand, RuleError};
-use tc_core::ir::{Function, Op, Value};
+use tc_core::ir::{Function, Op, Value, ValueDef, ValueMap};
 use tc_core::{Dim, Dtype, Sigma, Type};
 use tc_runtime::Error;
 
@@ -183,7 +183,7 @@ pub enum Step {
 #[derive(Clone, Debug)]
 pub struct Structure {
     /// Per value: has a buffer.
-    pub mat: Vec<bool>,
+    pub mat: ValueMap<bool>,
     /// The steps, in order.
     pub steps: Vec<Step>,
     /// Scalar slots `(param, dtype)` read by kernels.
@@ -215,9 +215,9 @@ fn eval(d: &Dim, sigma: &Sigma, what: impl std::fmt::Display) -> Result<usize, E
 
 /// A value as an operand of the concrete rule: a tensor (a scalar parameter
 /// is not one).
-fn operand(vals: &[ValInfo], v: Value) -> Result<Operand<'_>, RuleError> {
+fn operand(vals: &ValueMap<ValInfo>, v: Value) -> Result<Operand<'_>, RuleError> {
     let x = vals
-        .get(v.0 as usize)
+        .get(v)
         .ok_or_else(|| RuleError::Malformed(format!("{v} is not defined")))?;
     if let VKind::ScalarParam(_) | VKind::Dim(_) = x.kind {
         return Err(RuleError::Malformed(format!(
@@ -231,8 +231,8 @@ fn operand(vals: &[ValInfo], v: Value) -> Result<Operand<'_>, RuleError> {
 }
 
 /// The parameters' values under σ: a tensor's shape, a scalar, a dim's size.
-fn param_vals(func: &Function, sigma: &Sigma) -> Result<Vec<ValInfo>, Error> {
-    let mut vals: Vec<ValInfo> = Vec::with_capacity(func.sig.params.len() + func.body.len());
+fn param_vals(func: &Function, sigma: &Sigma) -> Result<ValueMap<ValInfo>, Error> {
+    let mut vals = ValueMap::with_capacity(func.num_values());
     for (i, p) in func.sig.params.iter().enumerate() {
         let what = format_args!("parameter `{}`", p.name);
         let v = match &p.ty {
@@ -265,13 +265,13 @@ fn param_vals(func: &Function, sigma: &Sigma) -> Result<Vec<ValInfo>, Error> {
 fn call_shape<'f>(
     name: &str,
     xs: &[Value],
-    vals: &[ValInfo],
+    vals: &ValueMap<ValInfo>,
     resolve: &dyn Fn(&str) -> Option<&'f Function>,
 ) -> Result<(Dtype, Vec<usize>), Error> {
     let callee = resolve(name).ok_or_else(|| Error::UnknownFunction(name.to_string()))?;
     let mut cs: Sigma = callee.sig.consts.iter().cloned().collect();
     for (p, v) in callee.sig.params.iter().zip(xs) {
-        let Some(x) = vals.get(v.0 as usize) else {
+        let Some(x) = vals.get(*v) else {
             continue;
         };
         match (&p.ty, &x.kind) {
@@ -306,9 +306,9 @@ fn call_shape<'f>(
 
 /// The planned return value against the declared return type under σ
 /// (the interpreter's check).
-fn check_return(func: &Function, vals: &[ValInfo], sigma: &Sigma) -> Result<(), Error> {
+fn check_return(func: &Function, vals: &ValueMap<ValInfo>, sigma: &Sigma) -> Result<(), Error> {
     let ret = vals
-        .get(func.ret.0 as usize)
+        .get(func.ret)
         .ok_or_else(|| Error::Malformed("return".into()))?;
     if let VKind::ScalarParam(_) | VKind::Dim(_) = ret.kind {
         return Err(Error::Malformed(
@@ -365,13 +365,13 @@ pub fn shapes<'f>(
     func: &Function,
     sigma: &Sigma,
     resolve: &dyn Fn(&str) -> Option<&'f Function>,
-) -> Result<(Vec<ValInfo>, Sigma), Error> {
+) -> Result<(ValueMap<ValInfo>, Sigma), Error> {
     let mut sigma = sigma.clone();
     let mut vals = param_vals(func, &sigma)?;
     for (ii, inst) in func.body.iter().enumerate() {
         for b in func.dim_bindings.iter().filter(|b| b.before == ii) {
             let n = vals
-                .get(b.of.0 as usize)
+                .get(b.of)
                 .and_then(|v| v.shape.get(b.axis))
                 .ok_or_else(|| Error::Malformed(format!("dim binding `{}`", b.name)))?;
             sigma.insert(b.name.clone(), *n as i64);
@@ -393,7 +393,7 @@ pub fn shapes<'f>(
         .iter()
         .filter(|b| b.before >= func.body.len())
     {
-        if let Some(n) = vals.get(b.of.0 as usize).and_then(|v| v.shape.get(b.axis)) {
+        if let Some(n) = vals.get(b.of).and_then(|v| v.shape.get(b.axis)) {
             sigma.insert(b.name.clone(), *n as i64);
         }
     }
@@ -465,16 +465,15 @@ fn own_cost(op: &Op) -> u32 {
 /// from a buffer (a call's argument, a gather's operand: it must be
 /// materialized), and whether a matmul reads it.
 struct Uses {
-    consumers: Vec<u32>,
-    forced: Vec<bool>,
-    mm_use: Vec<bool>,
+    consumers: ValueMap<u32>,
+    forced: ValueMap<bool>,
+    mm_use: ValueMap<bool>,
 }
 
 fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
-    let n = func.sig.params.len() + func.body.len();
-    let mut consumers = vec![0u32; n];
-    let mut forced = vec![false; n];
-    let mut mm_use = vec![false; n];
+    let mut consumers = ValueMap::filled(func, 0u32);
+    let mut forced = ValueMap::filled(func, false);
+    let mut mm_use = ValueMap::filled(func, false);
     for inst in &func.body {
         let mut ops = inst.op.operands();
         ops.dedup();
@@ -484,7 +483,7 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
                 continue;
             }
             seen.push(v);
-            if let Some(c) = consumers.get_mut(v.0 as usize) {
+            if let Some(c) = consumers.get_mut(v) {
                 *c += 1;
             }
             // A call's arguments and a gather's operands are read from
@@ -495,12 +494,12 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
             ) || host_pool(&inst.op)
                 || reads_quantized(&inst.op, dtype_of)
             {
-                if let Some(f) = forced.get_mut(v.0 as usize) {
+                if let Some(f) = forced.get_mut(v) {
                     *f = true;
                 }
             }
             if matches!(inst.op, Op::Matmul(..)) {
-                if let Some(f) = mm_use.get_mut(v.0 as usize) {
+                if let Some(f) = mm_use.get_mut(v) {
                     *f = true;
                 }
             }
@@ -527,10 +526,8 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
 pub fn structure(
     func: &Function,
     dtype_of: &dyn Fn(Value) -> Dtype,
-    concrete: Option<(&[ValInfo], &Sigma)>,
+    concrete: Option<(&ValueMap<ValInfo>, &Sigma)>,
 ) -> Structure {
-    let np = func.sig.params.len();
-    let n = np + func.body.len();
     let Uses {
         consumers,
         mut forced,
@@ -539,11 +536,11 @@ pub fn structure(
     force_view_roots(func, concrete.is_some(), &mut forced);
     let fanout = concrete.map(|(vals, _)| broadcast_fanout(func, vals));
     // Per value: its fused expression reads parameters only.
-    let mut params_only = vec![false; n];
-    let mut mat = vec![true; n];
-    let mut cost = vec![1u32; n];
-    for (i, inst) in func.body.iter().enumerate() {
-        let v = np + i;
+    let mut params_only = ValueMap::filled(func, false);
+    let mut mat = ValueMap::filled(func, true);
+    let mut cost = ValueMap::filled(func, 1u32);
+    for inst in &func.body {
+        let v = inst.result;
         if !inlinable(&inst.op) || reads_quantized(&inst.op, dtype_of) {
             continue;
         }
@@ -552,25 +549,17 @@ pub fn structure(
                 .op
                 .operands()
                 .iter()
-                .map(|o| {
-                    if mat[o.0 as usize] {
-                        1
-                    } else {
-                        cost[o.0 as usize]
-                    }
-                })
+                .map(|&o| if mat[o] { 1 } else { cost[o] })
                 .sum::<u32>();
         cost[v] = c;
         // A matmul operand that is a chain of transposes/broadcasts (and a
         // reshape of a buffer) over a buffer is read through strides by the
         // packing routines: no copy (a weight broadcast over the batch is
         // never materialized B times).
-        let val = Value(v as u32);
         let in_place = || {
-            matmul_view_ok(func, &mat, np, val, true, dtype_of)
+            matmul_view_ok(func, &mat, v, true, dtype_of)
                 || concrete.is_some_and(|(vals, sigma)| {
-                    dtype_of(val) == Dtype::F32
-                        && view(func, vals, &mat, sigma, val, true).is_some()
+                    dtype_of(v) == Dtype::F32 && view(func, vals, &mat, sigma, v, true).is_some()
                 })
         };
         let mm_forced = mm_use[v] && !in_place();
@@ -580,14 +569,13 @@ pub fn structure(
         // broadcast.
         // Only expressions of the parameters: a layer norm's `rsqrt(var +
         // eps)` stays in its row group.
-        params_only[v] = inst.op.operands().iter().all(|o| {
-            let o = o.0 as usize;
-            o < np || (!mat[o] && params_only[o])
+        params_only[v] = inst.op.operands().iter().all(|&o| {
+            matches!(func.value_def(o), Some(ValueDef::Param(_))) || (!mat[o] && params_only[o])
         });
         let hoisted = c >= HOIST_COST
             && params_only[v]
             && fanout.as_ref().is_some_and(|f| f[v] >= HOIST_FANOUT);
-        let keep = v == func.ret.0 as usize
+        let keep = v == func.ret
             || forced[v]
             || mm_forced
             || hoisted
@@ -606,16 +594,14 @@ pub fn structure(
 
 /// The steps for a materialization: one per materialized value, in body
 /// order (kernels numbered as they come).
-fn steps_of(func: &Function, mat: &[bool], dtype_of: &dyn Fn(Value) -> Dtype) -> Vec<Step> {
-    let np = func.sig.params.len();
+fn steps_of(func: &Function, mat: &ValueMap<bool>, dtype_of: &dyn Fn(Value) -> Dtype) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut kid = 0;
-    for (i, inst) in func.body.iter().enumerate() {
-        let v = np + i;
-        if !mat[v] {
+    for inst in &func.body {
+        let out = inst.result;
+        if !mat[out] {
             continue;
         }
-        let out = Value(v as u32);
         match &inst.op {
             Op::Matmul(a, b) => steps.push(Step::Matmul { out, a: *a, b: *b }),
             Op::Gather { axis, table, ids } => steps.push(Step::Gather {
@@ -636,7 +622,7 @@ fn steps_of(func: &Function, mat: &[bool], dtype_of: &dyn Fn(Value) -> Dtype) ->
             Op::Dim(_) => {}
             _ => {
                 let mut inputs = Vec::new();
-                leaves(func, mat, np, out, true, &mut inputs);
+                leaves(func, mat, out, true, &mut inputs);
                 steps.push(Step::Kernel {
                     id: kid,
                     out,
@@ -679,19 +665,18 @@ pub const HOIST_FANOUT: usize = 8;
 
 /// Per value: how many times over a broadcast consuming it (directly or
 /// through reshapes and transposes) reads each of its elements (0: none).
-fn broadcast_fanout(func: &Function, vals: &[ValInfo]) -> Vec<usize> {
-    let np = func.sig.params.len();
-    let mut fan = vec![0usize; vals.len()];
-    for (i, inst) in func.body.iter().enumerate().rev() {
-        let v = np + i;
+fn broadcast_fanout(func: &Function, vals: &ValueMap<ValInfo>) -> ValueMap<usize> {
+    let mut fan = ValueMap::filled(func, 0usize);
+    for inst in func.body.iter().rev() {
+        let v = inst.result;
         match &inst.op {
             Op::Broadcast(_, x) => {
-                let n = vals[x.0 as usize].numel().max(1);
+                let n = vals[*x].numel().max(1);
                 let f = vals[v].numel() / n;
-                fan[x.0 as usize] = fan[x.0 as usize].max(f);
+                fan[*x] = fan[*x].max(f);
             }
             Op::Reshape(_, x) | Op::Transpose(_, x) => {
-                fan[x.0 as usize] = fan[x.0 as usize].max(fan[v]);
+                fan[*x] = fan[*x].max(fan[v]);
             }
             _ => {}
         }
@@ -706,20 +691,19 @@ fn broadcast_fanout(func: &Function, vals: &[ValInfo]) -> Vec<usize> {
 /// strided write per head, 4× slower, or one copy per slice). The walk
 /// passes through the ops a view admits: transposes, broadcasts and
 /// reshapes always, slices only in a σ-specialised plan ([`view`]).
-fn force_view_roots(func: &Function, concrete: bool, forced: &mut [bool]) {
-    let np = func.sig.params.len();
+fn force_view_roots(func: &Function, concrete: bool, forced: &mut ValueMap<bool>) {
     for inst in &func.body {
         let Op::Matmul(a, b) = &inst.op else {
             continue;
         };
         for mut x in [*a, *b] {
-            while let Some(i) = (x.0 as usize).checked_sub(np) {
-                match &func.body[i].op {
+            while let Some(def) = func.inst(x) {
+                match &def.op {
                     Op::Transpose(_, y) | Op::Broadcast(_, y) | Op::Reshape(_, y) => x = *y,
                     Op::Slice { x: y, .. } if concrete => x = *y,
                     op => {
                         if inlinable(op) && x != *a && x != *b {
-                            forced[x.0 as usize] = true;
+                            forced[x] = true;
                         }
                         break;
                     }
@@ -737,13 +721,7 @@ fn force_view_roots(func: &Function, concrete: bool, forced: &mut [bool]) {
 /// cumsum that joined a row group was computed as an elementwise member
 /// and read its own unwritten output.
 pub fn verify(func: &Function, st: &Structure) -> Result<(), String> {
-    let np = func.sig.params.len();
-    let op_of = |v: &Value| {
-        (v.0 as usize)
-            .checked_sub(np)
-            .and_then(|i| func.body.get(i))
-            .map(|i| &i.op)
-    };
+    let op_of = |v: &Value| func.inst(*v).map(|i| &i.op);
     let own_loop = |op: &Op| {
         matches!(
             op,
@@ -784,21 +762,19 @@ pub const GROUP_MIN_ROW: usize = 8;
 /// dims, so row `o` of the kernel reads only row `o` of the member, which
 /// the group has written earlier in the same iteration. A group needs a
 /// reduction and two members; kernel ids are renumbered.
-pub fn group_rows(func: &Function, vals: &[ValInfo], st: &mut Structure) {
-    let np = func.sig.params.len();
+pub fn group_rows(func: &Function, vals: &ValueMap<ValInfo>, st: &mut Structure) {
     let rows_of = |out: Value| -> Option<Vec<usize>> {
-        let i = out.0 as usize;
-        let o = &vals[i];
+        let o = &vals[out];
         let r = o.shape.len();
         // Rank ≥ 2: a rank-1 group would have a single row (no thread split).
-        if r < 2 || o.dtype == Dtype::I4 || i < np {
+        if r < 2 || o.dtype == Dtype::I4 {
             return None;
         }
-        let inner = match &func.body[i - np].op {
+        let inner = match &func.inst(out)?.op {
             Op::Reduce {
                 axes, keepdims, x, ..
             } => {
-                let xs = &vals[x.0 as usize].shape;
+                let xs = &vals[*x].shape;
                 if !*keepdims || axes.as_slice() != [r - 1] || xs.len() != r {
                     return None;
                 }
@@ -821,7 +797,7 @@ pub fn group_rows(func: &Function, vals: &[ValInfo], st: &mut Structure) {
     let flush = |cur: &mut Vec<(Value, Vec<Value>)>, out: &mut Vec<Step>| {
         let has_reduce = cur
             .iter()
-            .any(|(v, _)| matches!(func.body[v.0 as usize - np].op, Op::Reduce { .. }));
+            .any(|(v, _)| matches!(func.inst(*v).map(|i| &i.op), Some(Op::Reduce { .. })));
         if cur.len() >= 2 && has_reduce {
             let members: Vec<Value> = cur.iter().map(|(v, _)| *v).collect();
             let mut inputs = Vec::new();
@@ -859,7 +835,6 @@ pub fn group_rows(func: &Function, vals: &[ValInfo], st: &mut Structure) {
                         func,
                         vals,
                         &st.mat,
-                        np,
                         v,
                         true,
                         true,
@@ -908,35 +883,33 @@ pub fn group_rows(func: &Function, vals: &[ValInfo], st: &mut Structure) {
 #[allow(clippy::too_many_arguments)]
 fn row_local(
     func: &Function,
-    vals: &[ValInfo],
-    mat: &[bool],
-    np: usize,
+    vals: &ValueMap<ValInfo>,
+    mat: &ValueMap<bool>,
     v: Value,
     root: bool,
     keep: bool,
     cur: &[(Value, Vec<Value>)],
     rows: &[usize],
 ) -> bool {
-    let i = v.0 as usize;
-    if i < np {
+    let Some(inst) = func.inst(v) else {
         return true;
-    }
-    if mat[i] && !root {
+    };
+    if mat[v] && !root {
         if cur.iter().any(|(m, _)| *m == v) {
-            let s = &vals[i].shape;
+            let s = &vals[v].shape;
             return keep && s.len() == rows.len() + 1 && s[..rows.len()] == *rows;
         }
         return true;
     }
-    let op = &func.body[i - np].op;
-    let rec = |x: Value, k: bool| row_local(func, vals, mat, np, x, false, k, cur, rows);
+    let op = &inst.op;
+    let rec = |x: Value, k: bool| row_local(func, vals, mat, x, false, k, cur, rows);
     match op {
         Op::Unary(_, x) | Op::Cast(_, x) | Op::ScalarBinary { x, .. } => rec(*x, keep),
         Op::Binary(_, a, b) => rec(*a, keep) && rec(*b, keep),
         Op::Select(c, a, b) => rec(*c, keep) && rec(*a, keep) && rec(*b, keep),
         Op::Fill(..) | Op::Iota(..) => true,
         Op::Broadcast(_, x) => {
-            let (xs, os) = (&vals[x.0 as usize].shape, &vals[i].shape);
+            let (xs, os) = (&vals[*x].shape, &vals[v].shape);
             let r = os.len();
             let k = keep && xs.len() == r && r >= 1 && xs[..r - 1] == os[..r - 1];
             rec(*x, k)
@@ -973,18 +946,20 @@ fn fixed(d: &Dim, consts: &Sigma) -> Option<i64> {
 }
 
 fn static_dim_at(func: &Function, consts: &Sigma, v: Value, a: usize, depth: usize) -> Option<i64> {
-    let (i, np) = (v.0 as usize, func.sig.params.len());
-    if i < np {
-        return match &func.sig.params.get(i)?.ty {
-            tc_core::Type::Tensor(t) => fixed(t.shape.get(a)?, consts),
-            _ => None,
-        };
-    }
+    let inst = match func.value_def(v)? {
+        ValueDef::Param(i) => {
+            return match &func.sig.params[i].ty {
+                tc_core::Type::Tensor(t) => fixed(t.shape.get(a)?, consts),
+                _ => None,
+            }
+        }
+        ValueDef::Inst(j) => &func.body[j],
+    };
     if depth >= STATIC_DEPTH {
         return None;
     }
     let on = |x: &Value, a: usize| static_dim_at(func, consts, *x, a, depth + 1);
-    match &func.body.get(i - np)?.op {
+    match &inst.op {
         Op::Broadcast(d, _) | Op::Reshape(d, _) | Op::Fill(_, d, _) | Op::Iota(_, d, _) => {
             fixed(d.get(a)?, consts)
         }
@@ -1034,8 +1009,7 @@ fn static_dim_at(func: &Function, consts: &Sigma, v: Value, a: usize, depth: usi
 /// view itself, and admits more for one σ.
 pub fn matmul_view_ok(
     func: &Function,
-    mat: &[bool],
-    np: usize,
+    mat: &ValueMap<bool>,
     v: Value,
     top: bool,
     dtype_of: &dyn Fn(Value) -> Dtype,
@@ -1044,15 +1018,15 @@ pub fn matmul_view_ok(
     if top && dtype_of(v) != Dtype::F32 {
         return false;
     }
-    let i = v.0 as usize;
-    if i < np || (!top && mat[i]) {
+    let Some(inst) = func.inst(v) else {
+        return true;
+    };
+    if !top && mat[v] {
         return true;
     }
-    match &func.body[i - np].op {
-        Op::Transpose(_, x) | Op::Broadcast(_, x) => {
-            matmul_view_ok(func, mat, np, *x, false, dtype_of)
-        }
-        Op::Reshape(_, x) => (x.0 as usize) < np || mat[x.0 as usize],
+    match &inst.op {
+        Op::Transpose(_, x) | Op::Broadcast(_, x) => matmul_view_ok(func, mat, *x, false, dtype_of),
+        Op::Reshape(_, x) => func.inst(*x).is_none() || mat[*x],
         _ => false,
     }
 }
@@ -1101,25 +1075,24 @@ impl StridedView {
 /// materialization is being decided (so not read from `mat`).
 pub fn view(
     func: &Function,
-    vals: &[ValInfo],
-    mat: &[bool],
+    vals: &ValueMap<ValInfo>,
+    mat: &ValueMap<bool>,
     sigma: &Sigma,
     v: Value,
     top: bool,
 ) -> Option<StridedView> {
-    let np = func.sig.params.len();
-    let i = v.0 as usize;
-    let shape = &vals.get(i)?.shape;
-    if i < np || (!top && mat[i]) {
+    let shape = &vals.get(v)?.shape;
+    let def = func.inst(v).filter(|_| top || !mat[v]);
+    let Some(def) = def else {
         let strides = crate::gemm_common::contiguous_strides(shape);
         return Some(StridedView {
             base: v,
             offset: 0,
             strides,
         });
-    }
+    };
     let inner = |x: &Value| view(func, vals, mat, sigma, *x, false);
-    match &func.body[i - np].op {
+    match &def.op {
         Op::Transpose(perm, x) => {
             let sx = inner(x)?;
             let strides = perm
@@ -1130,7 +1103,7 @@ pub fn view(
         }
         Op::Broadcast(_, x) => {
             let sx = inner(x)?;
-            let xs = &vals.get(x.0 as usize)?.shape;
+            let xs = &vals.get(*x)?.shape;
             let lead = shape.len().checked_sub(xs.len())?;
             let mut strides = vec![0isize; shape.len()];
             for (k, &d) in xs.iter().enumerate() {
@@ -1155,7 +1128,7 @@ pub fn view(
         }
         Op::Reshape(_, x) => {
             let sx = inner(x)?;
-            let strides = reshape_strides(&vals.get(x.0 as usize)?.shape, &sx.strides, shape)?;
+            let strides = reshape_strides(&vals.get(*x)?.shape, &sx.strides, shape)?;
             Some(StridedView { strides, ..sx })
         }
         _ => None,
@@ -1221,16 +1194,18 @@ pub fn reshape_strides(old: &[usize], st: &[isize], new: &[usize]) -> Option<Vec
 /// planning uses the planned dtypes instead (see [`structure`]); this is for
 /// diagnostics ([`describe`]).
 pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
-    let np = func.sig.params.len();
-    let i = v.0 as usize;
-    if i < np {
-        return match &func.sig.params[i].ty {
-            Type::Tensor(t) => t.dtype,
-            Type::Scalar(dt) => *dt,
-            _ => Dtype::F32,
-        };
-    }
-    match &func.body[i - np].op {
+    let j = match func.value_def(v) {
+        Some(ValueDef::Param(i)) => {
+            return match &func.sig.params[i].ty {
+                Type::Tensor(t) => t.dtype,
+                Type::Scalar(dt) => *dt,
+                _ => Dtype::F32,
+            }
+        }
+        Some(ValueDef::Inst(j)) => j,
+        None => panic!("{v} is not a value of `{}`", func.sig.name),
+    };
+    match &func.body[j].op {
         Op::Unary(_, x)
         | Op::Transpose(_, x)
         | Op::Reshape(_, x)
@@ -1258,28 +1233,24 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
 
 /// Materialized values read by the fused expression of `v` (the root is
 /// expanded even though it is materialized).
-fn leaves(func: &Function, mat: &[bool], np: usize, v: Value, root: bool, out: &mut Vec<Value>) {
-    let i = v.0 as usize;
-    if i < np || (mat[i] && !root) {
-        if i < np && matches!(func.sig.params[i].ty, Type::Scalar(_) | Type::Dim(_)) {
-            return;
-        }
-        if !out.contains(&v) {
+fn leaves(func: &Function, mat: &ValueMap<bool>, v: Value, root: bool, out: &mut Vec<Value>) {
+    let inst = func.inst(v).filter(|_| root || !mat[v]);
+    let Some(inst) = inst else {
+        let scalar = func
+            .param(v)
+            .is_some_and(|p| matches!(p.ty, Type::Scalar(_) | Type::Dim(_)));
+        if !scalar && !out.contains(&v) {
             out.push(v);
         }
         return;
-    }
-    for o in func.body[i - np].op.operands() {
-        leaves(func, mat, np, o, false, out);
+    };
+    for o in inst.op.operands() {
+        leaves(func, mat, o, false, out);
     }
 }
 
 /// The consumers count per value, for tests and diagnostics.
-pub fn describe(func: &Function) -> BTreeMap<u32, bool> {
+pub fn describe(func: &Function) -> BTreeMap<Value, bool> {
     let s = structure(func, &|v| operand_dtype(func, v), None);
-    s.mat
-        .iter()
-        .enumerate()
-        .map(|(i, m)| (i as u32, *m))
-        .collect()
+    s.mat.iter().map(|(v, m)| (v, *m)).collect()
 }

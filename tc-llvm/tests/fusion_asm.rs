@@ -532,9 +532,9 @@ fn static_dims_are_the_ones_every_sigma_shares() {
         "past the depth bound: a load, never a guess"
     );
     let ln = layernorm();
-    for v in 0..ln.sig.params.len() + ln.body.len() {
+    for v in ln.values() {
         for a in 0..2 {
-            let got = r(&ln, tc_core::ir::Value(v as u32), a);
+            let got = r(&ln, v, a);
             assert!(
                 got.is_none() || got == Some(1),
                 "value {v} axis {a}: {got:?}"

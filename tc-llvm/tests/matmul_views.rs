@@ -11,7 +11,7 @@
 mod util;
 
 use proptest::prelude::*;
-use tc_core::ir::{Function, Op, Value};
+use tc_core::ir::{Function, Op, Value, ValueMap};
 use tc_core::{Dim, Dtype, Sigma};
 use tc_llvm::plan;
 use tc_llvm::JitOptions;
@@ -150,13 +150,13 @@ fn check_addresses(base: &[usize], steps: &[Step]) {
     let x = flat_indices(base);
     let want: Vec<f32> = interp(&f, &[x.into()]).unwrap().to_vec().unwrap();
     let (vals, sigma) = plan::shapes(&f, &Sigma::new(), &|_| None).unwrap();
-    let mat = vec![false; vals.len()];
+    let mat = ValueMap::filled(&f, false);
     let has_reshape = f.body.iter().any(|i| matches!(i.op, Op::Reshape(..)));
     let Some(v) = plan::view(&f, &vals, &mat, &sigma, f.ret, false) else {
         assert!(has_reshape, "only a reshape can lack a view: {f}");
         return;
     };
-    assert_eq!(v.base, Value(0));
+    assert_eq!(v.base, f.param_value(0));
     assert!(
         v.fits(&shape, base.iter().product()),
         "{v:?} of {shape:?} over {base:?}"
@@ -216,7 +216,7 @@ fn check_matmul(base: &[usize], steps: &[Step], right: bool, seed: u64) {
     assert_close(&format!("{g}"), &got, &want, 0.0, tol);
     // The specialised plan copies the chain exactly when it is no view.
     let (vals, sigma) = plan::shapes(&g, &Sigma::new(), &|_| None).unwrap();
-    let mat = vec![false; vals.len()];
+    let mat = ValueMap::filled(&g, false);
     let in_place = plan::view(&g, &vals, &mat, &sigma, g.ret, true).is_some();
     assert_eq!(
         c.kernel_count() == 0,
@@ -303,7 +303,7 @@ fn a_merge_across_a_slice_is_copied() {
     check_matmul(&[4, 6, 2], &[(1, 1, 1, 4), (3, 0, 0, 0)], false, 3);
     let (f, _) = chain(&[4, 6], &[(1, 1, 1, 4), (3, 0, 0, 0)]).unwrap();
     let (vals, sigma) = plan::shapes(&f, &Sigma::new(), &|_| None).unwrap();
-    let mat = vec![false; vals.len()];
+    let mat = ValueMap::filled(&f, false);
     assert!(
         plan::view(&f, &vals, &mat, &sigma, f.ret, false).is_none(),
         "{f}"

@@ -88,13 +88,13 @@ pub fn check(c: &Checked, spans: &SpanTable) -> Vec<syn::Error> {
     let mut out = Vec::new();
     for inst in &c.func.body {
         let (s, dt, span): (&Scalar, Dtype, SpanId) = match &inst.op {
-            Op::ScalarBinary { x, s, .. } => match c.types.get(x.0 as usize) {
+            Op::ScalarBinary { x, s, .. } => match c.types.get(*x) {
                 // Comparisons too: the scalar meets `x`'s dtype, not the result's.
                 Some(Type::Tensor(t)) => (s, t.dtype, inst.arg_span(1)),
                 _ => continue,
             },
             Op::Fill(dt, _, s) => (s, *dt, inst.arg_span(0)),
-            Op::Pad { x, value, .. } => match c.types.get(x.0 as usize) {
+            Op::Pad { x, value, .. } => match c.types.get(*x) {
                 Some(Type::Tensor(t)) => (value, t.dtype, inst.arg_span(1)),
                 _ => continue,
             },

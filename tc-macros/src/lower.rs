@@ -64,7 +64,7 @@ struct Lowerer<'a> {
     /// Inside a `#[tensor_module]` (calls to its fns resolve) or a
     /// standalone `#[tensor_fn]` (no other tensor fn is visible).
     in_module: bool,
-    n_params: usize,
+    sig: &'a Signature,
     body: Vec<Inst>,
     dim_bindings: Vec<DimBinding>,
     env: HashMap<String, Local>,
@@ -261,7 +261,7 @@ impl Lowerer<'_> {
         attr_spans: Vec<SpanId>,
     ) -> Operand {
         let span = self.spans.alloc(whole);
-        let result = Value((self.n_params + self.body.len()) as u32);
+        let result = self.sig.inst_value(self.body.len());
         let mut inst = Inst::new(result, op, span);
         inst.arg_spans = arg_spans;
         inst.attr_spans = attr_spans;
@@ -1307,9 +1307,9 @@ pub fn function(
     let mut env = HashMap::new();
     for (i, p) in sig.params.iter().enumerate() {
         let local = match &p.ty {
-            Type::Scalar(_) => Local::Scalar(Scalar::Param(i), Some(Value(i as u32))),
-            Type::Dim(d) => Local::DimParam(Value(i as u32), d.to_string()),
-            _ => Local::Tensor(Value(i as u32)),
+            Type::Scalar(_) => Local::Scalar(Scalar::Param(i), Some(sig.param_value(i))),
+            Type::Dim(d) => Local::DimParam(sig.param_value(i), d.to_string()),
+            _ => Local::Tensor(sig.param_value(i)),
         };
         env.insert(p.name.clone(), local);
     }
@@ -1318,7 +1318,7 @@ pub fn function(
         sigs,
         broken,
         in_module,
-        n_params: sig.params.len(),
+        sig: &sig,
         body: Vec::new(),
         dim_bindings: Vec::new(),
         env,
@@ -1382,9 +1382,9 @@ pub fn function(
                 e,
                 "a tensor_fn must return a tensor, found a scalar",
             ));
-            (Value(0), SpanId(0))
+            (Value::from_u32(0), SpanId(0))
         }
-        Some((Operand::Poison, ..)) => (Value(0), SpanId(0)),
+        Some((Operand::Poison, ..)) => (Value::from_u32(0), SpanId(0)),
         None => {
             let close = block.brace_token.span.close();
             lw.errors.push(crate::spans::err_span(
@@ -1392,16 +1392,17 @@ pub fn function(
                 close,
                 "a tensor_fn body must end with the tensor it returns",
             ));
-            (Value(0), SpanId(0))
+            (Value::from_u32(0), SpanId(0))
         }
     };
     if !lw.errors.is_empty() {
         return Err(LowerError::Errors(lw.errors));
     }
+    let (body, dim_bindings) = (lw.body, lw.dim_bindings);
     Ok(Function {
         sig,
-        body: lw.body,
-        dim_bindings: lw.dim_bindings,
+        body,
+        dim_bindings,
         ret,
         ret_span,
     })

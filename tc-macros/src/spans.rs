@@ -54,7 +54,7 @@ impl SpanTable {
 
     /// The range behind an id (call site for an id this table never issued).
     pub fn get(&self, id: SpanId) -> SpanRange {
-        match self.spans.get(id.0 as usize) {
+        match self.spans.get(id.index()) {
             Some((a, b)) => SpanRange(*a, *b),
             None => SpanRange(Span::call_site(), Span::call_site()),
         }

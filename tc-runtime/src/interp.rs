@@ -23,7 +23,7 @@
 //! but `0`; the test suite turns it on explicitly).
 
 use tc_core::concrete;
-use tc_core::ir::{DimBinding, Function, Op, Scalar, Value};
+use tc_core::ir::{DimBinding, Function, Op, Scalar, Value, ValueMap};
 use tc_core::{Dim, Dtype, Sigma, TensorType, Type};
 
 use crate::cast;
@@ -46,6 +46,13 @@ pub const MAX_CALL_DEPTH: usize = 64;
 /// An opaque tensor handle `τ` (Section 4 §3.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Handle(pub u32);
+
+impl Handle {
+    /// Its position in the heap's cells (handles are allocated in order).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 impl std::fmt::Display for Handle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,12 +123,12 @@ impl Heap {
 
     /// `H(τ)`.
     pub fn get(&self, h: Handle) -> Option<&Cell> {
-        self.cells.get(h.0 as usize)
+        self.cells.get(h.index())
     }
 
     /// `Γ_heap(τ)`.
     pub fn type_of(&self, h: Handle) -> Option<&CellType> {
-        self.types.get(h.0 as usize)
+        self.types.get(h.index())
     }
 
     /// Every handle, in allocation order.
@@ -389,7 +396,7 @@ impl Interpreter {
             .map_err(|d| Error::Malformed(format!("`{}`: {}", func.sig.name, d.message)))?;
         let bound = contract::bind_args(&func.sig, args)?;
         let mut heap = Heap::new();
-        let mut env = Vec::with_capacity(func.sig.params.len() + func.body.len());
+        let mut env = ValueMap::with_capacity(func.num_values());
         for ((p, a), s) in func.sig.params.iter().zip(args).zip(&bound.scalars) {
             match (a, s) {
                 (_, Some((e, dt))) => env.push(Val::Scalar(*e, *dt)),
@@ -444,7 +451,7 @@ pub struct Machine<'a, 'f> {
     resolve: &'a dyn Fn(&str) -> Option<&'f Function>,
     heap: Heap,
     sigma: Sigma,
-    env: Vec<Val>,
+    env: ValueMap<Val>,
     pc: usize,
     depth: usize,
     steps: usize,
@@ -462,7 +469,7 @@ impl<'a, 'f> Machine<'a, 'f> {
     }
 
     /// The values bound so far: parameters, then one per reduced instruction.
-    pub fn values(&self) -> &[Val] {
+    pub fn values(&self) -> &ValueMap<Val> {
         &self.env
     }
 
@@ -480,7 +487,7 @@ impl<'a, 'f> Machine<'a, 'f> {
     /// every value bound in the frame.
     pub fn check(&self) -> Result<()> {
         self.heap.check()?;
-        for v in &self.env {
+        for v in self.env.values() {
             match v {
                 Val::Tensor(h) if self.heap.get(*h).is_none() => {
                     return Err(Error::HeapInvariant {
@@ -555,7 +562,7 @@ impl<'a, 'f> Machine<'a, 'f> {
         while self.step()? {}
         self.apply_dim_bindings(self.func.body.len())?;
         let ret = self.func.ret;
-        let (value, handle) = match self.env.get(ret.0 as usize) {
+        let (value, handle) = match self.env.get(ret) {
             Some(Val::Tensor(h)) => match self.heap.get(*h) {
                 Some(c) => (c.data.clone(), Some(*h)),
                 None => {
@@ -655,7 +662,7 @@ impl<'a, 'f> Machine<'a, 'f> {
     }
 
     fn tensor(&self, v: Value) -> Result<&Tensor> {
-        match self.env.get(v.0 as usize) {
+        match self.env.get(v) {
             Some(Val::Tensor(h)) => {
                 self.heap.get(*h).map(|c| &c.data).ok_or_else(|| {
                     Error::Malformed(format!("{v} refers to unallocated handle {h}"))
@@ -678,7 +685,7 @@ impl<'a, 'f> Machine<'a, 'f> {
             Scalar::Float(x) => Elem::F(*x as f32),
             Scalar::Int(i) => Elem::I(*i),
             Scalar::Bool(b) => Elem::B(*b),
-            Scalar::Param(i) => match self.env.get(*i) {
+            Scalar::Param(i) => match self.env.get(self.func.param_value(*i)) {
                 Some(Val::Scalar(e, _)) => *e,
                 _ => return Err(Error::Malformed(format!("v{i} is not a scalar parameter"))),
             },
@@ -813,9 +820,9 @@ impl<'a, 'f> Machine<'a, 'f> {
         tc_core::ir::verify(callee)
             .map_err(|d| Error::Malformed(format!("`{name}`: {}", d.message)))?;
         let mut args = Vec::with_capacity(xs.len());
-        let mut vals = Vec::with_capacity(xs.len());
+        let mut vals = ValueMap::with_capacity(xs.len());
         for v in xs {
-            match self.env.get(v.0 as usize) {
+            match self.env.get(*v) {
                 Some(Val::Tensor(h)) => {
                     args.push(Arg::Tensor(self.tensor(*v)?.clone()));
                     vals.push(Val::Tensor(*h));
@@ -832,7 +839,7 @@ impl<'a, 'f> Machine<'a, 'f> {
             }
         }
         let bound = contract::bind_args(&callee.sig, &args)?;
-        for (v, s) in vals.iter_mut().zip(&bound.scalars) {
+        for (v, s) in vals.values_mut().zip(&bound.scalars) {
             if let Some((e, dt)) = s {
                 *v = Val::Scalar(*e, *dt);
             }

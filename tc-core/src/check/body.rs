@@ -7,7 +7,7 @@
 use crate::diag::{codes, Diagnostic, SpanId};
 use crate::dim::Dim;
 use crate::dtype::Dtype;
-use crate::ir::{check_axes, Function, Inst, Op, Scalar};
+use crate::ir::{check_axes, Function, Inst, Op, Scalar, ValueMap};
 use crate::pred::Pred;
 use crate::subtype::subtype;
 use crate::types::{TensorType, Type};
@@ -16,9 +16,9 @@ use super::diags::{class_diag, sub_diag};
 use super::{Checker, R_BINARY, R_BIND, R_CAST, R_LITERAL, R_UNARY};
 
 impl Checker<'_> {
-    pub(super) fn check_body(&mut self, func: &Function) -> Vec<Option<Type>> {
+    pub(super) fn check_body(&mut self, func: &Function) -> ValueMap<Option<Type>> {
         self.ret = Some(func.sig.ret.clone());
-        let mut types: Vec<Option<Type>> =
+        let mut types: ValueMap<Option<Type>> =
             func.sig.params.iter().map(|p| Some(p.ty.clone())).collect();
         for (i, inst) in func.body.iter().enumerate() {
             for b in func.dim_bindings.iter().filter(|b| b.before == i) {
@@ -52,7 +52,7 @@ impl Checker<'_> {
         {
             self.bind_dim(b, &types);
         }
-        if let Some(Some(t)) = types.get(func.ret.0 as usize) {
+        if let Some(Some(t)) = types.get(func.ret) {
             let t = t.clone();
             self.check_sub(&t, &func.sig.ret, func.ret_span, "the declared return type");
         }
@@ -85,8 +85,8 @@ impl Checker<'_> {
         }
     }
 
-    fn bind_dim(&mut self, b: &crate::ir::DimBinding, types: &[Option<Type>]) {
-        let Some(Some(t)) = types.get(b.of.0 as usize) else {
+    fn bind_dim(&mut self, b: &crate::ir::DimBinding, types: &ValueMap<Option<Type>>) {
+        let Some(Some(t)) = types.get(b.of) else {
             return;
         };
         let Type::Tensor(t) = t else {
@@ -134,11 +134,16 @@ impl Checker<'_> {
     }
 
     /// Synthesise the type of one instruction (Section 3 §7: internal nodes synthesise).
-    fn synth(&mut self, func: &Function, inst: &Inst, types: &[Option<Type>]) -> Option<Type> {
+    fn synth(
+        &mut self,
+        func: &Function,
+        inst: &Inst,
+        types: &ValueMap<Option<Type>>,
+    ) -> Option<Type> {
         // Poisoned operands: their error was already reported.
         let mut operands = Vec::new();
         for v in inst.op.operands() {
-            operands.push(types.get(v.0 as usize)?.clone()?);
+            operands.push(types.get(v)?.clone()?);
         }
         match &inst.op {
             Op::Unary(op, _) => {

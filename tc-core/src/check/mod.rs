@@ -32,7 +32,7 @@ pub use window::WINDOW_CONST_MAX;
 
 use crate::ctx::{zero_opt_ins, Ctx};
 use crate::diag::{Counterexample, Diagnostic, SpanId};
-use crate::ir::{verify_structure, Function, Signature, Signatures, Value};
+use crate::ir::{verify_structure, Function, Signature, Signatures, Value, ValueMap};
 use crate::pred::Pred;
 use crate::solver::{self, Entailment};
 use crate::types::Type;
@@ -74,7 +74,7 @@ pub struct Checked {
     /// The function as given.
     pub func: Function,
     /// The type of every value, indexed by value id (parameters first).
-    pub types: Vec<Type>,
+    pub types: ValueMap<Type>,
     /// Γ after the body (signature facts, local dim bindings).
     pub ctx: Ctx,
 }
@@ -164,7 +164,10 @@ fn check_function_inner(
     }
     let types = ck.check_body(func);
     if ck.diags.is_empty() {
-        let types = types.into_iter().map(|t| t.unwrap_or(Type::Unit)).collect();
+        let types = types
+            .into_values()
+            .map(|t| t.unwrap_or(Type::Unit))
+            .collect();
         Ok(Checked {
             func: func.clone(),
             types,
@@ -238,5 +241,7 @@ pub fn cex_string(d: &Diagnostic) -> String {
 
 /// Convenience for tests and the macro: the value ids of a function's parameters.
 pub fn param_values(func: &Function) -> Vec<Value> {
-    (0..func.sig.params.len() as u32).map(Value).collect()
+    (0..func.sig.params.len())
+        .map(|i| func.param_value(i))
+        .collect()
 }

@@ -165,7 +165,7 @@ impl<'a> Gen<'a> {
     }
 
     pub(super) fn buf(&mut self, v: Value) -> V {
-        if let Some(b) = self.bufs.get(&v.0) {
+        if let Some(b) = self.bufs.get(&v) {
             return b.clone();
         }
         panic!("no buffer for {v}");
@@ -187,7 +187,7 @@ impl<'a> Gen<'a> {
 
     /// Element `off` of `v`'s buffer, in its computation type.
     pub(super) fn load(&mut self, v: Value, off: &str) -> V {
-        let dt = self.vals[v.0 as usize].dtype;
+        let dt = self.vals[v].dtype;
         let p = self.buf(v);
         let off = V::i64(off);
         if dt == Dtype::I4 {
@@ -209,7 +209,7 @@ impl<'a> Gen<'a> {
 
     /// Store `x` (in `v`'s computation type) as element `off` of `v`'s buffer.
     pub(super) fn store(&mut self, v: Value, off: &str, x: &V) {
-        let dt = self.vals[v.0 as usize].dtype;
+        let dt = self.vals[v].dtype;
         let p = self.buf(v);
         let off = V::i64(off);
         if dt == Dtype::I4 {

@@ -257,7 +257,7 @@ impl<'a> Gen<'a> {
 
     /// The element of `v` at `idx`, in its computation type.
     pub(super) fn val(&mut self, v: Value, idx: &Idx) -> V {
-        let key = format!("{}|{:?}|{:?}", v.0, idx.dims, idx.lin);
+        let key = format!("{v}|{:?}|{:?}", idx.dims, idx.lin);
         if let Some(r) = self.memo.get(&key) {
             return r.clone();
         }
@@ -280,18 +280,20 @@ impl<'a> Gen<'a> {
     }
 
     pub(super) fn val_uncached(&mut self, v: Value, idx: &Idx) -> V {
-        let i = v.0 as usize;
         if let Some((x, m)) = self.stashed {
-            if x == v.0 {
+            if x == v {
                 // Same shape as `m`: the same linear index.
                 return self.load_at(m, idx);
             }
         }
-        if i < self.np || (self.st.mat[i] && self.root != Some(v.0)) {
-            return self.load_at(v, idx);
-        }
         let func = self.func;
-        let op = &func.body[i - self.np].op;
+        let inst = func
+            .inst(v)
+            .filter(|_| !self.st.mat[v] || self.root == Some(v));
+        let Some(inst) = inst else {
+            return self.load_at(v, idx);
+        };
+        let op = &inst.op;
         match op {
             Op::Reshape(..)
             | Op::Transpose(..)
@@ -310,19 +312,19 @@ impl<'a> Gen<'a> {
     /// An elementwise op's element at `idx`: its operands' elements at the
     /// same index, computed (§5.1–§5.3), or a fill / iota value.
     fn compute_val(&mut self, v: Value, op: &Op, idx: &Idx) -> V {
-        let dt = self.vals[v.0 as usize].dtype;
+        let dt = self.vals[v].dtype;
         match op {
             Op::Unary(u, x) => {
                 let a = self.val(*x, idx);
                 self.unary(*u, dt, &a)
             }
             Op::Cast(to, x) => {
-                let from = self.vals[x.0 as usize].dtype;
+                let from = self.vals[*x].dtype;
                 let a = self.val(*x, idx);
                 self.cast(from, *to, &a)
             }
             Op::Binary(o, a, b) => {
-                let odt = self.vals[a.0 as usize].dtype;
+                let odt = self.vals[*a].dtype;
                 let x = self.val(*a, idx);
                 let y = self.val(*b, idx);
                 self.binary(*o, odt, &x, &y)
@@ -333,7 +335,7 @@ impl<'a> Gen<'a> {
                 s,
                 scalar_left,
             } => {
-                let odt = self.vals[x.0 as usize].dtype;
+                let odt = self.vals[*x].dtype;
                 let a = self.val(*x, idx);
                 let c = self.scalar(s, odt);
                 if *scalar_left {
@@ -400,7 +402,7 @@ impl<'a> Gen<'a> {
             }
             Op::Broadcast(_, x) => {
                 let d = self.dims_of(v, idx);
-                let n = self.vals[x.0 as usize].shape.len();
+                let n = self.vals[*x].shape.len();
                 let m = d.len();
                 let mut src = Vec::with_capacity(n);
                 for k in 0..n {
@@ -432,7 +434,7 @@ impl<'a> Gen<'a> {
             }
             Op::Slice { axis, step, x, .. } => {
                 let mut d = self.dims_of(v, idx);
-                let s = self.shape_qty(QKey::SliceStart(v.0));
+                let s = self.shape_qty(QKey::SliceStart(v));
                 // start + i·step < stop ≤ the operand's dim (the rule's bound).
                 let i = self.bmul(&d[*axis], &step.to_string());
                 d[*axis] = self.badd(&i, &s);
@@ -464,7 +466,7 @@ impl<'a> Gen<'a> {
         if dks.iter().any(|dk| is_lit(dk).is_none()) {
             return self.concat_branches(v, axis, xs, &dks, &d);
         }
-        let dt = self.vals[v.0 as usize].dtype;
+        let dt = self.vals[v].dtype;
         let j = V::i64(&d[axis]);
         let mut off = "0".to_string();
         let mut parts = Vec::new();
@@ -518,7 +520,7 @@ impl<'a> Gen<'a> {
         dks: &[String],
         d: &[String],
     ) -> V {
-        let dt = self.vals[v.0 as usize].dtype;
+        let dt = self.vals[v].dtype;
         let j = V::i64(&d[axis]);
         let l = self.label();
         let saved = self.memo.clone();
@@ -567,9 +569,9 @@ impl<'a> Gen<'a> {
         (axis, value, x): (usize, &Scalar, Value),
         idx: &Idx,
     ) -> V {
-        let dt = self.vals[v.0 as usize].dtype;
+        let dt = self.vals[v].dtype;
         let d = self.dims_of(v, idx);
-        let before = self.shape_qty(QKey::PadBefore(v.0));
+        let before = self.shape_qty(QKey::PadBefore(v));
         let local = self.bsub(&d[axis], &before);
         let dx = self.dim(x, axis);
         let l = V::i64(&local);

@@ -43,11 +43,10 @@ impl<'a> Gen<'a> {
     // ---- kernels -----------------------------------------------------------
 
     pub(super) fn is_flat(&self, v: Value, root: bool) -> bool {
-        let i = v.0 as usize;
-        if i < self.np || (self.st.mat[i] && !root) {
+        let Some(inst) = self.func.inst(v).filter(|_| root || !self.st.mat[v]) else {
             return true;
-        }
-        let op = &self.func.body[i - self.np].op;
+        };
+        let op = &inst.op;
         match op {
             Op::Broadcast(..)
             | Op::Transpose(..)
@@ -70,9 +69,11 @@ impl<'a> Gen<'a> {
         let all: Vec<Value> = std::iter::once(out).chain(inputs.iter().copied()).collect();
         let mut params = self.setup(&all, 1);
         self.b.block("b0");
-        let np = self.np;
         let func = self.func;
-        let op = &func.body[out.0 as usize - np].op;
+        let op = &func
+            .inst(out)
+            .expect("a kernel writes an instruction's value")
+            .op;
         let shape = match op {
             Op::Reduce {
                 op: rop,
@@ -153,7 +154,7 @@ impl<'a> Gen<'a> {
     /// Row `o` of a nested elementwise kernel writing `out`: the inner loop
     /// over its last axis.
     pub(super) fn nested_row(&mut self, out: Value, o: &str) {
-        let r = self.vals[out.0 as usize].shape.len();
+        let r = self.vals[out].shape.len();
         if r == 0 {
             let idx = Idx {
                 dims: Some(vec![]),
@@ -233,18 +234,14 @@ impl<'a> Gen<'a> {
     /// with every dim a literal (σ-specialised): a shape-generic kernel
     /// serves σs the split might not hold for.
     fn splits_last_axis(&mut self, out: Value) -> Option<Value> {
-        let i = (out.0 as usize).checked_sub(self.np)?;
-        let Op::Reshape(_, x) = &self.func.body.get(i)?.op else {
+        let Op::Reshape(_, x) = &self.func.inst(out)?.op else {
             return None;
         };
         let x = *x;
         if self.stashed.is_some() {
             return None;
         }
-        let (r, rx) = (
-            self.vals[out.0 as usize].shape.len(),
-            self.vals[x.0 as usize].shape.len(),
-        );
+        let (r, rx) = (self.vals[out].shape.len(), self.vals[x].shape.len());
         if r == 0 || rx <= r {
             return None;
         }
@@ -264,10 +261,7 @@ impl<'a> Gen<'a> {
     /// reads runs the vectorizer sees). Same elements, same order, same
     /// values as the flat inner loop.
     fn split_row(&mut self, out: Value, x: Value, mut dims: Vec<String>, base: &str) {
-        let (r, rx) = (
-            self.vals[out.0 as usize].shape.len(),
-            self.vals[x.0 as usize].shape.len(),
-        );
+        let (r, rx) = (self.vals[out].shape.len(), self.vals[x].shape.len());
         dims.truncate(r - 1);
         let mut loops = Vec::with_capacity(rx - r + 1);
         let mut lin = base.to_string();
@@ -289,7 +283,7 @@ impl<'a> Gen<'a> {
         };
         // As `val_root(out)` would through the reshape: `out` is the root,
         // `x` is loaded if materialized, else computed.
-        self.root = Some(out.0);
+        self.root = Some(out);
         let v = self.val(x, &idx);
         self.root = None;
         self.store(out, &lin, &v);
@@ -311,7 +305,6 @@ impl<'a> Gen<'a> {
         let params = self.setup(&all, members.len());
         self.b.block("b0");
         let (o, l) = self.loop_begin("%start", "%end");
-        let np = self.np;
         let func = self.func;
         let stashes = self.group_stashes(members);
         // What row `row` holds when member `at` runs: the stash of the
@@ -326,7 +319,11 @@ impl<'a> Gen<'a> {
         };
         for &m in members {
             self.memo.clear();
-            match &func.body[m.0 as usize - np].op {
+            match &func
+                .inst(m)
+                .expect("a group member is an instruction's value")
+                .op
+            {
                 Op::Reduce {
                     op: rop,
                     axes,
@@ -366,28 +363,26 @@ impl<'a> Gen<'a> {
     /// stores `x` (GPT-2's masked, scaled scores), the sum pass reads it
     /// back instead of recomputing it and overwrites it with `exp(x − max)`
     /// (same index, so each element is read before it is overwritten).
-    pub(super) fn group_stashes(&self, members: &[Value]) -> Vec<(Value, u32, Value)> {
-        let np = self.np;
-        let mut out: Vec<(Value, u32, Value)> = Vec::new();
+    pub(super) fn group_stashes(&self, members: &[Value]) -> Vec<(Value, Value, Value)> {
+        let mut out: Vec<(Value, Value, Value)> = Vec::new();
         for (i, &r) in members.iter().enumerate().rev() {
-            let Op::Reduce { axes, x, .. } = &self.func.body[r.0 as usize - np].op else {
+            let Some(Op::Reduce { axes, x, .. }) = self.func.inst(r).map(|i| &i.op) else {
                 continue;
             };
-            let xi = x.0 as usize;
-            let xs = &self.vals[xi].shape;
-            if xi < np
-                || self.st.mat[xi]
-                || self.vals[xi].dtype != Dtype::F32
+            let x = *x;
+            let xs = &self.vals[x].shape;
+            if self.func.inst(x).is_none()
+                || self.st.mat[x]
+                || self.vals[x].dtype != Dtype::F32
                 || xs.is_empty()
                 || axes.as_slice() != [xs.len() - 1]
             {
                 continue;
             }
             for &m in &members[i + 1..] {
-                let mi = m.0 as usize;
-                if matches!(self.func.body[mi - np].op, Op::Reduce { .. })
-                    || self.vals[mi].shape != *xs
-                    || self.vals[mi].dtype != Dtype::F32
+                if matches!(self.func.inst(m).map(|i| &i.op), Some(Op::Reduce { .. }))
+                    || self.vals[m].shape != *xs
+                    || self.vals[m].dtype != Dtype::F32
                 {
                     continue;
                 }
@@ -396,11 +391,11 @@ impl<'a> Gen<'a> {
                 // max's `x` is read back by the sum pass to form
                 // `exp(x − max)`, which the output pass reads back).
                 let next = match out.iter().rfind(|s| s.2 == m) {
-                    Some(later) => Value(later.1),
+                    Some(later) => later.1,
                     None => m,
                 };
-                if self.elementwise_use(next, x.0, true) == Some(true) {
-                    out.push((r, x.0, m));
+                if self.elementwise_use(next, x, true) == Some(true) {
+                    out.push((r, x, m));
                     break;
                 }
             }
@@ -411,15 +406,14 @@ impl<'a> Gen<'a> {
     /// Whether computing `v` (unmaterialized ops below it) reads `x`:
     /// `Some(true)` only through elementwise ops (same index), `Some(false)`
     /// not at all, `None` also through an index-changing op.
-    pub(super) fn elementwise_use(&self, v: Value, x: u32, root: bool) -> Option<bool> {
-        if v.0 == x {
+    pub(super) fn elementwise_use(&self, v: Value, x: Value, root: bool) -> Option<bool> {
+        if v == x {
             return Some(true);
         }
-        let i = v.0 as usize;
-        if i < self.np || (self.st.mat[i] && !root) {
+        let Some(inst) = self.func.inst(v).filter(|_| root || !self.st.mat[v]) else {
             return Some(false);
-        }
-        let op = &self.func.body[i - self.np].op;
+        };
+        let op = &inst.op;
         let elementwise = matches!(
             op,
             Op::Unary(..)
@@ -447,7 +441,7 @@ impl<'a> Gen<'a> {
         self.bufs.clear();
         let mut params = Vec::new();
         for (k, v) in all.iter().enumerate() {
-            let st = Ty::storage(self.vals[v.0 as usize].dtype);
+            let st = Ty::storage(self.vals[*v].dtype);
             if k < writable {
                 params.push(format!("i8* noalias nocapture %a{k}"));
             } else {
@@ -459,14 +453,14 @@ impl<'a> Gen<'a> {
             } else {
                 self.b.hoisted(|b| b.bitcast(&raw, st.ptr()))
             };
-            self.bufs.insert(v.0, p);
+            self.bufs.insert(*v, p);
         }
         params
     }
 
     /// The root value computed (not loaded) even though it is materialized.
     pub(super) fn val_root(&mut self, v: Value, idx: &Idx) -> V {
-        self.root = Some(v.0);
+        self.root = Some(v);
         let r = self.val(v, idx);
         self.root = None;
         r
@@ -481,7 +475,7 @@ impl<'a> Gen<'a> {
         o: &str,
     ) -> Vec<String> {
         let od = self.unravel(out, o);
-        let r = self.vals[x.0 as usize].shape.len();
+        let r = self.vals[x].shape.len();
         let mut src = vec![String::new(); r];
         let mut j = 0;
         for (a, s) in src.iter_mut().enumerate() {

@@ -36,7 +36,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp, Value};
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp, Value, ValueMap};
 use tc_core::{Dtype, Sigma};
 use tc_runtime::cast;
 use tc_runtime::elem::Elem;
@@ -61,26 +61,23 @@ mod topk;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum QKey {
     /// Dim `axis` of value `v`.
-    Dim(u32, usize),
+    Dim(Value, usize),
     /// The start of the slice that defines value `v`.
-    SliceStart(u32),
+    SliceStart(Value),
     /// The leading padding of the pad that defines value `v`.
-    PadBefore(u32),
+    PadBefore(Value),
 }
 
 impl QKey {
     /// Its value under a plan.
-    pub fn value(&self, vals: &[ValInfo], func: &Function, sigma: &Sigma) -> i64 {
+    pub fn value(&self, vals: &ValueMap<ValInfo>, func: &Function, sigma: &Sigma) -> i64 {
         match self {
-            QKey::Dim(v, a) => vals[*v as usize].shape[*a] as i64,
-            QKey::SliceStart(v) | QKey::PadBefore(v) => {
-                let np = func.sig.params.len();
-                match &func.body[*v as usize - np].op {
-                    Op::Slice { start, .. } => start.eval(sigma).unwrap_or(0),
-                    Op::Pad { before, .. } => before.eval(sigma).unwrap_or(0),
-                    _ => 0,
-                }
-            }
+            QKey::Dim(v, a) => vals[*v].shape[*a] as i64,
+            QKey::SliceStart(v) | QKey::PadBefore(v) => match func.inst(*v).map(|i| &i.op) {
+                Some(Op::Slice { start, .. }) => start.eval(sigma).unwrap_or(0),
+                Some(Op::Pad { before, .. }) => before.eval(sigma).unwrap_or(0),
+                _ => 0,
+            },
         }
     }
 }
@@ -144,11 +141,11 @@ pub struct ModuleCode {
 /// The outer loop extent and the work per outer iteration of a kernel.
 pub fn extent(
     func: &Function,
-    vals: &[ValInfo],
+    vals: &ValueMap<ValInfo>,
     out: Value,
     shape: &KernelShape,
 ) -> (usize, usize) {
-    let o = &vals[out.0 as usize];
+    let o = &vals[out];
     match shape {
         KernelShape::Flat => (o.numel(), 1),
         KernelShape::Nested => {
@@ -165,11 +162,10 @@ pub fn extent(
             (o.shape[..r.saturating_sub(1)].iter().product(), last)
         }
         KernelShape::Reduce => {
-            let np = func.sig.params.len();
-            let x = match &func.body[out.0 as usize - np].op {
-                Op::Reduce { x, .. } | Op::ArgReduce { x, .. } => *x,
+            let x = match func.inst(out).map(|i| &i.op) {
+                Some(Op::Reduce { x, .. } | Op::ArgReduce { x, .. }) => *x,
                 // Its work per output element is the window's taps.
-                Op::Pool { kernel, .. } => {
+                Some(Op::Pool { kernel, .. }) => {
                     return (
                         o.numel(),
                         kernel.iter().fold(1, |a: usize, &k| a.saturating_mul(k)),
@@ -177,7 +173,7 @@ pub fn extent(
                 }
                 _ => out,
             };
-            let n_in = vals[x.0 as usize].numel();
+            let n_in = vals[x].numel();
             let n_out = o.numel();
             (n_out, if n_out == 0 { 0 } else { n_in / n_out.max(1) })
         }
@@ -192,12 +188,11 @@ pub fn extent(
             (lanes, d)
         }
         KernelShape::Select { axis, .. } => {
-            let np = func.sig.params.len();
-            let x = match &func.body[out.0 as usize - np].op {
-                Op::TopK { x, .. } => *x,
+            let x = match func.inst(out).map(|i| &i.op) {
+                Some(Op::TopK { x, .. }) => *x,
                 _ => out,
             };
-            let d = vals[x.0 as usize].shape.get(*axis).copied().unwrap_or(1);
+            let d = vals[x].shape.get(*axis).copied().unwrap_or(1);
             let lanes = o
                 .shape
                 .iter()
@@ -207,9 +202,8 @@ pub fn extent(
             (lanes, d)
         }
         KernelShape::Cols { block } => {
-            let np = func.sig.params.len();
-            let x = match &func.body[out.0 as usize - np].op {
-                Op::Reduce { x, .. } => *x,
+            let x = match func.inst(out).map(|i| &i.op) {
+                Some(Op::Reduce { x, .. }) => *x,
                 _ => out,
             };
             let n_out = o.numel();
@@ -217,7 +211,7 @@ pub fn extent(
             if n_out == 0 || d == 0 {
                 return (0, 0);
             }
-            let count = vals[x.0 as usize].numel() / n_out;
+            let count = vals[x].numel() / n_out;
             let block = (*block).max(1);
             ((n_out / d) * d.div_ceil(block), count * d.min(block))
         }
@@ -236,12 +230,11 @@ fn is_lit(s: &str) -> Option<i64> {
 
 struct Gen<'a> {
     func: &'a Function,
-    vals: &'a [ValInfo],
+    vals: &'a ValueMap<ValInfo>,
     st: &'a Structure,
     sigma: &'a Sigma,
     generic: bool,
     opts: JitOptions,
-    np: usize,
     qkeys: Vec<QKey>,
     globals: String,
     tables: Vec<Dtype>,
@@ -249,20 +242,20 @@ struct Gen<'a> {
     b: Builder,
     // per function
     memo: HashMap<String, V>,
-    bufs: HashMap<u32, V>,
+    bufs: HashMap<Value, V>,
     lbl: usize,
-    root: Option<u32>,
+    root: Option<Value>,
     /// Row groups: `(x, m)` — the reduction over `x` also stores each
     /// element of `x` into member `m`'s row, and `m` then reads `x` from
     /// there instead of recomputing it (softmax's `exp` once, not twice).
-    stash: Option<(u32, Value)>,
+    stash: Option<(Value, Value)>,
     /// While the fast version of a shape-generic row is generated: the
     /// flags "this run-time extent is 1" that it assumes false (each such
     /// broadcast axis then read at the output's index, not through a
     /// `select` that makes the loop vectorizer gather every lane).
     assumed: Option<Vec<V>>,
     /// While `m`'s row runs: `x` is read from `m`'s buffer.
-    stashed: Option<(u32, Value)>,
+    stashed: Option<(Value, Value)>,
 }
 
 /// Order-preserving signed-integer key of a float's bits (−0 < +0).
@@ -294,7 +287,7 @@ fn int_max(dt: Dtype) -> i64 {
 /// Generate the module of every kernel step of a planned function.
 pub fn gen_module(
     func: &Function,
-    vals: &[ValInfo],
+    vals: &ValueMap<ValInfo>,
     st: &Structure,
     sigma: &Sigma,
     generic: bool,
@@ -307,7 +300,6 @@ pub fn gen_module(
         sigma,
         generic,
         opts,
-        np: func.sig.params.len(),
         qkeys: Vec::new(),
         globals: String::new(),
         tables: Vec::new(),
@@ -337,7 +329,7 @@ pub fn gen_module(
             shapes[*id] = sh;
         }
         if let Step::Kernel { id, out, inputs } = s {
-            if matches!(vals[out.0 as usize].kind, VKind::Inst(_)) {
+            if matches!(vals[*out].kind, VKind::Inst(_)) {
                 let sh = g.kernel(*id, *out, inputs);
                 exports.push(format!("k{id}"));
                 while shapes.len() <= *id {

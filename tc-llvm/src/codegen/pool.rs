@@ -21,7 +21,7 @@ impl<'a> Gen<'a> {
         w: &Window,
         x: Value,
     ) {
-        let dt = self.vals[x.0 as usize].dtype;
+        let dt = self.vals[x].dtype;
         let (o, l) = self.loop_begin("%start", "%end");
         let od = self.unravel(out, &o);
         let lead = od.len() - kernel.len();

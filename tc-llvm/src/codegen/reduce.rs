@@ -26,7 +26,7 @@ impl<'a> Gen<'a> {
     /// then contiguous). The shape-generic kernel takes the column form
     /// too, with [`COL_BLOCK`] (its dims are run-time values).
     pub(super) fn col_block(&self, axes: &[usize], x: Value) -> Option<usize> {
-        let xs = &self.vals[x.0 as usize].shape;
+        let xs = &self.vals[x].shape;
         let r = xs.len();
         if r < 2 || axes.is_empty() || axes.contains(&(r - 1)) {
             return None;
@@ -94,7 +94,7 @@ impl<'a> Gen<'a> {
         x: Value,
         block: usize,
     ) {
-        let dt = self.vals[x.0 as usize].dtype;
+        let dt = self.vals[x].dtype;
         let keyed = self.reduce_keyed(rop, dt);
         let ty = if keyed { Ty::I32 } else { Ty::compute(dt) };
         // Accumulator row in memory: Bool as bytes (an `i1` array does not vectorize).
@@ -107,8 +107,8 @@ impl<'a> Gen<'a> {
             self.b
                 .entry_line(&format!("%nan{a} = alloca [{block} x i8], align 64"));
         }
-        let ro = self.vals[out.0 as usize].shape.len();
-        let rx = self.vals[x.0 as usize].shape.len();
+        let ro = self.vals[out].shape.len();
+        let rx = self.vals[x].shape.len();
         let d = self.dim(out, ro - 1);
         let (t, lt) = self.loop_begin("%start", "%end");
         let (o, jlo, n) = self.cols_tile(&t, &d, block);
@@ -249,8 +249,8 @@ impl<'a> Gen<'a> {
         axes: &[usize],
         keepdims: bool,
     ) -> Vec<String> {
-        let ro = self.vals[out.0 as usize].shape.len();
-        let rx = self.vals[x.0 as usize].shape.len();
+        let ro = self.vals[out].shape.len();
+        let rx = self.vals[x].shape.len();
         let mut od = vec![String::new(); ro];
         let mut rest = o.to_string();
         for k in (0..ro - 1).rev() {
@@ -289,7 +289,7 @@ impl<'a> Gen<'a> {
         x: Value,
         o: &str,
     ) {
-        let dt = self.vals[x.0 as usize].dtype;
+        let dt = self.vals[x].dtype;
         let o = o.to_string();
         let mut src = self.out_to_in(out, x, axes, keepdims, &o);
         let a = self.label();
@@ -315,7 +315,7 @@ impl<'a> Gen<'a> {
             },
         );
         if let Some((sx, m)) = self.stash {
-            if sx == x.0 {
+            if sx == x {
                 let off = self.ravel(m, &src);
                 self.store(m, &off, &e);
             }
@@ -508,7 +508,7 @@ impl<'a> Gen<'a> {
         keepdims: bool,
         x: Value,
     ) {
-        let dt = self.vals[x.0 as usize].dtype;
+        let dt = self.vals[x].dtype;
         let (o, l) = self.loop_begin("%start", "%end");
         let mut src = self.out_to_in(out, x, &[axis], keepdims, &o);
         let a = self.label();

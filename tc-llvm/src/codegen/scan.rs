@@ -11,7 +11,7 @@ use super::*;
 
 impl<'a> Gen<'a> {
     pub(super) fn scan_body(&mut self, out: Value, axis: usize, x: Value) {
-        let dt = self.vals[x.0 as usize].dtype;
+        let dt = self.vals[x].dtype;
         let (lane, lp) = self.loop_begin("%start", "%end");
         let mut src = self.unravel_lane(out, &lane, axis);
         let a = self.label();
@@ -41,7 +41,7 @@ impl<'a> Gen<'a> {
     /// The multi-index of lane `lane` of `v` along `axis`: every other axis
     /// unravelled from the lane number (row-major), `axis` itself 0.
     pub(super) fn unravel_lane(&mut self, v: Value, lane: &str, axis: usize) -> Vec<String> {
-        let r = self.vals[v.0 as usize].shape.len();
+        let r = self.vals[v].shape.len();
         let mut out = vec!["0".to_string(); r];
         let mut rest = lane.to_string();
         let last = (0..r).find(|&i| i != axis);

@@ -31,7 +31,7 @@ impl<'a> Gen<'a> {
 
     pub(super) fn dim(&mut self, v: Value, a: usize) -> String {
         if self.generic {
-            let now = self.vals[v.0 as usize].shape.get(a).map(|&d| d as i64);
+            let now = self.vals[v].shape.get(a).map(|&d| d as i64);
             // Checked against this σ's extent: a disagreement would be a
             // bug in `static_dim`'s rules, and the load is always right.
             let fixed = crate::plan::static_dim(self.func, v, a);
@@ -39,7 +39,7 @@ impl<'a> Gen<'a> {
                 return c.to_string();
             }
         }
-        self.shape_qty(QKey::Dim(v.0, a))
+        self.shape_qty(QKey::Dim(v, a))
     }
 
     pub(super) fn pmul(&mut self, a: &str, b: &str) -> String {
@@ -88,7 +88,7 @@ impl<'a> Gen<'a> {
     }
 
     pub(super) fn stride(&mut self, v: Value, i: usize) -> String {
-        let r = self.vals[v.0 as usize].shape.len();
+        let r = self.vals[v].shape.len();
         let mut s = "1".to_string();
         for j in (i + 1..r).rev() {
             let d = self.dim(v, j);
@@ -99,7 +99,7 @@ impl<'a> Gen<'a> {
 
     /// Row-major multi-index of `lin` in the shape of `v`.
     pub(super) fn unravel(&mut self, v: Value, lin: &str) -> Vec<String> {
-        let r = self.vals[v.0 as usize].shape.len();
+        let r = self.vals[v].shape.len();
         let mut out = vec![String::new(); r];
         let mut rest = lin.to_string();
         for i in (0..r).rev() {
@@ -135,7 +135,7 @@ impl<'a> Gen<'a> {
     /// leading dims, which does not change along a row's inner loop when
     /// the last axis is in a literal group, so its divisions are per row.
     pub(super) fn reshape_index(&mut self, v: Value, x: Value, o: &[String]) -> Vec<String> {
-        let ri = self.vals[x.0 as usize].shape.len();
+        let ri = self.vals[x].shape.len();
         let mut out = vec!["0".to_string(); ri];
         let (mut i, mut j) = (ri, o.len());
         while let Some((i0, j0)) = self.literal_group(v, x, i, j) {

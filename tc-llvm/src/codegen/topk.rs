@@ -217,7 +217,7 @@ impl<'a> Gen<'a> {
     /// Is the element at index `i` better than the one at `j` (`i ≠ j`):
     /// strictly better by argmax's order, or tied with the lower index?
     fn better(&mut self, h: &Heap, i: &V, j: &V) -> V {
-        let dt = self.vals[h.x.0 as usize].dtype;
+        let dt = self.vals[h.x].dtype;
         let a = self.elem(h, i);
         let b = self.elem(h, j);
         let ab = self.strictly_better(dt, &a, &b);

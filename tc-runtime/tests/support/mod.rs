@@ -4,7 +4,9 @@
 
 use tc_core::ctx::ShapeVar;
 use tc_core::diag::SpanId;
-use tc_core::ir::{DimBinding, Function, Inst, Op, Param, Signature, Spanned, Value};
+use tc_core::ir::{
+    DimBinding, Function, Inst, Op, Param, Scalar, Signature, Spanned, Value, ValueDef,
+};
 use tc_core::{Dim, Dtype, Pred, TensorType, Type};
 use tc_runtime::contract::Arg;
 use tc_runtime::interp::{no_calls, Interpreter, Outcome};
@@ -115,7 +117,7 @@ impl FnBuilder {
                 }
             }
         }
-        let v = Value(self.sig.params.len() as u32);
+        let v = self.sig.param_value(self.sig.params.len());
         self.sig.params.push(Param {
             name: name.to_string(),
             ty,
@@ -145,7 +147,15 @@ impl FnBuilder {
     }
 
     fn next(&self) -> Value {
-        Value((self.sig.params.len() + self.body.len()) as u32)
+        self.sig.inst_value(self.body.len())
+    }
+
+    /// The operand reading parameter `v` as a scalar.
+    pub fn scalar_param(&self, v: Value) -> Scalar {
+        match self.sig.value_def(v) {
+            ValueDef::Param(i) => Scalar::Param(i),
+            ValueDef::Inst(_) => panic!("{v} is not a parameter"),
+        }
     }
 
     /// Append `v = op`.
