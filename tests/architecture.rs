@@ -384,6 +384,74 @@ fn the_env_scanner_finds_reads() {
     assert_eq!(lines, vec![1, 2, 7]);
 }
 
+/// Every line of `src` (code before any `//`) that casts a tuple field `.0`
+/// to an integer (`v.0 as usize`): the raw number of an id such as
+/// `ir::Value`, used as an index or in arithmetic. Ids are opaque (issue
+/// #45): per-value data is a `ValueMap`, parameters and instructions are
+/// told apart by `Function::value_def`. Only an id's own accessor
+/// (`self.0 as usize`) converts; a float literal (`1.0 as i64`) is no id.
+fn raw_id_casts(src: &str) -> Vec<(usize, String)> {
+    const INTS: &[&str] = &[
+        "usize", "isize", "u8", "u16", "u32", "u64", "u128", "i8", "i16", "i32", "i64", "i128",
+    ];
+    let mut found = Vec::new();
+    for (i, line) in src.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let bad = code.match_indices(".0 as ").any(|(at, m)| {
+            let ty: String = code[at + m.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            let start = code[..at]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(0, |k| k + 1);
+            let token = &code[start..at];
+            let literal = token.starts_with(|c: char| c.is_ascii_digit());
+            INTS.contains(&ty.as_str()) && !literal && token != "self"
+        });
+        if bad {
+            found.push((i + 1, line.trim().to_string()));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_raw_id_casts_in_the_sources() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut casts = Vec::new();
+    let mut files_seen = 0;
+    for dir in SOURCE_ROOTS {
+        let mut files = Vec::new();
+        rs_files(&root.join(dir), &mut files);
+        files.sort();
+        for f in files {
+            let rel = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+            files_seen += 1;
+            let src = std::fs::read_to_string(&f).expect("read");
+            for (line, text) in raw_id_casts(&src) {
+                casts.push(format!("{rel}:{line}: {text}"));
+            }
+        }
+    }
+    assert!(files_seen > 100, "sources not found ({files_seen})");
+    assert!(
+        casts.is_empty(),
+        "raw id numbers (index a ValueMap, ask Function::value_def, or give the id an accessor):\n{}",
+        casts.join("\n")
+    );
+}
+
+#[test]
+fn the_id_cast_scanner_finds_casts() {
+    let src = "let a = vals[v.0 as usize];\nlet b = (x.0 as u32) + 1;\n\
+               fn index(self) -> usize { self.0 as usize }\nlet c = 1.0 as i64;\n\
+               // vals[v.0 as usize]\nlet d = p.0 as f32;\nlet e = f(t).0 as i64;\n\
+               let g = m.tuple_0 as usize;\n";
+    let lines: Vec<usize> = raw_id_casts(src).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(lines, vec![1, 2, 7]);
+}
+
 #[test]
 fn the_environment_page_is_the_env_table() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
