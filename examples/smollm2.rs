@@ -9,7 +9,9 @@
 //! Options: `--raw` (no chat template), `--max-tokens N` (default 128),
 //! `--numerics exact|fast` (qmatmul's F32 dequantization, the default, or
 //! 8-bit activations as llama.cpp: faster on decode, logits within the
-//! bound `tests/smollm2.rs` states), `--temperature T`, `--top-k K`,
+//! bound `tests/smollm2.rs` states), `--kv-cache f32|f16` (what the KV
+//! cache stores: f32, the default, or f16 at half the memory, logits within
+//! the bound `tests/smollm2.rs` states), `--temperature T`, `--top-k K`,
 //! `--top-p P`, `--seed S` (greedy unless a temperature is given),
 //! `--model PATH` (default: the file scripts/fetch-smollm2.sh fetches),
 //! `--print-ids` (print the prompt's token ids, with BOS where the tokenizer
@@ -37,6 +39,7 @@ struct Options {
     raw: bool,
     max_tokens: usize,
     fast: bool,
+    kv: model::KvDtype,
     sampler: SamplerConfig,
     model: std::path::PathBuf,
     print_ids: bool,
@@ -57,6 +60,7 @@ fn options() -> Result<Options, String> {
         raw: false,
         max_tokens: 128,
         fast: false,
+        kv: model::KvDtype::F32,
         sampler: SamplerConfig {
             temperature: 0.0,
             top_k: 0,
@@ -79,6 +83,7 @@ fn options() -> Result<Options, String> {
                     other => return Err(format!("--numerics exact|fast, not `{other}`")),
                 }
             }
+            "--kv-cache" => o.kv = value::<String>(&mut args, &a)?.parse()?,
             "--temperature" => o.sampler.temperature = value(&mut args, &a)?,
             "--top-k" => o.sampler.top_k = value(&mut args, &a)?,
             "--top-p" => o.sampler.top_p = value(&mut args, &a)?,
@@ -130,7 +135,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     jit.set_config(cfg);
 
     let t0 = Instant::now();
-    let (m, file) = model::Model::load(&o.model)?;
+    let (mut m, file) = model::Model::load(&o.model)?;
+    m.kv_dtype = o.kv;
     let mut tok = ChatTokenizer::from_parts(model::tokenizer_parts(&file)?)?;
     let text = if o.raw {
         o.prompt.clone()
@@ -226,7 +232,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file_bytes = std::fs::metadata(&o.model)?.len() as f64;
     let kv_bytes = m.cache_bytes(ids.len() + o.max_tokens) as f64;
     eprintln!(
-        "kernels: {} specialised + {} generic compiles ({:.0} ms), numerics {}; peak RSS {:.1} MiB, budget {:.1} MiB (1.2 × the {:.1} MiB model file + the {:.1} MiB KV cache); setup pages given back: {:.0} MiB; resident now: {:.0} MiB file pages, {:.0} MiB anonymous",
+        "kernels: {} specialised + {} generic compiles ({:.0} ms), numerics {}; peak RSS {:.1} MiB, budget {:.1} MiB (1.2 × the {:.1} MiB model file + the {:.1} MiB {} KV cache); setup pages given back: {:.0} MiB; resident now: {:.0} MiB file pages, {:.0} MiB anonymous",
         stats.compiles,
         stats.generic_compiles,
         stats.compile_ms,
@@ -235,6 +241,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         mib(1.2 * file_bytes + kv_bytes),
         mib(file_bytes),
         mib(kv_bytes),
+        if o.kv == model::KvDtype::F16 { "f16" } else { "f32" },
         mib(ready.released as f64),
         status_mib("RssFile:"),
         status_mib("RssAnon:"),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use tc_serve::app::{self, parse_buckets, AppState, Config, Embedder};
 use tc_serve::generate::{GenConfig, Generator};
+use tc_serve::llama::model::KvDtype;
 use tc_serve::minilm::{BoxError, MiniLm};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -30,6 +31,15 @@ enum Numerics {
     Exact,
     /// 8-bit activations, as llama.cpp: faster, logits within a bound.
     Fast,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum KvCache {
+    /// Keys and values as computed (4 bytes each).
+    F32,
+    /// Rounded to f16 (2 bytes each, as llama.cpp's default): twice the
+    /// positions in a budget, logits within the bound of docs/models.md.
+    F16,
 }
 
 /// An OpenAI-compatible server on tc: /v1/embeddings (all-MiniLM-L6-v2),
@@ -57,6 +67,9 @@ struct Args {
     /// max_tokens positions; requests wait while the budget is full.
     #[arg(long, env = "TC_SERVE_KV_CACHE_MB", default_value_t = 2048)]
     kv_cache_mb: usize,
+    /// Generation: what the KV cache stores (f16 halves each position's bytes).
+    #[arg(long, env = "TC_SERVE_KV_CACHE", value_enum, default_value = "f32")]
+    kv_cache: KvCache,
     /// Generation: most sequences decoding at once (rows of a decode step).
     #[arg(long, env = "TC_SERVE_MAX_RUNNING", default_value_t = 64)]
     max_running: usize,
@@ -302,10 +315,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 max_waiting: args.max_waiting,
                 prefill_chunk: args.prefill_chunk,
                 default_max_tokens: args.default_max_tokens,
+                kv_dtype: match args.kv_cache {
+                    KvCache::F32 => KvDtype::F32,
+                    KvCache::F16 => KvDtype::F16,
+                },
             };
             let g = Generator::load(path, gen_config)?;
             tracing::info!(model = %g.model_name, file = %path.display(), context = g.context,
-                seconds = t0.elapsed().as_secs_f64(), "generation model loaded");
+                kv_cache = ?g.config.kv_dtype, seconds = t0.elapsed().as_secs_f64(), "generation model loaded");
             Some(Arc::new(g))
         }
     };

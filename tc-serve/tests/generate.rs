@@ -488,3 +488,30 @@ fn admission_is_bounded_by_the_kv_budget_then_the_queue() {
     assert_eq!(first.join().unwrap().status, 200);
     assert_eq!(second.join().unwrap().status, 200);
 }
+
+/// `kv_dtype: F16` (`--kv-cache f16`): a position reserves half an f32
+/// cache's bytes, so the same budget admits twice the positions, and
+/// greedy requests run on it (its logits' bound is `tests/smollm2.rs`'s).
+#[test]
+fn an_f16_kv_cache_reserves_half_the_bytes() {
+    use tc_serve::llama::model::{KvDtype, Model};
+    let f32_per_pos = Model::load(&common::smollm2_path())
+        .map(|(m, _)| m.cache_bytes(1))
+        .map_err(|e| e.to_string())
+        .unwrap();
+    let s = start(GenConfig {
+        kv_dtype: KvDtype::F16,
+        kv_budget_bytes: 24 * f32_per_pos,
+        ..GenConfig::default()
+    });
+    let g = s.state.generator.as_ref().unwrap();
+    assert_eq!(2 * g.kv_bytes_per_position, f32_per_pos);
+    // The prompt's few tokens + 32: over the budget in f32, within it in f16.
+    let v = completion(
+        s.addr,
+        json!({"prompt": "The quick brown fox", "max_tokens": 32, "temperature": 0,
+               "return_token_ids": true}),
+    );
+    assert_eq!(v.status, 200, "{}", v.body);
+    assert!(!token_ids(&v.json()).is_empty(), "{}", v.body);
+}

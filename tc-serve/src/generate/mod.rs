@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc as tmpsc;
 
-use crate::llama::model::Model;
+use crate::llama::model::{KvDtype, Model};
 use crate::llama::sampler::SamplerConfig;
 use crate::llama::tokenizer::ChatTokenizer;
 use crate::metrics::{head, lock, single, Histogram};
@@ -39,6 +39,9 @@ pub struct GenConfig {
     pub prefill_chunk: usize,
     /// `max_tokens` of a request that gives none (capped by the context).
     pub default_max_tokens: usize,
+    /// What the KV caches store: f32, or f16 at half the bytes (logits
+    /// within the bound docs/models.md gives).
+    pub kv_dtype: KvDtype,
 }
 
 impl Default for GenConfig {
@@ -49,6 +52,7 @@ impl Default for GenConfig {
             max_waiting: 256,
             prefill_chunk: 256,
             default_max_tokens: 512,
+            kv_dtype: KvDtype::F32,
         }
     }
 }
@@ -216,7 +220,8 @@ impl Generator {
         config: GenConfig,
     ) -> Result<Generator, Box<dyn std::error::Error>> {
         let config = config.validate()?;
-        let (model, file) = Model::load(path)?;
+        let (mut model, file) = Model::load(path)?;
+        model.kv_dtype = config.kv_dtype;
         // With fast numerics configured, the weights are packed at load
         // rather than by the first request.
         if tc::llvm::Jit::global().config().options.fast_quant {

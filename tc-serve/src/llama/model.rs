@@ -1,7 +1,15 @@
 //! SmolLM2-135M (the Llama architecture) as tensor fns over its GGUF
 //! weights: block-quantized projections read by `qmatmul` (the weights stay
 //! in their Q4_1 / Q8_0 blocks, Section 2 §18), RMSNorm, RoPE, SwiGLU,
-//! grouped-query attention over an f32 KV cache, and the tied output head.
+//! grouped-query attention over a KV cache, and the tied output head.
+//!
+//! The KV cache holds f32 by default ([`KvDtype::F32`]: what the token-exact
+//! tests check). [`KvDtype::F16`] (llama.cpp's default) halves its memory:
+//! keys and values are rounded to f16 (round to nearest even) when written,
+//! and attention widens them back to f32 as it reads them. Greedy text may
+//! then differ from the f32 cache's at a near-tie; `tests/smollm2.rs`
+//! (`f16_kv_cache_agrees_within_its_bound`) states and checks the logits'
+//! bound and the top-1 agreement, docs/models.md gives the measured figures.
 //!
 //! RoPE: GGUF files store the Q and K projection rows permuted for
 //! llama.cpp's rotation of *adjacent* pairs `(x[2i], x[2i+1])`; the model
@@ -172,6 +180,48 @@ pub mod llama {
         reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
     }
 
+    /// `attention` over an f16 cache ([`super::KvDtype::F16`]): the first
+    /// T positions of each key/value head are widened to f32 (exactly:
+    /// every f16 is an f32) once per call, into one `[B, KV, T, HD]`
+    /// buffer the matmul then reads through the same broadcast over the
+    /// group axis: a conversion per key/value head, none per query head.
+    /// The body is `attention`'s (a call would be a fusion barrier: the
+    /// f32 cache's slice would be copied to pass it).
+    #[tensor_fn(requires(T <= C))]
+    pub fn attention_f16(
+        q: Tensor![f32; B, S, D],
+        kc: Tensor![f16; B, KV, C, HD],
+        vc: Tensor![f16; B, KV, C, HD],
+        t: Dim![T],
+        mask: Tensor![f32; S, T],
+    ) -> Tensor![f32; B, S, D] {
+        let q5 = reshape(
+            transpose(reshape(q, [B, S, H, HD]), [0, 2, 1, 3]),
+            [B, KV, G, S, HD],
+        );
+        let k = broadcast(
+            reshape(cast::<f32>(slice(kc, 2, 0, T)), [B, KV, 1, T, HD]),
+            [B, KV, G, T, HD],
+        );
+        let v = broadcast(
+            reshape(cast::<f32>(slice(vc, 2, 0, T)), [B, KV, 1, T, HD]),
+            [B, KV, G, T, HD],
+        );
+        let m = broadcast(reshape(mask, [1, 1, 1, S, T]), [B, KV, G, S, T]);
+        let scores = matmul(q5, transpose(k, [0, 1, 2, 4, 3])) * 0.125 + m;
+        let e = exp(scores - broadcast(max_keepdims(scores, [4]), [B, KV, G, S, T]));
+        let probs = e / broadcast(sum_keepdims(e, [4]), [B, KV, G, S, T]);
+        let ctx = reshape(matmul(probs, v), [B, H, S, HD]);
+        reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
+    }
+
+    /// Keys or values rounded to f16 for an f16 cache (Section 2 §5's
+    /// cast: round to nearest even).
+    #[tensor_fn]
+    pub fn to_f16(x: Tensor![f32; B, KV, S, HD]) -> Tensor![f16; B, KV, S, HD] {
+        cast::<f16>(x)
+    }
+
     /// The rest of a layer after attention: the output projection of the
     /// attention context `ctx` and its residual, then the SwiGLU
     /// feed-forward (`down(silu(gate(x)) · up(x))`) and its residual. Kept
@@ -213,6 +263,46 @@ pub mod llama {
     }
 }
 
+/// What the KV cache stores: f32 (the default) or f16 (half the memory;
+/// logits within the bound `tests/smollm2.rs` states).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    /// Keys and values as computed.
+    #[default]
+    F32,
+    /// Keys and values rounded to f16 (round to nearest even) when written.
+    F16,
+}
+
+impl KvDtype {
+    /// The cache tensors' dtype.
+    pub fn dtype(self) -> tc::core::Dtype {
+        match self {
+            KvDtype::F32 => tc::core::Dtype::F32,
+            KvDtype::F16 => tc::core::Dtype::F16,
+        }
+    }
+
+    /// Bytes per cached element.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(KvDtype::F32),
+            "f16" => Ok(KvDtype::F16),
+            other => Err(format!("a KV cache holds f32 or f16, not `{other}`")),
+        }
+    }
+}
+
 /// The model's weights: globals and layers, views of the mapped GGUF file.
 pub struct Model {
     /// Embedding / output head and final norm.
@@ -223,6 +313,9 @@ pub struct Model {
     pub rope_theta: f64,
     /// Positions the model was trained for.
     pub context: usize,
+    /// What the caches [`Model::cache`] makes store (f32 unless set after
+    /// loading); [`Model::cache_bytes`] counts in it.
+    pub kv_dtype: KvDtype,
     /// The file, for what is read from it by offset.
     rows: Rows,
 }
@@ -340,6 +433,7 @@ impl Model {
                 layers,
                 rope_theta,
                 context,
+                kv_dtype: KvDtype::default(),
                 rows,
             },
             file,
@@ -408,15 +502,16 @@ impl Model {
         ))
     }
 
-    /// An empty f32 KV cache for `capacity` positions: one (keys, values)
-    /// pair per layer, `[1, KV, capacity, HD]` each. Its pages cost memory
+    /// An empty KV cache for `capacity` positions, of [`Model::kv_dtype`]:
+    /// one (keys, values) pair per layer, `[1, KV, capacity, HD]` each.
+    /// Its pages cost memory
     /// once written: zeroed memory the allocator had to clear is given
     /// back ([`Tensor::release_zero_pages`]), so positions still to come
     /// are not resident.
     pub fn cache(&self, capacity: usize) -> Result<Vec<(Tensor, Tensor)>, tc::Error> {
         let room = [1, llama::KV, capacity, llama::HD];
         let zeros = || -> Result<Tensor, tc::Error> {
-            let mut t = Tensor::try_zeros(tc::core::Dtype::F32, &room)?;
+            let mut t = Tensor::try_zeros(self.kv_dtype.dtype(), &room)?;
             t.release_zero_pages();
             Ok(t)
         };
@@ -527,9 +622,9 @@ impl Model {
             let k = llama::keys(xn.clone(), cos.clone(), sin.clone(), l)?;
             let v = llama::values(xn, l)?;
             // In place: the clones `attend` gets are dropped before the next step.
-            kc.update_slice(2, start, &k)?;
-            vc.update_slice(2, start, &v)?;
-            let ctx = llama::attention(q, kc.clone(), vc.clone(), start + s, m.clone())?;
+            write_kv(kc, start, k)?;
+            write_kv(vc, start, v)?;
+            let ctx = attend(q, kc, vc, start + s, m.clone())?;
             x = llama::mix(x, ctx, l)?;
         }
         if s > 1 {
@@ -627,10 +722,10 @@ impl Model {
                     .cache
                     .get_mut(li)
                     .ok_or_else(|| tc::Error::Malformed("a cache without this layer".into()))?;
-                kc.update_slice(2, sq.pos, &row(kd)?)?;
-                vc.update_slice(2, sq.pos, &row(vd)?)?;
+                write_kv(kc, sq.pos, row(kd)?)?;
+                write_kv(vc, sq.pos, row(vd)?)?;
                 let qi = Tensor::from_slice(&[1, 1, D], &qd[i * D..(i + 1) * D])?;
-                let c = llama::attention(qi, kc.clone(), vc.clone(), sq.pos + 1, masks[i].clone())?;
+                let c = attend(qi, kc, vc, sq.pos + 1, masks[i].clone())?;
                 ctx.extend_from_slice(c.as_slice::<f32>()?);
             }
             x = llama::mix(x, Tensor::from_vec(&[1, n, D], ctx)?, l)?;
@@ -639,9 +734,10 @@ impl Model {
         llama::logits(x.reshape(&[n, 1, D])?, &self.globals)
     }
 
-    /// Bytes of a KV cache with room for `capacity` positions.
+    /// Bytes of a KV cache of [`Model::kv_dtype`] with room for `capacity`
+    /// positions.
     pub fn cache_bytes(&self, capacity: usize) -> usize {
-        2 * self.layers.len() * llama::KV * capacity * llama::HD * std::mem::size_of::<f32>()
+        2 * self.layers.len() * llama::KV * capacity * llama::HD * self.kv_dtype.bytes()
     }
 
     /// `cache` moved into a larger one with room for `capacity` positions
@@ -657,6 +753,31 @@ impl Model {
             nv.update_slice(2, 0, v)?;
         }
         Ok(bigger)
+    }
+}
+
+/// Keys or values `x` (f32, `[1, KV, S, HD]`) written into `cache` at
+/// positions `pos..pos + S`, rounded to f16 first where the cache is f16.
+fn write_kv(cache: &mut Tensor, pos: usize, x: Tensor) -> Result<(), tc::Error> {
+    let x = match cache.dtype() {
+        tc::core::Dtype::F16 => llama::to_f16(x)?,
+        _ => x,
+    };
+    cache.update_slice(2, pos, &x)
+}
+
+/// `llama::attention` over the first `t` positions of a cache of either
+/// dtype (another is the typed dtype error of the f32 version's contract).
+fn attend(
+    q: Tensor,
+    kc: &Tensor,
+    vc: &Tensor,
+    t: usize,
+    mask: Tensor,
+) -> Result<Tensor, tc::Error> {
+    match kc.dtype() {
+        tc::core::Dtype::F16 => llama::attention_f16(q, kc.clone(), vc.clone(), t, mask),
+        _ => llama::attention(q, kc.clone(), vc.clone(), t, mask),
     }
 }
 
