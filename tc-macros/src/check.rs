@@ -5,6 +5,7 @@ use tc_core::check::{check_formed_function, check_signature, Checked};
 use tc_core::ir::{Function, Signature, Signatures};
 use tc_core::Diagnostic;
 
+use crate::ctxt::Ctxt;
 use crate::spans::{help_line, SpanTable};
 
 /// The message of one compile error: `[code] rule: message`, the
@@ -45,23 +46,23 @@ pub fn to_errors(diags: &[Diagnostic], spans: &SpanTable) -> Vec<syn::Error> {
     out
 }
 
-/// Formation of one signature (Section 1 §4), before any body is checked.
-pub fn signature(sig: &Signature, spans: &SpanTable) -> Result<(), Vec<syn::Error>> {
+/// Formation of one signature (Section 1 §4), before any body is checked:
+/// whether it is well formed (its errors go to `cx`).
+pub fn signature(sig: &Signature, spans: &SpanTable, cx: &Ctxt) -> bool {
     let ds = tc_core::profile::time("check.signature", || check_signature(sig));
-    if ds.is_empty() {
-        Ok(())
-    } else {
-        Err(to_errors(&ds, spans))
-    }
+    cx.extend(to_errors(&ds, spans));
+    ds.is_empty()
 }
 
 /// Check one function whose signature passed [`signature`] against the
-/// visible signatures.
+/// visible signatures (its errors go to `cx`).
 pub fn function(
     func: &Function,
     sigs: &Signatures,
     spans: &SpanTable,
-) -> Result<Checked, Vec<syn::Error>> {
+    cx: &Ctxt,
+) -> Option<Checked> {
     tc_core::profile::time("check.function", || check_formed_function(func, sigs))
-        .map_err(|ds| to_errors(&ds, spans))
+        .map_err(|ds| cx.extend(to_errors(&ds, spans)))
+        .ok()
 }

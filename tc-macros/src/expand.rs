@@ -14,9 +14,10 @@ use tc_core::diag::codes;
 use tc_core::ir::{Function, Signature, Signatures};
 use tc_core::Dtype;
 
+use crate::ctxt::Ctxt;
 use crate::params::{self, Structs};
 use crate::parse::{self, Consts, FnAttr, ParamKind};
-use crate::spans::{combine, SpanTable};
+use crate::spans::SpanTable;
 use crate::{check, lower};
 
 /// Is this attribute `#[tensor_fn]` (any path ending in `tensor_fn`)?
@@ -155,7 +156,12 @@ fn emit_fn(
 /// The type of an IR cell's accessor: the embedded function, or why it
 /// was refused when loaded.
 fn ir_cell_type() -> TokenStream {
-    quote!(::core::result::Result<&'static ::tc::core::ir::Function, &'static ::tc::core::embed::EmbedError>)
+    quote!(
+        ::core::result::Result<
+            &'static ::tc::core::ir::Function,
+            &'static ::tc::core::embed::EmbedError,
+        >
+    )
 }
 
 /// The body of an IR cell's accessor: the checked function embedded as
@@ -183,7 +189,8 @@ fn ir_cell(func: &Function) -> TokenStream {
 struct Unit {
     item: ItemFn,
     sig: Option<Signature>,
-    errors: Vec<syn::Error>,
+    /// This fn's errors, emitted beside its expansion.
+    errors: Ctxt,
     checked: Option<Function>,
     /// The lowered body, checked or not (for the call graph).
     lowered: Option<Function>,
@@ -198,7 +205,7 @@ fn build_sig(
     spans: &mut SpanTable,
     attr: syn::Result<FnAttr>,
 ) -> Unit {
-    let mut errors = Vec::new();
+    let errors = Ctxt::new();
     let attr = match attr {
         Ok(a) => a,
         Err(e) => {
@@ -206,14 +213,8 @@ fn build_sig(
             FnAttr::default()
         }
     };
-    let sig = match parse::signature(&item.sig, &attr, consts, spans) {
-        Ok(s) if errors.is_empty() => Some(s),
-        Ok(_) => None,
-        Err(es) => {
-            errors.extend(es);
-            None
-        }
-    };
+    let attr_ok = errors.is_empty();
+    let sig = parse::signature(&item.sig, &attr, consts, spans, &errors).filter(|_| attr_ok);
     Unit {
         item: item.clone(),
         sig,
@@ -230,10 +231,7 @@ fn build_sig(
 /// cannot bind), only its own.
 fn form_sig(u: &mut Unit, spans: &SpanTable) {
     let Some(sig) = &u.sig else { return };
-    if let Err(es) = check::signature(sig, spans) {
-        u.errors.extend(es);
-        u.refused = true;
-    }
+    u.refused = !check::signature(sig, spans, &u.errors);
 }
 
 fn check_unit(
@@ -244,40 +242,24 @@ fn check_unit(
     spans: &mut SpanTable,
 ) {
     let Some(sig) = u.sig.clone() else { return };
-    match lower::function(sig, &u.item.block, sigs, broken, in_module, spans) {
-        // Lowered for its own syntax errors and the call graph, not checked:
-        // every body judgment needs a well-formed signature.
-        Ok(f) if u.refused => u.lowered = Some(f),
-        Ok(f) => {
-            match check::function(&f, sigs, spans) {
-                Ok(c) => {
-                    let bad = crate::literals::check(&c, spans);
-                    if bad.is_empty() {
-                        u.checked = Some(c.func);
-                    } else {
-                        u.errors.extend(bad);
-                    }
-                }
-                Err(es) => u.errors.extend(es),
-            }
-            u.lowered = Some(f);
-        }
-        Err(lower::LowerError::Errors(es)) => u.errors.extend(es),
-        Err(lower::LowerError::BrokenCallee) => {}
+    let lowered = lower::function(
+        sig,
+        &u.item.block,
+        sigs,
+        broken,
+        in_module,
+        spans,
+        &u.errors,
+    );
+    // A refused signature's body is lowered for its own syntax errors and
+    // the call graph, not checked: every body judgment needs a well-formed
+    // signature.
+    if let (Ok(f), false) = (&lowered, u.refused) {
+        u.checked = check::function(f, sigs, spans, &u.errors)
+            .filter(|c| crate::literals::check(c, spans, &u.errors))
+            .map(|c| c.func);
     }
-}
-
-/// Where every error of an expansion leaves the macro: any message still
-/// without a code (one `syn`'s parser wrote for input that is not the
-/// expected syntax) gets E0703 here.
-fn errors_tokens(errors: Vec<syn::Error>) -> TokenStream {
-    combine(
-        errors
-            .into_iter()
-            .map(|e| crate::spans::recode(codes::ITEM_FORM, e)),
-    )
-    .map(|e| e.into_compile_error())
-    .unwrap_or_default()
+    u.lowered = lowered.ok();
 }
 
 /// The item with its body (its last top-level `{…}`) emptied, if what is left
@@ -313,7 +295,7 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     form_sig(&mut u, &spans);
     let sigs = Signatures::new();
     check_unit(&mut u, &sigs, &BTreeSet::new(), false, &mut spans);
-    let errs = errors_tokens(std::mem::take(&mut u.errors));
+    let errs = std::mem::take(&mut u.errors).into_tokens();
     let out = match &u.checked {
         Some(f) => {
             let cell = ir_cell(f);
@@ -337,11 +319,7 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 /// A constant tc cannot evaluate must not silently become a shape variable of
 /// a signature that names it.
-fn opaque_consts_in_dims(
-    opaque: &[&syn::ItemConst],
-    sigs: &Signatures,
-    errors: &mut Vec<syn::Error>,
-) {
+fn opaque_consts_in_dims(opaque: &[&syn::ItemConst], sigs: &Signatures, errors: &Ctxt) {
     for c in opaque {
         let name = c.ident.to_string();
         let user = sigs
@@ -370,7 +348,7 @@ fn const_dims_positive(
     consts: &Consts,
     units: &[(usize, Unit)],
     spans: &SpanTable,
-    errors: &mut Vec<syn::Error>,
+    errors: &Ctxt,
 ) {
     let map: std::collections::BTreeMap<String, tc_core::Dim> = consts
         .iter()
@@ -445,19 +423,19 @@ fn refuse_recursion(units: &mut [(usize, Unit)], spans: &SpanTable) {
 
 /// `#[tensor_module] mod m { … }`.
 pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let (module, items, mut errors) = match open_module(attr, item) {
+    let (module, items, errors) = match open_module(attr, item) {
         Ok(opened) => opened,
         Err(out) => return out,
     };
-    let (consts, opaque) = module_consts(&items, &mut errors);
+    let (consts, opaque) = module_consts(&items, &errors);
     let mut spans = SpanTable::default();
-    let structs = params::collect(&items, &mut spans, &mut errors);
-    let (check_items, ir_names) = flatten_struct_params(&items, &structs, &mut errors);
+    let structs = params::collect(&items, &mut spans, &errors);
+    let (check_items, ir_names) = flatten_struct_params(&items, &structs, &errors);
     // Pass 1: every signature, so calls see each other.
     let mut units = module_units(&check_items, &consts, &mut spans);
-    let (sigs, broken) = visible_sigs(&mut units, &spans, &mut errors);
-    opaque_consts_in_dims(&opaque, &sigs, &mut errors);
-    const_dims_positive(&items, &consts, &units, &spans, &mut errors);
+    let (sigs, broken) = visible_sigs(&mut units, &spans, &errors);
+    opaque_consts_in_dims(&opaque, &sigs, &errors);
+    const_dims_positive(&items, &consts, &units, &spans, &errors);
     // Pass 2: bodies.
     for (_, u) in units.iter_mut() {
         check_unit(u, &sigs, &broken, true, &mut spans);
@@ -475,7 +453,7 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
     let unsafety = &module.unsafety;
     let mod_tok = &module.mod_token;
     let ident = &module.ident;
-    let errs = errors_tokens(errors);
+    let errs = errors.into_tokens();
     quote! {
         #errs
         #(#attrs)*
@@ -507,13 +485,13 @@ pub fn tensor_module(attr: TokenStream, item: TokenStream) -> TokenStream {
 fn open_module(
     attr: TokenStream,
     item: TokenStream,
-) -> Result<(syn::ItemMod, Vec<Item>, Vec<syn::Error>), TokenStream> {
+) -> Result<(syn::ItemMod, Vec<Item>, Ctxt), TokenStream> {
     // Before any recursive parse (see `limits`). The module is not re-emitted:
     // recovering its items would need the very parse that is unsafe here.
     if let Err(e) = crate::limits::check(&attr).and_then(|()| crate::limits::check(&item)) {
         return Err(crate::spans::recode(codes::ITEM_FORM, e).into_compile_error());
     }
-    let mut errors = Vec::new();
+    let errors = Ctxt::new();
     if !attr.is_empty() {
         errors.push(crate::spans::err_at(
             codes::ITEM_FORM,
@@ -542,17 +520,14 @@ codes::ITEM_FORM,
             "`#[tensor_module]` needs an inline module `mod name { … }`: on stable Rust a macro on a file module \
              (`mod name;`) sees only that line, not the file's items",
         ));
-        return Err(errors_tokens(errors));
+        return Err(errors.into_tokens());
     };
     Ok((module, items, errors))
 }
 
 /// Module constants (Section 1 §6 binding site 3), in order, and the integer
 /// constants tc cannot evaluate (an error only if a signature uses one).
-fn module_consts<'a>(
-    items: &'a [Item],
-    errors: &mut Vec<syn::Error>,
-) -> (Consts, Vec<&'a syn::ItemConst>) {
+fn module_consts<'a>(items: &'a [Item], errors: &Ctxt) -> (Consts, Vec<&'a syn::ItemConst>) {
     let mut consts = Consts::new();
     let mut opaque: Vec<&syn::ItemConst> = Vec::new();
     for it in items {
@@ -601,7 +576,7 @@ fn module_units(items: &[Item], consts: &Consts, spans: &mut SpanTable) -> Vec<(
 fn visible_sigs(
     units: &mut [(usize, Unit)],
     spans: &SpanTable,
-    errors: &mut Vec<syn::Error>,
+    errors: &Ctxt,
 ) -> (Signatures, BTreeSet<String>) {
     let mut sigs = Signatures::new();
     let mut broken = BTreeSet::new();
@@ -636,7 +611,7 @@ fn visible_sigs(
 fn flatten_struct_params(
     items: &[Item],
     structs: &Structs,
-    errors: &mut Vec<syn::Error>,
+    errors: &Ctxt,
 ) -> (Vec<Item>, BTreeMap<usize, BTreeMap<String, String>>) {
     let mut names = BTreeMap::new();
     let out = items
@@ -730,7 +705,7 @@ fn module_items(
                 if let Item::Fn(orig) = it {
                     u.item = orig;
                 }
-                let errs = errors_tokens(u.errors);
+                let errs = u.errors.into_tokens();
                 let f = match &u.checked {
                     Some(f) => {
                         let irf = format_ident!("__tc_ir_{}", f.sig.name);

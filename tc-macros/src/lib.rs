@@ -15,6 +15,7 @@ use proc_macro::TokenStream;
 
 mod check;
 mod codegen;
+mod ctxt;
 pub(crate) mod expand;
 mod limits;
 mod literals;

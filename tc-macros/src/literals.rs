@@ -13,6 +13,7 @@ use tc_core::check::Checked;
 use tc_core::ir::{Op, Scalar};
 use tc_core::{Dtype, SpanId, Type};
 
+use crate::ctxt::Ctxt;
 use crate::spans::SpanTable;
 
 /// The values an integer dtype holds.
@@ -83,9 +84,10 @@ pub fn out_of_range(s: &Scalar, dt: Dtype) -> Option<String> {
 const HELP: &str = "a literal must fit the dtype it meets: integers would wrap at the dtype's width and \
                     floats beyond the largest finite value would become infinity (or saturate in f8)";
 
-/// Every literal of a checked function that does not fit its dtype.
-pub fn check(c: &Checked, spans: &SpanTable) -> Vec<syn::Error> {
-    let mut out = Vec::new();
+/// Every literal of a checked function that does not fit its dtype, as an
+/// error in `cx`; whether there was none.
+pub fn check(c: &Checked, spans: &SpanTable, cx: &Ctxt) -> bool {
+    let before = cx.len();
     for inst in &c.func.body {
         let (s, dt, span): (&Scalar, Dtype, SpanId) = match &inst.op {
             Op::ScalarBinary { x, s, .. } => match c.types.get(*x) {
@@ -103,10 +105,10 @@ pub fn check(c: &Checked, spans: &SpanTable) -> Vec<syn::Error> {
         if let Some(msg) = out_of_range(s, dt) {
             let code = tc_core::diag::codes::LITERAL_RANGE;
             let help = crate::spans::help_line(Some(HELP), code);
-            out.push(spans.error(span, format!("[{code}] {msg}{help}")));
+            cx.push(spans.error(span, format!("[{code}] {msg}{help}")));
         }
     }
-    out
+    cx.len() == before
 }
 
 #[cfg(test)]

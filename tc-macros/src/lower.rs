@@ -18,6 +18,7 @@ use tc_core::ir::{
 };
 use tc_core::{Dim, Dtype, SpanId, Type};
 
+use crate::ctxt::Ctxt;
 use crate::parse::{self, ident_of, int_lit, unparen, DimNames};
 
 mod window;
@@ -51,8 +52,8 @@ enum Operand {
 
 /// Why lowering could not finish.
 pub enum LowerError {
-    /// User errors, already spanned.
-    Errors(Vec<syn::Error>),
+    /// User errors, recorded in the caller's [`Ctxt`].
+    Refused,
     /// A call to a tensor fn whose own signature failed: reported there; stay quiet here.
     BrokenCallee,
 }
@@ -68,7 +69,9 @@ struct Lowerer<'a> {
     body: Vec<Inst>,
     dim_bindings: Vec<DimBinding>,
     env: HashMap<String, Local>,
-    errors: Vec<syn::Error>,
+    /// This body's errors, handed to the caller's sink unless a broken
+    /// callee silences them.
+    cx: Ctxt,
     broken_callee: bool,
     /// Current recursion depth of `expr`.
     depth: usize,
@@ -270,7 +273,7 @@ impl Lowerer<'_> {
     }
 
     fn fail(&mut self, e: syn::Error) -> Operand {
-        self.errors.push(e);
+        self.cx.push(e);
         Operand::Poison
     }
 
@@ -280,7 +283,7 @@ impl Lowerer<'_> {
         match self.expr(e) {
             Operand::Tensor(v) => Some((v, span)),
             Operand::Scalar(..) => {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
 codes::KIND_MISMATCH,
                     e,
                     "expected a tensor, found a scalar (make a tensor with `full::<dtype>([dims], value)`)",
@@ -296,7 +299,7 @@ codes::KIND_MISMATCH,
         match parse::dim_expr(e, &BodyNames(&self.env)) {
             Ok(d) => Some((d, span)),
             Err(err) => {
-                self.errors.push(err);
+                self.cx.push(err);
                 None
             }
         }
@@ -304,7 +307,7 @@ codes::KIND_MISMATCH,
 
     fn dim_list(&mut self, e: &Expr) -> Option<(Vec<Dim>, Vec<SpanId>)> {
         let Expr::Array(arr) = unparen(e) else {
-            self.errors.push(err_at(
+            self.cx.push(err_at(
                 codes::OP_ARGUMENTS,
                 e,
                 "expected a shape: `[d₀, d₁, …]`",
@@ -331,7 +334,7 @@ codes::KIND_MISMATCH,
         match int_lit(e) {
             Some(v) if v >= 0 => Some((v as usize, span)),
             Some(_) => {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
                     codes::OP_ARGUMENTS,
                     e,
                     "an axis is a non-negative integer literal",
@@ -339,7 +342,7 @@ codes::KIND_MISMATCH,
                 None
             }
             None if matches!(raw_literal(e), Some(RawLit::Int(_))) => {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
 codes::OP_ARGUMENTS,
                     e,
                     format!(
@@ -351,7 +354,7 @@ codes::OP_ARGUMENTS,
                 None
             }
             None => {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
                     codes::OP_ARGUMENTS,
                     e,
                     "expected an axis: a non-negative integer literal",
@@ -534,7 +537,7 @@ codes::UNSUPPORTED,
         if args.len() == n {
             true
         } else {
-            self.errors.push(err_at(
+            self.cx.push(err_at(
                 codes::OP_ARGUMENTS,
                 whole,
                 format!(
@@ -623,7 +626,7 @@ codes::UNSUPPORTED,
                 let perm = match unparen(args[1]) {
                     Expr::Array(_) => self.axis_list(args[1]),
                     _ => {
-                        self.errors.push(err_at(
+                        self.cx.push(err_at(
                             codes::OP_ARGUMENTS,
                             args[1],
                             "expected a permutation: `[1, 0]`",
@@ -845,7 +848,7 @@ codes::UNSUPPORTED,
         match int_lit(e).map(usize::try_from) {
             Some(Ok(v)) => Some((v, span)),
             Some(Err(_)) => {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
                     codes::OP_ARGUMENTS,
                     e,
                     "a slice step is a positive integer literal",
@@ -853,7 +856,7 @@ codes::UNSUPPORTED,
                 None
             }
             None => {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
                     codes::OP_ARGUMENTS,
                     e,
                     "a slice step is an integer literal, e.g. `2`",
@@ -1102,7 +1105,7 @@ codes::KIND_MISMATCH,
                 Operand::Tensor(v) => vals.push(v),
                 Operand::Scalar(_, Some(v)) => vals.push(v),
                 Operand::Scalar(_, None) => {
-                    self.errors.push(err_at(
+                    self.cx.push(err_at(
 codes::CALL,
                         *a,
                         "a scalar argument of a tensor fn call must be a scalar parameter of the caller, not a literal",
@@ -1141,7 +1144,7 @@ codes::CALL,
             if let (Some(id), Some(what)) = (id.filter(|id| self.dim_names.contains(id)), what) {
                 // A shape variable or constant where the callee takes a tensor
                 // or scalar: a kind mismatch, not an unknown name.
-                self.errors.push(crate::spans::err_help(
+                self.cx.push(crate::spans::err_help(
                     codes::KIND_MISMATCH,
                     a,
                     format!("call (Section 2 §17): {what}: expected a tensor or scalar, found the dim `{id}`"),
@@ -1168,7 +1171,7 @@ codes::CALL,
         let name = match pat {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
                 if let Some(m) = &pi.mutability {
-                    self.errors.push(unsupported(
+                    self.cx.push(unsupported(
                         m,
                         "`mut` binding (a tensor_fn body is single-assignment)",
                     ));
@@ -1176,26 +1179,25 @@ codes::CALL,
                 pi.ident.to_string()
             }
             other => {
-                self.errors
+                self.cx
                     .push(unsupported(other, "this pattern (bind one name per `let`)"));
                 return;
             }
         };
         let Some(init) = &l.init else {
-            self.errors
-                .push(unsupported(l, "`let` without an initialiser"));
+            self.cx.push(unsupported(l, "`let` without an initialiser"));
             self.env.insert(name, Local::Poison);
             return;
         };
         if let Some((_, diverge)) = &init.diverge {
-            self.errors.push(unsupported(&**diverge, "`let … else`"));
+            self.cx.push(unsupported(&**diverge, "`let … else`"));
         }
         // `let n = dim(&x, axis);`
         if let Expr::Call(c) = unparen(&init.expr) {
             if let Expr::Path(p) = unparen(&c.func) {
                 if p.path.is_ident("dim") && !self.sigs.contains_key("dim") {
                     if let Some(t) = annot {
-                        self.errors
+                        self.cx
                             .push(unsupported(t, "a type annotation on a dim binding"));
                     }
                     let args: Vec<&Expr> = c.args.iter().collect();
@@ -1243,7 +1245,7 @@ codes::CALL,
         };
         if let (Some(t), Local::Scalar(..)) = (annot, &local) {
             if parse::scalar_dtype(t).is_none() {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
                     codes::UNSUPPORTED,
                     t,
                     "a scalar `let` may only be annotated with a scalar dtype",
@@ -1256,7 +1258,7 @@ codes::CALL,
     /// `let y: Tensor![…] = e;`: a check boundary on the instruction defining `v`.
     fn annotate(&mut self, v: Value, before: usize, ty: &syn::Type, init: &Expr) -> Value {
         let Some(toks) = parse::tensor_macro(ty) else {
-            self.errors.push(err_at(
+            self.cx.push(err_at(
                 codes::UNSUPPORTED,
                 ty,
                 "a tensor `let` may only be annotated with `Tensor![dtype; dims…]`",
@@ -1269,7 +1271,7 @@ codes::CALL,
         let t = match parsed {
             Ok(t) => t,
             Err(e) => {
-                self.errors.push(e);
+                self.cx.push(e);
                 return v;
             }
         };
@@ -1295,7 +1297,9 @@ codes::CALL,
     }
 }
 
-/// Lower a whole function body against its (already built) signature.
+/// Lower a whole function body against its (already built) signature; its
+/// errors go to `cx`, unless it calls a fn whose signature was refused
+/// (reported there: this body stays quiet).
 pub fn function(
     sig: Signature,
     block: &Block,
@@ -1303,6 +1307,7 @@ pub fn function(
     broken: &BTreeSet<String>,
     in_module: bool,
     spans: &mut SpanTable,
+    cx: &Ctxt,
 ) -> Result<Function, LowerError> {
     let mut env = HashMap::new();
     for (i, p) in sig.params.iter().enumerate() {
@@ -1322,7 +1327,7 @@ pub fn function(
         body: Vec::new(),
         dim_bindings: Vec::new(),
         env,
-        errors: Vec::new(),
+        cx: Ctxt::new(),
         broken_callee: false,
         depth: 0,
         dim_names: sig
@@ -1343,7 +1348,7 @@ pub fn function(
                     (Expr::Return(r), true) => match &r.expr {
                         Some(x) => &**x,
                         None => {
-                            lw.errors.push(err_at(
+                            lw.cx.push(err_at(
                                 codes::KIND_MISMATCH,
                                 r,
                                 "a tensor_fn must return a tensor",
@@ -1353,7 +1358,7 @@ pub fn function(
                     },
                     (e, true) if semi.is_none() => e,
                     (e, _) => {
-                        lw.errors.push(match e {
+                        lw.cx.push(match e {
                             Expr::Return(_) => unsupported(e, expr_kind(e)),
                             _ if semi.is_some() => {
                                 unsupported(e, "expression statement (bind it with `let`)")
@@ -1367,8 +1372,8 @@ pub fn function(
                 let v = lw.expr(e);
                 ret = Some((v, span, e));
             }
-            Stmt::Item(it) => lw.errors.push(unsupported(it, "item declaration")),
-            Stmt::Macro(m) => lw.errors.push(unsupported(m, "macro invocation")),
+            Stmt::Item(it) => lw.cx.push(unsupported(it, "item declaration")),
+            Stmt::Macro(m) => lw.cx.push(unsupported(m, "macro invocation")),
         }
     }
     if lw.broken_callee {
@@ -1377,7 +1382,7 @@ pub fn function(
     let (ret, ret_span) = match ret {
         Some((Operand::Tensor(v), s, _)) => (v, s),
         Some((Operand::Scalar(..), _, e)) => {
-            lw.errors.push(err_at(
+            lw.cx.push(err_at(
                 codes::KIND_MISMATCH,
                 e,
                 "a tensor_fn must return a tensor, found a scalar",
@@ -1387,7 +1392,7 @@ pub fn function(
         Some((Operand::Poison, ..)) => (Value::from_u32(0), SpanId(0)),
         None => {
             let close = block.brace_token.span.close();
-            lw.errors.push(crate::spans::err_span(
+            lw.cx.push(crate::spans::err_span(
                 codes::UNSUPPORTED,
                 close,
                 "a tensor_fn body must end with the tensor it returns",
@@ -1395,8 +1400,9 @@ pub fn function(
             (Value::from_u32(0), SpanId(0))
         }
     };
-    if !lw.errors.is_empty() {
-        return Err(LowerError::Errors(lw.errors));
+    if !lw.cx.is_empty() {
+        cx.absorb(lw.cx);
+        return Err(LowerError::Refused);
     }
     let (body, dim_bindings) = (lw.body, lw.dim_bindings);
     Ok(Function {

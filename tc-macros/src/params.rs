@@ -24,6 +24,7 @@ use quote::{format_ident, quote, ToTokens};
 use syn::{FnArg, Item, ItemFn, ItemStruct, Pat, Type};
 use tc_core::{Dim, TensorType};
 
+use crate::ctxt::Ctxt;
 use crate::parse::{self, AnyName, Consts};
 use crate::spans::{err_at, SpanTable};
 use tc_core::diag::codes;
@@ -61,7 +62,7 @@ pub fn is_params_struct(it: &Item) -> bool {
 }
 
 /// Every `#[tensor_params]` struct of the module, its fields parsed.
-pub fn collect(items: &[Item], spans: &mut SpanTable, errors: &mut Vec<syn::Error>) -> Structs {
+pub fn collect(items: &[Item], spans: &mut SpanTable, cx: &Ctxt) -> Structs {
     let mut out = Structs::new();
     for it in items {
         let Item::Struct(s) = it else { continue };
@@ -69,7 +70,7 @@ pub fn collect(items: &[Item], spans: &mut SpanTable, errors: &mut Vec<syn::Erro
             continue;
         }
         if !s.generics.params.is_empty() {
-            errors.push(err_at(
+            cx.push(err_at(
                 codes::PARAMS_STRUCT,
                 &s.generics,
                 "a `#[tensor_params]` struct takes no generics",
@@ -79,7 +80,7 @@ pub fn collect(items: &[Item], spans: &mut SpanTable, errors: &mut Vec<syn::Erro
         let mut item = s.clone();
         item.attrs.retain(|a| !is_attr(a, "tensor_params"));
         let syn::Fields::Named(named) = &s.fields else {
-            errors.push(err_at(
+            cx.push(err_at(
                 codes::PARAMS_STRUCT,
                 &s.ident,
                 "a `#[tensor_params]` struct has named fields: `wq: Tensor![f32; D, D]`",
@@ -88,7 +89,7 @@ pub fn collect(items: &[Item], spans: &mut SpanTable, errors: &mut Vec<syn::Erro
         };
         let mut fields = Vec::new();
         for f in &named.named {
-            if let Some(field) = field(f, spans, errors) {
+            if let Some(field) = field(f, spans, cx) {
                 fields.push(field);
             }
         }
@@ -97,10 +98,10 @@ pub fn collect(items: &[Item], spans: &mut SpanTable, errors: &mut Vec<syn::Erro
     out
 }
 
-fn field(f: &syn::Field, spans: &mut SpanTable, errors: &mut Vec<syn::Error>) -> Option<Field> {
+fn field(f: &syn::Field, spans: &mut SpanTable, cx: &Ctxt) -> Option<Field> {
     let ident = f.ident.clone()?;
     let Some(toks) = parse::tensor_macro(&f.ty) else {
-        errors.push(err_at(
+        cx.push(err_at(
             codes::PARAMS_STRUCT,
             &f.ty,
             "a `#[tensor_params]` field is a tensor: `Tensor![f32; D, D]`",
@@ -110,7 +111,7 @@ fn field(f: &syn::Field, spans: &mut SpanTable, errors: &mut Vec<syn::Error>) ->
     let tensor = match parse::tensor_type(toks, &AnyName, spans) {
         Ok(p) => p.ty,
         Err(e) => {
-            errors.push(e);
+            cx.push(e);
             return None;
         }
     };
@@ -122,13 +123,13 @@ fn field(f: &syn::Field, spans: &mut SpanTable, errors: &mut Vec<syn::Error>) ->
                     lit: syn::Lit::Str(s),
                     ..
                 }) => file_name = s.value(),
-                other => errors.push(err_at(
+                other => cx.push(err_at(
                     codes::PARAMS_STRUCT,
                     other,
                     "expected a string: `#[tensor_name = \"attention.self.query.weight\"]`",
                 )),
             },
-            _ => errors.push(err_at(
+            _ => cx.push(err_at(
                 codes::PARAMS_STRUCT,
                 a,
                 "expected `#[tensor_name = \"…\"]`",
@@ -222,7 +223,7 @@ pub fn struct_of<'s>(ty: &Type, structs: &'s Structs) -> Option<&'s ParamStruct>
 pub fn flatten_fn(
     item: &ItemFn,
     structs: &Structs,
-    errors: &mut Vec<syn::Error>,
+    cx: &Ctxt,
 ) -> Option<(ItemFn, BTreeMap<String, String>)> {
     let mut sps = Vec::new();
     let mut inputs: Vec<TokenStream> = Vec::new();
@@ -254,14 +255,14 @@ pub fn flatten_fn(
     if sps.is_empty() {
         return None;
     }
-    let body = rewrite(item.block.to_token_stream(), &sps, false, errors);
+    let body = rewrite(item.block.to_token_stream(), &sps, false, cx);
     let (attrs, vis, sig) = (&item.attrs, &item.vis, &item.sig);
     let (ident, output, generics) = (&sig.ident, &sig.output, &sig.generics);
     let toks = quote!(#(#attrs)* #vis fn #ident #generics(#(#inputs),*) #output #body);
     match syn::parse2::<ItemFn>(toks) {
         Ok(f) => Some((f, names)),
         Err(e) => {
-            errors.push(e);
+            cx.push(e);
             None
         }
     }
@@ -271,12 +272,7 @@ pub fn flatten_fn(
 /// field `f` of its struct; a bare `p` as a whole call argument → its
 /// fields, comma separated; any other use of `p`, or an unknown field, is an
 /// error at it.
-fn rewrite(
-    ts: TokenStream,
-    sps: &[StructParam],
-    in_parens: bool,
-    errors: &mut Vec<syn::Error>,
-) -> TokenStream {
+fn rewrite(ts: TokenStream, sps: &[StructParam], in_parens: bool, cx: &Ctxt) -> TokenStream {
     let toks: Vec<TokenTree> = ts.into_iter().collect();
     let mut out: Vec<TokenTree> = Vec::new();
     let mut i = 0;
@@ -284,7 +280,7 @@ fn rewrite(
         match &toks[i] {
             TokenTree::Group(g) => {
                 let parens = g.delimiter() == Delimiter::Parenthesis;
-                let inner = rewrite(g.stream(), sps, parens, errors);
+                let inner = rewrite(g.stream(), sps, parens, cx);
                 let mut ng = Group::new(g.delimiter(), inner);
                 ng.set_span(g.span());
                 out.push(TokenTree::Group(ng));
@@ -294,7 +290,7 @@ fn rewrite(
                     matches!(out.last(), Some(TokenTree::Punct(p)) if p.as_char() == '.');
                 match sps.iter().find(|sp| sp.name == *id).filter(|_| !after_dot) {
                     Some(sp) => {
-                        i += struct_use(sp, &toks, (i, in_parens), &mut out, errors);
+                        i += struct_use(sp, &toks, (i, in_parens), &mut out, cx);
                         continue;
                     }
                     None => out.push(toks[i].clone()),
@@ -314,7 +310,7 @@ fn struct_use(
     toks: &[TokenTree],
     (i, in_parens): (usize, bool),
     out: &mut Vec<TokenTree>,
-    errors: &mut Vec<syn::Error>,
+    cx: &Ctxt,
 ) -> usize {
     let id = &sp.name;
     let dot = matches!(toks.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '.' && p.spacing() == Spacing::Alone);
@@ -330,7 +326,7 @@ fn struct_use(
                         .iter()
                         .map(|x| format!("`{}`", x.ident))
                         .collect();
-                    errors.push(err_at(
+                    cx.push(err_at(
                         codes::PARAMS_STRUCT,
                         f,
                         format!(
@@ -364,7 +360,7 @@ fn struct_use(
         }
         return 1;
     }
-    errors.push(err_at(
+    cx.push(err_at(
 codes::PARAMS_STRUCT,
         &toks[i],
         format!(

@@ -21,6 +21,7 @@ use tc_core::dim::DimError;
 use tc_core::ir::{Param, Signature, Spanned};
 use tc_core::{CmpOp, Dim, Dtype, Pred, TensorType};
 
+use crate::ctxt::Ctxt;
 use crate::spans::{err_at, SpanTable};
 use tc_core::diag::codes;
 
@@ -591,19 +592,20 @@ pub fn signature(
     attr: &FnAttr,
     consts: &Consts,
     spans: &mut SpanTable,
-) -> Result<Signature, Vec<syn::Error>> {
-    let mut errors: Vec<syn::Error> = Vec::new();
-    refuse_qualifiers(sig, &mut errors);
+    cx: &Ctxt,
+) -> Option<Signature> {
+    let before = cx.len();
+    refuse_qualifiers(sig, cx);
     let mut var_order: Vec<String> = Vec::new();
     let mut all_refs: Vec<Pred> = Vec::new();
-    let params = params_of(sig, spans, &mut var_order, &mut all_refs, &mut errors);
-    let (ret, ret_span, ret_dim_spans) = return_type(sig, spans, &mut all_refs, &mut errors);
-    let (requires, axioms) = attr_facts(attr, spans, &mut all_refs, &mut errors);
-    if !errors.is_empty() {
-        return Err(errors);
+    let params = params_of(sig, spans, &mut var_order, &mut all_refs, cx);
+    let (ret, ret_span, ret_dim_spans) = return_type(sig, spans, &mut all_refs, cx);
+    let (requires, axioms) = attr_facts(attr, spans, &mut all_refs, cx);
+    if cx.len() > before {
+        return None;
     }
     let vars = shape_vars(var_order, consts, &all_refs);
-    Ok(Signature {
+    Some(Signature {
         name: sig.ident.to_string(),
         vars,
         consts: consts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
@@ -619,36 +621,36 @@ pub fn signature(
 
 /// A tensor fn is a plain fn: an error at each qualifier, generic or
 /// variadic that the checker and the JIT have no meaning for.
-fn refuse_qualifiers(sig: &syn::Signature, errors: &mut Vec<syn::Error>) {
+fn refuse_qualifiers(sig: &syn::Signature, cx: &Ctxt) {
     if let Some(c) = &sig.constness {
-        errors.push(err_at(codes::ITEM_FORM, c, "a tensor_fn cannot be `const`"));
+        cx.push(err_at(codes::ITEM_FORM, c, "a tensor_fn cannot be `const`"));
     }
     if let Some(a) = &sig.asyncness {
-        errors.push(err_at(codes::ITEM_FORM, a, "a tensor_fn cannot be `async`"));
+        cx.push(err_at(codes::ITEM_FORM, a, "a tensor_fn cannot be `async`"));
     }
     if let Some(u) = &sig.unsafety {
-        errors.push(err_at(
+        cx.push(err_at(
             codes::ITEM_FORM,
             u,
             "a tensor_fn cannot be `unsafe`",
         ));
     }
     if let Some(a) = &sig.abi {
-        errors.push(err_at(
+        cx.push(err_at(
             codes::ITEM_FORM,
             a,
             "a tensor_fn cannot have an ABI",
         ));
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        errors.push(err_at(
+        cx.push(err_at(
 codes::ITEM_FORM,
             &sig.generics,
             "a tensor_fn takes no generics: shape variables are the identifiers of its `Tensor![...]` dims",
         ));
     }
     if let Some(v) = &sig.variadic {
-        errors.push(err_at(
+        cx.push(err_at(
             codes::ITEM_FORM,
             v,
             "a tensor_fn cannot be variadic",
@@ -663,12 +665,12 @@ fn params_of(
     spans: &mut SpanTable,
     var_order: &mut Vec<String>,
     all_refs: &mut Vec<Pred>,
-    errors: &mut Vec<syn::Error>,
+    cx: &Ctxt,
 ) -> Vec<Param> {
     let mut params = Vec::new();
     for arg in &sig.inputs {
         let FnArg::Typed(pt) = arg else {
-            errors.push(err_at(
+            cx.push(err_at(
                 codes::ITEM_FORM,
                 arg,
                 "a tensor_fn cannot take `self`",
@@ -678,7 +680,7 @@ fn params_of(
         let name = match &*pt.pat {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.to_string(),
             other => {
-                errors.push(err_at(
+                cx.push(err_at(
                     codes::ITEM_FORM,
                     other,
                     "a tensor_fn parameter must be a plain identifier",
@@ -702,7 +704,7 @@ fn params_of(
                         ref_spans: t.ref_spans,
                     });
                 }
-                Err(e) => errors.push(e),
+                Err(e) => cx.push(e),
             }
         } else if let Some(toks) = dim_macro(&pt.ty) {
             match dim_param(toks, spans) {
@@ -716,7 +718,7 @@ fn params_of(
                         ref_spans: vec![],
                     });
                 }
-                Err(e) => errors.push(e),
+                Err(e) => cx.push(e),
             }
         } else if let Some(dt) = scalar_dtype(&pt.ty) {
             params.push(Param {
@@ -727,7 +729,7 @@ fn params_of(
                 ref_spans: vec![],
             });
         } else {
-            errors.push(err_at(
+            cx.push(err_at(
 codes::ITEM_FORM,
                 &pt.ty,
                 "a tensor_fn parameter must be `Tensor![dtype; dims…]`, `Dim![dim]` or a scalar dtype \
@@ -744,7 +746,7 @@ fn return_type(
     sig: &syn::Signature,
     spans: &mut SpanTable,
     all_refs: &mut Vec<Pred>,
-    errors: &mut Vec<syn::Error>,
+    cx: &Ctxt,
 ) -> (tc_core::Type, tc_core::SpanId, Vec<tc_core::SpanId>) {
     match &sig.output {
         ReturnType::Type(_, ty) => match tensor_macro(ty) {
@@ -756,13 +758,13 @@ fn return_type(
                         (tc_core::Type::Tensor(t.ty), span, t.dim_spans)
                     }
                     Err(e) => {
-                        errors.push(e);
+                        cx.push(e);
                         (tc_core::Type::Unit, span, vec![])
                     }
                 }
             }
             None => {
-                errors.push(err_at(
+                cx.push(err_at(
                     codes::ITEM_FORM,
                     ty,
                     "a tensor_fn must return `Tensor![dtype; dims…]`",
@@ -771,7 +773,7 @@ fn return_type(
             }
         },
         ReturnType::Default => {
-            errors.push(crate::spans::err_span(
+            cx.push(crate::spans::err_span(
                 codes::ITEM_FORM,
                 sig.paren_token.span.close(),
                 "a tensor_fn must declare its return type `-> Tensor![dtype; dims…]`",
@@ -787,7 +789,7 @@ fn attr_facts(
     attr: &FnAttr,
     spans: &mut SpanTable,
     all_refs: &mut Vec<Pred>,
-    errors: &mut Vec<syn::Error>,
+    cx: &Ctxt,
 ) -> (Vec<Spanned<Pred>>, Vec<Spanned<Pred>>) {
     let mut requires = Vec::new();
     for r in &attr.requires {
@@ -797,7 +799,7 @@ fn attr_facts(
                 all_refs.push(p.clone());
                 requires.push(Spanned { node: p, span });
             }
-            Err(e) => errors.push(e),
+            Err(e) => cx.push(e),
         }
     }
     let mut axioms = Vec::new();
@@ -805,7 +807,7 @@ fn attr_facts(
         let span = spans.alloc(r);
         match pred_expr(r, &AnyName) {
             Ok(p) => axioms.push(Spanned { node: p, span }),
-            Err(e) => errors.push(e),
+            Err(e) => cx.push(e),
         }
     }
     (requires, axioms)

@@ -131,7 +131,7 @@ impl Lowerer<'_> {
                 } else {
                     "one integer literal (this op has one spatial axis)".to_string()
                 };
-                self.errors.push(err_at(
+                self.cx.push(err_at(
                     codes::OP_ARGUMENTS,
                     e,
                     format!("expected {want}, found {} entries", a.elems.len()),
@@ -152,7 +152,7 @@ impl Lowerer<'_> {
         match int_lit(e).map(usize::try_from) {
             Some(Ok(v)) => Some(v),
             _ => {
-                self.errors.push(err_at(
+                self.cx.push(err_at(
                     codes::OP_ARGUMENTS,
                     e,
                     format!("a {what} is a non-negative integer literal, e.g. `2`"),
