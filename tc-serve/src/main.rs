@@ -139,7 +139,8 @@ struct Args {
     /// Log format on stderr.
     #[arg(long, env = "TC_SERVE_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
-    /// Compile the embedding shapes before reporting ready.
+    /// Compile the embedding shapes and the generation kernels before
+    /// reporting ready.
     #[arg(long, env = "TC_SERVE_WARMUP")]
     warmup: bool,
     /// Kernel-cache capacity (entries).
@@ -216,16 +217,25 @@ fn disk_cache_report() -> String {
 
 /// One dry pass per padded embedding shape the policy can produce, so
 /// requests find their kernels compiled (or linked from the persistent
-/// cache); then the server reports ready.
-fn warm_up(state: &AppState, embedder: &Embedder) -> Result<(), BoxError> {
+/// cache), and the generator's own warm-up (a dry prefill and decode step
+/// on its scheduler thread, [`GenConfig::warm_up`]); then the server
+/// reports ready.
+fn warm_up(state: &AppState) -> Result<(), BoxError> {
     use rayon::prelude::*;
     let t = Instant::now();
-    let shapes = app::shapes(&embedder.config);
-    shapes.par_iter().try_for_each(|&(seq, rows)| {
-        tc::llvm::dry_run(|| embedder.embed_padded(&["warm up"], seq, rows)).map(drop)
-    })?;
+    if let Some(embedder) = &state.embedder {
+        let shapes = app::shapes(&embedder.config);
+        shapes.par_iter().try_for_each(|&(seq, rows)| {
+            tc::llvm::dry_run(|| embedder.embed_padded(&["warm up"], seq, rows)).map(drop)
+        })?;
+        tracing::info!(shapes = shapes.len(), "embedding shapes compiled");
+    }
+    if let Some(g) = &state.generator {
+        if let Some(seconds) = g.wait_warm()? {
+            tracing::info!(seconds, "generation kernels compiled");
+        }
+    }
     tracing::info!(
-        shapes = shapes.len(),
         seconds = t.elapsed().as_secs_f64(),
         kernel_cache_entries = tc::llvm::Jit::global().len(),
         disk_cache = %disk_cache_report(),
@@ -319,6 +329,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     KvCache::F32 => KvDtype::F32,
                     KvCache::F16 => KvDtype::F16,
                 },
+                warm_up: args.warmup,
             };
             let g = Generator::load(path, gen_config)?;
             tracing::info!(model = %g.model_name, file = %path.display(), context = g.context,
@@ -335,12 +346,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .block_on(async move {
             let listener = tokio::net::TcpListener::bind(addr).await?;
             tracing::info!("listening on http://{}", listener.local_addr()?);
-            if let (true, Some(e)) = (args.warmup, state.embedder.clone()) {
+            if args.warmup {
                 // Live at once, ready after warm-up (load balancers wait on /health).
                 state.set_ready(false);
                 let st = state.clone();
                 tokio::task::spawn_blocking(move || {
-                    if let Err(err) = warm_up(&st, &e) {
+                    if let Err(err) = warm_up(&st) {
                         tracing::error!("warm-up failed: {err}");
                     }
                 });

@@ -1,8 +1,9 @@
 //! The tc-serve binary as a process: a real SIGTERM (`kill -TERM`) with
 //! streams in flight drains them and exits 0; a client's `x-request-id`
-//! cannot forge fields in the text log format.
+//! cannot forge fields in the text log format; `--warmup` compiles the
+//! generation kernels before the server reports ready.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -114,4 +115,47 @@ fn a_request_id_cannot_forge_log_fields() {
     let after_id = line.split(r#"route=/forged x=""#).nth(1).unwrap_or("");
     assert!(after_id.contains("status=200"), "{line}");
     assert_eq!(line.matches(" route=").count(), 2, "{line}");
+}
+
+/// Kernels compiled so far (either kind), from the server's metrics.
+fn compiled(addr: std::net::SocketAddr) -> f64 {
+    let m = get_at(addr, "/metrics").body;
+    common::metric(&m, "tc_kernel_cache_compiles_total")
+        + common::metric(&m, "tc_kernel_cache_generic_compiles_total")
+}
+
+#[test]
+fn warm_up_compiles_the_generation_kernels_before_it_reports_ready() {
+    let p = Process::spawn(&["--model", &gguf(), "--threads", "2", "--warmup"]);
+    let addr = p.addr;
+    let t = Instant::now();
+    while get_at(addr, "/health").status != 200 {
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "never ready:\n{}",
+            p.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = compiled(addr);
+    assert!(
+        before > 0.0,
+        "nothing compiled by the warm-up:\n{}",
+        p.logs()
+    );
+    assert!(
+        p.logs().contains("generation kernels compiled"),
+        "{}",
+        p.logs()
+    );
+    let body = json!({"messages": [{"role": "user", "content": "Name a colour."}],
+                      "max_tokens": 6, "temperature": 0});
+    let r = post_at(addr, "/v1/chat/completions", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        compiled(addr),
+        before,
+        "the first request compiled kernels:\n{}",
+        p.logs()
+    );
 }

@@ -42,6 +42,11 @@ pub struct GenConfig {
     /// What the KV caches store: f32, or f16 at half the bytes (logits
     /// within the bound docs/models.md gives).
     pub kv_dtype: KvDtype,
+    /// Compile (or link from the kernel cache) every kernel a prefill and
+    /// a decode step run before the first request, on the scheduler's
+    /// thread ([`Generator::wait_warm`] says when that is done); otherwise
+    /// the first request pays for it.
+    pub warm_up: bool,
 }
 
 impl Default for GenConfig {
@@ -53,6 +58,7 @@ impl Default for GenConfig {
             prefill_chunk: 256,
             default_max_tokens: 512,
             kv_dtype: KvDtype::F32,
+            warm_up: false,
         }
     }
 }
@@ -72,6 +78,20 @@ impl GenConfig {
         }
         Ok(self)
     }
+}
+
+/// The scheduler's warm-up: a dry prefill of a short prompt and a dry
+/// decode step into a cache of the configured precision (the kernels are
+/// generic in the lengths and the batch, so these cover every request);
+/// its seconds.
+fn warm_up(model: &Model, cfg: &GenConfig) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let prompt = cfg.prefill_chunk.min(8);
+    let mut cache = model.cache(prompt + 1).map_err(|e| e.to_string())?;
+    model
+        .prepare(&mut cache, prompt)
+        .map_err(|e| e.to_string())?;
+    Ok(t0.elapsed().as_secs_f64())
 }
 
 /// Why a sequence stopped (OpenAI's `finish_reason`).
@@ -211,6 +231,9 @@ pub struct Generator {
     /// Bytes of KV cache per position.
     pub kv_bytes_per_position: usize,
     tx: Mutex<mpsc::Sender<Job>>,
+    /// The scheduler's word on its warm-up (taken by the first
+    /// [`Generator::wait_warm`]).
+    warmed: Mutex<Option<mpsc::Receiver<Result<f64, String>>>>,
 }
 
 impl Generator {
@@ -237,6 +260,7 @@ impl Generator {
         let kv_bytes_per_position = model.cache_bytes(1);
         let stats = Arc::new(GenStats::default());
         let (tx, rx) = mpsc::channel();
+        let (warm_tx, warmed) = mpsc::channel();
         let (st, cfg) = (stats.clone(), config.clone());
         let eos = tok.eos();
         let tok = Arc::new(tok);
@@ -247,6 +271,11 @@ impl Generator {
                 // The mapped file backs the model's weights: it lives as
                 // long as the scheduler does.
                 let _file = file;
+                if cfg.warm_up {
+                    // The receiver may be gone (nobody waits): nothing to tell.
+                    let _ = warm_tx.send(warm_up(&model, &cfg));
+                }
+                drop(warm_tx);
                 scheduler::run(model, t, eos, cfg, st, rx);
             })?;
         Ok(Generator {
@@ -257,7 +286,23 @@ impl Generator {
             stats,
             kv_bytes_per_position,
             tx: Mutex::new(tx),
+            warmed: Mutex::new(Some(warmed)),
         })
+    }
+
+    /// Block until the scheduler has warmed up (with
+    /// [`GenConfig::warm_up`]): its seconds, `None` without a warm-up (or
+    /// when asked again), or why it failed. Requests sent meanwhile wait
+    /// in the queue.
+    pub fn wait_warm(&self) -> Result<Option<f64>, String> {
+        let Some(rx) = lock(&self.warmed).take() else {
+            return Ok(None);
+        };
+        match rx.recv() {
+            Ok(r) => r.map(Some),
+            // Closed without a word: no warm-up was asked for.
+            Err(_) => Ok(None),
+        }
     }
 
     /// Whether `name` (a request's `model`) names this model.
