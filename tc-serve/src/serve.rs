@@ -232,3 +232,52 @@ pub async fn serve(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A peer that never reads: its 64-byte buffer fills, the write
+    /// blocks, and the timeout turns that into an error.
+    #[tokio::test]
+    async fn a_client_that_stops_reading_times_out() {
+        let (ours, _theirs) = tokio::io::duplex(64);
+        let timeout = Duration::from_millis(300);
+        let mut w = WriteTimeout::new(ours, timeout);
+        let t = std::time::Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(10), w.write_all(&[7u8; 4096]))
+            .await
+            .expect("the write timed out by itself")
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(t.elapsed() >= timeout);
+    }
+
+    /// A peer that keeps reading, however slowly, is never cut off: each
+    /// write that completes restarts the deadline.
+    #[tokio::test]
+    async fn a_slow_reader_that_keeps_reading_is_served() {
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let mut w = WriteTimeout::new(ours, Duration::from_secs(2));
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 32];
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                match theirs.read(&mut buf).await {
+                    Ok(0) => return got,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+        });
+        let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        w.write_all(&data)
+            .await
+            .expect("a reading client is served");
+        w.shutdown().await.expect("shutdown");
+        drop(w);
+        assert_eq!(reader.await.expect("reader"), data);
+    }
+}
