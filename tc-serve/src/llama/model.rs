@@ -149,9 +149,10 @@ pub mod llama {
 
     /// Causal grouped-query attention of the S new positions over the
     /// first T of the cache's C positions (`mask`: 0 where allowed, −1e30
-    /// where not). Each key/value head serves its `G` query heads through
-    /// a broadcast over the group axis, read in place by the matmul: the
-    /// cache is never copied per query head.
+    /// where not). Each key/value head serves its `G` query heads as one
+    /// product: their `G · S` query rows stacked against the head's keys,
+    /// read in place, so the cache is never copied or packed per query
+    /// head (and a decode step's product has `G` rows, not one).
     #[tensor_fn(requires(T <= C))]
     pub fn attention(
         q: Tensor![f32; B, S, D],
@@ -160,22 +161,20 @@ pub mod llama {
         t: Dim![T],
         mask: Tensor![f32; S, T],
     ) -> Tensor![f32; B, S, D] {
-        let q5 = reshape(
+        let q4 = reshape(
             transpose(reshape(q, [B, S, H, HD]), [0, 2, 1, 3]),
-            [B, KV, G, S, HD],
+            [B, KV, G * S, HD],
         );
-        let k = broadcast(
-            reshape(slice(kc, 2, 0, T), [B, KV, 1, T, HD]),
-            [B, KV, G, T, HD],
+        let k = slice(kc, 2, 0, T);
+        let v = slice(vc, 2, 0, T);
+        let rows = reshape(
+            broadcast(reshape(mask, [1, S, T]), [G, S, T]),
+            [1, 1, G * S, T],
         );
-        let v = broadcast(
-            reshape(slice(vc, 2, 0, T), [B, KV, 1, T, HD]),
-            [B, KV, G, T, HD],
-        );
-        let m = broadcast(reshape(mask, [1, 1, 1, S, T]), [B, KV, G, S, T]);
-        let scores = matmul(q5, transpose(k, [0, 1, 2, 4, 3])) * 0.125 + m;
-        let e = exp(scores - broadcast(max_keepdims(scores, [4]), [B, KV, G, S, T]));
-        let probs = e / broadcast(sum_keepdims(e, [4]), [B, KV, G, S, T]);
+        let m = broadcast(rows, [B, KV, G * S, T]);
+        let scores = matmul(q4, transpose(k, [0, 1, 3, 2])) * 0.125 + m;
+        let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, KV, G * S, T]));
+        let probs = e / broadcast(sum_keepdims(e, [3]), [B, KV, G * S, T]);
         let ctx = reshape(matmul(probs, v), [B, H, S, HD]);
         reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
     }
@@ -183,8 +182,8 @@ pub mod llama {
     /// `attention` over an f16 cache ([`super::KvDtype::F16`]): the first
     /// T positions of each key/value head are widened to f32 (exactly:
     /// every f16 is an f32) once per call, into one `[B, KV, T, HD]`
-    /// buffer the matmul then reads through the same broadcast over the
-    /// group axis: a conversion per key/value head, none per query head.
+    /// buffer the matmul then reads for the head's stacked query rows: a
+    /// conversion per key/value head, none per query head.
     /// The body is `attention`'s (a call would be a fusion barrier: the
     /// f32 cache's slice would be copied to pass it).
     #[tensor_fn(requires(T <= C))]
@@ -195,22 +194,20 @@ pub mod llama {
         t: Dim![T],
         mask: Tensor![f32; S, T],
     ) -> Tensor![f32; B, S, D] {
-        let q5 = reshape(
+        let q4 = reshape(
             transpose(reshape(q, [B, S, H, HD]), [0, 2, 1, 3]),
-            [B, KV, G, S, HD],
+            [B, KV, G * S, HD],
         );
-        let k = broadcast(
-            reshape(cast::<f32>(slice(kc, 2, 0, T)), [B, KV, 1, T, HD]),
-            [B, KV, G, T, HD],
+        let k = cast::<f32>(slice(kc, 2, 0, T));
+        let v = cast::<f32>(slice(vc, 2, 0, T));
+        let rows = reshape(
+            broadcast(reshape(mask, [1, S, T]), [G, S, T]),
+            [1, 1, G * S, T],
         );
-        let v = broadcast(
-            reshape(cast::<f32>(slice(vc, 2, 0, T)), [B, KV, 1, T, HD]),
-            [B, KV, G, T, HD],
-        );
-        let m = broadcast(reshape(mask, [1, 1, 1, S, T]), [B, KV, G, S, T]);
-        let scores = matmul(q5, transpose(k, [0, 1, 2, 4, 3])) * 0.125 + m;
-        let e = exp(scores - broadcast(max_keepdims(scores, [4]), [B, KV, G, S, T]));
-        let probs = e / broadcast(sum_keepdims(e, [4]), [B, KV, G, S, T]);
+        let m = broadcast(rows, [B, KV, G * S, T]);
+        let scores = matmul(q4, transpose(k, [0, 1, 3, 2])) * 0.125 + m;
+        let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, KV, G * S, T]));
+        let probs = e / broadcast(sum_keepdims(e, [3]), [B, KV, G * S, T]);
         let ctx = reshape(matmul(probs, v), [B, H, S, HD]);
         reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
     }
