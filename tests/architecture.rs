@@ -560,3 +560,55 @@ fn the_variant_counter_ignores_other_enums() {
     let src = "match op { Op::Unary(..) => 1, BinaryOp::Cast => 2, Op::DimX => 3 } // Op::Dim";
     assert_eq!(variants_named(src, &v), 1);
 }
+
+/// The items a library crate's `lib.rs` defines besides modules, imports
+/// and functions (its entry points): a shared type or constant there
+/// would make every module that names it depend on the entry point.
+fn lib_items(src: &str) -> Vec<String> {
+    let kinds = [
+        "struct ", "enum ", "const ", "static ", "type ", "trait ", "impl ",
+    ];
+    src.lines()
+        .map(|l| l.split("//").next().unwrap_or("").trim_start())
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.strip_prefix("pub ").unwrap_or(l))
+        .map(|l| l.strip_prefix("pub(crate) ").unwrap_or(l))
+        .filter(|l| kinds.iter().any(|k| l.starts_with(k)))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn library_roots_only_declare_modules_reexports_and_entry_points() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for c in ["tc-core", "tc-runtime", "tc-llvm", "tc-quant"] {
+        let src = std::fs::read_to_string(root.join(c).join("src/lib.rs")).expect("read");
+        for item in lib_items(&src) {
+            found.push(format!("{c}/src/lib.rs: {item}"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "move these into a leaf module and re-export them:\n{}",
+        found.join("\n")
+    );
+    // The shared types of tc-llvm live in a module that imports nothing of
+    // the crate.
+    let g = graph(&root.join("tc-llvm/src"));
+    assert_eq!(
+        g.get("options"),
+        Some(&BTreeSet::new()),
+        "tc-llvm's options module imports {:?}",
+        g.get("options")
+    );
+}
+
+#[test]
+fn the_lib_item_scanner_finds_items() {
+    let src = "pub mod a;\npub use a::X;\n/// doc\npub struct S;\n#[derive(Debug)]\nenum E {}\n// const C: u8 = 1;\npub(crate) const K: u8 = 1;\nimpl S {}\npub fn call() {}\n";
+    assert_eq!(
+        lib_items(src),
+        vec!["struct S;", "enum E {}", "const K: u8 = 1;", "impl S {}"]
+    );
+}

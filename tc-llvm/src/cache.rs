@@ -56,7 +56,7 @@ use tc_runtime::interp::{Interpreter, MAX_CALL_DEPTH};
 use tc_runtime::Tensor;
 
 use crate::exec::{compile_with, CompiledFn};
-use crate::{Error, JitOptions};
+use crate::options::{Error, JitOptions};
 
 /// Cache settings.
 #[derive(Clone, Copy, Debug)]

@@ -12,8 +12,8 @@ use tc_runtime::{cast, Tensor};
 
 use crate::codegen::{self, extent, KernelShape, QKey};
 use crate::jit::JitModule;
+use crate::options::{Error, JitOptions};
 use crate::plan::{self, Step, Structure, VKind, ValInfo};
-use crate::{Error, JitOptions};
 
 /// Below this many elements of work a kernel runs on the calling thread
 /// (outside a [`crate::team::session`]): a small tensor never pays for

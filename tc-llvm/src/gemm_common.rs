@@ -9,7 +9,7 @@
 use rayon::prelude::*;
 
 use crate::jit::JitModule;
-use crate::Error;
+use crate::options::Error;
 
 /// Fewest multiply-adds of a product split across threads outside a
 /// [`crate::team::session`]: about 50 µs of one core's work. A split wakes

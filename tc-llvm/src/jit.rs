@@ -25,8 +25,8 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
+use crate::options::Error;
 use crate::orc::Loader;
-use crate::Error;
 
 pub use crate::host::{host, Host};
 

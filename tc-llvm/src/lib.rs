@@ -108,6 +108,7 @@ pub mod inline;
 pub mod jit;
 pub mod matmul;
 pub mod matmul_int;
+mod options;
 mod orc;
 pub mod plan;
 pub mod prepack;
@@ -121,63 +122,12 @@ pub mod threads;
 pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
 pub use jit::release_target_machines;
+pub use options::{Error, JitOptions, TOLERANCE};
 pub use team::session;
 
 use tc_core::ir::Function;
 use tc_runtime::contract::Arg;
 use tc_runtime::Tensor;
-
-/// The tolerance of the fast F32 transcendentals: `|jit − interp| ≤
-/// TOLERANCE.0 · |interp| + TOLERANCE.1`, for every f32 input (±0, ±∞,
-/// subnormals; a NaN input or result gives a NaN on both sides).
-pub const TOLERANCE: (f32, f32) = (2e-6, 2e-6);
-
-/// Code generation options.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct JitOptions {
-    /// F32 `exp/log/tanh/sigmoid/erf/gelu` as vectorized polynomials (fast,
-    /// within [`TOLERANCE`]) instead of the interpreter's exact f64 libm path.
-    pub fast_math: bool,
-    /// Reductions in the interpreter's sequential order (bit-identical to
-    /// it and reproducible across thread counts), not vectorized.
-    pub deterministic: bool,
-    /// Worker threads: 1 = the calling thread only; anything else = the
-    /// rayon global pool.
-    pub threads: usize,
-    /// `qmatmul` (Section 2 §18) with its activations quantized per block
-    /// to 8 bits and integer block dots, as llama.cpp computes
-    /// (`tc_quant::quant::Numerics::Fast`, within the bound stated there),
-    /// instead of each weight block dequantized to F32 and F32
-    /// accumulation (`Numerics::Exact`, within the matmul tolerance of the
-    /// reference denotation). Off by default: exact numerics.
-    pub fast_quant: bool,
-}
-
-impl Default for JitOptions {
-    fn default() -> Self {
-        JitOptions {
-            fast_math: true,
-            deterministic: false,
-            threads: 0,
-            fast_quant: false,
-        }
-    }
-}
-
-/// Errors of the backend (compilation); run-time failures are
-/// `tc_runtime::Error`.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// LLVM rejected something (a backend bug, reported).
-    #[error("LLVM: {0}")]
-    Llvm(String),
-    /// An op or dtype this backend does not lower.
-    #[error("not supported by the JIT: {0}")]
-    Unsupported(String),
-    /// Planning failed on the concrete shapes (the interpreter reports the same error).
-    #[error(transparent)]
-    Runtime(#[from] tc_runtime::Error),
-}
 
 /// Call `func` through the process-wide kernel cache ([`Jit::global`]):
 /// bind σ with `tc_runtime::contract::bind`, find or compile the kernels,

@@ -31,7 +31,7 @@ use rayon::prelude::*;
 use tc_core::Dtype;
 use tc_runtime::cast;
 
-use crate::Error;
+use crate::options::Error;
 
 /// Rows of the register tile.
 pub const MR: usize = 14;

@@ -70,7 +70,7 @@ use crate::gemm_common::{
     blocked, kernel_set, table, table_kernel, Cols, Family, GemmElem, Kernels, Micro, SendPtr,
     Table,
 };
-use crate::Error;
+use crate::options::Error;
 
 /// Contraction block, in packed k-slots (a slot is one step of k, or two
 /// for the pair kernel).

@@ -36,7 +36,7 @@ use llvm_sys::orc2::{
     LLVMOrcJITDylibAddGenerator, LLVMOrcJITDylibDefine,
 };
 
-use crate::Error;
+use crate::options::Error;
 
 /// The message of an LLVM error, consuming it; `None` for success.
 fn take_error(err: LLVMErrorRef, what: &str) -> Result<(), Error> {

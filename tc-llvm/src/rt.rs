@@ -6,7 +6,7 @@
 //! calls them is bit-identical to the interpreter. Kernels use them for
 //! transcendentals of the narrow float dtypes (always: Section 2 §3 fixes the
 //! bits there, one rounding of the f32 result to the dtype) and of F32 when
-//! [`crate::JitOptions::fast_math`] is off, and for the F8 encoders.
+//! [`crate::options::JitOptions::fast_math`] is off, and for the F8 encoders.
 
 use tc_core::ir::UnaryOp;
 use tc_core::Dtype;

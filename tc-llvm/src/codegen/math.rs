@@ -266,7 +266,7 @@ impl<'a> Gen<'a> {
 
     /// Fast f32 `erf`: the rational approximation on [-4, 4] used by Eigen
     /// (`generic_fast_erf_float`); error bound ≤ 2 ulp plus 1e-7 absolute
-    /// (within [`crate::TOLERANCE`]; the dense sweep in the differential
+    /// (within [`crate::options::TOLERANCE`]; the dense sweep in the differential
     /// tests checks it). Exactly ±1 for |x| ≥ 4, where the true value
     /// rounds to ±1 in f32 (1 − erf 4 ≈ 1.5e-8 < 2⁻²⁵), ±∞ included; NaN kept.
     pub(super) fn fast_erf(&mut self, x: &V) -> V {

@@ -41,9 +41,9 @@ use tc_core::{Dtype, Sigma};
 use tc_runtime::cast;
 use tc_runtime::elem::Elem;
 
+use crate::options::{Error, JitOptions};
 use crate::plan::{Step, Structure, VKind, ValInfo};
 use crate::rt::{dtype_code, unary_code};
-use crate::{Error, JitOptions};
 use ir::{Builder, Ty, V};
 
 mod dtype;

@@ -1,0 +1,56 @@
+//! The backend's options and error type: what the entry point, the cache,
+//! the planner and the kernels all name. A leaf module: it imports nothing
+//! of the crate, so no module depends on `lib.rs` (or on another module)
+//! for these types.
+
+/// The tolerance of the fast F32 transcendentals: `|jit − interp| ≤
+/// TOLERANCE.0 · |interp| + TOLERANCE.1`, for every f32 input (±0, ±∞,
+/// subnormals; a NaN input or result gives a NaN on both sides).
+pub const TOLERANCE: (f32, f32) = (2e-6, 2e-6);
+
+/// Code generation options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct JitOptions {
+    /// F32 `exp/log/tanh/sigmoid/erf/gelu` as vectorized polynomials (fast,
+    /// within [`TOLERANCE`]) instead of the interpreter's exact f64 libm path.
+    pub fast_math: bool,
+    /// Reductions in the interpreter's sequential order (bit-identical to
+    /// it and reproducible across thread counts), not vectorized.
+    pub deterministic: bool,
+    /// Worker threads: 1 = the calling thread only; anything else = the
+    /// rayon global pool.
+    pub threads: usize,
+    /// `qmatmul` (Section 2 §18) with its activations quantized per block
+    /// to 8 bits and integer block dots, as llama.cpp computes
+    /// (`tc_quant::quant::Numerics::Fast`, within the bound stated there),
+    /// instead of each weight block dequantized to F32 and F32
+    /// accumulation (`Numerics::Exact`, within the matmul tolerance of the
+    /// reference denotation). Off by default: exact numerics.
+    pub fast_quant: bool,
+}
+
+impl Default for JitOptions {
+    fn default() -> Self {
+        JitOptions {
+            fast_math: true,
+            deterministic: false,
+            threads: 0,
+            fast_quant: false,
+        }
+    }
+}
+
+/// Errors of the backend (compilation); run-time failures are
+/// `tc_runtime::Error`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// LLVM rejected something (a backend bug, reported).
+    #[error("LLVM: {0}")]
+    Llvm(String),
+    /// An op or dtype this backend does not lower.
+    #[error("not supported by the JIT: {0}")]
+    Unsupported(String),
+    /// Planning failed on the concrete shapes (the interpreter reports the same error).
+    #[error(transparent)]
+    Runtime(#[from] tc_runtime::Error),
+}
