@@ -10,7 +10,8 @@
 # exhaustive sweeps run on a sample; see the `miri` notes in the tests.
 #
 # Usage: scripts/miri.sh [extra `cargo test` arguments: a target such as
-# `--test casts` or `--lib` (default: all of them), a test-name filter]
+# `--test all` (the integration tests) or `--lib` (default: both), a
+# test-name filter such as `casts::` (one file of tests/)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Memcheck over the JIT's differential tests (issue #10): every test of the
-# named tc-llvm test binaries runs alone under valgrind, which sees the
-# JIT-compiled kernels' loads and stores (ASan cannot: the kernels are not
-# instrumented). Reports each test's verdict and fails on any memcheck
+# named tc-llvm test files (modules of its `all` test binary) runs alone
+# under valgrind, which sees the JIT-compiled kernels' loads and stores
+# (ASan cannot: the kernels are not instrumented). Reports each test's verdict and fails on any memcheck
 # error.
 #
 #   scripts/valgrind.sh                      # differential + soundness + edge_values
-#   scripts/valgrind.sh differential         # one binary
+#   scripts/valgrind.sh differential         # one file
 #   TC_VG_TIMEOUT=3600 scripts/valgrind.sh   # per-test limit in seconds (default 2400)
 #
 # Slow: LLVM compiles ~30–50× slower under valgrind; the default set takes
-# hours of CPU on 2 cores. Results go to target/valgrind/<binary>.<test>.log.
+# hours of CPU on 2 cores. Results go to target/valgrind/<file>.<test>.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind.sh: install valgrind (apt-get install -y valgrind)" >&2; exit 2; }
@@ -20,15 +20,17 @@ limit=${TC_VG_TIMEOUT:-2400}
 out=target/valgrind
 mkdir -p "$out"
 failed=0
-for b in "${bins[@]}"; do
-  exe=$(cargo test -p tc-llvm --test "$b" --no-run --message-format=json 2>/dev/null |
+exe=$(cargo test -p tc-llvm --test all --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]: print(m["executable"])' | tail -1)
-  [ -x "$exe" ] || { echo "valgrind.sh: no test binary for $b" >&2; exit 2; }
-  for t in $("$exe" --list 2>/dev/null | sed -n 's/: test$//p'); do
-    log="$out/$b.$t.log"
+[ -x "$exe" ] || { echo "valgrind.sh: no tc-llvm test binary" >&2; exit 2; }
+for b in "${bins[@]}"; do
+  tests=$("$exe" --list 2>/dev/null | sed -n "s/^\($b::.*\): test\$/\1/p")
+  [ -n "$tests" ] || { echo "valgrind.sh: no tests in $b" >&2; exit 2; }
+  for t in $tests; do
+    log="$out/${t//::/.}.log"
     start=$(date +%s)
     # --smc-check: the JIT writes code at run time; leaks are not errors here
     # (LLVM and Z3 keep global state until exit).

@@ -561,6 +561,109 @@ fn the_variant_counter_ignores_other_enums() {
     assert_eq!(variants_named(src, &v), 1);
 }
 
+/// The test files of a crate's `tests/` that no test binary compiles: with
+/// `autotests = false` a crate names its binaries as `[[test]]`s, and a file
+/// there must be one of them or a module (`mod name;`) of one, or it would
+/// never run. `manifest` is the crate's Cargo.toml, `roots` the text of each
+/// `[[test]]` root by its path, `files` the file names under `tests/`.
+fn unbuilt_test_files(
+    manifest: &str,
+    roots: &dyn Fn(&str) -> String,
+    files: &[String],
+) -> Vec<String> {
+    if !manifest.lines().any(|l| l.trim() == "autotests = false") {
+        return Vec::new();
+    }
+    let mut built = BTreeSet::new();
+    let mut in_test = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_test = line == "[[test]]";
+        } else if let Some(path) = line.strip_prefix("path = \"").filter(|_| in_test) {
+            let path = path.trim_end_matches('"');
+            let Some(file) = path.strip_prefix("tests/") else {
+                continue;
+            };
+            built.insert(file.to_string());
+            for l in roots(path).lines() {
+                let l = l.strip_prefix("pub ").unwrap_or(l);
+                if let Some(m) = l.strip_prefix("mod ").and_then(|m| m.strip_suffix(';')) {
+                    built.insert(format!("{m}.rs"));
+                }
+            }
+        }
+    }
+    files
+        .iter()
+        .filter(|f| !built.contains(f.as_str()))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn every_test_file_is_in_a_test_binary() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut crates: Vec<std::path::PathBuf> = std::fs::read_dir(root)
+        .expect("workspace root")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.join("Cargo.toml").is_file() && p.join("tests").is_dir())
+        .collect();
+    crates.push(root.to_path_buf());
+    crates.sort();
+    let mut unbuilt = Vec::new();
+    let mut merged = 0;
+    for dir in &crates {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+        let mut files: Vec<String> = std::fs::read_dir(dir.join("tests"))
+            .expect("tests dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "rs"))
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let read = |path: &str| std::fs::read_to_string(dir.join(path)).unwrap_or_default();
+        merged += manifest.contains("autotests = false") as usize;
+        for f in unbuilt_test_files(&manifest, &read, &files) {
+            let rel = dir.join("tests").join(f);
+            unbuilt.push(rel.strip_prefix(root).unwrap_or(&rel).display().to_string());
+        }
+    }
+    assert!(
+        merged >= 5,
+        "crates with autotests = false not found ({merged})"
+    );
+    assert!(
+        unbuilt.is_empty(),
+        "test files no test binary compiles (declare each as a module of its crate's tests/all.rs, or as a [[test]] in its Cargo.toml):\n{}",
+        unbuilt.join("\n")
+    );
+}
+
+#[test]
+fn the_test_file_finder_reads_test_targets_and_their_modules() {
+    let manifest = "[package]\nautotests = false\n\n[[test]]\nname = \"all\"\npath = \"tests/all.rs\"\n\n\
+                    [[test]]\nname = \"own\"\npath = \"tests/own.rs\"\n\n[[bench]]\npath = \"tests/bench.rs\"\n";
+    let roots = |p: &str| match p {
+        "tests/all.rs" => {
+            "//! mod doc;\nmod util;\npub mod a;\nmod c;\n#[path = \"../x.rs\"]\nmod x;\n"
+                .to_string()
+        }
+        _ => String::new(),
+    };
+    let files: Vec<String> = [
+        "a.rs", "all.rs", "b.rs", "bench.rs", "c.rs", "own.rs", "doc.rs",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(
+        unbuilt_test_files(manifest, &roots, &files),
+        ["b.rs", "bench.rs", "doc.rs"]
+    );
+    let auto = manifest.replace("autotests = false", "");
+    assert!(unbuilt_test_files(&auto, &roots, &files).is_empty());
+}
+
 /// The items a library crate's `lib.rs` defines besides modules, imports
 /// and functions (its entry points): a shared type or constant there
 /// would make every module that names it depend on the entry point.

@@ -6,8 +6,7 @@
 //! evaluated under σ. Both backends size values through this rule (the
 //! interpreter's denotations and the JIT's planner), so a disagreement here
 //! is a shape bug in one of the three.
-#[path = "../examples/fuzz/gen.rs"]
-mod gen;
+use crate::gen;
 
 use tc_core::concrete::{self, Operand, RuleError};
 use tc_core::ir::{Op, ValueMap};

@@ -9,8 +9,7 @@
 //! fails the test with its seed and reproducer instead of killing the
 //! harness. `TC_FUZZ_OPS` restricts the op families (`concat,slice`,
 //! `-call`), `TC_FUZZ_SEEDS` changes the number of seeds.
-#[path = "../examples/fuzz/gen.rs"]
-mod gen;
+use crate::gen;
 
 use std::time::Duration;
 
@@ -132,10 +131,14 @@ fn fuzz_worker() {
 /// process's.
 fn run_isolated(ranges: &[(u64, u64)], budget: usize, env: &[(&str, String)], stats: &mut Stats) {
     let exe = std::env::current_exe().expect("test binary path");
+    // The worker's name as the harness lists it: its module path without
+    // the crate (the test binary holds several files, one module each).
+    let worker = concat!(module_path!(), "::fuzz_worker");
+    let worker = worker.split_once("::").map_or(worker, |(_, name)| name);
     let spawn = |from: u64, count: u64| {
         let mut c = std::process::Command::new(&exe);
         c.args([
-            "fuzz_worker",
+            worker,
             "--exact",
             "--ignored",
             "--nocapture",

@@ -1,7 +1,7 @@
 //! The kernel cache: concurrency (≥ 16 threads, mixed σ, one compilation per
 //! σ), LRU eviction, statistics, the shape-generic path and the explicit
 //! interpreter fallback.
-mod util;
+use crate::util;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! read. Every position (first, middle, last), several and all operands
 //! empty, every JIT mode including the shape-generic kernel, and the packed
 //! I4 layout; results bit-identical to the interpreter.
-mod util;
+use crate::util;
 
 use tc_core::ir::{Function, Op, UnaryOp};
 use tc_core::{Dim, Dtype, Pred, Type};

@@ -3,7 +3,7 @@
 //! bools, casts, elementwise ops on every float dtype in exact mode, and on
 //! narrow floats always); float reductions and matmul within the documented
 //! bound (see the crate docs), and bit-identical in deterministic mode.
-mod util;
+use crate::util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
 use tc_core::{Dim, Dtype, Type};

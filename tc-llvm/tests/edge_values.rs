@@ -12,7 +12,7 @@
 //! and max/min reductions (order-independent). Elsewhere the documented
 //! tolerance applies ([`tc_llvm::TOLERANCE`], and the reassociation bound
 //! of the crate docs for sum/prod/mean outside deterministic mode).
-mod util;
+use crate::util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, UnaryOp};
 use tc_core::Dtype;

@@ -1,6 +1,6 @@
 //! Fusion structure, vectorized assembly, library-style functions (softmax,
 //! layer norm) against the interpreter.
-mod util;
+use crate::util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
 use tc_core::{Dim, Dtype};

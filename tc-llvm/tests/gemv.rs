@@ -9,7 +9,7 @@
 //! `nan_any`), one thread and the columns split across the pool inside a
 //! session.
 
-mod util;
+use crate::util;
 
 use proptest::prelude::*;
 use tc_core::Dtype;

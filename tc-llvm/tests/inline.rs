@@ -4,7 +4,7 @@
 //! caller's, where scalars and dims are passed on, and where the callee's
 //! contract fails (then the call is kept and fails as the interpreter
 //! does). Host ops and call cycles keep their calls.
-mod util;
+use crate::util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
 use tc_core::{Dim, Dtype, Pred, Type};

@@ -8,7 +8,7 @@
 //! 2. The chain as either operand of a matmul, σ-specialised JIT and
 //!    shape-generic JIT against the interpreter; the specialised plan copies
 //!    the operand exactly when no view exists.
-mod util;
+use crate::util;
 
 use proptest::prelude::*;
 use tc_core::ir::{Function, Op, Value, ValueMap};

@@ -3,7 +3,7 @@
 //! broadcast over the batch (read through strides, never materialized),
 //! attention head splits (transposes of reshapes as matmul operands), and
 //! row-fused softmax / layer norm.
-mod util;
+use crate::util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, UnaryOp};
 use tc_core::{Dim, Dtype};

@@ -8,7 +8,7 @@
 //! A's rows, B's columns, both, and made from infinities, at shapes that
 //! take the small, gemv, packed and threaded paths, through a strided
 //! (transposed) right operand, in every JIT mode, bit for bit.
-mod util;
+use crate::util;
 
 use tc_core::ir::{Function, Op, ReduceOp};
 use tc_core::Dtype;

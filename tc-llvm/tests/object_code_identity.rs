@@ -6,7 +6,7 @@
 //! bytes on a fresh thread, on a thread that compiled other modules first,
 //! and again on the same thread; otherwise a stored entry and a fresh
 //! compile of the same text would differ, and so could their results.
-mod util;
+use crate::util;
 
 use tc_core::build::FnBuilder;
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, UnaryOp};

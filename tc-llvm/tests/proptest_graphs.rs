@@ -1,7 +1,7 @@
 //! Random well-typed op graphs (checked by `tc_core::check::check_function`)
 //! over random shapes, run by the JIT (deterministic, exact mode: bit-exact
 //! expected, reductions included) and by the interpreter.
-mod util;
+use crate::util;
 
 use proptest::prelude::*;
 use tc_core::ir::Signatures;

@@ -9,7 +9,7 @@
 //! products and means are bit-identical to the interpreter even outside
 //! deterministic mode (float max/min outside it may pick either sign of a
 //! ±0 tie, as for every reduction).
-mod util;
+use crate::util;
 
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, UnaryOp};
 use tc_core::{Dim, Dtype, Sigma};

@@ -4,7 +4,7 @@
 //! where it used to overflow i64 at every call and fail with a misleading
 //! "declared …, produced f32 [1]". A declared dim whose value really leaves
 //! i64 is a typed evaluation error naming that dim, on both backends.
-mod util;
+use crate::util;
 
 use tc_core::ir::{Function, Op};
 use tc_core::{Dim, Dtype, Pred, TensorType, Type};

@@ -1,4 +1,4 @@
-mod util;
+use crate::util;
 use tc_core::ir::{BinaryOp, Op, UnaryOp};
 use tc_core::Dtype;
 use tc_llvm::JitOptions;

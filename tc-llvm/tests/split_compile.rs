@@ -3,7 +3,7 @@
 //! kernel lands whole in exactly one self-contained part, the cut is a
 //! function of the text alone, text of another shape stays whole, and the
 //! parts linked together run the function as the interpreter does.
-mod util;
+use crate::util;
 
 use tc_core::ir::{BinaryOp, Function, Op, UnaryOp};
 use tc_core::Dtype;

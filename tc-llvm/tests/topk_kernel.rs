@@ -2,7 +2,7 @@
 //! for bit with the interpreter's stable sort (`denote::topk`) in every JIT
 //! mode, σ-specialised and shape-generic; and ops with their own loop form
 //! never computed as a row group's elementwise member.
-mod util;
+use crate::util;
 
 use tc_core::ir::{Function, Op, PoolKind, ReduceOp, Window};
 use tc_core::{Dim, Dtype, Pred, Type};

@@ -5,7 +5,7 @@
 //! enough to take the tiled im2col path), plus hand-computed values that
 //! pin the semantics to PyTorch's (zero padding, `count_include_pad`).
 
-mod util;
+use crate::util;
 
 use tc_core::concrete::window_len;
 use tc_core::ir::{Function, Op, PoolKind, Window};

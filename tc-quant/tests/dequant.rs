@@ -6,7 +6,7 @@
 //! `TC_QUANT_DEQUANT_FIXTURE`: `{"formats": {"q4_1": {"hex": "…",
 //! "f32_bits": [u32, …]}, …}, "real_q4_1": {…}, "real_q8_0": {…}}`.
 
-mod common;
+use crate::common;
 
 use common::{random_blocks, Rng};
 use half::f16;

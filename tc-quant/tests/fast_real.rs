@@ -4,7 +4,7 @@
 //! path, against the f64 dot of the dequantized weights and the bounds in
 //! `tc_quant::quant`'s docs. Skips when the model has not been fetched.
 
-mod common;
+use crate::common;
 
 use common::{normal, Rng};
 use tc_quant::{

@@ -1,7 +1,7 @@
 //! `qmatmul` against the bounds stated in `tc_quant::quant`'s docs, on
 //! every kernel path the host has, and paths against the scalar one.
 
-mod common;
+use crate::common;
 
 use common::{adversarial_acts, extreme_blocks, random_acts, random_blocks, Rng};
 use proptest::prelude::*;

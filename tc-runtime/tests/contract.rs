@@ -1,7 +1,7 @@
 //! The runtime contract (Section 2 §14, §16, §17): every failure is a typed
 //! error naming the parameter, the axis, expected and actual, and σ.
 
-mod support;
+use crate::support;
 
 use support::*;
 use tc_core::ir::{BinaryOp, Function, Op};
@@ -200,11 +200,7 @@ fn compound_dims_are_checked_after_every_bare_variable() {
     assert_eq!(bind(&g.sig, &[z(Dtype::F32, &[4])]), Ok(sigma(&[("N", 2)])));
     // ...and cannot be bound from one that does not (`N % 2`).
     let mut b = FnBuilder::new("unb");
-    let y = b.tensor(
-        "y",
-        Dtype::F32,
-        vec![d("N") + d("N").rem(&Dim::c(2))],
-    );
+    let y = b.tensor("y", Dtype::F32, vec![d("N") + d("N").rem(&Dim::c(2))]);
     let g = b.ret_any(y);
     assert_eq!(
         bind(&g.sig, &[z(Dtype::F32, &[4])]),

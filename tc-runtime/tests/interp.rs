@@ -2,7 +2,7 @@
 //! dtype against hand-computed values, with the heap invariant (§3.3) checked
 //! after every step.
 
-mod support;
+use crate::support;
 
 use support::*;
 use tc_core::ir::{BinaryOp, Op, ReduceOp, Scalar, UnaryOp, Value};

@@ -20,11 +20,15 @@ fn allocations_past_the_address_space_are_typed_errors() {
         child();
         return;
     }
+    // This test's name as the harness lists it: its module path without
+    // the crate (the test binary holds several files, one module each).
+    let path = concat!(
+        module_path!(),
+        "::allocations_past_the_address_space_are_typed_errors"
+    );
+    let name = path.split_once("::").map_or(path, |(_, name)| name);
     let out = Command::new(std::env::current_exe().expect("own path"))
-        .args([
-            "--exact",
-            "allocations_past_the_address_space_are_typed_errors",
-        ])
+        .args(["--exact", name])
         .args(["--nocapture", "--test-threads", "1"])
         .env(CHILD, "1")
         .output()

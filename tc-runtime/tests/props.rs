@@ -1,7 +1,7 @@
 //! Algebraic properties of the Section 4 denotations, and the well-typed heap
 //! invariant (§3.3) after every step of random programs.
 
-mod support;
+use crate::support;
 
 use proptest::prelude::*;
 use support::*;

@@ -5,7 +5,7 @@
 //! the server and the smollm2 example share gives the reference's greedy
 //! tokens.
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 

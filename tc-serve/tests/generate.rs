@@ -4,7 +4,7 @@
 //! stop sequences, seeds, errors, continuous batching (16 concurrent greedy
 //! streams equal their solo runs) and KV memory freed on disconnect.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

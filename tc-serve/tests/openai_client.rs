@@ -5,7 +5,7 @@
 //! own decode loop (`examples/smollm2.rs`: prefill with `forward`, then
 //! one-sequence `step`s, greedy, streamed through `StreamDecoder`).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
