@@ -101,6 +101,17 @@ const LLAMA_SEEDS: &[(u64, &str)] = &[
     (77, "llama"),
 ];
 
+/// Seeds of `0..SEEDS` that generate a real-sizes program (about one in
+/// six do): `(seed, kind, σ)`. Checked by
+/// `real_sizes_seeds_and_mode_sampling`; the fixed run runs them.
+const REAL_SEEDS: &[(u64, &str, &[(&str, i64)])] = &[
+    // An i32 product of 141 × 255 × 500 (18.0M multiply-adds, past 2^23):
+    // more than `STREAM_MAX_M` rows, so the blocked (packed) path.
+    (6, "matmul", &[("K", 255), ("M", 141), ("N", 500)]),
+    // A chain over 300 × 1024 values (307k elements, past 2^18).
+    (11, "elementwise", &[("M", 300), ("N", 1024)]),
+];
+
 fn cfg() -> GenConfig {
     GenConfig::from_env().expect("TC_FUZZ_* settings")
 }
@@ -161,6 +172,10 @@ fn run_isolated(ranges: &[(u64, u64)], budget: usize, env: &[(&str, String)], st
                 max_ops: v.parse().expect("max ops"),
                 ..cfg
             },
+            "TC_FUZZ_REAL" => GenConfig {
+                real_pct: v.parse().expect("real percent"),
+                ..cfg
+            },
             _ => GenConfig {
                 huge_one_in: v.parse().expect("huge"),
                 ..cfg
@@ -213,12 +228,27 @@ fn fuzz_fixed_seeds() {
         "only {} of {n} fixed seeds ran (at least 90% must)\n{report}",
         stats.run
     );
+    if n == SEEDS && std::env::var_os("TC_FUZZ_OPS").is_none() && cfg().real_pct > 0 {
+        // REAL_SEEDS are among them: real sizes past both split
+        // thresholds, each called twice on 2 threads with the same weight.
+        assert!(
+            stats.real >= REAL_SEEDS.len() as u64
+                && stats.over_macs >= 1
+                && stats.over_elems >= 1
+                && stats.real_pairs == stats.real,
+            "the fixed run's real-sizes cases did not cross the split thresholds and run\n{}",
+            stats.counts_report()
+        );
+    }
     if std::env::var("TC_FUZZ_OPS").is_err() {
         for &(seed, ops, max_ops, huge, program) in KNOWN {
+            // Found before the real-sizes class, which draws other
+            // programs from some of these seeds.
             let env = [
                 ("TC_FUZZ_OPS", ops.to_string()),
                 ("TC_FUZZ_MAX_OPS", max_ops.to_string()),
                 ("TC_FUZZ_HUGE", huge.to_string()),
+                ("TC_FUZZ_REAL", "0".to_string()),
             ];
             let mut one = Stats::default();
             run_isolated(&[(seed, 1)], gen::LONG_BUDGET, &env, &mut one);
@@ -314,4 +344,46 @@ fn ops_filter_restricts_the_drawn_families() {
     assert!(with_concat >= 40, "{with_concat} of 50 programs concat");
     assert!(GenConfig::default().with_ops(Some("nosuch")).is_err());
     assert!(GenConfig::default().with_ops(Some("-call")).is_ok());
+}
+
+/// The real-sizes class and the sampling of all six modes under
+/// `--rotate`, by generation alone: [`REAL_SEEDS`] generate their programs
+/// at their σ (past the split thresholds), at least 15% of 2000 programs
+/// are real-sizes ones, and at least 10% of the seeds run all six modes.
+#[test]
+fn real_sizes_seeds_and_mode_sampling() {
+    let cfg = GenConfig::default();
+    for &(seed, kind, sigma) in REAL_SEEDS {
+        let p = gen::gen_program(seed, &cfg);
+        let plan = p
+            .real
+            .as_ref()
+            .unwrap_or_else(|| panic!("seed {seed} no longer generates a real-sizes program"));
+        assert_eq!(plan.kind, kind, "seed {seed}");
+        let got: Vec<(&str, i64)> = plan.sigma.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(got, sigma.to_vec(), "seed {seed}: σ (see REAL_SEEDS)");
+        let gen::Prepared::Ready(case) = gen::prepare(seed, &cfg, 1 << 12) else {
+            panic!("seed {seed}: the real-sizes program was refused or found no σ");
+        };
+        let (macs, elems) = gen::work(&case);
+        assert!(
+            macs >= gen::PAR_MACS || elems >= gen::PAR_ELEMS,
+            "seed {seed}: {macs} multiply-adds, {elems} elements"
+        );
+    }
+    let n = 2000;
+    let real = (0..n)
+        .filter(|&s| gen::gen_program(s, &cfg).real.is_some())
+        .count();
+    assert!(
+        real * 100 >= n as usize * 15,
+        "{real} of {n} real-sizes programs"
+    );
+    let all = (0..n)
+        .filter(|&s| gen::samples_all_modes(s, cfg.all_modes_one_in))
+        .count();
+    assert!(
+        all * 10 >= n as usize,
+        "{all} of {n} seeds run all six modes"
+    );
 }

@@ -242,6 +242,12 @@ pub struct GenConfig {
     /// LLVM compilation is ~85% of a case's time and each mode compiles
     /// afresh, so rotating makes a case about five times cheaper.
     pub rotate: bool,
+    /// With `rotate`, one case in `all_modes_one_in` (drawn from its seed)
+    /// still runs all six modes (0: never).
+    pub all_modes_one_in: usize,
+    /// Percent of the programs that are not a llama family's that are of
+    /// the real-sizes class ([`real_program`]; 0: none).
+    pub real_pct: usize,
 }
 
 impl Default for GenConfig {
@@ -251,6 +257,8 @@ impl Default for GenConfig {
             max_ops: 7,
             huge_one_in: 12,
             rotate: false,
+            all_modes_one_in: 8,
+            real_pct: 20,
         }
     }
 }
@@ -291,7 +299,8 @@ impl GenConfig {
     }
 
     /// The defaults overridden by `TC_FUZZ_OPS` (see [`GenConfig::with_ops`]),
-    /// `TC_FUZZ_MAX_OPS` and `TC_FUZZ_HUGE` (one case in N gets a huge dim).
+    /// `TC_FUZZ_MAX_OPS`, `TC_FUZZ_HUGE` (one case in N gets a huge dim)
+    /// and `TC_FUZZ_REAL` (percent of real-sizes programs).
     pub fn from_env() -> Result<GenConfig, String> {
         let num = |k: &str| -> Result<Option<usize>, String> {
             match std::env::var(k) {
@@ -308,6 +317,9 @@ impl GenConfig {
         }
         if let Some(n) = num("TC_FUZZ_HUGE")? {
             c.huge_one_in = n;
+        }
+        if let Some(n) = num("TC_FUZZ_REAL")? {
+            c.real_pct = n.min(100);
         }
         c.rotate = std::env::var_os("TC_FUZZ_ROTATE").is_some();
         Ok(c)
@@ -1261,6 +1273,8 @@ pub struct Program {
     world: World,
     /// For a llama family's program: its σs and arguments.
     pub llama: Option<LlamaPlan>,
+    /// For a real-sizes program: its σ.
+    pub real: Option<RealPlan>,
 }
 
 fn body<'a>(
@@ -1425,6 +1439,9 @@ pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
     if let Some(p) = llama_program(seed, cfg) {
         return p;
     }
+    if let Some(p) = real_program(seed, cfg) {
+        return p;
+    }
     let mut rng = Rng::new(seed);
     let mut callees: Vec<Callee> = Vec::new();
     if cfg.allows(Family::Call) && !rng.one_in(3) {
@@ -1491,6 +1508,7 @@ pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
         used,
         world,
         llama: None,
+        real: None,
     }
 }
 
@@ -2010,6 +2028,7 @@ fn llama_program(seed: u64, cfg: &GenConfig) -> Option<Program> {
         used,
         world: World::default(),
         llama: Some(plan),
+        real: None,
     })
 }
 
@@ -2090,6 +2109,347 @@ fn llama_args(
         args.push(Arg::Tensor(t));
     }
     args
+}
+
+// ------------------------------------------------------------ real sizes
+
+/// Largest value of a real-sizes case, in elements (2^22: 16 MiB of f32).
+pub const REAL_BUDGET: usize = 1 << 22;
+/// Most multiply-adds of all a real-sizes case's products together: the
+/// interpreter (the slow side) computes them one by one.
+pub const REAL_MAX_MACS: u128 = 1 << 26;
+/// The products' split threshold (`tc_llvm::matmul::PAR_MIN_MACS`).
+pub const PAR_MACS: u128 = 1 << 23;
+/// The elementwise split threshold (`tc_llvm::exec::PAR_MIN_WORK`).
+pub const PAR_ELEMS: u128 = 1 << 18;
+
+/// A real-sizes program's σ (dims in the hundreds to thousands) and what
+/// it was built to reach.
+#[derive(Clone, Debug)]
+pub struct RealPlan {
+    /// `matmul` (a product of a weight parameter) or `elementwise` (a
+    /// chain over one large value).
+    pub kind: &'static str,
+    /// Its σ.
+    pub sigma: Sigma,
+}
+
+/// The F32 unary ops that are tolerance sources in fast-math mode.
+fn fast_unary(u: UnaryOp) -> bool {
+    matches!(
+        u,
+        UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Erf
+            | UnaryOp::Gelu
+    )
+}
+
+/// Chain builder of a real-sizes program: each op's dtype tracked.
+struct RealChain<'r> {
+    rng: &'r mut Rng,
+    fb: FnBuilder,
+}
+
+impl RealChain<'_> {
+    /// A unary op admitting `dt`; a tolerance source (F32 fast-math) only
+    /// where `last` (the value is compared within the bound, not tainted).
+    fn unary(&mut self, x: Value, dt: Dtype, last: bool) -> Option<Value> {
+        let ops: Vec<UnaryOp> = UnaryOp::ALL
+            .into_iter()
+            .filter(|o| o.admits(dt) && (last || dt != Dtype::F32 || !fast_unary(*o)))
+            .collect();
+        if ops.is_empty() {
+            return None;
+        }
+        let op = self.rng.pick(&ops);
+        Some(self.fb.op(Op::Unary(op, x)))
+    }
+
+    /// One elementwise step on `x` (of `dt`, `shape`): a unary op, a binary
+    /// op with `other` (same dtype and shape) or a fill, or a scalar op.
+    fn step(
+        &mut self,
+        x: Value,
+        dt: Dtype,
+        shape: &[Dim],
+        other: Option<Value>,
+        last: bool,
+    ) -> (Value, Dtype) {
+        let bins: Vec<BinaryOp> = BinaryOp::ALL.into_iter().filter(|o| o.admits(dt)).collect();
+        match self.rng.below(4) {
+            0 | 1 if !bins.is_empty() => {
+                let op = self.rng.pick(&bins);
+                let y = match other {
+                    Some(y) if !self.rng.one_in(4) => y,
+                    _ => {
+                        let s = real_scalar(self.rng, dt);
+                        self.fb.op(Op::Fill(dt, shape.to_vec(), s))
+                    }
+                };
+                let (a, b) = if self.rng.one_in(2) { (x, y) } else { (y, x) };
+                (self.fb.op(Op::Binary(op, a, b)), op.result_dtype(dt))
+            }
+            2 if !bins.is_empty() => {
+                let op = self.rng.pick(&bins);
+                let s = real_scalar(self.rng, dt);
+                let scalar_left = self.rng.one_in(2);
+                let v = self.fb.op(Op::ScalarBinary {
+                    op,
+                    x,
+                    s,
+                    scalar_left,
+                });
+                (v, op.result_dtype(dt))
+            }
+            _ => match self.unary(x, dt, last) {
+                Some(v) => (v, dt),
+                None => (self.fb.op(Op::Cast(Dtype::F32, x)), Dtype::F32),
+            },
+        }
+    }
+
+    /// A reduction of `x` (of `shape`) over `axes`: the last op (a float
+    /// sum or mean is a tolerance source outside deterministic mode).
+    fn reduce(
+        &mut self,
+        x: Value,
+        dt: Dtype,
+        shape: &[Dim],
+        axes: Vec<usize>,
+    ) -> (Value, Vec<Dim>) {
+        let ops: Vec<ReduceOp> = ReduceOp::ALL.into_iter().filter(|o| o.admits(dt)).collect();
+        let op = self.rng.pick(&ops);
+        let keepdims = self.rng.one_in(2);
+        let out = tc_core::types::reduced_shape(shape, &axes, keepdims);
+        let v = self.fb.op(Op::Reduce {
+            op,
+            axes,
+            keepdims,
+            x,
+        });
+        (v, out)
+    }
+}
+
+fn real_scalar(rng: &mut Rng, dt: Dtype) -> Scalar {
+    if dt.is_float() {
+        Scalar::Float(rng.pick(&[0.5, -1.0, 2.0, 1e-3, 3.0, -0.0]))
+    } else if dt.is_int() {
+        Scalar::Int(int_literal(rng, dt))
+    } else {
+        Scalar::Bool(rng.one_in(2))
+    }
+}
+
+/// A product's dims `(m, k, n)`: hundreds to thousands (m also 1 to 140,
+/// the streamed and in-place paths), `m·k·n` between the split threshold
+/// and [`REAL_MAX_MACS`] over `batch`, every operand within the budget.
+fn real_mkn(rng: &mut Rng, batch: i64) -> (i64, i64, i64) {
+    const M: [i64; 14] = [1, 2, 4, 8, 9, 16, 33, 64, 140, 141, 256, 384, 512, 1000];
+    const KN: [i64; 14] = [
+        96, 128, 255, 256, 384, 500, 512, 768, 1000, 1024, 1536, 2048, 3000, 4096,
+    ];
+    let b = REAL_BUDGET as i64;
+    for _ in 0..64 {
+        let (m, k, n) = (rng.pick(&M), rng.pick(&KN), rng.pick(&KN));
+        let macs = (batch * m * k * n) as u128;
+        if (PAR_MACS..=REAL_MAX_MACS).contains(&macs)
+            && batch * m * k <= b
+            && batch * k * n <= b
+            && batch * m * n <= b
+        {
+            return (m, k, n);
+        }
+    }
+    (64, 512, 512)
+}
+
+/// The real-sizes class (issue #46): one program in [`GenConfig::real_pct`]
+/// % of those that are not a llama family's (drawn from a stream of its
+/// own, so that every other seed generates the program it generated
+/// before), and only where the mix allows matmul, unary, binary and
+/// reduce. A product of a weight parameter with a batch of activations
+/// (f32 mostly, with the weight in either layout, an exact op before it,
+/// layout ops or an exact chain after it), or a chain of elementwise ops
+/// over one large value and a weight of its shape, ending in a reduction
+/// or not; σ puts the products past 2^23 multiply-adds (at most 2^26 in
+/// all) and the values past 2^18 elements (at most 2^22).
+fn real_program(seed: u64, cfg: &GenConfig) -> Option<Program> {
+    let needed = [
+        Family::Matmul,
+        Family::Unary,
+        Family::Binary,
+        Family::Reduce,
+    ];
+    if cfg.real_pct == 0 || !needed.iter().all(|f| cfg.allows(*f)) {
+        return None;
+    }
+    let mut rng = Rng::new(seed ^ 0x7ea1_5123_9c0f_fee5);
+    if rng.below(100) >= cfg.real_pct {
+        return None;
+    }
+    let mut sigma = Sigma::new();
+    let mut ch = RealChain {
+        rng: &mut rng,
+        fb: FnBuilder::new("f"),
+    };
+    let kind;
+    let (ret, dt, shape) = if ch.rng.below(4) < 3 {
+        kind = "matmul";
+        let dt = ch.rng.pick(&[
+            Dtype::F32,
+            Dtype::F32,
+            Dtype::F32,
+            Dtype::F32,
+            Dtype::F32,
+            Dtype::I32,
+            Dtype::F16,
+            Dtype::BF16,
+        ]);
+        let batch = if ch.rng.one_in(5) {
+            ch.rng.pick(&[2, 3, 4])
+        } else {
+            1
+        };
+        let (m, k, n) = real_mkn(ch.rng, batch);
+        let pre: Vec<Dim> = if batch > 1 {
+            sigma.insert("B".into(), batch);
+            vec![var("B")]
+        } else {
+            vec![]
+        };
+        for (v, x) in [("M", m), ("K", k), ("N", n)] {
+            sigma.insert(v.into(), x);
+        }
+        let with = |tail: &[&str]| -> Vec<Dim> {
+            let mut s = pre.clone();
+            s.extend(dims(tail));
+            s
+        };
+        let r = pre.len();
+        let mut x = ch.fb.param("x", Type::tensor(dt, with(&["M", "K"])));
+        // PyTorch's layout (`[N, K]`, read through a transpose) or `[K, N]`.
+        let torch = ch.rng.one_in(2);
+        let wshape = with(if torch { &["N", "K"] } else { &["K", "N"] });
+        let w = ch.fb.param("w", Type::tensor(dt, wshape));
+        let bias = (dt.is_float() && ch.rng.one_in(6))
+            .then(|| ch.fb.param("b", Type::tensor(dt, dims(&["N"]))));
+        // An exact i32 product may feed a second one (parameters first).
+        let mut w2 = None;
+        if dt.is_int() && batch == 1 && ch.rng.one_in(3) {
+            let p = ch.rng.pick(&[128i64, 256, 512, 1024]);
+            let total = (m * k * n + m * n * p) as u128;
+            let b = REAL_BUDGET as i64;
+            if total <= REAL_MAX_MACS && n * p <= b && m * p <= b {
+                sigma.insert("P".into(), p);
+                w2 = Some(ch.fb.param("w2", Type::tensor(dt, dims(&["N", "P"]))));
+            }
+        }
+        if ch.rng.one_in(3) {
+            let op = ch.rng.pick(&[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu]);
+            x = ch.fb.op(Op::Unary(op, x));
+        }
+        let swap = |r: usize| {
+            let mut perm: Vec<usize> = (0..r + 2).collect();
+            perm.swap(r, r + 1);
+            perm
+        };
+        let w = if torch {
+            ch.fb.op(Op::Transpose(swap(r), w))
+        } else {
+            w
+        };
+        let mut h = ch.fb.op(Op::Matmul(x, w));
+        let mut shape = with(&["M", "N"]);
+        let mut hdt = dt;
+        if let Some(b) = bias {
+            // A bias epilogue: the sum is tainted (counted, not compared).
+            let bb = ch.fb.op(Op::Broadcast(shape.clone(), b));
+            h = ch.fb.op(Op::Binary(BinaryOp::Add, h, bb));
+        }
+        if dt.is_int() {
+            // Exact: a second product and a chain may follow.
+            if let Some(w2) = w2 {
+                h = ch.fb.op(Op::Matmul(h, w2));
+                shape = dims(&["M", "P"]);
+            }
+            let steps = ch.rng.below(4);
+            for i in 0..steps {
+                (h, hdt) = ch.step(h, hdt, &shape, None, i + 1 == steps);
+            }
+            if ch.rng.one_in(2) {
+                let axis = r + ch.rng.below(2);
+                (h, shape) = ch.reduce(h, hdt, &shape, vec![axis]);
+            }
+        } else {
+            if ch.rng.one_in(4) {
+                h = ch.fb.op(Op::Transpose(swap(r), h));
+                shape.swap(r, r + 1);
+            }
+            if ch.rng.one_in(4) {
+                let to = ch.rng.pick(&[Dtype::F32, Dtype::F16, Dtype::BF16]);
+                h = ch.fb.op(Op::Cast(to, h));
+                hdt = to;
+            }
+        }
+        (h, hdt, shape)
+    } else {
+        kind = "elementwise";
+        let dt = ch.rng.pick(&[
+            Dtype::F32,
+            Dtype::F32,
+            Dtype::F32,
+            Dtype::F16,
+            Dtype::BF16,
+            Dtype::I32,
+            Dtype::I8,
+        ]);
+        const M: [i64; 9] = [1, 3, 64, 256, 300, 512, 1000, 1024, 2048];
+        const N: [i64; 9] = [256, 384, 500, 512, 1000, 1024, 2048, 4096, 1 << 18];
+        let (mut m, mut n) = (512, 1024);
+        for _ in 0..64 {
+            let (a, b) = (ch.rng.pick(&M), ch.rng.pick(&N));
+            if (a * b) as u128 >= PAR_ELEMS && a * b <= REAL_BUDGET as i64 {
+                (m, n) = (a, b);
+                break;
+            }
+        }
+        sigma.insert("M".into(), m);
+        sigma.insert("N".into(), n);
+        let shape = dims(&["M", "N"]);
+        let x = ch.fb.param("x", Type::tensor(dt, shape.clone()));
+        let w = ch.fb.param("w", Type::tensor(dt, shape.clone()));
+        let steps = 2 + ch.rng.below(5);
+        let reduce = ch.rng.one_in(2);
+        let (mut h, mut hdt) = (x, dt);
+        for i in 0..steps {
+            let last = i + 1 == steps && !reduce;
+            let other = (hdt == dt).then_some(w);
+            (h, hdt) = ch.step(h, hdt, &shape, other, last);
+        }
+        let mut shape = shape;
+        if reduce {
+            let axes = ch.rng.pick(&[vec![1], vec![0], vec![0, 1], vec![1, 0]]);
+            (h, shape) = ch.reduce(h, hdt, &shape, axes);
+        }
+        (h, hdt, shape)
+    };
+    let mut fb = ch.fb;
+    fb.returns(Type::tensor(dt, shape));
+    let main = fb.finish(ret);
+    let used = families_in(&main);
+    Some(Program {
+        callees: vec![],
+        twins: None,
+        main,
+        used,
+        world: World::default(),
+        llama: None,
+        real: Some(RealPlan { kind, sigma }),
+    })
 }
 
 // ------------------------------------------------------------- σ and data
@@ -2424,6 +2784,31 @@ pub fn prepare(seed: u64, cfg: &GenConfig, budget: usize) -> Prepared {
         }
     }
     let mut rng = Rng::new(seed ^ 0xa5a5_5a5a_dead_beef);
+    if let Some(plan) = program.real.clone() {
+        // Its own budget: the values are large on purpose.
+        let sigma = plan.sigma;
+        if !sig_holds(&program.main.sig, &sigma)
+            || volumes(&checked, &sigma, &callees, REAL_BUDGET as u128) != Volumes::Fine
+        {
+            return Prepared::NoSigma;
+        }
+        let mut args = Vec::new();
+        for p in &program.main.sig.params {
+            let (dt, shape) = concrete(&p.ty, &sigma).expect("parameter shape under σ");
+            args.push(Arg::Tensor(random_tensor(&mut rng, dt, &shape)));
+        }
+        let want = concrete(&checked.types[checked.func.ret], &sigma);
+        return Prepared::Ready(Box::new(Case {
+            seed,
+            program,
+            checked,
+            callees,
+            sigma,
+            args,
+            expect_cap: false,
+            want,
+        }));
+    }
     if let Some(plan) = program.llama.clone() {
         // The plan's σs, largest first: the first within the budget.
         let Some((sigma, start)) = plan.sigmas.iter().find(|(s, _)| {
@@ -2597,6 +2982,40 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
 
 /// The taint of `ck`'s returned value under options `o`.
 pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
+    taints(ck, callees, o)[ck.func.ret]
+}
+
+/// The dtype whose tolerance ([`rtol`]) a [`Taint::Direct`] result of `ck`
+/// is compared within: the least precise float dtype of the values the
+/// difference came through (the tolerance source's output, then layout ops
+/// and float casts), not only the returned one. An f16 product cast to f32
+/// differs by up to an f16 rounding, which the f32 tolerance does not
+/// cover (seed 170 of the real-sizes class: a 16 × 1536 × 1000 f16 product
+/// cast to f32, −208.0 against −208.125, one f16 ulp).
+pub fn tolerance_dtype(ck: &Checked, callees: &[Checked], o: JitOptions) -> Option<Dtype> {
+    let t = taints(ck, callees, o);
+    let dt = |v: Value| ck.types[v].as_tensor().map(|tt| tt.dtype);
+    let mut worst = dt(ck.func.ret)?;
+    let mut stack = vec![ck.func.ret];
+    let mut seen = BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        if t[v] != Taint::Direct || !seen.insert(v) {
+            continue;
+        }
+        if let Some(d) = dt(v).filter(|d| d.is_float()) {
+            if rtol(d) > rtol(worst) {
+                worst = d;
+            }
+        }
+        if let Some(inst) = ck.func.inst(v) {
+            stack.extend(inst.op.operands());
+        }
+    }
+    Some(worst)
+}
+
+/// The taint of every value of `ck` under options `o`.
+fn taints(ck: &Checked, callees: &[Checked], o: JitOptions) -> ValueMap<Taint> {
     let mut t: ValueMap<Taint> = ck.func.sig.params.iter().map(|_| Taint::Exact).collect();
     for inst in &ck.func.body {
         let ins = inst
@@ -2648,7 +3067,7 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
         };
         t.push(r);
     }
-    t[ck.func.ret]
+    t
 }
 
 /// The outcome of one backend run.
@@ -2723,8 +3142,15 @@ fn elem_bits(e: &Elem) -> String {
     }
 }
 
-/// Compare `got` (JIT) with `want` (interpreter) under `taint`.
+/// Compare `got` (JIT) with `want` (interpreter) under `taint`, a
+/// [`Taint::Direct`] difference within the tolerance of `want`'s dtype.
 pub fn compare(got: &Tensor, want: &Tensor, taint: Taint) -> Verdict {
+    compare_within(got, want, taint, want.dtype())
+}
+
+/// [`compare`], a [`Taint::Direct`] difference within the tolerance of
+/// `tol` ([`tolerance_dtype`]).
+pub fn compare_within(got: &Tensor, want: &Tensor, taint: Taint, tol: Dtype) -> Verdict {
     if got.dtype() != want.dtype() || got.shape() != want.shape() {
         return Verdict::Differs(
             "dtype/shape differs from the interpreter's".into(),
@@ -2757,7 +3183,7 @@ pub fn compare(got: &Tensor, want: &Tensor, taint: Taint) -> Verdict {
             (Elem::F(p), Elem::F(q)) if p.to_bits() == q.to_bits() => continue,
             (Elem::F(p), Elem::F(q)) => {
                 if taint == Taint::Direct {
-                    let r = rtol(dt);
+                    let r = rtol(dt).max(rtol(tol));
                     let close = (p.is_nan() && q.is_nan())
                         || (p - q).abs() <= r * q.abs() + r * scale + tc_llvm::TOLERANCE.1;
                     // A non-finite interpreter result means some term or
@@ -2820,6 +3246,11 @@ pub struct CaseResult {
     pub unchecked: u64,
     /// How many comparisons of each kind were made.
     pub counts: Counts,
+    /// It ran all six JIT modes.
+    pub all_modes: bool,
+    /// A real-sizes case whose two calls on 2 threads (the same weight
+    /// tensor both times) both returned values, each compared.
+    pub real_pair: bool,
 }
 
 /// The comparisons a case (or a run) made, and its fallbacks.
@@ -2995,6 +3426,9 @@ pub fn describe(case: &Case, twins: bool) -> String {
 struct Ctx<'c> {
     case: &'c Case,
     res: CaseResult,
+    /// The dtype of the tolerance of the next judged values
+    /// ([`tolerance_dtype`]; `None`: the result's own).
+    tol: Option<Dtype>,
 }
 
 impl Ctx<'_> {
@@ -3051,7 +3485,7 @@ impl Ctx<'_> {
             Taint::Direct => c.bounded += 1,
             Taint::Indirect => c.tainted += 1,
         }
-        compare(got, want, taint)
+        compare_within(got, want, taint, self.tol.unwrap_or(want.dtype()))
     }
 
     /// Run `fs`'s `f` on `jit`, accounting for its fallbacks to the
@@ -3165,10 +3599,16 @@ fn fresh(mode: &Mode) -> Jit {
     })
 }
 
+/// With `rotate`, does `seed` still run all six modes (one seed in
+/// `one_in`, drawn from a stream of its own)?
+pub fn samples_all_modes(seed: u64, one_in: usize) -> bool {
+    one_in > 0 && Rng::new(seed ^ 0x0a11_d0de_5eed_6a11).one_in(one_in)
+}
+
 /// The modes `case` runs in: all of them, or with `rotate` the one its
-/// seed picks.
-fn modes_for(case: &Case, rotate: bool) -> &'static [Mode] {
-    if rotate {
+/// seed picks (all of them for one seed in `all_one_in`).
+fn modes_for(case: &Case, rotate: bool, all_one_in: usize) -> &'static [Mode] {
+    if rotate && !samples_all_modes(case.seed, all_one_in) {
         let i = (case.seed % MODES.len() as u64) as usize;
         &MODES[i..=i]
     } else {
@@ -3179,18 +3619,24 @@ fn modes_for(case: &Case, rotate: bool) -> &'static [Mode] {
 /// Run `case` on the interpreter and every JIT mode (or, with `rotate`,
 /// one), then in `shared` (a long-lived cache) when a default-options
 /// result is there to compare with, then its twin in `shared`.
-pub fn run_case(case: &Case, shared: &Jit, rotate: bool) -> CaseResult {
+pub fn run_case(case: &Case, shared: &Jit, cfg: &GenConfig) -> CaseResult {
     let mut cx = Ctx {
         case,
         res: CaseResult::default(),
+        tol: None,
     };
     let fs = &case.program.callees;
     let want = interp(case, fs);
     cx.judge_interp(&want);
+    if case.program.real.is_some() {
+        real_pair(&mut cx, fs, &want);
+    }
     let mut first_default = None;
     let timing = std::env::var_os("TC_FUZZ_TIMING").is_some();
     let t0 = std::time::Instant::now();
-    for mode in modes_for(case, rotate) {
+    let modes = modes_for(case, cfg.rotate, cfg.all_modes_one_in);
+    cx.res.all_modes = modes.len() == MODES.len();
+    for mode in modes {
         if timing {
             eprintln!(
                 "  {:>7.1} ms: {}",
@@ -3200,6 +3646,7 @@ pub fn run_case(case: &Case, shared: &Jit, rotate: bool) -> CaseResult {
         }
         let jit = fresh(mode);
         let t = taint(&case.checked, &case.callees, mode.opts);
+        cx.tol = tolerance_dtype(&case.checked, &case.callees, mode.opts);
         let runs = if mode.specialize_after > 1 { 2 } else { 1 };
         for k in 0..runs {
             let who = if runs > 1 {
@@ -3232,6 +3679,73 @@ pub fn run_case(case: &Case, shared: &Jit, rotate: bool) -> CaseResult {
         run_twin(&mut cx, tw, shared);
     }
     cx.res
+}
+
+/// The options of a real-sizes case's pair of calls: the defaults on 2
+/// threads (rayon's global pool, which tc builds pinned unless
+/// `TC_PIN_THREADS=0`).
+pub const REAL_MODE: Mode = Mode {
+    name: "threads=2",
+    opts: opts(true, false, 2),
+    specialize_after: 1,
+};
+
+/// A real-sizes case, before any other mode runs its arguments: one
+/// compiled function called twice with the same argument tensors, so a
+/// product's weight parameter is packed per call on the first and packed
+/// whole and kept by the prepack cache on the second (`tc-llvm`'s
+/// `prepack.rs`). Both results are judged against the interpreter, and
+/// the second must equal the first bit for bit (the kept packing is the
+/// one the GEMM makes per call).
+fn real_pair(cx: &mut Ctx, fs: &[Function], want: &Out) {
+    let jit = fresh(&REAL_MODE);
+    let t = taint(&cx.case.checked, &cx.case.callees, REAL_MODE.opts);
+    cx.tol = tolerance_dtype(&cx.case.checked, &cx.case.callees, REAL_MODE.opts);
+    let first = cx.jit_run("threads=2, call 1", &jit, fs, false);
+    cx.judge("threads=2, call 1", &first, want, t, false);
+    let second = cx.jit_run("threads=2, call 2 (same weight)", &jit, fs, false);
+    cx.judge("threads=2, call 2 (same weight)", &second, want, t, false);
+    if let (Out::Val(a), Out::Val(b)) = (&first, &second) {
+        cx.res.real_pair = true;
+        cx.res.counts.exact += 1;
+        if let Verdict::Differs(_, d) = compare(b, a, Taint::Exact) {
+            cx.fail(
+                "prepack: a second call with the same weight differs from the first".into(),
+                format!("[threads=2, call 2 against call 1] {d}"),
+                false,
+            );
+        }
+    }
+}
+
+/// The largest product of `case` in multiply-adds and its largest
+/// elementwise value (unary, binary, scalar, select, cast) in elements,
+/// at its σ (`f`'s own ops).
+pub fn work(case: &Case) -> (u128, u128) {
+    let ck = &case.checked;
+    let numel = |v: Value| -> Option<u128> {
+        let (_, s) = concrete(&ck.types[v], &case.sigma)?;
+        s.iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128))
+    };
+    let (mut macs, mut elems) = (0u128, 0u128);
+    for inst in &ck.func.body {
+        match &inst.op {
+            Op::Matmul(a, _) => {
+                let k = concrete(&ck.types[*a], &case.sigma)
+                    .and_then(|(_, s)| s.last().copied())
+                    .unwrap_or(0) as u128;
+                let n = numel(inst.result).unwrap_or(0).saturating_mul(k);
+                macs = macs.max(n);
+            }
+            Op::Unary(..)
+            | Op::Binary(..)
+            | Op::ScalarBinary { .. }
+            | Op::Select(..)
+            | Op::Cast(..) => elems = elems.max(numel(inst.result).unwrap_or(0)),
+            _ => {}
+        }
+    }
+    (macs, elems)
 }
 
 fn same_out(a: &Out, b: &Out) -> bool {
@@ -3303,6 +3817,7 @@ fn run_twin(cx: &mut Ctx, tw: &[Function], shared: &Jit) {
         return;
     };
     let t = taint(&case.checked, &cks, MODES[0].opts);
+    cx.tol = tolerance_dtype(&case.checked, &cks, MODES[0].opts);
     let got = cx.jit_run("twin, shared cache", shared, tw, true);
     let fresh_out = cx.jit_run("twin, fresh cache", &fresh(&MODES[0]), tw, true);
     cx.judge("twin, fresh cache", &fresh_out, &want, t, true);
@@ -3369,6 +3884,16 @@ pub struct Record {
     pub fingerprint: u64,
     /// Its comparisons and fallbacks.
     pub counts: Counts,
+    /// A real-sizes program.
+    pub real: bool,
+    /// Its largest product reached [`PAR_MACS`] multiply-adds (bit 0), its
+    /// largest elementwise value [`PAR_ELEMS`] elements (bit 1).
+    pub over: u8,
+    /// It ran all six JIT modes.
+    pub all_modes: bool,
+    /// A real-sizes case whose pair of calls on 2 threads ran and was
+    /// compared ([`CaseResult::real_pair`]).
+    pub real_pair: bool,
 }
 
 fn program_size(p: &Program) -> usize {
@@ -3413,6 +3938,10 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
         failures: vec![],
         fingerprint: 0,
         counts: Counts::default(),
+        real: false,
+        over: 0,
+        all_modes: false,
+        real_pair: false,
     };
     if let Ok(p) = catch_unwind(AssertUnwindSafe(|| gen_program(seed, cfg))) {
         r.fingerprint = program_fingerprint(&p);
@@ -3446,7 +3975,12 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
             r.cap = case.expect_cap;
             r.twin = case.program.twins.is_some();
             r.families = case.program.used.iter().map(|f| f.name().into()).collect();
-            let res = run_case(&case, shared, cfg.rotate);
+            r.real = case.program.real.is_some();
+            let (macs, elems) = work(&case);
+            r.over = (macs >= PAR_MACS) as u8 | ((elems >= PAR_ELEMS) as u8) << 1;
+            let res = run_case(&case, shared, cfg);
+            r.all_modes = res.all_modes;
+            r.real_pair = res.real_pair;
             r.fallbacks = res.fallbacks;
             r.unchecked = res.unchecked;
             r.counts = res.counts;
@@ -3507,7 +4041,7 @@ impl Record {
             Status::Fail => "fail",
         };
         v.push(format!(
-            "@@R {} {st} {} {} {} {} {} {} {:016x} {}",
+            "@@R {} {st} {} {} {} {} {} {} {:016x} {} {} {} {} {}",
             self.seed,
             self.size,
             self.fallbacks,
@@ -3520,7 +4054,11 @@ impl Record {
                 self.families.join(",")
             },
             self.fingerprint,
-            self.counts.encode()
+            self.counts.encode(),
+            self.real as u8,
+            self.over,
+            self.all_modes as u8,
+            self.real_pair as u8
         ));
         v
     }
@@ -3592,6 +4130,10 @@ impl Parser {
                         .and_then(|x| u64::from_str_radix(x, 16).ok())
                         .unwrap_or(0),
                     counts: Counts::parse(f.get(9..).unwrap_or(&[])),
+                    real: num(15) == 1,
+                    over: num(16) as u8,
+                    all_modes: num(17) == 1,
+                    real_pair: num(18) == 1,
                 })
             }
             _ => None,
@@ -3637,6 +4179,18 @@ pub struct Stats {
     pub fallbacks: u64,
     /// Comparisons skipped as tainted.
     pub unchecked: u64,
+    /// Real-sizes programs run.
+    pub real: u64,
+    /// Programs run with a product of at least [`PAR_MACS`] multiply-adds.
+    pub over_macs: u64,
+    /// Programs run with an elementwise value of at least [`PAR_ELEMS`]
+    /// elements.
+    pub over_elems: u64,
+    /// Real-sizes programs whose pair of calls on 2 threads with the same
+    /// weight ran and was compared.
+    pub real_pairs: u64,
+    /// Programs run in all six JIT modes.
+    pub all_modes: u64,
     /// Comparisons by kind and fallbacks by reason.
     pub counts: Counts,
     /// Accepted programs per op family present.
@@ -3677,6 +4231,11 @@ impl Stats {
         self.twins += r.twin as u64;
         self.fallbacks += r.fallbacks;
         self.unchecked += r.unchecked;
+        self.real += r.real as u64;
+        self.over_macs += (r.over & 1) as u64;
+        self.over_elems += (r.over >> 1 & 1) as u64;
+        self.real_pairs += r.real_pair as u64;
+        self.all_modes += r.all_modes as u64;
         self.counts.add(&r.counts);
         for f in &r.families {
             *self.coverage.entry(f.clone()).or_default() += 1;
@@ -3699,6 +4258,11 @@ impl Stats {
         self.twins += o.twins;
         self.fallbacks += o.fallbacks;
         self.unchecked += o.unchecked;
+        self.real += o.real;
+        self.over_macs += o.over_macs;
+        self.over_elems += o.over_elems;
+        self.real_pairs += o.real_pairs;
+        self.all_modes += o.all_modes;
         self.counts.add(&o.counts);
         for (k, v) in o.coverage {
             *self.coverage.entry(k).or_default() += v;
@@ -3808,6 +4372,15 @@ impl Stats {
         let mut s = String::new();
         let _ = writeln!(s, "counts:");
         let _ = writeln!(s, "  programs run                      {}", self.run);
+        let _ = writeln!(s, "  real-sizes programs               {}", self.real);
+        let _ = writeln!(
+            s,
+            "    pairs of calls, 2 threads, same weight, compared {}",
+            self.real_pairs
+        );
+        let _ = writeln!(s, "  a product of ≥ 2^23 multiply-adds {}", self.over_macs);
+        let _ = writeln!(s, "  an elementwise value ≥ 2^18 elems {}", self.over_elems);
+        let _ = writeln!(s, "  run in all six JIT modes          {}", self.all_modes);
         let _ = writeln!(s, "  values compared bit-exactly       {}", c.exact);
         let _ = writeln!(s, "  values compared within a bound    {}", c.bounded);
         let _ = writeln!(
@@ -4050,6 +4623,10 @@ pub fn supervise(
             failures: vec![Failure { key, detail }],
             fingerprint: program_fingerprint(&gen_program(seed, cfg)),
             counts: Counts::default(),
+            real: gen_program(seed, cfg).real.is_some(),
+            over: 0,
+            all_modes: false,
+            real_pair: false,
         });
         progress(stats);
         next = seed + 1;

@@ -18,7 +18,10 @@
 //! `--cases N`, `--ops LIST` (or `TC_FUZZ_OPS`; `-name` excludes),
 //! `--max-ops N`, `--huge N` (one case in N gets a huge dim; 0: none), `--budget ELEMS` (largest value of an ordinary case),
 //! `--rotate` (one JIT mode per case, `MODES[seed % 6]`: about five times
-//! faster; the long run uses it), `--isolate` (cases run in child processes: a crash is recorded with its
+//! faster; the long run uses it; one case in 8, drawn from its seed, still
+//! runs all six), `--all-modes N` (that 8; 0: never), `--real PCT` (or
+//! `TC_FUZZ_REAL`: percent of the non-llama programs in the real-sizes
+//! class, default 20; 0: none), `--isolate` (cases run in child processes: a crash is recorded with its
 //! seed and the run goes on), `--jobs N` (with `--isolate`: N workers), `--trace` (print each seed before running it).
 mod gen;
 
@@ -88,6 +91,16 @@ fn parse() -> Result<Opts, String> {
                 o.cfg.rotate = true;
                 o.passthrough.push(a.clone());
             }
+            "--real" => {
+                o.cfg.real_pct = (num(it.next(), &a)? as usize).min(100);
+                o.passthrough
+                    .extend([a.clone(), o.cfg.real_pct.to_string()]);
+            }
+            "--all-modes" => {
+                o.cfg.all_modes_one_in = num(it.next(), &a)? as usize;
+                o.passthrough
+                    .extend([a.clone(), o.cfg.all_modes_one_in.to_string()]);
+            }
             "--budget" => {
                 o.budget = num(it.next(), &a)? as usize;
                 o.passthrough.extend([a.clone(), o.budget.to_string()]);
@@ -119,11 +132,25 @@ fn one_case(o: &Opts, seed: u64) {
                 }
             }
             println!("expect element-cap error: {}", case.expect_cap);
-            let res = gen::run_case(&case, &gen::shared_cache(), o.cfg.rotate);
+            if let Some(r) = &case.program.real {
+                let (macs, elems) = gen::work(&case);
+                println!(
+                    "real sizes ({}): largest product {macs} multiply-adds, largest elementwise \
+                     value {elems} elements",
+                    r.kind
+                );
+            }
+            let res = gen::run_case(&case, &gen::shared_cache(), &o.cfg);
             for f in &res.failures {
                 println!("FAIL {}: {}", f.key, f.detail.lines().next().unwrap_or(""));
             }
             let c = &res.counts;
+            println!(
+                "all six modes: {}; real-sizes pair of calls compared: {}; pinned workers {}",
+                res.all_modes,
+                res.real_pair,
+                tc_llvm::threads::pinned_workers()
+            );
             println!(
                 "{} failures; values compared bit-exactly {}, within a bound {}, tainted (not \
                  compared) {} ({} not bit-identical), typed errors {}; fallbacks {} (allowed {:?}, \
