@@ -228,7 +228,10 @@ fn fuzz_fixed_seeds() {
         "only {} of {n} fixed seeds ran (at least 90% must)\n{report}",
         stats.run
     );
-    if n == SEEDS && std::env::var_os("TC_FUZZ_OPS").is_none() && cfg().real_pct > 0 {
+    if n == SEEDS
+        && std::env::var_os("TC_FUZZ_OPS").is_none()
+        && cfg().real_pct >= GenConfig::default().real_pct
+    {
         // REAL_SEEDS are among them: real sizes past both split
         // thresholds, each called twice on 2 threads with the same weight.
         assert!(
