@@ -101,15 +101,19 @@ const LLAMA_SEEDS: &[(u64, &str)] = &[
     (77, "llama"),
 ];
 
-/// Seeds of `0..SEEDS` that generate a real-sizes program (about one in
-/// six do): `(seed, kind, σ)`. Checked by
-/// `real_sizes_seeds_and_mode_sampling`; the fixed run runs them.
+/// Seeds that generate a real-sizes program (about one in six do): `(seed,
+/// kind, σ)`. Checked by `real_sizes_seeds_and_mode_sampling`; the fixed
+/// run runs those of `0..SEEDS`, that test the others.
 const REAL_SEEDS: &[(u64, &str, &[(&str, i64)])] = &[
     // An i32 product of 141 × 255 × 500 (18.0M multiply-adds, past 2^23):
     // more than `STREAM_MAX_M` rows, so the blocked (packed) path.
     (6, "matmul", &[("K", 255), ("M", 141), ("N", 500)]),
     // A chain over 300 × 1024 values (307k elements, past 2^18).
     (11, "elementwise", &[("M", 300), ("N", 1024)]),
+    // An f32 product of 9 × 1024 × 2048 against a PyTorch-layout weight
+    // (18.9M multiply-adds, the streamed path), cast to f16: the only kind
+    // whose weight the prepack cache keeps.
+    (39, "matmul", &[("K", 1024), ("M", 9), ("N", 2048)]),
 ];
 
 fn cfg() -> GenConfig {
@@ -234,8 +238,9 @@ fn fuzz_fixed_seeds() {
     {
         // REAL_SEEDS are among them: real sizes past both split
         // thresholds, each called twice on 2 threads with the same weight.
+        let fixed = REAL_SEEDS.iter().filter(|r| r.0 < SEEDS).count();
         assert!(
-            stats.real >= REAL_SEEDS.len() as u64
+            stats.real >= fixed as u64
                 && stats.over_macs >= 1
                 && stats.over_elems >= 1
                 && stats.real_pairs == stats.real,
@@ -350,9 +355,11 @@ fn ops_filter_restricts_the_drawn_families() {
 }
 
 /// The real-sizes class and the sampling of all six modes under
-/// `--rotate`, by generation alone: [`REAL_SEEDS`] generate their programs
-/// at their σ (past the split thresholds), at least 15% of 2000 programs
-/// are real-sizes ones, and at least 10% of the seeds run all six modes.
+/// `--rotate`: [`REAL_SEEDS`] generate their programs at their σ (past the
+/// split thresholds), at least 15% of 2000 programs are real-sizes ones,
+/// and at least 10% of the seeds run all six modes. The f32 product
+/// outside the fixed run runs here, in one mode and its pair of 2-thread
+/// calls, and its weight's packing must be kept after the second call.
 #[test]
 fn real_sizes_seeds_and_mode_sampling() {
     let cfg = GenConfig::default();
@@ -373,6 +380,22 @@ fn real_sizes_seeds_and_mode_sampling() {
             macs >= gen::PAR_MACS || elems >= gen::PAR_ELEMS,
             "seed {seed}: {macs} multiply-adds, {elems} elements"
         );
+        if seed >= SEEDS {
+            let one = GenConfig {
+                rotate: true,
+                all_modes_one_in: 0,
+                ..cfg.clone()
+            };
+            let res = gen::run_case(&case, &gen::shared_cache(), &one);
+            let keys: Vec<&str> = res.failures.iter().map(|f| f.key.as_str()).collect();
+            assert!(res.failures.is_empty(), "seed {seed}: {keys:?}");
+            assert!(res.real_pair, "seed {seed}: the pair of calls did not run");
+            // Its arguments are alive: their packing is still kept.
+            assert!(
+                !tc_llvm::prepack::enabled() || tc_llvm::prepack::kept_bytes() > 0,
+                "seed {seed}: no packed weight kept"
+            );
+        }
     }
     let n = 2000;
     let real = (0..n)

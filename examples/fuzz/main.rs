@@ -146,10 +146,12 @@ fn one_case(o: &Opts, seed: u64) {
             }
             let c = &res.counts;
             println!(
-                "all six modes: {}; real-sizes pair of calls compared: {}; pinned workers {}",
+                "all six modes: {}; real-sizes pair of calls compared: {}; pinned workers {}; \
+                 packed weights kept {} bytes",
                 res.all_modes,
                 res.real_pair,
-                tc_llvm::threads::pinned_workers()
+                tc_llvm::threads::pinned_workers(),
+                tc_llvm::prepack::kept_bytes()
             );
             println!(
                 "{} failures; values compared bit-exactly {}, within a bound {}, tainted (not \
