@@ -245,7 +245,8 @@ fn prepare_products(
     products: &[(Value, Value, Value)],
     any_columns: bool,
 ) -> Result<(), Error> {
-    products.par_iter().try_for_each(|&(out, a, b)| {
+    // Off the pool: this runs inside a compile (`crate::offpool`).
+    let each = crate::offpool::map(products, |&(out, a, b)| {
         let [Some(va), Some(vb)] = [a, b].map(|v| plan::view(func, vals, &st.mat, sigma, v, false))
         else {
             return Ok(());
@@ -259,7 +260,8 @@ fn prepare_products(
         } else {
             crate::matmul::prepare(dt, strides, (sa, sb), kept)
         }
-    })
+    });
+    each.into_iter().collect()
 }
 
 /// Compile `func` for σ (the output of `tc_runtime::contract::bind`).
@@ -302,7 +304,8 @@ pub fn compile_with<'f>(
     // while another writes the module's IR text and links its parts: on
     // a warm start (every object from the persistent cache) the kernels
     // were the last to finish, and they waited on the text (issue #15).
-    let (built, warm) = rayon::join(
+    // Off the pool: a compile holds its cache slot (`crate::offpool`).
+    let (built, warm) = crate::offpool::join(
         || -> Result<_, Error> {
             let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
             let (ir, exports) = (&code.ir, &code.exports);

@@ -309,22 +309,21 @@ impl JitModule {
         store: Option<&crate::disk::Store>,
         cached: bool,
     ) -> Result<Vec<(Vec<u8>, bool)>, Error> {
-        use rayon::prelude::*;
-        parts
-            .par_iter()
-            .map(
-                |ir| match store.filter(|_| cached).and_then(|s| s.load(ir)) {
-                    Some(object) => Ok((object, true)),
-                    None => {
-                        let object = object_code(ir)?;
-                        if let Some(s) = store {
-                            s.save(ir, &object);
-                        }
-                        Ok((object, false))
+        // Off the pool: a compile holds its cache slot (`crate::offpool`).
+        crate::offpool::map(parts, |ir| {
+            match store.filter(|_| cached).and_then(|s| s.load(ir)) {
+                Some(object) => Ok((object, true)),
+                None => {
+                    let object = object_code(ir)?;
+                    if let Some(s) = store {
+                        s.save(ir, &object);
                     }
-                },
-            )
-            .collect()
+                    Ok((object, false))
+                }
+            }
+        })
+        .into_iter()
+        .collect()
     }
 
     fn link(

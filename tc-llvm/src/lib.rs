@@ -108,6 +108,7 @@ pub mod inline;
 pub mod jit;
 pub mod matmul;
 pub mod matmul_int;
+mod offpool;
 mod options;
 mod orc;
 pub mod plan;

@@ -25,6 +25,7 @@ mod util;
 // an item only macro-generated code uses is no dead-code warning.
 pub mod cache;
 pub mod cache_entry_kinds;
+pub mod compile_reentrance;
 pub mod concat_empty;
 pub mod differential;
 pub mod edge_values;
