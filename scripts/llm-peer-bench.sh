@@ -120,33 +120,39 @@ if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then
 fi
 
 # Configures once; later runs only let ninja check that nothing changed.
-build_llama() { # build-dir [extra cmake args...]
-  local dir=$1
-  shift
+# The server is built in the native (AMX) build only: serve-load.sh runs it.
+build_llama() { # build-dir server(ON|OFF) [extra cmake args...]
+  local dir=$1 server=$2
+  shift 2
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S "$src" -B "$dir" -G Ninja -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+      -DLLAMA_BUILD_SERVER="$server" -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
       "$@" >"$dir.configure.log" 2>&1 ||
       { cat "$dir.configure.log" >&2; exit 1; }
   fi
-  local t0=$SECONDS
-  # llama-server too, for scripts/serve-load.sh (LLAMA_SERVER=$dir/bin/llama-server);
+  local targets=(llama-bench llama-batched-bench)
+  # llama-server for scripts/serve-load.sh (LLAMA_SERVER=$dir/bin/llama-server);
   # its web UI is left out (its assets would be downloaded).
-  cmake --build "$dir" --target llama-bench llama-batched-bench llama-server -j "$JOBS" \
-    >"$dir.build.log" 2>&1 ||
+  if [ "$server" = ON ]; then
+    cmake -S "$src" -B "$dir" -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF >>"$dir.configure.log" 2>&1
+    targets+=(llama-server)
+  fi
+  local t0=$SECONDS
+  cmake --build "$dir" --target "${targets[@]}" -j "$JOBS" >"$dir.build.log" 2>&1 ||
     { tail -40 "$dir.build.log" >&2; exit 1; }
   echo "llama.cpp build $dir: $((SECONDS - t0)) s" >&2
 }
 builds=(amx)
-build_llama "$build_dir"
+build_llama "$build_dir" ON
 if [ "$amx" = yes ]; then
   # -mno-* wins over -march=native whatever the order, so ggml sees no
   # __AMX_INT8__ and compiles its AMX backend out. This build is also the
   # fallback where the AMX one cannot run (an unpatched source built with
   # GCC 12 dies with SIGILL in its AMX Q4_1 kernels, see above).
   noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  build_llama "$build_dir-noamx" "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
+  build_llama "$build_dir-noamx" OFF "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
   builds+=(noamx)
 fi
 bindir() { [ "$1" = amx ] && echo "$build_dir/bin" || echo "$build_dir-noamx/bin"; }
