@@ -80,6 +80,10 @@ struct Args {
     /// prefilled in chunks between decode steps).
     #[arg(long, env = "TC_SERVE_PREFILL_CHUNK", default_value_t = 256)]
     prefill_chunk: usize,
+    /// Generation: most prompt tokens prefilled per step while other
+    /// streams are decoding (bounds the latency a new request adds to them).
+    #[arg(long, env = "TC_SERVE_PREFILL_CHUNK_DECODING", default_value_t = 32)]
+    prefill_chunk_decoding: usize,
     /// Generation: max_tokens of a request that gives none (capped by the context).
     #[arg(long, env = "TC_SERVE_DEFAULT_MAX_TOKENS", default_value_t = 512)]
     default_max_tokens: usize,
@@ -324,6 +328,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 max_running: args.max_running,
                 max_waiting: args.max_waiting,
                 prefill_chunk: args.prefill_chunk,
+                prefill_chunk_decoding: args.prefill_chunk_decoding,
                 default_max_tokens: args.default_max_tokens,
                 kv_dtype: match args.kv_cache {
                     KvCache::F32 => KvDtype::F32,

@@ -37,6 +37,11 @@ pub struct GenConfig {
     /// Most prompt tokens prefilled per step, so a long prompt is cut into
     /// chunks between the running streams' decode steps.
     pub prefill_chunk: usize,
+    /// Most prompt tokens prefilled per step while other sequences are
+    /// decoding: their next token waits for that step's prefill, so this
+    /// bounds the inter-token latency a new request adds to the running
+    /// streams (a new request's first token comes a few steps later).
+    pub prefill_chunk_decoding: usize,
     /// `max_tokens` of a request that gives none (capped by the context).
     pub default_max_tokens: usize,
     /// What the KV caches store: f32, or f16 at half the bytes (logits
@@ -56,6 +61,7 @@ impl Default for GenConfig {
             max_running: 64,
             max_waiting: 256,
             prefill_chunk: 256,
+            prefill_chunk_decoding: 32,
             default_max_tokens: 512,
             kv_dtype: KvDtype::F32,
             warm_up: false,
@@ -69,6 +75,7 @@ impl GenConfig {
         if self.kv_budget_bytes == 0
             || self.max_running == 0
             || self.prefill_chunk == 0
+            || self.prefill_chunk_decoding == 0
             || self.default_max_tokens == 0
         {
             return Err(

@@ -6,8 +6,10 @@
 //!    KV cache;
 //! 3. admits queued jobs, oldest first, while their KV reservations fit the
 //!    budget and the batch has room;
-//! 4. prefills at most `prefill_chunk` prompt tokens (a long prompt takes
-//!    several iterations, so the running streams keep their pace);
+//! 4. prefills at most `prefill_chunk` prompt tokens, or
+//!    `prefill_chunk_decoding` while other sequences are decoding (a long
+//!    prompt takes several iterations, so the running streams keep their
+//!    pace);
 //! 5. runs one decode step over every sequence past its prefill: one
 //!    batched forward pass (`Model::step`), each sequence's row sampled
 //!    with its own RNG.
@@ -156,7 +158,12 @@ pub fn run(
             }
         }
         // 4. Prefill, in chunks.
-        let mut budget = config.prefill_chunk;
+        let decoding = running.iter().any(|s| s.alive() && s.next.is_some());
+        let mut budget = if decoding {
+            config.prefill_chunk.min(config.prefill_chunk_decoding)
+        } else {
+            config.prefill_chunk
+        };
         for s in running.iter_mut() {
             if budget == 0 {
                 break;
