@@ -149,7 +149,9 @@ pub mod llama {
 
     /// Causal grouped-query attention of the S new positions over the
     /// first T of the cache's C positions (`mask`: 0 where allowed, −1e30
-    /// where not). Each key/value head serves its `G` query heads as one
+    /// where not, its S rows repeated for each of the G query heads of a
+    /// group, so that it broadcasts over leading axes only: the kernels
+    /// that read it do no index arithmetic for it). Each key/value head serves its `G` query heads as one
     /// product: their `G · S` query rows stacked against the head's keys,
     /// read in place, so the cache is never copied or packed per query
     /// head (and a decode step's product has `G` rows, not one).
@@ -159,7 +161,7 @@ pub mod llama {
         kc: Tensor![f32; B, KV, C, HD],
         vc: Tensor![f32; B, KV, C, HD],
         t: Dim![T],
-        mask: Tensor![f32; S, T],
+        mask: Tensor![f32; G * S, T],
     ) -> Tensor![f32; B, S, D] {
         let q4 = reshape(
             transpose(reshape(q, [B, S, H, HD]), [0, 2, 1, 3]),
@@ -167,11 +169,7 @@ pub mod llama {
         );
         let k = slice(kc, 2, 0, T);
         let v = slice(vc, 2, 0, T);
-        let rows = reshape(
-            broadcast(reshape(mask, [1, S, T]), [G, S, T]),
-            [1, 1, G * S, T],
-        );
-        let m = broadcast(rows, [B, KV, G * S, T]);
+        let m = broadcast(reshape(mask, [1, 1, G * S, T]), [B, KV, G * S, T]);
         let scores = matmul(q4, transpose(k, [0, 1, 3, 2])) * 0.125 + m;
         let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, KV, G * S, T]));
         let probs = e / broadcast(sum_keepdims(e, [3]), [B, KV, G * S, T]);
@@ -192,7 +190,7 @@ pub mod llama {
         kc: Tensor![f16; B, KV, C, HD],
         vc: Tensor![f16; B, KV, C, HD],
         t: Dim![T],
-        mask: Tensor![f32; S, T],
+        mask: Tensor![f32; G * S, T],
     ) -> Tensor![f32; B, S, D] {
         let q4 = reshape(
             transpose(reshape(q, [B, S, H, HD]), [0, 2, 1, 3]),
@@ -200,11 +198,7 @@ pub mod llama {
         );
         let k = cast::<f32>(slice(kc, 2, 0, T));
         let v = cast::<f32>(slice(vc, 2, 0, T));
-        let rows = reshape(
-            broadcast(reshape(mask, [1, S, T]), [G, S, T]),
-            [1, 1, G * S, T],
-        );
-        let m = broadcast(rows, [B, KV, G * S, T]);
+        let m = broadcast(reshape(mask, [1, 1, G * S, T]), [B, KV, G * S, T]);
         let scores = matmul(q4, transpose(k, [0, 1, 3, 2])) * 0.125 + m;
         let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, KV, G * S, T]));
         let probs = e / broadcast(sum_keepdims(e, [3]), [B, KV, G * S, T]);
@@ -693,7 +687,7 @@ impl Model {
         // A decode query sees every key of its own sequence: an all-zero mask.
         let masks = seqs
             .iter()
-            .map(|q| Tensor::from_vec(&[1, q.pos + 1], vec![0f32; q.pos + 1]))
+            .map(|q| Tensor::from_vec(&[llama::G, q.pos + 1], vec![0f32; llama::G * (q.pos + 1)]))
             .collect::<Result<Vec<_>, _>>()?;
         for (li, l) in self.layers.iter().enumerate() {
             let xn = llama::attn_input(x.clone(), l)?;
@@ -778,12 +772,13 @@ fn attend(
     }
 }
 
-/// `[S, T]` additive mask: query i (at position T − S + i) sees keys ≤ it.
+/// `[G · S, T]` additive mask: query i (at position T − S + i) sees keys
+/// ≤ it; its S rows once per query head of a group (`llama::attention`).
 fn mask(s: usize, t: usize) -> Result<Tensor, tc::Error> {
-    let data = (0..s * t)
+    let rows: Vec<f32> = (0..s * t)
         .map(|k| if k % t <= t - s + k / t { 0.0 } else { -1e30 })
         .collect();
-    Tensor::from_vec(&[s, t], data)
+    Tensor::from_vec(&[llama::G * s, t], rows.repeat(llama::G))
 }
 
 /// The fetched model file (scripts/fetch-smollm2.sh), under the workspace
