@@ -321,6 +321,39 @@ const SOURCE_ROOTS: &[&str] = &[
 /// The one module that reads `TC_*` variables (`tc_core::env`).
 const ENV_MODULE: &str = "tc-core/src/env.rs";
 
+/// Every `.rs` file under [`SOURCE_ROOTS`], sorted: its path relative to
+/// the workspace root, and its text.
+fn library_sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in SOURCE_ROOTS {
+        rs_files(&root.join(dir), &mut files);
+    }
+    files.sort();
+    let out: Vec<(String, String)> = files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(root).unwrap_or(f).display().to_string();
+            (rel, std::fs::read_to_string(f).expect("read"))
+        })
+        .collect();
+    assert!(out.len() > 100, "sources not found ({})", out.len());
+    out
+}
+
+/// `scan`'s findings in every library source, as `path:line: text`.
+fn findings(scan: impl Fn(&str) -> Vec<(usize, String)>, skip: &[&str]) -> Vec<String> {
+    library_sources()
+        .into_iter()
+        .filter(|(rel, _)| !skip.contains(&rel.as_str()))
+        .flat_map(|(rel, src)| {
+            scan(&src)
+                .into_iter()
+                .map(move |(line, text)| format!("{rel}:{line}: {text}"))
+        })
+        .collect()
+}
+
 /// Every line of `src` (code before any `//`) that reads a `TC_*` variable
 /// or names one in a string literal: `env::var`/`var_os` with anything but
 /// a literal naming a non-tc variable, or a `"TC_…"` literal that is not a
@@ -347,26 +380,7 @@ fn env_reads(src: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn only_the_env_module_reads_tc_variables() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut reads = Vec::new();
-    let mut files_seen = 0;
-    for dir in SOURCE_ROOTS {
-        let mut files = Vec::new();
-        rs_files(&root.join(dir), &mut files);
-        files.sort();
-        for f in files {
-            let rel = f.strip_prefix(root).unwrap_or(&f).display().to_string();
-            files_seen += 1;
-            if rel == ENV_MODULE {
-                continue;
-            }
-            let src = std::fs::read_to_string(&f).expect("read");
-            for (line, text) in env_reads(&src) {
-                reads.push(format!("{rel}:{line}: {text}"));
-            }
-        }
-    }
-    assert!(files_seen > 100, "sources not found ({files_seen})");
+    let reads = findings(env_reads, &[ENV_MODULE]);
     assert!(
         reads.is_empty(),
         "environment reads outside {ENV_MODULE} (add the variable to tc_core::env and read it there):\n{}",
@@ -418,23 +432,7 @@ fn raw_id_casts(src: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn no_raw_id_casts_in_the_sources() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut casts = Vec::new();
-    let mut files_seen = 0;
-    for dir in SOURCE_ROOTS {
-        let mut files = Vec::new();
-        rs_files(&root.join(dir), &mut files);
-        files.sort();
-        for f in files {
-            let rel = f.strip_prefix(root).unwrap_or(&f).display().to_string();
-            files_seen += 1;
-            let src = std::fs::read_to_string(&f).expect("read");
-            for (line, text) in raw_id_casts(&src) {
-                casts.push(format!("{rel}:{line}: {text}"));
-            }
-        }
-    }
-    assert!(files_seen > 100, "sources not found ({files_seen})");
+    let casts = findings(raw_id_casts, &[]);
     assert!(
         casts.is_empty(),
         "raw id numbers (index a ValueMap, ask Function::value_def, or give the id an accessor):\n{}",
@@ -532,18 +530,13 @@ fn only_the_listed_files_match_over_every_op() {
             "docs/architecture.md does not list {f}"
         );
     }
-    let mut unlisted = Vec::new();
-    for dir in SOURCE_ROOTS {
-        let mut files = Vec::new();
-        rs_files(&root.join(dir), &mut files);
-        for f in files {
-            let rel = f.strip_prefix(root).unwrap_or(&f).display().to_string();
-            let n = variants_named(&std::fs::read_to_string(&f).expect("read"), &variants);
-            if n >= whole && !OP_MATCH_FILES.contains(&rel.as_str()) {
-                unlisted.push(format!("{rel}: {n} of {} variants", variants.len()));
-            }
-        }
-    }
+    let unlisted: Vec<String> = library_sources()
+        .into_iter()
+        .filter(|(rel, _)| !OP_MATCH_FILES.contains(&rel.as_str()))
+        .map(|(rel, src)| (rel, variants_named(&src, &variants)))
+        .filter(|&(_, n)| n >= whole)
+        .map(|(rel, n)| format!("{rel}: {n} of {} variants", variants.len()))
+        .collect();
     assert!(
         unlisted.is_empty(),
         "files matching over Op outside docs/architecture.md's list (use Op::operands / try_map, or list the file):\n{}",
