@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rayon::prelude::*;
-use tc_core::ir::{BinaryOp, Op, ReduceOp, Scalar, UnaryOp};
+use tc_core::ir::{BinaryOp, Op, Scalar};
 use tc_core::{Dim, Dtype};
 use tc_llvm::JitOptions;
 
@@ -42,24 +42,7 @@ fn concurrent_first_calls_on_pool_workers_do_not_deadlock() {
             s: Scalar::Float(k),
             scalar_left: false,
         });
-        let m = b.op(Op::Reduce {
-            op: ReduceOp::Max,
-            axes: vec![1],
-            keepdims: true,
-            x: y,
-        });
-        let shape = vec![Dim::var("M"), Dim::var("K")];
-        let mb = b.op(Op::Broadcast(shape.clone(), m));
-        let d = b.op(Op::Binary(BinaryOp::Sub, y, mb));
-        let e = b.op(Op::Unary(UnaryOp::Exp, d));
-        let s = b.op(Op::Reduce {
-            op: ReduceOp::Sum,
-            axes: vec![1],
-            keepdims: true,
-            x: e,
-        });
-        let sb = b.op(Op::Broadcast(shape, s));
-        h = b.op(Op::Binary(BinaryOp::Div, e, sb));
+        h = softmax_rows(&mut b, y, vec![Dim::var("M"), Dim::var("K")]);
     }
     let f = b.finish(h);
     let mut rng = Rng(11);

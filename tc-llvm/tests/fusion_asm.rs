@@ -13,24 +13,7 @@ pub fn softmax() -> Function {
     let mut b = builder("softmax");
     let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
     b.returns(tt(Dtype::F32, &["R", "C"]));
-    let rc = vec![Dim::var("R"), Dim::var("C")];
-    let m = b.op(Op::Reduce {
-        op: ReduceOp::Max,
-        axes: vec![1],
-        keepdims: true,
-        x,
-    });
-    let mb = b.op(Op::Broadcast(rc.clone(), m));
-    let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
-    let e = b.op(Op::Unary(UnaryOp::Exp, d));
-    let s = b.op(Op::Reduce {
-        op: ReduceOp::Sum,
-        axes: vec![1],
-        keepdims: true,
-        x: e,
-    });
-    let sb = b.op(Op::Broadcast(rc, s));
-    let r = b.op(Op::Binary(BinaryOp::Div, e, sb));
+    let r = softmax_rows(&mut b, x, vec![Dim::var("R"), Dim::var("C")]);
     b.finish(r)
 }
 

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use tc_core::build::FnBuilder;
-use tc_core::ir::Function;
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, UnaryOp, Value};
 use tc_core::{Dim, Dtype, Type};
 use tc_llvm::{CacheConfig, Jit, JitOptions};
 use tc_runtime::contract::Arg;
@@ -167,6 +167,28 @@ pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, rtol: f32, atol: f32) {
 
 pub fn builder(name: &str) -> FnBuilder {
     FnBuilder::new(name)
+}
+
+/// The softmax of `x`'s rows (`x` of shape `[R, C]` named by `rc`), as a
+/// library function writes it: max, subtract, exp, sum, divide.
+pub fn softmax_rows(b: &mut FnBuilder, x: Value, rc: Vec<Dim>) -> Value {
+    let m = b.op(Op::Reduce {
+        op: ReduceOp::Max,
+        axes: vec![1],
+        keepdims: true,
+        x,
+    });
+    let mb = b.op(Op::Broadcast(rc.clone(), m));
+    let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
+    let e = b.op(Op::Unary(UnaryOp::Exp, d));
+    let s = b.op(Op::Reduce {
+        op: ReduceOp::Sum,
+        axes: vec![1],
+        keepdims: true,
+        x: e,
+    });
+    let sb = b.op(Op::Broadcast(rc, s));
+    b.op(Op::Binary(BinaryOp::Div, e, sb))
 }
 
 /// `x · wᵀ` with `w: [N, K]` in PyTorch's layout (read through strides);
