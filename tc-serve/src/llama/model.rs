@@ -180,10 +180,10 @@ pub mod llama {
     /// `attention` over an f16 cache ([`super::KvDtype::F16`]): the first
     /// T positions of each key/value head are widened to f32 (exactly:
     /// every f16 is an f32) once per call, into one `[B, KV, T, HD]`
-    /// buffer the matmul then reads for the head's stacked query rows: a
-    /// conversion per key/value head, none per query head.
-    /// The body is `attention`'s (a call would be a fusion barrier: the
-    /// f32 cache's slice would be copied to pass it).
+    /// buffer per cache that `attention` then reads in place for the
+    /// head's stacked query rows: a conversion per key/value head, none per
+    /// query head. (The widened buffers are materialized whether or not
+    /// the body is inlined, so calling `attention` costs no copy.)
     #[tensor_fn(requires(T <= C))]
     pub fn attention_f16(
         q: Tensor![f32; B, S, D],
@@ -192,18 +192,9 @@ pub mod llama {
         t: Dim![T],
         mask: Tensor![f32; G * S, T],
     ) -> Tensor![f32; B, S, D] {
-        let q4 = reshape(
-            transpose(reshape(q, [B, S, H, HD]), [0, 2, 1, 3]),
-            [B, KV, G * S, HD],
-        );
         let k = cast::<f32>(slice(kc, 2, 0, T));
         let v = cast::<f32>(slice(vc, 2, 0, T));
-        let m = broadcast(reshape(mask, [1, 1, G * S, T]), [B, KV, G * S, T]);
-        let scores = matmul(q4, transpose(k, [0, 1, 3, 2])) * 0.125 + m;
-        let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, KV, G * S, T]));
-        let probs = e / broadcast(sum_keepdims(e, [3]), [B, KV, G * S, T]);
-        let ctx = reshape(matmul(probs, v), [B, H, S, HD]);
-        reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
+        attention(q, k, v, t, mask)
     }
 
     /// Keys or values rounded to f16 for an f16 cache (Section 2 §5's
