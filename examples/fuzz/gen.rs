@@ -2963,19 +2963,7 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
             float(x) && !o.deterministic && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
         }
         Op::Matmul(a, _) | Op::QMatmul(a, _) | Op::Conv { x: a, .. } => float(a),
-        Op::Unary(u, x) => {
-            o.fast_math
-                && dt(x) == Some(Dtype::F32)
-                && matches!(
-                    u,
-                    UnaryOp::Exp
-                        | UnaryOp::Log
-                        | UnaryOp::Tanh
-                        | UnaryOp::Sigmoid
-                        | UnaryOp::Erf
-                        | UnaryOp::Gelu
-                )
-        }
+        Op::Unary(u, x) => o.fast_math && dt(x) == Some(Dtype::F32) && fast_unary(*u),
         _ => false,
     }
 }
