@@ -201,6 +201,19 @@ fn every_format_rows_and_ragged_columns() {
     }
 }
 
+/// The AMX kernel's pipeline (three blocks in flight) at its edges: one,
+/// two, three and four blocks per row, for one and two groups of 16 rows.
+#[test]
+fn amx_pipeline_edges() {
+    for f in Format::ALL.into_iter().filter(|f| f.block_elems() == 32) {
+        for nblk in 1..=4 {
+            for rows in [16, 32] {
+                check_all(&case(f, rows, nblk, 21, 2000 + (nblk * rows) as u64));
+            }
+        }
+    }
+}
+
 /// Every path the host has is tested: a CPU that reports AMX-INT8 in
 /// /proc/cpuinfo must be offered the AMX path (the OS grants the tile
 /// state on every Linux since 5.16), so its kernels cannot silently drop

@@ -71,9 +71,9 @@ fn request_tile_state() -> bool {
     false
 }
 
-/// The 64-byte tile configuration (palette 1), two sets of three: `tmm0`
-/// and `tmm3` are C (16 rows × 16 i32), `tmm1` and `tmm4` A (16 rows × 32
-/// i8), `tmm2` and `tmm5` B (8 rows × 64 u8).
+/// The 64-byte tile configuration (palette 1): `tmm0`, `tmm3` and `tmm6`
+/// are C (16 rows × 16 i32), `tmm1` and `tmm4` A (16 rows × 32 i8),
+/// `tmm2` and `tmm5` B (8 rows × 64 u8).
 #[repr(C, align(64))]
 struct Config {
     palette: u8,
@@ -92,6 +92,7 @@ const CONFIG: Config = {
     (colsb[3], rows[3]) = (64, 16);
     (colsb[4], rows[4]) = (32, 16);
     (colsb[5], rows[5]) = (64, 8);
+    (colsb[6], rows[6]) = (64, 16);
     Config {
         palette: 1,
         start_row: 0,
@@ -102,8 +103,9 @@ const CONFIG: Config = {
 };
 
 /// The tiles configured for [`rows16`], released on drop. Holding one
-/// is the proof that `ldtilecfg` ran on this thread.
-pub(crate) struct Tiles(());
+/// is the proof that `ldtilecfg` ran on this thread (and it cannot leave
+/// the thread: the raw-pointer marker makes it neither `Send` nor `Sync`).
+pub(crate) struct Tiles(std::marker::PhantomData<*const ()>);
 
 impl Tiles {
     /// Loads the configuration on this thread.
@@ -113,7 +115,7 @@ impl Tiles {
         // palette-1 shapes (at most 16 rows, 64 bytes per row); the
         // contract says the OS granted the tile state.
         unsafe { asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly)) };
-        Tiles(())
+        Tiles(std::marker::PhantomData)
     }
 }
 
@@ -168,21 +170,31 @@ impl Scales {
     }
 }
 
-/// Block `b`'s integer dots into `c`, on tile set 0 (`tmm0`–`tmm2`) or
-/// 1 (`tmm3`–`tmm5`), so that one block's tiles compute while the
-/// previous block's outputs are scaled.
+/// Block dots into C tile `$c` from A tile `$a` and B tile `$b`: the
+/// tile is zeroed, the block's activations (`$x`, row stride `$k`) and
+/// weights (`$w`) loaded, the product accumulated. No store: the tile is
+/// stored a block later ([`rows16`]'s pipeline), when its product is done.
 macro_rules! block_dots {
-    ($c:literal, $a:literal, $b:literal, $x:expr, $k:expr, $w:expr, $out:expr) => {
+    ($c:literal, $a:literal, $b:literal, $x:expr, $k:expr, $w:expr) => {
         asm!(
             concat!("tilezero tmm", $c),
             concat!("tileloadd tmm", $a, ", [{x} + {kx}*1]"),
             concat!("tileloadd tmm", $b, ", [{w} + {kw}*1]"),
             concat!("tdpbsud tmm", $c, ", tmm", $a, ", tmm", $b),
-            concat!("tilestored [{c} + {kc}*1], tmm", $c),
             x = in(reg) $x,
             kx = in(reg) $k,
             w = in(reg) $w,
             kw = in(reg) 64usize,
+            options(nostack, readonly),
+        )
+    };
+}
+
+/// C tile `$c` stored to `$out` (16 rows of 64 bytes).
+macro_rules! store_c {
+    ($c:literal, $out:expr) => {
+        asm!(
+            concat!("tilestored [{c} + {kc}*1], tmm", $c),
             c = in(reg) $out,
             kc = in(reg) 64usize,
             options(nostack),
@@ -213,31 +225,59 @@ pub(crate) unsafe fn rows16<const F: u8>(
     let at = g * nb * ROWS..(g + 1) * nb * ROWS;
     let (d, s, start) = (&sc.d[at.clone()], &sc.s[at.clone()], &sc.start[at]);
     let mut acc = [_mm512_setzero_ps(); ROWS];
-    let mut c = [CTile([0; ROWS * 16]), CTile([0; ROWS * 16])];
+    let mut c = [
+        CTile([0; ROWS * 16]),
+        CTile([0; ROWS * 16]),
+        CTile([0; ROWS * 16]),
+    ];
+    // A pipeline three blocks deep, so that no instruction waits for the
+    // one before it: while block `b` is scaled (from memory), block
+    // `b + 1`'s product, issued an iteration earlier and done by now, is
+    // stored, and block `b + 2`'s is issued. C tiles rotate over three
+    // registers (`tmm0`, `tmm3`, `tmm6`) and scratch buffers, A and B over
+    // two sets. (With one block's product stored right after it was
+    // issued, the store waited out the product's latency: 290 cycles a
+    // block against about 60 now.)
     // SAFETY (every `block_dots!` below): A reads 16 rows of 32 bytes at
     // `xs + 32b + r·k`, inside `xs` (`32b + 32 ≤ k`); B reads 8 rows of 64
-    // bytes, inside block `b`'s pack of 640 bytes; C writes the 1024
-    // bytes of one `CTile`. The tile registers are named, never
-    // allocated: the compiler itself uses none.
+    // bytes, inside block `b`'s pack of 640 bytes. The tile registers are
+    // named, never allocated: the compiler itself uses none.
     // SAFETY: as just above.
-    let dots = |b: usize, c: &mut CTile| unsafe {
-        let (x, w, out) = (
-            xs.as_ptr().add(32 * b),
-            buf[b * PACK..].as_ptr(),
-            c.0.as_mut_ptr(),
-        );
-        if b.is_multiple_of(2) {
-            block_dots!("0", "1", "2", x, k, w, out);
-        } else {
-            block_dots!("3", "4", "5", x, k, w, out);
+    let dots = |b: usize| unsafe {
+        let (x, w) = (xs.as_ptr().add(32 * b), buf[b * PACK..].as_ptr());
+        match (b % 3, b % 2) {
+            (0, 0) => block_dots!("0", "1", "2", x, k, w),
+            (0, _) => block_dots!("0", "4", "5", x, k, w),
+            (1, 0) => block_dots!("3", "1", "2", x, k, w),
+            (1, _) => block_dots!("3", "4", "5", x, k, w),
+            (_, 0) => block_dots!("6", "1", "2", x, k, w),
+            _ => block_dots!("6", "4", "5", x, k, w),
+        }
+    };
+    // SAFETY: C writes the 1024 bytes of one `CTile`.
+    let store = |b: usize, c: &mut [CTile; 3]| unsafe {
+        let out = c[b % 3].0.as_mut_ptr();
+        match b % 3 {
+            0 => store_c!("0", out),
+            1 => store_c!("3", out),
+            _ => store_c!("6", out),
         }
     };
     if nb > 0 {
-        dots(0, &mut c[0]);
+        dots(0);
+    }
+    if nb > 1 {
+        dots(1);
+    }
+    if nb > 0 {
+        store(0, &mut c);
     }
     for b in 0..nb {
+        if b + 2 < nb {
+            dots(b + 2);
+        }
         if b + 1 < nb {
-            dots(b + 1, &mut c[(b + 1) % 2]);
+            store(b + 1, &mut c);
         }
         let slot = &buf[b * PACK..(b + 1) * PACK];
         let (dw, mw) = (_mm512_castsi512_ps(slot[8]), _mm512_castsi512_ps(slot[9]));
@@ -247,7 +287,7 @@ pub(crate) unsafe fn rows16<const F: u8>(
             s[blk.clone()].try_into().unwrap(),
             start[blk].try_into().unwrap(),
         );
-        let cb = &c[b % 2];
+        let cb = &c[b % 3];
         // Unrolled by hand, with constant indices, so that the 16
         // accumulators stay in registers (a loop kept them on the stack).
         macro_rules! row {

@@ -77,6 +77,13 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
     assert!(acts.qx.len() >= rows * k && acts.d.len() >= rows * nb);
     assert!(acts.bsum.len() >= rows * nb && acts.s.len() >= rows * nb);
     assert!(out.rows.len() == rows);
+    let scales = acts.amx.as_ref().filter(|_| job.amx);
+    // The tiles are configured once for all of this task's weight tiles:
+    // configured and released per weight tile, `ldtilecfg` and the first
+    // product after it took a fifth of a 16-row product's time.
+    // SAFETY: `acts.amx` is set only where `amx::available()` said yes.
+    let tiles = scales.map(|_| unsafe { amx::Tiles::load() });
+    let amx = scales.zip(tiles.as_ref());
     let mut c = 0;
     while c < cols {
         let n = (cols - c).min(TILE);
@@ -91,7 +98,7 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
             nb,
             acts,
             k,
-            scales: acts.amx.as_ref().filter(|_| job.amx),
+            amx,
         };
         // SAFETY: `supports` checked VNNI (and, through it, AVX-512 and
         // the AVX2/FMA/F16C set) and the i32 offsets; the asserts above
@@ -116,9 +123,10 @@ struct Tile<'a> {
     nb: usize,
     acts: &'a Acts,
     k: usize,
-    /// The activations' scalars for the AMX groups: set only where
-    /// `amx::available()` said yes and there are 16 rows or more.
-    scales: Option<&'a amx::Scales>,
+    /// The activations' scalars for the AMX groups and the configured
+    /// tiles: set only where `amx::available()` said yes and there are 16
+    /// rows or more.
+    amx: Option<(&'a amx::Scales, &'a amx::Tiles)>,
 }
 
 /// One tile into columns `c0..c0 + t.n` of `out`.
@@ -167,9 +175,13 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         return;
     }
     PACKED.with_borrow_mut(|buf| {
-        // `nb · PACK` vectors: at most `k / 32 · 10 · 64` bytes.
-        buf.clear();
-        buf.resize(t.nb * PACK, _mm512_setzero_si512());
+        // `nb · PACK` vectors: at most `k / 32 · 10 · 64` bytes, every one
+        // written below (zeroed again per tile, they took 8 % of a 16-row
+        // product in `memset`).
+        if buf.len() != t.nb * PACK {
+            buf.clear();
+            buf.resize(t.nb * PACK, _mm512_setzero_si512());
+        }
         for (b, slot) in buf.chunks_exact_mut(PACK).enumerate() {
             // SAFETY: as in the single-row case.
             let p = unsafe { block::<F>(t.src, b, bb, idx, mask, &off) };
@@ -178,13 +190,10 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
             slot[9] = _mm512_castps_si512(p.m);
         }
         let mut m = 0;
-        if let Some(sc) = t.scales {
-            // SAFETY: `t.scales` is set only where `amx::available()`
-            // said yes.
-            let tiles = unsafe { amx::Tiles::load() };
+        if let Some((sc, tiles)) = t.amx {
             while m + amx::ROWS <= rows {
                 // SAFETY: this function's features; `tiles` is loaded.
-                let y = unsafe { amx::rows16::<F>(&tiles, buf, t.acts, sc, t.k, m / amx::ROWS) };
+                let y = unsafe { amx::rows16::<F>(tiles, buf, t.acts, sc, t.k, m / amx::ROWS) };
                 for (r, y) in y.into_iter().enumerate() {
                     put(m + r, y);
                 }
