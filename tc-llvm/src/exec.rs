@@ -766,16 +766,17 @@ impl CompiledFn {
     /// previous step. One hop for the whole call instead of one per step:
     /// the BERT-sized block bench went from 20.9 ms to 16.4 ms on 2 threads.
     pub fn wants_worker(&self) -> bool {
-        self.par_regions >= 2 && self.opts.threads != 1
+        self.par_regions >= 2 && self.opts.threads != 1 && !crate::team::in_serial()
     }
 
     /// The thread count steps run with: 1 when the options say so *or* the
     /// pool has one thread. A split over a one-thread pool started from
     /// outside it only hands each step to the pool's worker and puts the
     /// caller to sleep until it is done: with `RAYON_NUM_THREADS=1`, MiniLM
-    /// spent 15–33% of its samples in those wake-ups (issue #15).
+    /// spent 15–33% of its samples in those wake-ups (issue #15). Also 1
+    /// inside [`crate::team::serial`].
     fn threads(&self) -> usize {
-        if rayon::current_num_threads() <= 1 {
+        if rayon::current_num_threads() <= 1 || crate::team::in_serial() {
             1
         } else {
             self.opts.threads

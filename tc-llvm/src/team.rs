@@ -28,11 +28,36 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 thread_local! {
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Is this thread running a session's closure?
 pub fn in_session() -> bool {
     ACTIVE.with(Cell::get)
+}
+
+/// Run `f` with every JIT call it makes on this thread kept on this
+/// thread: no step splits across the pool, and no call hops onto it.
+///
+/// For callers that make many small calls in parallel themselves (a
+/// batched decode step attends to each sequence's cache on its own pool
+/// task): splitting a call of a few µs across threads would only make
+/// the tasks wait for each other. Results never depend on it (threads
+/// split only output rows).
+pub fn serial<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
+}
+
+/// Is this thread inside [`serial`]?
+pub fn in_serial() -> bool {
+    SERIAL.with(Cell::get)
 }
 
 /// Run `f` on a pool worker with the pool's other workers kept awake until
