@@ -202,12 +202,14 @@ fn every_format_rows_and_ragged_columns() {
 }
 
 /// The AMX kernel's pipeline (three blocks in flight) at its edges: one,
-/// two, three and four blocks per row, for one and two groups of 16 rows.
+/// two, three and four blocks per row, for one and two groups of 16 rows,
+/// and for last groups padded to 16 (8 rows or more left over: 8, 15,
+/// 25) or left to the VNNI tiles (7, 23).
 #[test]
 fn amx_pipeline_edges() {
     for f in Format::ALL.into_iter().filter(|f| f.block_elems() == 32) {
         for nblk in 1..=4 {
-            for rows in [16, 32] {
+            for rows in [7, 8, 15, 16, 23, 25, 32] {
                 check_all(&case(f, rows, nblk, 21, 2000 + (nblk * rows) as u64));
             }
         }

@@ -72,16 +72,42 @@ impl Acts {
 }
 
 impl Acts {
-    /// Adds the AMX tiles' scalars where they will run: `amx` set, 16
-    /// rows or more, a 32-element format.
+    /// Adds the AMX tiles' scalars where they will run: `amx` set, a
+    /// 32-element format, and 16 rows or more, or [`AMX_PAD_MIN`] or more
+    /// in a last group of fewer than 16, which is then padded with zero
+    /// rows (computed, never stored: every row's outputs are the same bits
+    /// on either kernel, and a 16-row tile step costs about what 9 rows on
+    /// the VNNI tiles do).
     #[cfg(target_arch = "x86_64")]
     pub fn with_amx(mut self, f: Format, amx: bool, rows: usize, k: usize) -> Acts {
-        if amx && rows >= super::amx::ROWS && f.block_elems() == 32 {
-            self.amx = Some(super::amx::Scales::new(f, &self, rows, k));
+        use super::amx::ROWS;
+        if !amx || f.block_elems() != 32 {
+            return self;
         }
+        let groups = if rows % ROWS >= AMX_PAD_MIN {
+            rows.div_ceil(ROWS)
+        } else {
+            rows / ROWS
+        };
+        if groups == 0 {
+            return self;
+        }
+        let (padded, nb) = (groups * ROWS, k / 32);
+        if padded > rows {
+            self.qx.resize(padded * k, 0);
+            self.d.resize(padded * nb, 0.0);
+            self.bsum.resize(padded * nb, 0);
+            self.s.resize(padded * nb, 0.0);
+        }
+        self.amx = Some(super::amx::Scales::new(f, &self, padded, k));
         self
     }
 }
+
+/// The fewest rows of a last, partial group that the AMX tiles take
+/// (padded to 16): below it, the VNNI tiles cost less.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AMX_PAD_MIN: usize = 8;
 
 /// [`quantize_block`] compiled for AVX2: the same operations, IEEE
 /// division and `round_ties_even` included, so the same bits; without it

@@ -136,6 +136,8 @@ struct CTile([i32; ROWS * 16]);
 /// `(g · nb + b) · 16 + r` is row `16g + r`, block `b`. Built once per
 /// call and shared by all its tasks and weight tiles.
 pub(crate) struct Scales {
+    /// Groups of 16 rows.
+    pub(crate) groups: usize,
     d: Vec<f32>,
     s: Vec<f32>,
     /// The integer dot's start: `−128 · bsum` (Q8_0), `−8 · bsum`
@@ -148,6 +150,7 @@ impl Scales {
     pub(crate) fn new(f: Format, a: &Acts, rows: usize, k: usize) -> Scales {
         let (nb, n) = (k / 32, rows / ROWS * ROWS * (k / 32));
         let mut sc = Scales {
+            groups: rows / ROWS,
             d: Vec::with_capacity(n),
             s: Vec::with_capacity(n),
             start: Vec::with_capacity(n),

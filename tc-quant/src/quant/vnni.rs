@@ -191,13 +191,16 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         }
         let mut m = 0;
         if let Some((sc, tiles)) = t.amx {
-            while m + amx::ROWS <= rows {
-                // SAFETY: this function's features; `tiles` is loaded.
-                let y = unsafe { amx::rows16::<F>(tiles, buf, t.acts, sc, t.k, m / amx::ROWS) };
-                for (r, y) in y.into_iter().enumerate() {
+            // Whole groups, and a last one padded with zero rows
+            // (`Acts::with_amx`) whose padding is not stored.
+            for g in 0..sc.groups {
+                // SAFETY: this function's features; `tiles` is loaded;
+                // the activations hold `sc.groups` whole groups.
+                let y = unsafe { amx::rows16::<F>(tiles, buf, t.acts, sc, t.k, g) };
+                for (r, y) in y.into_iter().enumerate().take(rows - m) {
                     put(m + r, y);
                 }
-                m += amx::ROWS;
+                m = (m + amx::ROWS).min(rows);
             }
         }
         while m + 4 <= rows {
