@@ -210,7 +210,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // server's greedy output is this example's, token for token.
         logits = m.step(&mut [model::StepSeq {
             cache: &mut cache,
-            token: next,
+            tokens: &[next],
             pos,
         }])?;
         pos += 1;

@@ -479,7 +479,7 @@ fn generation_in_a_child_process() {
         if i + 1 < n {
             let mut seq = [model::StepSeq {
                 cache: &mut cache,
-                token: next,
+                tokens: &[next],
                 pos: ids.len() + i,
             }];
             logits = m.step(&mut seq).expect("step");

@@ -81,7 +81,7 @@ fn a_batched_step_equals_each_sequence_alone_bit_for_bit() {
             let l = m
                 .step(&mut [StepSeq {
                     cache: &mut solo_caches[i],
-                    token: tok,
+                    tokens: &[tok],
                     pos: p.len() + s,
                 }])
                 .unwrap()
@@ -99,7 +99,7 @@ fn a_batched_step_equals_each_sequence_alone_bit_for_bit() {
             .enumerate()
             .map(|(i, c)| StepSeq {
                 cache: c,
-                token: toks[i],
+                tokens: std::slice::from_ref(&toks[i]),
                 pos: prompts[i].len() + s,
             })
             .collect();
@@ -144,12 +144,105 @@ fn the_shared_decode_path_gives_the_reference_greedy_tokens() {
                 logits = m
                     .step(&mut [StepSeq {
                         cache: &mut cache,
-                        token: next,
+                        tokens: &[next],
                         pos: p.len() + s,
                     }])
                     .unwrap();
             }
         }
         assert_eq!(got, want, "prompt {i}");
+    }
+}
+
+/// A step that mixes prefill chunks with decode rows (how the scheduler
+/// admits a request while others decode) gives every sequence the bits
+/// it gets alone: a decoding sequence's logits equal its solo decode
+/// step's, and a prefilling one's its solo chunk's, whatever the chunk
+/// lengths beside it. Also the caches: the next solo step from each
+/// batched cache equals the next step from the solo cache.
+#[test]
+fn a_step_mixing_prefill_chunks_and_decode_rows_equals_each_alone_bit_for_bit() {
+    let m = &loaded().model;
+    let prompts = prompts();
+    let bits = |t: &tc::Tensor| {
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|f| f.to_bits())
+            .collect::<Vec<_>>()
+    };
+    // Sequence 0 decodes (its prompt prefilled); the others prefill a
+    // chunk of their prompt after a first chunk of `cut` tokens, chunks of
+    // different lengths.
+    let cuts = [3usize, 1];
+    let room = prompts.iter().map(Vec::len).max().unwrap() + 2;
+    let mut solo: Vec<_> = prompts.iter().map(|_| m.cache(room).unwrap()).collect();
+    let first = m.forward(&mut solo[0], &prompts[0], 0).unwrap();
+    let tok0 = Sampler::new(SamplerConfig::default()).sample(&first.to_vec::<f32>().unwrap());
+    for (i, &cut) in cuts.iter().enumerate() {
+        m.forward(&mut solo[i + 1], &prompts[i + 1][..cut], 0)
+            .unwrap();
+    }
+    // Copies with storage of their own (a clone shares it).
+    let mut batched: Vec<_> = solo
+        .iter()
+        .map(|c| m.grow_cache(c, room).unwrap())
+        .collect();
+    let mut want = vec![bits(
+        &m.step(&mut [StepSeq {
+            cache: &mut solo[0],
+            tokens: &[tok0],
+            pos: prompts[0].len(),
+        }])
+        .unwrap(),
+    )];
+    for (i, &cut) in cuts.iter().enumerate() {
+        let p = &prompts[i + 1];
+        want.push(bits(&m.forward(&mut solo[i + 1], &p[cut..], cut).unwrap()));
+    }
+    let tok0 = [tok0];
+    let mut it = batched.iter_mut();
+    let mut step = vec![StepSeq {
+        cache: it.next().unwrap(),
+        tokens: &tok0,
+        pos: prompts[0].len(),
+    }];
+    for ((c, p), &cut) in it.zip(&prompts[1..]).zip(&cuts) {
+        step.push(StepSeq {
+            cache: c,
+            tokens: &p[cut..],
+            pos: cut,
+        });
+    }
+    let got = bits(&m.step(&mut step).unwrap());
+    let v = got.len() / want.len();
+    for (i, w) in want.iter().enumerate() {
+        assert!(
+            got[i * v..(i + 1) * v] == w[..],
+            "sequence {i}: the mixed step's logits differ from its solo pass"
+        );
+    }
+    // The caches hold the same keys and values: one more solo step from
+    // each gives the same bits.
+    for (i, (s, b)) in solo.iter_mut().zip(batched.iter_mut()).enumerate() {
+        let pos = if i == 0 {
+            prompts[0].len() + 1
+        } else {
+            prompts[i].len()
+        };
+        let next = |c: &mut [(tc::Tensor, tc::Tensor)]| {
+            bits(
+                &m.step(&mut [StepSeq {
+                    cache: c,
+                    tokens: &[7],
+                    pos,
+                }])
+                .unwrap(),
+            )
+        };
+        assert!(
+            next(s) == next(b),
+            "sequence {i}: the caches differ after the mixed step"
+        );
     }
 }

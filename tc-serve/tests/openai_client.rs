@@ -47,7 +47,7 @@ fn example_greedy(message: &str, max_tokens: usize) -> String {
         logits = m
             .step(&mut [StepSeq {
                 cache: &mut cache,
-                token: next,
+                tokens: &[next],
                 pos,
             }])
             .unwrap();

@@ -6,13 +6,15 @@
 //!    KV cache;
 //! 3. admits queued jobs, oldest first, while their KV reservations fit the
 //!    budget and the batch has room;
-//! 4. prefills at most `prefill_chunk` prompt tokens, or
-//!    `prefill_chunk_decoding` while other sequences are decoding (a long
-//!    prompt takes several iterations, so the running streams keep their
-//!    pace);
-//! 5. runs one decode step over every sequence past its prefill: one
-//!    batched forward pass (`Model::step`), each sequence's row sampled
-//!    with its own RNG.
+//! 4. plans the iteration's rows: one for every sequence past its
+//!    prefill, and prompt chunks of at most `prefill_chunk` tokens in all,
+//!    or `prefill_chunk_decoding` while other sequences are decoding (a
+//!    long prompt takes several iterations, so the running streams keep
+//!    their pace);
+//! 5. runs them as one forward pass (`Model::step`): decode rows and
+//!    prefill chunks together, so the weight matmuls see every row and a
+//!    new request's prefill costs the running streams only its rows; each
+//!    sequence's last row is sampled with its own RNG.
 //!
 //! Batching does not change results: a sequence's tokens depend on its
 //! prompt, its sampling settings and its seed only (see `Model::step` for
@@ -157,106 +159,123 @@ pub fn run(
                 }
             }
         }
-        // 4. Prefill, in chunks.
-        let decoding = running.iter().any(|s| s.alive() && s.next.is_some());
-        let mut budget = if decoding {
-            config.prefill_chunk.min(config.prefill_chunk_decoding)
-        } else {
-            config.prefill_chunk
-        };
-        for s in running.iter_mut() {
-            if budget == 0 {
-                break;
-            }
-            if !s.alive() || s.next.is_some() {
-                continue;
-            }
-            let end = s.job.prompt.len().min(s.prefilled + budget);
-            let chunk = &s.job.prompt[s.prefilled..end];
+        // 4. This iteration's rows: a decode row for every sequence past its
+        // prefill, and prompt chunks within the prefill budget.
+        let plan = plan_step(&mut running, &config, &model, per_pos, &stats);
+        // 5. One forward pass over all of them.
+        if !plan.is_empty() {
             let t0 = Instant::now();
-            let r = model.forward(&mut s.cache, chunk, s.prefilled);
-            stats
-                .forward_us
-                .fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-            budget -= chunk.len();
-            stats
-                .prompt_tokens
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            s.prefilled = end;
-            s.pos = end;
-            match r.and_then(|l| l.to_vec::<f32>()) {
-                Ok(logits) if end == s.job.prompt.len() => {
-                    let id = s.sampler.sample(&logits);
-                    emit(s, id, &tok, eos, &stats);
-                }
-                Ok(_) => {}
-                Err(e) => fail(s, &e.to_string()),
-            }
-        }
-        // 5. One batched decode step.
-        let mut rows: Vec<usize> = Vec::new();
-        for (i, s) in running.iter_mut().enumerate() {
-            if !s.alive() || s.next.is_none() {
-                continue;
-            }
-            if s.pos + 1 > s.capacity {
-                let cap = s.reserved.min(s.capacity + GROW.max(s.capacity / 2));
-                match model.grow_cache(&s.cache, cap) {
-                    Ok(c) => {
-                        stats
-                            .kv_bytes
-                            .fetch_add(((cap - s.capacity) * per_pos) as i64, Ordering::Relaxed);
-                        s.cache = c;
-                        s.capacity = cap;
-                    }
-                    Err(e) => {
-                        fail(s, &format!("KV cache: {e}"));
-                        continue;
-                    }
-                }
-            }
-            rows.push(i);
-        }
-        if !rows.is_empty() {
-            let t0 = Instant::now();
-            // `rows` lists, in order, exactly the sequences this filter keeps.
             let result = {
-                let mut step: Vec<StepSeq<'_>> = running
-                    .iter_mut()
-                    .filter(|s| s.alive() && s.next.is_some())
-                    .map(|s| StepSeq {
-                        cache: &mut s.cache,
-                        token: s.next.unwrap_or(eos),
-                        pos: s.pos,
-                    })
-                    .collect();
+                let mut step: Vec<StepSeq<'_>> = Vec::with_capacity(plan.len());
+                let mut rest = running.iter_mut().enumerate();
+                for (i, tokens) in &plan {
+                    if let Some((_, s)) = rest.find(|(j, _)| j == i) {
+                        step.push(StepSeq {
+                            cache: &mut s.cache,
+                            tokens,
+                            pos: s.pos,
+                        });
+                    }
+                }
                 model.step(&mut step).and_then(|l| l.to_vec::<f32>())
             };
             stats
                 .forward_us
                 .fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-            stats.decode_steps.fetch_add(1, Ordering::Relaxed);
-            stats.observe_batch(rows.len());
+            let decoding = plan
+                .iter()
+                .filter(|(i, _)| running[*i].next.is_some())
+                .count();
+            if decoding > 0 {
+                stats.decode_steps.fetch_add(1, Ordering::Relaxed);
+                stats.observe_batch(decoding);
+            }
             match result {
                 Ok(logits) => {
-                    let v = logits.len() / rows.len();
-                    for (r, &i) in rows.iter().enumerate() {
-                        let s = &mut running[i];
-                        s.pos += 1;
-                        let id = s.sampler.sample(&logits[r * v..(r + 1) * v]);
+                    let v = logits.len() / plan.len();
+                    for (r, (i, tokens)) in plan.iter().enumerate() {
+                        let s = &mut running[*i];
+                        let row = &logits[r * v..(r + 1) * v];
+                        if s.next.is_some() {
+                            s.pos += 1;
+                        } else {
+                            stats
+                                .prompt_tokens
+                                .fetch_add(tokens.len() as u64, Ordering::Relaxed);
+                            s.prefilled += tokens.len();
+                            s.pos = s.prefilled;
+                            if s.prefilled < s.job.prompt.len() {
+                                continue;
+                            }
+                        }
+                        let id = s.sampler.sample(row);
                         emit(s, id, &tok, eos, &stats);
                     }
                 }
                 Err(e) => {
                     let msg = e.to_string();
-                    for &i in &rows {
-                        fail(&mut running[i], &msg);
+                    for (i, _) in &plan {
+                        fail(&mut running[*i], &msg);
                     }
                 }
             }
         }
         retire(&mut running, &mut reserved_bytes, per_pos, &stats);
     }
+}
+
+/// The rows of this iteration's forward pass, in `running` order: each
+/// entry a sequence's index and the tokens it feeds. A sequence past its
+/// prefill feeds its next token (its cache grown first where full);
+/// sequences still prefilling feed their next prompt chunk, at most
+/// `prefill_chunk` prompt tokens in all, or `prefill_chunk_decoding` while
+/// others decode (their next token waits for this pass, so the budget
+/// bounds the inter-token latency a new request adds).
+fn plan_step(
+    running: &mut [Seq],
+    config: &GenConfig,
+    model: &Model,
+    per_pos: usize,
+    stats: &GenStats,
+) -> Vec<(usize, Vec<u32>)> {
+    let decoding = running.iter().any(|s| s.alive() && s.next.is_some());
+    let mut budget = if decoding {
+        config.prefill_chunk.min(config.prefill_chunk_decoding)
+    } else {
+        config.prefill_chunk
+    };
+    let mut plan = Vec::new();
+    for (i, s) in running.iter_mut().enumerate() {
+        if !s.alive() {
+            continue;
+        }
+        let Some(next) = s.next else {
+            if budget > 0 {
+                let end = s.job.prompt.len().min(s.prefilled + budget);
+                budget -= end - s.prefilled;
+                plan.push((i, s.job.prompt[s.prefilled..end].to_vec()));
+            }
+            continue;
+        };
+        if s.pos + 1 > s.capacity {
+            let cap = s.reserved.min(s.capacity + GROW.max(s.capacity / 2));
+            match model.grow_cache(&s.cache, cap) {
+                Ok(c) => {
+                    stats
+                        .kv_bytes
+                        .fetch_add(((cap - s.capacity) * per_pos) as i64, Ordering::Relaxed);
+                    s.cache = c;
+                    s.capacity = cap;
+                }
+                Err(e) => {
+                    fail(s, &format!("KV cache: {e}"));
+                    continue;
+                }
+            }
+        }
+        plan.push((i, vec![next]));
+    }
+    plan
 }
 
 /// Remove finished sequences, freeing their KV cache.

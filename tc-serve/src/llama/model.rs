@@ -111,6 +111,29 @@ pub mod llama {
         concat([x0 * c - x1 * s, x0 * s + x1 * c], 3)
     }
 
+    /// [`rope_pairs`]'s rotation, its output in the halves order: element
+    /// `i < HALF` of a head is pair `i`'s first rotated coordinate,
+    /// element `HALF + i` its second. The pairs are read with strided
+    /// slices and written as two halves, so no axis is split: the
+    /// shape-generic kernel indexes every operand without a division per
+    /// element (`rope_pairs`'s reshape to `[…, HALF, 2]` and back cost it
+    /// 15 ns an element, 8 ms of a 16-row decode step). Queries and keys
+    /// meet only in their dot products over the head axis, and both are
+    /// rotated by this fn, so the scores are the same sums with their
+    /// terms in another order.
+    #[tensor_fn]
+    pub fn rope_pairs_split(
+        x: Tensor![f32; B, S, N, HD],
+        cos: Tensor![f32; S, HALF],
+        sin: Tensor![f32; S, HALF],
+    ) -> Tensor![f32; B, S, N, HD] {
+        let x0 = slice(x, 3, 0, HD, 2);
+        let x1 = slice(x, 3, 1, HD, 2);
+        let c = broadcast(reshape(cos, [1, S, 1, HALF]), [B, S, N, HALF]);
+        let s = broadcast(reshape(sin, [1, S, 1, HALF]), [B, S, N, HALF]);
+        concat([x0 * c - x1 * s, x0 * s + x1 * c], 3)
+    }
+
     /// The attention input: the layer's normed residual stream.
     #[tensor_fn]
     pub fn attn_input(x: Tensor![f32; B, S, D], l: Layer) -> Tensor![f32; B, S, D] {
@@ -126,7 +149,7 @@ pub mod llama {
         l: Layer,
     ) -> Tensor![f32; B, S, D] {
         let q = reshape(qmatmul(xn, l.wq), [B, S, H, HD]);
-        reshape(rope_pairs(q, cos, sin), [B, S, D])
+        reshape(rope_pairs_split(q, cos, sin), [B, S, D])
     }
 
     /// The rotated keys, head-major as the cache holds them.
@@ -138,7 +161,7 @@ pub mod llama {
         l: Layer,
     ) -> Tensor![f32; B, KV, S, HD] {
         let k = reshape(qmatmul(xn, l.wk), [B, S, KV, HD]);
-        transpose(rope_pairs(k, cos, sin), [0, 2, 1, 3])
+        transpose(rope_pairs_split(k, cos, sin), [0, 2, 1, 3])
     }
 
     /// The values, head-major.
@@ -521,7 +544,7 @@ impl Model {
             if room > prompt {
                 self.step_pass(&mut [StepSeq {
                     cache,
-                    token: 0,
+                    tokens: &[0],
                     pos: prompt,
                 }])?;
             }
@@ -579,6 +602,7 @@ impl Model {
 
     /// One forward pass of `ids` at positions `start..`, writing their keys
     /// and values into `cache`; the logits `[1, V]` of the last position.
+    /// A one-sequence [`Model::step`].
     pub fn forward(
         &self,
         cache: &mut [(Tensor, Tensor)],
@@ -594,32 +618,11 @@ impl Model {
         ids: &[u32],
         start: usize,
     ) -> Result<Tensor, tc::Error> {
-        let s = ids.len();
-        let mut x = llama::embed_rows(self.embedding_rows(ids)?)?;
-        let (cos, sin) = self.rope_tables(start, s)?;
-        let m = mask(s, start + s)?;
-        for (l, (kc, vc)) in self.layers.iter().zip(cache.iter_mut()) {
-            let xn = llama::attn_input(x.clone(), l)?;
-            let q = llama::queries(xn.clone(), cos.clone(), sin.clone(), l)?;
-            let k = llama::keys(xn.clone(), cos.clone(), sin.clone(), l)?;
-            let v = llama::values(xn, l)?;
-            // In place: the clones `attend` gets are dropped before the next step.
-            write_kv(kc, start, k)?;
-            write_kv(vc, start, v)?;
-            let ctx = attend(q, kc, vc, start + s, m.clone())?;
-            x = llama::mix(x, ctx, l)?;
-        }
-        if s > 1 {
-            // A prefill's intermediates, which the storage pool keeps for
-            // a next pass of the same length (7 MB for 128 tokens), are no
-            // use to the decode steps after it (theirs are too small to
-            // pool): given back before the output head reads the
-            // embedding, the last of the weights to become resident, they
-            // do not add to the peak resident set.
-            tc::runtime::pool::clear();
-            tc::runtime::resident::trim_heap();
-        }
-        llama::logits(x, &self.globals)
+        self.step_pass(&mut [StepSeq {
+            cache,
+            tokens: ids,
+            pos: start,
+        }])
     }
 }
 
@@ -633,87 +636,94 @@ pub struct Ready {
     pub packing_s: f64,
 }
 
-/// One sequence's part in a batched decode step ([`Model::step`]).
+/// One sequence's part in a batched step ([`Model::step`]).
 pub struct StepSeq<'a> {
-    /// Its KV cache (one `(keys, values)` pair per layer), room for `pos + 1`.
+    /// Its KV cache (one `(keys, values)` pair per layer), room for
+    /// `pos + tokens.len()`.
     pub cache: &'a mut [(Tensor, Tensor)],
-    /// The token to feed.
-    pub token: u32,
+    /// The tokens to feed: one for a decode step, a prompt's chunk for a
+    /// prefill.
+    pub tokens: &'a [u32],
     /// Its position (the number of positions already in the cache).
     pub pos: usize,
 }
 
 impl Model {
-    /// One decode step of several sequences at once: each feeds one token at
-    /// its own position. The sequences' rows are stacked as the `S` axis of
-    /// one `[1, N, D]` activation, so every weight matmul (`qmatmul`) sees
-    /// all N rows; RoPE takes each row's own position (the cos/sin tables
-    /// are per row); attention runs per sequence against its own cache,
-    /// over exactly its own length (no padding to the longest). Returns the
-    /// logits `[N, V]`, row i for sequence i.
+    /// One forward pass of several sequences at once, each feeding its own
+    /// tokens at its own positions: decode steps (one token each) and
+    /// prefill chunks together. The sequences' rows are stacked as the `S`
+    /// axis of one `[1, R, D]` activation, so every weight matmul
+    /// (`qmatmul`) sees all R rows; RoPE takes each row's own position (the
+    /// cos/sin tables are per row); attention runs per sequence against
+    /// its own cache, over exactly its own length with its own causal mask
+    /// (ragged: no padding to the longest), the sequences in parallel on
+    /// the pool. Returns the logits `[N, V]` of each sequence's last row,
+    /// row i for sequence i.
     ///
-    /// Each row is computed as a one-sequence step computes it: the
+    /// Each row is computed as a one-sequence pass computes it: the
     /// row-wise ops are independent of the row count, and the quantized
-    /// matmul's exact path computes every row with the same kernel
-    /// sequence whatever the number of rows (`tests/batching.rs` checks
-    /// the bits).
+    /// matmul's kernels compute every row with the same sequence of steps
+    /// whatever the number of rows (`tests/batching.rs` checks the bits).
     pub fn step(&self, seqs: &mut [StepSeq<'_>]) -> Result<Tensor, tc::Error> {
         tc::session(|| self.step_pass(seqs))
     }
 
     fn step_pass(&self, seqs: &mut [StepSeq<'_>]) -> Result<Tensor, tc::Error> {
-        use llama::{D, HALF, HD, KV};
-        let n = seqs.len();
-        let ids: Vec<u32> = seqs.iter().map(|q| q.token).collect();
-        let mut x = llama::embed_rows(self.embedding_rows(&ids)?)?;
-        let mut cos = Vec::with_capacity(n * HALF);
-        let mut sin = Vec::with_capacity(n * HALF);
-        for q in seqs.iter() {
-            let (c, s) = self.rope_tables(q.pos, 1)?;
+        use llama::{D, HALF};
+        let mut ids = Vec::new();
+        let mut cos = Vec::new();
+        let mut sin = Vec::new();
+        let mut parts = Vec::with_capacity(seqs.len());
+        for q in seqs.iter_mut() {
+            let s = q.tokens.len();
+            if s == 0 {
+                return Err(tc::Error::Malformed(
+                    "a step of a sequence with no tokens".into(),
+                ));
+            }
+            let (c, n) = self.rope_tables(q.pos, s)?;
             cos.extend_from_slice(c.as_slice::<f32>()?);
-            sin.extend_from_slice(s.as_slice::<f32>()?);
+            sin.extend_from_slice(n.as_slice::<f32>()?);
+            parts.push(Part {
+                row: ids.len(),
+                rows: s,
+                pos: q.pos,
+                mask: mask(s, q.pos + s)?,
+                cache: &mut *q.cache,
+            });
+            ids.extend_from_slice(q.tokens);
         }
-        let cos = Tensor::from_vec(&[n, HALF], cos)?;
-        let sin = Tensor::from_vec(&[n, HALF], sin)?;
-        // A decode query sees every key of its own sequence: an all-zero mask.
-        let masks = seqs
-            .iter()
-            .map(|q| Tensor::from_vec(&[llama::G, q.pos + 1], vec![0f32; llama::G * (q.pos + 1)]))
-            .collect::<Result<Vec<_>, _>>()?;
+        let r = ids.len();
+        let mut x = llama::embed_rows(self.embedding_rows(&ids)?)?;
+        let cos = Tensor::from_vec(&[r, HALF], cos)?;
+        let sin = Tensor::from_vec(&[r, HALF], sin)?;
         for (li, l) in self.layers.iter().enumerate() {
             let xn = llama::attn_input(x.clone(), l)?;
             let q = llama::queries(xn.clone(), cos.clone(), sin.clone(), l)?;
             let k = llama::keys(xn.clone(), cos.clone(), sin.clone(), l)?;
             let v = llama::values(xn, l)?;
-            // `[1, KV, N, HD]`: sequence i's key is head h's row i.
-            let (kd, vd, qd) = (
-                k.as_slice::<f32>()?,
-                v.as_slice::<f32>()?,
-                q.as_slice::<f32>()?,
-            );
-            let mut ctx = Vec::with_capacity(n * D);
-            for (i, sq) in seqs.iter_mut().enumerate() {
-                let row = |d: &[f32]| {
-                    let mut out = Vec::with_capacity(KV * HD);
-                    for h in 0..KV {
-                        out.extend_from_slice(&d[(h * n + i) * HD..(h * n + i + 1) * HD]);
-                    }
-                    Tensor::from_vec(&[1, KV, 1, HD], out)
-                };
-                let (kc, vc) = sq
-                    .cache
-                    .get_mut(li)
-                    .ok_or_else(|| tc::Error::Malformed("a cache without this layer".into()))?;
-                write_kv(kc, sq.pos, row(kd)?)?;
-                write_kv(vc, sq.pos, row(vd)?)?;
-                let qi = Tensor::from_slice(&[1, 1, D], &qd[i * D..(i + 1) * D])?;
-                let c = attend(qi, kc, vc, sq.pos + 1, masks[i].clone())?;
-                ctx.extend_from_slice(c.as_slice::<f32>()?);
-            }
-            x = llama::mix(x, Tensor::from_vec(&[1, n, D], ctx)?, l)?;
+            let rows = LayerRows { n: r, q, k, v };
+            let ctx = attend_all(&mut parts, li, &rows)?;
+            x = llama::mix(x, ctx, l)?;
         }
-        // `[N, 1, D]`: the logits of every row (each its own last position).
-        llama::logits(x.reshape(&[n, 1, D])?, &self.globals)
+        if r > parts.len() {
+            // A prefill's intermediates, which the storage pool keeps for
+            // a next pass of the same length (7 MB for 128 tokens), are no
+            // use to the decode steps after it (theirs are too small to
+            // pool): given back before the output head reads the
+            // embedding, the last of the weights to become resident, they
+            // do not add to the peak resident set.
+            tc::runtime::pool::clear();
+            tc::runtime::resident::trim_heap();
+        }
+        // `[N, 1, D]`: each sequence's last row.
+        let xs = x.as_slice::<f32>()?;
+        let mut last = Vec::with_capacity(parts.len() * D);
+        for p in &parts {
+            let at = (p.row + p.rows - 1) * D;
+            last.extend_from_slice(&xs[at..at + D]);
+        }
+        llama::logits(Tensor::from_vec(&[parts.len(), 1, D], last)?, &self.globals)
     }
 
     /// Bytes of a KV cache of [`Model::kv_dtype`] with room for `capacity`
@@ -746,6 +756,87 @@ fn write_kv(cache: &mut Tensor, pos: usize, x: Tensor) -> Result<(), tc::Error> 
         _ => x,
     };
     cache.update_slice(2, pos, &x)
+}
+
+/// One sequence's rows in a step ([`Model::step`]).
+struct Part<'a> {
+    /// Its first row among the step's rows, and how many it has.
+    row: usize,
+    rows: usize,
+    /// Positions already in its cache.
+    pos: usize,
+    /// Its causal mask ([`mask`]).
+    mask: Tensor,
+    cache: &'a mut [(Tensor, Tensor)],
+}
+
+/// A layer's queries `[1, R, D]`, keys and values `[1, KV, R, HD]` for
+/// the step's `n` rows.
+struct LayerRows {
+    n: usize,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+}
+
+impl Part<'_> {
+    /// This sequence's keys and values written into its layer-`li` cache,
+    /// then its queries' attention over the cache: its rows of the
+    /// attention context `[1, rows, D]`.
+    fn attend(&mut self, li: usize, all: &LayerRows) -> Result<Tensor, tc::Error> {
+        use llama::{D, HD, KV};
+        let (row, s) = (self.row, self.rows);
+        // `[1, KV, S, HD]` of this sequence from the step's `[1, KV, R, HD]`
+        // (the step's own tensor when the sequence has every row: a
+        // prefill alone allocates nothing more than it did unbatched).
+        let heads = |t: &Tensor| -> Result<Tensor, tc::Error> {
+            if s == all.n {
+                return Ok(t.clone());
+            }
+            let d = t.as_slice::<f32>()?;
+            let mut out = Vec::with_capacity(KV * s * HD);
+            for h in 0..KV {
+                out.extend_from_slice(&d[(h * all.n + row) * HD..(h * all.n + row + s) * HD]);
+            }
+            Tensor::from_vec(&[1, KV, s, HD], out)
+        };
+        let (kc, vc) = self
+            .cache
+            .get_mut(li)
+            .ok_or_else(|| tc::Error::Malformed("a cache without this layer".into()))?;
+        write_kv(kc, self.pos, heads(&all.k)?)?;
+        write_kv(vc, self.pos, heads(&all.v)?)?;
+        let q = if s == all.n {
+            all.q.clone()
+        } else {
+            Tensor::from_slice(
+                &[1, s, D],
+                &all.q.as_slice::<f32>()?[row * D..(row + s) * D],
+            )?
+        };
+        attend(q, kc, vc, self.pos + s, self.mask.clone())
+    }
+}
+
+/// Every sequence's attention for layer `li` ([`Part::attend`]), their
+/// contexts stacked in row order `[1, R, D]`. Several sequences run in
+/// parallel on the pool, each call kept on its task's thread
+/// ([`tc::llvm::team::serial`]): a decode row's attention is a few µs
+/// of work, which splitting across threads would only slow.
+fn attend_all(parts: &mut [Part<'_>], li: usize, rows: &LayerRows) -> Result<Tensor, tc::Error> {
+    use rayon::prelude::*;
+    if let [one] = parts {
+        return one.attend(li, rows);
+    }
+    let ctx: Vec<Tensor> = parts
+        .par_iter_mut()
+        .map(|p| tc::llvm::team::serial(|| p.attend(li, rows)))
+        .collect::<Result<_, _>>()?;
+    let mut all = Vec::with_capacity(rows.n * llama::D);
+    for c in &ctx {
+        all.extend_from_slice(c.as_slice::<f32>()?);
+    }
+    Tensor::from_vec(&[1, rows.n, llama::D], all)
 }
 
 /// `llama::attention` over the first `t` positions of a cache of either

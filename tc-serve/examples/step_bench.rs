@@ -1,0 +1,75 @@
+//! Decode-step cost by batch size: prefills N copies of a prompt, then
+//! times batched `Model::step`s and prints ms per step and per row.
+//!
+//!   cargo run --release -p tc-serve --example step_bench -- [--fast] [--threads T] [N ...]
+use std::time::Instant;
+use tc_serve::llama::model::{Model, StepSeq};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let fast = args.iter().any(|a| a == "--fast");
+    let threads = args
+        .iter()
+        .position(|a| a == "--threads")
+        .and_then(|i| args.get(i + 1))
+        .map(|t| t.parse::<usize>())
+        .transpose()?
+        .unwrap_or(1);
+    let ns: Vec<usize> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--threads"))
+        .map(|(_, a)| a.parse())
+        .collect::<Result<_, _>>()?;
+    let ns = if ns.is_empty() { vec![1, 4, 16] } else { ns };
+    // Read by rayon when the pool is built: set before any thread exists.
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    tc::llvm::threads::init();
+    let jit = tc::llvm::Jit::global();
+    let mut cfg = jit.config();
+    cfg.options.fast_quant = fast;
+    // As the server and the example run: the shape-generic kernels (a
+    // decoder's T changes every step).
+    cfg.specialize_after = u32::MAX;
+    jit.set_config(cfg);
+    let (m, _file) = Model::load(&tc_serve::llama::model::default_model_path())?;
+    if fast {
+        m.prepack_quantized();
+    }
+    let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 7).collect();
+    let steps = 24;
+    println!("| rows | ms/step (median) | min–max | ms/row |");
+    println!("|---|---|---|---|");
+    for &n in &ns {
+        let mut caches = Vec::new();
+        for _ in 0..n {
+            let mut c = m.cache(prompt.len() + steps + 8)?;
+            m.forward(&mut c, &prompt, 0)?;
+            caches.push(c);
+        }
+        let mut times = Vec::new();
+        for s in 0..steps {
+            let mut batch: Vec<StepSeq<'_>> = caches
+                .iter_mut()
+                .map(|c| StepSeq {
+                    cache: c,
+                    tokens: &[200],
+                    pos: prompt.len() + s,
+                })
+                .collect();
+            let t0 = Instant::now();
+            m.step(&mut batch)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        let warm = &mut times[4..];
+        warm.sort_by(f64::total_cmp);
+        let med = warm[warm.len() / 2];
+        println!(
+            "| {n} | {med:.2} | {:.2}–{:.2} | {:.2} |",
+            warm[0],
+            warm[warm.len() - 1],
+            med / n as f64
+        );
+    }
+    Ok(())
+}
