@@ -17,7 +17,7 @@
 //! small callees in first, [`crate::inline`], so most calls are gone);
 //! matmul operands too, except chains of transposes and broadcasts over a
 //! buffer (or a reshape of one), which the matmul packs through strides
-//! ([`matmul_view_ok`]; σ-specialised also slices and reshapes of strided
+//! ([`matmul_view_ok`]: slices too; σ-specialised also reshapes of strided
 //! views, [`view`]): a weight broadcast over the batch and attention head
 //! splits cost no copy. When such a chain starts at a computed value, that
 //! value is materialized instead of the chain's end. A σ-specialised plan
@@ -533,7 +533,7 @@ pub fn structure(
         mut forced,
         mm_use,
     } = uses(func, dtype_of);
-    force_view_roots(func, concrete.is_some(), &mut forced);
+    force_view_roots(func, &mut forced);
     let fanout = concrete.map(|(vals, _)| broadcast_fanout(func, vals));
     // Per value: its fused expression reads parameters only.
     let mut params_only = ValueMap::filled(func, false);
@@ -689,9 +689,9 @@ fn broadcast_fanout(func: &Function, vals: &ValueMap<ValInfo>) -> ValueMap<usize
 /// projection) is read in place when that value has a buffer: the value is
 /// materialized (one contiguous write) instead of the chain's end (a
 /// strided write per head, 4× slower, or one copy per slice). The walk
-/// passes through the ops a view admits: transposes, broadcasts and
-/// reshapes always, slices only in a σ-specialised plan ([`view`]).
-fn force_view_roots(func: &Function, concrete: bool, forced: &mut ValueMap<bool>) {
+/// passes through the ops a view admits ([`view`]): transposes,
+/// broadcasts, reshapes and slices.
+fn force_view_roots(func: &Function, forced: &mut ValueMap<bool>) {
     for inst in &func.body {
         let Op::Matmul(a, b) = &inst.op else {
             continue;
@@ -699,8 +699,10 @@ fn force_view_roots(func: &Function, concrete: bool, forced: &mut ValueMap<bool>
         for mut x in [*a, *b] {
             while let Some(def) = func.inst(x) {
                 match &def.op {
-                    Op::Transpose(_, y) | Op::Broadcast(_, y) | Op::Reshape(_, y) => x = *y,
-                    Op::Slice { x: y, .. } if concrete => x = *y,
+                    Op::Transpose(_, y)
+                    | Op::Broadcast(_, y)
+                    | Op::Reshape(_, y)
+                    | Op::Slice { x: y, .. } => x = *y,
                     op => {
                         if inlinable(op) && x != *a && x != *b {
                             forced[x] = true;
@@ -1004,9 +1006,12 @@ fn static_dim_at(func: &Function, consts: &Sigma, v: Value, a: usize, depth: usi
 
 /// Can value `v` be read by matmul as a strided view of a buffer for every
 /// σ (given the materialization decided so far for earlier values)? F32
-/// only: chains of transposes and broadcasts, ending at a buffer or at a
-/// reshape of one. The shape-generic admission; [`view`] computes the
-/// view itself, and admits more for one σ.
+/// only: chains of transposes, broadcasts and slices, ending at a buffer
+/// or at a reshape of one. A slice moves the view's start and scales one
+/// stride whatever σ is (a decoder's `slice(cache, 2, 0, T)` of keys is
+/// read in place, not copied every step). The shape-generic admission;
+/// [`view`] computes the view itself at run time, and admits more for one
+/// σ.
 pub fn matmul_view_ok(
     func: &Function,
     mat: &ValueMap<bool>,
@@ -1025,7 +1030,9 @@ pub fn matmul_view_ok(
         return true;
     }
     match &inst.op {
-        Op::Transpose(_, x) | Op::Broadcast(_, x) => matmul_view_ok(func, mat, *x, false, dtype_of),
+        Op::Transpose(_, x) | Op::Broadcast(_, x) | Op::Slice { x, .. } => {
+            matmul_view_ok(func, mat, *x, false, dtype_of)
+        }
         Op::Reshape(_, x) => func.inst(*x).is_none() || mat[*x],
         _ => false,
     }
