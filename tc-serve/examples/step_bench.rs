@@ -1,7 +1,7 @@
 //! Decode-step cost by batch size: prefills N copies of a prompt, then
 //! times batched `Model::step`s and prints ms per step and per row.
 //!
-//!   cargo run --release -p tc-serve --example step_bench -- [--fast] [--threads T] [N ...]
+//!   cargo run --release -p tc-serve --example step_bench -- [--fast] [--threads T] [--steps S] [N ...]
 use std::time::Instant;
 use tc_serve::llama::model::{Model, StepSeq};
 
@@ -15,10 +15,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|t| t.parse::<usize>())
         .transpose()?
         .unwrap_or(1);
+    let steps = args
+        .iter()
+        .position(|a| a == "--steps")
+        .and_then(|i| args.get(i + 1))
+        .map(|t| t.parse::<usize>())
+        .transpose()?
+        .unwrap_or(24)
+        .max(5);
     let ns: Vec<usize> = args
         .iter()
         .enumerate()
-        .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--threads"))
+        .filter(|(i, a)| {
+            !a.starts_with("--") && (*i == 0 || !matches!(args[i - 1].as_str(), "--threads" | "--steps"))
+        })
         .map(|(_, a)| a.parse())
         .collect::<Result<_, _>>()?;
     let ns = if ns.is_empty() { vec![1, 4, 16] } else { ns };
@@ -37,7 +47,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.prepack_quantized();
     }
     let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 7).collect();
-    let steps = 24;
     println!("| rows | ms/step (median) | min–max | ms/row |");
     println!("|---|---|---|---|");
     for &n in &ns {
