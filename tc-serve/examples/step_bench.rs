@@ -1,37 +1,35 @@
 //! Decode-step cost by batch size: prefills N copies of a prompt, then
 //! times batched `Model::step`s and prints ms per step and per row.
 //!
-//!   cargo run --release -p tc-serve --example step_bench -- [--fast] [--threads T] [--steps S] [N ...]
+//!   cargo run --release -p tc-serve --example step_bench -- --help
 use std::time::Instant;
 use tc_serve::llama::model::{Model, StepSeq};
 
+/// Decode-step cost by batch size.
+#[derive(clap::Parser)]
+struct Args {
+    /// Fast numerics (8-bit activations, packed weights).
+    #[arg(long)]
+    fast: bool,
+    /// Pool threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Timed steps per batch size (the first four are not counted).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(5..))]
+    steps: u64,
+    /// Batch sizes (rows per step).
+    #[arg(default_values_t = [1usize, 4, 16])]
+    rows: Vec<usize>,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let fast = args.iter().any(|a| a == "--fast");
-    let threads = args
-        .iter()
-        .position(|a| a == "--threads")
-        .and_then(|i| args.get(i + 1))
-        .map(|t| t.parse::<usize>())
-        .transpose()?
-        .unwrap_or(1);
-    let steps = args
-        .iter()
-        .position(|a| a == "--steps")
-        .and_then(|i| args.get(i + 1))
-        .map(|t| t.parse::<usize>())
-        .transpose()?
-        .unwrap_or(24)
-        .max(5);
-    let ns: Vec<usize> = args
-        .iter()
-        .enumerate()
-        .filter(|(i, a)| {
-            !a.starts_with("--") && (*i == 0 || !matches!(args[i - 1].as_str(), "--threads" | "--steps"))
-        })
-        .map(|(_, a)| a.parse())
-        .collect::<Result<_, _>>()?;
-    let ns = if ns.is_empty() { vec![1, 4, 16] } else { ns };
+    let Args {
+        fast,
+        threads,
+        steps,
+        rows: ns,
+    } = clap::Parser::parse();
+    let steps = steps as usize;
     // Read by rayon when the pool is built: set before any thread exists.
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     tc::llvm::threads::init();
