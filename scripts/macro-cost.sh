@@ -8,7 +8,9 @@
 #
 # Three annotated builds are timed: cold (the proof cache off), warm (every
 # answer from the proof cache the warm-up filled) and edited (warm, with one
-# function's `requires` changed before each run, so its queries miss).
+# function's `requires` changed before each run, so its queries miss; each
+# crate built after its own unedited source, so rustc's incremental cache
+# holds the rest, as on a user's second build).
 # TC_SOLVER_FAST=off sends every query that is not syntactic to Z3 (what
 # the proof cache saves on crates whose obligations are not bounds).
 # With TC_PROFILE=<file> set, the macro appends a per-function breakdown
@@ -22,12 +24,18 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${MACRO_COST_DIR:-$(mktemp -d /tmp/tc-macro-cost.XXXXXX)}
 export CARGO_TARGET_DIR=${MACRO_COST_TARGET:-$ROOT/target-macro-cost}
 
-mkdir -p "$WORK/src"
-# Same dependency versions as the workspace (so a shared target dir reuses them).
-cp "$ROOT/Cargo.lock" "$WORK/Cargo.lock"
-cat > "$WORK/Cargo.toml" <<TOML
+# Two crates, the plain fns and the annotated ones, each with its own
+# incremental state: a build after an edit then reuses what the previous
+# build of the *same* crate compiled, as a user's second build does (one
+# crate alternating between the two sources recompiled all of it each time,
+# and charged that to the edited function).
+for crate in plain annotated; do
+    mkdir -p "$WORK/$crate/src"
+    # Same dependency versions as the workspace (so the shared target dir reuses them).
+    cp "$ROOT/Cargo.lock" "$WORK/$crate/Cargo.lock"
+    cat > "$WORK/$crate/Cargo.toml" <<TOML
 [package]
-name = "tc-macro-cost"
+name = "tc-macro-cost-$crate"
 version = "0.0.0"
 edition = "2021"
 publish = false
@@ -40,6 +48,7 @@ tc = { path = "$ROOT" }
 [profile.dev.package."*"]
 opt-level = 1
 TOML
+done
 
 # Five templates of increasing size, cycled: name, signature, attribute, body.
 gen() { # $1 = annotated|plain
@@ -100,11 +109,13 @@ CACHE="$WORK/proof-cache"
 rm -rf "$CACHE"
 
 build() { # $1 = variant; prints seconds
-    cp "$WORK/$1.rs" "$WORK/src/lib.rs"
-    touch "$WORK/src/lib.rs"
+    local crate=annotated
+    case $1 in plain*) crate=plain ;; esac
+    cp "$WORK/$1.rs" "$WORK/$crate/src/lib.rs"
+    touch "$WORK/$crate/src/lib.rs"
     local t0 t1
     t0=$(date +%s.%N)
-    (cd "$WORK" && cargo build -q 2>"$WORK/$1.err") || { cat "$WORK/$1.err" >&2; exit 1; }
+    (cd "$WORK/$crate" && cargo build -q 2>"$WORK/$1.err") || { cat "$WORK/$1.err" >&2; exit 1; }
     t1=$(date +%s.%N)
     echo "$t1 - $t0" | bc -l
 }
@@ -114,13 +125,17 @@ build plain >/dev/null
 TC_PROOF_CACHE=off build annotated >/dev/null
 edited 1
 TC_PROOF_CACHE=$CACHE build edited >/dev/null
+build plain-edited >/dev/null
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 P=$(for ((r = 0; r < RUNS; r++)); do build plain; done | median)
 C=$(for ((r = 0; r < RUNS; r++)); do TC_PROOF_CACHE=off build annotated; done | median)
 W=$(for ((r = 0; r < RUNS; r++)); do TC_PROOF_CACHE=$CACHE build annotated; done | median)
-# Edited: each round the plain and the annotated crate with the same edit.
+# Edited: each round the plain and the annotated crate with the same edit,
+# each after a build of its own unedited source (its incremental state).
 EDITS=$(for ((r = 0; r < RUNS; r++)); do
+    build plain >/dev/null
+    TC_PROOF_CACHE=$CACHE build annotated >/dev/null
     edited $((r + 2))
     echo "$(build plain-edited) $(TC_PROOF_CACHE=$CACHE build edited)"
 done)

@@ -53,6 +53,39 @@ pub enum EmbedError {
     },
 }
 
+/// A tensor fn's IR as `#[tensor_fn]` embeds it: the bytes, decoded and
+/// verified ([`decode`]) on first use, kept for the process. One
+/// non-generic type, so that a tensor fn's expansion is a `static` and a
+/// call: a `OnceLock` of its own per fn, with an initialising closure of
+/// its own, was about fifteen monomorphised functions per tensor fn for
+/// rustc to generate code for, again whenever an edit touched the crate.
+pub struct Embedded {
+    bytes: &'static [u8],
+    ir: std::sync::OnceLock<Result<Function, EmbedError>>,
+}
+
+impl Embedded {
+    /// The IR that `bytes` hold (not decoded until [`Embedded::get`]).
+    pub const fn new(bytes: &'static [u8]) -> Embedded {
+        Embedded {
+            bytes,
+            ir: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The function, or why its bytes were refused.
+    pub fn get(&'static self) -> Result<&'static Function, &'static EmbedError> {
+        self.ir.get_or_init(|| decode(self.bytes)).as_ref()
+    }
+}
+
+/// The resolver of a tensor fn that calls no other (`#[tensor_fn]` outside
+/// a `#[tensor_module]`): no name resolves. A function item, so that no
+/// expansion carries a closure of its own.
+pub fn no_callees(_: &str) -> Option<&'static Function> {
+    None
+}
+
 /// The bytes [`decode`] reads back as `f`.
 pub fn encode(f: &Function) -> Result<Vec<u8>, EmbedError> {
     let mut out = Vec::new();

@@ -166,16 +166,15 @@ fn ir_cell_type() -> TokenStream {
 
 /// The body of an IR cell's accessor: the checked function embedded as
 /// bytes (`tc_core::embed`), decoded and verified on first use and kept in
-/// a `static` `OnceLock`.
+/// a `static` [`tc_core::embed::Embedded`] (non-generic: the expansion
+/// monomorphises nothing).
 fn ir_cell(func: &Function) -> TokenStream {
     match tc_core::embed::encode(func) {
         Ok(bytes) => {
             let lit = proc_macro2::Literal::byte_string(&bytes);
             quote!({
-                static IR: ::std::sync::OnceLock<
-                    ::core::result::Result<::tc::core::ir::Function, ::tc::core::embed::EmbedError>,
-                > = ::std::sync::OnceLock::new();
-                IR.get_or_init(|| ::tc::core::embed::decode(#lit)).as_ref()
+                static IR: ::tc::core::embed::Embedded = ::tc::core::embed::Embedded::new(#lit);
+                IR.get()
             })
         }
         Err(e) => {
@@ -304,7 +303,7 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
                 fn __tc_ir() -> #cell_ty #cell
                 __tc_ir()
             });
-            let resolve = quote!(&|_: &str| ::core::option::Option::None);
+            let resolve = quote!(&::tc::core::embed::no_callees);
             emit_fn(
                 &u.item,
                 u.sig.as_ref(),
@@ -716,7 +715,7 @@ fn module_items(
                             Some(&f.sig),
                             Body::Run {
                                 ir: quote!(#irf()),
-                                resolve: quote!(&|n: &str| __tc_resolve(n)),
+                                resolve: quote!(&__tc_resolve),
                             },
                             structs,
                         )
