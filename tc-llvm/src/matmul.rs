@@ -1970,9 +1970,13 @@ unsafe fn swept(
         .checked_mul(k)
         .ok_or_else(|| Error::Unsupported(format!("a {m} × {k} operand")))?;
     let mut x = tc_runtime::alloc::filled(len, 0f32)?;
-    for (p, xp) in x.iter_mut().enumerate() {
-        // SAFETY: `(p / k, p % k)` with `p / k < m`: readable by the contract.
-        *xp = unsafe { a.at(p / k, p % k) };
+    // Row by row: no division per element (at a few rows and a short K it
+    // cost as much as the product).
+    for (i, row) in x.chunks_exact_mut(k.max(1)).enumerate() {
+        for (j, xp) in row.iter_mut().enumerate() {
+            // SAFETY: `i < m`, `j < k`: readable by the contract.
+            *xp = unsafe { a.at(i, j) };
+        }
     }
     let par =
         threads != 1 && (splits(m, n, k) || crate::gemv::splits(k, n, crate::team::in_session()));

@@ -188,25 +188,33 @@ unsafe fn columns(
     // accumulators, and a narrow product (an attention head's `p · v`, 64
     // columns) cleared all 32 KiB per block.
     let width = (ACC_FLOATS / m / 16 * 16).min((j1 - j0).div_ceil(16) * 16);
-    let mut acc = Acc([0.0; ACC_FLOATS]);
-    let mut j = j0;
-    while j < j1 {
-        let cols = width.min(j1 - j);
-        for pc in (0..b.k).step_by(kc) {
-            let blk = Block {
-                pc,
-                rows: kc.min(b.k - pc),
-                j,
-                cols,
-                width,
-            };
-            // SAFETY: rows `pc..pc + rows ⊆ 0..k` and columns `j..j + cols
-            // ⊆ j0..j1` of `b` and C (the contract); `m·width ≤
-            // ACC_FLOATS`; AVX-512F by `available`.
-            unsafe { by_rows!(m, block(x, b, &blk, &mut acc.0, c)) }
-        }
-        j += cols;
+    // This thread's accumulators, kept across calls: zeroing 32 KiB per
+    // call was most of a small product's time (the values left in them
+    // are never read: each K-block clears what it uses).
+    thread_local! {
+        static ACC: std::cell::RefCell<Box<Acc>> =
+            std::cell::RefCell::new(Box::new(Acc([0.0; ACC_FLOATS])));
     }
+    ACC.with_borrow_mut(|acc| {
+        let mut j = j0;
+        while j < j1 {
+            let cols = width.min(j1 - j);
+            for pc in (0..b.k).step_by(kc) {
+                let blk = Block {
+                    pc,
+                    rows: kc.min(b.k - pc),
+                    j,
+                    cols,
+                    width,
+                };
+                // SAFETY: rows `pc..pc + rows ⊆ 0..k` and columns `j..j + cols
+                // ⊆ j0..j1` of `b` and C (the contract); `m·width ≤
+                // ACC_FLOATS`; AVX-512F by `available`.
+                unsafe { by_rows!(m, block(x, b, &blk, &mut acc.0, c)) }
+            }
+            j += cols;
+        }
+    });
 }
 
 /// One K-block (`rows` rows from `pc`) of one column chunk (`cols` columns
