@@ -100,7 +100,7 @@ pub const TC_SOLVER_FAST: Var = var(
 pub const TC_PROOF_CACHE: Var = var(
     "TC_PROOF_CACHE",
     "the build's `target/tc-proof-cache`",
-    "The `#[tensor_fn]` proof cache's folder; `off`, `0` or empty turns it off.",
+    "The `#[tensor_fn]` proof cache's folder (solver answers, and whole checked fns under `fns/`); `off`, `0` or empty turns it off.",
 );
 /// The interpreter's heap-invariant check.
 pub const TC_CHECK_HEAP: Var = var(

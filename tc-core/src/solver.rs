@@ -314,7 +314,20 @@ pub fn has_proof_cache() -> bool {
     with_state(|s| s.disk.is_some())
 }
 
+/// This thread's proof cache directory, if any (caches of whole checked
+/// functions live beside its entries).
+pub fn proof_cache_dir() -> Option<std::path::PathBuf> {
+    with_state(|s| s.disk.as_ref().map(|d| d.dir().to_path_buf()))
+}
+
 pub use disk::{stats as proof_cache_stats, DiskStats};
+
+/// What the proof cache keys its entries by: tc-core's version and source
+/// fingerprint and Z3's full version (a checker or solver that differs
+/// answers anew). Other caches of checked results key by it too.
+pub fn proof_cache_identity() -> &'static str {
+    disk::identity()
+}
 
 /// Turn the answers before Z3 (`solver/fast.rs`) on or off for this
 /// thread; off, every query that is not syntactic reaches Z3 (for tests that

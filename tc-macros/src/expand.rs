@@ -111,19 +111,14 @@ enum Body {
     Stub,
 }
 
-fn emit_fn(
-    item: &ItemFn,
-    sig_doc: Option<&Signature>,
-    body: Body,
-    structs: &Structs,
-) -> TokenStream {
+fn emit_fn(item: &ItemFn, sig_doc: Option<&str>, body: Body, structs: &Structs) -> TokenStream {
     let attrs = item.attrs.iter().filter(|a| !is_tensor_fn_attr(a));
     let vis = &item.vis;
     let name = &item.sig.ident;
     let rs = rust_sig(item, structs);
     let params = &rs.params;
     let doc = sig_doc.map(|s| {
-        let text = format!(" ```text\n {}\n ```", s.to_string().replace('\n', "\n "));
+        let text = format!(" ```text\n {}\n ```", s.replace('\n', "\n "));
         quote!(#[doc = ""] #[doc = " **Shape contract** (checked by `tc` at compile time, enforced at every call):"] #[doc = ""] #[doc = #text])
     });
     let body = match body {
@@ -170,18 +165,49 @@ fn ir_cell_type() -> TokenStream {
 /// monomorphises nothing).
 fn ir_cell(func: &Function) -> TokenStream {
     match tc_core::embed::encode(func) {
-        Ok(bytes) => {
-            let lit = proc_macro2::Literal::byte_string(&bytes);
-            quote!({
-                static IR: ::tc::core::embed::Embedded = ::tc::core::embed::Embedded::new(#lit);
-                IR.get()
-            })
-        }
+        Ok(bytes) => ir_cell_bytes(&bytes),
         Err(e) => {
             let msg = e.to_string();
             quote!({ ::core::compile_error!(#msg) })
         }
     }
+}
+
+/// [`ir_cell`] of a function's embedded bytes.
+fn ir_cell_bytes(bytes: &[u8]) -> TokenStream {
+    let lit = proc_macro2::Literal::byte_string(bytes);
+    quote!({
+        static IR: ::tc::core::embed::Embedded = ::tc::core::embed::Embedded::new(#lit);
+        IR.get()
+    })
+}
+
+/// The body of a standalone tensor fn that runs the IR in `cell`.
+fn standalone_body(cell: TokenStream) -> Body {
+    let cell_ty = ir_cell_type();
+    Body::Run {
+        ir: quote!({
+            fn __tc_ir() -> #cell_ty #cell
+            __tc_ir()
+        }),
+        resolve: quote!(&::tc::core::embed::no_callees),
+    }
+}
+
+/// A standalone tensor fn expanded from the whole-fn cache
+/// (`fn_cache.rs`): its entry's IR and documentation, its signature as
+/// written. `None` (check it) on a miss.
+fn from_cache(key: &crate::fn_cache::Key, item: &TokenStream) -> Option<TokenStream> {
+    let e = tc_core::profile::time("fn_cache.load", || crate::fn_cache::load(key))?;
+    let item: ItemFn = tc_core::profile::time("fn_cache.parse", || syn::parse2(item.clone()).ok())?;
+    tc_core::profile::time("fn_cache.emit", || {
+        Some(emit_fn(
+            &item,
+            Some(&e.doc),
+            standalone_body(ir_cell_bytes(&e.ir)),
+            &Structs::new(),
+        ))
+    })
 }
 
 /// One tensor fn as the front end sees it.
@@ -284,6 +310,12 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
         let e = e.into_compile_error();
         return quote!(#e #stub);
     }
+    // An unchanged fn that checked cleanly before is expanded from the
+    // whole-fn cache, unchecked (`fn_cache.rs` says what it is keyed by).
+    let key = tc_core::profile::time("fn_cache.key", || crate::fn_cache::key(&attr, &item));
+    if let Some(out) = key.as_ref().and_then(|k| from_cache(k, &item)) {
+        return out;
+    }
     let item: ItemFn = match syn::parse2(item) {
         Ok(i) => i,
         Err(e) => return crate::spans::recode(codes::ITEM_FORM, e).into_compile_error(),
@@ -295,19 +327,29 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     let sigs = Signatures::new();
     check_unit(&mut u, &sigs, &BTreeSet::new(), false, &mut spans);
     let errs = std::mem::take(&mut u.errors).into_tokens();
+    let doc = u.sig.as_ref().map(ToString::to_string);
     let out = match &u.checked {
         Some(f) => {
-            let cell = ir_cell(f);
-            let cell_ty = ir_cell_type();
-            let ir = quote!({
-                fn __tc_ir() -> #cell_ty #cell
-                __tc_ir()
-            });
-            let resolve = quote!(&::tc::core::embed::no_callees);
+            let bytes = tc_core::embed::encode(f);
+            // Only a clean verdict is kept: a fn with errors is checked
+            // again every time, its diagnostics the checker's own.
+            if let (Some(k), Ok(ir), Some(doc), true) = (&key, &bytes, &doc, errs.is_empty()) {
+                crate::fn_cache::save(
+                    k,
+                    &crate::fn_cache::Expansion {
+                        doc: doc.clone(),
+                        ir: ir.clone(),
+                    },
+                );
+            }
+            let cell = match bytes {
+                Ok(b) => ir_cell_bytes(&b),
+                Err(_) => ir_cell(f),
+            };
             emit_fn(
                 &u.item,
-                u.sig.as_ref(),
-                Body::Run { ir, resolve },
+                doc.as_deref(),
+                standalone_body(cell),
                 &Structs::new(),
             )
         }
@@ -712,7 +754,7 @@ fn module_items(
                         // show as `layer.wq`, …
                         emit_fn(
                             &u.item,
-                            Some(&f.sig),
+                            Some(&f.sig.to_string()),
                             Body::Run {
                                 ir: quote!(#irf()),
                                 resolve: quote!(&__tc_resolve),

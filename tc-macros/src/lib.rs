@@ -17,6 +17,7 @@ mod check;
 mod codegen;
 mod ctxt;
 pub(crate) mod expand;
+mod fn_cache;
 mod limits;
 mod literals;
 mod lower;

@@ -411,3 +411,30 @@ fn dim_parameters_expand_or_fail_cleanly() {
         );
     }
 }
+
+/// The whole-fn cache (`fn_cache.rs`): a clean fn expanded from its entry
+/// gives the tokens its check gave; an edited fn, and a fn with errors,
+/// are checked (the errors every time, never stored).
+#[test]
+fn the_whole_fn_cache_expands_as_the_check_does() {
+    let dir = std::env::temp_dir().join(format!("tc-fn-cache-expand-{}", std::process::id()));
+    tc_core::solver::set_proof_cache(Some(&dir));
+    let fns = dir.join("fns");
+    let count = || std::fs::read_dir(&fns).map_or(0, |d| d.count());
+    let (attr, item) = (ts(GOOD[2].0), ts(GOOD[2].1));
+    let cold = expand::tensor_fn(attr.clone(), item.clone()).to_string();
+    assert_eq!(count(), 1, "a clean fn is stored");
+    let warm = expand::tensor_fn(attr.clone(), item.clone()).to_string();
+    assert_eq!(warm, cold, "expanded from the entry as checked");
+    // An edit (here of the attribute) is another key: checked, stored beside.
+    let _ = expand::tensor_fn(ts("requires(D % H == 0, H >= 2)"), item.clone());
+    assert_eq!(count(), 2);
+    // A fn with an error is never stored, and reports it every time.
+    let bad = ts("fn bad(x: Tensor![f32; N]) -> Tensor![f32; M] { x }");
+    for _ in 0..2 {
+        assert!(has_compile_error(&expand::tensor_fn(ts(""), bad.clone())));
+    }
+    assert_eq!(count(), 2);
+    tc_core::solver::set_proof_cache(None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

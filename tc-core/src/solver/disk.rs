@@ -126,6 +126,11 @@ impl Store {
         }
     }
 
+    /// The directory of the entries.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn path_of(&self, chain: u128) -> PathBuf {
         self.dir.join(format!("{chain:032x}"))
     }
