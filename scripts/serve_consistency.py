@@ -2,7 +2,7 @@
 
 Usage: serve_consistency.py HOST:PORT [STREAMS]
 
-Sends STREAMS (default 16) streamless /v1/completions requests one at a
+Sends STREAMS (default 16) non-streamed /v1/completions requests one at a
 time (temperature 0, 48 tokens, `ignore_eos`), then the same requests all
 at once, and reports how many concurrent texts equal their solo text.
 Standard library only.
@@ -13,16 +13,8 @@ import json
 import sys
 import threading
 
-BASE = [
-    "Write a story about a lighthouse keeper who finds a map.",
-    "Explain how a bicycle works, part by part.",
-    "Describe a day in the life of a honeybee.",
-    "List the steps to bake bread at home, with details.",
-    "Tell me about the history of the printing press.",
-    "Write a letter to a friend about a trip to the mountains.",
-    "Explain why the sky is blue to a ten-year-old.",
-    "Describe the water cycle in detail.",
-]
+# The load test's prompts (scripts/serve_load.py, beside this file).
+from serve_load import PROMPTS as BASE
 
 
 def complete(host, port, prompt):

@@ -4,12 +4,5 @@
 //! version does (see `src/disk.rs`).
 
 fn main() {
-    // Read at run time: a build-script binary can be reused for a checkout
-    // at another path, and must hash that checkout's sources.
-    let dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    let src = std::path::Path::new(&dir).join("src");
-    let h = tc_fingerprint::source_fingerprint(&src).expect("tc-llvm build script: read src/");
-    println!("cargo:rustc-env=TC_LLVM_SOURCE_FINGERPRINT={h}");
-    // A directory makes cargo rerun this script when any file below it changes.
-    println!("cargo:rerun-if-changed=src");
+    tc_fingerprint::emit_source_fingerprint("TC_LLVM_SOURCE_FINGERPRINT");
 }

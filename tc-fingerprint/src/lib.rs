@@ -5,9 +5,11 @@
 //!   relative path, a 0 byte, its length and its bytes; each cache puts its
 //!   crate's fingerprint in its entries' identity, so an entry made by other
 //!   code is never trusted;
+//! - [`emit_source_fingerprint`], their build scripts' one job;
 //! - [`read_entry`], the one way they read an entry: whatever sits at an
 //!   entry's name (a FIFO, a link to /dev/zero, a directory, a huge file)
-//!   is refused, never waited on or read whole.
+//!   is refused, never waited on or read whole;
+//! - [`write_entry`], the one way they write one: whole or not at all.
 
 /// Every `.rs` file under `dir`, as (path relative to `dir` with `/`
 /// separators, contents), sorted by path.
@@ -36,6 +38,53 @@ pub fn source_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, Vec<u
     walk(dir, dir, &mut out)?;
     out.sort();
     Ok(out)
+}
+
+/// A build script's job for a crate whose on-disk cache keys its entries
+/// by the crate's own code: the fingerprint of its `src/` as the
+/// compile-time variable `var`, and a rerun whenever a file below `src/`
+/// changes.
+pub fn emit_source_fingerprint(var: &str) {
+    // Read at run time: a build-script binary reused for a checkout at
+    // another path must hash that checkout's sources.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let src = std::path::Path::new(&manifest).join("src");
+    let h = source_fingerprint(&src)
+        .unwrap_or_else(|e| panic!("build script: read {}: {e}", src.display()));
+    println!("cargo:rustc-env={var}={h}");
+    // A directory makes cargo rerun the script when any file below it changes.
+    println!("cargo:rerun-if-changed=src");
+}
+
+/// Writes `bytes` as the entry `dest`: into a fresh temporary file of `dir`
+/// (`.tmp-<pid>-<n>`; `create_new`, so never through a link or into what
+/// already sits there), then renamed onto `dest`, so that concurrent
+/// readers and writers (rustc processes, threads) see whole entries only.
+/// On failure the temporary file is removed; callers ignore the error (a
+/// cache only ever saves work).
+pub fn write_entry(
+    dir: &std::path::Path,
+    dest: &std::path::Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, dest));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The fingerprint of every `.rs` file under `dir`.

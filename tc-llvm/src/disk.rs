@@ -38,7 +38,6 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -267,28 +266,10 @@ impl Store {
     /// Store `object` as the code of `ir`. Failures (a full disk, a
     /// read-only directory) only mean the next process compiles again.
     pub fn save(&self, ir: &str, object: &[u8]) {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let tmp = self.dir.join(format!(
-            ".tmp-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        // `create_new` (O_CREAT | O_EXCL): never through a link or into
-        // whatever already sits at the temporary name.
-        let written = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(&self.encode(ir, object)))
-            .and_then(|()| fs::rename(&tmp, self.path_of(ir)));
-        match written {
-            Ok(()) => {
-                self.stats.writes.fetch_add(1, Ordering::Relaxed);
-                self.evict();
-            }
-            Err(_) => {
-                let _ = fs::remove_file(&tmp);
-            }
+        let bytes = self.encode(ir, object);
+        if tc_fingerprint::write_entry(&self.dir, &self.path_of(ir), &bytes).is_ok() {
+            self.stats.writes.fetch_add(1, Ordering::Relaxed);
+            self.evict();
         }
     }
 

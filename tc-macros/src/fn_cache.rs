@@ -24,9 +24,7 @@
 //! `tc_core::solver::proof_cache_dir`), and are off when it is.
 
 use std::fs;
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use proc_macro2::TokenStream;
 
@@ -123,27 +121,11 @@ pub fn load(key: &Key) -> Option<Expansion> {
 /// Store an expansion; failures (a read-only or full disk) are ignored:
 /// the cache only ever saves work.
 pub fn save(key: &Key, e: &Expansion) {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
     let Some(dir) = key.path.parent() else {
         return;
     };
-    if fs::create_dir_all(dir).is_err() {
-        return;
-    }
-    let tmp = dir.join(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    // `create_new` (O_EXCL): never write through a link left at the name.
-    let written = fs::File::options()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&encode(key, e)))
-        .and_then(|()| fs::rename(&tmp, &key.path));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
+    if fs::create_dir_all(dir).is_ok() {
+        let _ = tc_fingerprint::write_entry(dir, &key.path, &encode(key, e));
     }
 }
 

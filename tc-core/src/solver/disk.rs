@@ -35,7 +35,6 @@
 //! `TC_PROOF_CACHE=off|<dir>`).
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -219,30 +218,12 @@ impl Store {
     /// Store an answer; failures (read-only or full disk) are ignored: the
     /// cache only ever saves work.
     pub(super) fn save(&self, prev: u128, chain: u128, key: &str, out: &Outcome) {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
         if fs::create_dir_all(&self.dir).is_err() {
             return;
         }
-        let tmp = self.dir.join(format!(
-            ".tmp-{}-{}-{chain:032x}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
         let bytes = Self::encode(prev, key, out);
-        // `create_new` (O_EXCL): never write through a link left at the name.
-        let written = fs::File::options()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(&bytes))
-            .and_then(|()| fs::rename(&tmp, self.path_of(chain)));
-        match written {
-            Ok(()) => {
-                stats().writes.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                let _ = fs::remove_file(&tmp);
-            }
+        if tc_fingerprint::write_entry(&self.dir, &self.path_of(chain), &bytes).is_ok() {
+            stats().writes.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
