@@ -118,3 +118,48 @@ fn an_entry_larger_than_the_cap_is_a_miss_unread() {
     drop(f);
     assert_eq!(lookup(&d.0, u64::MAX), (false, 1));
 }
+
+/// The cap holds: saves beyond it evict the oldest entries, the folder
+/// listed on a store's first save and then after every sixteenth of the
+/// cap written (so it exceeds the cap by at most that much and one entry),
+/// and a store opened on an over-full folder evicts on its first save.
+#[test]
+fn saves_keep_the_folder_within_its_cap() {
+    let d = TempDir::new("cap");
+    let cap = 64 << 10;
+    let object = vec![7u8; 4 << 10];
+    let folder_bytes = || -> u64 {
+        std::fs::read_dir(&d.0)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tck"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum()
+    };
+    let entry = {
+        let s = store(&d.0, cap);
+        for i in 0..40 {
+            s.save(&format!("{IR}; {i}"), &object);
+            assert!(
+                folder_bytes() <= cap + cap / 16 + 2 * object.len() as u64,
+                "after save {i}: {} bytes",
+                folder_bytes()
+            );
+        }
+        std::fs::metadata(s.path_of(&format!("{IR}; 39")))
+            .unwrap()
+            .len()
+    };
+    // Fill past the cap with a large cap, then reopen with the small one.
+    let big = store(&d.0, 1 << 30);
+    for i in 40..80 {
+        big.save(&format!("{IR}; {i}"), &object);
+    }
+    assert!(folder_bytes() > cap + cap / 16 + entry);
+    store(&d.0, cap).save(&format!("{IR}; 80"), &object);
+    assert!(
+        folder_bytes() <= cap,
+        "{} bytes after the first save",
+        folder_bytes()
+    );
+}
