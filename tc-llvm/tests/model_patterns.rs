@@ -188,24 +188,7 @@ fn softmax4_fn() -> Function {
     let mut b = builder("softmax4");
     let x = b.param("x", tt(Dtype::F32, &["B", "H", "S", "T"]));
     b.returns(tt(Dtype::F32, &["B", "H", "S", "T"]));
-    let full = dims(&["B", "H", "S", "T"]);
-    let m = b.op(Op::Reduce {
-        op: ReduceOp::Max,
-        axes: vec![3],
-        keepdims: true,
-        x,
-    });
-    let mb = b.op(Op::Broadcast(full.clone(), m));
-    let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
-    let e = b.op(Op::Unary(UnaryOp::Exp, d));
-    let s = b.op(Op::Reduce {
-        op: ReduceOp::Sum,
-        axes: vec![3],
-        keepdims: true,
-        x: e,
-    });
-    let sb = b.op(Op::Broadcast(full, s));
-    let r = b.op(Op::Binary(BinaryOp::Div, e, sb));
+    let r = softmax_rows(&mut b, x, dims(&["B", "H", "S", "T"]));
     b.finish(r)
 }
 

@@ -164,7 +164,13 @@ fn ir_cell_type() -> TokenStream {
 /// a `static` [`tc_core::embed::Embedded`] (non-generic: the expansion
 /// monomorphises nothing).
 fn ir_cell(func: &Function) -> TokenStream {
-    match tc_core::embed::encode(func) {
+    ir_cell_of(tc_core::embed::encode(func))
+}
+
+/// [`ir_cell`] of an encoding's result: the cell, or the refusal as a
+/// compile error.
+fn ir_cell_of(encoded: Result<Vec<u8>, tc_core::embed::EmbedError>) -> TokenStream {
+    match encoded {
         Ok(bytes) => ir_cell_bytes(&bytes),
         Err(e) => {
             let msg = e.to_string();
@@ -342,10 +348,7 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
                     },
                 );
             }
-            let cell = match bytes {
-                Ok(b) => ir_cell_bytes(&b),
-                Err(_) => ir_cell(f),
-            };
+            let cell = ir_cell_of(bytes);
             emit_fn(
                 &u.item,
                 doc.as_deref(),

@@ -169,25 +169,26 @@ pub fn builder(name: &str) -> FnBuilder {
     FnBuilder::new(name)
 }
 
-/// The softmax of `x`'s rows (`x` of shape `[R, C]` named by `rc`), as a
-/// library function writes it: max, subtract, exp, sum, divide.
-pub fn softmax_rows(b: &mut FnBuilder, x: Value, rc: Vec<Dim>) -> Value {
+/// The softmax over the last axis of `x` (of shape `full`), as a library
+/// function writes it: max, subtract, exp, sum, divide.
+pub fn softmax_rows(b: &mut FnBuilder, x: Value, full: Vec<Dim>) -> Value {
+    let last = full.len() - 1;
     let m = b.op(Op::Reduce {
         op: ReduceOp::Max,
-        axes: vec![1],
+        axes: vec![last],
         keepdims: true,
         x,
     });
-    let mb = b.op(Op::Broadcast(rc.clone(), m));
+    let mb = b.op(Op::Broadcast(full.clone(), m));
     let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
     let e = b.op(Op::Unary(UnaryOp::Exp, d));
     let s = b.op(Op::Reduce {
         op: ReduceOp::Sum,
-        axes: vec![1],
+        axes: vec![last],
         keepdims: true,
         x: e,
     });
-    let sb = b.op(Op::Broadcast(rc, s));
+    let sb = b.op(Op::Broadcast(full, s));
     b.op(Op::Binary(BinaryOp::Div, e, sb))
 }
 

@@ -168,11 +168,17 @@ pub fn run(
             let result = {
                 let mut step: Vec<StepSeq<'_>> = Vec::with_capacity(plan.len());
                 let mut rest = running.iter_mut().enumerate();
-                for (i, tokens) in &plan {
-                    if let Some((_, s)) = rest.find(|(j, _)| j == i) {
+                for &(i, chunk) in &plan {
+                    if let Some((_, s)) = rest.find(|(j, _)| *j == i) {
+                        // Its next token when decoding, else its prompt's
+                        // next `chunk` tokens.
+                        let tokens = match (&s.next, chunk) {
+                            (Some(next), 0) => std::slice::from_ref(next),
+                            _ => &s.job.prompt[s.prefilled..s.prefilled + chunk],
+                        };
                         step.push(StepSeq {
-                            cache: &mut s.cache,
                             tokens,
+                            cache: &mut s.cache,
                             pos: s.pos,
                         });
                     }
@@ -182,10 +188,7 @@ pub fn run(
             stats
                 .forward_us
                 .fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-            let decoding = plan
-                .iter()
-                .filter(|(i, _)| running[*i].next.is_some())
-                .count();
+            let decoding = plan.iter().filter(|(_, chunk)| *chunk == 0).count();
             if decoding > 0 {
                 stats.decode_steps.fetch_add(1, Ordering::Relaxed);
                 stats.observe_batch(decoding);
@@ -193,16 +196,16 @@ pub fn run(
             match result {
                 Ok(logits) => {
                     let v = logits.len() / plan.len();
-                    for (r, (i, tokens)) in plan.iter().enumerate() {
-                        let s = &mut running[*i];
+                    for (r, &(i, chunk)) in plan.iter().enumerate() {
+                        let s = &mut running[i];
                         let row = &logits[r * v..(r + 1) * v];
-                        if s.next.is_some() {
+                        if chunk == 0 {
                             s.pos += 1;
                         } else {
                             stats
                                 .prompt_tokens
-                                .fetch_add(tokens.len() as u64, Ordering::Relaxed);
-                            s.prefilled += tokens.len();
+                                .fetch_add(chunk as u64, Ordering::Relaxed);
+                            s.prefilled += chunk;
                             s.pos = s.prefilled;
                             if s.prefilled < s.job.prompt.len() {
                                 continue;
@@ -225,7 +228,8 @@ pub fn run(
 }
 
 /// The rows of this iteration's forward pass, in `running` order: each
-/// entry a sequence's index and the tokens it feeds. A sequence past its
+/// entry a sequence's index and how many prompt tokens it prefills (0: it
+/// decodes). A sequence past its
 /// prefill feeds its next token (its cache grown first where full);
 /// sequences still prefilling feed their next prompt chunk, at most
 /// `prefill_chunk` prompt tokens in all, or `prefill_chunk_decoding` while
@@ -237,7 +241,7 @@ fn plan_step(
     model: &Model,
     per_pos: usize,
     stats: &GenStats,
-) -> Vec<(usize, Vec<u32>)> {
+) -> Vec<(usize, usize)> {
     let decoding = running.iter().any(|s| s.alive() && s.next.is_some());
     let mut budget = if decoding {
         config.prefill_chunk.min(config.prefill_chunk_decoding)
@@ -249,14 +253,14 @@ fn plan_step(
         if !s.alive() {
             continue;
         }
-        let Some(next) = s.next else {
-            if budget > 0 {
-                let end = s.job.prompt.len().min(s.prefilled + budget);
-                budget -= end - s.prefilled;
-                plan.push((i, s.job.prompt[s.prefilled..end].to_vec()));
+        if s.next.is_none() {
+            let chunk = (s.job.prompt.len() - s.prefilled).min(budget);
+            if chunk > 0 {
+                budget -= chunk;
+                plan.push((i, chunk));
             }
             continue;
-        };
+        }
         if s.pos + 1 > s.capacity {
             let cap = s.reserved.min(s.capacity + GROW.max(s.capacity / 2));
             match model.grow_cache(&s.cache, cap) {
@@ -273,7 +277,7 @@ fn plan_step(
                 }
             }
         }
-        plan.push((i, vec![next]));
+        plan.push((i, 0));
     }
     plan
 }

@@ -487,24 +487,18 @@ impl Model {
         Tensor::from_raw(e.dtype(), &[1, ids.len(), d], out)
     }
 
-    /// cos and sin `[S, HD/2]` of positions `start..start + s`: the angles
-    /// in f64 (`pos · θ^(−2i/HD)`), rounded once to f32.
-    fn rope_tables(&self, start: usize, s: usize) -> Result<(Tensor, Tensor), tc::Error> {
-        let half = llama::HALF;
-        let mut cos = Vec::with_capacity(s * half);
-        let mut sin = Vec::with_capacity(s * half);
+    /// cos and sin rows `[S, HD/2]` of positions `start..start + s`,
+    /// appended to `cos` and `sin`: the angles in f64 (`pos · θ^(−2i/HD)`),
+    /// rounded once to f32.
+    fn rope_rows(&self, start: usize, s: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
         for p in start..start + s {
-            for i in 0..half {
+            for i in 0..llama::HALF {
                 let inv = 1.0 / self.rope_theta.powf((2 * i) as f64 / llama::HD as f64);
                 let a = p as f64 * inv;
                 cos.push(a.cos() as f32);
                 sin.push(a.sin() as f32);
             }
         }
-        Ok((
-            Tensor::from_vec(&[s, half], cos)?,
-            Tensor::from_vec(&[s, half], sin)?,
-        ))
     }
 
     /// An empty KV cache for `capacity` positions, of [`Model::kv_dtype`]:
@@ -681,9 +675,7 @@ impl Model {
                     "a step of a sequence with no tokens".into(),
                 ));
             }
-            let (c, n) = self.rope_tables(q.pos, s)?;
-            cos.extend_from_slice(c.as_slice::<f32>()?);
-            sin.extend_from_slice(n.as_slice::<f32>()?);
+            self.rope_rows(q.pos, s, &mut cos, &mut sin);
             parts.push(Part {
                 row: ids.len(),
                 rows: s,
