@@ -17,6 +17,9 @@ struct Args {
     /// Timed steps per batch size (the first four are not counted).
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(5..))]
     steps: u64,
+    /// KV-cache element type: f32 or f16.
+    #[arg(long, default_value = "f32")]
+    kv_cache: tc_serve::llama::model::KvDtype,
     /// Batch sizes (rows per step).
     #[arg(default_values_t = [1usize, 4, 16])]
     rows: Vec<usize>,
@@ -27,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         fast,
         threads,
         steps,
+        kv_cache,
         rows: ns,
     } = clap::Parser::parse();
     let steps = steps as usize;
@@ -40,7 +44,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // decoder's T changes every step).
     cfg.specialize_after = u32::MAX;
     jit.set_config(cfg);
-    let (m, _file) = Model::load(&tc_serve::llama::model::default_model_path())?;
+    let (mut m, _file) = Model::load(&tc_serve::llama::model::default_model_path())?;
+    m.kv_dtype = kv_cache;
     if fast {
         m.prepack_quantized();
     }
