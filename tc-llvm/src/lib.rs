@@ -106,6 +106,7 @@ mod gemv;
 pub mod host;
 pub mod inline;
 pub mod jit;
+mod llvm_ir;
 pub mod matmul;
 pub mod matmul_int;
 mod offpool;

@@ -556,7 +556,7 @@ impl<'a> Gen<'a> {
         self.b.emit(&format!("br label %Cm{l}"));
         incoming.push((z, format!("Cn{l}.{}", xs.len() - 1)));
         self.b.block(&format!("Cm{l}"));
-        self.b.phi(&incoming)
+        self.b.phi_labels(&incoming)
     }
 
     /// §12b pad: the operand's element at `j − before` when that is inside
@@ -610,7 +610,7 @@ impl<'a> Gen<'a> {
         self.b.emit(&format!("br label %Pm{lab}"));
         self.b.block(&format!("Pm{lab}"));
         self.b
-            .phi(&[(e, format!("Pe{lab}")), (other, format!("Pm{lab}.f"))])
+            .phi_labels(&[(e, format!("Pe{lab}")), (other, format!("Pm{lab}.f"))])
     }
 
     /// The zero of `dt`'s computation type, as an operand.

@@ -29,7 +29,7 @@
 //! `math` (NaN rules, fast approximations), `elementwise` (per-element
 //! expressions and fusion), `kernels` (loops and kernel functions),
 //! `reduce` (reductions), `pool`, `scan` (cumsum) and `topk` (per-lane
-//! heap selection), over `ir`, the typed instruction builder (a
+//! heap selection), over `crate::llvm_ir`, the typed instruction builder (a
 //! value carries its LLVM type; every instruction checks its operands).
 //! This file holds the state and [`gen_module`].
 
@@ -41,14 +41,13 @@ use tc_core::{Dtype, Sigma};
 use tc_runtime::cast;
 use tc_runtime::elem::Elem;
 
+use crate::llvm_ir::{Builder, Ty, V};
 use crate::options::{Error, JitOptions};
 use crate::plan::{Step, Structure, VKind, ValInfo};
 use crate::rt::{dtype_code, unary_code};
-use ir::{Builder, Ty, V};
 
 mod dtype;
 mod elementwise;
-mod ir;
 mod kernels;
 mod math;
 mod pool;

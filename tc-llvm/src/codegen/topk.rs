@@ -211,7 +211,8 @@ impl<'a> Gen<'a> {
         let pick = self.b.select(&rb, &r, l);
         self.b.emit(&format!("br label %W{a}.e"));
         self.b.block(&format!("W{a}.e"));
-        self.b.phi(&[(l.clone(), pre), (pick, format!("W{a}.r"))])
+        self.b
+            .phi_labels(&[(l.clone(), pre), (pick, format!("W{a}.r"))])
     }
 
     /// Is the element at index `i` better than the one at `j` (`i ≠ j`):
