@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use crate::jit::JitModule;
+use crate::llvm_ir::{Block, Builder, LoopMd, Phi, Ty, V};
 use crate::options::Error;
 
 /// Fewest multiply-adds of a product split across threads outside a
@@ -33,25 +34,24 @@ pub const PAR_MIN_MACS_SESSION: usize = 1 << 20;
 /// loaded, added (when accumulating) and stored, `ldc` elements per row.
 pub(crate) struct UkrSpec<'a> {
     /// Element type (`float`, `i32`, `i64`).
-    pub elem: &'a str,
+    pub elem: Ty,
     /// Lanes per vector (NR = 2·vw).
     pub vw: usize,
     /// Rows of the tile.
     pub mr: usize,
     /// How A's elements lie.
     pub a: ALayout,
-    /// Declarations before the function.
-    pub decls: String,
-    /// Extra instructions after `%b{j}` is loaded.
-    pub after_b: &'a dyn Fn(usize) -> String,
-    /// Extra instructions after `%as{i}` is broadcast.
-    pub after_a: &'a dyn Fn(usize) -> String,
-    /// Instructions defining `%n{i}_{j}` from `%acc{i}_{j}`, `%as{i}`, `%b{j}`.
-    pub step: &'a dyn Fn(usize, usize) -> String,
-    /// The add of the accumulate path (`fadd`, `add`).
-    pub add: &'a str,
+    /// Extra instructions after B's vector `j` is loaded (its first
+    /// element's address, the vector): the operand the steps take for it.
+    pub after_b: &'a dyn Fn(&mut Builder, usize, &V, V) -> V,
+    /// Extra instructions after row `i` of A is broadcast: the operand the
+    /// steps take for it.
+    pub after_a: &'a dyn Fn(&mut Builder, usize, V) -> V,
+    /// The step of accumulator `(i, j)`, from it and the operands of A and
+    /// B: the accumulator after it, `%n{i}_{j}`.
+    pub step: &'a dyn Fn(&mut Builder, (usize, usize), &V, &V, &V) -> V,
     /// Alignment promised for C's loads and stores.
-    pub c_align: usize,
+    pub c_align: u32,
     /// Copies of the k step per loop trip (`llvm.loop.unroll.count`; the
     /// pipeline unrolls only loops that ask, [`crate::host::PIPELINE`]).
     pub k_unroll: u32,
@@ -120,188 +120,278 @@ pub(crate) enum ALayout {
 /// The IR text of a micro-kernel module (see [`UkrSpec`]), `@ukr`, with
 /// the host attributes of [`crate::jit::attributes`].
 pub(crate) fn ukernel_text(k: &UkrSpec) -> String {
-    let mut s = k.decls.clone();
-    s.push_str("declare void @llvm.prefetch.p0i8(i8* nocapture readonly, i32, i32, i32)\n");
-    if k.cols != Cols::Whole {
-        let (v, t) = (format!("<{} x {}>", k.vw, k.elem), masked_suffix(k));
-        s.push_str(&format!(
-            "declare {v} @llvm.masked.load.{t}({v}*, i32 immarg, <{w} x i1>, {v})\ndeclare void @llvm.masked.store.{t}({v}, {v}*, i32 immarg, <{w} x i1>)\n\n",
-            w = k.vw
-        ));
-    }
-    s.push_str(&kernel_body(k));
-    s.push_str(&crate::jit::attributes());
-    s.push_str(&format!(
-        "!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.unroll.count\", i32 {}}}\n",
-        k.k_unroll
-    ));
-    s
+    let mut b = Builder::default();
+    let f = kernel_fn(&mut b, k);
+    b.module_text(&f, &crate::jit::attributes())
 }
 
-/// The type suffix of the masked load and store of one vector of C
-/// (`v16f32.p0v16f32`).
-fn masked_suffix(k: &UkrSpec) -> String {
-    let e = match k.elem {
-        "float" => "f32",
-        other => other,
-    };
-    format!("v{vw}{e}.p0v{vw}{e}", vw = k.vw)
+/// `@ukr`'s parameters (the [`Ukr`] signature), as operands.
+struct Params {
+    kc: V,
+    a: V,
+    b: V,
+    c: V,
+    ldc: V,
+    accum: V,
+    lda: V,
+    ncols: V,
+}
+
+impl Params {
+    fn new(b: &mut Builder, e: Ty) -> Params {
+        let read = "noalias nocapture readonly";
+        Params {
+            kc: b.param(Ty::I64, "kc", ""),
+            a: b.param(e.ptr(), "a", read),
+            b: b.param(e.ptr(), "b", read),
+            c: b.param(e.ptr(), "c", "noalias nocapture"),
+            ldc: b.param(Ty::I64, "ldc", ""),
+            accum: b.param(Ty::I64, "accum", ""),
+            lda: b.param(Ty::I64, "lda", ""),
+            ncols: b.param(Ty::I64, "ncols", ""),
+        }
+    }
+}
+
+/// An `i64` literal.
+fn lit(x: usize) -> V {
+    V::int(Ty::I64, x as i64)
 }
 
 /// The function `@ukr`: one or two vectors of C per row ([`UkrSpec::cols`]).
-fn kernel_body(k: &UkrSpec) -> String {
-    let (e, vw, mr) = (k.elem, k.vw, k.mr);
+fn kernel_fn(b: &mut Builder, k: &UkrSpec) -> String {
+    let p = Params::new(b, k.elem);
     let vecs = if k.cols == Cols::One { 1 } else { 2 };
-    let v = format!("<{vw} x {e}>");
-    let mut s = format!(
-        "define void @ukr(i64 %kc, {e}* noalias nocapture readonly %a, {e}* noalias nocapture readonly %b, {e}* noalias nocapture %c, i64 %ldc, i64 %accum, i64 %lda, i64 %ncols) #0 {{\nentry:\n"
-    );
-    if matches!(k.a, ALayout::Rows { .. }) {
-        // Row starts, computed once: the loop then adds `k` to each.
-        for i in 0..mr {
-            s.push_str(&format!(
-                "  %aro{i} = mul i64 %lda, {i}\n  %ar{i} = getelementptr inbounds {e}, {e}* %a, i64 %aro{i}\n"
-            ));
-        }
-    }
-    // The C tile's vector addresses `%cp{i}_{j}`. It is read (when
-    // accumulating) and written only after the k loop: ask for its lines
-    // now, so they arrive while the loop runs. Each vector's first element
-    // is one of the tile's columns (`j·vw < ncols`), inside C.
-    for i in 0..mr {
-        for j in 0..vecs {
-            s.push_str(&format!(
-                "  %ro{i}_{j} = mul i64 %ldc, {i}\n  %co{i}_{j} = add i64 %ro{i}_{j}, {}\n  %cp{i}_{j} = getelementptr inbounds {e}, {e}* %c, i64 %co{i}_{j}\n  %pc8{i}_{j} = bitcast {e}* %cp{i}_{j} to i8*\n  call void @llvm.prefetch.p0i8(i8* %pc8{i}_{j}, i32 1, i32 3, i32 1)\n",
-                j * vw
-            ));
-        }
-    }
-    // B (and a packed A) are walked by pointers that step once per k, so
-    // the loop addresses them by a constant offset from a register
-    // whatever the backend's loop strength reduction does (it is off,
-    // `host::LLVM_OPTIONS`).
-    s.push_str(&format!(
-        "  br label %loop\nloop:\n  %k = phi i64 [0, %entry], [%k1, %loop]\n  %bk = phi {e}* [%b, %entry], [%bk1, %loop]\n"
-    ));
-    if matches!(k.a, ALayout::Packed(_)) {
-        s.push_str(&format!("  %ak = phi {e}* [%a, %entry], [%ak1, %loop]\n"));
-    }
-    for i in 0..mr {
-        for j in 0..vecs {
-            s.push_str(&format!(
-                "  %acc{i}_{j} = phi {v} [zeroinitializer, %entry], [%n{i}_{j}, %loop]\n"
-            ));
-        }
-    }
-    s.push_str(&k_step(k, vecs));
-    s.push_str("  %k1 = add nuw nsw i64 %k, 1\n  %cc = icmp ult i64 %k1, %kc\n  br i1 %cc, label %loop, label %done, !llvm.loop !0\ndone:\n  %ac = icmp ne i64 %accum, 0\n");
-    let masked = k.cols != Cols::Whole;
-    if masked {
-        // The last vector holds `rem = ncols − (vecs − 1)·vw ∈ 1..=vw`
-        // columns (the caller's contract): a whole one, or masked.
-        s.push_str(&format!(
-            "  %rem = sub i64 %ncols, {}\n  %part = icmp ult i64 %rem, {vw}\n  br i1 %part, label %masked, label %whole\nwhole:\n",
-            (vecs - 1) * vw
-        ));
-    }
-    for i in 0..mr {
-        for j in 0..vecs {
-            s.push_str(&store_whole(k, "w", i, j));
-        }
-    }
-    s.push_str("  ret void\n");
-    if masked {
-        s.push_str(&store_masked(k, vecs));
-    }
-    s.push_str("}\n\n");
-    s
+    let entry = b.entry();
+    b.switch_to(&entry);
+    let rows = a_rows(b, k, &p);
+    let cp = c_tile(b, k, &p, vecs);
+    let (body, done) = (b.new_block("loop"), b.new_block("done"));
+    b.br(&body);
+    b.switch_to(&body);
+    let n = k_loop(b, k, &p, &rows, vecs, [&entry, &body, &done]);
+    b.switch_to(&done);
+    write_c(b, k, &p, &cp, &n);
+    b.define_void("ukr", "#0")
 }
 
-/// One step of k: `vecs` B vectors `%b{j}` (the panel is `2·vw` wide
-/// whatever `vecs`), `mr` broadcasts of A and the steps into `%n{i}_{j}`.
-fn k_step(k: &UkrSpec, vecs: usize) -> String {
-    let (e, vw, mr) = (k.elem, k.vw, k.mr);
-    let v = format!("<{vw} x {e}>");
-    let mut s = format!(
-        "  %bk1 = getelementptr inbounds {e}, {e}* %bk, i64 {}\n",
-        2 * vw
-    );
-    for j in 0..vecs {
-        s.push_str(&format!(
-            "  %bp{j} = getelementptr inbounds {e}, {e}* %bk, i64 {}\n  %bq{j} = bitcast {e}* %bp{j} to {v}*\n  %b{j} = load {v}, {v}* %bq{j}, align 4\n",
-            j * vw
-        ));
-        s.push_str(&(k.after_b)(j));
+/// With A read in place, its rows' starts `%ar{i}`, computed once: the
+/// loop then adds `k` to each.
+fn a_rows(b: &mut Builder, k: &UkrSpec, p: &Params) -> Vec<V> {
+    if !matches!(k.a, ALayout::Rows { .. }) {
+        return Vec::new();
     }
-    match k.a {
-        ALayout::Packed(ast) => s.push_str(&format!(
-            "  %ak1 = getelementptr inbounds {e}, {e}* %ak, i64 {ast}\n"
-        )),
-        ALayout::Rows { ahead } if ahead > 0 => s.push_str(&rows_prefetch(e, mr, ahead)),
-        ALayout::Rows { .. } => {}
+    (0..k.mr)
+        .map(|i| {
+            let off = b.named(format_args!("aro{i}")).mul(&p.lda, &lit(i));
+            b.named(format_args!("ar{i}")).gep(&p.a, &[&off])
+        })
+        .collect()
+}
+
+/// The C tile's vector addresses `%cp{i}_{j}`. It is read (when
+/// accumulating) and written only after the k loop: ask for its lines
+/// now, so they arrive while the loop runs. Each vector's first element
+/// is one of the tile's columns (`j·vw < ncols`), inside C.
+fn c_tile(b: &mut Builder, k: &UkrSpec, p: &Params, vecs: usize) -> Vec<Vec<V>> {
+    (0..k.mr)
+        .map(|i| {
+            (0..vecs)
+                .map(|j| {
+                    let ro = b.named(format_args!("ro{i}_{j}")).mul(&p.ldc, &lit(i));
+                    let co = b.named(format_args!("co{i}_{j}")).add(&ro, &lit(j * k.vw));
+                    let cp = b.named(format_args!("cp{i}_{j}")).gep(&p.c, &[&co]);
+                    let c8 = b.named(format_args!("pc8{i}_{j}"));
+                    let c8 = c8.bitcast(&cp, Ty::I8.ptr());
+                    b.prefetch(&c8, true);
+                    cp
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The k loop, `blocks` = (entry, loop, done): B (and a packed A) are
+/// walked by pointers that step once per k, so the loop addresses them by
+/// a constant offset from a register whatever the backend's loop strength
+/// reduction does (it is off, `host::LLVM_OPTIONS`). The accumulators
+/// after the last step.
+fn k_loop(
+    b: &mut Builder,
+    k: &UkrSpec,
+    p: &Params,
+    rows: &[V],
+    vecs: usize,
+    [entry, body, done]: [&Block; 3],
+) -> Vec<Vec<V>> {
+    let first = |v: &V| [(v.clone(), entry.clone())];
+    let kk = b.named("k").phi_open(&first(&lit(0)));
+    let bk = b.named("bk").phi_open(&first(&p.b));
+    let ak = matches!(k.a, ALayout::Packed(_)).then(|| b.named("ak").phi_open(&first(&p.a)));
+    let zero = V::zeroinit(k.elem.vec(k.vw));
+    let acc: Vec<Vec<Phi>> = (0..k.mr)
+        .map(|i| {
+            (0..vecs)
+                .map(|j| b.named(format_args!("acc{i}_{j}")).phi_open(&first(&zero)))
+                .collect()
+        })
+        .collect();
+    let ptrs = [kk.value(), bk.value()];
+    let (bk1, ak1, n) = k_step(b, k, p, rows, ptrs, ak.as_ref().map(Phi::value), &acc);
+    let k1 = b.named("k1").add_nuw_nsw(kk.value(), &lit(1));
+    let more = b.named("cc").icmp("ult", &k1, &p.kc);
+    b.cond_br_loop(&more, body, done, LoopMd::unroll_count(k.k_unroll));
+    let back = |v: &V| [(v.clone(), body.clone())];
+    b.phi_close(kk, &back(&k1));
+    b.phi_close(bk, &back(&bk1));
+    if let (Some(ak), Some(ak1)) = (ak, ak1) {
+        b.phi_close(ak, &back(&ak1));
     }
-    for i in 0..mr {
-        s.push_str(&match k.a {
-            ALayout::Packed(_) => {
-                format!("  %ap{i} = getelementptr inbounds {e}, {e}* %ak, i64 {i}\n")
+    for (phis, ns) in acc.into_iter().zip(&n) {
+        for (phi, nv) in phis.into_iter().zip(ns) {
+            b.phi_close(phi, &back(nv));
+        }
+    }
+    n
+}
+
+/// `x` in every one of `lanes` lanes (`names`: of the one-lane vector and
+/// of the splat).
+fn splat(b: &mut Builder, x: &V, lanes: usize, names: [String; 2]) -> V {
+    let v = x.ty.vec(lanes);
+    let [one, all] = names;
+    let x0 = b
+        .named(one)
+        .insertelement(&V::undef(v), x, &V::int(Ty::I32, 0));
+    let mask = V::zeroinit(Ty::I32.vec(lanes));
+    b.named(all).shufflevector(&x0, &V::undef(v), &mask)
+}
+
+/// One step of k at `[k, bk]` (and `ak`, A's packed panel): `vecs` B
+/// vectors (the panel is `2·vw` wide whatever `vecs`), `mr` broadcasts of
+/// A and the steps into `%n{i}_{j}`. The next `bk` and `ak`, and the
+/// accumulators.
+fn k_step(
+    b: &mut Builder,
+    k: &UkrSpec,
+    p: &Params,
+    rows: &[V],
+    [kk, bk]: [&V; 2],
+    ak: Option<&V>,
+    acc: &[Vec<Phi>],
+) -> (V, Option<V>, Vec<Vec<V>>) {
+    let vw = k.vw;
+    let bk1 = b.named("bk1").gep(bk, &[&lit(2 * vw)]);
+    let bv: Vec<V> = (0..acc[0].len())
+        .map(|j| {
+            let bp = b.named(format_args!("bp{j}")).gep(bk, &[&lit(j * vw)]);
+            let bq = b.named(format_args!("bq{j}"));
+            let bq = bq.bitcast(&bp, k.elem.vec(vw).ptr());
+            let bj = b.named(format_args!("b{j}")).load_align(&bq, 4);
+            (k.after_b)(b, j, &bp, bj)
+        })
+        .collect();
+    let ak1 = match (k.a, ak) {
+        (ALayout::Packed(stride), Some(ak)) => Some(b.named("ak1").gep(ak, &[&lit(stride)])),
+        (ALayout::Rows { ahead }, _) if ahead > 0 => {
+            rows_prefetch(b, k.mr, p, kk, ahead);
+            None
+        }
+        _ => None,
+    };
+    let n = acc
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let ap = b.named(format_args!("ap{i}"));
+            let ap = match ak {
+                Some(ak) => ap.gep(ak, &[&lit(i)]),
+                None => ap.gep(&rows[i], &[kk]),
+            };
+            let a = b.named(format_args!("a{i}")).load_align(&ap, 4);
+            let a = splat(b, &a, vw, [format!("ai{i}"), format!("as{i}")]);
+            let a = (k.after_a)(b, i, a);
+            (0..row.len())
+                .map(|j| (k.step)(b, (i, j), row[j].value(), &a, &bv[j]))
+                .collect()
+        })
+        .collect();
+    (bk1, ak1, n)
+}
+
+/// The `done` block: the accumulators `n` written to C at `cp`, whole
+/// vectors or, in a [`Cols`] variant, the last one's lanes past `ncols`
+/// masked.
+fn write_c(b: &mut Builder, k: &UkrSpec, p: &Params, cp: &[Vec<V>], n: &[Vec<V>]) {
+    let ac = b.named("ac").icmp("ne", &p.accum, &lit(0));
+    if k.cols == Cols::Whole {
+        store_rows(b, k, &ac, cp, n, None);
+        return;
+    }
+    // The last vector holds `rem = ncols − (vecs − 1)·vw ∈ 1..=vw`
+    // columns (the caller's contract): a whole one, or masked.
+    let vecs = n[0].len();
+    let rem = b.named("rem").sub(&p.ncols, &lit((vecs - 1) * k.vw));
+    let part = b.named("part").icmp("ult", &rem, &lit(k.vw));
+    let (masked, whole) = (b.new_block("masked"), b.new_block("whole"));
+    b.cond_br(&part, &masked, &whole);
+    b.switch_to(&whole);
+    store_rows(b, k, &ac, cp, n, None);
+    b.switch_to(&masked);
+    let lanes: Vec<i64> = (0..k.vw as i64).collect();
+    let rems = splat(b, &rem, k.vw, ["remv".into(), "rems".into()]);
+    let iota = V::int_vec(Ty::I64, &lanes);
+    let mask = b.named("mask").icmp("ult", &iota, &rems);
+    store_rows(b, k, &ac, cp, n, Some(&mask));
+}
+
+/// Every row's vectors stored whole, or, with a `mask`, its last one's
+/// first `%rem` lanes only (masked load and store: the lanes past them,
+/// past the tile's columns, are never touched); then the return.
+fn store_rows(b: &mut Builder, k: &UkrSpec, ac: &V, cp: &[Vec<V>], n: &[Vec<V>], mask: Option<&V>) {
+    let tag = if mask.is_some() { "m" } else { "w" };
+    let v = k.elem.vec(k.vw);
+    for (i, (cps, ns)) in cp.iter().zip(n).enumerate() {
+        for (j, (cp, nv)) in cps.iter().zip(ns).enumerate() {
+            let cq = b.named(format_args!("cq{tag}{i}_{j}")).bitcast(cp, v.ptr());
+            let old = b.named(format_args!("old{tag}{i}_{j}"));
+            let masked = mask.filter(|_| j + 1 == ns.len());
+            let old = match masked {
+                Some(m) => old.masked_load(&cq, k.c_align, m, &V::zeroinit(v)),
+                None => old.load_align(&cq, k.c_align),
+            };
+            let sum = b.named(format_args!("sum{tag}{i}_{j}"));
+            let sum = if k.elem.is_float() {
+                sum.fadd(&old, nv)
+            } else {
+                sum.add(&old, nv)
+            };
+            let res = b
+                .named(format_args!("res{tag}{i}_{j}"))
+                .select(ac, &sum, nv);
+            match masked {
+                Some(m) => b.masked_store(&res, &cq, k.c_align, m),
+                None => b.store_align(&res, &cq, k.c_align),
             }
-            ALayout::Rows { .. } => {
-                format!("  %ap{i} = getelementptr inbounds {e}, {e}* %ar{i}, i64 %k\n")
-            }
-        });
-        s.push_str(&format!(
-            "  %a{i} = load {e}, {e}* %ap{i}, align 4\n  %ai{i} = insertelement {v} undef, {e} %a{i}, i32 0\n  %as{i} = shufflevector {v} %ai{i}, {v} undef, <{vw} x i32> zeroinitializer\n"
-        ));
-        s.push_str(&(k.after_a)(i));
-        for j in 0..vecs {
-            s.push_str(&(k.step)(i, j));
         }
     }
-    s
-}
-
-/// Vector `j` of row `i` of C loaded, added to (when accumulating) and
-/// stored whole; `tag` keeps the names apart between blocks.
-fn store_whole(k: &UkrSpec, tag: &str, i: usize, j: usize) -> String {
-    let v = format!("<{} x {}>", k.vw, k.elem);
-    let (add, al, e) = (k.add, k.c_align, k.elem);
-    format!(
-        "  %cq{tag}{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %old{tag}{i}_{j} = load {v}, {v}* %cq{tag}{i}_{j}, align {al}\n  %sum{tag}{i}_{j} = {add} {v} %old{tag}{i}_{j}, %n{i}_{j}\n  %res{tag}{i}_{j} = select i1 %ac, {v} %sum{tag}{i}_{j}, {v} %n{i}_{j}\n  store {v} %res{tag}{i}_{j}, {v}* %cq{tag}{i}_{j}, align {al}\n"
-    )
-}
-
-/// The `masked` block: every row's vectors before the last stored whole,
-/// its last one's first `%rem` lanes only (masked load and store: the
-/// lanes past them, past the tile's columns, are never touched).
-fn store_masked(k: &UkrSpec, vecs: usize) -> String {
-    let (vw, e, add, al) = (k.vw, k.elem, k.add, k.c_align);
-    let (v, t) = (format!("<{vw} x {e}>"), masked_suffix(k));
-    let lanes: Vec<String> = (0..vw).map(|l| format!("i64 {l}")).collect();
-    let mut s = format!(
-        "masked:\n  %remv = insertelement <{vw} x i64> undef, i64 %rem, i32 0\n  %rems = shufflevector <{vw} x i64> %remv, <{vw} x i64> undef, <{vw} x i32> zeroinitializer\n  %mask = icmp ult <{vw} x i64> <{}>, %rems\n",
-        lanes.join(", ")
-    );
-    let j = vecs - 1;
-    for i in 0..k.mr {
-        for jw in 0..j {
-            s.push_str(&store_whole(k, "m", i, jw));
-        }
-        s.push_str(&format!(
-            "  %cqm{i}_{j} = bitcast {e}* %cp{i}_{j} to {v}*\n  %oldm{i}_{j} = call {v} @llvm.masked.load.{t}({v}* %cqm{i}_{j}, i32 {al}, <{vw} x i1> %mask, {v} zeroinitializer)\n  %summ{i}_{j} = {add} {v} %oldm{i}_{j}, %n{i}_{j}\n  %resm{i}_{j} = select i1 %ac, {v} %summ{i}_{j}, {v} %n{i}_{j}\n  call void @llvm.masked.store.{t}({v} %resm{i}_{j}, {v}* %cqm{i}_{j}, i32 {al}, <{vw} x i1> %mask)\n"
-        ));
-    }
-    s.push_str("  ret void\n");
-    s
+    b.ret_void();
 }
 
 /// The loop body's prefetch of A read in place ([`ALayout::Rows`] with
 /// `ahead > 0`): at step `k`, row `k mod 16` (row 0 when that is past the
 /// kernel's `mr` rows) at column `k + ahead`. Not `inbounds`: the address
 /// may lie past the row or past A (a hint, never dereferenced).
-fn rows_prefetch(e: &str, mr: usize, ahead: usize) -> String {
-    format!(
-        "  %pk = and i64 %k, 15\n  %pin = icmp ult i64 %pk, {mr}\n  %pr = select i1 %pin, i64 %pk, i64 0\n  %pro = mul i64 %pr, %lda\n  %pko = add i64 %pro, %k\n  %pao = add i64 %pko, {ahead}\n  %pa = getelementptr {e}, {e}* %a, i64 %pao\n  %pa8 = bitcast {e}* %pa to i8*\n  call void @llvm.prefetch.p0i8(i8* %pa8, i32 0, i32 3, i32 1)\n"
-    )
+fn rows_prefetch(b: &mut Builder, mr: usize, p: &Params, kk: &V, ahead: usize) {
+    let pk = b.named("pk").and(kk, &lit(15));
+    let inside = b.named("pin").icmp("ult", &pk, &lit(mr));
+    let row = b.named("pr").select(&inside, &pk, &lit(0));
+    let off = b.named("pro").mul(&row, &p.lda);
+    let off = b.named("pko").add(&off, kk);
+    let off = b.named("pao").add(&off, &lit(ahead));
+    let pa = b.named("pa").gep_any(&p.a, &[&off]);
+    let pa8 = b.named("pa8").bitcast(&pa, Ty::I8.ptr());
+    b.prefetch(&pa8, false);
 }
 
 /// The element counts `(batch, a, b, out)` of a batched matmul
@@ -904,7 +994,8 @@ pub(crate) unsafe fn blocked<F: Family>(
 
 #[cfg(test)]
 mod tests {
-    use super::Cols;
+    use super::{ALayout, Cols};
+    use crate::matmul_int::IntKernel;
 
     /// Every column count of a tile has exactly one kernel variant, the
     /// one `Cols::ragged` picks for a ragged panel (AVX-512 and AVX2
@@ -925,6 +1016,87 @@ mod tests {
                 assert_eq!(fit, want, "nr={nr} ncols={ncols}");
             }
             assert!(!Cols::One.fits(0, nr) && !Cols::Two.fits(nr + 1, nr));
+        }
+    }
+
+    /// The f32 kernels the planner can ask for, by name: both vector
+    /// widths, every row count, A packed (as wide as the tile or wider:
+    /// an edge kernel) or read in place with and without its prefetch,
+    /// each [`Cols`] variant.
+    fn f32_variants() -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for vw in [8, 16] {
+            for rows in 1..=14 {
+                let mut layouts = vec![
+                    ALayout::Packed(rows),
+                    ALayout::Rows { ahead: 0 },
+                    ALayout::Rows {
+                        ahead: crate::matmul::A_AHEAD,
+                    },
+                ];
+                layouts.extend(
+                    [6, 13, 14]
+                        .into_iter()
+                        .filter(|&s| s > rows)
+                        .map(ALayout::Packed),
+                );
+                for a in layouts {
+                    for c in [Cols::Whole, Cols::One, Cols::Two] {
+                        let name = format!("f32 vw{vw} rows{rows} {a:?} {c:?}");
+                        out.push((name, crate::matmul::ukernel_ir_rows(vw, rows, a, c)));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The integer kernels, by name: each kind at its vector widths,
+    /// every row count of panels packed as wide or wider, each [`Cols`]
+    /// variant.
+    fn int_variants() -> Vec<(String, String)> {
+        let kinds = [
+            (IntKernel::I64, [4, 8]),
+            (IntKernel::I32, [8, 16]),
+            (IntKernel::Pair16, [8, 16]),
+        ];
+        let mut out = Vec::new();
+        for (kind, vws) in kinds {
+            for vw in vws {
+                for rows in 1..=14 {
+                    let wider = [4, 6, 13, 14].into_iter().filter(|&s| s > rows);
+                    for mr in std::iter::once(rows).chain(wider) {
+                        for c in [Cols::Whole, Cols::One, Cols::Two] {
+                            let name = format!("{kind:?} vw{vw} rows{rows} mr{mr} {c:?}");
+                            let ir =
+                                crate::matmul_int::ukernel_int_ir_rows(kind, vw, (rows, mr), c);
+                            out.push((name, ir));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every micro-kernel variant's module parses and verifies in LLVM
+    /// (what compiling it checks first, without the optimisation and code
+    /// generation that would take minutes over all of them).
+    #[test]
+    fn every_kernel_variant_is_valid_ir() {
+        use inkwell::context::Context;
+        use inkwell::memory_buffer::MemoryBuffer;
+        let variants: Vec<_> = f32_variants().into_iter().chain(int_variants()).collect();
+        assert_eq!(variants.len(), 1278);
+        let ctx = Context::create();
+        for (name, ir) in variants {
+            let buf = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), &name);
+            let module = ctx
+                .create_module_from_ir(buf)
+                .unwrap_or_else(|e| panic!("{name} does not parse: {e}\n{ir}"));
+            if let Err(e) = module.verify() {
+                panic!("{name} does not verify: {e}\n{ir}");
+            }
         }
     }
 }

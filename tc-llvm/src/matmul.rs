@@ -31,6 +31,7 @@ use rayon::prelude::*;
 use tc_core::Dtype;
 use tc_runtime::cast;
 
+use crate::llvm_ir::{Ty, V};
 use crate::options::Error;
 
 /// Rows of the register tile.
@@ -107,32 +108,26 @@ pub fn ukernel_ir_mr(vw: usize, mr: usize) -> String {
 /// The IR text of a kernel computing `rows` rows of a tile, A as `a` says:
 /// the first `rows` of a panel packed `s ≥ rows` wide (an edge kernel when
 /// `rows < s`), or `rows` rows of A in place; writing `cols` of C.
-fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout, cols: Cols) -> String {
-    let v = format!("<{vw} x float>");
-    let fma = format!("llvm.fma.v{vw}f32");
+pub(crate) fn ukernel_ir_rows(vw: usize, rows: usize, a: ALayout, cols: Cols) -> String {
+    let ahead = b_prefetch_steps() * 2 * vw;
     ukernel_text(&UkrSpec {
-        elem: "float",
+        elem: Ty::Float,
         vw,
         mr: rows,
         a,
-        decls: format!("declare {v} @{fma}({v}, {v}, {v})\n\n"),
-        after_b: &|j| {
-            let d = b_prefetch_steps();
-            if d == 0 {
-                return String::new();
+        after_b: &|b, j, bp, bj| {
+            if ahead > 0 {
+                // Not `inbounds`: the address may lie past the panel (a
+                // hint, never dereferenced).
+                let pf = b.named(format_args!("pf{j}"));
+                let pf = pf.gep_any(bp, &[&V::int(Ty::I64, ahead as i64)]);
+                let pf8 = b.named(format_args!("pf8{j}")).bitcast(&pf, Ty::I8.ptr());
+                b.prefetch(&pf8, false);
             }
-            // Not `inbounds`: the address may lie past the panel (a hint,
-            // never dereferenced).
-            format!(
-                "  %pf{j} = getelementptr float, float* %bp{j}, i64 {}\n  %pf8{j} = bitcast float* %pf{j} to i8*\n  call void @llvm.prefetch.p0i8(i8* %pf8{j}, i32 0, i32 3, i32 1)\n",
-                d * 2 * vw
-            )
+            bj
         },
-        after_a: &|_| String::new(),
-        step: &|i, j| {
-            format!("  %n{i}_{j} = call {v} @{fma}({v} %as{i}, {v} %b{j}, {v} %acc{i}_{j})\n")
-        },
-        add: "fadd",
+        after_a: &|_, _, a| a,
+        step: &|b, (i, j), acc, a, bj| b.named(format_args!("n{i}_{j}")).fma(a, bj, acc),
         c_align: 4,
         k_unroll: f32_k_unroll(vw),
         cols,
@@ -302,7 +297,7 @@ fn in_place(rows: usize, ahead: bool, cols: Cols) -> Result<&'static Micro, Erro
 /// 2026-12-03, alternating processes, medians of the step profile; 16
 /// and 32 floats ahead measured between). A product
 /// whose A is in cache (a 128³ loop) runs at the same speed either way.
-const A_AHEAD: usize = 64;
+pub(crate) const A_AHEAD: usize = 64;
 
 /// `TC_MM_IN_PLACE=0` (or [`set_a_in_place`]) packs A in the streamed
 /// path even where it could be read in place (measurements, the

@@ -70,6 +70,7 @@ use crate::gemm_common::{
     blocked, kernel_set, table, table_kernel, Cols, Family, GemmElem, Kernels, Micro, SendPtr,
     Table,
 };
+use crate::llvm_ir::{Decl, Ty};
 use crate::options::Error;
 
 /// Contraction block, in packed k-slots (a slot is one step of k, or two
@@ -115,54 +116,53 @@ pub fn ukernel_int_ir(kind: IntKernel, vw: usize, mr: usize) -> String {
 /// whose A panel is packed `mr` rows wide (an edge kernel when `rows <
 /// mr`), writing `cols` of C (the masked forms for a ragged last column
 /// panel, as the f32 kernels' [`Cols`]).
-fn ukernel_int_ir_rows(
+pub(crate) fn ukernel_int_ir_rows(
     kind: IntKernel,
     vw: usize,
     (rows, mr): (usize, usize),
     cols: Cols,
 ) -> String {
-    let e = if kind == IntKernel::I64 { "i64" } else { "i32" };
-    let v = format!("<{vw} x {e}>");
-    let w = format!("<{} x i16>", 2 * vw);
+    let e = if kind == IntKernel::I64 {
+        Ty::I64
+    } else {
+        Ty::I32
+    };
+    let (v, w) = (e.vec(vw), Ty::I16.vec(2 * vw));
     let pmadd = if vw == 16 {
         "llvm.x86.avx512.pmaddw.d.512"
     } else {
         "llvm.x86.avx2.pmadd.wd"
     };
+    let pmadd = Decl::new(pmadd, Some(v), &[(w, ""), (w, "")], "#1");
     let pair = kind == IntKernel::Pair16;
     crate::gemm_common::ukernel_text(&crate::gemm_common::UkrSpec {
         elem: e,
         vw,
         mr: rows,
         a: crate::gemm_common::ALayout::Packed(mr),
-        decls: if pair {
-            format!("declare {v} @{pmadd}({w}, {w}) #1\n\n")
-        } else {
-            String::new()
-        },
-        after_b: &|j| {
+        after_b: &|b, j, _, bj| {
             if pair {
-                format!("  %bw{j} = bitcast {v} %b{j} to {w}\n")
+                b.named(format_args!("bw{j}")).bitcast(&bj, w)
             } else {
-                String::new()
+                bj
             }
         },
-        after_a: &|i| {
+        after_a: &|b, i, a| {
             if pair {
-                format!("  %aw{i} = bitcast {v} %as{i} to {w}\n")
+                b.named(format_args!("aw{i}")).bitcast(&a, w)
             } else {
-                String::new()
+                a
             }
         },
-        step: &|i, j| {
+        step: &|b, (i, j), acc, a, bj| {
+            let p = b.named(format_args!("p{i}_{j}"));
             let p = if pair {
-                format!("  %p{i}_{j} = call {v} @{pmadd}({w} %aw{i}, {w} %bw{j})\n")
+                p.call_to(&pmadd, &[a, bj])
             } else {
-                format!("  %p{i}_{j} = mul {v} %as{i}, %b{j}\n")
+                p.mul(a, bj)
             };
-            format!("{p}  %n{i}_{j} = add {v} %acc{i}_{j}, %p{i}_{j}\n")
+            b.named(format_args!("n{i}_{j}")).add(acc, &p)
         },
-        add: "add",
         c_align: 1,
         // As O3 chose for these kernels before the pipeline stopped
         // unrolling on its own (`host::PIPELINE`).
