@@ -55,6 +55,26 @@ pub fn time<R>(phase: &'static str, f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Add phases recorded on another thread (with their counts) to this
+/// thread's.
+pub fn merge(phases: Vec<(&'static str, Duration, u64)>) {
+    if !enabled() || phases.is_empty() {
+        return;
+    }
+    PHASES.with(|p| {
+        let mut p = p.borrow_mut();
+        for (phase, d, n) in phases {
+            match p.iter_mut().find(|(name, _, _)| *name == phase) {
+                Some(e) => {
+                    e.1 += d;
+                    e.2 += n;
+                }
+                None => p.push((phase, d, n)),
+            }
+        }
+    })
+}
+
 /// The phases summed on this thread since the last [`take`], in first-seen order.
 pub fn take() -> Vec<(&'static str, Duration, u64)> {
     PHASES.with(|p| std::mem::take(&mut *p.borrow_mut()))

@@ -82,6 +82,7 @@ use crate::profile;
 
 mod disk;
 mod fast;
+mod worker;
 
 /// The rlimit of a check's first attempt. The whole test suite (every
 /// Section 2 rule, the layers of the examples, the MiniLM and GPT-2 blocks)
@@ -209,6 +210,37 @@ pub struct Stats {
     /// Queries answered from the proof cache, run again on the solver
     /// before a later query of their scope missed.
     pub replays: u64,
+}
+
+impl Stats {
+    /// Add `o`'s counts (a query run on the Z3 worker counts on the thread
+    /// that asked it).
+    fn absorb(&mut self, o: &Stats) {
+        let Stats {
+            queries,
+            syntactic,
+            cache_hits,
+            z3_checks,
+            unknowns,
+            escalations,
+            abstracted,
+            refinements,
+            fast,
+            disk_hits,
+            replays,
+        } = *o;
+        self.queries += queries;
+        self.syntactic += syntactic;
+        self.cache_hits += cache_hits;
+        self.z3_checks += z3_checks;
+        self.unknowns += unknowns;
+        self.escalations += escalations;
+        self.abstracted += abstracted;
+        self.refinements += refinements;
+        self.fast += fast;
+        self.disk_hits += disk_hits;
+        self.replays += replays;
+    }
 }
 
 struct State {
@@ -549,6 +581,10 @@ struct Scope {
     /// Queries answered from the proof cache that the solver has not run:
     /// replayed, in order, before the first query that has to run.
     pending: Vec<Query>,
+    /// Its id on the Z3 worker ([`use_worker`]), and whether the worker
+    /// holds a context for it.
+    id: u64,
+    remote: bool,
 }
 
 struct Z3Scope {
@@ -606,6 +642,12 @@ pub fn scoped<R: Send + Sync>(f: impl FnOnce() -> R + Send + Sync) -> R {
     impl Drop for Leave {
         fn drop(&mut self) {
             let scope = SCOPE.with(|s| s.borrow_mut().take());
+            if let Some(Scope {
+                id, remote: true, ..
+            }) = scope
+            {
+                worker::end(id);
+            }
             profile::time("z3.context_drop", || drop(scope));
             with_state(|s| s.cache.clear());
         }
@@ -616,6 +658,8 @@ pub fn scoped<R: Send + Sync>(f: impl FnOnce() -> R + Send + Sync) -> R {
             z3: None,
             chain: disk::chain_start(),
             pending: Vec::new(),
+            id: worker::scope_id(),
+            remote: false,
         })
     });
     let _leave = Leave;
@@ -656,35 +700,124 @@ fn run(q: Query, store: Option<&disk::Store>, stats: &mut Stats) -> Outcome {
     }
     // The solver must have run every earlier query of the scope, as it
     // would have cold, before this one.
-    let (ctx, pending) = SCOPE
-        .with(|sc| {
-            let mut sc = sc.borrow_mut();
-            let scope = sc.as_mut()?;
-            let z = scope.z3.get_or_insert_with(|| Z3Scope {
-                ctx: profile::time("z3.context_new", fresh_context),
-                solver: None,
-                rlimit: Cell::new(None),
-            });
-            Some((z.ctx.clone(), std::mem::take(&mut scope.pending)))
-        })
-        .unwrap_or_else(|| (fresh_context(), Vec::new()));
+    let key = q.key.clone();
+    let out = if worker::enabled() {
+        on_worker(q, stats)
+    } else {
+        on_this_thread(&q, stats)
+    };
+    if let Some(st) = store {
+        profile::time("disk.save", || st.save(prev, chain, &key, &out));
+    }
+    out
+}
+
+/// The scope's Z3 work for `q` on this thread.
+fn on_this_thread(q: &Query, stats: &mut Stats) -> Outcome {
+    let taken = SCOPE.with(|sc| {
+        let mut sc = sc.borrow_mut();
+        let scope = sc.as_mut()?;
+        let z = scope.z3.take().unwrap_or_else(new_z3_scope);
+        Some((z, std::mem::take(&mut scope.pending)))
+    });
+    let Some((z, pending)) = taken else {
+        return Outcome::Unknown;
+    };
+    let (z, out) = on_z3_scope(z, &pending, q, stats);
+    SCOPE.with(|sc| {
+        if let Some(scope) = sc.borrow_mut().as_mut() {
+            scope.z3 = z;
+        }
+    });
+    out
+}
+
+/// The scope's Z3 work for `q` on the worker thread ([`use_worker`]).
+fn on_worker(q: Query, stats: &mut Stats) -> Outcome {
+    let scope = SCOPE.with(|sc| {
+        let mut sc = sc.borrow_mut();
+        let scope = sc.as_mut()?;
+        scope.remote = true;
+        Some((scope.id, std::mem::take(&mut scope.pending)))
+    });
+    let Some((id, pending)) = scope else {
+        return Outcome::Unknown;
+    };
+    let Some(r) = worker::run(id, pending, q) else {
+        return Outcome::Unknown;
+    };
+    stats.absorb(&r.stats);
+    profile::merge(r.phases);
+    r.out
+}
+
+/// A scope's context, its solver made at its first query.
+fn new_z3_scope() -> Z3Scope {
+    Z3Scope {
+        ctx: profile::time("z3.context_new", fresh_context),
+        solver: None,
+        rlimit: Cell::new(None),
+    }
+}
+
+thread_local! {
+    /// The scope [`on_z3_scope`] works on: `with_z3_context`'s closure
+    /// must be `Send`, which Z3's handles are not, so it finds them here.
+    static ACTIVE: RefCell<Option<Z3Scope>> = const { RefCell::new(None) };
+}
+
+/// `pending` replayed, then `q`, on the scope's solver; the scope is
+/// handed back (`None` only if its solver's calls unwound).
+fn on_z3_scope(
+    z: Z3Scope,
+    pending: &[Query],
+    q: &Query,
+    stats: &mut Stats,
+) -> (Option<Z3Scope>, Outcome) {
+    let ctx = z.ctx.clone();
+    ACTIVE.with(|a| *a.borrow_mut() = Some(z));
     let out = z3::with_z3_context(&ctx, || {
-        SCOPE.with(|sc| {
-            let mut sc = sc.borrow_mut();
-            let z = sc.as_mut().and_then(|s| s.z3.as_mut())?;
-            for p in &pending {
+        ACTIVE.with(|a| {
+            let mut a = a.borrow_mut();
+            let z = a.as_mut()?;
+            for p in pending {
                 stats.replays += 1;
                 let _ = on_scope_solver(z, p, stats);
             }
             stats.z3_checks += 1;
-            Some(on_scope_solver(z, &q, stats))
+            Some(on_scope_solver(z, q, stats))
         })
-    })
-    .unwrap_or(Outcome::Unknown);
-    if let Some(st) = store {
-        profile::time("disk.save", || st.save(prev, chain, &q.key, &out));
-    }
-    out
+    });
+    (
+        ACTIVE.with(|a| a.borrow_mut().take()),
+        out.unwrap_or(Outcome::Unknown),
+    )
+}
+
+/// One round of Z3's setup on this thread: a context, a solver and a
+/// check, all dropped (the worker's warm-up, `solver/worker.rs`).
+fn warm_up_once() {
+    let ctx = fresh_context();
+    z3::with_z3_context(&ctx, || {
+        let s = lia_solver(10_000);
+        s.push();
+        let _ = s.check();
+        s.pop(1);
+    });
+}
+
+/// Run the scoped checks' Z3 work on one long-lived thread of this
+/// process from now on, warmed up at once (`solver/worker.rs` says why):
+/// for a process that checks functions as they come, such as the macro.
+/// Verdicts and counterexamples are the same as on the checking thread.
+pub fn use_worker() {
+    worker::start();
+}
+
+/// Whether this process's scoped Z3 work runs on the worker
+/// ([`use_worker`] was called and its thread started).
+pub fn uses_worker() -> bool {
+    worker::enabled()
 }
 
 /// Run `q` on the scope's solver, between push and pop.

@@ -476,6 +476,96 @@ fn verdicts_do_not_depend_on_shuffled_orders_on_several_threads() {
     }
 }
 
+/// Set in the child process of `verdicts_are_the_same_on_the_z3_worker`.
+const WORKER_CHILD: &str = "DETERMINISM_Z3_WORKER_CHILD";
+
+#[test]
+fn verdicts_are_the_same_on_the_z3_worker() {
+    // The worker is process-wide once started, so its checks run in a
+    // child process (this binary again, one ignored test) and are compared
+    // with this process's, made on the checking threads.
+    let fs = corpus();
+    let fresh: Vec<String> = (0..fs.len())
+        .map(|i| format!("{:?}", one_thread(&fs, vec![i]).remove(0).1))
+        .collect();
+    let child = concat!(module_path!(), "::z3_worker_child");
+    let child = child.split_once("::").map_or(child, |(_, name)| name);
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            child,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(WORKER_CHILD, "1")
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen = 0;
+    // (The harness prints the child's name before its output, on the same
+    // line as the first of it: the child starts with a newline.)
+    for line in stdout.lines().filter_map(|l| l.strip_prefix("verdict ")) {
+        let mut parts = line.splitn(3, ' ');
+        let (layout, i, got) = (parts.next(), parts.next(), parts.next());
+        let (Some(layout), Some(i), Some(got)) = (layout, i, got) else {
+            panic!("malformed child line: {line}");
+        };
+        let i: usize = i.parse().expect("an index");
+        assert_eq!(
+            fresh[i], got,
+            "layout `{layout}` on the Z3 worker changed a verdict"
+        );
+        seen += 1;
+    }
+    // Forward and reversed on one thread, then four shuffled threads.
+    assert_eq!(
+        seen,
+        6 * fs.len(),
+        "the child checked too little:\n{stdout}"
+    );
+}
+
+/// The child of `verdicts_are_the_same_on_the_z3_worker`: every check's Z3
+/// work on the worker, from one thread in two orders, then from four
+/// threads at once in shuffled orders.
+#[test]
+#[ignore = "run by verdicts_are_the_same_on_the_z3_worker in a child process"]
+fn z3_worker_child() {
+    if std::env::var_os(WORKER_CHILD).is_none() {
+        return;
+    }
+    tc_core::solver::use_worker();
+    assert!(
+        tc_core::solver::uses_worker(),
+        "the Z3 worker did not start"
+    );
+    let fs = corpus();
+    let n = fs.len();
+    println!();
+    let print = |layout: &str, got: Vec<(usize, String)>| {
+        for (i, v) in got {
+            println!("verdict {layout} {i} {v:?}");
+        }
+    };
+    print("forward", one_thread(&fs, (0..n).collect()));
+    print("reversed", one_thread(&fs, (0..n).rev().collect()));
+    let handles: Vec<_> = (0..4u64)
+        .map(|seed| {
+            let fs = fs.clone();
+            thread::spawn(move || one_thread(&fs, shuffled(fs.len(), 200 + seed)))
+        })
+        .collect();
+    for (t, h) in handles.into_iter().enumerate() {
+        print(&format!("shuffled-{t}"), h.join().expect("thread"));
+    }
+}
+
 #[test]
 fn the_answers_before_z3_change_no_verdict() {
     // `solver/fast.rs` only proves (valid, or satisfiable by a witness); Z3

@@ -79,6 +79,10 @@ pub fn install() {
         return;
     }
     tc_core::solver::set_proof_cache(dir());
+    // The macro checks one fn at a time, most of them cache hits that
+    // never reach Z3: Z3's setup is paid once, on its own thread, beside
+    // them (`tc_core::solver::use_worker`).
+    tc_core::solver::use_worker();
 }
 
 #[cfg(test)]
