@@ -160,13 +160,13 @@ pub fn call<'f>(
 /// is embedded as bytes and lives, decoded, in a `OnceLock`:
 /// [`core::embed`]): the JIT cache identifies the function by its address
 /// alone, so a cache hit does not compare the whole IR. Embedded IR that a
-/// load refused is [`Error::Malformed`].
+/// load refused is [`core::concrete::RuleError::Malformed`].
 pub fn call_static(
     func: Result<&'static Function, &'static tc_core::embed::EmbedError>,
     args: &[Arg],
     resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
 ) -> Result<Tensor, Error> {
-    let func = func.map_err(|e| Error::Malformed(e.to_string()))?;
+    let func = func.map_err(|e| Error::malformed(e.to_string()))?;
     match backend() {
         Backend::Jit => tc_llvm::call_static(func, args, resolve),
         Backend::Interpreter => tc_runtime::exec::call(func, args, resolve),

@@ -3,6 +3,7 @@
 //! with no witness tensor. Each case runs on both backends (the Section 4
 //! interpreter and the JIT) and is compared with a plain Rust reference.
 
+use tc::core::concrete::RuleError;
 use tc::{tensor_module, with_backend, Backend, Error, Tensor};
 
 #[tensor_module]
@@ -305,7 +306,7 @@ fn dim_arguments_outside_the_dim_range_are_typed_errors() {
     }
     // In range but too big to build: the size cap, not a crash.
     let err = both(|| heads::ones(1 << 40)).unwrap_err();
-    assert!(matches!(err, Error::Size(_)), "{err}");
+    assert!(matches!(err, Error::Rule(RuleError::Size(_))), "{err}");
 }
 
 #[test]

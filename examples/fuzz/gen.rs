@@ -3343,7 +3343,7 @@ pub struct AllowedFallback {
 pub const ALLOWED_FALLBACKS: &[AllowedFallback] = &[
     // A value past the element cap at this σ: planning the concrete shapes
     // (`plan::shapes`, a σ-dependent planning error) found a value over
-    // `tc_core::size::MAX_ELEMS` (`Error::Size`), and the interpreter, run
+    // `tc_core::size::MAX_ELEMS` (`RuleError::Size`), and the interpreter, run
     // in the JIT's place, refused the call with a capacity error too (not
     // necessarily at the same value: the planner sizes every value first,
     // the interpreter stops at the first it computes). The JIT has no
@@ -3821,10 +3821,11 @@ fn run_twin(cx: &mut Ctx, tw: &[Function], shared: &Jit) {
 /// A refusal for size: a count past the cap or out of memory, or a dim
 /// that leaves i64 (the concat and pad rules' "overflows").
 fn is_capacity(e: &tc_runtime::Error) -> bool {
+    use tc_core::concrete::RuleError as R;
     use tc_runtime::Error as E;
     match e {
-        E::Size(_) | E::OutOfMemory { .. } => true,
-        E::Op { message, .. } => message.contains("overflows"),
+        E::Rule(R::Size(_)) | E::OutOfMemory { .. } => true,
+        E::Rule(R::Op { message, .. }) => message.contains("overflows"),
         _ => false,
     }
 }

@@ -32,8 +32,8 @@ pub struct Operand<'a> {
 /// A result: dtype and shape.
 pub type Shaped = (Dtype, Vec<usize>);
 
-/// Why an op cannot run on these operands. The runtime maps each variant to
-/// its own error of the same name, so both backends report alike.
+/// Why an op cannot run on these operands. The runtime's error holds it
+/// whole (`tc_runtime::Error::Rule`), so both backends report alike.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {
     /// IR the verifier refuses (wrong dtypes, bad axes): a bug upstream.

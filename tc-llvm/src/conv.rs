@@ -106,7 +106,7 @@ fn floats(t: &Tensor) -> Result<Vec<f32>, Error> {
         .into_iter()
         .map(|e| match e {
             Elem::F(v) => Ok(v),
-            e => Err(Error::Malformed(format!(
+            e => Err(Error::malformed(format!(
                 "conv: element {e:?} of a float tensor"
             ))),
         })
@@ -171,10 +171,7 @@ fn group(
                 threads,
             )
         }
-        .map_err(|e| Error::Op {
-            op: "conv".into(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| Error::op("conv", e.to_string()))?;
         if !direct {
             for o in 0..g.og {
                 let dst = o * g.out_vol + start;

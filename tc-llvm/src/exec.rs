@@ -279,7 +279,7 @@ pub fn compile_with<'f>(
     // pool: tc builds it first, pinned (`threads`).
     crate::threads::init();
     tc_core::ir::verify(func)
-        .map_err(|d| Error::Runtime(tc_runtime::Error::Malformed(d.message)))?;
+        .map_err(|d| Error::Runtime(tc_runtime::Error::malformed(d.message)))?;
     // σ-specialised: small callees are spliced in (`inline`), so fusion
     // crosses their boundaries.
     let inlined = if generic {
@@ -826,13 +826,13 @@ impl CompiledFn {
     ) -> Result<Tensor, tc_runtime::Error> {
         let bound = contract::bind_args(&self.func.sig, args)?;
         if !self.generic && bound.sigma != self.sigma {
-            return Err(tc_runtime::Error::Op {
-                op: format!("compiled `{}`", self.func.sig.name),
-                message: format!(
+            return Err(tc_runtime::Error::op(
+                format!("compiled `{}`", self.func.sig.name),
+                format!(
                     "compiled for σ = {:?}, called with σ = {:?}",
                     self.sigma, bound.sigma
                 ),
-            });
+            ));
         }
         // The body holds the callees it was compiled with: a resolver that
         // now gives another function for one of them is refused (the
@@ -843,12 +843,12 @@ impl CompiledFn {
                 Some(_) => "another function",
                 None => "no function",
             };
-            return Err(tc_runtime::Error::Op {
-                op: format!("compiled `{}`", self.func.sig.name),
-                message: format!(
+            return Err(tc_runtime::Error::op(
+                format!("compiled `{}`", self.func.sig.name),
+                format!(
                     "compiled with `{name}` inlined, but the resolver now gives {now} for `{name}`"
                 ),
-            });
+            ));
         }
         self.exec(&bound, args, resolve, nested)
     }
@@ -942,11 +942,11 @@ impl CompiledFn {
         match rv.kind {
             VKind::TensorParam(i) => match &args[i] {
                 Arg::Tensor(t) => Ok(t.clone()),
-                _ => Err(tc_runtime::Error::Malformed("return of a scalar".into())),
+                _ => Err(tc_runtime::Error::malformed("return of a scalar")),
             },
             _ => {
                 let held = st.owned_bufs[ret].take().ok_or_else(|| {
-                    tc_runtime::Error::Malformed("returned value was not computed".into())
+                    tc_runtime::Error::malformed("returned value was not computed")
                 })?;
                 // The kernel wrote straight into word storage: no copy.
                 held.into_tensor(rv)
@@ -1110,7 +1110,7 @@ impl CompiledFn {
             .func
             .inst(out)
             .ok_or_else(|| {
-                tc_runtime::Error::Malformed(format!("host step {out} is no instruction"))
+                tc_runtime::Error::malformed(format!("host step {out} is no instruction"))
             })?
             .op;
         let tensor = |v: Value| {
@@ -1140,7 +1140,7 @@ impl CompiledFn {
             // is a host step).
             Op::Cast(dt, x) => tensor(*x)?.cast(*dt)?,
             _ => {
-                return Err(tc_runtime::Error::Malformed(format!(
+                return Err(tc_runtime::Error::malformed(format!(
                     "host step for `{op}`"
                 )))
             }
@@ -1176,7 +1176,7 @@ impl CompiledFn {
             },
         )?;
         let format = tc_runtime::quant::format(wi.dtype)
-            .ok_or_else(|| tc_runtime::Error::Malformed("qmatmul: an unquantized weight".into()))?;
+            .ok_or_else(|| tc_runtime::Error::malformed("qmatmul: an unquantized weight"))?;
         // SAFETY: both operands are materialized (plan::uses forces a host
         // op's operands): the storage of their planned shapes, alive for
         // this step.
@@ -1190,8 +1190,8 @@ impl CompiledFn {
         // aligned f32s in the middle part.
         let (head, xs, _) = unsafe { xb.align_to::<f32>() };
         if !head.is_empty() {
-            return Err(tc_runtime::Error::Malformed(
-                "qmatmul: a misaligned operand".into(),
+            return Err(tc_runtime::Error::malformed(
+                "qmatmul: a misaligned operand",
             ));
         }
         let (n, k) = (wi.shape[0], wi.shape[1]);
@@ -1233,7 +1233,7 @@ impl CompiledFn {
             Some(p) => tc_quant::quant::qmatmul_packed(&p, xs, rows, y),
             None => tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, y),
         }
-        .map_err(|e| tc_runtime::Error::Malformed(format!("qmatmul: {e}")))?;
+        .map_err(|e| tc_runtime::Error::malformed(format!("qmatmul: {e}")))?;
         Tensor::from_word_storage(Dtype::F32, &out_shape, words)
     }
 
@@ -1261,11 +1261,10 @@ impl CompiledFn {
                 .filter(|w| w.fits(&vals[v].shape, vals[w.base].numel()))
         });
         let (Some(va), Some(vb)) = (va, vb) else {
-            return Err(tc_runtime::Error::Op {
-                op: "matmul".into(),
-                message: "an operand the planner reads in place is not a view inside its buffer"
-                    .into(),
-            });
+            return Err(tc_runtime::Error::op(
+                "matmul",
+                "an operand the planner reads in place is not a view inside its buffer",
+            ));
         };
         // A right operand read from a tensor parameter (a weight) keeps its
         // packing across calls (`prepack`: keyed by the storage, checked).
@@ -1284,10 +1283,10 @@ impl CompiledFn {
             let whole = dt.byte_size().1 == 1 || w.offset == 0;
             match tc_core::size::bytes(dt, w.offset) {
                 Ok(off) if whole => Ok(ptrs[w.base].wrapping_add(off)),
-                _ => Err(tc_runtime::Error::Op {
-                    op: "matmul".into(),
-                    message: format!("operand offset {} of {dt} is not a byte address", w.offset),
-                }),
+                _ => Err(tc_runtime::Error::op(
+                    "matmul",
+                    format!("operand offset {} of {dt} is not a byte address", w.offset),
+                )),
             }
         };
         let (pa, pb) = (at(&va)?, at(&vb)?);
@@ -1308,10 +1307,7 @@ impl CompiledFn {
                 threads,
                 weight.as_ref().map(|w| w as &dyn crate::matmul::PackCache),
             )
-            .map_err(|e| tc_runtime::Error::Op {
-                op: "matmul".into(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| tc_runtime::Error::op("matmul", e.to_string()))?;
         }
         owned_bufs[out] = Some(Held::Buf(buf));
         Ok(())
@@ -1423,7 +1419,7 @@ impl CompiledFn {
             _ => {
                 let slot = &mut owned[v];
                 let held = slot.take().ok_or_else(|| {
-                    tc_runtime::Error::Malformed("call argument was not computed".into())
+                    tc_runtime::Error::malformed("call argument was not computed")
                 })?;
                 let t = held.into_tensor(info)?;
                 // The allocation did not move; refresh the pointer anyway.

@@ -45,8 +45,7 @@ pub(crate) fn copy(
     ids: &[u8],
     out: &mut [u8],
 ) -> Result<(), tc_runtime::Error> {
-    let short =
-        || tc_runtime::Error::Malformed("gather: a buffer is shorter than its shape".into());
+    let short = || tc_runtime::Error::malformed("gather: a buffer is shorter than its shape");
     let pre = tc_core::size::numel(&table_shape[..axis])?;
     let v = table_shape[axis];
     let block = tc_core::size::numel(&table_shape[axis + 1..])?;
@@ -128,6 +127,7 @@ fn copy_nibbles(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tc_core::concrete::RuleError;
 
     fn le(ids: &[i64]) -> Vec<u8> {
         ids.iter().flat_map(|i| i.to_le_bytes()).collect()
@@ -150,13 +150,13 @@ mod tests {
         let e = check_ids(0, &[3, 4], &[2, 2], &ids).unwrap_err();
         assert_eq!(
             e,
-            tc_runtime::Error::IndexOutOfRange {
+            tc_runtime::Error::Rule(RuleError::IndexOutOfRange {
                 op: "gather".into(),
                 axis: 0,
                 position: vec![1, 0],
                 index: 3,
                 bound: 3,
-            }
+            })
         );
     }
 

@@ -81,7 +81,7 @@ pub struct ValInfo {
 }
 
 impl ValInfo {
-    /// A value of this dtype and shape, refused with `Error::Size` when its
+    /// A value of this dtype and shape, refused with `RuleError::Size` when its
     /// element count is over [`tc_core::size::MAX_ELEMS`] (the interpreter's
     /// cap) or its byte count overflows. Every value of a plan is built
     /// here, once, at plan time: that is what lets [`ValInfo::numel`],
@@ -191,24 +191,23 @@ pub struct Structure {
 }
 
 fn op_err(op: &str, message: String) -> Error {
-    Error::Op {
-        op: op.to_string(),
-        message,
-    }
+    Error::op(op, message)
 }
 
 /// `what` is formatted only for an error (this runs per dim per call).
 fn eval(d: &Dim, sigma: &Sigma, what: impl std::fmt::Display) -> Result<usize, Error> {
-    let v = d.eval(sigma).map_err(|source| Error::Eval {
-        context: what.to_string(),
-        source,
+    let v = d.eval(sigma).map_err(|source| {
+        Error::Rule(RuleError::Eval {
+            context: what.to_string(),
+            source,
+        })
     })?;
     if v < 0 {
-        return Err(Error::NegativeDim {
+        return Err(Error::Rule(RuleError::NegativeDim {
             context: what.to_string(),
             dim: d.to_string(),
             value: v,
-        });
+        }));
     }
     Ok(v as usize)
 }
@@ -247,7 +246,7 @@ fn param_vals(func: &Function, sigma: &Sigma) -> Result<ValueMap<ValInfo>, Error
             Type::Scalar(dt) => ValInfo::new(*dt, vec![], VKind::ScalarParam(i))?,
             Type::Dim(d) => ValInfo::new(Dtype::I64, vec![], VKind::Dim(eval(d, sigma, what)?))?,
             _ => {
-                return Err(Error::Malformed(format!(
+                return Err(Error::malformed(format!(
                     "parameter `{}` is neither a tensor nor a scalar",
                     p.name
                 )))
@@ -300,7 +299,7 @@ fn call_shape<'f>(
                 .collect::<Result<_, _>>()?,
         )),
         Type::Scalar(dt) => Ok((*dt, vec![])),
-        _ => Err(Error::Malformed(format!("`{name}` returns no tensor"))),
+        _ => Err(Error::malformed(format!("`{name}` returns no tensor"))),
     }
 }
 
@@ -309,11 +308,9 @@ fn call_shape<'f>(
 fn check_return(func: &Function, vals: &ValueMap<ValInfo>, sigma: &Sigma) -> Result<(), Error> {
     let ret = vals
         .get(func.ret)
-        .ok_or_else(|| Error::Malformed("return".into()))?;
+        .ok_or_else(|| Error::malformed("return"))?;
     if let VKind::ScalarParam(_) | VKind::Dim(_) = ret.kind {
-        return Err(Error::Malformed(
-            "a scalar or dim parameter is returned".into(),
-        ));
+        return Err(Error::malformed("a scalar or dim parameter is returned"));
     }
     if let Type::Tensor(t) = &func.sig.ret {
         // A declared dim that cannot be evaluated is a typed error naming
@@ -323,14 +320,14 @@ fn check_return(func: &Function, vals: &ValueMap<ValInfo>, sigma: &Sigma) -> Res
                 match d.eval(sigma) {
                     Ok(_) | Err(tc_core::dim::EvalError::Unbound(_)) => {}
                     Err(source) => {
-                        return Err(Error::Eval {
+                        return Err(Error::Rule(RuleError::Eval {
                             context: format!(
                                 "return of `{}`, dimension {axis} (`{d}`, σ = {})",
                                 func.sig.name,
                                 tc_runtime::contract::format_sigma(&func.sig, sigma)
                             ),
                             source,
-                        })
+                        }))
                     }
                 }
             }
@@ -373,7 +370,7 @@ pub fn shapes<'f>(
             let n = vals
                 .get(b.of)
                 .and_then(|v| v.shape.get(b.axis))
-                .ok_or_else(|| Error::Malformed(format!("dim binding `{}`", b.name)))?;
+                .ok_or_else(|| Error::malformed(format!("dim binding `{}`", b.name)))?;
             sigma.insert(b.name.clone(), *n as i64);
         }
         if let Op::Dim(d) = &inst.op {

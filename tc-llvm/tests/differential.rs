@@ -5,6 +5,7 @@
 //! bound (see the crate docs), and bit-identical in deterministic mode.
 use crate::util;
 
+use tc_core::concrete::RuleError;
 use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
 use tc_core::{Dim, Dtype, Type};
 use tc_llvm::JitOptions;
@@ -594,13 +595,13 @@ fn gather_out_of_range_ids_are_the_same_typed_error_in_both_backends() {
             v[5] = 9;
         }
         let args: Vec<Arg> = vec![table.clone().into(), ids(&[2, 3], &v)];
-        let want = tc_runtime::Error::IndexOutOfRange {
+        let want = tc_runtime::Error::Rule(RuleError::IndexOutOfRange {
             op: "gather".into(),
             axis: 1,
             position: pos.clone(),
             index: bad,
             bound: 4,
-        };
+        });
         assert_eq!(
             interp(&f, &args).unwrap_err(),
             want,

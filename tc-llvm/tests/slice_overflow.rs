@@ -6,6 +6,7 @@
 //! i64 is a typed evaluation error naming that dim, on both backends.
 use crate::util;
 
+use tc_core::concrete::RuleError;
 use tc_core::ir::{Function, Op};
 use tc_core::{Dim, Dtype, Pred, TensorType, Type};
 use tc_llvm::JitOptions;
@@ -99,7 +100,7 @@ fn a_declared_dim_past_i64_is_a_typed_error_naming_it() {
     let f = b.finish(y);
     let args: Vec<Arg> = vec![Tensor::from_vec(&[3], vec![1f32, 2.0, 3.0]).unwrap().into()];
     let check = |who: &str, e: Error| match &e {
-        Error::Eval { context, .. } => {
+        Error::Rule(RuleError::Eval { context, .. }) => {
             assert!(
                 context.contains("dimension 0") && context.contains("N + 9223372036854775807"),
                 "{who}: {e}"

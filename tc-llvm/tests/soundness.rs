@@ -6,6 +6,7 @@
 //! (same value, or the same typed error).
 use crate::util;
 
+use tc_core::concrete::RuleError;
 use tc_core::ir::{Function, Op, ReduceOp, UnaryOp};
 use tc_core::{Dim, Dtype};
 use tc_llvm::{CacheConfig, Jit, JitOptions};
@@ -343,7 +344,9 @@ fn shapes_over_the_element_cap_are_a_typed_error_in_both_backends() {
             ];
             let e = agree(&f, &args, &|_| None).unwrap_err();
             match &e {
-                Error::Size(s) => assert_eq!(s.cap, tc_core::size::MAX_ELEMS, "{e}"),
+                Error::Rule(RuleError::Size(s)) => {
+                    assert_eq!(s.cap, tc_core::size::MAX_ELEMS, "{e}")
+                }
                 other => panic!("N={n} rank {rank}: expected a size error, got {other}"),
             }
         }
@@ -364,7 +367,7 @@ fn generic_kernels_refuse_a_later_sigma_over_the_cap() {
     assert_eq!(small.to_vec::<f32>().unwrap(), vec![162.0]);
     assert_eq!(jit.stats().generic_compiles, 1);
     let e = jit.call(&f, &arg(65536), &|_| None).unwrap_err();
-    assert!(matches!(e, Error::Size(_)), "{e}");
+    assert!(matches!(e, Error::Rule(RuleError::Size(_))), "{e}");
     // A σ over the cap planned first does not poison the generic kernels.
     let jit = Jit::new(modes()[4].1);
     assert!(jit.call(&f, &arg(65536), &|_| None).is_err());
@@ -376,7 +379,7 @@ fn generic_kernels_refuse_a_later_sigma_over_the_cap() {
 #[test]
 fn tensors_over_the_cap_cannot_be_built() {
     let e = Tensor::try_zeros(Dtype::F32, &[65536; 4]).unwrap_err();
-    assert!(matches!(e, Error::Size(_)), "{e}");
+    assert!(matches!(e, Error::Rule(RuleError::Size(_))), "{e}");
     assert!(Tensor::try_zeros(Dtype::I4, &[(1 << 31) + 1]).is_err());
     assert_eq!(Tensor::zeros(Dtype::F32, &[1 << 40, 0]).bytes().len(), 0);
     assert_eq!(Tensor::zeros(Dtype::F32, &[0, 1 << 62]).numel(), 0);
@@ -417,7 +420,10 @@ fn concatenated_dims_past_i64_are_refused_by_both_backends() {
     let f = on_empty_to("cat3", ret, |x| Op::Concat(0, vec![x, x, x]));
     let args: Vec<Arg> = vec![Tensor::zeros(Dtype::F32, &[1 << 62, 0]).into()];
     let e = agree(&f, &args, &|_| None).unwrap_err();
-    assert!(matches!(&e, Error::Op { op, .. } if op == "concat"), "{e}");
+    assert!(
+        matches!(&e, Error::Rule(RuleError::Op { op, .. }) if op == "concat"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -476,7 +482,10 @@ fn empty_inputs_with_huge_dims() {
             let t = r.unwrap_or_else(|e| panic!("{what}: {e}"));
             assert!(t.numel() <= 5, "{what}");
         } else {
-            assert!(matches!(r, Err(Error::Size(_))), "{what}: {r:?}");
+            assert!(
+                matches!(r, Err(Error::Rule(RuleError::Size(_)))),
+                "{what}: {r:?}"
+            );
         }
     }
 }

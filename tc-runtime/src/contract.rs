@@ -29,6 +29,7 @@
 
 use std::collections::BTreeSet;
 
+use tc_core::concrete::RuleError;
 use tc_core::ctx::zero_opt_ins;
 use tc_core::invert;
 use tc_core::ir::Signature;
@@ -482,16 +483,18 @@ fn check_compound(
         Some(axis) => format!("parameter `{}`, dimension {axis} (`{d}`)", p.name),
         None => format!("parameter `{}` (`Dim![{d}]`)", p.name),
     };
-    let expected = d.eval(sigma).map_err(|source| Error::Eval {
-        context: context(),
-        source,
+    let expected = d.eval(sigma).map_err(|source| {
+        Error::Rule(RuleError::Eval {
+            context: context(),
+            source,
+        })
     })?;
     if expected < 0 {
-        return Err(Error::NegativeDim {
+        return Err(Error::Rule(RuleError::NegativeDim {
             context: context(),
             dim: d.to_string(),
             value: expected,
-        });
+        }));
     }
     if expected as u64 != actual as u64 {
         return Err(site.mismatch(sigma, expected, actual));
@@ -572,10 +575,7 @@ impl Site<'_> {
                 var: dim,
                 sigma,
             },
-            (Some(_), _) => Error::Op {
-                op: "bind".into(),
-                message: format!("dimension {found} does not fit in an i64"),
-            },
+            (Some(_), _) => Error::op("bind", format!("dimension {found} does not fit in an i64")),
             (None, _) => Error::DimArgRange {
                 param,
                 dim,
@@ -627,7 +627,7 @@ fn bind_dim(
 }
 
 /// Evaluate one predicate under σ: false → [`Error::Predicate`], not
-/// evaluable → [`Error::Eval`].
+/// evaluable → [`RuleError::Eval`].
 fn check_pred(sig: &Signature, sigma: &Sigma, p: &Pred, kind: &str) -> Result<()> {
     match p.eval(sigma) {
         Ok(true) => Ok(()),
@@ -636,9 +636,9 @@ fn check_pred(sig: &Signature, sigma: &Sigma, p: &Pred, kind: &str) -> Result<()
             pred: p.to_string(),
             sigma: format_sigma(sig, sigma),
         }),
-        Err(source) => Err(Error::Eval {
+        Err(source) => Err(Error::Rule(RuleError::Eval {
             context: format!("{kind} `{p}`"),
             source,
-        }),
+        })),
     }
 }

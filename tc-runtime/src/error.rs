@@ -1,7 +1,7 @@
 //! The runtime's one error type. Every failure on user input lands here;
 //! nothing in tc-runtime panics on user data.
 
-use tc_core::dim::EvalError;
+use tc_core::concrete::RuleError;
 use tc_core::size::SizeError;
 use tc_core::Dtype;
 
@@ -90,36 +90,6 @@ pub enum Error {
         /// The substitution.
         sigma: String,
     },
-    /// Reshape volumes disagree at run time (the Section 4 §7.0 backstop).
-    #[error("reshape of shape {from:?} to {to:?}: volumes {from_volume} and {to_volume} differ")]
-    ReshapeVolume {
-        /// Input shape.
-        from: Vec<usize>,
-        /// Requested shape.
-        to: Vec<i64>,
-        /// Input volume.
-        from_volume: i64,
-        /// Requested volume.
-        to_volume: i64,
-    },
-    /// A dim expression could not be evaluated (unbound variable, bad divisor, overflow).
-    #[error("{context}: {source}")]
-    Eval {
-        /// Where.
-        context: String,
-        /// Why.
-        source: EvalError,
-    },
-    /// A dim evaluated to a negative size.
-    #[error("{context}: dimension `{dim}` evaluates to {value}, which is negative")]
-    NegativeDim {
-        /// Where.
-        context: String,
-        /// The dim expression.
-        dim: String,
-        /// Its value.
-        value: i64,
-    },
     /// Data length does not match the shape's volume.
     #[error("shape {shape:?} holds {expected} elements, but {found} were given")]
     DataLength {
@@ -150,17 +120,6 @@ pub enum Error {
     /// A call of an unknown tensor fn.
     #[error("unknown tensor fn `{0}`")]
     UnknownFunction(String),
-    /// The IR handed to the runtime is malformed (a bug upstream, reported, not panicked).
-    #[error("malformed IR: {0}")]
-    Malformed(String),
-    /// An operation failed on concrete data (index out of range, shape mismatch found at run time).
-    #[error("{op}: {message}")]
-    Op {
-        /// The operation.
-        op: String,
-        /// What went wrong.
-        message: String,
-    },
     /// Raw storage has the wrong number of bytes for the dtype and shape (Section 2 §5 layout).
     #[error("{dtype} tensor of shape {shape:?} needs {expected} bytes, but {found} were given")]
     ByteLength {
@@ -181,27 +140,14 @@ pub enum Error {
         /// The offending byte.
         byte: u8,
     },
-    /// A shape's element or byte count overflows or exceeds the element cap
-    /// [`tc_core::size::MAX_ELEMS`], which both backends enforce on every
-    /// tensor built or produced (an empty shape is never over it).
-    #[error("{0}")]
-    Size(#[from] SizeError),
-    /// An index tensor holds an id outside the indexed axis (`gather`): the
-    /// first bad id in row-major order and its position, checked by both
-    /// backends before any element is read.
-    #[error("{op}: index {index} at position {position:?} of the indices is out of range 0..{bound} (axis {axis} of the table)")]
-    IndexOutOfRange {
-        /// The op.
-        op: String,
-        /// The table's indexed axis.
-        axis: usize,
-        /// The id's position in the index tensor.
-        position: Vec<usize>,
-        /// The id.
-        index: i64,
-        /// The axis' size: valid ids are `0..bound`.
-        bound: usize,
-    },
+    /// A failure of the concrete shape rule or of an op on concrete data:
+    /// malformed IR, an op's precondition, a reshape's volumes, a dim that
+    /// does not evaluate or is negative, a count over
+    /// [`tc_core::size::MAX_ELEMS`], a gather id out of range. The rule's
+    /// error held whole, so the interpreter and the JIT (which share the
+    /// rule) report alike and a new rule error needs no runtime counterpart.
+    #[error(transparent)]
+    Rule(#[from] RuleError),
     /// A buffer for a value within the element cap could not be allocated
     /// (the machine has less memory than the value needs); see
     /// [`crate::alloc`].
@@ -351,49 +297,26 @@ fn axis_text(axis: &Option<usize>) -> String {
 /// Result with the runtime's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl From<tc_core::concrete::RuleError> for Error {
-    /// Each rule error is the runtime error of the same name, so the
-    /// interpreter and the JIT (which share the rule) report alike.
-    fn from(e: tc_core::concrete::RuleError) -> Error {
-        use tc_core::concrete::RuleError as R;
-        match e {
-            R::Malformed(m) => Error::Malformed(m),
-            R::Op { op, message } => Error::Op { op, message },
-            R::ReshapeVolume {
-                from,
-                to,
-                from_volume,
-                to_volume,
-            } => Error::ReshapeVolume {
-                from,
-                to,
-                from_volume,
-                to_volume,
-            },
-            R::Eval { context, source } => Error::Eval { context, source },
-            R::NegativeDim {
-                context,
-                dim,
-                value,
-            } => Error::NegativeDim {
-                context,
-                dim,
-                value,
-            },
-            R::Size(s) => Error::Size(s),
-            R::IndexOutOfRange {
-                op,
-                axis,
-                position,
-                index,
-                bound,
-            } => Error::IndexOutOfRange {
-                op,
-                axis,
-                position,
-                index,
-                bound,
-            },
-        }
+/// Size checks outside the rule (building a tensor, sizing a buffer) are the
+/// rule's own size error, so both report a count over the cap alike.
+impl From<SizeError> for Error {
+    fn from(e: SizeError) -> Error {
+        Error::Rule(RuleError::Size(e))
+    }
+}
+
+impl Error {
+    /// [`RuleError::Malformed`]: IR the runtime cannot run (a bug upstream,
+    /// reported, not panicked).
+    pub fn malformed(message: impl Into<String>) -> Error {
+        Error::Rule(RuleError::Malformed(message.into()))
+    }
+
+    /// [`RuleError::Op`]: an op failed on concrete data.
+    pub fn op(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::Rule(RuleError::Op {
+            op: op.into(),
+            message: message.into(),
+        })
     }
 }

@@ -22,7 +22,7 @@
 //! default when the environment variable `TC_CHECK_HEAP` is set to anything
 //! but `0`; the test suite turns it on explicitly).
 
-use tc_core::concrete;
+use tc_core::concrete::{self, RuleError};
 use tc_core::ir::{DimBinding, Function, Op, Scalar, Value, ValueMap};
 use tc_core::{Dim, Dtype, Sigma, TensorType, Type};
 
@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// The reference interpreter refuses tensors with more elements than this
-/// (it holds every element decoded); larger requests are an [`Error::Size`].
+/// (it holds every element decoded); larger requests are a [`RuleError::Size`].
 /// The one cap of both backends: the JIT's planner checks the same constant.
 pub use tc_core::size::MAX_ELEMS;
 
@@ -144,10 +144,7 @@ impl Heap {
         sigma: &Sigma,
     ) -> Result<Handle> {
         let Ok(id) = u32::try_from(self.cells.len()) else {
-            return Err(Error::Op {
-                op: "alloc".into(),
-                message: "heap exhausted (2³² handles)".into(),
-            });
+            return Err(Error::op("alloc", "heap exhausted (2³² handles)"));
         };
         let shape = data.shape().to_vec();
         let dtype = data.dtype();
@@ -393,7 +390,7 @@ impl Interpreter {
         resolve: &'a dyn Fn(&str) -> Option<&'f Function>,
     ) -> Result<Machine<'a, 'f>> {
         tc_core::ir::verify(func)
-            .map_err(|d| Error::Malformed(format!("`{}`: {}", func.sig.name, d.message)))?;
+            .map_err(|d| Error::malformed(format!("`{}`: {}", func.sig.name, d.message)))?;
         let bound = contract::bind_args(&func.sig, args)?;
         let mut heap = Heap::new();
         let mut env = ValueMap::with_capacity(func.num_values());
@@ -406,7 +403,7 @@ impl Interpreter {
                 }
                 (Arg::Dim(n), None) => env.push(Val::Dim(*n)),
                 (Arg::Scalar(_), None) => {
-                    return Err(Error::Malformed("scalar argument without a binding".into()))
+                    return Err(Error::malformed("scalar argument without a binding"))
                 }
             }
         }
@@ -566,18 +563,18 @@ impl<'a, 'f> Machine<'a, 'f> {
             Some(Val::Tensor(h)) => match self.heap.get(*h) {
                 Some(c) => (c.data.clone(), Some(*h)),
                 None => {
-                    return Err(Error::Malformed(format!(
+                    return Err(Error::malformed(format!(
                         "return of unallocated handle {h}"
                     )))
                 }
             },
             Some(Val::Scalar(e, dt)) => (Tensor::from_elems(*dt, &[], &[*e])?, None),
             Some(Val::Dim(_)) => {
-                return Err(Error::Malformed(format!(
+                return Err(Error::malformed(format!(
                     "return of the dim parameter {ret}"
                 )))
             }
-            None => return Err(Error::Malformed(format!("return of undefined value {ret}"))),
+            None => return Err(Error::malformed(format!("return of undefined value {ret}"))),
         };
         self.check_return(&value)?;
         Ok((value, handle))
@@ -599,14 +596,14 @@ impl<'a, 'f> Machine<'a, 'f> {
                 match d.eval(&self.sigma) {
                     Ok(_) | Err(tc_core::dim::EvalError::Unbound(_)) => {}
                     Err(source) => {
-                        return Err(Error::Eval {
+                        return Err(Error::Rule(RuleError::Eval {
                             context: format!(
                                 "{}, dimension {axis} (`{d}`, σ = {})",
                                 op(),
                                 format_sigma(sig, &self.sigma)
                             ),
                             source,
-                        })
+                        }))
                     }
                 }
             }
@@ -621,16 +618,16 @@ impl<'a, 'f> Machine<'a, 'f> {
                     Err(_) => false,
                 });
         if dt != value.dtype() || !ok_dims {
-            return Err(Error::Op {
-                op: op(),
-                message: format!(
+            return Err(Error::op(
+                op(),
+                format!(
                     "declared {}, produced {} {:?} (σ = {})",
                     sig.ret,
                     value.dtype(),
                     value.shape(),
                     format_sigma(sig, &self.sigma)
                 ),
-            });
+            ));
         }
         Ok(())
     }
@@ -646,7 +643,7 @@ impl<'a, 'f> Machine<'a, 'f> {
         for b in bindings {
             let t = self.tensor(b.of)?;
             let Some(&n) = t.shape().get(b.axis) else {
-                return Err(Error::Malformed(format!(
+                return Err(Error::malformed(format!(
                     "dim binding `{}` reads axis {} of {} (rank {})",
                     b.name,
                     b.axis,
@@ -654,8 +651,8 @@ impl<'a, 'f> Machine<'a, 'f> {
                     t.shape().len()
                 )));
             };
-            let n = i64::try_from(n)
-                .map_err(|_| Error::Malformed("dimension does not fit in i64".into()))?;
+            let n =
+                i64::try_from(n).map_err(|_| Error::malformed("dimension does not fit in i64"))?;
             self.sigma.insert(b.name.clone(), n);
         }
         Ok(())
@@ -665,16 +662,16 @@ impl<'a, 'f> Machine<'a, 'f> {
         match self.env.get(v) {
             Some(Val::Tensor(h)) => {
                 self.heap.get(*h).map(|c| &c.data).ok_or_else(|| {
-                    Error::Malformed(format!("{v} refers to unallocated handle {h}"))
+                    Error::malformed(format!("{v} refers to unallocated handle {h}"))
                 })
             }
-            Some(Val::Scalar(..)) => Err(Error::Malformed(format!(
+            Some(Val::Scalar(..)) => Err(Error::malformed(format!(
                 "{v} is a scalar where a tensor is needed"
             ))),
-            Some(Val::Dim(_)) => Err(Error::Malformed(format!(
+            Some(Val::Dim(_)) => Err(Error::malformed(format!(
                 "{v} is a dim where a tensor is needed"
             ))),
-            None => Err(Error::Malformed(format!("{v} is not defined"))),
+            None => Err(Error::malformed(format!("{v} is not defined"))),
         }
     }
 
@@ -687,7 +684,7 @@ impl<'a, 'f> Machine<'a, 'f> {
             Scalar::Bool(b) => Elem::B(*b),
             Scalar::Param(i) => match self.env.get(self.func.param_value(*i)) {
                 Some(Val::Scalar(e, _)) => *e,
-                _ => return Err(Error::Malformed(format!("v{i} is not a scalar parameter"))),
+                _ => return Err(Error::malformed(format!("v{i} is not a scalar parameter"))),
             },
         };
         Ok(cast::convert(e, dt))
@@ -799,9 +796,9 @@ impl<'a, 'f> Machine<'a, 'f> {
                 denote::iota(*dt, &concrete::eval_shape(s, &self.sigma, "iota")?, *axis)?
             }
             Op::Call(name, _) => {
-                return Err(Error::Malformed(format!("call of `{name}` outside a step")))
+                return Err(Error::malformed(format!("call of `{name}` outside a step")))
             }
-            Op::Dim(d) => return Err(Error::Malformed(format!("dim value `{d}` outside a step"))),
+            Op::Dim(d) => return Err(Error::malformed(format!("dim value `{d}` outside a step"))),
         };
         Ok(t)
     }
@@ -818,7 +815,7 @@ impl<'a, 'f> Machine<'a, 'f> {
             });
         }
         tc_core::ir::verify(callee)
-            .map_err(|d| Error::Malformed(format!("`{name}`: {}", d.message)))?;
+            .map_err(|d| Error::malformed(format!("`{name}`: {}", d.message)))?;
         let mut args = Vec::with_capacity(xs.len());
         let mut vals = ValueMap::with_capacity(xs.len());
         for v in xs {
@@ -835,7 +832,7 @@ impl<'a, 'f> Machine<'a, 'f> {
                     args.push(Arg::Dim(*n));
                     vals.push(Val::Dim(*n));
                 }
-                None => return Err(Error::Malformed(format!("{v} is not defined"))),
+                None => return Err(Error::malformed(format!("{v} is not defined"))),
             }
         }
         let bound = contract::bind_args(&callee.sig, &args)?;
@@ -912,18 +909,15 @@ pub mod denote {
     }
 
     fn malformed(op: &str, msg: String) -> Error {
-        Error::Malformed(format!("{op}: {msg}"))
+        Error::malformed(format!("{op}: {msg}"))
     }
 
     fn op_err(op: &str, message: String) -> Error {
-        Error::Op {
-            op: op.to_string(),
-            message,
-        }
+        Error::op(op, message)
     }
 
     /// The volume of a shape, refusing tensors over [`MAX_ELEMS`] with
-    /// [`Error::Size`] (the JIT's planner refuses the same shapes). `op` is
+    /// [`RuleError::Size`] (the JIT's planner refuses the same shapes). `op` is
     /// kept for callers; the error names the shape and the cap.
     pub fn volume(_op: &str, shape: &[usize]) -> Result<usize> {
         Ok(tc_core::size::numel(shape)?)
@@ -1463,7 +1457,7 @@ pub mod denote {
 
     /// §5.7 reshape: `λ idx'. f(unflatten(flatten(idx', s'), s))`. The volume
     /// equality the checker assumed (Section 2 §10) is re-checked here: a
-    /// mismatch is [`Error::ReshapeVolume`] (the §7.0 backstop).
+    /// mismatch is [`RuleError::ReshapeVolume`] (the §7.0 backstop).
     pub fn reshape(to: &[i64], x: &Tensor) -> Result<Tensor> {
         let from = x.shape();
         let (_, shape) = rule::reshape(to, opd(x))?;

@@ -87,12 +87,9 @@ impl Binder {
     }
 
     fn check_dim(&self, full: &str, axis: usize, d: &Dim, found: usize) -> Result<()> {
-        let expected = d.eval(&self.sigma).map_err(|e| Error::Op {
-            op: format!("load `{full}`"),
-            message: format!(
+        let expected = d.eval(&self.sigma).map_err(|e| Error::op(format!("load `{full}`"), format!(
                 "dimension {axis} (`{d}`): {e}; a variable in a compound dim must be bound by an earlier field or a bare dim"
-            ),
-        })?;
+            )))?;
         if i64::try_from(found).ok() == Some(expected) {
             return Ok(());
         }

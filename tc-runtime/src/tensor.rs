@@ -12,6 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use ndarray::{ArrayBase, ArrayD, ArrayViewD, Data, Dimension, IxDyn};
+use tc_core::concrete::RuleError;
 use tc_core::Dtype;
 
 use crate::cast;
@@ -132,7 +133,7 @@ impl Drop for Storage {
     }
 }
 
-/// The element count of `shape`, or [`Error::Size`] beyond the cap both
+/// The element count of `shape`, or [`RuleError::Size`] beyond the cap both
 /// backends share ([`tc_core::size::MAX_ELEMS`]): every tensor is built
 /// through this, so the interpreter and the JIT may rely on it.
 fn volume(shape: &[usize]) -> Result<usize> {
@@ -723,10 +724,7 @@ impl Tensor {
 
     /// The checks of [`Tensor::update_slice`]; `src`'s extent along `axis`.
     fn update_fits(&self, axis: usize, start: usize, src: &Tensor) -> Result<usize> {
-        let bad = |message: String| Error::Op {
-            op: "update_slice".into(),
-            message,
-        };
+        let bad = |message: String| Error::op("update_slice", message);
         if src.dtype != self.dtype {
             return Err(bad(format!(
                 "dtypes {} and {} differ",
@@ -767,12 +765,12 @@ impl Tensor {
             });
         }
         if to_volume != self.numel {
-            return Err(Error::ReshapeVolume {
+            return Err(Error::Rule(RuleError::ReshapeVolume {
                 from: self.shape.clone(),
                 to: shape.iter().map(|&d| d as i64).collect(),
                 from_volume: self.numel as i64,
                 to_volume: to_volume as i64,
-            });
+            }));
         }
         Ok(Tensor {
             shape: shape.to_vec(),
@@ -821,10 +819,8 @@ impl Tensor {
     /// Copy into an owned `ndarray` of `T` (`WrongElementType` on a dtype mismatch).
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         let v = self.to_vec::<T>()?;
-        ArrayD::from_shape_vec(IxDyn(&self.shape), v).map_err(|e| Error::Op {
-            op: "to_ndarray".into(),
-            message: e.to_string(),
-        })
+        ArrayD::from_shape_vec(IxDyn(&self.shape), v)
+            .map_err(|e| Error::op("to_ndarray", e.to_string()))
     }
 
     /// A zero-copy `ndarray` view of the storage. `WrongElementType` unless
@@ -834,10 +830,8 @@ impl Tensor {
         if !plain_layout::<T>() {
             return Err(Error::NoZeroCopyView { dtype: self.dtype });
         }
-        ArrayViewD::from_shape(IxDyn(&self.shape), self.typed_slice::<T>()).map_err(|e| Error::Op {
-            op: "as_array_view".into(),
-            message: e.to_string(),
-        })
+        ArrayViewD::from_shape(IxDyn(&self.shape), self.typed_slice::<T>())
+            .map_err(|e| Error::op("as_array_view", e.to_string()))
     }
 
     /// A zero-copy flat slice of the elements (same conditions as [`Tensor::as_array_view`]).

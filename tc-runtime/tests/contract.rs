@@ -4,6 +4,7 @@
 use crate::support;
 
 use support::*;
+use tc_core::concrete::RuleError;
 use tc_core::ir::{BinaryOp, Function, Op};
 use tc_core::{Dim, Dtype, Pred, Sigma};
 use tc_runtime::contract::{bind, bind_args, format_sigma, Arg};
@@ -186,11 +187,11 @@ fn compound_dims_are_checked_after_every_bare_variable() {
                 z(Dtype::F32, &[0])
             ]
         ),
-        Err(Error::NegativeDim {
+        Err(Error::Rule(RuleError::NegativeDim {
             context: "parameter `y`, dimension 0 (`S - K`)".into(),
             dim: "S - K".into(),
             value: -1
-        })
+        }))
     );
     // A variable that only occurs inside a compound dim is bound from it
     // when the dim determines it (Section 2 §18)...
@@ -204,10 +205,10 @@ fn compound_dims_are_checked_after_every_bare_variable() {
     let g = b.ret_any(y);
     assert_eq!(
         bind(&g.sig, &[z(Dtype::F32, &[4])]),
-        Err(Error::Eval {
+        Err(Error::Rule(RuleError::Eval {
             context: "parameter `y`, dimension 0 (`N + N % 2`)".into(),
             source: tc_core::dim::EvalError::Unbound("N".into())
-        })
+        }))
     );
     // Division by a variable (Section 2 §13) evaluates under σ.
     let mut b = FnBuilder::new("heads");

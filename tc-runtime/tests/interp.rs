@@ -5,6 +5,7 @@
 use crate::support;
 
 use support::*;
+use tc_core::concrete::RuleError;
 use tc_core::ir::{BinaryOp, Op, ReduceOp, Scalar, UnaryOp, Value};
 use tc_core::{Dim, Dtype, Pred, TensorType, Type};
 use tc_runtime::contract::Arg;
@@ -201,15 +202,15 @@ fn bool_not_and_inadmissible_unary() {
     );
     assert!(matches!(
         un(UnaryOp::Exp, &it(Dtype::I32, &[1], &[1])),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
     assert!(matches!(
         un(UnaryOp::Not, &ft(Dtype::F32, &[1], &[1.0])),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
     assert!(matches!(
         un(UnaryOp::Neg, &bt(&[1], &[true])),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
 }
 
@@ -323,11 +324,11 @@ fn float_binary_all_dtypes() {
         );
         assert!(matches!(
             bin(BinaryOp::Rem, &x, &y),
-            Err(Error::Malformed(_))
+            Err(Error::Rule(RuleError::Malformed(_)))
         ));
         assert!(matches!(
             bin(BinaryOp::And, &x, &y),
-            Err(Error::Malformed(_))
+            Err(Error::Rule(RuleError::Malformed(_)))
         ));
     }
 }
@@ -463,7 +464,7 @@ fn int_binary_wraps_truncates_and_divides_by_zero_to_zero() {
         );
         assert!(matches!(
             bin(BinaryOp::Pow, &x, &y),
-            Err(Error::Malformed(_))
+            Err(Error::Rule(RuleError::Malformed(_)))
         ));
     }
 }
@@ -502,7 +503,7 @@ fn bool_binary() {
     );
     assert!(matches!(
         bin(BinaryOp::Add, &x, &y),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
 }
 
@@ -513,7 +514,7 @@ fn binary_shape_mismatch_at_run_time_is_an_error() {
         &ft(Dtype::F32, &[2], &[1.0, 2.0]),
         &ft(Dtype::F32, &[3], &[1.0, 2.0, 3.0]),
     );
-    assert!(matches!(r, Err(Error::Op { .. })), "{r:?}");
+    assert!(matches!(r, Err(Error::Rule(RuleError::Op { .. }))), "{r:?}");
 }
 
 #[test]
@@ -658,10 +659,10 @@ fn matmul_batched_wrapping_and_empty_contraction() {
         &Tensor::zeros(Dtype::F32, &[2, 3]),
         Op::Matmul,
     );
-    assert!(matches!(r, Err(Error::Op { .. })));
+    assert!(matches!(r, Err(Error::Rule(RuleError::Op { .. }))));
     assert!(matches!(
         apply2(&bt(&[1, 1], &[true]), &bt(&[1, 1], &[true]), Op::Matmul),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
 }
 
@@ -762,7 +763,7 @@ fn reduce_float_and_int() {
         } else {
             assert!(matches!(
                 red(ReduceOp::Mean, &[1], false, &x),
-                Err(Error::Malformed(_))
+                Err(Error::Rule(RuleError::Malformed(_)))
             ));
         }
     }
@@ -854,22 +855,25 @@ fn reduce_bool_and_empty_axes() {
     assert_eq!(red(ReduceOp::Max, &[0], false, &e).unwrap().shape(), &[0]);
     for op in [ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean] {
         assert!(
-            matches!(red(op, &[1], false, &e), Err(Error::Op { .. })),
+            matches!(
+                red(op, &[1], false, &e),
+                Err(Error::Rule(RuleError::Op { .. }))
+            ),
             "{op:?}"
         );
     }
     // Bad attributes are reported, not panicked on.
     assert!(matches!(
         red(ReduceOp::Sum, &[2], false, &e),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
     assert!(matches!(
         red(ReduceOp::Sum, &[0, 0], false, &e),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
     assert!(matches!(
         red(ReduceOp::Sum, &[], false, &e),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
 }
 
@@ -952,7 +956,7 @@ fn argmax_argmin_ties_and_nan() {
         keepdims: false,
         x: v,
     });
-    assert!(matches!(e, Err(Error::Op { .. })));
+    assert!(matches!(e, Err(Error::Rule(RuleError::Op { .. }))));
 }
 
 // ---------------------------------------------------------------- structure
@@ -978,7 +982,7 @@ fn transpose_every_dtype() {
     assert_eq!(r.get_at(&[3, 1, 2]), x.get_at(&[1, 2, 3]));
     assert!(matches!(
         apply1(&x, |v| Op::Transpose(vec![0, 0, 1], v)),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
 }
 
@@ -1011,12 +1015,12 @@ fn reshape_every_dtype_and_volume_backstop() {
     );
     assert_eq!(
         err.unwrap_err(),
-        Error::ReshapeVolume {
+        Error::Rule(RuleError::ReshapeVolume {
             from: vec![6],
             to: vec![4, 2],
             from_volume: 6,
             to_volume: 8
-        }
+        })
     );
     let ok = run(
         &f,
@@ -1031,7 +1035,10 @@ fn reshape_every_dtype_and_volume_backstop() {
     let e = apply1(&Tensor::zeros(Dtype::F32, &[1]), |v| {
         Op::Reshape(vec![Dim::c(-1), Dim::c(-1)], v)
     });
-    assert!(matches!(e, Err(Error::ReshapeVolume { .. })), "{e:?}");
+    assert!(
+        matches!(e, Err(Error::Rule(RuleError::ReshapeVolume { .. }))),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -1050,11 +1057,11 @@ fn broadcast_every_dtype() {
     let e = apply1(&Tensor::zeros(Dtype::F32, &[2]), |v| {
         Op::Broadcast(ds(&["3"]), v)
     });
-    assert!(matches!(e, Err(Error::Op { .. })));
+    assert!(matches!(e, Err(Error::Rule(RuleError::Op { .. }))));
     let e = apply1(&Tensor::zeros(Dtype::F32, &[1, 1]), |v| {
         Op::Broadcast(ds(&["3"]), v)
     });
-    assert!(matches!(e, Err(Error::Op { .. })));
+    assert!(matches!(e, Err(Error::Rule(RuleError::Op { .. }))));
 }
 
 #[test]
@@ -1109,14 +1116,14 @@ fn slice_and_concat_every_dtype() {
         &[0]
     );
     let e = run(&f, vec![it(Dtype::I32, &[1], &[1]).into()]);
-    assert!(matches!(e, Err(Error::Op { .. })), "{e:?}");
+    assert!(matches!(e, Err(Error::Rule(RuleError::Op { .. }))), "{e:?}");
     // Concat with mismatched off-axis dims.
     let e = apply2(
         &Tensor::zeros(Dtype::F32, &[2, 1]),
         &Tensor::zeros(Dtype::F32, &[3, 1]),
         |p, q| Op::Concat(1, vec![p, q]),
     );
-    assert!(matches!(e, Err(Error::Op { .. })));
+    assert!(matches!(e, Err(Error::Rule(RuleError::Op { .. }))));
 }
 
 #[test]
@@ -1164,7 +1171,10 @@ fn fill_and_iota() {
         let r = b.op(Op::Fill(Dtype::F32, ds(&["Q"]), Scalar::Float(1.0)));
         b.ret_any(r)
     };
-    assert!(matches!(run(&h, vec![]), Err(Error::Eval { .. })));
+    assert!(matches!(
+        run(&h, vec![]),
+        Err(Error::Rule(RuleError::Eval { .. }))
+    ));
 }
 
 #[test]
@@ -1318,7 +1328,7 @@ fn declared_types_are_checked_by_the_heap_invariant() {
     let f = b.ret(r, tt(Dtype::F32, ds(&["N"])));
     let e = run(&f, vec![Tensor::zeros(Dtype::F32, &[2]).into()]).unwrap_err();
     assert!(
-        matches!(&e, Error::Op { op, .. } if op == "return of `ret`"),
+        matches!(&e, Error::Rule(RuleError::Op { op, .. }) if op == "return of `ret`"),
         "{e:?}"
     );
     // Returning a parameter is fine, and a scalar parameter returns as rank 0.
@@ -1338,7 +1348,7 @@ fn malformed_ir_is_an_error_not_a_panic() {
     let f = b.ret_any(r);
     assert!(matches!(
         run(&f, vec![Tensor::zeros(Dtype::F32, &[1]).into()]),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
     // A scalar used where a tensor is needed.
     let mut b = FnBuilder::new("m2");
@@ -1347,6 +1357,6 @@ fn malformed_ir_is_an_error_not_a_panic() {
     let f = b.ret_any(r);
     assert!(matches!(
         run(&f, vec![1.0f32.into()]),
-        Err(Error::Malformed(_))
+        Err(Error::Rule(RuleError::Malformed(_)))
     ));
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use half::{bf16, f16};
 use ndarray::{arr2, ArrayD, IxDyn};
+use tc_core::concrete::RuleError;
 use tc_core::Dtype;
 use tc_runtime::safetensors_io::{
     load_safetensors_bytes, load_tensor_from_bytes, save_safetensors_bytes,
@@ -210,7 +211,7 @@ fn zeros_full_and_scalars() {
     assert_eq!(Tensor::from_scalar(7i16).to_vec::<i16>().unwrap(), vec![7]);
     assert!(matches!(
         Tensor::try_zeros(Dtype::F32, &[usize::MAX, 2]),
-        Err(Error::Size(_))
+        Err(Error::Rule(RuleError::Size(_)))
     ));
 }
 
@@ -280,7 +281,7 @@ fn bad_inputs_are_errors() {
     );
     assert!(matches!(
         Tensor::from_raw(Dtype::I8, &[usize::MAX, 3], vec![]),
-        Err(Error::Size(_))
+        Err(Error::Rule(RuleError::Size(_)))
     ));
     let t = Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap();
     assert_eq!(
@@ -292,11 +293,11 @@ fn bad_inputs_are_errors() {
     );
     assert!(matches!(
         t.reshape(&[4, 2]),
-        Err(Error::ReshapeVolume {
+        Err(Error::Rule(RuleError::ReshapeVolume {
             from_volume: 6,
             to_volume: 8,
             ..
-        })
+        }))
     ));
     assert!(t.reshape(&[6]).is_ok());
     assert!(t.reshape(&[3, 1, 2]).is_ok());

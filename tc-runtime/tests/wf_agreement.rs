@@ -12,6 +12,7 @@ use proptest::prelude::*;
 
 use tc_core::build::FnBuilder;
 use tc_core::check::check_function;
+use tc_core::concrete::RuleError;
 use tc_core::ir::{Op, ReduceOp, Signatures};
 use tc_core::{Dim, Dtype, Type};
 use tc_runtime::contract::Arg;
@@ -105,7 +106,7 @@ proptest! {
         let ran = Interpreter::checked().run(&f, &[arg], &no_calls);
         match (&checked, &ran) {
             (Ok(_), Ok(_)) => {}
-            (Err(_), Err(Error::Malformed(_))) => {}
+            (Err(_), Err(Error::Rule(RuleError::Malformed(_)))) => {}
             _ => prop_assert!(
                 false,
                 "disagreement on {case:?} at shape {dims:?}:\n{f}\nchecker: {:?}\ninterpreter: {:?}",

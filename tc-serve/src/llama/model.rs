@@ -474,14 +474,14 @@ impl Model {
         for (&id, dst) in ids.iter().zip(out.chunks_exact_mut(row.max(1))) {
             let i = id as u64;
             if i >= v as u64 {
-                return Err(tc::Error::Malformed(format!(
+                return Err(tc::Error::malformed(format!(
                     "token id {id} is outside the vocabulary of {v}"
                 )));
             }
             self.rows
                 .read_at(dst, self.rows.embd_at + i * row as u64)
                 .map_err(|err| {
-                    tc::Error::Malformed(format!("reading embedding row {id}: {err}"))
+                    tc::Error::malformed(format!("reading embedding row {id}: {err}"))
                 })?;
         }
         Tensor::from_raw(e.dtype(), &[1, ids.len(), d], out)
@@ -671,9 +671,7 @@ impl Model {
         for q in seqs.iter_mut() {
             let s = q.tokens.len();
             if s == 0 {
-                return Err(tc::Error::Malformed(
-                    "a step of a sequence with no tokens".into(),
-                ));
+                return Err(tc::Error::malformed("a step of a sequence with no tokens"));
             }
             self.rope_rows(q.pos, s, &mut cos, &mut sin);
             parts.push(Part {
@@ -795,7 +793,7 @@ impl Part<'_> {
         let (kc, vc) = self
             .cache
             .get_mut(li)
-            .ok_or_else(|| tc::Error::Malformed("a cache without this layer".into()))?;
+            .ok_or_else(|| tc::Error::malformed("a cache without this layer"))?;
         write_kv(kc, self.pos, heads(&all.k)?)?;
         write_kv(vc, self.pos, heads(&all.v)?)?;
         let q = if s == all.n {

@@ -24,5 +24,5 @@ fn main() {
     // An id past the vocabulary is a typed error naming it, not a read.
     let bad = tc::Tensor::from_vec(&[1, 2], vec![0i64, 3]).unwrap();
     let e = embed(words, positions, bad, pos).unwrap_err();
-    assert!(matches!(e, tc::Error::IndexOutOfRange { index: 3, bound: 3, .. }), "{e}");
+    assert!(matches!(e, tc::Error::Rule(tc::core::concrete::RuleError::IndexOutOfRange { index: 3, bound: 3, .. })), "{e}");
 }
