@@ -994,8 +994,7 @@ pub(crate) unsafe fn blocked<F: Family>(
 
 #[cfg(test)]
 mod tests {
-    use super::{ALayout, Cols};
-    use crate::matmul_int::IntKernel;
+    use super::Cols;
 
     /// Every column count of a tile has exactly one kernel variant, the
     /// one `Cols::ragged` picks for a ragged panel (AVX-512 and AVX2
@@ -1016,87 +1015,6 @@ mod tests {
                 assert_eq!(fit, want, "nr={nr} ncols={ncols}");
             }
             assert!(!Cols::One.fits(0, nr) && !Cols::Two.fits(nr + 1, nr));
-        }
-    }
-
-    /// The f32 kernels the planner can ask for, by name: both vector
-    /// widths, every row count, A packed (as wide as the tile or wider:
-    /// an edge kernel) or read in place with and without its prefetch,
-    /// each [`Cols`] variant.
-    fn f32_variants() -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for vw in [8, 16] {
-            for rows in 1..=14 {
-                let mut layouts = vec![
-                    ALayout::Packed(rows),
-                    ALayout::Rows { ahead: 0 },
-                    ALayout::Rows {
-                        ahead: crate::matmul::A_AHEAD,
-                    },
-                ];
-                layouts.extend(
-                    [6, 13, 14]
-                        .into_iter()
-                        .filter(|&s| s > rows)
-                        .map(ALayout::Packed),
-                );
-                for a in layouts {
-                    for c in [Cols::Whole, Cols::One, Cols::Two] {
-                        let name = format!("f32 vw{vw} rows{rows} {a:?} {c:?}");
-                        out.push((name, crate::matmul::ukernel_ir_rows(vw, rows, a, c)));
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// The integer kernels, by name: each kind at its vector widths,
-    /// every row count of panels packed as wide or wider, each [`Cols`]
-    /// variant.
-    fn int_variants() -> Vec<(String, String)> {
-        let kinds = [
-            (IntKernel::I64, [4, 8]),
-            (IntKernel::I32, [8, 16]),
-            (IntKernel::Pair16, [8, 16]),
-        ];
-        let mut out = Vec::new();
-        for (kind, vws) in kinds {
-            for vw in vws {
-                for rows in 1..=14 {
-                    let wider = [4, 6, 13, 14].into_iter().filter(|&s| s > rows);
-                    for mr in std::iter::once(rows).chain(wider) {
-                        for c in [Cols::Whole, Cols::One, Cols::Two] {
-                            let name = format!("{kind:?} vw{vw} rows{rows} mr{mr} {c:?}");
-                            let ir =
-                                crate::matmul_int::ukernel_int_ir_rows(kind, vw, (rows, mr), c);
-                            out.push((name, ir));
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Every micro-kernel variant's module parses and verifies in LLVM
-    /// (what compiling it checks first, without the optimisation and code
-    /// generation that would take minutes over all of them).
-    #[test]
-    fn every_kernel_variant_is_valid_ir() {
-        use inkwell::context::Context;
-        use inkwell::memory_buffer::MemoryBuffer;
-        let variants: Vec<_> = f32_variants().into_iter().chain(int_variants()).collect();
-        assert_eq!(variants.len(), 1278);
-        let ctx = Context::create();
-        for (name, ir) in variants {
-            let buf = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), &name);
-            let module = ctx
-                .create_module_from_ir(buf)
-                .unwrap_or_else(|e| panic!("{name} does not parse: {e}\n{ir}"));
-            if let Err(e) = module.verify() {
-                panic!("{name} does not verify: {e}\n{ir}");
-            }
         }
     }
 }
