@@ -15,6 +15,10 @@
 #[path = "../examples/fuzz/gen.rs"]
 mod gen;
 
+/// The macro fuzzer's renderer, for `fuzz_macro.rs`.
+#[path = "../examples/fuzz/render.rs"]
+mod render;
+
 // `pub`, as each file's items were at the root of a binary of its own:
 // an item only macro-generated code uses is no dead-code warning.
 pub mod architecture;
@@ -22,6 +26,7 @@ pub mod compound_dims;
 pub mod concrete_rule;
 pub mod dim_params;
 pub mod fuzz;
+pub mod fuzz_macro;
 pub mod layers;
 pub mod minilm;
 pub mod real_models;

@@ -248,6 +248,14 @@ pub struct GenConfig {
     /// Percent of the programs that are not a llama family's that are of
     /// the real-sizes class ([`real_program`]; 0: none).
     pub real_pct: usize,
+    /// Dim parameters (`--dim-params`): one callee in three takes a
+    /// `Dim![V]` after its tensors, which its callers pass a dim of their
+    /// own (an [`Op::Dim`]), and one `f` in three a `Dim![…]` naming one of
+    /// its variables (`n: Dim![A]`, `Dim![2 * A]`, compared with the
+    /// tensors at the call: what a Rust caller passes as a `usize`). Off by
+    /// default, as it changes the programs of pinned seeds
+    /// (`tests/fuzz.rs`'s `KNOWN`); the macro fuzzer turns it on.
+    pub dim_params: bool,
 }
 
 impl Default for GenConfig {
@@ -259,6 +267,7 @@ impl Default for GenConfig {
             rotate: false,
             all_modes_one_in: 8,
             real_pct: 20,
+            dim_params: false,
         }
     }
 }
@@ -422,6 +431,9 @@ struct Callee {
     params: Vec<(Dtype, Vec<Dim>)>,
     world: World,
     ret: (Dtype, Vec<Dim>),
+    /// A `Dim![V]` parameter after the tensors: its variable. A caller
+    /// passes it a dim of its own (an [`Op::Dim`] value).
+    dim_param: Option<String>,
 }
 
 // ----------------------------------------------------------------- body
@@ -435,6 +447,9 @@ struct Body<'a> {
     /// Scalar parameters: index and dtype.
     scalars: Vec<(usize, Dtype)>,
     callees: &'a [Callee],
+    /// Draws for the dim arguments of calls, a stream apart from `rng`, so
+    /// that a program without them is the one its seed always gave.
+    aux: Rng,
 }
 
 fn float_literal(rng: &mut Rng, dt: Dtype) -> f64 {
@@ -1207,6 +1222,13 @@ impl<'a> Body<'a> {
             let target: Vec<Dim> = shape.iter().map(|d| d.subst(&theta)).collect();
             args.push(self.like(&target, *dt).v);
         }
+        let mut theta = theta;
+        if let Some(v) = &c.dim_param {
+            let d = self.dim_arg();
+            theta.insert(v.clone(), d.clone());
+            // Right before the call: where the macro lowers a dim argument.
+            args.push(self.fb.op(Op::Dim(d)));
+        }
         let shape: Vec<Dim> = c.ret.1.iter().map(|d| d.subst(&theta)).collect();
         let r = self.push(
             Op::Call(c.func.sig.name.clone(), args),
@@ -1230,6 +1252,28 @@ impl<'a> Body<'a> {
             x: r.v,
         };
         Some(self.push(op, r.dt, shape))
+    }
+
+    /// A dim argument for a callee's `Dim![V]` (`V ≥ 1`): a constant, or a
+    /// variable of this function proven `≥ 1`, maybe scaled or shifted.
+    fn dim_arg(&mut self) -> Dim {
+        let w = self.world;
+        let vars: Vec<Dim> = w
+            .vars
+            .iter()
+            .filter(|(_, z)| !*z)
+            .map(|(n, _)| Dim::var(n.clone()))
+            .collect();
+        let k = 1 + self.aux.below(3) as i64;
+        if vars.is_empty() || self.aux.one_in(4) {
+            return Dim::c(k);
+        }
+        let v = self.aux.pick(&vars);
+        match self.aux.below(3) {
+            0 => v,
+            1 => v + Dim::c(k),
+            _ => v * Dim::c(k),
+        }
     }
 
     /// Draw `n` ops from the configured families; at least one op lands.
@@ -1286,7 +1330,9 @@ fn body<'a>(
     vals: Vec<Val>,
     scalars: Vec<(usize, Dtype)>,
 ) -> Body<'a> {
+    let aux = Rng(rng.0 ^ 0xd1a5_0f0d_1a55_0001);
     Body {
+        aux,
         rng,
         world,
         cfg,
@@ -1308,6 +1354,9 @@ fn gen_callee(rng: &mut Rng, cfg: &GenConfig, i: usize, earlier: &[Callee]) -> C
         .iter()
         .map(|(n, _)| Dim::var(n.clone()))
         .collect();
+    // Drawn from a stream of its own: a callee without it is unchanged.
+    let mut aux = Rng(rng.0 ^ 0xd1a5_0f0d_1a55_0002);
+    let dim_param = (cfg.dim_params && aux.one_in(3)).then(|| format!("V{i}"));
     let mut params = vec![(rng.pick(&Dtype::ALL), shape.clone())];
     if rng.one_in(2) {
         params.push((rng.pick(&Dtype::ALL), shape.clone()));
@@ -1327,13 +1376,26 @@ fn gen_callee(rng: &mut Rng, cfg: &GenConfig, i: usize, earlier: &[Callee]) -> C
             fb.requires(Pred::ge(Dim::var(n.clone()), 0));
         }
     }
-    let (ret, fb) = {
+    if let Some(v) = &dim_param {
+        fb.param("n", Type::Dim(Dim::var(v.clone())));
+        world.vars.push((v.clone(), false));
+    }
+    let (ret, mut fb) = {
         let mut b = body(rng, cfg, &world, earlier, fb, vals, vec![]);
         let n = 1 + b.rng.below(3);
         b.run(n, &cfg.op_families());
         let ret = b.vals.last().cloned().expect("a value");
         (ret, b.fb)
     };
+    // The dim reaches the result: a leading axis of that size.
+    let mut ret = ret;
+    let lead = (1..MAX_RANK).contains(&ret.shape.len()) && aux.one_in(2);
+    if let (Some(v), true) = (&dim_param, lead) {
+        let mut shape = ret.shape.clone();
+        shape.insert(0, Dim::var(v.clone()));
+        let b = fb.op(Op::Broadcast(shape.clone(), ret.v));
+        ret = Val { v: b, shape, ..ret };
+    }
     let twin = (!ret.shape.is_empty() && !rng.one_in(3)).then(|| twin_of(&fb, &ret));
     let mut fb = fb;
     fb.returns(Type::tensor(ret.dt, ret.shape.clone()));
@@ -1343,6 +1405,7 @@ fn gen_callee(rng: &mut Rng, cfg: &GenConfig, i: usize, earlier: &[Callee]) -> C
         params,
         world,
         ret: (ret.dt, ret.shape),
+        dim_param,
     }
 }
 
@@ -1434,6 +1497,19 @@ fn main_facts(rng: &mut Rng, world: &World, shapes: &[Vec<Dim>]) -> (Vec<Vec<Pre
     (refs, requires)
 }
 
+/// `n: Dim![d]` after `f`'s other parameters, one time in three, `d` a
+/// variable of `f` (already bound by a tensor, so the call compares) or a
+/// multiple of one. Drawn from a stream of its own.
+fn main_dim_param(rng: &Rng, world: &World, fb: &mut FnBuilder) {
+    let mut aux = Rng(rng.0 ^ 0xd1a5_0f0d_1a55_0003);
+    if world.vars.is_empty() || !aux.one_in(3) {
+        return;
+    }
+    let v = Dim::var(aux.pick(&world.vars).0);
+    let d = if aux.one_in(3) { v * Dim::c(2) } else { v };
+    fb.param("n", Type::Dim(d));
+}
+
 /// Generate the program of case `seed`.
 pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
     if let Some(p) = llama_program(seed, cfg) {
@@ -1470,6 +1546,9 @@ pub fn gen_program(seed: u64, cfg: &GenConfig) -> Program {
         let dt = rng.pick(&Dtype::ALL);
         scalars.push((fb.sig().params.len(), dt));
         fb.param(&format!("s{k}"), Type::Scalar(dt));
+    }
+    if cfg.dim_params {
+        main_dim_param(&rng, &world, &mut fb);
     }
     for p in requires {
         fb.requires(p);
@@ -2859,6 +2938,13 @@ pub fn prepare(seed: u64, cfg: &GenConfig, budget: usize) -> Prepared {
     for p in &program.main.sig.params {
         match &p.ty {
             Type::Scalar(dt) => args.push(random_scalar(&mut rng, *dt)),
+            Type::Dim(d) => {
+                // A multiple of a huge dim may leave i64: no such size.
+                match d.eval(&sigma).ok().and_then(|n| usize::try_from(n).ok()) {
+                    Some(n) => args.push(Arg::Dim(n)),
+                    None => return Prepared::NoSigma,
+                }
+            }
             t => {
                 let (dt, shape) = concrete(t, &sigma).expect("parameter shape under σ");
                 args.push(Arg::Tensor(random_tensor(&mut rng, dt, &shape)));

@@ -21,7 +21,8 @@
 //! faster; the long run uses it; one case in 8, drawn from its seed, still
 //! runs all six), `--all-modes N` (that 8; 0: never), `--real PCT` (or
 //! `TC_FUZZ_REAL`: percent of the non-llama programs in the real-sizes
-//! class, default 20; 0: none), `--isolate` (cases run in child processes: a crash is recorded with its
+//! class, default 20; 0: none), `--dim-params` (callees and `f` take
+//! `Dim![…]` parameters, callers pass dims: `GenConfig::dim_params`), `--isolate` (cases run in child processes: a crash is recorded with its
 //! seed and the run goes on), `--jobs N` (with `--isolate`: N workers), `--trace` (print each seed before running it).
 mod gen;
 
@@ -89,6 +90,10 @@ fn parse() -> Result<Opts, String> {
             }
             "--rotate" => {
                 o.cfg.rotate = true;
+                o.passthrough.push(a.clone());
+            }
+            "--dim-params" => {
+                o.cfg.dim_params = true;
                 o.passthrough.push(a.clone());
             }
             "--real" => {
