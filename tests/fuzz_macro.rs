@@ -23,7 +23,7 @@ fn cfg() -> gen::GenConfig {
 
 #[test]
 fn rendered_programs_parse_and_depend_on_the_seed_alone() {
-    let mut rendered = 0;
+    let (mut rendered, mut structs) = (0, 0);
     for seed in 0..SEEDS {
         let name = format!("p{seed}");
         let a = render::render(&gen::gen_program(seed, &cfg()), &name);
@@ -37,12 +37,14 @@ fn rendered_programs_parse_and_depend_on_the_seed_alone() {
                 }
                 syn::parse_str::<syn::Expr>(&a.call).expect("the call is an expression");
                 rendered += 1;
+                structs += a.module.contains("#[tensor_params]") as u64;
             }
             (Err(x), Err(y)) => assert_eq!(x, y, "seed {seed}"),
             (a, b) => panic!("seed {seed}: rendered once only: {a:?} / {b:?}"),
         }
     }
     assert!(rendered >= SEEDS - 4, "only {rendered} of {SEEDS} rendered");
+    assert!(structs >= 3, "{structs} programs with a weight struct");
 }
 
 /// `Op::Dim` is generated (a callee's `Dim![V]` parameter takes a dim of

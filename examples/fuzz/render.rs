@@ -41,7 +41,8 @@ pub struct Rendered {
 
 /// The program as module `name`.
 pub fn render(p: &Program, name: &str) -> R<Rendered> {
-    let fs: Vec<&Function> = p.callees.iter().chain([&p.main]).collect();
+    let main = with_weights(&p.main);
+    let fs: Vec<&Function> = p.callees.iter().chain([&main]).collect();
     let mut src = String::new();
     writeln!(src, "#[tc::tensor_module]").unwrap();
     writeln!(src, "pub mod {name} {{").unwrap();
@@ -50,11 +51,12 @@ pub fn render(p: &Program, name: &str) -> R<Rendered> {
     for (c, v) in module_consts(&fs)? {
         writeln!(src, "    pub const {c}: i64 = {v};").unwrap();
     }
+    src.push_str(&weights_struct(&main)?);
     for f in &fs {
         src.push_str(&render_fn(f)?);
     }
     src.push_str("}\n");
-    let call = call_expr(&p.main, name)?;
+    let call = call_expr(&main, name)?;
     Ok(Rendered { module: src, call })
 }
 
@@ -73,9 +75,71 @@ fn module_consts(fs: &[&Function]) -> R<Vec<(String, i64)>> {
     Ok(all)
 }
 
+/// The weight struct's name, its parameter's, and the prefix of its fields
+/// in the IR (the front end names a field `w.x1`, docs/syntax.md "Weight
+/// structs").
+const WEIGHTS: (&str, &str, &str) = ("W", "w", "w.");
+
+/// `f` with its tensor parameters after the first grouped in a weight
+/// struct, for half of the functions with at least two of them (they come
+/// first, so they are contiguous, as a struct's fields are): renamed
+/// `w.x1`, … as the front end names them.
+fn with_weights(f: &Function) -> Function {
+    let mut f = f.clone();
+    let tensors = f
+        .sig
+        .params
+        .iter()
+        .take_while(|p| matches!(p.ty, Type::Tensor(_)))
+        .count();
+    // Half of them (by the parity of the body's length), so that plain
+    // parameters stay covered as well.
+    if tensors >= 3 && f.body.len() % 2 == 0 {
+        for p in &mut f.sig.params[1..tensors] {
+            p.name = format!("{}{}", WEIGHTS.2, p.name);
+        }
+    }
+    f
+}
+
+/// A weight struct's field, by its IR name.
+fn field(p: &tc_core::ir::Param) -> Option<&str> {
+    p.name.strip_prefix(WEIGHTS.2)
+}
+
+/// `#[tensor_params] pub struct W { … }` for `f`'s fields, if any.
+fn weights_struct(f: &Function) -> R<String> {
+    let mut fields = String::new();
+    for p in &f.sig.params {
+        if let Some(n) = field(p) {
+            writeln!(fields, "        pub {n}: {},", ty(&p.ty)?).unwrap();
+        }
+    }
+    if fields.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(format!(
+        "    #[tensor_params]\n    pub struct {} {{\n{fields}    }}\n",
+        WEIGHTS.0
+    ))
+}
+
 fn call_expr(f: &Function, module: &str) -> R<String> {
     let mut args = Vec::new();
+    let mut fields = Vec::new();
     for (i, p) in f.sig.params.iter().enumerate() {
+        if let Some(n) = field(p) {
+            fields.push(format!("{n}: tensor(&a[{i}])"));
+            continue;
+        }
+        if !fields.is_empty() {
+            args.push(format!(
+                "&{module}::{} {{ {} }}",
+                WEIGHTS.0,
+                fields.join(", ")
+            ));
+            fields.clear();
+        }
         let conv = match &p.ty {
             Type::Tensor(_) => "tensor",
             Type::Dim(_) => "size",
@@ -88,6 +152,13 @@ fn call_expr(f: &Function, module: &str) -> R<String> {
             _ => return no("a parameter type with no Rust form"),
         };
         args.push(format!("{conv}(&a[{i}])"));
+    }
+    if !fields.is_empty() {
+        args.push(format!(
+            "&{module}::{} {{ {} }}",
+            WEIGHTS.0,
+            fields.join(", ")
+        ));
     }
     Ok(format!("{module}::{}({})", f.sig.name, args.join(", ")))
 }
@@ -111,7 +182,15 @@ pub fn render_fn(f: &Function) -> R<String> {
         writeln!(s, "    #[tensor_fn(requires({}))]", req.join(", ")).unwrap();
     }
     let mut params = Vec::new();
+    let mut grouped = false;
     for p in &f.sig.params {
+        if field(p).is_some() {
+            if !grouped {
+                params.push(format!("{}: {}", WEIGHTS.1, WEIGHTS.0));
+            }
+            grouped = true;
+            continue;
+        }
         if p.name.starts_with('v') && p.name[1..].parse::<u32>().is_ok() {
             return no("a parameter named like a value");
         }

@@ -96,8 +96,9 @@ pub fn size(a: &Arg) -> usize {
     }
 }
 
-/// `f` with every span zeroed, its module constants sorted and each shape
-/// variable's `α ≥ 0` opt-in marked where its predicates state it. Spans: the builder numbers them
+/// `f` with every span zeroed, its module constants sorted, a weight
+/// struct's fields named as plain parameters and each shape variable's
+/// `α ≥ 0` opt-in marked where its predicates state it. Spans: the builder numbers them
 /// one way, the front end another (one per token it may report at), and a
 /// span is where an error points, not what a program means. The opt-in:
 /// the front end marks `ShapeVar::allow_zero` from the refinements and
@@ -119,6 +120,13 @@ pub fn canonical(f: &Function) -> Function {
     // Module constants are a map: the front end lists them by name, the
     // builder in declaration order.
     f.sig.consts.sort();
+    // A weight struct's field is named as it is read (`w.x1`); the builder
+    // names the same parameter `x1`.
+    for p in &mut f.sig.params {
+        if let Some(n) = p.name.strip_prefix("w.") {
+            p.name = n.to_string();
+        }
+    }
     let z = SpanId(0);
     f.ret_span = z;
     for i in &mut f.body {
