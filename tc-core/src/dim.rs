@@ -667,8 +667,20 @@ impl fmt::Display for Dim {
         );
         for (i, (m, c)) in ordered.into_iter().enumerate() {
             let mag = c.unsigned_abs();
+            // A lone quotient or remainder under a factor or a leading
+            // minus is parenthesised: `2 * (A + 1) / 2` and `-(A + 1) / 2`
+            // read as other dims (`*`, `/` and `%` associate left, unary
+            // minus binds tightest, and division floors).
+            let lone_op = matches!(m.as_slice(), [Atom::Div(..) | Atom::Mod(..)]);
             let body = if m.is_empty() {
                 mag.to_string()
+            } else if lone_op && (mag != 1 || (i == 0 && c < 0)) {
+                let factor = if mag == 1 {
+                    String::new()
+                } else {
+                    format!("{mag} * ")
+                };
+                format!("{factor}({})", monomial_string(m))
             } else if mag == 1 {
                 monomial_string(m)
             } else {
