@@ -109,6 +109,12 @@ mod tests {
         assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
         let e = zeroed::<f32>(usize::MAX / 4).unwrap_err();
         assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+        // A valid layout of 2^59 bytes: the allocator refuses it, but Miri
+        // stops at a request beyond its host's memory instead of failing
+        // it, so there only the two refusals above (the layout's) run.
+        if cfg!(miri) {
+            return;
+        }
         let e = with_capacity::<u128>(usize::MAX / 32).unwrap_err();
         assert!(
             matches!(e, Error::OutOfMemory { bytes } if bytes > 0),

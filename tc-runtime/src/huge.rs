@@ -94,7 +94,7 @@ static PROBE: Probe = Probe::new();
 /// What [`advise`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Advice {
-    /// No whole huge page in the buffer, not Linux, or Miri.
+    /// No whole huge page in the buffer, or not Linux.
     None,
     /// Huge pages are dear: the buffer is left on 4 KiB pages.
     Skipped,
@@ -116,11 +116,11 @@ pub enum Advice {
 /// [`crate::alloc::zeroed`]: pages already touched stay as they are. The
 /// contents never change.
 pub fn advise<T: ZeroBits>(v: &mut Vec<T>, force: bool) -> Advice {
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(target_os = "linux")]
     {
         advise_linux(v, force, &PROBE)
     }
-    #[cfg(not(all(target_os = "linux", not(miri))))]
+    #[cfg(not(target_os = "linux"))]
     {
         let _ = (v, force);
         Advice::None
@@ -132,21 +132,29 @@ pub fn advise<T: ZeroBits>(v: &mut Vec<T>, force: bool) -> Advice {
 /// buffer already written on 4 KiB pages, which `khugepaged` may then
 /// collapse. The contents never change.
 pub fn advise_filled<T>(v: &Vec<T>) -> Advice {
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(target_os = "linux")]
     {
         let (lo, hi) = whole_pages(v);
         if hi <= lo {
             return Advice::None;
         }
-        // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation, which
-        // the borrow keeps allocated for the call; MADV_HUGEPAGE changes how
-        // those pages are backed, never their contents.
-        match unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) } {
+        let p = v.as_ptr().cast::<u8>().cast_mut();
+        // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation
+        // (`p` is its start), which the borrow keeps allocated for the
+        // call; MADV_HUGEPAGE changes how those pages are backed, never
+        // their contents, and writes nothing.
+        match unsafe {
+            madvise(
+                p.wrapping_add(lo - p as usize),
+                hi - lo,
+                libc::MADV_HUGEPAGE,
+            )
+        } {
             0 => Advice::Later,
             _ => Advice::None,
         }
     }
-    #[cfg(not(all(target_os = "linux", not(miri))))]
+    #[cfg(not(target_os = "linux"))]
     {
         let _ = v;
         Advice::None
@@ -160,36 +168,86 @@ pub fn advise_filled<T>(v: &Vec<T>) -> Advice {
 /// AMD EPYC (Zen 4) VM of issue #15, where huge pages are dear, 28 MiB
 /// (GPT-2-small block's weight packings) took 18.4–19.3 ms to write on
 /// demand faults and 12.4–15.5 ms populated first. True when the kernel
-/// populated the pages; false when it cannot (older kernels, not Linux,
-/// Miri), which changes nothing. Pages already present stay as they are,
-/// and the contents never change.
+/// populated the pages; false when it cannot (older kernels, not Linux),
+/// which changes nothing. Pages already present stay as they are, and the
+/// contents never change.
 pub fn populate<T: ZeroBits>(v: &mut [T]) -> bool {
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(target_os = "linux")]
     {
         const SMALL: usize = 4096;
-        let start = v.as_ptr() as usize;
+        let p = v.as_mut_ptr().cast::<u8>();
+        let start = p as usize;
         // The end of `v`'s elements, inside one allocation: cannot wrap.
         let end = start + std::mem::size_of_val(v);
         let (lo, hi) = (start.div_ceil(SMALL) * SMALL, end / SMALL * SMALL);
         if hi <= lo {
             return false;
         }
-        // SAFETY: `[lo, hi)` is rounded inward from `v`'s elements, which
-        // the exclusive borrow keeps allocated and unaliased for the call;
-        // MADV_POPULATE_WRITE only faults pages in, as a write of what they
-        // hold would, never changing their contents.
-        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_POPULATE_WRITE) == 0 }
+        // SAFETY: `[lo, hi)` is rounded inward from `v`'s elements (`p` is
+        // the first), which the exclusive borrow keeps allocated and
+        // unaliased for the call; MADV_POPULATE_WRITE only faults pages in,
+        // as a write of what they hold would, never changing their contents.
+        unsafe {
+            madvise(
+                p.wrapping_add(lo - start),
+                hi - lo,
+                libc::MADV_POPULATE_WRITE,
+            ) == 0
+        }
     }
-    #[cfg(not(all(target_os = "linux", not(miri))))]
+    #[cfg(not(target_os = "linux"))]
     {
         let _ = v;
         false
     }
 }
 
+/// `madvise(2)` over the `len` bytes from `p`, or, under Miri, which has
+/// no such system call, a check of that range in its place: its first and
+/// last bytes are accessed as the advice would touch them (read; written
+/// back unchanged for `MADV_POPULATE_WRITE`), so advice that strayed
+/// outside its allocation is an error there, and the call succeeds (0).
+/// Every advice given through here leaves the contents as they were
+/// (`MADV_DONTNEED` only on a file mapping never written,
+/// `crate::mapped`), so the rest of the program (the probe, the faulting
+/// loop, the pool) runs the same code either way.
+///
+/// # Safety
+/// `[p, p + len)` lies inside one live allocation or mapping that `p` may
+/// read, and, for `MADV_POPULATE_WRITE`, write, with no one else writing
+/// it during the call; the advice leaves its contents as they were.
+#[cfg(target_os = "linux")]
+// SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
+pub(crate) unsafe fn madvise(p: *mut u8, len: usize, advice: libc::c_int) -> libc::c_int {
+    #[cfg(not(miri))]
+    // SAFETY: the range is the caller's allocation and the advice leaves
+    // its contents as they were (the contract).
+    unsafe {
+        libc::madvise(p.cast::<libc::c_void>(), len, advice)
+    }
+    #[cfg(miri)]
+    {
+        if len > 0 {
+            for q in [p, p.wrapping_add(len - 1)] {
+                let q = q.cast::<std::mem::MaybeUninit<u8>>();
+                // SAFETY: `q` is a byte of the range, inside the caller's
+                // allocation (the contract); as `MaybeUninit` it may hold
+                // anything, and writing back what was read changes nothing.
+                unsafe {
+                    let byte = q.read_volatile();
+                    if advice == libc::MADV_POPULATE_WRITE {
+                        q.write_volatile(byte);
+                    }
+                }
+            }
+        }
+        0
+    }
+}
+
 /// The whole 2 MiB pages `[lo, hi)` inside `v`'s allocation (`hi ≤ lo`:
 /// none).
-#[cfg(all(target_os = "linux", not(miri)))]
+#[cfg(target_os = "linux")]
 fn whole_pages<T>(v: &Vec<T>) -> (usize, usize) {
     let start = v.as_ptr() as usize;
     // One live allocation of `capacity · size_of::<T>()` bytes: the sum
@@ -201,7 +259,7 @@ fn whole_pages<T>(v: &Vec<T>) -> (usize, usize) {
     )
 }
 
-#[cfg(all(target_os = "linux", not(miri)))]
+#[cfg(target_os = "linux")]
 fn advise_linux<T: ZeroBits>(v: &mut Vec<T>, force: bool, probe: &Probe) -> Advice {
     let start = v.as_ptr() as usize;
     // Inside the allocation (see `whole_pages`): cannot wrap.
@@ -213,14 +271,15 @@ fn advise_linux<T: ZeroBits>(v: &mut Vec<T>, force: bool, probe: &Probe) -> Advi
     if !force && probe.dear() {
         return Advice::Skipped;
     }
-    // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation, which the
-    // borrow keeps allocated for the call; MADV_HUGEPAGE changes how those
-    // pages are backed, never their contents. A failure (THP disabled) is
-    // harmless: then nothing below is a huge fault, and none is dear.
-    if unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) } != 0 {
+    let base = v.as_mut_ptr().cast::<u8>();
+    // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation (`base`
+    // is its start), which the borrow keeps allocated for the call;
+    // MADV_HUGEPAGE changes how those pages are backed, never their
+    // contents. A failure (THP disabled) is harmless: then nothing below
+    // is a huge fault, and none is dear.
+    if unsafe { madvise(base.wrapping_add(lo - start), hi - lo, libc::MADV_HUGEPAGE) } != 0 {
         return Advice::None;
     }
-    let base = v.as_mut_ptr().cast::<u8>();
     let mut page = lo;
     while page < len_end.min(hi) {
         let t = std::time::Instant::now();
@@ -237,7 +296,11 @@ fn advise_linux<T: ZeroBits>(v: &mut Vec<T>, force: bool, probe: &Probe) -> Advi
             if rest < hi {
                 // SAFETY: as for the advice above, on a subrange of it.
                 unsafe {
-                    libc::madvise(rest as *mut libc::c_void, hi - rest, libc::MADV_NOHUGEPAGE);
+                    madvise(
+                        base.wrapping_add(rest - start),
+                        hi - rest,
+                        libc::MADV_NOHUGEPAGE,
+                    );
                 }
             }
             return Advice::Stopped;
@@ -269,6 +332,8 @@ mod tests {
         assert!(p.dear() && p.note(Duration::ZERO), "dear stays dear");
     }
 
+    // Every word of 6 MiB buffers, several times over: too slow for Miri,
+    // which runs `advice_stays_inside_the_buffer_and_changes_nothing`.
     #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn a_dear_probe_skips_unless_forced_and_contents_never_change() {
@@ -295,6 +360,47 @@ mod tests {
         assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64 * 0x9e37));
         let mut small = crate::alloc::zeroed::<f32>(1000).unwrap();
         assert_eq!(advise_linux(&mut small, false, &cheap), Advice::None);
+    }
+
+    /// Every way through the advice on buffers of two to four whole huge
+    /// pages, under Miri too (where `madvise` is a check of its range, so
+    /// an advice past the buffer is an error there): skipped on a dear
+    /// probe, given and faulted on a cheap one, stopped part way with the
+    /// rest advised back to small pages, forced, given to a filled buffer,
+    /// and the small pages populated; contents sampled (Miri interprets
+    /// every word it reads).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn advice_stays_inside_the_buffer_and_changes_nothing() {
+        let sample = |len: usize| (0..len).step_by(8191).chain([len - 1]);
+        let words = 9 * HUGE_PAGE / 16 + 3; // 4.5 MiB: two whole huge pages at least
+        let dear = Probe::new();
+        dear.note(DEAR_FAULT * 3);
+        dear.note(DEAR_FAULT * 3);
+        let mut v = crate::alloc::zeroed::<u64>(words).unwrap();
+        assert_eq!(advise_linux(&mut v, false, &dear), Advice::Skipped);
+        let did = advise_linux(&mut v, false, &Probe::new());
+        assert!(matches!(did, Advice::Huge | Advice::None | Advice::Stopped));
+        assert!(sample(words).all(|i| v[i] == 0));
+        // Every fault dear: the second stops the advice, and the rest of a
+        // buffer of at least three whole pages goes back to small pages.
+        let every = Probe::with_threshold(Duration::ZERO);
+        let mut w = crate::alloc::zeroed::<u64>(4 * HUGE_PAGE / 8).unwrap();
+        let did = advise_linux(&mut w, false, &every);
+        assert!(matches!(did, Advice::Stopped | Advice::None), "{did:?}");
+        // Forced on a dear probe, over data; then advised once filled.
+        sample(words).for_each(|i| v[i] = i as u64 ^ 0x9e37);
+        assert!(matches!(
+            advise_linux(&mut v, true, &dear),
+            Advice::Huge | Advice::None
+        ));
+        assert!(matches!(advise_filled(&v), Advice::Later | Advice::None));
+        let _ = populate(&mut v[1..words - 1]);
+        assert!(sample(words).all(|i| v[i] == i as u64 ^ 0x9e37));
+        let mut small = crate::alloc::zeroed::<u8>(100).unwrap();
+        assert_eq!(advise_linux(&mut small, false, &Probe::new()), Advice::None);
+        assert!(!populate(&mut small));
+        assert_eq!(advise_filled(&small), Advice::None);
     }
 
     /// The resident KiB of the mapping that holds `addr`.

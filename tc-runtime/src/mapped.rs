@@ -38,29 +38,12 @@ impl Mapping {
     // SAFETY: (contract) passed on by `load_safetensors_mapped`'s caller.
     #[cfg(unix)]
     pub(crate) unsafe fn of(file: &std::fs::File, len: usize) -> std::io::Result<Mapping> {
-        use std::os::unix::io::AsRawFd;
         if len == 0 {
             return Err(std::io::Error::other("an empty file is not mapped"));
         }
-        // SAFETY: a fresh private read-only mapping of an open file: no
-        // existing memory is affected; the result is checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            ptr: ptr as *const u8,
-            len,
-        })
+        // SAFETY: the file stays as it is while mapped (the contract).
+        let ptr = unsafe { map_read_only(file, len) }?;
+        Ok(Mapping { ptr, len })
     }
 
     /// The mapped bytes.
@@ -78,8 +61,92 @@ impl Drop for Mapping {
         // SAFETY: `ptr`/`len` are the mapping `of` made; no borrow of it
         // outlives `self` (regions hold the `Arc` whose last drop this is).
         unsafe {
-            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+            unmap(self.ptr, self.len)
         }
+    }
+}
+
+/// The `len ≥ 1` bytes of `file` mapped private and read-only (`mmap`).
+///
+/// # Safety
+/// The file must not be written or truncated while the mapping lives.
+#[cfg(all(unix, not(miri)))]
+// SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
+unsafe fn map_read_only(file: &std::fs::File, len: usize) -> std::io::Result<*const u8> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a fresh private read-only mapping of an open file: no
+    // existing memory is affected; the result is checked below.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(ptr as *const u8)
+}
+
+/// Under Miri, which maps no files: the file's `len ≥ 1` bytes read into
+/// an allocation of that length on a page boundary, as `mmap` places them.
+/// Read once, where a mapping reads them on demand: the same bytes, since
+/// the file stays as it is while mapped (the contract). Everything built on
+/// the mapping (regions, tensors viewing it, `release_pages`) is the same
+/// code as outside Miri.
+///
+/// # Safety
+/// As the mapping's.
+#[cfg(all(unix, miri))]
+// SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
+unsafe fn map_read_only(file: &std::fs::File, len: usize) -> std::io::Result<*const u8> {
+    use std::os::unix::fs::FileExt;
+    let layout = page_layout(len)?;
+    // SAFETY: `layout` is not zero-sized (`len ≥ 1`).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(std::io::ErrorKind::OutOfMemory.into());
+    }
+    // SAFETY: `ptr` holds `len` zeroed bytes, just allocated and not yet
+    // shared.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+    if let Err(e) = file.read_exact_at(bytes, 0) {
+        // SAFETY: allocated just above with `layout`, no longer borrowed.
+        unsafe { std::alloc::dealloc(ptr, layout) };
+        return Err(e);
+    }
+    Ok(ptr.cast_const())
+}
+
+/// The allocation standing in for a mapping under Miri: `len` bytes on a
+/// page boundary.
+#[cfg(all(unix, miri))]
+fn page_layout(len: usize) -> std::io::Result<std::alloc::Layout> {
+    std::alloc::Layout::from_size_align(len, 4096).map_err(std::io::Error::other)
+}
+
+/// Undo [`map_read_only`] (`munmap`; under Miri, free its allocation).
+///
+/// # Safety
+/// `ptr`, `len` are a mapping `map_read_only` made, not yet undone, and no
+/// borrow of its bytes is left.
+#[cfg(unix)]
+// SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
+unsafe fn unmap(ptr: *const u8, len: usize) {
+    #[cfg(not(miri))]
+    // SAFETY: the mapping `map_read_only` made (the contract).
+    unsafe {
+        libc::munmap(ptr as *mut libc::c_void, len);
+    }
+    #[cfg(miri)]
+    if let Ok(layout) = page_layout(len) {
+        // SAFETY: the allocation `map_read_only` made with this layout (the
+        // same `len` gives the same one) (the contract).
+        unsafe { std::alloc::dealloc(ptr.cast_mut(), layout) };
     }
 }
 
@@ -119,7 +186,8 @@ impl Region {
                 .ok()
                 .filter(|p| p.is_power_of_two())
                 .unwrap_or(4096);
-            let start = self.map.ptr as usize + self.offset;
+            let base = self.map.ptr.wrapping_add(self.offset);
+            let start = base as usize;
             let (lo, hi) = (
                 start.next_multiple_of(page),
                 (start + self.words * 8) / page * page,
@@ -129,8 +197,16 @@ impl Region {
                 // from the page tables; as these were never written, the
                 // next access reads the unchanged file again (doc comment).
                 // SAFETY: `[lo, hi)` is whole pages inside this private,
-                // read-only file mapping, alive while `self` is.
-                unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) };
+                // read-only file mapping (`base` is inside it), alive while
+                // `self` is; the advice leaves its contents as they were,
+                // and writes nothing.
+                unsafe {
+                    crate::huge::madvise(
+                        base.wrapping_add(lo - start).cast_mut(),
+                        hi - lo,
+                        libc::MADV_DONTNEED,
+                    )
+                };
             }
         }
     }
@@ -142,5 +218,50 @@ impl Region {
         // (checked by `new`); every bit pattern is a valid u64; the slice
         // borrows `self`, which holds the mapping.
         unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<u64>(), self.words) }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// A file mapped whole, under Miri too (where the mapping is an
+    /// allocation holding the file's bytes): its bytes, regions of whole
+    /// aligned words inside it and none elsewhere, pages given back
+    /// without a byte changing, the mapping kept by its regions.
+    #[test]
+    fn regions_read_the_file_and_stay_inside_it() {
+        let path = std::env::temp_dir().join(format!("tc-mapped-{}", std::process::id()));
+        // Three pages and a ragged tail.
+        let data: Vec<u8> = (0..3 * 4096 + 13).map(|i| (i * 31 % 253) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the file is this test's own, unchanged until removed
+        // below, after the mapping is gone.
+        let map = Arc::new(unsafe { Mapping::of(&file, data.len()) }.unwrap());
+        assert_eq!(map.bytes(), &data[..]);
+        let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().unwrap());
+        let len = data.len();
+        assert!(Region::new(&map, 3, 16).is_none(), "not aligned");
+        assert!(Region::new(&map, 8, 12).is_none(), "not whole words");
+        assert!(Region::new(&map, len - 5, 8).is_none(), "past the end");
+        assert!(Region::new(&map, usize::MAX - 7, 8).is_none(), "overflow");
+        let all = Region::new(&map, 0, len / 8 * 8).expect("whole words");
+        let tail = Region::new(&map, 2 * 4096 + 8, 8).unwrap();
+        drop(map);
+        for r in [&all, &tail] {
+            r.release_pages();
+        }
+        assert_eq!(all.words().len(), len / 8);
+        assert!(all
+            .words()
+            .iter()
+            .enumerate()
+            .all(|(i, &w)| w == word(8 * i)));
+        assert_eq!(tail.words(), [word(2 * 4096 + 8)]);
+        drop((all, tail));
+        // SAFETY: as above.
+        assert!(unsafe { Mapping::of(&file, 0) }.is_err(), "empty");
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -86,8 +86,10 @@ pub fn class_words(words: usize) -> usize {
 /// matmul operand lies on physically contiguous 2 MB pages, so how it maps
 /// onto the physically indexed L2 no longer changes from run to run.
 ///
-/// Under Miri (which cannot run `madvise`) this is a plain zeroed `Vec`, so
-/// everything built on it is still checked.
+/// Under Miri this is the same code: the allocation, the size classes and
+/// the huge-page advice with its probe and faulting loop; only the
+/// `madvise` calls themselves become a check that their range lies inside
+/// the buffer ([`crate::huge`]), since Miri has no such system call.
 /// `OutOfMemory` when the allocator refuses ([`crate::alloc`]).
 pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
     let class = if growing(words) {
@@ -390,6 +392,7 @@ mod tests {
         assert_eq!(stats().held_bytes, 0, "limit 0 disables pooling");
         set_limit(DEFAULT_LIMIT);
         best_fit_and_growing_lengths();
+        huge_buffers_are_advised_kept_and_released();
     }
 
     // Part of the one test above (process-global pool).
@@ -435,5 +438,39 @@ mod tests {
         // about 14 times (log_1.125(5)).
         assert!(fresh <= 8 * 5, "{fresh} fresh buffers");
         clear();
+    }
+
+    // Part of the one test above (process-global pool). A buffer from
+    // `HUGE_MIN` on takes the huge-page path (`huge::advise`: the probe,
+    // the advice and the faulting loop, with only `madvise` itself
+    // checked rather than made under Miri); it is kept, served again
+    // with its contents and space, and released by the limit. Contents
+    // are sampled, not scanned: Miri interprets every word it reads.
+    fn huge_buffers_are_advised_kept_and_released() {
+        clear();
+        set_limit(3 * HUGE_MIN);
+        let words = HUGE_MIN / 8 + 3; // not a class size: spare words
+        let sample = |len: usize| (0..len).step_by(4099).chain([len - 1]);
+        let mut v = zeroed(words).unwrap();
+        assert_eq!((v.len(), v.capacity()), (words, class_words(words)));
+        assert!(sample(words).all(|i| v[i] == 0), "fresh and zeroed");
+        sample(words).for_each(|i| v[i] = i as u64 ^ 0x5a5a);
+        let addr = v.as_ptr() as usize;
+        give(v);
+        let mut v = take(words + 1).expect("its class, one word longer");
+        assert_eq!((v.as_ptr() as usize, v.len()), (addr, words + 1));
+        assert!(sample(words).all(|i| v[i] == i as u64 ^ 0x5a5a), "stale");
+        assert_eq!(v[words], 0, "grown into a zeroed spare word");
+        v[words] = 1;
+        give(v);
+        // A second, larger one: over the limit together, the older goes.
+        let released = stats().released;
+        give(zeroed(2 * HUGE_MIN / 8).unwrap());
+        assert!(stats().held_bytes <= 3 * HUGE_MIN);
+        assert_eq!(stats().released, released + 1, "{:?}", stats());
+        assert!(take(words).is_none(), "the first was released");
+        set_limit(0);
+        assert_eq!(stats().held_bytes, 0);
+        set_limit(DEFAULT_LIMIT);
     }
 }

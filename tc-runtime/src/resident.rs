@@ -125,8 +125,11 @@ fn parse_smaps(text: &str) -> Vec<Entry> {
 /// here would be dropped, and read back from the file unmodified.
 // SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
 pub unsafe fn release_file_pages() -> Released {
+    #[cfg_attr(any(miri, not(target_os = "linux")), allow(unused_mut))]
     let mut done = Released::default();
-    #[cfg(target_os = "linux")]
+    // Under Miri `/proc/self/smaps` lists the interpreter's own mappings,
+    // none of them the interpreted program's: nothing there is its to give.
+    #[cfg(all(target_os = "linux", not(miri)))]
     {
         let Ok(text) = std::fs::read_to_string("/proc/self/smaps") else {
             return done;
@@ -158,16 +161,17 @@ pub unsafe fn release_file_pages() -> Released {
 /// `malloc_trim`): after setup freed large temporary structures (a
 /// tokenizer's build, the compiler's heap), their pages otherwise stay
 /// resident in the arenas until reused. True when memory was released.
-/// Only with glibc; elsewhere it does nothing.
+/// Only with glibc; elsewhere, and under Miri (whose allocations are its
+/// own, not glibc's), it does nothing.
 pub fn trim_heap() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
     {
         // SAFETY: `malloc_trim` only releases free memory of the allocator
         // that every allocation here goes through; it is thread-safe
         // (each arena is locked while trimmed).
         unsafe { libc::malloc_trim(0) != 0 }
     }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    #[cfg(not(all(target_os = "linux", target_env = "gnu", not(miri))))]
     false
 }
 
@@ -190,7 +194,7 @@ fn page_size() -> usize {
 /// Does private anonymous memory (the heap, or the allocator's own
 /// mappings: readable, writable, no file) cover `[lo, hi)` without a gap,
 /// according to `/proc/self/maps`' text `maps`?
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[cfg_attr(any(miri, not(target_os = "linux")), allow(dead_code))]
 fn anonymous_private(maps: &str, lo: usize, hi: usize) -> bool {
     let mut at = lo;
     for line in maps.lines() {
@@ -233,26 +237,31 @@ pub(crate) fn release_zero_pages(words: &mut [u64]) -> usize {
         if hi <= lo {
             return 0;
         }
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-            return 0;
-        };
-        if !anonymous_private(&maps, lo, hi) {
-            return 0;
+        // Under Miri `/proc/self/maps` describes the interpreter, not the
+        // interpreted program, whose heap is private anonymous memory.
+        #[cfg(not(miri))]
+        {
+            let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+                return 0;
+            };
+            if !anonymous_private(&maps, lo, hi) {
+                return 0;
+            }
         }
+        let base = words.as_mut_ptr().cast::<u8>();
         let per_page = page / 8;
         let mut released = 0;
         let mut run: Option<usize> = None;
         let mut give = |from: usize, to: usize| {
-            // `[from, to)` is whole pages inside `words`, which this
-            // function borrows exclusively, in private anonymous memory
-            // (checked just above), and every byte there is zero:
-            // MADV_DONTNEED replaces those pages by zero-fill-on-demand
-            // ones, so every later read sees the same zeros.
+            // `[from, to)` is whole pages inside `words` (`base` is its
+            // start), which this function borrows exclusively, in private
+            // anonymous memory (checked just above), and every byte there
+            // is zero: MADV_DONTNEED replaces those pages by
+            // zero-fill-on-demand ones, so every later read sees the same
+            // zeros.
             // SAFETY: as just said; the allocator's bookkeeping lies
             // outside `words`.
-            if unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED) }
-                == 0
-            {
+            if unsafe { drop_zero_pages(base.wrapping_add(from - start), to - from) } == 0 {
                 released += to - from;
             }
         };
@@ -280,6 +289,33 @@ pub(crate) fn release_zero_pages(words: &mut [u64]) -> usize {
     }
 }
 
+/// `madvise(MADV_DONTNEED)` over the `len` bytes from `p`: on private
+/// anonymous memory, pages that read as zeros from then on. Under Miri,
+/// which has no such system call, the same effect in its place: the range
+/// written with zeros, which makes a range outside the caller's buffer an
+/// error there.
+///
+/// # Safety
+/// `[p, p + len)` is whole pages of private anonymous memory inside a
+/// buffer `p` may write, with no one else using it during the call, and
+/// every byte there is already zero.
+#[cfg(target_os = "linux")]
+// SAFETY: (contract) an `unsafe fn`: its callers uphold `# Safety` above.
+unsafe fn drop_zero_pages(p: *mut u8, len: usize) -> libc::c_int {
+    #[cfg(not(miri))]
+    // SAFETY: the contract: zero pages of private anonymous memory read as
+    // the same zeros once dropped.
+    unsafe {
+        libc::madvise(p.cast::<libc::c_void>(), len, libc::MADV_DONTNEED)
+    }
+    #[cfg(miri)]
+    {
+        // SAFETY: `len` writable bytes at `p` (the contract).
+        unsafe { std::ptr::write_bytes(p, 0, len) };
+        0
+    }
+}
+
 /// Have every thread allocate from one heap (glibc's `M_ARENA_MAX` = 1),
 /// so that [`trim_heap`] can give back what any of them freed: glibc gives
 /// each thread that allocates an arena of its own, and `malloc_trim` never
@@ -289,16 +325,16 @@ pub(crate) fn release_zero_pages(words: &mut [u64]) -> usize {
 /// tc's threads allocate per call, not in their inner loops, so they
 /// rarely wait on the shared heap's lock. Call it at the start of `main`,
 /// before other threads run: a thread keeps the arena it has. True when
-/// set; only with glibc, elsewhere it does nothing.
+/// set; only with glibc, elsewhere (and under Miri) it does nothing.
 pub fn share_one_heap() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
     {
         // SAFETY: `mallopt` changes a setting of the allocator for arenas
         // made from now on; it is thread-safe and touches no memory of
         // ours.
         unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) == 1 }
     }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    #[cfg(not(all(target_os = "linux", target_env = "gnu", not(miri))))]
     false
 }
 
@@ -409,7 +445,9 @@ VmFlags: ex
     fn releasing_keeps_contents_and_lowers_the_resident_size() {
         // A file mapped read-only, read (resident), released, read again.
         let path = std::env::temp_dir().join(format!("tc-resident-{}", std::process::id()));
-        let data: Vec<u8> = (0..4 << 20).map(|i| (i * 7 % 251) as u8).collect();
+        // 4 MiB; 64 KiB under Miri, which interprets every byte.
+        let len = if cfg!(miri) { 64 << 10 } else { 4 << 20 };
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(&path, &data).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         // SAFETY: the file is this test's own and unchanged while mapped.
@@ -419,7 +457,8 @@ VmFlags: ex
         assert_eq!(sum(map.bytes()), want);
         // SAFETY: no thread of this test process writes a file mapping.
         let r = unsafe { release_file_pages() };
-        #[cfg(target_os = "linux")]
+        // Nothing under Miri (see `release_file_pages`).
+        #[cfg(all(target_os = "linux", not(miri)))]
         assert!(r.mappings >= 1 && r.bytes >= 4 << 20, "{r:?}");
         let _ = r;
         assert_eq!(sum(map.bytes()), want, "read back from the file");
