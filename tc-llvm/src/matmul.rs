@@ -1520,12 +1520,14 @@ unsafe fn pack_b_panels(
     dst: &mut [f32],
 ) {
     let dst = &mut dst[..panels * kc * nr];
+    // From `col0 ≥ n` on, every panel is padding, which `pack_b_panel`
+    // writes without addressing B.
     #[cfg(target_arch = "x86_64")]
-    if b.cs == 1 && nr.is_multiple_of(16) && avx512() {
-        let cols = (panels * nr).min(n.saturating_sub(col0));
-        // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`cols ≤
-        // n − col0`) inside the view (the contract), `panels` panels of
-        // `kc·nr` in `dst`; AVX-512F detected by `avx512()`.
+    if b.cs == 1 && nr.is_multiple_of(16) && col0 < n && avx512() {
+        let cols = (panels * nr).min(n - col0);
+        // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`1 ≤
+        // cols ≤ n − col0`) inside the view (the contract), `panels` panels
+        // of `kc·nr` in `dst`; AVX-512F detected by `avx512()`.
         unsafe {
             pack_b_rows16(
                 b.ptr.add(pc * b.rs + col0),
@@ -1565,11 +1567,18 @@ unsafe fn pack_b_panel(
     let cols = nr.min(n.saturating_sub(col0));
     // Checked once per panel: it makes every unchecked index below safe.
     let dst = &mut dst[..kc * nr];
+    if cols == 0 {
+        // A panel wholly past `n` is all padding. Its column `col0` is not
+        // in the view, and a pointer to it (`b.ptr + pc·rs + col0`) may lie
+        // past B's allocation, where forming it is already undefined.
+        dst.fill(0.0);
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if b.cs == 1 && nr.is_multiple_of(16) && avx512() {
-        // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`cols ≤
-        // n − col0`) inside the view (the contract), `kc` rows of `nr` in
-        // `dst`; AVX-512F detected by `avx512()`.
+        // SAFETY: rows `pc..pc + kc`, columns `col0..col0 + cols` (`1 ≤
+        // cols ≤ n − col0`) inside the view (the contract), `kc` rows of
+        // `nr` in `dst`; AVX-512F detected by `avx512()`.
         unsafe { pack_b_rows16(b.ptr.add(pc * b.rs + col0), b.rs, (kc, 1), cols, nr, dst) };
         return;
     }
