@@ -471,6 +471,22 @@ pub(crate) struct Micro {
     pub nr: usize,
 }
 
+impl Micro {
+    /// A kernel that is a Rust function of the [`Ukr`] contract rather
+    /// than compiled code: the drivers' tests run under Miri, which cannot
+    /// run the JIT's machine code.
+    #[cfg(test)]
+    pub(crate) fn of_fn(f: Ukr, cols: Cols, mr: usize, nr: usize) -> Micro {
+        Micro {
+            _module: None,
+            f,
+            cols,
+            mr,
+            nr,
+        }
+    }
+}
+
 /// Compile the IR text `ir` (which must define `ukr` as [`ukernel_text`]
 /// does for a [`UkrSpec`] of `cols`) into a [`Micro`] of tile `mr × nr`.
 pub(crate) fn compile_micro(ir: &str, mr: usize, nr: usize, cols: Cols) -> Result<Micro, String> {

@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+#[cfg(not(miri))]
 use inkwell::targets::{InitializationConfig, Target, TargetMachine};
 
 /// The host CPU as LLVM names it, and its feature string.
@@ -76,6 +77,7 @@ pub const LLVM_OPTIONS: &[&str] = &["-enable-epilogue-vectorization=0", "-disabl
 /// ([`crate::disk::host_identity`]).
 pub const PIPELINE: &str = "default<O3>, loop unrolling only where asked";
 
+#[cfg(not(miri))]
 fn set_llvm_options() {
     let args: Vec<std::ffi::CString> = std::iter::once("tc")
         .chain(LLVM_OPTIONS.iter().copied())
@@ -98,7 +100,9 @@ fn set_llvm_options() {
 pub fn amd() -> bool {
     static AMD: OnceLock<bool> = OnceLock::new();
     *AMD.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
+        // Miri cannot run CPUID (inline assembly); its hosts report no
+        // vendor, so the default tuning applies.
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
         {
             let r = std::arch::x86_64::__cpuid(0);
             let mut v = [0u8; 12];
@@ -107,7 +111,7 @@ pub fn amd() -> bool {
             }
             &v == b"AuthenticAMD"
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
         {
             false
         }
@@ -152,21 +156,56 @@ pub fn avx512() -> bool {
 pub fn host() -> &'static Host {
     static HOST: OnceLock<Host> = OnceLock::new();
     HOST.get_or_init(|| {
-        set_llvm_options();
-        Target::initialize_native(&InitializationConfig::default())
-            .expect("LLVM native target initialisation");
-        let mut features = TargetMachine::get_host_cpu_features().to_string();
+        let (cpu, mut features, triple) = describe();
         if tc_core::env::TC_HOST_AVX2.get().is_some_and(|v| v == "1") {
             features = without_avx512(&features);
         }
         Host {
-            cpu: TargetMachine::get_host_cpu_name().to_string(),
+            cpu,
             avx512: features.split(',').any(|f| f == "+avx512f"),
             features,
-            triple: TargetMachine::get_default_triple()
-                .as_str()
-                .to_string_lossy()
-                .into_owned(),
+            triple,
         }
     })
+}
+
+/// LLVM's names for the host: its CPU, its feature string and its triple
+/// (after initialising the native target and the LLVM options).
+#[cfg(not(miri))]
+fn describe() -> (String, String, String) {
+    set_llvm_options();
+    Target::initialize_native(&InitializationConfig::default())
+        .expect("LLVM native target initialisation");
+    (
+        TargetMachine::get_host_cpu_name().to_string(),
+        TargetMachine::get_host_cpu_features().to_string(),
+        TargetMachine::get_default_triple()
+            .as_str()
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// Under Miri, which cannot call into LLVM: the features the build
+/// enables (`-C target-feature`), which are also the ones Miri's
+/// `is_x86_feature_detected!` reports, so the Rust paths that [`avx512`]
+/// and [`Host::has`] gate are the ones Miri can interpret. Nothing is
+/// compiled under Miri: the JIT's machine code cannot run there.
+#[cfg(miri)]
+fn describe() -> (String, String, String) {
+    let on = [
+        ("+avx2", cfg!(target_feature = "avx2")),
+        ("+fma", cfg!(target_feature = "fma")),
+        ("+f16c", cfg!(target_feature = "f16c")),
+        ("+avx512f", cfg!(target_feature = "avx512f")),
+        ("+avx512bw", cfg!(target_feature = "avx512bw")),
+        ("+avx512vl", cfg!(target_feature = "avx512vl")),
+        ("+avx512vnni", cfg!(target_feature = "avx512vnni")),
+    ];
+    let features: Vec<&str> = on.iter().filter(|f| f.1).map(|f| f.0).collect();
+    (
+        "miri".to_string(),
+        features.join(","),
+        "x86_64-unknown-linux-gnu".to_string(),
+    )
 }

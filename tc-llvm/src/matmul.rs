@@ -2222,6 +2222,9 @@ mod in_place_tests {
 }
 
 #[cfg(test)]
+pub(crate) mod unsafe_tests;
+
+#[cfg(test)]
 mod widen_tests {
     use super::*;
 

@@ -804,3 +804,6 @@ unsafe fn write_zeros(dt: Dtype, out: *mut u8, total: usize) -> Result<(), Error
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod unsafe_tests;

@@ -58,6 +58,8 @@ mod amx;
 mod dequant;
 mod kernels;
 mod packed;
+#[cfg(test)]
+mod unsafe_tests;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 #[cfg(target_arch = "x86_64")]
