@@ -173,6 +173,19 @@ pub fn call_static(
     }
 }
 
+/// What a `#[tensor_fn]` expansion calls: `args` (its parameters, moved
+/// into a tuple) on the function embedded in `ir`, as [`call_static`]. The
+/// only generic step is flattening the tuple, instantiated once per
+/// parameter-type list, so each tensor fn's own code is this one call.
+#[doc(hidden)]
+pub fn call_embedded<A: tc_runtime::contract::IntoArgs>(
+    ir: &'static tc_core::embed::Embedded,
+    args: A,
+    resolve: &tc_core::embed::Resolver,
+) -> Result<Tensor, Error> {
+    call_static(ir.get(), &tc_runtime::contract::into_args(args), resolve)
+}
+
 /// A tensor type in a `#[tensor_fn]` signature or `let` annotation:
 /// `Tensor![f32; B, S, D where D % 8 == 0]`.
 ///

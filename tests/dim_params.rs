@@ -93,6 +93,26 @@ pub mod heads {
         a + a
     }
 
+    /// Eleven parameters of three kinds: the expansion passes them in
+    /// nested tuples (8, then 3), which must keep their order.
+    #[tensor_fn]
+    pub fn eleven(
+        a: Tensor![f32; N],
+        b: Tensor![f32; N],
+        c: Tensor![f32; N],
+        s1: f32,
+        d: Tensor![f32; N],
+        e: Tensor![f32; N],
+        n: Dim![N],
+        f: Tensor![f32; N],
+        g: Tensor![f32; N],
+        s2: f32,
+        h: Tensor![f32; N],
+    ) -> Tensor![f32; N] {
+        let x = a + b * 2.0 + c * 3.0 + d * 4.0 + e * 5.0 + f * 6.0 + g * 7.0 + h * 8.0;
+        x * s1 - broadcast(full::<f32>([1], s2), [N])
+    }
+
     /// A dim parameter that opts into 0 (`N >= 0`): an empty mask is legal.
     #[tensor_fn(requires(N >= 0))]
     pub fn maybe_empty(n: Dim![N]) -> Tensor![f32; N] {
@@ -144,6 +164,52 @@ fn split_ref(x: &Tensor, h: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+#[test]
+fn a_long_parameter_list_arrives_in_order() {
+    let t: Vec<Tensor> = (0..8)
+        .map(|k| Tensor::from_vec(&[2], vec![10f32.powi(k), 0.5]).unwrap())
+        .collect();
+    let y = both(|| {
+        heads::eleven(
+            t[0].clone(),
+            t[1].clone(),
+            t[2].clone(),
+            2.0,
+            t[3].clone(),
+            t[4].clone(),
+            2,
+            t[5].clone(),
+            t[6].clone(),
+            0.25,
+            t[7].clone(),
+        )
+    })
+    .unwrap();
+    // Σ (k + 1)·10^k over k < 8, doubled, less 0.25: each tensor's weight
+    // shows where it arrived.
+    let digits: f32 = (0..8).map(|k| (k as f32 + 1.0) * 10f32.powi(k)).sum();
+    let halves: f32 = (1..=8).map(|k| k as f32 * 0.5).sum();
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        [digits * 2.0 - 0.25, halves * 2.0 - 0.25]
+    );
+    // The dim must agree with the tensors: 3 against N = 2 is refused.
+    let err = heads::eleven(
+        t[0].clone(),
+        t[1].clone(),
+        t[2].clone(),
+        2.0,
+        t[3].clone(),
+        t[4].clone(),
+        3,
+        t[5].clone(),
+        t[6].clone(),
+        0.25,
+        t[7].clone(),
+    );
+    assert!(err.is_err(), "{err:?}");
 }
 
 #[test]

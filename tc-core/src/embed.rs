@@ -86,6 +86,14 @@ pub fn no_callees(_: &str) -> Option<&'static Function> {
     None
 }
 
+/// A resolver, as the expansions pass it.
+pub type Resolver = dyn Fn(&str) -> Option<&'static Function> + Sync;
+
+/// [`no_callees`] as a trait object made here, once: an expansion that
+/// wrote `&no_callees` would have rustc generate its vtable and call shims
+/// in every crate with a tensor fn.
+pub static NO_CALLEES: &Resolver = &no_callees;
+
 /// The bytes [`decode`] reads back as `f`.
 pub fn encode(f: &Function) -> Result<Vec<u8>, EmbedError> {
     let mut out = Vec::new();

@@ -794,20 +794,8 @@ fn on_z3_scope(
     )
 }
 
-/// One round of Z3's setup on this thread: a context, a solver and a
-/// check, all dropped (the worker's warm-up, `solver/worker.rs`).
-fn warm_up_once() {
-    let ctx = fresh_context();
-    z3::with_z3_context(&ctx, || {
-        let s = lia_solver(10_000);
-        s.push();
-        let _ = s.check();
-        s.pop(1);
-    });
-}
-
 /// Run the scoped checks' Z3 work on one long-lived thread of this
-/// process from now on, warmed up at once (`solver/worker.rs` says why):
+/// process from now on, with a fresh context always made ahead (`solver/worker.rs` says why):
 /// for a process that checks functions as they come, such as the macro.
 /// Verdicts and counterexamples are the same as on the checking thread.
 pub fn use_worker() {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, ToTokens};
 use syn::{FnArg, Item, ItemFn, Pat};
 use tc_core::diag::codes;
@@ -43,15 +43,27 @@ fn scalar_rust_type(dt: Dtype) -> TokenStream {
     }
 }
 
-/// `Arg` from a parameter's value.
+/// A parameter's value as the expansion passes it: moved, as written
+/// (`tc_runtime::contract::IntoArgs` converts it), or, for a type tc does
+/// not know, through `Arg::from`.
 fn arg_expr(name: &TokenStream, kind: Option<ParamKind>) -> TokenStream {
     match kind {
-        Some(ParamKind::Scalar(Dtype::I32 | Dtype::I16 | Dtype::I8 | Dtype::I4)) => {
-            quote!(::tc::runtime::contract::Arg::from(::core::primitive::i64::from(#name)))
-        }
-        Some(ParamKind::Dim) => quote!(::tc::runtime::contract::Arg::Dim(#name)),
-        _ => quote!(::tc::runtime::contract::Arg::from(#name)),
+        Some(_) => name.clone(),
+        None => quote!(::tc::runtime::contract::Arg::from(#name)),
     }
+}
+
+/// The most elements of a tuple that implements `IntoArgs` (its impls in
+/// tc-runtime's `contract.rs` stop at 8).
+const TUPLE_ARGS: usize = 8;
+
+/// `args` as one `IntoArgs` value: a tuple, nested in tuples of at most
+/// [`TUPLE_ARGS`] for longer lists.
+fn arg_tuple(mut args: Vec<TokenStream>) -> TokenStream {
+    while args.len() > TUPLE_ARGS {
+        args = args.chunks(TUPLE_ARGS).map(|c| quote!((#(#c,)*))).collect();
+    }
+    quote!((#(#args,)*))
 }
 
 /// The parameters of the expanded fn and the values it passes, in the
@@ -102,9 +114,11 @@ fn rust_sig(item: &ItemFn, structs: &Structs) -> RustSig {
 enum Body {
     /// Checked: run the IR.
     Run {
-        /// Expression of type `Result<&'static Function, &'static EmbedError>`.
+        /// Items the body starts with (the static holding the IR).
+        items: TokenStream,
+        /// Expression of type `&'static tc_core::embed::Embedded`.
         ir: TokenStream,
-        /// Expression usable as `&dyn Fn(&str) -> Option<&Function>`.
+        /// Expression of type `&tc_core::embed::Resolver`.
         resolve: TokenStream,
     },
     /// Errors were reported elsewhere: a body that type-checks and never runs.
@@ -122,10 +136,13 @@ fn emit_fn(item: &ItemFn, sig_doc: Option<&str>, body: Body, structs: &Structs) 
         quote!(#[doc = ""] #[doc = " **Shape contract** (checked by `tc` at compile time, enforced at every call):"] #[doc = ""] #[doc = #text])
     });
     let body = match body {
-        Body::Run { ir, resolve } => {
-            let args = rs.names.iter().map(|(n, k)| arg_expr(n, *k));
+        Body::Run { items, ir, resolve } => {
+            // One call, the parameters moved into it: nothing for rustc to
+            // generate per fn but the call.
+            let args = arg_tuple(rs.names.iter().map(|(n, k)| arg_expr(n, *k)).collect());
             quote!({
-                ::tc::call_static(#ir, &[#(#args),*], #resolve)
+                #items
+                ::tc::call_embedded(#ir, #args, #resolve)
             })
         }
         Body::Stub => {
@@ -148,55 +165,33 @@ fn emit_fn(item: &ItemFn, sig_doc: Option<&str>, body: Body, structs: &Structs) 
     }
 }
 
-/// The type of an IR cell's accessor: the embedded function, or why it
-/// was refused when loaded.
-fn ir_cell_type() -> TokenStream {
+/// The `static` named `name` that holds a checked function embedded as
+/// bytes (`tc_core::embed`), decoded and verified on first use (a
+/// `tc_core::embed::Embedded`: non-generic, so the expansion monomorphises
+/// nothing). An encoding that failed is a compile error.
+fn ir_static(name: &Ident, encoded: Result<&[u8], &tc_core::embed::EmbedError>) -> TokenStream {
+    let (lit, err) = match encoded {
+        Ok(bytes) => (proc_macro2::Literal::byte_string(bytes), None),
+        Err(e) => {
+            let msg = e.to_string();
+            let lit = proc_macro2::Literal::byte_string(b"");
+            (lit, Some(quote!(::core::compile_error!(#msg);)))
+        }
+    };
     quote!(
-        ::core::result::Result<
-            &'static ::tc::core::ir::Function,
-            &'static ::tc::core::embed::EmbedError,
-        >
+        #err
+        #[allow(non_upper_case_globals)]
+        static #name: ::tc::core::embed::Embedded = ::tc::core::embed::Embedded::new(#lit);
     )
 }
 
-/// The body of an IR cell's accessor: the checked function embedded as
-/// bytes (`tc_core::embed`), decoded and verified on first use and kept in
-/// a `static` [`tc_core::embed::Embedded`] (non-generic: the expansion
-/// monomorphises nothing).
-fn ir_cell(func: &Function) -> TokenStream {
-    ir_cell_of(tc_core::embed::encode(func))
-}
-
-/// [`ir_cell`] of an encoding's result: the cell, or the refusal as a
-/// compile error.
-fn ir_cell_of(encoded: Result<Vec<u8>, tc_core::embed::EmbedError>) -> TokenStream {
-    match encoded {
-        Ok(bytes) => ir_cell_bytes(&bytes),
-        Err(e) => {
-            let msg = e.to_string();
-            quote!({ ::core::compile_error!(#msg) })
-        }
-    }
-}
-
-/// [`ir_cell`] of a function's embedded bytes.
-fn ir_cell_bytes(bytes: &[u8]) -> TokenStream {
-    let lit = proc_macro2::Literal::byte_string(bytes);
-    quote!({
-        static IR: ::tc::core::embed::Embedded = ::tc::core::embed::Embedded::new(#lit);
-        IR.get()
-    })
-}
-
-/// The body of a standalone tensor fn that runs the IR in `cell`.
-fn standalone_body(cell: TokenStream) -> Body {
-    let cell_ty = ir_cell_type();
+/// The body of a standalone tensor fn that runs the IR `encoded` holds.
+fn standalone_body(encoded: Result<&[u8], &tc_core::embed::EmbedError>) -> Body {
+    let name = format_ident!("__TC_IR");
     Body::Run {
-        ir: quote!({
-            fn __tc_ir() -> #cell_ty #cell
-            __tc_ir()
-        }),
-        resolve: quote!(&::tc::core::embed::no_callees),
+        items: ir_static(&name, encoded),
+        ir: quote!(&#name),
+        resolve: quote!(::tc::core::embed::NO_CALLEES),
     }
 }
 
@@ -210,7 +205,7 @@ fn from_cache(key: &crate::fn_cache::Key, item: &TokenStream) -> Option<TokenStr
         Some(emit_fn(
             &item,
             Some(&e.doc),
-            standalone_body(ir_cell_bytes(&e.ir)),
+            standalone_body(Ok(&e.ir)),
             &Structs::new(),
         ))
     })
@@ -348,11 +343,10 @@ pub fn tensor_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
                     },
                 );
             }
-            let cell = ir_cell_of(bytes);
             emit_fn(
                 &u.item,
                 doc.as_deref(),
-                standalone_body(cell),
+                standalone_body(bytes.as_deref()),
                 &Structs::new(),
             )
         }
@@ -695,31 +689,32 @@ fn name_struct_fields(
     }
 }
 
-/// For the checked fns: the arms of `__tc_resolve` and the cells holding
-/// each one's IR, which the run-time call resolution reaches by name.
+/// For the checked fns: the arms of `__tc_resolve` and the statics
+/// holding each one's IR, which the run-time call resolution reaches by
+/// name.
 fn ir_items(ok: &[Function]) -> (Vec<TokenStream>, Vec<TokenStream>) {
     let resolve_arms: Vec<TokenStream> = ok
         .iter()
         .map(|f| {
             let n = &f.sig.name;
-            let ir = format_ident!("__tc_ir_{}", n);
-            quote!(#n => #ir().ok(),)
+            let ir = ir_static_name(n);
+            quote!(#n => #ir.get().ok(),)
         })
         .collect();
     let cells: Vec<TokenStream> = ok
         .iter()
         .map(|f| {
-            let ir = format_ident!("__tc_ir_{}", f.sig.name);
-            let cell = ir_cell(f);
-            let cell_ty = ir_cell_type();
-            quote!(
-                #[doc(hidden)]
-                #[allow(non_snake_case, dead_code)]
-                fn #ir() -> #cell_ty #cell
-            )
+            let encoded = tc_core::embed::encode(f);
+            let cell = ir_static(&ir_static_name(&f.sig.name), encoded.as_deref());
+            quote!(#[doc(hidden)] #cell)
         })
         .collect();
     (resolve_arms, cells)
+}
+
+/// The name of the static holding module fn `name`'s IR.
+fn ir_static_name(name: &str) -> Ident {
+    format_ident!("__tc_ir_{}", name)
 }
 
 /// The module's items in their order, each tensor fn replaced by its
@@ -752,14 +747,15 @@ fn module_items(
                 let errs = u.errors.into_tokens();
                 let f = match &u.checked {
                     Some(f) => {
-                        let irf = format_ident!("__tc_ir_{}", f.sig.name);
+                        let irf = ir_static_name(&f.sig.name);
                         // The checked signature: flattened weight structs
                         // show as `layer.wq`, …
                         emit_fn(
                             &u.item,
                             Some(&f.sig.to_string()),
                             Body::Run {
-                                ir: quote!(#irf()),
+                                items: TokenStream::new(),
+                                ir: quote!(&#irf),
                                 resolve: quote!(&__tc_resolve),
                             },
                             structs,

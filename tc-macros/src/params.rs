@@ -400,7 +400,7 @@ pub fn field_args(name: &Ident, ps: &ParamStruct) -> Vec<TokenStream> {
         .iter()
         .map(|f| {
             let fid = &f.ident;
-            quote!(::core::clone::Clone::clone(&#name.#fid))
+            quote!(&#name.#fid)
         })
         .collect()
 }

@@ -152,6 +152,84 @@ impl From<bool> for Arg {
     }
 }
 
+/// A tensor fn's arguments as its expansion passes them: each parameter's
+/// value, in order, in a tuple (nested for long lists). The expansion
+/// moves its parameters into the tuple and makes one call, so the code
+/// rustc generates for each tensor fn is that call and nothing to clean up
+/// on unwinding; the conversions live in these impls, instantiated once
+/// per parameter-type list (the build cost, issue #48).
+pub trait IntoArgs {
+    /// How many arguments [`IntoArgs::push_args`] pushes.
+    const COUNT: usize;
+    /// Push the arguments in parameter order.
+    fn push_args(self, out: &mut Vec<Arg>);
+}
+
+impl IntoArgs for Arg {
+    const COUNT: usize = 1;
+    fn push_args(self, out: &mut Vec<Arg>) {
+        out.push(self);
+    }
+}
+
+/// Values that are one argument, converted as `Arg::from` does; `usize`
+/// is a dim parameter's size (`Dim![…]` is `usize`), the narrow integers
+/// are scalars widened to `i64`.
+macro_rules! one_arg {
+    ($($t:ty => |$x:ident| $e:expr;)*) => {$(
+        impl IntoArgs for $t {
+            const COUNT: usize = 1;
+            fn push_args(self, out: &mut Vec<Arg>) {
+                let $x = self;
+                out.push($e);
+            }
+        }
+    )*};
+}
+
+one_arg! {
+    Tensor => |t| Arg::Tensor(t);
+    &Tensor => |t| Arg::Tensor(t.clone());
+    f32 => |x| Arg::Scalar(Elem::F(x));
+    i64 => |x| Arg::Scalar(Elem::I(x));
+    i32 => |x| Arg::Scalar(Elem::I(i64::from(x)));
+    i16 => |x| Arg::Scalar(Elem::I(i64::from(x)));
+    i8 => |x| Arg::Scalar(Elem::I(i64::from(x)));
+    bool => |x| Arg::Scalar(Elem::B(x));
+    usize => |n| Arg::Dim(n);
+}
+
+macro_rules! tuple_args {
+    ($($t:ident)*) => {
+        impl<$($t: IntoArgs),*> IntoArgs for ($($t,)*) {
+            const COUNT: usize = 0 $(+ $t::COUNT)*;
+            #[allow(non_snake_case, unused_variables)]
+            fn push_args(self, out: &mut Vec<Arg>) {
+                let ($($t,)*) = self;
+                $($t.push_args(out);)*
+            }
+        }
+    };
+}
+
+tuple_args!();
+tuple_args!(A);
+tuple_args!(A B);
+tuple_args!(A B C);
+tuple_args!(A B C D);
+tuple_args!(A B C D E);
+tuple_args!(A B C D E F);
+tuple_args!(A B C D E F G);
+tuple_args!(A B C D E F G H);
+// (tc-macros' `TUPLE_ARGS` nests longer lists in tuples of at most 8.)
+
+/// `args` as a list.
+pub fn into_args<A: IntoArgs>(args: A) -> Vec<Arg> {
+    let mut out = Vec::with_capacity(A::COUNT);
+    args.push_args(&mut out);
+    out
+}
+
 /// Format σ as `B = 2, S = 5`: the signature's (non-fresh) variables in
 /// declaration order, then any other bound names (local dim bindings) in
 /// name order. Module constants are left out (they never vary). The empty

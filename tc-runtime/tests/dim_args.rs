@@ -114,3 +114,32 @@ proptest! {
         }
     }
 }
+
+/// What a `#[tensor_fn]` expansion passes (`IntoArgs`): each parameter
+/// converted as `Arg::from` would, a `usize` as a dim, in parameter order
+/// through nested tuples.
+#[test]
+fn expansion_arguments_convert_in_order() {
+    use tc_runtime::contract::into_args;
+    use tc_runtime::elem::Elem;
+    let t = Tensor::zeros(Dtype::F32, &[2, 3]);
+    let describe = |args: Vec<Arg>| -> Vec<String> {
+        args.iter()
+            .map(|a| match a {
+                Arg::Tensor(t) => format!("t{:?}", t.shape()),
+                Arg::Scalar(Elem::F(x)) => format!("f{x}"),
+                Arg::Scalar(Elem::I(x)) => format!("i{x}"),
+                Arg::Scalar(Elem::B(x)) => format!("b{x}"),
+                Arg::Dim(n) => format!("d{n}"),
+            })
+            .collect()
+    };
+    let flat = into_args((t.clone(), &t, 1.5f32, -7i64, -8i32, -9i16, -10i8, true));
+    assert_eq!(
+        describe(flat),
+        ["t[2, 3]", "t[2, 3]", "f1.5", "i-7", "i-8", "i-9", "i-10", "btrue"]
+    );
+    let nested = into_args(((4usize, (), Arg::Dim(5)), (6usize,), 7usize));
+    assert_eq!(describe(nested), ["d4", "d5", "d6", "d7"]);
+    assert_eq!(into_args(()).len(), 0);
+}

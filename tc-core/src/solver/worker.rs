@@ -3,17 +3,19 @@
 //! (the macro, inside rustc or an editor's macro server).
 //!
 //! Z3's first context on a thread costs 20–50 ms, later ones on the same
-//! thread a few (the perf log, 2026-12-05 17:00); a context warmed on
+//! thread 3–15 (the perf log, 2026-12-05 17:00); a context warmed on
 //! another thread does not help. A crate build whose functions all come
 //! from the macro's caches but one paid that on the one. Here every Z3
-//! query of a scope runs on the worker, which warms Z3 up as soon as it
-//! starts, beside the macro's first expansions.
+//! query of a scope runs on the worker, which keeps a fresh context ready
+//! for the next scope: the first made as soon as the worker starts, beside
+//! the macro's first expansions, the next whenever no scope is live.
 //!
 //! Nothing a check observes changes: a scope still has a context of its
-//! own, made at its first query that reaches Z3, with the same queries
+//! own, on which nothing ran before its first query, with the same queries
 //! replayed in the same order; the caller blocks on each answer. Only the
-//! thread differs, and a scope's context is dropped on the worker after
-//! the scope ends, off the caller's path.
+//! thread and the moment the context was made differ, and a scope's
+//! context is dropped on the worker after the scope ends, off the caller's
+//! path.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,27 +102,27 @@ pub(super) fn end(id: u64) {
     send(Job::End(id));
 }
 
-/// Warm-up rounds before the first job: the second and third contexts on
-/// a thread still cost 10–15 ms, the fourth about 3 (the perf log,
-/// 2026-12-05 17:00).
-const WARM_ROUNDS: usize = 3;
-
 fn serve(jobs: Receiver<Job>) {
     let mut scopes = Scopes::default();
-    // Warm up until the first job comes: a job never waits for more than
-    // the round in progress.
-    for _ in 0..WARM_ROUNDS {
-        match jobs.try_recv() {
-            Ok(job) => {
-                scopes.serve(job);
-                break;
+    loop {
+        // Idle between scopes with no spare: make the next scope's context
+        // now, off any caller's path. This is also the warm-up: the first
+        // context on a thread is the slowest to make, and it is made as
+        // the worker starts, beside the macro's first expansions. (Not
+        // while a scope is live: its next query would wait for it.)
+        let job = match jobs.try_recv() {
+            Err(TryRecvError::Empty) if scopes.spare.is_none() && scopes.live.is_empty() => {
+                scopes.make_spare();
+                continue;
             }
-            Err(TryRecvError::Empty) => super::warm_up_once(),
-            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) => jobs.recv().ok(),
+            Ok(job) => Some(job),
+            Err(TryRecvError::Disconnected) => None,
+        };
+        match job {
+            Some(job) => scopes.serve(job),
+            None => return,
         }
-    }
-    for job in jobs {
-        scopes.serve(job);
     }
 }
 
@@ -131,6 +133,11 @@ struct Scopes {
     /// Scopes whose solver unwound: their later queries answer `unknown`
     /// too, never on a fresh context that lacks their history.
     poisoned: HashSet<u64>,
+    /// A fresh context made while idle, for the next scope. Nothing has run
+    /// on it, so a scope that takes it is in the state it would be in
+    /// with a context made at its first query: contexts share no solver
+    /// state (the determinism tests run the corpus both ways).
+    spare: Option<Z3Scope>,
 }
 
 impl Scopes {
@@ -155,7 +162,10 @@ impl Scopes {
         if self.poisoned.contains(&id) {
             return Outcome::Unknown;
         }
-        let z = self.live.remove(&id).unwrap_or_else(super::new_z3_scope);
+        let z = match self.live.remove(&id) {
+            Some(z) => z,
+            None => self.spare.take().unwrap_or_else(super::new_z3_scope),
+        };
         // A panic inside Z3's bindings answers `unknown` (as an exhausted
         // budget does); the worker serves on.
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -171,6 +181,13 @@ impl Scopes {
                 Outcome::Unknown
             }
         }
+    }
+
+    /// Make the spare context. Its cost is no scope's: the profile phases
+    /// it records are dropped.
+    fn make_spare(&mut self) {
+        self.spare = Some(super::new_z3_scope());
+        let _ = profile::take();
     }
 
     fn end(&mut self, id: u64) {
