@@ -60,6 +60,13 @@ fn set_fast_quant(fast: bool) {
     jit.set_config(cfg);
 }
 
+fn set_deterministic(on: bool) {
+    let jit = tc::llvm::Jit::global();
+    let mut cfg = jit.config();
+    cfg.options.deterministic = on;
+    jit.set_config(cfg);
+}
+
 struct Rng(u64);
 
 impl Rng {
@@ -188,6 +195,17 @@ fn qmatmul_on_the_jit_agrees_with_the_interpreter_in_every_format() {
                 }
             }
             set_fast_quant(false);
+            // Deterministic mode sums in the reference's order: its result
+            // bit for bit.
+            set_deterministic(true);
+            let got = call(dt, &x, &w).expect("jit");
+            set_deterministic(false);
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got.to_vec::<f32>().unwrap()),
+                bits(&want),
+                "{dt} deterministic [{b}, {m}, {k}] × [{n}, {k}]"
+            );
         }
     }
 }

@@ -3048,7 +3048,10 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
         Op::Reduce { op, x, .. } => {
             float(x) && !o.deterministic && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
         }
-        Op::Matmul(a, _) | Op::QMatmul(a, _) | Op::Conv { x: a, .. } => float(a),
+        // Deterministic mode sums products in the interpreter's order
+        // (`tc-llvm/src/matmul/in_order.rs`), fast quantized numerics aside.
+        Op::Matmul(a, _) | Op::Conv { x: a, .. } => float(a) && !o.deterministic,
+        Op::QMatmul(a, _) => float(a) && (!o.deterministic || o.fast_quant),
         Op::Unary(u, x) => o.fast_math && dt(x) == Some(Dtype::F32) && fast_unary(*u),
         _ => false,
     }

@@ -8,8 +8,11 @@
 //! (`tc_runtime::interp::denote::conv`, Section 4 style) in another order,
 //! so a float convolution is within the matmul's documented tolerance; the
 //! result is rounded once into the dtype with the interpreter's own `fl`,
-//! and a NaN is the canonical one. Integer convolutions run the
-//! denotation itself (bit-identical).
+//! and a NaN is the canonical one. In deterministic mode the unfolded
+//! matrix is multiplied in the denotation's order instead
+//! (`matmul::sgemm_in_order`: its rows are the denotation's `(c, k…)`
+//! terms, the padding's zeros included), bit-identical. Integer
+//! convolutions run the denotation itself (bit-identical).
 //!
 //! Memory: the unfolded matrix is built for a tile of output positions at
 //! a time, at most [`TILE_FLOATS`] floats, so a large image costs a bounded
@@ -22,7 +25,7 @@ use tc_runtime::elem::Elem;
 use tc_runtime::interp::denote;
 use tc_runtime::{Error, Tensor};
 
-use crate::matmul::{sgemm, View};
+use crate::matmul::{sgemm, sgemm_in_order, View};
 
 /// The unfolded matrix's tile size, in floats (16 MiB).
 pub const TILE_FLOATS: usize = 1 << 22;
@@ -48,12 +51,18 @@ fn volume(s: &[usize]) -> Result<usize, Error> {
 }
 
 /// `conv[window, groups] x, w` (the operands as the denotation takes them).
+///
+/// `in_order`: each output element's terms summed in the denotation's
+/// order (`crate::matmul::sgemm_in_order` on the unfolded matrix, whose
+/// rows are the denotation's `(c, k…)` in row-major order, the padding's
+/// zero terms included), so the result is the interpreter's bit for bit
+/// (`JitOptions::deterministic`).
 pub fn conv(
     window: &Window,
     groups: usize,
-    x: &Tensor,
-    w: &Tensor,
+    (x, w): (&Tensor, &Tensor),
     threads: usize,
+    in_order: bool,
 ) -> Result<Tensor, Error> {
     let (dt, out_shape) = concrete::conv(window, groups, opd(x), opd(w))?;
     if !dt.is_float() {
@@ -83,7 +92,14 @@ pub fn conv(
     let mut out = vec![0f32; total];
     for b in 0..g.n {
         for grp in 0..groups {
-            group(&g, window, (b, grp, groups), &xs, &ws, &mut out, threads)?;
+            group(
+                &g,
+                window,
+                (b, grp, groups),
+                (&xs, &ws),
+                &mut out,
+                (threads, in_order),
+            )?;
         }
     }
     finish(dt, &out_shape, out)
@@ -119,10 +135,9 @@ fn group(
     g: &Geometry,
     window: &Window,
     (b, grp, groups): (usize, usize, usize),
-    xs: &[f32],
-    ws: &[f32],
+    (xs, ws): (&[f32], &[f32]),
     out: &mut [f32],
-    threads: usize,
+    (threads, in_order): (usize, bool),
 ) -> Result<(), Error> {
     // An empty output part computes nothing; past this point the output
     // (`og·out_vol ≥ 1` per group) and, when `cg ≥ 1`, the input and the
@@ -157,19 +172,20 @@ fn group(
         } else {
             &mut ctile[..g.og * width]
         };
+        let (va, vb) = (
+            View::new(wg.as_ptr(), rows, 1),
+            View::new(cols.as_ptr(), width, 1),
+        );
         // SAFETY: A = `wg` (`og × rows`), B = `cols` (`rows × width`), both
         // sliced to exactly those extents; C = `c`, `og·width` floats of a
-        // distinct `&mut`, overlapping neither (`sgemm`'s contract).
+        // distinct `&mut`, overlapping neither (`sgemm`'s contract, and
+        // `sgemm_in_order`'s, the same).
         unsafe {
-            sgemm(
-                g.og,
-                width,
-                rows,
-                View::new(wg.as_ptr(), rows, 1),
-                View::new(cols.as_ptr(), width, 1),
-                c.as_mut_ptr(),
-                threads,
-            )
+            if in_order {
+                sgemm_in_order(g.og, width, rows, &va, &vb, c.as_mut_ptr(), threads)
+            } else {
+                sgemm(g.og, width, rows, va, vb, c.as_mut_ptr(), threads)
+            }
         }
         .map_err(|e| Error::op("conv", e.to_string()))?;
         if !direct {

@@ -1128,7 +1128,13 @@ impl CompiledFn {
                 groups,
                 x,
                 w,
-            } => crate::conv::conv(window, *groups, &tensor(*x)?, &tensor(*w)?, st.threads)?,
+            } => crate::conv::conv(
+                window,
+                *groups,
+                (&tensor(*x)?, &tensor(*w)?),
+                st.threads,
+                self.opts.deterministic,
+            )?,
             Op::Pool {
                 kind,
                 kernel,
@@ -1229,8 +1235,11 @@ impl CompiledFn {
             },
             _ => None,
         };
+        // Deterministic mode with exact numerics: the reference's order.
+        let in_order = self.opts.deterministic && !self.opts.fast_quant;
         match packed {
             Some(p) => tc_quant::quant::qmatmul_packed(&p, xs, rows, y),
+            None if in_order => tc_quant::quant::qmatmul_in_order(format, xs, rows, k, wb, n, y),
             None => tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, y),
         }
         .map_err(|e| tc_runtime::Error::malformed(format!("qmatmul: {e}")))?;
@@ -1290,6 +1299,25 @@ impl CompiledFn {
             }
         };
         let (pa, pb) = (at(&va)?, at(&vb)?);
+        if self.opts.deterministic {
+            // SAFETY: as for the GEMM below.
+            unsafe {
+                crate::matmul::matmul_strided_in_order(
+                    o.dtype,
+                    pa,
+                    &va.strides,
+                    pb,
+                    &vb.strides,
+                    buf.as_mut_ptr().cast::<u8>(),
+                    sa,
+                    sb,
+                    threads,
+                )
+            }
+            .map_err(|e| tc_runtime::Error::op("matmul", e.to_string()))?;
+            owned_bufs[out] = Some(Held::Buf(buf));
+            return Ok(());
+        }
         // SAFETY: every element each view addresses lies inside its base
         // buffer (`fits`, checked just above against the buffer's planned
         // element count, which is what `ptrs` holds); `buf` is a fresh

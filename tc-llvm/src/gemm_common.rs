@@ -635,8 +635,9 @@ unsafe fn call_ukr<E>(
 #[derive(Clone, Copy)]
 pub(crate) struct SendPtr<T>(pub *mut T);
 // A `SendPtr` crosses threads only inside `blocked`, the f32 streamed path
-// (`matmul::streamed`), `matmul::matmul_strided` and `matmul_int::batched`,
-// which all join their tasks before returning (so the pointee outlives
+// (`matmul::streamed`), `matmul::matmul_strided`, `matmul_int::batched`
+// and the in-order rows (`matmul/in_order.rs`), which all join their tasks
+// before returning (so the pointee outlives
 // them); the tasks only read the operands and packed panels, and write
 // disjoint parts of C (distinct column panels, row blocks or batch items).
 // SAFETY: hence sending the pointer cannot create a data race.

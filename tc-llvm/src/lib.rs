@@ -76,10 +76,13 @@
 //!   `Σ|terms|` is below `f32::MAX`; beyond that a partial sum may
 //!   overflow in one order and not the other (±inf or NaN against a
 //!   finite value). With
-//!   [`JitOptions::deterministic`] reductions run in the interpreter's
-//!   sequential order and are bit-identical to it. Either way the result
-//!   does not depend on the thread count: threads split only output rows,
-//!   never a reduction.
+//!   [`JitOptions::deterministic`] reductions, matmuls, convolutions and
+//!   (with exact quantized numerics) `qmatmul` run in the interpreter's
+//!   sequential order and are bit-identical to it, overflow included
+//!   (`matmul/in_order.rs`: each output row updated term by term, one
+//!   rounded multiply and one rounded add per term, vectorized across the
+//!   row's columns). Either way the result does not depend on the thread
+//!   count: threads split only output rows, never a reduction.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -27,6 +27,10 @@ pub use crate::gemm_common::{
 };
 use std::sync::OnceLock;
 
+mod in_order;
+pub use in_order::matmul_strided_in_order;
+pub(crate) use in_order::sgemm_in_order;
+
 use rayon::prelude::*;
 use tc_core::Dtype;
 use tc_runtime::cast;

@@ -14,8 +14,11 @@ pub struct JitOptions {
     /// F32 `exp/log/tanh/sigmoid/erf/gelu` as vectorized polynomials (fast,
     /// within [`TOLERANCE`]) instead of the interpreter's exact f64 libm path.
     pub fast_math: bool,
-    /// Reductions in the interpreter's sequential order (bit-identical to
-    /// it and reproducible across thread counts), not vectorized.
+    /// Reductions, matmuls, convolutions and exact-numerics `qmatmul`s in
+    /// the interpreter's sequential order (bit-identical to it and
+    /// reproducible across thread counts): reductions not vectorized,
+    /// products without FMA or blocking over the summed axis (the crate
+    /// docs, "Numerics").
     pub deterministic: bool,
     /// Worker threads: 1 = the calling thread only; anything else = the
     /// rayon global pool.

@@ -31,6 +31,7 @@ pub mod differential;
 pub mod edge_values;
 pub mod fusion_asm;
 pub mod gemv;
+pub mod in_order;
 pub mod inline;
 pub mod matmul_views;
 pub mod model_patterns;

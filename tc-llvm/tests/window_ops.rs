@@ -152,7 +152,8 @@ fn conv_matches_the_interpreter_in_every_mode_and_dtype() {
             for (name, o) in modes() {
                 let got = jit(&f, &args, o);
                 let what = format!("conv {:?} * {:?} ({name}, {dt})", case.x, case.w);
-                if dt.is_float() {
+                // Deterministic mode sums in the denotation's order.
+                if dt.is_float() && !o.deterministic {
                     let (r, a) = tolerance(dt);
                     assert_close(&what, &got, &want, r, a);
                 } else {
@@ -208,6 +209,16 @@ fn conv_of_a_large_image_takes_the_tiled_path() {
     let want = interp(&f, &args).unwrap();
     let got = jit(&f, &args, JitOptions::default());
     assert_close("tiled conv", &got, &want, 1e-4, 1e-3);
+    let det = JitOptions {
+        deterministic: true,
+        ..JitOptions::default()
+    };
+    assert_bits(
+        "tiled conv (deterministic)",
+        &jit(&f, &args, det),
+        &want,
+        false,
+    );
 }
 
 /// Zero padding is part of the sum (PyTorch's semantics): a weight of +inf

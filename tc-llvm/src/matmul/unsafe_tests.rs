@@ -845,3 +845,32 @@ mod avx512_paths {
             .all(|x| x.to_bits() == cast::CANONICAL_NAN.to_bits()));
     }
 }
+
+/// The in-order product (`in_order.rs`) on every layout of both operands,
+/// B's column-strided copy included, with a guard float past C: it reads
+/// exactly the views' elements (the gaps are NaN and would show) and
+/// writes exactly C's `m·n`.
+#[test]
+fn the_in_order_product_reads_its_views_and_writes_c() {
+    for (m, n, k) in [(1, 1, 1), (3, 5, 4), (4, 2, 0), (2, 7, 9)] {
+        let want = reference(m, n, k, a_val);
+        for la in layouts(m, k) {
+            for lb in layouts(k, n) {
+                let a = operand(m, k, la, a_val);
+                let b = operand(k, n, lb, val);
+                let mut c = vec![f32::NAN; m * n + 1];
+                c[m * n] = 7.5;
+                let (va, vb) = (
+                    View::new(a.as_ptr(), la.0, la.1),
+                    View::new(b.as_ptr(), lb.0, lb.1),
+                );
+                // SAFETY: `a` and `b` hold every element of the `m × k`
+                // and `k × n` views (`operand`), `c` has `m·n` floats
+                // before its guard and is a distinct buffer.
+                unsafe { in_order::sgemm_in_order(m, n, k, &va, &vb, c.as_mut_ptr(), 1) }.unwrap();
+                assert_eq!(&c[..m * n], &want[..], "{m}×{n}×{k} {la:?} {lb:?}");
+                assert_eq!(c[m * n], 7.5, "the guard past C");
+            }
+        }
+    }
+}

@@ -299,6 +299,40 @@ pub fn qmatmul_with(
     Ok(())
 }
 
+/// [`qmatmul`] in the reference's order: each weight row dequantized
+/// ([`dequantize`], ggml's arithmetic), then each output
+/// `Σ_k x[m, k] · W[j, k]` summed in f32 from +0 in order of `k`, one
+/// rounded multiply and one rounded add per term, as the interpreter's
+/// `qmatmul_reference` does: its result bit for bit (tc's deterministic
+/// mode). The weight is never dequantized whole: one row at a time.
+#[allow(clippy::too_many_arguments)] // the BLAS-like signature is the API
+pub fn qmatmul_in_order(
+    f: Format,
+    x: &[f32],
+    rows: usize,
+    k_dim: usize,
+    w: &[u8],
+    n_out: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    let row_bytes = check_shapes(f, x, rows, k_dim, w, n_out, y)?;
+    if rows == 0 || n_out == 0 {
+        return Ok(());
+    }
+    let mut wrow = vec![0f32; k_dim];
+    for j in 0..n_out {
+        dequantize(f, &w[j * row_bytes..(j + 1) * row_bytes], &mut wrow)?;
+        for m in 0..rows {
+            let mut acc = 0f32;
+            for (a, b) in x[m * k_dim..(m + 1) * k_dim].iter().zip(&wrow) {
+                acc += a * b;
+            }
+            y[m * n_out + j] = acc;
+        }
+    }
+    Ok(())
+}
+
 /// [`qmatmul`] with [`Numerics::Fast`] on a weight packed once
 /// ([`PackedWeights::new`]): the same results, bit for bit, without
 /// transposing the weight's blocks on every call.
