@@ -13,8 +13,20 @@ use tc_runtime::contract::Arg;
 use tc_runtime::Tensor;
 use util::*;
 
+/// The kept packings are process-wide (`prepack::kept_bytes`): a test that
+/// drops its weight while another compares the total before and after its
+/// own calls would move that total under it (seen in a full run: "w1's
+/// packing is kept" failed while another test's weight was released). The
+/// tests of this binary run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn a_packed_weight_gives_the_bits_of_per_call_packing() {
+    let _one = one_at_a_time();
     let mut rng = Rng(0xA1);
     let (f, g) = (linear(false), linear(true));
     let jit = jit_with(JitOptions::default());
@@ -47,6 +59,7 @@ fn a_packed_weight_gives_the_bits_of_per_call_packing() {
 /// second column block starts inside the kept packing.
 #[test]
 fn a_packed_weight_wider_than_a_column_block_gives_the_same_bits() {
+    let _one = one_at_a_time();
     let mut rng = Rng(0xA2);
     let (f, g) = (linear(false), linear(true));
     let jit = jit_with(JitOptions::default());
@@ -67,6 +80,7 @@ fn a_packed_weight_wider_than_a_column_block_gives_the_same_bits() {
 /// call must read the new values.
 #[test]
 fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
+    let _one = one_at_a_time();
     let f = linear(false);
     let jit = jit_with(JitOptions::default());
     // JIT outputs come from the storage pool (buffers of ≥ `pool::MIN_BYTES`).
@@ -120,6 +134,7 @@ fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
 /// new values too.
 #[test]
 fn a_weight_written_after_it_was_kept_is_read_anew() {
+    let _one = one_at_a_time();
     let f = linear(false);
     let jit = jit_with(JitOptions::default());
     let x = Tensor::from_vec(&[2, 64], vec![1.0f32; 128]).unwrap();
@@ -158,6 +173,7 @@ fn a_weight_written_after_it_was_kept_is_read_anew() {
 /// those paths keep packings: x86-64 with AVX-512).
 #[test]
 fn reading_the_next_weight_ahead_changes_no_bit() {
+    let _one = one_at_a_time();
     let mut rng = Rng(0xA3);
     let f = linear(false);
     let jit = jit_with(JitOptions::default());
