@@ -461,24 +461,7 @@ impl Jit {
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
-        self.call_at(func, args, resolve, 0)
-    }
-
-    /// [`Jit::call`] as a call nested `depth` deep.
-    pub(crate) fn call_at<'f>(
-        &self,
-        func: &Function,
-        args: &[Arg],
-        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
-        depth: usize,
-    ) -> Result<Tensor, tc_runtime::Error> {
-        let nested = |name: &str, a: &[Arg]| {
-            let callee = nested_callee(name, resolve, depth)?;
-            self.call_at(callee, a, resolve, depth + 1)
-        };
-        let fp = self.fp_by_value(func, resolve);
-        let bound = contract::bind_args(&func.sig, args)?;
-        self.run_call(func, fp, (args, &bound), resolve, &nested, depth)
+        self.call_in(AnyFn(func), args, resolve, 0)
     }
 
     /// [`Jit::call`] for a `'static` function (what `#[tensor_fn]` builds
@@ -495,23 +478,26 @@ impl Jit {
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
-        self.call_static_at(func, args, resolve, 0)
+        self.call_in(StaticFn(func), args, resolve, 0)
     }
 
-    fn call_static_at(
+    /// The one call path: identify the function as `C` does, bind σ, and
+    /// run it ([`Jit::run_call`]), its nested calls `depth + 1` deep
+    /// through this same path.
+    fn call_in<'f, C: Callee<'f>>(
         &self,
-        func: &'static Function,
+        c: C,
         args: &[Arg],
-        resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
         depth: usize,
     ) -> Result<Tensor, tc_runtime::Error> {
         let nested = |name: &str, a: &[Arg]| {
             let callee = nested_callee(name, resolve, depth)?;
-            self.call_static_at(callee, a, resolve, depth + 1)
+            self.call_in(C::nested(callee), a, resolve, depth + 1)
         };
-        let fp = self.fp_static(func, resolve);
-        let bound = crate::bind_memo::bind_static(func, args)?;
-        self.run_call(func, fp, (args, &bound), resolve, &nested, depth)
+        let fp = c.fingerprint(self, resolve);
+        let bound = c.bind(args)?;
+        self.run_call(c.func(), fp, (args, &bound), resolve, &nested, depth)
     }
 
     /// Find the slot for (fingerprint, options, σ), or the generic one.
@@ -692,9 +678,76 @@ impl CompiledFn {
     ) -> Result<Tensor, tc_runtime::Error> {
         let nested = |name: &str, a: &[Arg]| {
             let callee = nested_callee(name, resolve, 0)?;
-            Jit::global().call_at(callee, a, resolve, 1)
+            Jit::global().call_in(AnyFn(callee), a, resolve, 1)
         };
         self.run_nested(args, resolve, &nested)
+    }
+}
+
+/// How a call's function is identified in the cache: by value
+/// ([`AnyFn`]: compared with the copy remembered for its address) or by
+/// its `'static` address ([`StaticFn`]). Its nested calls are identified
+/// the same way.
+trait Callee<'f>: Copy {
+    /// How a callee that the resolver found is identified.
+    type Nested: Callee<'f>;
+    fn func(&self) -> &Function;
+    /// The function's fingerprint (memoised per address).
+    fn fingerprint(
+        &self,
+        jit: &Jit,
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+    ) -> u128;
+    /// σ from the arguments (the contract).
+    fn bind(&self, args: &[Arg]) -> Result<Arc<contract::Bound>, tc_runtime::Error>;
+    fn nested(callee: &'f Function) -> Self::Nested;
+}
+
+/// Any function, identified by value ([`Jit::call`]).
+#[derive(Clone, Copy)]
+struct AnyFn<'a>(&'a Function);
+
+/// A `'static` function, identified by address ([`Jit::call_static`]).
+#[derive(Clone, Copy)]
+struct StaticFn(&'static Function);
+
+impl<'f> Callee<'f> for AnyFn<'_> {
+    type Nested = AnyFn<'f>;
+    fn func(&self) -> &Function {
+        self.0
+    }
+    fn fingerprint(
+        &self,
+        jit: &Jit,
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+    ) -> u128 {
+        jit.fp_by_value(self.0, resolve)
+    }
+    fn bind(&self, args: &[Arg]) -> Result<Arc<contract::Bound>, tc_runtime::Error> {
+        contract::bind_args(&self.0.sig, args).map(Arc::new)
+    }
+    fn nested(callee: &'f Function) -> AnyFn<'f> {
+        AnyFn(callee)
+    }
+}
+
+impl Callee<'static> for StaticFn {
+    type Nested = StaticFn;
+    fn func(&self) -> &Function {
+        self.0
+    }
+    fn fingerprint(
+        &self,
+        jit: &Jit,
+        resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
+    ) -> u128 {
+        jit.fp_static(self.0, resolve)
+    }
+    fn bind(&self, args: &[Arg]) -> Result<Arc<contract::Bound>, tc_runtime::Error> {
+        crate::bind_memo::bind_static(self.0, args)
+    }
+    fn nested(callee: &'static Function) -> StaticFn {
+        StaticFn(callee)
     }
 }
 
