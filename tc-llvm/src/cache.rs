@@ -548,6 +548,8 @@ impl Jit {
         (slot, true, false)
     }
 
+    /// Run a bound call: its compiled code from the cache
+    /// ([`Jit::compiled`]), then [`Jit::dispatch`].
     fn run_call<'f>(
         &self,
         func: &Function,
@@ -560,9 +562,42 @@ impl Jit {
         // Before anything here uses the pool: tc builds it, pinned.
         crate::threads::init();
         let cfg = self.config();
-        let (slot, generic, fresh) = self.pick(fp, &bound.sigma, &cfg);
-        let compiled = slot.get_or_init(|| {
-            let r = compile_with(func, &bound.sigma, resolve, cfg.options, generic);
+        let (slot, generic) = self.compiled(func, fp, &bound.sigma, resolve, &cfg);
+        let call = Call {
+            func,
+            args,
+            bound,
+            resolve,
+            nested,
+            depth,
+        };
+        // Filled by `compiled` (its `get_or_init`).
+        match slot.get() {
+            Some(Ok(c)) => self.dispatch(c, &call),
+            Some(Err((why, sigma_dependent))) => {
+                if generic && *sigma_dependent {
+                    self.forget_generic(fp, cfg.options, &slot);
+                }
+                self.fall_back(why.clone(), &call)
+            }
+            None => self.fall_back("an empty cache slot".into(), &call),
+        }
+    }
+
+    /// The compiled code for (fingerprint, options, σ) — a plain lookup,
+    /// compiling on a miss, with its statistics — and whether it is the
+    /// shape-generic one.
+    fn compiled<'f>(
+        &self,
+        func: &Function,
+        fp: u128,
+        sigma: &Sigma,
+        resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
+        cfg: &CacheConfig,
+    ) -> (Slot, bool) {
+        let (slot, generic, fresh) = self.pick(fp, sigma, cfg);
+        slot.get_or_init(|| {
+            let r = compile_with(func, sigma, resolve, cfg.options, generic);
             let mut s = lock(&self.stats);
             if let Ok(c) = &r {
                 if generic {
@@ -578,59 +613,84 @@ impl Jit {
             r.map(Arc::new)
                 .map_err(|e| (e.to_string(), matches!(e, Error::Runtime(_))))
         });
-        {
-            let mut s = lock(&self.stats);
-            if generic {
-                s.generic_runs += 1;
-            } else if fresh {
-                s.misses += 1;
-            } else {
-                s.hits += 1;
-            }
+        let mut s = lock(&self.stats);
+        if generic {
+            s.generic_runs += 1;
+        } else if fresh {
+            s.misses += 1;
+        } else {
+            s.hits += 1;
         }
-        match compiled {
-            // Its body stands for calls nested deeper than the limit allows
-            // from here: the interpreter makes them, to fail where and as
-            // the semantics says (Section 4 §17).
-            Ok(c) if depth + c.inlined_levels() >= MAX_CALL_DEPTH => {
-                lock(&self.stats).fallbacks += 1;
-                *lock(&self.last_fallback) = Some(format!(
-                    "`{}` inlines {} call levels, {depth} calls deep",
-                    func.sig.name,
-                    c.inlined_levels()
-                ));
-                Interpreter::from_env().run_at_depth(func, args, resolve, depth)
-            }
-            Ok(c) if dry() => c.dry_run(bound, args, resolve, nested),
-            Ok(c) => {
-                if c.wants_worker() && !crate::team::in_session() {
-                    // One hop onto the pool for the whole call, with the
-                    // other workers kept awake for its splits.
-                    crate::team::session(|| c.exec(bound, args, resolve, nested))
-                } else {
-                    c.exec(bound, args, resolve, nested)
-                }
-            }
-            Err((why, sigma_dependent)) => {
-                if generic && *sigma_dependent {
-                    // The generic kernels serve every σ: a failure planning
-                    // this one must not send every later σ to the
-                    // interpreter.
-                    let mut st = lock(&self.state);
-                    if st
-                        .generic
-                        .get(&(fp, cfg.options))
-                        .is_some_and(|s| Arc::ptr_eq(s, &slot))
-                    {
-                        st.generic.remove(&(fp, cfg.options));
-                    }
-                }
-                lock(&self.stats).fallbacks += 1;
-                *lock(&self.last_fallback) = Some(why.clone());
-                Interpreter::from_env().run_at_depth(func, args, resolve, depth)
-            }
+        (slot, generic)
+    }
+
+    /// The generic kernels serve every σ: a failure planning one σ must
+    /// not send every later σ to the interpreter, so the failed slot is
+    /// dropped (if it is still the one cached).
+    fn forget_generic(&self, fp: u128, options: JitOptions, slot: &Slot) {
+        let mut st = lock(&self.state);
+        if st
+            .generic
+            .get(&(fp, options))
+            .is_some_and(|s| Arc::ptr_eq(s, slot))
+        {
+            st.generic.remove(&(fp, options));
         }
     }
+
+    /// The one place that decides how a compiled call runs: on the
+    /// interpreter when its inlined calls would nest past the limit, as a
+    /// dry run under [`dry_run`], in a pool session when its kernels want
+    /// workers, else on this thread.
+    fn dispatch(&self, c: &CompiledFn, call: &Call<'_, '_>) -> Result<Tensor, tc_runtime::Error> {
+        let Call {
+            func,
+            args,
+            bound,
+            resolve,
+            nested,
+            depth,
+        } = *call;
+        if depth + c.inlined_levels() >= MAX_CALL_DEPTH {
+            // Its body stands for calls nested deeper than the limit
+            // allows from here: the interpreter makes them, to fail where
+            // and as the semantics says (Section 4 §17).
+            let why = format!(
+                "`{}` inlines {} call levels, {depth} calls deep",
+                func.sig.name,
+                c.inlined_levels()
+            );
+            return self.fall_back(why, call);
+        }
+        if dry() {
+            return c.dry_run(bound, args, resolve, nested);
+        }
+        if c.wants_worker() && !crate::team::in_session() {
+            // One hop onto the pool for the whole call, with the other
+            // workers kept awake for its splits.
+            return crate::team::session(|| c.exec(bound, args, resolve, nested));
+        }
+        c.exec(bound, args, resolve, nested)
+    }
+
+    /// Run the call on the reference interpreter instead, counted in
+    /// [`Stats::fallbacks`] with `why` as [`Jit::last_fallback`].
+    fn fall_back(&self, why: String, call: &Call<'_, '_>) -> Result<Tensor, tc_runtime::Error> {
+        lock(&self.stats).fallbacks += 1;
+        *lock(&self.last_fallback) = Some(why);
+        Interpreter::from_env().run_at_depth(call.func, call.args, call.resolve, call.depth)
+    }
+}
+
+/// One bound call, as [`Jit::dispatch`] runs it.
+#[derive(Clone, Copy)]
+struct Call<'c, 'f> {
+    func: &'c Function,
+    args: &'c [Arg],
+    bound: &'c contract::Bound,
+    resolve: &'c (dyn Fn(&str) -> Option<&'f Function> + Sync),
+    nested: &'c crate::exec::Nested<'c>,
+    depth: usize,
 }
 
 thread_local! {
