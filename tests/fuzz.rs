@@ -415,3 +415,75 @@ fn real_sizes_seeds_and_mode_sampling() {
         "{all} of {n} seeds run all six modes"
     );
 }
+
+/// The per-element bounds (`examples/fuzz/bound.rs`) are not vacuous: on
+/// seeds whose result is Direct in the default mode, the JIT's result is
+/// within its bound, and the interpreter's result moved past the bound at
+/// one element is refused.
+#[test]
+fn bounds_admit_the_jit_and_refuse_a_value_past_them() {
+    use gen::{compare_within, Prepared, Taint, Verdict};
+    let cfg = GenConfig::default();
+    let o = gen::MODES[0].opts;
+    let mut refused = 0;
+    for seed in 0..600u64 {
+        let Prepared::Ready(case) = gen::prepare(seed, &cfg, BUDGET) else {
+            continue;
+        };
+        if gen::taint(&case.checked, &case.callees, o) != Taint::Direct {
+            continue;
+        }
+        let fs = &case.program.callees;
+        let Some(bound) = gen::bound_of(&case, &case.callees, fs, o) else {
+            continue;
+        };
+        let resolve = |n: &str| fs.iter().find(|f| f.sig.name == n);
+        let Ok(want) = tc_runtime::exec::call(&case.program.main, &case.args, &resolve) else {
+            continue;
+        };
+        let jit = tc_llvm::Jit::new(tc_llvm::CacheConfig {
+            capacity: 4,
+            specialize_after: 1,
+            options: o,
+        });
+        let got = jit.call(&case.program.main, &case.args, &resolve).unwrap();
+        assert!(
+            matches!(
+                compare_within(&got, &want, Taint::Direct, Some(&bound)),
+                Verdict::Same
+            ),
+            "seed {seed}: the JIT's result is outside its bound"
+        );
+        // One element moved to four times its bound past the
+        // interpreter's (where both are finite and the move shows in f32).
+        if want.dtype() != tc_core::Dtype::F32 {
+            continue;
+        }
+        let (mut w, b) = (
+            want.to_vec::<f32>().unwrap(),
+            bound.to_vec::<f32>().unwrap(),
+        );
+        let Some(i) = (0..w.len()).find(|&i| {
+            let moved = w[i] + 4.0 * b[i];
+            b[i] > 0.0
+                && b[i].is_finite()
+                && moved.is_finite()
+                && f64::from(moved - w[i]) > f64::from(b[i])
+        }) else {
+            continue;
+        };
+        w[i] += 4.0 * b[i];
+        let moved = tc_runtime::Tensor::from_vec(want.shape(), w).unwrap();
+        let verdict = compare_within(&moved, &want, Taint::Direct, Some(&bound));
+        assert!(
+            matches!(verdict, Verdict::Differs(..)),
+            "seed {seed}: element {i} moved by 4 × its bound {} was admitted",
+            b[i]
+        );
+        refused += 1;
+        if refused == 5 {
+            break;
+        }
+    }
+    assert!(refused >= 5, "only {refused} seeds had a bound to test");
+}

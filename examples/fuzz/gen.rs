@@ -23,6 +23,9 @@
 //!     `f`, callees with other bodies and return shapes) run after it.
 #![allow(dead_code)]
 
+#[path = "bound.rs"]
+mod bound;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -3062,33 +3065,35 @@ pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
     taints(ck, callees, o)[ck.func.ret]
 }
 
-/// The dtype whose tolerance ([`rtol`]) a [`Taint::Direct`] result of `ck`
-/// is compared within: the least precise float dtype of the values the
-/// difference came through (the tolerance source's output, then layout ops
-/// and float casts), not only the returned one. An f16 product cast to f32
-/// differs by up to an f16 rounding, which the f32 tolerance does not
-/// cover (seed 170 of the real-sizes class: a 16 × 1536 × 1000 f16 product
-/// cast to f32, −208.0 against −208.125, one f16 ulp).
-pub fn tolerance_dtype(ck: &Checked, callees: &[Checked], o: JitOptions) -> Option<Dtype> {
-    let t = taints(ck, callees, o);
-    let dt = |v: Value| ck.types[v].as_tensor().map(|tt| tt.dtype);
-    let mut worst = dt(ck.func.ret)?;
-    let mut stack = vec![ck.func.ret];
-    let mut seen = BTreeSet::new();
-    while let Some(v) = stack.pop() {
-        if t[v] != Taint::Direct || !seen.insert(v) {
-            continue;
-        }
-        if let Some(d) = dt(v).filter(|d| d.is_float()) {
-            if rtol(d) > rtol(worst) {
-                worst = d;
-            }
-        }
-        if let Some(inst) = ck.func.inst(v) {
-            stack.extend(inst.op.operands());
-        }
+/// The per-element bound of `case`'s result under `o` when it is
+/// [`Taint::Direct`]: its bound program ([`bound::bound_program`]) run on
+/// the interpreter with the case's arguments, `fs` resolving its calls.
+/// `None` when the result is not Direct or no bound could be made.
+///
+/// A real-sizes case's bound runs on the JIT's exact mode instead (its
+/// `Σ|terms|` products would take the interpreter seconds): that mode is
+/// bit-identical to the interpreter on every op, which every case checks.
+pub fn bound_of(
+    case: &Case,
+    callees: &[Checked],
+    fs: &[Function],
+    o: JitOptions,
+) -> Option<Tensor> {
+    let t = taints(&case.checked, callees, o);
+    let f = bound::bound_program(&case.checked, &t, o)?;
+    let resolve = |n: &str| fs.iter().find(|f| f.sig.name == n);
+    if case.program.real.is_some() {
+        let exact = MODES.iter().find(|m| m.name == "exact")?;
+        return guard_value(|| fresh(exact).call(&f, &case.args, &resolve));
     }
-    Some(worst)
+    guard_value(|| tc_runtime::exec::call(&f, &case.args, &resolve))
+}
+
+fn guard_value(f: impl FnOnce() -> Result<Tensor, tc_runtime::Error>) -> Option<Tensor> {
+    match guard(f) {
+        Out::Val(t) => Some(t),
+        _ => None,
+    }
 }
 
 /// The taint of every value of `ck` under options `o`.
@@ -3113,8 +3118,13 @@ fn taints(ck: &Checked, callees: &[Checked], o: JitOptions) -> ValueMap<Taint> {
             _ => false,
         };
         let r = if let Op::Call(name, _) = &inst.op {
+            // A callee's Direct result has its bound inside the callee,
+            // which the caller's bound program does not reach (bound.rs).
             match (ins, callees.iter().find(|c| &c.func.sig.name == name)) {
-                (Taint::Exact, Some(c)) => taint(c, callees, o),
+                (Taint::Exact, Some(c)) => match taint(c, callees, o) {
+                    Taint::Direct => Taint::Indirect,
+                    t => t,
+                },
                 _ => Taint::Indirect,
             }
         } else if is_tolerance_source(&inst.op, ck, o) {
@@ -3189,19 +3199,6 @@ fn max_finite(dt: Dtype) -> f32 {
     }
 }
 
-/// Relative tolerance: the reduction bound of the crate docs does not
-/// know Σ|terms| here, so a bound relative to the largest result element
-/// stands in, plus two ulps of a narrow dtype (its final rounding).
-fn rtol(dt: Dtype) -> f32 {
-    match dt {
-        Dtype::F32 => 1e-4,
-        Dtype::F16 => 2e-3,
-        Dtype::BF16 => 1.6e-2,
-        Dtype::F8E4M3 => 0.26,
-        _ => 0.51,
-    }
-}
-
 /// How a JIT result compares with the interpreter's.
 pub enum Verdict {
     /// Equal (within the tolerance where one applies).
@@ -3219,15 +3216,21 @@ fn elem_bits(e: &Elem) -> String {
     }
 }
 
-/// Compare `got` (JIT) with `want` (interpreter) under `taint`, a
-/// [`Taint::Direct`] difference within the tolerance of `want`'s dtype.
+/// Compare `got` (JIT) with `want` (interpreter) under `taint`, with no
+/// bound: a [`Taint::Direct`] difference is not compared.
 pub fn compare(got: &Tensor, want: &Tensor, taint: Taint) -> Verdict {
-    compare_within(got, want, taint, want.dtype())
+    compare_within(got, want, taint, None)
 }
 
-/// [`compare`], a [`Taint::Direct`] difference within the tolerance of
-/// `tol` ([`tolerance_dtype`]).
-pub fn compare_within(got: &Tensor, want: &Tensor, taint: Taint, tol: Dtype) -> Verdict {
+/// [`compare`], a [`Taint::Direct`] result compared element by element
+/// within `bound` (its per-element bound, `bound.rs`); without one it is
+/// not compared.
+pub fn compare_within(
+    got: &Tensor,
+    want: &Tensor,
+    taint: Taint,
+    bound: Option<&Tensor>,
+) -> Verdict {
     if got.dtype() != want.dtype() || got.shape() != want.shape() {
         return Verdict::Differs(
             "dtype/shape differs from the interpreter's".into(),
@@ -3243,40 +3246,33 @@ pub fn compare_within(got: &Tensor, want: &Tensor, taint: Taint, tol: Dtype) -> 
     if got.bytes() == want.bytes() {
         return Verdict::Same;
     }
-    if taint == Taint::Indirect {
-        return Verdict::Unchecked;
+    let bounds = match (taint, bound) {
+        (Taint::Indirect, _) | (Taint::Direct, None) => return Verdict::Unchecked,
+        (Taint::Direct, Some(b)) if b.shape() == want.shape() => b.to_vec::<f32>().ok(),
+        (Taint::Direct, Some(_)) => None,
+        (Taint::Exact, _) => None,
+    };
+    if taint == Taint::Direct && bounds.is_none() {
+        return Verdict::Differs(
+            "the bound's shape differs from the result's".into(),
+            format!(
+                "bound {:?} vs result {:?}",
+                bound.map(|b| b.shape().to_vec()),
+                want.shape()
+            ),
+        );
     }
     let dt = want.dtype();
     let (g, w) = (got.to_elems(), want.to_elems());
-    let scale = w
-        .iter()
-        .filter_map(|e| match e {
-            Elem::F(x) if x.is_finite() => Some(x.abs()),
-            _ => None,
-        })
-        .fold(0.0f32, f32::max);
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         let kind = match (a, b) {
             (Elem::F(p), Elem::F(q)) if p.to_bits() == q.to_bits() => continue,
             (Elem::F(p), Elem::F(q)) => {
-                if taint == Taint::Direct {
-                    let r = rtol(dt).max(rtol(tol));
-                    let close = (p.is_nan() && q.is_nan())
-                        || (p - q).abs() <= r * q.abs() + r * scale + tc_llvm::TOLERANCE.1;
-                    // A non-finite interpreter result means some term or
-                    // partial sum overflowed: the documented bound
-                    // (∝ Σ|terms|) is infinite, and FMA or another order
-                    // may give NaN, ±inf or a finite value instead. A
-                    // narrow float's largest finite value may be such an
-                    // infinity saturated by a cast (seed 130000000607: ±inf
-                    // of opposite signs from two orders, both cast to
-                    // ±57344 in f8e5m2).
-                    let wild = |x: f32| !x.is_finite() || x.abs() >= max_finite(dt);
-                    let overflow = wild(*q) || (wild(*p) && scale >= max_finite(dt) / 8.0);
-                    if close || overflow {
+                if let Some(bs) = &bounds {
+                    if within(*p, *q, bs[i], dt) {
                         continue;
                     }
-                    "beyond the documented tolerance"
+                    "beyond the element's bound"
                 } else if p.is_nan() && q.is_nan() {
                     "NaN bits differ"
                 } else if *p == 0.0 && *q == 0.0 {
@@ -3288,10 +3284,14 @@ pub fn compare_within(got: &Tensor, want: &Tensor, taint: Taint, tol: Dtype) -> 
             (x, y) if x != y => "value differs",
             _ => continue,
         };
+        let bound_note = bounds
+            .as_ref()
+            .map(|bs| format!(" (bound {:e})", bs[i]))
+            .unwrap_or_default();
         return Verdict::Differs(
             format!("{kind} [{dt}]"),
             format!(
-                "element {i} of {:?}: jit {} vs interpreter {}",
+                "element {i} of {:?}: jit {} vs interpreter {}{bound_note}",
                 want.shape(),
                 elem_bits(a),
                 elem_bits(b)
@@ -3299,6 +3299,24 @@ pub fn compare_within(got: &Tensor, want: &Tensor, taint: Taint, tol: Dtype) -> 
         );
     }
     Verdict::Same
+}
+
+/// Is the JIT's `p` within `bound` of the interpreter's `q`? NaN matches
+/// NaN. A bound that overflowed, or a non-finite interpreter value (some
+/// term or partial sum overflowed), leaves the element unbounded: in
+/// another order the sum may be ±inf, NaN or finite (the crate docs). A
+/// narrow float's largest finite value may be such an infinity saturated
+/// by a cast (seed 130000000607: ±inf of opposite signs from two orders,
+/// both cast to ±57344 in f8e5m2).
+fn within(p: f32, q: f32, bound: f32, dt: Dtype) -> bool {
+    if p.is_nan() && q.is_nan() {
+        return true;
+    }
+    let wild = |x: f32| !x.is_finite() || x.abs() >= max_finite(dt);
+    if !bound.is_finite() || wild(q) || (wild(p) && bound >= max_finite(dt) / 8.0) {
+        return true;
+    }
+    (f64::from(p) - f64::from(q)).abs() <= f64::from(bound)
 }
 
 // ------------------------------------------------------------------ runs
@@ -3503,12 +3521,26 @@ pub fn describe(case: &Case, twins: bool) -> String {
 struct Ctx<'c> {
     case: &'c Case,
     res: CaseResult,
-    /// The dtype of the tolerance of the next judged values
-    /// ([`tolerance_dtype`]; `None`: the result's own).
-    tol: Option<Dtype>,
+    /// The per-element bound of the next judged Direct values
+    /// ([`bound_of`]; `None`: none could be made, and they are not compared).
+    bound: Option<Tensor>,
+    /// The bounds made so far, by the options they depend on
+    /// (`fast_math`, `deterministic`).
+    bounds: BTreeMap<(bool, bool), Option<Tensor>>,
 }
 
 impl Ctx<'_> {
+    /// Make (or reuse) the bound of the result under `o`, for the next
+    /// judged values.
+    fn set_bound(&mut self, callees: &[Checked], fs: &[Function], o: JitOptions) {
+        let key = (o.fast_math, o.deterministic);
+        if !self.bounds.contains_key(&key) {
+            let b = bound_of(self.case, callees, fs, o);
+            self.bounds.insert(key, b);
+        }
+        self.bound = self.bounds.get(&key).cloned().flatten();
+    }
+
     fn fail(&mut self, key: String, what: String, twins: bool) {
         let detail = format!("{what}\n{}", describe(self.case, twins));
         self.res.failures.push(Failure { key, detail });
@@ -3559,10 +3591,11 @@ impl Ctx<'_> {
         let c = &mut self.res.counts;
         match taint {
             Taint::Exact => c.exact += 1,
-            Taint::Direct => c.bounded += 1,
-            Taint::Indirect => c.tainted += 1,
+            Taint::Direct if self.bound.is_some() => c.bounded += 1,
+            // A Direct result with no bound is not compared (`bound_of`).
+            Taint::Direct | Taint::Indirect => c.tainted += 1,
         }
-        compare_within(got, want, taint, self.tol.unwrap_or(want.dtype()))
+        compare_within(got, want, taint, self.bound.as_ref())
     }
 
     /// Run `fs`'s `f` on `jit`, accounting for its fallbacks to the
@@ -3700,7 +3733,8 @@ pub fn run_case(case: &Case, shared: &Jit, cfg: &GenConfig) -> CaseResult {
     let mut cx = Ctx {
         case,
         res: CaseResult::default(),
-        tol: None,
+        bound: None,
+        bounds: BTreeMap::new(),
     };
     let fs = &case.program.callees;
     let want = interp(case, fs);
@@ -3723,7 +3757,7 @@ pub fn run_case(case: &Case, shared: &Jit, cfg: &GenConfig) -> CaseResult {
         }
         let jit = fresh(mode);
         let t = taint(&case.checked, &case.callees, mode.opts);
-        cx.tol = tolerance_dtype(&case.checked, &case.callees, mode.opts);
+        cx.set_bound(&case.callees, fs, mode.opts);
         let runs = if mode.specialize_after > 1 { 2 } else { 1 };
         for k in 0..runs {
             let who = if runs > 1 {
@@ -3777,7 +3811,8 @@ pub const REAL_MODE: Mode = Mode {
 fn real_pair(cx: &mut Ctx, fs: &[Function], want: &Out) {
     let jit = fresh(&REAL_MODE);
     let t = taint(&cx.case.checked, &cx.case.callees, REAL_MODE.opts);
-    cx.tol = tolerance_dtype(&cx.case.checked, &cx.case.callees, REAL_MODE.opts);
+    let cks = cx.case.callees.clone();
+    cx.set_bound(&cks, fs, REAL_MODE.opts);
     let first = cx.jit_run("threads=2, call 1", &jit, fs, false);
     cx.judge("threads=2, call 1", &first, want, t, false);
     let second = cx.jit_run("threads=2, call 2 (same weight)", &jit, fs, false);
@@ -3894,7 +3929,8 @@ fn run_twin(cx: &mut Ctx, tw: &[Function], shared: &Jit) {
         return;
     };
     let t = taint(&case.checked, &cks, MODES[0].opts);
-    cx.tol = tolerance_dtype(&case.checked, &cks, MODES[0].opts);
+    cx.bounds.clear();
+    cx.set_bound(&cks, tw, MODES[0].opts);
     let got = cx.jit_run("twin, shared cache", shared, tw, true);
     let fresh_out = cx.jit_run("twin, fresh cache", &fresh(&MODES[0]), tw, true);
     cx.judge("twin, fresh cache", &fresh_out, &want, t, true);

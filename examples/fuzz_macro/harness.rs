@@ -268,8 +268,9 @@ fn jit_verdict(case: &gen::Case, got: &Out, want: &Out) -> Result<(), String> {
     match (got, want) {
         (Ok(g), Ok(w)) => {
             let taint = gen::taint(&case.checked, &case.callees, opts);
-            let tol = gen::tolerance_dtype(&case.checked, &case.callees, opts);
-            match gen::compare_within(g, w, taint, tol.unwrap_or(w.dtype())) {
+            let fs = &case.program.callees;
+            let bound = gen::bound_of(case, &case.callees, fs, opts);
+            match gen::compare_within(g, w, taint, bound.as_ref()) {
                 Verdict::Same | Verdict::Unchecked => Ok(()),
                 Verdict::Differs(k, d) => Err(format!("{k}: {d}")),
             }
