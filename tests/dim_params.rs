@@ -171,7 +171,7 @@ fn a_long_parameter_list_arrives_in_order() {
     let t: Vec<Tensor> = (0..8)
         .map(|k| Tensor::from_vec(&[2], vec![10f32.powi(k), 0.5]).unwrap())
         .collect();
-    let y = both(|| {
+    let call = |n: usize| {
         heads::eleven(
             t[0].clone(),
             t[1].clone(),
@@ -179,14 +179,14 @@ fn a_long_parameter_list_arrives_in_order() {
             2.0,
             t[3].clone(),
             t[4].clone(),
-            2,
+            n,
             t[5].clone(),
             t[6].clone(),
             0.25,
             t[7].clone(),
         )
-    })
-    .unwrap();
+    };
+    let y = both(|| call(2)).unwrap();
     // Σ (k + 1)·10^k over k < 8, doubled, less 0.25: each tensor's weight
     // shows where it arrived.
     let digits: f32 = (0..8).map(|k| (k as f32 + 1.0) * 10f32.powi(k)).sum();
@@ -196,19 +196,7 @@ fn a_long_parameter_list_arrives_in_order() {
         [digits * 2.0 - 0.25, halves * 2.0 - 0.25]
     );
     // The dim must agree with the tensors: 3 against N = 2 is refused.
-    let err = heads::eleven(
-        t[0].clone(),
-        t[1].clone(),
-        t[2].clone(),
-        2.0,
-        t[3].clone(),
-        t[4].clone(),
-        3,
-        t[5].clone(),
-        t[6].clone(),
-        0.25,
-        t[7].clone(),
-    );
+    let err = call(3);
     assert!(err.is_err(), "{err:?}");
 }
 

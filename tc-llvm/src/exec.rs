@@ -1299,44 +1299,26 @@ impl CompiledFn {
             }
         };
         let (pa, pb) = (at(&va)?, at(&vb)?);
-        if self.opts.deterministic {
-            // SAFETY: as for the GEMM below.
-            unsafe {
-                crate::matmul::matmul_strided_in_order(
-                    o.dtype,
-                    pa,
-                    &va.strides,
-                    pb,
-                    &vb.strides,
-                    buf.as_mut_ptr().cast::<u8>(),
-                    sa,
-                    sb,
-                    threads,
-                )
-            }
-            .map_err(|e| tc_runtime::Error::op("matmul", e.to_string()))?;
-            owned_bufs[out] = Some(Held::Buf(buf));
-            return Ok(());
-        }
+        let c = buf.as_mut_ptr().cast::<u8>();
+        let (st_a, st_b) = (&va.strides, &vb.strides);
         // SAFETY: every element each view addresses lies inside its base
         // buffer (`fits`, checked just above against the buffer's planned
         // element count, which is what `ptrs` holds); `buf` is a fresh
         // buffer of the output's storage, disjoint from both.
         unsafe {
-            crate::matmul::matmul_strided(
-                o.dtype,
-                pa,
-                &va.strides,
-                pb,
-                &vb.strides,
-                buf.as_mut_ptr().cast::<u8>(),
-                sa,
-                sb,
-                threads,
-                weight.as_ref().map(|w| w as &dyn crate::matmul::PackCache),
-            )
-            .map_err(|e| tc_runtime::Error::op("matmul", e.to_string()))?;
+            if self.opts.deterministic {
+                // The interpreter's order (`matmul/in_order.rs`).
+                crate::matmul::matmul_strided_in_order(
+                    o.dtype, pa, st_a, pb, st_b, c, sa, sb, threads,
+                )
+            } else {
+                let cache = weight.as_ref().map(|w| w as &dyn crate::matmul::PackCache);
+                crate::matmul::matmul_strided(
+                    o.dtype, pa, st_a, pb, st_b, c, sa, sb, threads, cache,
+                )
+            }
         }
+        .map_err(|e| tc_runtime::Error::op("matmul", e.to_string()))?;
         owned_bufs[out] = Some(Held::Buf(buf));
         Ok(())
     }

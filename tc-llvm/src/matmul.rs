@@ -1690,13 +1690,7 @@ pub unsafe fn matmul_strided(
     threads: usize,
     b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
-    let (batch, m, _, n) = matmul_dims(sa, sb)?;
-    let r = sa.len();
-    if st_a.len() != r || st_b.len() != r || st_a.iter().chain(st_b).any(|&s| s < 0) {
-        return Err(Error::Unsupported(format!(
-            "matmul strides {st_a:?} and {st_b:?} for shapes {sa:?} and {sb:?}"
-        )));
-    }
+    let (batch, m, _, n) = strided_dims(sa, sb, st_a, st_b)?;
     if batch * m * n == 0 {
         return Ok(());
     }
@@ -1720,6 +1714,37 @@ pub unsafe fn matmul_strided(
     let c = unsafe { std::slice::from_raw_parts_mut(c, batch * m * n) };
     canonical_nans(c);
     Ok(())
+}
+
+/// A strided product's `(batch, m, k, n)` (`matmul_dims`), its strides
+/// checked against its shapes: one per dim, none negative.
+fn strided_dims(
+    sa: &[usize],
+    sb: &[usize],
+    st_a: &[isize],
+    st_b: &[isize],
+) -> Result<(usize, usize, usize, usize), Error> {
+    let dims = matmul_dims(sa, sb)?;
+    let r = sa.len();
+    if st_a.len() != r || st_b.len() != r || st_a.iter().chain(st_b).any(|&s| s < 0) {
+        return Err(Error::Unsupported(format!(
+            "matmul strides {st_a:?} and {st_b:?} for shapes {sa:?} and {sb:?}"
+        )));
+    }
+    Ok(dims)
+}
+
+/// Batch item `p`'s offset in an operand of `shape` (rank ≥ 2) read
+/// through strides `st`: its multi-index over the batch dims times the
+/// strides.
+fn batch_offset(p: usize, shape: &[usize], st: &[isize]) -> isize {
+    let mut rest = p;
+    let mut off = 0isize;
+    for d in (0..shape.len() - 2).rev() {
+        off += (rest % shape[d]) as isize * st[d];
+        rest /= shape[d];
+    }
+    off
 }
 
 /// A NaN of a matmul's output is [`cast::CANONICAL_NAN`], as in the
@@ -1766,15 +1791,7 @@ unsafe fn f32_strided(
         // SAFETY: as just above.
         return unsafe { one_matrix((batch * m, n, k), va, vb, c, threads, b_cache) };
     }
-    let offs = |p: usize, st: &[isize]| -> isize {
-        let mut rest = p;
-        let mut off = 0isize;
-        for d in (0..r - 2).rev() {
-            off += (rest % sa[d]) as isize * st[d];
-            rest /= sa[d];
-        }
-        off
-    };
+    let offs = |p: usize, st: &[isize]| batch_offset(p, sa, st);
     let cp = SendPtr(c);
     let (ap, bp) = (SendPtr(a as *mut f32), SendPtr(b as *mut f32));
     let one = |p: usize| -> Result<(), Error> {

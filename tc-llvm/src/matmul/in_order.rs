@@ -15,7 +15,7 @@
 use rayon::prelude::*;
 use tc_core::Dtype;
 
-use super::{canonical_nans, narrow, widen, View};
+use super::{batch_offset, canonical_nans, narrow, strided_dims, widen, View};
 use crate::gemm_common::{contiguous_strides, matmul_dims, SendPtr};
 use crate::options::Error;
 
@@ -135,13 +135,7 @@ pub unsafe fn matmul_strided_in_order(
         // SAFETY: the contract, passed on unchanged.
         return unsafe { super::matmul_strided(dt, a, st_a, b, st_b, out, sa, sb, threads, None) };
     }
-    let (batch, m, k, n) = matmul_dims(sa, sb)?;
-    let r = sa.len();
-    if st_a.len() != r || st_b.len() != r || st_a.iter().chain(st_b).any(|&s| s < 0) {
-        return Err(Error::Unsupported(format!(
-            "matmul strides {st_a:?} and {st_b:?} for shapes {sa:?} and {sb:?}"
-        )));
-    }
+    let (batch, m, k, n) = strided_dims(sa, sb, st_a, st_b)?;
     if batch * m * n == 0 {
         return Ok(());
     }
@@ -209,17 +203,7 @@ unsafe fn items(
 ) -> Result<(), Error> {
     let (batch, m, k, n) = matmul_dims(sa, sb)?;
     let r = sa.len();
-    // Batch item `p`'s offset: its multi-index over the shared batch dims
-    // times the strides.
-    let offs = |p: usize, st: &[isize]| -> isize {
-        let mut rest = p;
-        let mut off = 0isize;
-        for d in (0..r - 2).rev() {
-            off += (rest % sa[d]) as isize * st[d];
-            rest /= sa[d];
-        }
-        off
-    };
+    let offs = |p: usize, st: &[isize]| batch_offset(p, sa, st);
     for p in 0..batch {
         let va = View::new(
             // SAFETY: item `p < batch` of A starts `offs(p, st_a)` elements
