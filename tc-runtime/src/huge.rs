@@ -272,12 +272,13 @@ fn advise_linux<T: ZeroBits>(v: &mut Vec<T>, force: bool, probe: &Probe) -> Advi
         return Advice::Skipped;
     }
     let base = v.as_mut_ptr().cast::<u8>();
+    // A failure (THP disabled) is harmless: then nothing below is a huge
+    // fault, and none is dear.
     // SAFETY: `[lo, hi)` is rounded inward from `v`'s allocation (`base`
     // is its start), which the borrow keeps allocated for the call;
-    // MADV_HUGEPAGE changes how those pages are backed, never their
-    // contents. A failure (THP disabled) is harmless: then nothing below
-    // is a huge fault, and none is dear.
-    if unsafe { madvise(base.wrapping_add(lo - start), hi - lo, libc::MADV_HUGEPAGE) } != 0 {
+    // MADV_HUGEPAGE changes how those pages are backed, never their contents.
+    let advised = unsafe { madvise(base.wrapping_add(lo - start), hi - lo, libc::MADV_HUGEPAGE) };
+    if advised != 0 {
         return Advice::None;
     }
     let mut page = lo;
