@@ -250,6 +250,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // the process exits: libLLVM's destructors, which run at exit, map
     // some of its code again.
     drop((m, file, cache, logits));
-    tc::llvm::prepack::quant::drop_unused();
+    tc::llvm::kernels::prepack::quant::drop_unused();
     Ok(())
 }

@@ -80,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut rng = Rng(0x5EED);
     let w = weights(&mut rng);
     // "cached": the median of five calls after the first two (the second
-    // call of a process also packs the weights once, `tc_llvm::prepack`).
+    // call of a process also packs the weights once, `tc_llvm::kernels::prepack`).
     println!(
         "{:>3} {:>5} {:>14} {:>14} {:>10}",
         "B", "S", "first call ms", "cached ms", "tokens/s"

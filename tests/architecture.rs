@@ -7,15 +7,17 @@ use std::path::Path;
 const CRATES: &[&str] = &["tc-core", "tc-runtime", "tc-llvm", "tc-macros"];
 
 /// Module name → the set of sibling modules its code names as
-/// `crate::<module>` (comments and doc links excluded; `lib.rs`, which
-/// declares the modules, is not a module here).
-fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+/// `<prefix><module>` (`crate::` for a crate's top modules,
+/// `crate::kernels::` for those of tc-llvm's `kernels/`; comments and doc
+/// links excluded; `lib.rs` and `mod.rs`, which declare the modules, are
+/// not modules here).
+fn graph(src: &Path, prefix: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = BTreeMap::new();
     for e in std::fs::read_dir(src).expect("src dir") {
         let p = e.expect("entry").path();
         if p.extension().is_some_and(|x| x == "rs") {
             let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-            if name != "lib" {
+            if name != "lib" && name != "mod" {
                 files.insert(name, std::fs::read_to_string(&p).expect("read"));
             }
         } else if p.join("mod.rs").is_file() {
@@ -38,8 +40,8 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             let mut deps = BTreeSet::new();
             for line in text.lines() {
                 let code = line.split("//").next().unwrap_or("");
-                for (i, _) in code.match_indices("crate::") {
-                    let rest = &code[i + "crate::".len()..];
+                for (i, _) in code.match_indices(prefix) {
+                    let rest = &code[i + prefix.len()..];
                     let id: String = rest
                         .chars()
                         .take_while(|c| c.is_alphanumeric() || *c == '_')
@@ -100,11 +102,15 @@ fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 fn no_import_cycles_between_files() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cycles = Vec::new();
-    for c in CRATES {
-        let g = graph(&root.join(c).join("src"));
-        assert!(g.len() > 3, "{c}: modules not found");
+    let trees = CRATES
+        .iter()
+        .map(|c| (root.join(c).join("src"), "crate::"))
+        .chain([(root.join("tc-llvm/src/kernels"), "crate::kernels::")]);
+    for (dir, prefix) in trees {
+        let g = graph(&dir, prefix);
+        assert!(g.len() > 3, "{}: modules not found", dir.display());
         if let Some(cyc) = find_cycle(&g) {
-            cycles.push(format!("{c}: {}", cyc.join(" → ")));
+            cycles.push(format!("{}: {}", dir.display(), cyc.join(" → ")));
         }
     }
     assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
@@ -386,6 +392,73 @@ fn only_the_env_module_reads_tc_variables() {
         "environment reads outside {ENV_MODULE} (add the variable to tc_core::env and read it there):\n{}",
         reads.join("\n")
     );
+}
+
+/// The one module of tc-llvm that names a `tc_core::env` variable: the
+/// settings of the JIT and its kernels are read there, once, and a kernel
+/// gets them from the `ExecCtx` it is handed (issue #45).
+const LLVM_SETTINGS: &str = "tc-llvm/src/ctx.rs";
+
+/// Every line of `src` (code before any `//`) naming `tc_core::env`.
+fn settings_reads(src: &str) -> Vec<(usize, String)> {
+    src.lines()
+        .enumerate()
+        .filter(|(_, l)| l.split("//").next().unwrap_or("").contains("tc_core::env"))
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .collect()
+}
+
+/// Every line of `src` (code before any `//`) asking the calling thread's
+/// pool state: a kernel is told by its `ExecCtx` instead.
+fn session_reads(src: &str) -> Vec<(usize, String)> {
+    src.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let code = l.split("//").next().unwrap_or("");
+            code.contains("in_session()") || code.contains("in_serial()")
+        })
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn kernels_read_their_settings_from_the_context() {
+    let reads: Vec<String> = findings(settings_reads, &[LLVM_SETTINGS])
+        .into_iter()
+        .filter(|f| f.starts_with("tc-llvm/"))
+        .chain(
+            findings(session_reads, &[])
+                .into_iter()
+                .filter(|f| f.starts_with("tc-llvm/src/kernels/")),
+        )
+        .collect();
+    assert!(
+        reads.is_empty(),
+        "settings or pool state read outside {LLVM_SETTINGS} (add a field to ctx::Settings \
+         or ExecCtx and hand it down):\n{}",
+        reads.join("\n")
+    );
+    let ctx = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(LLVM_SETTINGS))
+        .expect("read");
+    assert!(
+        !settings_reads(&ctx).is_empty(),
+        "{LLVM_SETTINGS} reads no setting"
+    );
+    assert!(
+        !ctx.lines().any(|l| l.contains("use crate::")),
+        "{LLVM_SETTINGS} imports from its crate: every module must be able to depend on it"
+    );
+}
+
+#[test]
+fn the_settings_scanners_find_reads() {
+    let src = "let a = tc_core::env::TC_MM_PF.parse();\n// tc_core::env::TC_X\n\
+               if crate::team::in_session() {}\nlet s = ctx.session;\n";
+    let lines = |f: fn(&str) -> Vec<(usize, String)>| -> Vec<usize> {
+        f(src).into_iter().map(|(l, _)| l).collect()
+    };
+    assert_eq!(lines(settings_reads), vec![1]);
+    assert_eq!(lines(session_reads), vec![3]);
 }
 
 #[test]
@@ -691,13 +764,15 @@ fn library_roots_only_declare_modules_reexports_and_entry_points() {
     );
     // The shared types of tc-llvm live in a module that imports nothing of
     // the crate.
-    let g = graph(&root.join("tc-llvm/src"));
-    assert_eq!(
-        g.get("options"),
-        Some(&BTreeSet::new()),
-        "tc-llvm's options module imports {:?}",
-        g.get("options")
-    );
+    let g = graph(&root.join("tc-llvm/src"), "crate::");
+    for leaf in ["options", "ctx"] {
+        assert_eq!(
+            g.get(leaf),
+            Some(&BTreeSet::new()),
+            "tc-llvm's {leaf} module imports {:?}",
+            g.get(leaf)
+        );
+    }
 }
 
 #[test]

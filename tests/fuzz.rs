@@ -394,7 +394,8 @@ fn real_sizes_seeds_and_mode_sampling() {
             assert!(res.real_pair, "seed {seed}: the pair of calls did not run");
             // Its arguments are alive: their packing is still kept.
             assert!(
-                !tc_llvm::prepack::enabled() || tc_llvm::prepack::kept_bytes() > 0,
+                !tc_llvm::kernels::prepack::enabled()
+                    || tc_llvm::kernels::prepack::kept_bytes() > 0,
                 "seed {seed}: no packed weight kept"
             );
         }

@@ -2200,7 +2200,7 @@ pub const REAL_BUDGET: usize = 1 << 22;
 /// Most multiply-adds of all a real-sizes case's products together: the
 /// interpreter (the slow side) computes them one by one.
 pub const REAL_MAX_MACS: u128 = 1 << 26;
-/// The products' split threshold (`tc_llvm::matmul::PAR_MIN_MACS`).
+/// The products' split threshold (`tc_llvm::kernels::matmul::PAR_MIN_MACS`).
 pub const PAR_MACS: u128 = 1 << 23;
 /// The elementwise split threshold (`tc_llvm::exec::PAR_MIN_WORK`).
 pub const PAR_ELEMS: u128 = 1 << 18;
@@ -3052,7 +3052,7 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
             float(x) && !o.deterministic && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
         }
         // Deterministic mode sums products in the interpreter's order
-        // (`tc-llvm/src/matmul/in_order.rs`), fast quantized numerics aside.
+        // (`tc-llvm/src/kernels/matmul/in_order.rs`), fast quantized numerics aside.
         Op::Matmul(a, _) | Op::Conv { x: a, .. } => float(a) && !o.deterministic,
         Op::QMatmul(a, _) => float(a) && (!o.deterministic || o.fast_quant),
         Op::Unary(u, x) => o.fast_math && dt(x) == Some(Dtype::F32) && fast_unary(*u),

@@ -156,7 +156,7 @@ fn one_case(o: &Opts, seed: u64) {
                 res.all_modes,
                 res.real_pair,
                 tc_llvm::threads::pinned_workers(),
-                tc_llvm::prepack::kept_bytes()
+                tc_llvm::kernels::prepack::kept_bytes()
             );
             println!(
                 "{} failures; values compared bit-exactly {}, within a bound {}, tainted (not \

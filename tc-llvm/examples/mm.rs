@@ -1,6 +1,6 @@
 //! Micro-benchmark of the f32 sgemm (1 thread), for tuning:
 //! `cargo run --release -p tc-llvm --example mm` (TC_MM_KC/MC/NC/MR apply).
-use tc_llvm::matmul::{set_stream_b, sgemm, View};
+use tc_llvm::kernels::matmul::{set_stream_b, sgemm, View};
 
 fn main() {
     // `TC_MM_BT=1` reads B as the transpose of
@@ -59,7 +59,7 @@ fn main() {
                         View::new(b.as_ptr(), n, 1)
                     },
                     c.as_mut_ptr(),
-                    1,
+                    &tc_llvm::ctx::ExecCtx::on_this_thread(1),
                 )
                 .unwrap();
             }

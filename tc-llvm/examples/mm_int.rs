@@ -1,15 +1,15 @@
 //! Micro-benchmark of the integer matmul: the generated IR kernels of
-//! `tc_llvm::matmul_int` (1 thread, and the default kernel on the rayon
+//! `tc_llvm::kernels::matmul_int` (1 thread, and the default kernel on the rayon
 //! pool) against the scalar i64 triple loop they replaced (kept here as the
 //! baseline), square n × n × n products; GOP/s counts 2·n³ operations.
 //! `cargo run --release -p tc-llvm --example mm_int [n ...]` (default 256 512).
 use std::time::Instant;
 
 use tc_core::Dtype;
-use tc_llvm::matmul_int::{kernel_for, matmul_int_using, pair_available, IntKernel};
+use tc_llvm::kernels::matmul_int::{kernel_for, matmul_int_using, pair_available, IntKernel};
 use tc_runtime::cast;
 
-/// The former `d if d.is_int()` branch of `tc_llvm::matmul::matmul`, verbatim.
+/// The former `d if d.is_int()` branch of `tc_llvm::kernels::matmul::matmul`, verbatim.
 #[allow(clippy::manual_is_multiple_of)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn scalar(
@@ -131,7 +131,7 @@ fn main() {
                             got.as_mut_ptr(),
                             &shape,
                             &shape,
-                            threads,
+                            &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
                         )
                         .unwrap()
                     }

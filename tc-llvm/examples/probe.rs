@@ -6,7 +6,7 @@ fn main() {
     let what = std::env::args().nth(1).unwrap_or_default();
     match what.as_str() {
         "asm-ukr" => {
-            let ir = tc_llvm::matmul::ukernel_ir(16);
+            let ir = tc_llvm::kernels::matmul::ukernel_ir(16);
             println!("{}", tc_llvm::jit::assembly(&ir).unwrap());
         }
         "sgemm" => {
@@ -20,14 +20,14 @@ fn main() {
             for _ in 0..3 {
                 let t0 = Instant::now();
                 unsafe {
-                    tc_llvm::matmul::sgemm(
+                    tc_llvm::kernels::matmul::sgemm(
                         n,
                         n,
                         n,
-                        tc_llvm::matmul::View::new(a.as_ptr(), n, 1),
-                        tc_llvm::matmul::View::new(b.as_ptr(), n, 1),
+                        tc_llvm::kernels::matmul::View::new(a.as_ptr(), n, 1),
+                        tc_llvm::kernels::matmul::View::new(b.as_ptr(), n, 1),
                         c.as_mut_ptr(),
-                        1,
+                        &tc_llvm::ctx::ExecCtx::on_this_thread(1),
                     )
                     .unwrap();
                 }

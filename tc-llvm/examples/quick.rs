@@ -143,14 +143,14 @@ fn main() {
             let reps = if n <= 256 { 201 } else { 9 };
             let t0 = Instant::now();
             time(&format!("sgemm {n} 1t"), reps, || unsafe {
-                tc_llvm::matmul::sgemm(
+                tc_llvm::kernels::matmul::sgemm(
                     n,
                     n,
                     n,
-                    tc_llvm::matmul::View::new(a.as_ptr(), n, 1),
-                    tc_llvm::matmul::View::new(bm.as_ptr(), n, 1),
+                    tc_llvm::kernels::matmul::View::new(a.as_ptr(), n, 1),
+                    tc_llvm::kernels::matmul::View::new(bm.as_ptr(), n, 1),
                     c.as_mut_ptr(),
-                    1,
+                    &tc_llvm::ctx::ExecCtx::on_this_thread(1),
                 )
                 .unwrap();
             });
@@ -178,14 +178,14 @@ fn main() {
         let (a, bm) = (rv(n * n), rv(n * n));
         let mut c = vec![0f32; n * n];
         time("sgemm 128 direct", 201, || unsafe {
-            tc_llvm::matmul::sgemm(
+            tc_llvm::kernels::matmul::sgemm(
                 n,
                 n,
                 n,
-                tc_llvm::matmul::View::new(a.as_ptr(), n, 1),
-                tc_llvm::matmul::View::new(bm.as_ptr(), n, 1),
+                tc_llvm::kernels::matmul::View::new(a.as_ptr(), n, 1),
+                tc_llvm::kernels::matmul::View::new(bm.as_ptr(), n, 1),
                 c.as_mut_ptr(),
-                1,
+                &tc_llvm::ctx::ExecCtx::on_this_thread(1),
             )
             .unwrap();
         });
@@ -203,14 +203,14 @@ fn main() {
                 for _ in 0..40 {
                     let t0 = Instant::now();
                     unsafe {
-                        tc_llvm::matmul::sgemm(
+                        tc_llvm::kernels::matmul::sgemm(
                             m,
                             n,
                             k,
-                            tc_llvm::matmul::View::new(a.as_ptr(), k, 1),
-                            tc_llvm::matmul::View::new(w.as_ptr(), rs, cs),
+                            tc_llvm::kernels::matmul::View::new(a.as_ptr(), k, 1),
+                            tc_llvm::kernels::matmul::View::new(w.as_ptr(), rs, cs),
                             c.as_mut_ptr(),
-                            1,
+                            &tc_llvm::ctx::ExecCtx::on_this_thread(1),
                         )
                         .unwrap();
                     }

@@ -155,7 +155,8 @@ impl Store {
         static GLOBAL: OnceLock<Option<Store>> = OnceLock::new();
         GLOBAL
             .get_or_init(|| {
-                let dir = match tc_core::env::TC_KERNEL_CACHE.get_os() {
+                let (dir, max_mb) = crate::ctx::kernel_cache();
+                let dir = match dir {
                     Some(v) if v == "off" || v == "0" || v.is_empty() => return None,
                     Some(v) => PathBuf::from(v),
                     None => std::env::var_os("XDG_CACHE_HOME")
@@ -164,9 +165,7 @@ impl Store {
                         .join("tc")
                         .join("kernels"),
                 };
-                let mb = tc_core::env::TC_KERNEL_CACHE_MAX_MB
-                    .parse::<u64>()
-                    .unwrap_or(1024);
+                let mb = max_mb.unwrap_or(1024);
                 Store::open(&dir, host_identity(), mb.saturating_mul(1 << 20))
             })
             .as_ref()

@@ -11,6 +11,7 @@ use tc_runtime::elem::Elem;
 use tc_runtime::{cast, Tensor};
 
 use crate::codegen::{self, extent, KernelShape, QKey};
+use crate::ctx::ExecCtx;
 use crate::jit::JitModule;
 use crate::options::{Error, JitOptions};
 use crate::plan::{self, Step, Structure, VKind, ValInfo};
@@ -19,15 +20,15 @@ use crate::plan::{self, Step, Structure, VKind, ValInfo};
 /// (outside a [`crate::team::session`]): a small tensor never pays for
 /// waking the pool. About 30–60 µs of one core's elementwise work, the
 /// order of two wake-ups of a sleeping pool worker on a VM (issue #15;
-/// [`crate::matmul::PAR_MIN_MACS`] is the products' threshold).
+/// [`crate::kernels::matmul::PAR_MIN_MACS`] is the products' threshold).
 pub const PAR_MIN_WORK: usize = 1 << 18;
 
 /// The same inside a session, whose workers are awake.
 pub const PAR_MIN_WORK_SESSION: usize = 1 << 16;
 
-/// The elementwise split threshold now (see [`PAR_MIN_WORK`]).
-fn par_min_work() -> usize {
-    if crate::team::in_session() {
+/// The elementwise split threshold under `ctx` (see [`PAR_MIN_WORK`]).
+fn par_min_work(ctx: &ExecCtx) -> usize {
+    if ctx.session {
         PAR_MIN_WORK_SESSION
     } else {
         PAR_MIN_WORK
@@ -48,7 +49,8 @@ struct RunState<'v> {
     owned_bufs: ValueMap<Option<Held>>,
     slots: Vec<u64>,
     shp: Vec<i64>,
-    threads: usize,
+    /// What the kernels of this run are handed.
+    ctx: ExecCtx,
 }
 
 impl RunState<'_> {
@@ -201,9 +203,9 @@ fn kernel_fns(
 
 /// Compile the GEMM kernels `func`'s products will run: foreseen from
 /// each matmul step's operand views and shapes under σ
-/// ([`crate::matmul::prepare`], the decisions the call makes), each
+/// ([`crate::kernels::matmul::prepare`], the decisions the call makes), each
 /// product on a pool worker; for a shape-generic compilation, whose
-/// shapes are not known yet, the host kernel ([`crate::matmul::warm_up`]).
+/// shapes are not known yet, the host kernel ([`crate::kernels::matmul::warm_up`]).
 /// A product whose views the planner cannot give is left to its call.
 fn gemm_kernels(
     func: &Function,
@@ -217,7 +219,7 @@ fn gemm_kernels(
         return Ok(());
     }
     if generic {
-        return crate::matmul::warm_up();
+        return crate::kernels::matmul::warm_up();
     }
     prepare_products(func, vals, st, sigma, &products, false)
 }
@@ -233,10 +235,10 @@ fn matmul_steps(st: &Structure) -> Vec<(Value, Value, Value)> {
         .collect()
 }
 
-/// [`crate::matmul::prepare`] for each of `products` (`(out, a, b)`) under
+/// [`crate::kernels::matmul::prepare`] for each of `products` (`(out, a, b)`) under
 /// the planned `vals` and σ, on pool workers; with `any_columns`, for
 /// every column count and depth the product could have on a later call
-/// ([`crate::matmul::prepare_any_columns`]).
+/// ([`crate::kernels::matmul::prepare_any_columns`]).
 fn prepare_products(
     func: &Function,
     vals: &ValueMap<ValInfo>,
@@ -251,14 +253,15 @@ fn prepare_products(
         else {
             return Ok(());
         };
-        let kept = matches!(vals[vb.base].kind, VKind::TensorParam(_)) && crate::prepack::enabled();
+        let kept = matches!(vals[vb.base].kind, VKind::TensorParam(_))
+            && crate::kernels::prepack::enabled();
         let (sa, sb) = (&vals[a].shape, &vals[b].shape);
         let dt = vals[out].dtype;
         let strides = (va.strides.as_slice(), vb.strides.as_slice());
         if any_columns {
-            crate::matmul::prepare_any_columns(dt, strides, (sa, sb))
+            crate::kernels::matmul::prepare_any_columns(dt, strides, (sa, sb))
         } else {
-            crate::matmul::prepare(dt, strides, (sa, sb), kept)
+            crate::kernels::matmul::prepare(dt, strides, (sa, sb), kept)
         }
     });
     each.into_iter().collect()
@@ -375,7 +378,7 @@ fn parallel_regions(
         Step::Matmul { out, a, .. } => {
             let sa = &vals[*a].shape;
             let k = sa.last().copied().unwrap_or(1);
-            numel(out).saturating_mul(k) >= crate::matmul::PAR_MIN_MACS
+            numel(out).saturating_mul(k) >= crate::kernels::matmul::PAR_MIN_MACS
         }
         Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
         // Block copies / lane sorts on the calling thread.
@@ -403,8 +406,9 @@ pub fn compile(func: &Function, sigma: &Sigma, opts: JitOptions) -> Result<Compi
 /// `lo..hi ⊆ 0..outer` of its output and what those rows read). It stays
 /// `unsafe`: nothing here can check raw buffers against the kernel's code.
 // SAFETY: (contract) established by its caller `CompiledFn::exec`, see there.
-unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usize, threads: usize) {
-    let serial = threads == 1 || outer < 2 || outer.saturating_mul(work.max(1)) < par_min_work();
+unsafe fn run_split(f: KernelFn, p: Ptrs, outer: usize, work: usize, align: usize, ctx: &ExecCtx) {
+    let serial =
+        ctx.threads == 1 || outer < 2 || outer.saturating_mul(work.max(1)) < par_min_work(ctx);
     if serial {
         if outer > 0 {
             // SAFETY: the whole range `0..outer`, within the buffers by this
@@ -456,26 +460,15 @@ pub const STREAM_MIN: usize = 8 << 20;
 /// chunk alignment; at most 32 KiB of output per tile, in L1).
 const TILE: usize = 4096;
 
-static STREAM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
-
 /// Whether large flat outputs use streaming stores: on unless `TC_STREAM=0`
 /// or [`set_streaming`]`(false)` (for measuring them).
 pub fn streaming() -> bool {
-    use std::sync::atomic::Ordering;
-    match STREAM.load(Ordering::Relaxed) {
-        0 => false,
-        1 => true,
-        _ => {
-            let on = tc_core::env::TC_STREAM.on_unless_zero();
-            STREAM.store(on as u8, Ordering::Relaxed);
-            on
-        }
-    }
+    crate::ctx::Settings::get().streaming_stores.on()
 }
 
 /// Turn streaming stores for large flat outputs on or off (process-wide).
 pub fn set_streaming(on: bool) {
-    STREAM.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+    crate::ctx::Settings::get().streaming_stores.set(on)
 }
 
 thread_local! {
@@ -598,12 +591,7 @@ unsafe fn run_flat_streamed(
 
 /// `TC_LLVM_PROFILE=1`: print every step's time to stderr.
 fn profiling() -> bool {
-    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *P.get_or_init(|| {
-        tc_core::env::TC_LLVM_PROFILE
-            .get()
-            .is_some_and(|v| v != "0")
-    })
+    crate::ctx::Settings::get().profile_steps
 }
 
 fn describe_step(step: &Step, vals: &ValueMap<ValInfo>) -> String {
@@ -883,7 +871,7 @@ impl CompiledFn {
                 Some(s) => self.qkeys.iter().map(|k| k.value(vals, func, s)).collect(),
                 None => Vec::new(),
             },
-            threads: self.threads(),
+            ctx: ExecCtx::on_this_thread(self.threads()),
         };
         let prof = profiling();
         for step in &self.st.steps {
@@ -980,7 +968,7 @@ impl CompiledFn {
         st: &mut RunState,
     ) -> Result<(), tc_runtime::Error> {
         let func = &*self.func;
-        let (vals, threads) = (st.vals, st.threads);
+        let (vals, ctx) = (st.vals, st.ctx);
         let Some(buf) = st.output(out)? else {
             return Ok(());
         };
@@ -1011,7 +999,11 @@ impl CompiledFn {
         } else {
             1
         };
-        let threads = if o.dtype == Dtype::I4 { 1 } else { threads };
+        let ctx = if o.dtype == Dtype::I4 {
+            ctx.serial()
+        } else {
+            ctx
+        };
         // I4 is excluded: its kernels update half bytes in place,
         // and a tile's stale half byte would land in the padding.
         let stream = matches!(shape, KernelShape::Flat)
@@ -1028,7 +1020,7 @@ impl CompiledFn {
             // output's linear index.
             // SAFETY: and every input has the output's length
             // (checked in `stream`), as `run_flat_streamed` needs.
-            unsafe { run_flat_streamed(*f, &list, &dts, p.1, p.2, outer, threads) };
+            unsafe { run_flat_streamed(*f, &list, &dts, p.1, p.2, outer, ctx.threads) };
         } else {
             // The arguments' shapes were checked against σ by
             // `contract::bind_args` (σ = the compiled one, or
@@ -1036,7 +1028,7 @@ impl CompiledFn {
             // sized by `out_buffer` from the same `vals`.
             // SAFETY: so each buffer holds its planned shape, and
             // `outer` is the output's planned extent (`extent`).
-            unsafe { run_split(*f, p, outer, work, align, threads) };
+            unsafe { run_split(*f, p, outer, work, align, &ctx) };
         }
         if let Some(s) = scratch {
             tc_runtime::pool::give(s);
@@ -1054,7 +1046,7 @@ impl CompiledFn {
         st: &mut RunState,
     ) -> Result<(), tc_runtime::Error> {
         let func = &*self.func;
-        let (vals, threads) = (st.vals, st.threads);
+        let (vals, ctx) = (st.vals, st.ctx);
         let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
         let (shp, slots) = (&st.shp, &st.slots);
         let mut list: Vec<*mut u8> = Vec::with_capacity(members.len() + inputs.len());
@@ -1090,7 +1082,7 @@ impl CompiledFn {
         // `out_buffer` from `vals`, inputs are checked arguments
         // or earlier outputs; `outer` is the members' common row
         // count (plan::group_rows groups rows of one extent).
-        unsafe { run_split(*f, p, outer, work, 1, threads) };
+        unsafe { run_split(*f, p, outer, work, 1, &ctx) };
         for (m, buf) in members.iter().zip(bufs) {
             owned_bufs[*m] = Some(Held::Buf(buf));
         }
@@ -1128,11 +1120,11 @@ impl CompiledFn {
                 groups,
                 x,
                 w,
-            } => crate::conv::conv(
+            } => crate::kernels::conv::conv(
                 window,
                 *groups,
                 (&tensor(*x)?, &tensor(*w)?),
-                st.threads,
+                &st.ctx,
                 self.opts.deterministic,
             )?,
             Op::Pool {
@@ -1229,7 +1221,7 @@ impl CompiledFn {
                 Some(Arg::Tensor(t))
                     if t.bytes().as_ptr() == wb.as_ptr() && t.bytes().len() == wb.len() =>
                 {
-                    crate::prepack::quant::packed(t, format, n, k)
+                    crate::kernels::prepack::quant::packed(t, format, n, k)
                 }
                 _ => None,
             },
@@ -1255,7 +1247,7 @@ impl CompiledFn {
         st: &mut RunState,
     ) -> Result<(), tc_runtime::Error> {
         let func = &*self.func;
-        let (vals, threads) = (st.vals, st.threads);
+        let (vals, ctx) = (st.vals, st.ctx);
         let Some(mut buf) = st.output(out)? else {
             return Ok(());
         };
@@ -1277,9 +1269,9 @@ impl CompiledFn {
         };
         // A right operand read from a tensor parameter (a weight) keeps its
         // packing across calls (`prepack`: keyed by the storage, checked).
-        let weight = match (&vals[vb.base].kind, crate::prepack::enabled()) {
+        let weight = match (&vals[vb.base].kind, crate::kernels::prepack::enabled()) {
             (VKind::TensorParam(i), true) => match args.get(*i) {
-                Some(Arg::Tensor(t)) => Some(crate::prepack::Owner(t)),
+                Some(Arg::Tensor(t)) => Some(crate::kernels::prepack::Owner(t)),
                 _ => None,
             },
             _ => None,
@@ -1308,13 +1300,15 @@ impl CompiledFn {
         unsafe {
             if self.opts.deterministic {
                 // The interpreter's order (`matmul/in_order.rs`).
-                crate::matmul::matmul_strided_in_order(
-                    o.dtype, pa, st_a, pb, st_b, c, sa, sb, threads,
+                crate::kernels::matmul::matmul_strided_in_order(
+                    o.dtype, pa, st_a, pb, st_b, c, sa, sb, &ctx,
                 )
             } else {
-                let cache = weight.as_ref().map(|w| w as &dyn crate::matmul::PackCache);
-                crate::matmul::matmul_strided(
-                    o.dtype, pa, st_a, pb, st_b, c, sa, sb, threads, cache,
+                let cache = weight
+                    .as_ref()
+                    .map(|w| w as &dyn crate::kernels::matmul::PackCache);
+                crate::kernels::matmul::matmul_strided(
+                    o.dtype, pa, st_a, pb, st_b, c, sa, sb, &ctx, cache,
                 )
             }
         }

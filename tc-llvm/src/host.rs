@@ -94,7 +94,7 @@ fn set_llvm_options() {
 
 /// True when the CPU's vendor (CPUID leaf 0) is AMD. The hand-written
 /// streaming loops tune their software prefetch and the kept packings'
-/// huge pages by it (`crate::gemv`):
+/// huge pages by it (`crate::kernels::gemv`):
 /// LLVM 14 names a Zen 4 `znver3` and knows no later core, so the vendor,
 /// not [`Host::cpu`], is what is asked.
 pub fn amd() -> bool {
@@ -157,7 +157,7 @@ pub fn host() -> &'static Host {
     static HOST: OnceLock<Host> = OnceLock::new();
     HOST.get_or_init(|| {
         let (cpu, mut features, triple) = describe();
-        if tc_core::env::TC_HOST_AVX2.get().is_some_and(|v| v == "1") {
+        if crate::ctx::Settings::get().host_avx2 {
             features = without_avx512(&features);
         }
         Host {

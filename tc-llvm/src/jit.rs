@@ -356,7 +356,7 @@ impl JitModule {
 }
 
 /// The one ORC instance of the process's kernels that live as long as it
-/// (the GEMM micro-kernels, [`crate::gemm_common::compile_micro`]): an
+/// (the GEMM micro-kernels, [`crate::kernels::gemm_common::compile_micro`]): an
 /// `LLJIT` costs 0.23–0.27 ms to create (0.8 ms the first time, AMD Zen 4
 /// host, 2026-12-04), and a warm start made one per kernel, three for a
 /// GPT-2 block beside its own.

@@ -22,12 +22,12 @@
 //!    the same size class dropped one; fresh large ones on transparent huge
 //!    pages), outer-loop splitting across the rayon pool (tiny tensors stay
 //!    on the calling thread), streaming stores for large flat outputs,
-//!    matmul through [`matmul`]'s packed, cache-tiled IR micro-kernel (f32
-//!    and narrow floats) and [`matmul_int`]'s (integers), with
+//!    matmul through [`kernels::matmul`]'s packed, cache-tiled IR micro-kernel (f32
+//!    and narrow floats) and [`kernels::matmul_int`]'s (integers), with
 //!    transposed/broadcast/sliced/reshaped operands read through strides
 //!    ([`plan::view`], each view checked against its buffer) and a
 //!    batch-invariant right operand folded into one `[B·M, K] × [K, N]`;
-//!    a one-row product against a weight kept packed ([`prepack`]) streams
+//!    a one-row product against a weight kept packed ([`kernels::prepack`]) streams
 //!    its panels four at a time (`gemv`, x86-64 with AVX-512).
 //! 5. [`cache`]: the thread-safe, LRU-bounded kernel cache with statistics
 //!    and the shape-generic path; [`call`] is the entry point
@@ -99,28 +99,20 @@ extern crate llvm_sys_191 as llvm_sys;
 mod bind_memo;
 pub mod cache;
 pub mod codegen;
-pub mod conv;
+pub mod ctx;
 pub mod disk;
 pub mod exec;
 mod gather;
-mod gemm_common;
-#[cfg(target_arch = "x86_64")]
-mod gemv;
 pub mod host;
 pub mod inline;
 pub mod jit;
+pub mod kernels;
 mod llvm_ir;
-pub mod matmul;
-pub mod matmul_int;
 mod offpool;
 mod options;
 mod orc;
 pub mod plan;
-pub mod prepack;
-mod readahead;
 mod rt;
-#[cfg(target_arch = "x86_64")]
-mod sweep;
 pub mod team;
 pub mod threads;
 

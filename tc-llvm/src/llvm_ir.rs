@@ -18,7 +18,7 @@
 //! head of their block, every branch target placed, every value named once.
 //!
 //! It imports nothing of the crate: the codegen (`crate::codegen`) and the
-//! GEMM micro-kernels (`crate::gemm_common`) both sit above it.
+//! GEMM micro-kernels (`crate::kernels::gemm_common`) both sit above it.
 
 use std::collections::HashMap;
 use std::fmt;

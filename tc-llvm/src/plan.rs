@@ -162,7 +162,7 @@ pub enum Step {
     /// checker's limit (hand-built IR) runs the reference denotation
     /// (`tc_runtime::interp::denote`), so both backends agree by
     /// construction; a convolution runs im2col + the f32 GEMM
-    /// ([`crate::conv`]). Its operands are buffers.
+    /// ([`crate::kernels::conv`]). Its operands are buffers.
     Host {
         /// Result (its instruction names the op).
         out: Value,
@@ -1088,7 +1088,7 @@ pub fn view(
     let shape = &vals.get(v)?.shape;
     let def = func.inst(v).filter(|_| top || !mat[v]);
     let Some(def) = def else {
-        let strides = crate::gemm_common::contiguous_strides(shape);
+        let strides = crate::kernels::gemm_common::contiguous_strides(shape);
         return Some(StridedView {
             base: v,
             offset: 0,
@@ -1148,7 +1148,7 @@ pub fn view(
 /// strides do.
 pub fn reshape_strides(old: &[usize], st: &[isize], new: &[usize]) -> Option<Vec<isize>> {
     if old.contains(&0) || new.contains(&0) {
-        return Some(crate::gemm_common::contiguous_strides(new));
+        return Some(crate::kernels::gemm_common::contiguous_strides(new));
     }
     let o: Vec<(usize, isize)> = old
         .iter()

@@ -11,7 +11,7 @@
 //! for the same reason. Inside a session the other workers spin (yielding
 //! to rayon, so they run any queued job, never holding up other work) and
 //! steal each split at once, and products and kernels split from smaller
-//! sizes ([`crate::matmul::splits`], [`crate::exec::PAR_MIN_WORK`]).
+//! sizes ([`crate::kernels::matmul::splits`], [`crate::exec::PAR_MIN_WORK`]).
 //!
 //! A JIT call that splits two or more steps runs in a session of its own
 //! unless it is already inside one; a caller that makes several calls in a
@@ -20,7 +20,7 @@
 //! output rows (see the crate documentation).
 //!
 //! With nothing to steal, a helper reads ahead the weight of the product
-//! of a few rows that comes next (`crate::readahead`): a decoder's small
+//! of a few rows that comes next (`crate::kernels::readahead`): a decoder's small
 //! kernels between two products leave memory idle.
 
 use std::cell::Cell;
@@ -34,6 +34,14 @@ thread_local! {
 /// Is this thread running a session's closure?
 pub fn in_session() -> bool {
     ACTIVE.with(Cell::get)
+}
+
+impl crate::ctx::ExecCtx {
+    /// The context of kernels called on this thread, on `threads` threads,
+    /// inside a session when this thread runs one.
+    pub fn on_this_thread(threads: usize) -> crate::ctx::ExecCtx {
+        crate::ctx::ExecCtx::new(threads, in_session())
+    }
 }
 
 /// Run `f` with every JIT call it makes on this thread kept on this
@@ -85,7 +93,7 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             fn drop(&mut self) {
                 ACTIVE.with(|a| a.set(false));
                 self.0.store(true, Ordering::Release);
-                crate::readahead::GLOBAL.clear();
+                crate::kernels::readahead::GLOBAL.clear();
             }
         }
         ACTIVE.with(|a| a.set(true));
@@ -101,23 +109,26 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// kept weights inside a session are read ahead, and reading changes
 /// nothing.
 pub fn set_read_ahead(bytes: usize) {
-    crate::readahead::set_budget(bytes);
+    crate::ctx::Settings::get().set_read_ahead(bytes);
 }
 
 /// Bytes read ahead so far in this process (see [`set_read_ahead`]).
 pub fn read_ahead_bytes() -> u64 {
-    crate::readahead::bytes_read()
+    crate::kernels::readahead::bytes_read()
 }
 
 /// Run the pool's pending jobs, stealing them from the other workers, and
-/// otherwise read ahead the next product's weight ([`crate::readahead`]),
+/// otherwise read ahead the next product's weight ([`crate::kernels::readahead`]),
 /// until `done`.
 fn keep_awake(done: &AtomicBool) {
     while !done.load(Ordering::Acquire) {
         if rayon::yield_now() == Some(rayon::Yield::Executed) {
             continue;
         }
-        let ahead = crate::readahead::GLOBAL.serve(done, crate::readahead::budget());
+        let ahead = crate::kernels::readahead::GLOBAL.serve(
+            done,
+            crate::kernels::readahead::budget(crate::ctx::Settings::get()),
+        );
         if ahead.is_none() {
             std::hint::spin_loop();
         }

@@ -54,7 +54,7 @@ pub fn init() -> bool {
         return false;
     }
     *BUILT.get_or_init(|| {
-        let on = tc_core::env::TC_PIN_THREADS.on_unless_zero();
+        let on = crate::ctx::Settings::get().pin_threads;
         on && build_pinned()
     })
 }

@@ -13,7 +13,7 @@ mod util;
 
 use tc_core::ir::UnaryOp;
 use tc_core::Dtype;
-use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b};
+use tc_llvm::kernels::matmul::{set_a_in_place, set_column_kernels, set_stream_b};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;

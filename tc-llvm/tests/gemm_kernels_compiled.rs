@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use tc_llvm::disk::Store;
-use tc_llvm::matmul::{sgemm, View};
+use tc_llvm::kernels::matmul::{sgemm, View};
 
 /// `m × n × k` with A's rows `lda` floats apart; returns C.
 fn product(m: usize, n: usize, k: usize, lda: usize) -> Vec<f32> {
@@ -24,7 +24,7 @@ fn product(m: usize, n: usize, k: usize, lda: usize) -> Vec<f32> {
             View::new(a.as_ptr(), lda, 1),
             View::new(b.as_ptr(), n, 1),
             c.as_mut_ptr(),
-            1,
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1),
         )
     }
     .expect("sgemm");

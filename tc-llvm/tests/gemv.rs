@@ -1,4 +1,4 @@
-//! Products of one to four rows against a kept weight (`tc_llvm::gemv`,
+//! Products of one to four rows against a kept weight (`tc_llvm::kernels::gemv`,
 //! issue #15: a decoder's step, a row per sequence) give the bits of the
 //! tile path on the same packing: the per-call packing of the same weight,
 //! read through the register-tile kernel. Over the shapes where the two
@@ -45,7 +45,7 @@ fn check(m: usize, k: usize, n: usize, seed: u64, threads: usize) {
 
 #[test]
 fn a_kept_weight_row_product_gives_the_tile_paths_bits() {
-    let kc = tc_llvm::matmul::KC;
+    let kc = tc_llvm::kernels::matmul::KC;
     // Panels: 1, 3 (a short group of four, a group of two and one), 4, 5,
     // 9 and 10 of them, the last one partial or whole; one K-block, one
     // plus a row, two and a half.

@@ -1,4 +1,4 @@
-//! Deterministic mode's products (`tc-llvm/src/matmul/in_order.rs`): a
+//! Deterministic mode's products (`tc-llvm/src/kernels/matmul/in_order.rs`): a
 //! float matmul sums each element's terms in the interpreter's order, so
 //! the JIT equals the denotation bit for bit — on contiguous, transposed
 //! and batch-broadcast operands, in every float dtype, on one thread and

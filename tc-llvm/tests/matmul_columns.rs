@@ -8,7 +8,7 @@
 //! own binary: it toggles process-wide switches.
 mod util;
 
-use tc_llvm::matmul::{set_a_in_place, set_column_kernels, set_stream_b};
+use tc_llvm::kernels::matmul::{set_a_in_place, set_column_kernels, set_stream_b};
 use util::guarded_sgemm;
 
 #[test]

@@ -8,7 +8,7 @@ mod util;
 
 use tc_core::ir::Op;
 use tc_core::Dtype;
-use tc_llvm::matmul::{set_a_in_place, set_edge_kernels, set_stream_b};
+use tc_llvm::kernels::matmul::{set_a_in_place, set_edge_kernels, set_stream_b};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;

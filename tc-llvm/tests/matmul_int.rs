@@ -1,4 +1,4 @@
-//! Integer matmul through the generated IR kernels (`tc_llvm::matmul_int`):
+//! Integer matmul through the generated IR kernels (`tc_llvm::kernels::matmul_int`):
 //! bit-identical to the reference interpreter at every int dtype, with
 //! operands spanning the dtype's whole range (products and sums overflow
 //! and wrap), on edge tiles, several K-, row and column blocks, batches,
@@ -8,8 +8,8 @@ mod util;
 
 use tc_core::ir::{Function, Op};
 use tc_core::Dtype;
-use tc_llvm::matmul::set_column_kernels;
-use tc_llvm::matmul_int::{matmul_int, matmul_int_using, pair_available, IntKernel};
+use tc_llvm::kernels::matmul::set_column_kernels;
+use tc_llvm::kernels::matmul_int::{matmul_int, matmul_int_using, pair_available, IntKernel};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use tc_runtime::elem::Elem;
@@ -205,7 +205,7 @@ fn raw_entry_empty_dims() {
                         out.as_mut_ptr(),
                         &[batch, m, k],
                         &[batch, k, n],
-                        0,
+                        &tc_llvm::ctx::ExecCtx::on_this_thread(0),
                     )
                     .unwrap();
                 }
@@ -330,7 +330,7 @@ fn raw_entry_every_kernel_matches_reference() {
                             out.as_mut_ptr().add(1),
                             &sa,
                             &sb,
-                            threads,
+                            &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
                         )
                         .unwrap();
                     }
@@ -375,7 +375,7 @@ fn pair_kernel_extremes_wrap_like_i64() {
                             out.as_mut_ptr(),
                             &[m, k],
                             &[k, n],
-                            1,
+                            &tc_llvm::ctx::ExecCtx::on_this_thread(1),
                         )
                         .unwrap();
                     }
@@ -400,28 +400,106 @@ fn malformed_calls_are_errors_not_panics() {
     let o = out.as_mut_ptr();
     // SAFETY: every call is rejected before touching memory.
     unsafe {
-        assert!(matmul_int(Dtype::I32, p, p, o, &[2], &[2], 1).is_err());
-        assert!(matmul_int(Dtype::I32, p, p, o, &[2, 3], &[2, 3, 4], 1).is_err());
-        assert!(matmul_int(Dtype::I32, p, p, o, &[2, 3], &[4, 2], 1).is_err());
-        assert!(matmul_int(Dtype::I32, p, p, o, &[2, 1, 3], &[3, 3, 1], 1).is_err());
-        assert!(matmul_int(Dtype::F32, p, p, o, &[2, 2], &[2, 2], 1).is_err());
-        assert!(matmul_int(Dtype::Bool, p, p, o, &[2, 2], &[2, 2], 1).is_err());
-        assert!(
-            matmul_int_using(IntKernel::I32, Dtype::I64, p, p, o, &[2, 2], &[2, 2], 1).is_err()
-        );
-        assert!(
-            matmul_int_using(IntKernel::I64, Dtype::I32, p, p, o, &[2, 2], &[2, 2], 1).is_err()
-        );
-        assert!(
-            matmul_int_using(IntKernel::Pair16, Dtype::I32, p, p, o, &[2, 2], &[2, 2], 1).is_err()
-        );
+        assert!(matmul_int(
+            Dtype::I32,
+            p,
+            p,
+            o,
+            &[2],
+            &[2],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int(
+            Dtype::I32,
+            p,
+            p,
+            o,
+            &[2, 3],
+            &[2, 3, 4],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int(
+            Dtype::I32,
+            p,
+            p,
+            o,
+            &[2, 3],
+            &[4, 2],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int(
+            Dtype::I32,
+            p,
+            p,
+            o,
+            &[2, 1, 3],
+            &[3, 3, 1],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int(
+            Dtype::F32,
+            p,
+            p,
+            o,
+            &[2, 2],
+            &[2, 2],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int(
+            Dtype::Bool,
+            p,
+            p,
+            o,
+            &[2, 2],
+            &[2, 2],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int_using(
+            IntKernel::I32,
+            Dtype::I64,
+            p,
+            p,
+            o,
+            &[2, 2],
+            &[2, 2],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int_using(
+            IntKernel::I64,
+            Dtype::I32,
+            p,
+            p,
+            o,
+            &[2, 2],
+            &[2, 2],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
+        assert!(matmul_int_using(
+            IntKernel::Pair16,
+            Dtype::I32,
+            p,
+            p,
+            o,
+            &[2, 2],
+            &[2, 2],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1)
+        )
+        .is_err());
     }
     assert!(out.iter().all(|&x| x == 0));
 }
 
 #[test]
 fn kernels_are_vectorized() {
-    use tc_llvm::matmul_int::ukernel_int_ir;
+    use tc_llvm::kernels::matmul_int::ukernel_int_ir;
     let h = tc_llvm::jit::host();
     if !h.has_avx512() {
         eprintln!("no AVX-512 on this host: instruction check skipped");

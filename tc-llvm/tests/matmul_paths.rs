@@ -7,7 +7,7 @@ mod util;
 
 use tc_core::ir::Op;
 use tc_core::Dtype;
-use tc_llvm::matmul::{set_a_in_place, set_stream_b, sgemm, View};
+use tc_llvm::kernels::matmul::{set_a_in_place, set_stream_b, sgemm, View};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
 use util::*;
@@ -38,7 +38,7 @@ fn run(m: usize, n: usize, k: usize, lda: usize, a: &[f32], b: &[f32], path: Pat
             View::new(a.as_ptr(), lda, 1),
             View::new(b.as_ptr(), n, 1),
             c.as_mut_ptr(),
-            path.threads,
+            &tc_llvm::ctx::ExecCtx::on_this_thread(path.threads),
         )
         .unwrap();
     }
@@ -163,7 +163,7 @@ fn transpose16_is_a_transpose() {
     let src: Vec<f32> = (0..16 * 21).map(|i| i as f32).collect();
     let mut dst = vec![-1f32; 16 * 40];
     // SAFETY: 16 rows at stride 21 inside `src`, 16 rows at stride 40 inside `dst`.
-    unsafe { tc_llvm::matmul::transpose16(src.as_ptr(), 21, dst.as_mut_ptr(), 40) };
+    unsafe { tc_llvm::kernels::matmul::transpose16(src.as_ptr(), 21, dst.as_mut_ptr(), 40) };
     for i in 0..16 {
         for c in 0..16 {
             assert_eq!(dst[i * 40 + c], src[c * 21 + i], "({i},{c})");
@@ -216,7 +216,7 @@ fn transposed_b_packing_matches_contiguous() {
                     View::new(a.as_ptr(), k, 1),
                     View::new(w.as_ptr(), 1, k),
                     c.as_mut_ptr(),
-                    threads,
+                    &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
                 )
                 .unwrap();
             }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use tc_core::Dtype;
-use tc_llvm::matmul::{
+use tc_llvm::kernels::matmul::{
     matmul_strided, set_a_in_place, set_stream_b, Lookup, PackCache, PackedB, ViewKey, KC,
 };
 
@@ -137,7 +137,7 @@ fn run(c: &Case, threads: usize, stream: bool, in_place: bool, cache: Option<&Ke
             out.as_mut_ptr().cast(),
             &[c.m, c.k],
             &[c.k, c.n],
-            threads,
+            &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
             cache.map(|k| k as &dyn PackCache),
         )
     };

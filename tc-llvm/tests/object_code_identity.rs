@@ -51,9 +51,9 @@ fn texts() -> Vec<String> {
     let c = tc_llvm::compile(&f, &sigma, JitOptions::default()).unwrap();
     vec![
         c.ir().to_string(),
-        tc_llvm::matmul::ukernel_ir_mr(16, 14),
-        tc_llvm::matmul::ukernel_ir_mr(8, 6),
-        tc_llvm::matmul::ukernel_ir_mr(16, 3),
+        tc_llvm::kernels::matmul::ukernel_ir_mr(16, 14),
+        tc_llvm::kernels::matmul::ukernel_ir_mr(8, 6),
+        tc_llvm::kernels::matmul::ukernel_ir_mr(16, 3),
     ]
 }
 

@@ -9,7 +9,7 @@
 //! exactly that many, and more (two K-blocks).
 mod util;
 
-use tc_llvm::matmul::{set_stream_b, KC};
+use tc_llvm::kernels::matmul::{set_stream_b, KC};
 use util::guarded_sgemm;
 
 /// `|c − ref| ≤ 1e-5 · Σ|a·b|` per element (the f32 products' bound used

@@ -1,4 +1,4 @@
-//! Weights packed once (`tc_llvm::prepack`, issue #15): a matmul whose
+//! Weights packed once (`tc_llvm::kernels::prepack`, issue #15): a matmul whose
 //! right operand is a tensor parameter keeps its packing across calls. The
 //! packing is the GEMM's own, so results are bit-identical to per-call
 //! packing; and a cache keyed by storage must never serve a dropped
@@ -30,7 +30,7 @@ fn a_packed_weight_gives_the_bits_of_per_call_packing() {
     let mut rng = Rng(0xA1);
     let (f, g) = (linear(false), linear(true));
     let jit = jit_with(JitOptions::default());
-    let k = tc_llvm::matmul::KC + 1;
+    let k = tc_llvm::kernels::matmul::KC + 1;
     let w = random(&mut rng, Dtype::F32, &[300, k], false);
     // Up to 140 rows the streamed path takes the kept panels one by one;
     // from 141 the blocked path takes whole K-blocks (k = KC + 1: a full
@@ -50,7 +50,7 @@ fn a_packed_weight_gives_the_bits_of_per_call_packing() {
         );
     }
     assert!(
-        tc_llvm::prepack::kept_bytes() >= 300 * k * 4,
+        tc_llvm::kernels::prepack::kept_bytes() >= 300 * k * 4,
         "the weight was kept"
     );
 }
@@ -63,7 +63,7 @@ fn a_packed_weight_wider_than_a_column_block_gives_the_same_bits() {
     let mut rng = Rng(0xA2);
     let (f, g) = (linear(false), linear(true));
     let jit = jit_with(JitOptions::default());
-    let n = tc_llvm::matmul::NC + 37;
+    let n = tc_llvm::kernels::matmul::NC + 37;
     let w = random(&mut rng, Dtype::F32, &[n, 40], false);
     let x = random(&mut rng, Dtype::F32, &[150, 40], false);
     let args: Vec<Arg> = vec![x.into(), w.into()];
@@ -102,7 +102,7 @@ fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
     let w1 = make(1.0);
     let addr = w1.bytes().as_ptr();
     // Twice: a weight is packed and kept on its second call.
-    let before = tc_llvm::prepack::kept_bytes();
+    let before = tc_llvm::kernels::prepack::kept_bytes();
     for _ in 0..2 {
         let y1 = jit
             .call(&f, &[x.clone().into(), w1.clone().into()], &|_| None)
@@ -110,7 +110,7 @@ fn a_new_weight_in_a_reused_buffer_is_packed_anew() {
         assert_eq!(y1.to_vec::<f32>().unwrap()[0], 512.0);
     }
     assert!(
-        tc_llvm::prepack::kept_bytes() > before,
+        tc_llvm::kernels::prepack::kept_bytes() > before,
         "w1's packing is kept"
     );
     drop(w1);

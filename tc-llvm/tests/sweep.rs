@@ -1,5 +1,5 @@
 //! Products of at most eight rows against a weight read where it lies
-//! (`tc_llvm::sweep`, issue #15: a decoder's step and a short prompt, no
+//! (`tc_llvm::kernels::sweep`, issue #15: a decoder's step and a short prompt, no
 //! packing) give the bits of the tile path (`sgemm`, which packs) on the
 //! same views. Over both layouts a weight can have (rows contiguous:
 //! `[in, out]`; columns contiguous: a transposed `[out, in]`), row strides
@@ -12,7 +12,7 @@
 
 use proptest::prelude::*;
 use tc_core::Dtype;
-use tc_llvm::matmul::{matmul_strided, sgemm, View, KC};
+use tc_llvm::kernels::matmul::{matmul_strided, sgemm, View, KC};
 use tc_runtime::Tensor;
 
 /// Values with the specials every few elements when `specials`.
@@ -66,8 +66,9 @@ fn product(
     keep: bool,
 ) -> Vec<f32> {
     let mut c = vec![f32::NAN; m * n];
-    let owner = tc_llvm::prepack::Owner(&w.data);
-    let cache: Option<&dyn tc_llvm::matmul::PackCache> = if keep { Some(&owner) } else { None };
+    let owner = tc_llvm::kernels::prepack::Owner(&w.data);
+    let cache: Option<&dyn tc_llvm::kernels::matmul::PackCache> =
+        if keep { Some(&owner) } else { None };
     let b = w.data.as_slice::<f32>().unwrap();
     // SAFETY: `x` holds `m × k` row-major; `w`'s strides address only its
     // own elements (`k × n` inside `[outer, ld]`); `c` holds `m × n`.
@@ -81,7 +82,7 @@ fn product(
             c.as_mut_ptr().cast(),
             &[m, k],
             &[k, n],
-            threads,
+            &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
             cache,
         )
         .unwrap();
@@ -102,7 +103,7 @@ fn tiled(x: &[f32], (m, k, n): (usize, usize, usize), w: &Weight) -> Vec<f32> {
             View::new(x.as_ptr(), k, 1),
             View::new(b.as_ptr(), w.st[0] as usize, w.st[1] as usize),
             c.as_mut_ptr(),
-            1,
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1),
         )
         .unwrap();
     }
@@ -192,7 +193,7 @@ fn a_folded_batch_is_swept_as_one_product() {
             c.as_mut_ptr().cast(),
             &[bt, m, k],
             &[bt, k, n],
-            1,
+            &tc_llvm::ctx::ExecCtx::on_this_thread(1),
             None,
         )
         .unwrap();

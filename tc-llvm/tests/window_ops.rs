@@ -197,7 +197,7 @@ fn conv_of_a_large_image_takes_the_tiled_path() {
     let rows = 16 * 9;
     let cols: usize = case.out_shape()[2..].iter().product();
     assert!(
-        rows * cols > tc_llvm::conv::TILE_FLOATS,
+        rows * cols > tc_llvm::kernels::conv::TILE_FLOATS,
         "the case must tile"
     );
     let mut rng = Rng(0xC1);

@@ -227,7 +227,7 @@ pub fn guarded_sgemm(
     seed: u64,
     threads: usize,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    use tc_llvm::matmul::{sgemm, View};
+    use tc_llvm::kernels::matmul::{sgemm, View};
     let mut rng = Rng(seed);
     let a: Vec<f32> = (0..m * k).map(|_| rng.unit() - 0.5).collect();
     let b: Vec<f32> = (0..k * n).map(|_| rng.unit() - 0.5).collect();
@@ -241,7 +241,7 @@ pub fn guarded_sgemm(
             View::new(a.as_ptr(), k, 1),
             View::new(b.as_ptr(), n, 1),
             c.as_mut_ptr(),
-            threads,
+            &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
         )
         .unwrap();
     }

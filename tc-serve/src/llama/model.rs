@@ -459,7 +459,7 @@ impl Model {
         globals
             .into_iter()
             .chain(layers)
-            .filter(|t| tc::llvm::prepack::quant::prepack(t))
+            .filter(|t| tc::llvm::kernels::prepack::quant::prepack(t))
             .count()
     }
 

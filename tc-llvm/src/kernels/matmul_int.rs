@@ -24,7 +24,7 @@
 //! Three micro-kernels, each emitted once per process as IR text,
 //! JIT-compiled with the host's `target-cpu`/`target-features` (see
 //! [`crate::jit::attributes`]) and cached in a `OnceLock`, as the f32 one
-//! in [`crate::matmul`]:
+//! in [`crate::kernels::matmul`]:
 //!
 //! - `i64`: an `MR × NR` tile in `<8 x i64>` accumulators (AVX-512; `<4 x
 //!   i64>` on AVX2), `mul`/`add` per step of k (`vpmullq` with AVX-512DQ).
@@ -66,7 +66,8 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 use tc_core::Dtype;
 
-use crate::gemm_common::{
+use crate::ctx::ExecCtx;
+use crate::kernels::gemm_common::{
     blocked, kernel_set, table, table_kernel, Cols, Family, GemmElem, Kernels, Micro, SendPtr,
     Table,
 };
@@ -135,11 +136,11 @@ pub(crate) fn ukernel_int_ir_rows(
     };
     let pmadd = Decl::new(pmadd, Some(v), &[(w, ""), (w, "")], "#1");
     let pair = kind == IntKernel::Pair16;
-    crate::gemm_common::ukernel_text(&crate::gemm_common::UkrSpec {
+    crate::kernels::gemm_common::ukernel_text(&crate::kernels::gemm_common::UkrSpec {
         elem: e,
         vw,
         mr: rows,
-        a: crate::gemm_common::ALayout::Packed(mr),
+        a: crate::kernels::gemm_common::ALayout::Packed(mr),
         after_b: &|b, j, _, bj| {
             if pair {
                 b.named(format_args!("bw{j}")).bitcast(&bj, w)
@@ -199,8 +200,8 @@ fn host_geometry(kind: IntKernel) -> (usize, usize) {
     };
     static MR_ENV: OnceLock<Option<usize>> = OnceLock::new();
     let env = *MR_ENV.get_or_init(|| {
-        tc_core::env::TC_MM_INT_MR
-            .parse()
+        crate::ctx::Settings::get()
+            .mm_int_mr
             .filter(|&v: &usize| (1..=14).contains(&v))
     });
     (vw, env.unwrap_or(mr))
@@ -252,8 +253,7 @@ fn straight_into_c(kind: IntKernel) -> (bool, bool) {
 /// off, for measurements), else the plain one of the accumulator's width.
 pub fn kernel_for(dt: Dtype) -> IntKernel {
     static PAIR: OnceLock<bool> = OnceLock::new();
-    let pair =
-        *PAIR.get_or_init(|| pair_available() && tc_core::env::TC_MM_INT_PAIR.on_unless_zero());
+    let pair = *PAIR.get_or_init(|| pair_available() && crate::ctx::Settings::get().mm_int_pair);
     match dt {
         Dtype::I64 => IntKernel::I64,
         Dtype::I32 => IntKernel::I32,
@@ -574,8 +574,8 @@ impl<T: Acc> Family for IntGemm<'_, T> {
 }
 
 /// Products below this many multiply-adds stay on the calling thread
-/// (the f32 GEMM's threshold, [`crate::gemm_common::PAR_MIN_MACS`]).
-const PAR_MIN: usize = crate::gemm_common::PAR_MIN_MACS;
+/// (the f32 GEMM's threshold, [`crate::kernels::gemm_common::PAR_MIN_MACS`]).
+const PAR_MIN: usize = crate::kernels::gemm_common::PAR_MIN_MACS;
 
 /// All `batch` products into `c` (`batch × m × n` elements of `T`).
 ///
@@ -592,12 +592,12 @@ unsafe fn batched<T: Acc>(
     c: *mut T,
     batch: usize,
     (m, k, n): (usize, usize, usize),
-    threads: usize,
+    ctx: &ExecCtx,
 ) {
     let one = m.saturating_mul(n).saturating_mul(k);
     let total = one.saturating_mul(batch);
     let nthreads = rayon::current_num_threads().max(1);
-    let pool = threads != 1 && total >= PAR_MIN && nthreads > 1;
+    let pool = ctx.threads != 1 && total >= PAR_MIN && nthreads > 1;
     // Many small products: one per task; few large ones: split their rows.
     let par_batch = pool && batch > 1 && (batch >= nthreads || one < PAR_MIN);
     let (ap, bp, cp) = (SendPtr(a as *mut u8), SendPtr(b as *mut u8), SendPtr(c));
@@ -701,10 +701,10 @@ pub unsafe fn matmul_int(
     out: *mut u8,
     sa: &[usize],
     sb: &[usize],
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     // SAFETY: the same contract.
-    unsafe { matmul_int_using(kernel_for(dt), dt, a, b, out, sa, sb, threads) }
+    unsafe { matmul_int_using(kernel_for(dt), dt, a, b, out, sa, sb, ctx) }
 }
 
 /// [`matmul_int`] with the micro-kernel chosen by the caller (tests and
@@ -724,7 +724,7 @@ pub unsafe fn matmul_int_using(
     out: *mut u8,
     sa: &[usize],
     sb: &[usize],
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     let fits = match kind {
         IntKernel::I64 => dt == Dtype::I64,
@@ -736,7 +736,7 @@ pub unsafe fn matmul_int_using(
             "integer matmul at {dt} with the {kind:?} kernel"
         )));
     }
-    let (batch, m, k, n) = crate::gemm_common::matmul_dims(sa, sb)?;
+    let (batch, m, k, n) = crate::kernels::gemm_common::matmul_dims(sa, sb)?;
     // No overflow: `matmul_dims` checked the counts (within the cap).
     let total = batch * m * n;
     if total == 0 {
@@ -756,14 +756,14 @@ pub unsafe fn matmul_int_using(
     match dt {
         // SAFETY: `out` is checked aligned and holds `total` i64s (contract).
         Dtype::I64 if (out as usize).is_multiple_of(std::mem::align_of::<i64>()) => unsafe {
-            batched(ks, false, dt, a, b, out as *mut i64, batch, shape, threads)
+            batched(ks, false, dt, a, b, out as *mut i64, batch, shape, ctx)
         },
         Dtype::I64 => {
             let mut tmp = tc_runtime::alloc::filled(total, 0i64)?;
             // SAFETY: `tmp` has exactly `total` elements; the copy writes
             // `total` unaligned i64s, `out`'s storage (contract).
             unsafe {
-                batched(ks, false, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
+                batched(ks, false, dt, a, b, tmp.as_mut_ptr(), batch, shape, ctx);
                 for (i, v) in tmp.iter().enumerate() {
                     (out as *mut i64).add(i).write_unaligned(*v);
                 }
@@ -771,14 +771,14 @@ pub unsafe fn matmul_int_using(
         }
         // SAFETY: `out` is checked aligned and holds `total` i32s (contract).
         Dtype::I32 if (out as usize).is_multiple_of(std::mem::align_of::<i32>()) => unsafe {
-            batched(ks, pair, dt, a, b, out as *mut i32, batch, shape, threads)
+            batched(ks, pair, dt, a, b, out as *mut i32, batch, shape, ctx)
         },
         _ => {
             let mut tmp = tc_runtime::alloc::filled(total, 0i32)?;
             // SAFETY: `tmp` has exactly `total` elements; `narrow` writes
             // `total` elements of `dt`, `out`'s storage (contract).
             unsafe {
-                batched(ks, pair, dt, a, b, tmp.as_mut_ptr(), batch, shape, threads);
+                batched(ks, pair, dt, a, b, tmp.as_mut_ptr(), batch, shape, ctx);
                 narrow(dt, &tmp, out);
             }
         }

@@ -1,8 +1,8 @@
 //! Products of a few rows against a packed weight (Section 2 §7, Section
 //! 4 §5.4 with M ≤ [`MAX_M`]): a decoder's step (a row per sequence),
 //! `x[M × K] · W[K × N]` with `W` kept packed across calls
-//! ([`crate::matmul::PackedB`]). Since a row-major weight is read in place
-//! at so few rows until it is kept ([`crate::sweep`]), what comes here is a
+//! ([`crate::kernels::matmul::PackedB`]). Since a row-major weight is read in place
+//! at so few rows until it is kept ([`crate::kernels::sweep`]), what comes here is a
 //! kept weight: a tied LM head, a PyTorch-layout `Linear`, GPT-2's Conv1D
 //! weights from their second call on.
 //!
@@ -21,7 +21,7 @@
 //! Numerics: the same as the tile path on the same packing, bit for bit.
 //! Every output element is the FMA chain `acc = fma(x[i][k], w[k][j],
 //! acc)` over one K-block in order from zero, added into C after the first
-//! block (`C = C + acc`), exactly as [`crate::matmul`]'s micro-kernel
+//! block (`C = C + acc`), exactly as [`crate::kernels::matmul`]'s micro-kernel
 //! computes a tile row.
 //!
 //! x86-64 only (the module is compiled there alone); elsewhere these
@@ -29,7 +29,7 @@
 
 use rayon::prelude::*;
 
-use crate::gemm_common::SendPtr;
+use crate::kernels::gemm_common::SendPtr;
 
 /// Most rows of a product here. Measured on the AMD EPYC (Zen 4) host, 1
 /// thread, a kept 2048 × 8192 weight (64 MiB), four alternating runs each,
@@ -55,8 +55,8 @@ const AHEAD: usize = 256;
 fn ahead() -> usize {
     static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *P.get_or_init(|| {
-        tc_core::env::TC_GEMV_PF
-            .parse()
+        crate::ctx::Settings::get()
+            .gemv_ahead
             .unwrap_or(if crate::host::amd() { 0 } else { AHEAD })
     })
 }
@@ -78,24 +78,24 @@ fn ahead() -> usize {
 /// (3–4 s of GPT-2-small warm-up on that AMD VM, against 0.4 s).
 pub(crate) fn huge_packings() -> Option<bool> {
     static H: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    *H.get_or_init(|| match tc_core::env::TC_PACK_HUGE.get().as_deref() {
-        Some("0") => None,
-        Some("1") => Some(true),
-        _ => crate::host::amd().then_some(false),
+    *H.get_or_init(|| match crate::ctx::Settings::get().pack_huge {
+        Some(false) => None,
+        Some(true) => Some(true),
+        None => crate::host::amd().then_some(false),
     })
 }
 
 /// Fewest weight floats of a one-row product split across threads inside a
 /// [`crate::team::session`] (where the other workers are awake): 2^16, a
 /// quarter MiB. The product is bound by memory, not arithmetic, so the
-/// GEMM's threshold in multiply-adds ([`crate::matmul::splits`]: 2^20)
+/// GEMM's threshold in multiply-adds ([`crate::kernels::matmul::splits`]: 2^20)
 /// kept a 768 × 768 projection (8% of a GPT-2 layer's bytes) on one core.
 const PAR_MIN_FLOATS: usize = 1 << 16;
 
-/// Does a one-row product over a `k × n` weight split across threads now
-/// (`in_session`: on a [`crate::team::session`]'s thread)?
-pub(crate) fn splits(k: usize, n: usize, in_session: bool) -> bool {
-    in_session && k.saturating_mul(n) >= PAR_MIN_FLOATS
+/// Does a one-row product over a `k × n` weight split across threads
+/// under `ctx` (only inside a [`crate::team::session`])?
+pub(crate) fn splits(ctx: &crate::ctx::ExecCtx, k: usize, n: usize) -> bool {
+    ctx.session && k.saturating_mul(n) >= PAR_MIN_FLOATS
 }
 
 /// A packed weight in the tile path's layout (`matmul::PackedB`, which

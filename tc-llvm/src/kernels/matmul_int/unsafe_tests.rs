@@ -3,13 +3,13 @@
 //! offsets), the packing of single and paired k-steps, the blocked driver
 //! with the micro-tile write, and the narrowing and zeroing of the output.
 //! The compiled kernels cannot run under Miri (`scripts/miri.sh`): the
-//! reference kernels of [`crate::matmul::unsafe_tests`] stand in for them,
+//! reference kernels of [`crate::kernels::matmul::unsafe_tests`] stand in for them,
 //! touching what the compiled ones touch. Operands are raw storage that
 //! ends at their last byte and starts one byte past an aligned address.
 
 use super::*;
-use crate::gemm_common::Ukr;
-use crate::matmul::unsafe_tests::{keep, on_pool, ukr, Pmadd, Step, Wrap};
+use crate::kernels::gemm_common::Ukr;
+use crate::kernels::matmul::unsafe_tests::{keep, on_pool, ukr, Pmadd, Step, Wrap};
 
 /// `R` rows of the reference kernel at accumulator `T` stepping as `S`,
 /// panels `NR` wide, columns `C` (0 whole, 1 one vector, 2 two), A packed
@@ -118,7 +118,7 @@ fn check<T: Acc + IntoI64>(
                 cp.0,
                 batch,
                 (m, k, n),
-                2,
+                &crate::ctx::ExecCtx::on_this_thread(2),
             )
         }
     });
@@ -207,7 +207,7 @@ fn no_depth_writes_zeros_and_keeps_a_last_odd_nibble() {
                 out.as_mut_ptr(),
                 &[1, 0],
                 &[0, 7],
-                1,
+                &crate::ctx::ExecCtx::on_this_thread(1),
             )
         }
         .unwrap();

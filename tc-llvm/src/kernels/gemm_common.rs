@@ -1,5 +1,5 @@
-//! What the float GEMM ([`crate::matmul`]) and the integer GEMM
-//! ([`crate::matmul_int`]) share: the register-tile micro-kernel emitter
+//! What the float GEMM ([`crate::kernels::matmul`]) and the integer GEMM
+//! ([`crate::kernels::matmul_int`]) share: the register-tile micro-kernel emitter
 //! and its compiled form, the one blocked driver ([`blocked`], generic over
 //! a [`Family`] of element types, issue #14), the micro-tile write with its
 //! partial-tile copy, and the batched matmul shape rule with its checked
@@ -26,7 +26,7 @@ pub const PAR_MIN_MACS: usize = 1 << 23;
 pub const PAR_MIN_MACS_SESSION: usize = 1 << 20;
 
 /// What differs between the register-tile micro-kernels (f32 here, the
-/// integer ones in [`crate::matmul_int`]); [`ukernel_text`] emits the
+/// integer ones in [`crate::kernels::matmul_int`]); [`ukernel_text`] emits the
 /// rest, which they share: the signature
 /// `ukr(kc, A, packed B, C, ldc, accumulate, lda, ncols)`, `2·mr`
 /// accumulator vectors `%acc{i}_{j}` of `vw` lanes, per step of k two B
@@ -704,30 +704,18 @@ pub(crate) struct Tile<E> {
     pub b: *const E,
 }
 
-/// Ragged column panels are written by the kernels' masked forms
-/// ([`Micro::f1`]) unless `TC_MM_COLS=0` (or [`set_column_kernels`]),
-/// which sends them through the scratch tile (measurements, the
-/// equivalence test).
-static COLS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
-
 /// Write ragged column panels with the kernels' masked forms (on) or
 /// through a scratch tile (off); process-wide, for tests and measurements.
 pub fn set_column_kernels(on: bool) {
-    COLS.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+    crate::ctx::Settings::get().mm_cols.set(on);
 }
 
-/// Whether ragged column panels take the kernels' [`Cols`] variants.
+/// Whether ragged column panels take the kernels' [`Cols`] variants: the
+/// kernels' masked forms ([`Micro::f1`]) unless `TC_MM_COLS=0` (or
+/// [`set_column_kernels`]), which sends them through the scratch tile
+/// (measurements, the equivalence test).
 pub(crate) fn column_kernels() -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    match COLS.load(Relaxed) {
-        0 => false,
-        1 => true,
-        _ => {
-            let on = tc_core::env::TC_MM_COLS.on_unless_zero();
-            COLS.store(on as u8, Relaxed);
-            on
-        }
-    }
+    crate::ctx::Settings::get().mm_cols.on()
 }
 
 /// Compute micro-tile `t` of the `m × n` C at `c`: the full kernel straight

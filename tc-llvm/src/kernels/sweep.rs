@@ -8,7 +8,7 @@
 //! memory streams the weight in. Packing the weight per call (the tile
 //! path) reads and writes it once more: a GPT-2-small prompt of 8 tokens
 //! took twice as long as with no packing. So a weight's products at so few
-//! rows are swept here until it is kept packed ([`crate::prepack`], from
+//! rows are swept here until it is kept packed ([`crate::kernels::prepack`], from
 //! its second call), and always when the cache of kept packings is off
 //! (`TC_PACK_CACHE_MB=0`): a decoder then holds no packed copy of its
 //! weights and its first step packs nothing, for about a tenth of its
@@ -23,9 +23,9 @@
 //!
 //! Numerics: the tile path's, bit for bit. Every output element is the FMA
 //! chain `acc = fma(x[i][k], w[k][j], acc)` over one K-block of the tile
-//! path's length ([`crate::matmul::KC`] or its override) in order from
+//! path's length ([`crate::kernels::matmul::KC`] or its override) in order from
 //! zero, written to C after the first block and added into it after the
-//! others (`C = C + acc`), as [`crate::matmul`]'s micro-kernel computes a
+//! others (`C = C + acc`), as [`crate::kernels::matmul`]'s micro-kernel computes a
 //! tile row.
 //!
 //! x86-64 with AVX-512F only (the module is compiled there alone, and
@@ -36,7 +36,7 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use crate::gemm_common::SendPtr;
+use crate::kernels::gemm_common::SendPtr;
 
 /// Most rows of a swept product. Above, a weight is worth packing: the
 /// tile path reuses each packed panel across its register tile's 14 rows.
@@ -79,7 +79,7 @@ pub(crate) fn available(m: usize, k: usize, (rs, cs): (usize, usize)) -> Option<
 /// measurements: those products then take the tile path).
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::host::avx512() && tc_core::env::TC_MM_SWEEP.on_unless_zero())
+    *ON.get_or_init(|| crate::host::avx512() && crate::ctx::Settings::get().mm_sweep)
 }
 
 /// A weight read in place: `k × n` floats, `(i, j)` at `ptr + i·rs + j·cs`
@@ -234,7 +234,7 @@ struct Block {
 /// rows down). Measured on that Xeon host, interleaved, one row against 40
 /// weights of 768 × 2304 (issue #15): four rows with a prefetch 1 KiB
 /// along the row 11.1–13.0 GB/s, four with this prefetch 12.0–13.9, eight
-/// 12.2–14.2, against 12.7–15.3 for the kept packing's [`crate::gemv`]; 8
+/// 12.2–14.2, against 12.7–15.3 for the kept packing's [`crate::kernels::gemv`]; 8
 /// output rows: four 8.4–11.6, eight 7.7–10.2, the tile path on a kept
 /// packing 6.9–7.7.
 const fn step(rows: usize) -> usize {

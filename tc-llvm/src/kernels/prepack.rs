@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tc_runtime::{StorageId, Tensor};
 
-use crate::matmul::{Lookup, PackCache, PackedB, ViewKey};
+use crate::kernels::matmul::{Lookup, PackCache, PackedB, ViewKey};
 
 struct Entry {
     id: StorageId,
@@ -66,8 +66,8 @@ fn store() -> &'static Mutex<Store> {
 pub fn cap_bytes() -> usize {
     static C: OnceLock<usize> = OnceLock::new();
     *C.get_or_init(|| {
-        tc_core::env::TC_PACK_CACHE_MB
-            .parse::<usize>()
+        crate::ctx::Settings::get()
+            .pack_cache_mb
             .unwrap_or(1024)
             .saturating_mul(1 << 20)
     })

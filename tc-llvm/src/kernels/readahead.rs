@@ -28,8 +28,10 @@
 //! at once.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::ctx::Settings;
 
 /// What is read ahead: a kept packing's floats (`matmul::PackedB`), behind
 /// a trait so that this module does not depend on the GEMM.
@@ -54,29 +56,11 @@ const MAX_LINKS: usize = 4096;
 /// (2–5%) faster with 8 MiB than with none, the same with 4, 16 or 32.
 const BUDGET_MB: usize = 8;
 
-/// [`budget`], once read or set (`usize::MAX`: not yet).
-static BUDGET: AtomicUsize = AtomicUsize::new(usize::MAX);
-
-/// Most bytes read ahead after a product: as last [`set_budget`], else
-/// `TC_READ_AHEAD_MB` MiB (`0` turns the read-ahead off), else
-/// [`BUDGET_MB`].
-pub(crate) fn budget() -> usize {
-    match BUDGET.load(Ordering::Relaxed) {
-        usize::MAX => {
-            let mb = tc_core::env::TC_READ_AHEAD_MB
-                .parse::<usize>()
-                .unwrap_or(BUDGET_MB);
-            let b = mb.saturating_mul(1 << 20).min(usize::MAX - 1);
-            BUDGET.store(b, Ordering::Relaxed);
-            b
-        }
-        b => b,
-    }
-}
-
-/// Set [`budget`] in bytes.
-pub(crate) fn set_budget(bytes: usize) {
-    BUDGET.store(bytes.min(usize::MAX - 1), Ordering::Relaxed);
+/// Most bytes read ahead after a product: as last set
+/// (`team::set_read_ahead`), else `TC_READ_AHEAD_MB` MiB (`0` turns the
+/// read-ahead off), else [`BUDGET_MB`].
+pub(crate) fn budget(settings: &Settings) -> usize {
+    settings.read_ahead(BUDGET_MB << 20)
 }
 
 /// Bytes read ahead in this process.

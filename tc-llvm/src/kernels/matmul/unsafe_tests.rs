@@ -18,7 +18,7 @@ use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
 use super::*;
-use crate::gemm_common::{GemmElem, Ukr};
+use crate::kernels::gemm_common::{GemmElem, Ukr};
 
 /// How a reference kernel steps an accumulator, as the compiled kernel of
 /// its element type does: `acc + a·b`.
@@ -626,10 +626,32 @@ fn sgemm_without_depth_writes_zeros_and_nothing_else() {
     let nowhere = std::ptr::NonNull::<f32>::dangling().as_ptr();
     let v = View::new(nowhere, 0, 0);
     // SAFETY: `k = 0`: A and B are never read; C is `3 × 4` floats.
-    unsafe { sgemm(3, 4, 0, v, v, c.as_mut_ptr(), 1) }.unwrap();
+    unsafe {
+        sgemm(
+            3,
+            4,
+            0,
+            v,
+            v,
+            c.as_mut_ptr(),
+            &crate::ctx::ExecCtx::on_this_thread(1),
+        )
+    }
+    .unwrap();
     assert!(c.iter().all(|x| x.to_bits() == 0));
     // SAFETY: an empty C: nothing is read or written.
-    unsafe { sgemm(0, 4, 5, v, v, nowhere, 1) }.unwrap();
+    unsafe {
+        sgemm(
+            0,
+            4,
+            5,
+            v,
+            v,
+            nowhere,
+            &crate::ctx::ExecCtx::on_this_thread(1),
+        )
+    }
+    .unwrap();
 }
 
 #[test]
@@ -674,7 +696,7 @@ fn bytemuck_bytes(v: &mut [u16]) -> &mut [u8] {
 mod avx512_paths {
     use super::*;
 
-    /// The packed layout [`crate::gemv::Panels`] reads, K-blocks of `kc`.
+    /// The packed layout [`crate::kernels::gemv::Panels`] reads, K-blocks of `kc`.
     fn panels_of(b: &[f32], (k, n): (usize, usize), kc: usize, nr: usize) -> Vec<f32> {
         let np = n.div_ceil(nr);
         let mut data = Vec::with_capacity(k * np * nr);
@@ -692,7 +714,7 @@ mod avx512_paths {
 
     #[test]
     fn gemv_over_panels_of_every_group_width() {
-        if !crate::gemv::available(32) {
+        if !crate::kernels::gemv::available(32) {
             return;
         }
         // Five panels: a group of four and one alone (two and three at
@@ -700,14 +722,14 @@ mod avx512_paths {
         let (k, n, kc) = (9, 4 * 32 + 21, 4);
         let b = operand(k, n, (n, 1), val);
         let data = panels_of(&b, (k, n), kc, 32);
-        let panels = crate::gemv::Panels {
+        let panels = crate::kernels::gemv::Panels {
             data: &data,
             k,
             n,
             kc,
             nr: 32,
         };
-        for m in 1..=crate::gemv::MAX_M {
+        for m in 1..=crate::kernels::gemv::MAX_M {
             let x: Vec<f32> = (0..k * m).map(|idx| a_val(idx % m, idx / m)).collect();
             for par in [false, true] {
                 let mut c = vec![f32::NAN; m * n];
@@ -717,7 +739,7 @@ mod avx512_paths {
                     let cp = cp;
                     // SAFETY: `available(32)`; `m ≤ MAX_M`; the packing is
                     // whole; C is `m·n` floats of its own.
-                    unsafe { crate::gemv::packed_rows(&x, m, &panels, cp.0, par) }
+                    unsafe { crate::kernels::gemv::packed_rows(&x, m, &panels, cp.0, par) }
                 });
                 assert_eq!(c, reference(m, n, k, a_val), "m={m} par={par}");
             }
@@ -731,7 +753,7 @@ mod avx512_paths {
             let b = operand(k, n, (rs, cs), val);
             let bp = SendPtr(b.as_ptr().cast_mut());
             for m in [1, 3, 8] {
-                if crate::sweep::available(m, k, (rs, cs)).is_none() {
+                if crate::kernels::sweep::available(m, k, (rs, cs)).is_none() {
                     return;
                 }
                 let x: Vec<f32> = (0..m * k).map(|idx| a_val(idx / k, idx % k)).collect();
@@ -743,7 +765,7 @@ mod avx512_paths {
                     on_pool(|| {
                         #[allow(clippy::redundant_locals)]
                         let (cp, bp) = (cp, bp);
-                        let w = crate::sweep::Weight {
+                        let w = crate::kernels::sweep::Weight {
                             ptr: bp.0.cast_const(),
                             rs,
                             cs,
@@ -752,7 +774,7 @@ mod avx512_paths {
                         };
                         // SAFETY: `available`; `x` is `m × k`; `b` holds the
                         // view; C is `m·n` floats of its own.
-                        unsafe { crate::sweep::rows(&x, m, &w, kc, cp.0, par) }
+                        unsafe { crate::kernels::sweep::rows(&x, m, &w, kc, cp.0, par) }
                     });
                     assert_eq!(c, reference(m, n, k, a_val), "({rs},{cs}) m={m} kc={kc}");
                 }
@@ -811,7 +833,7 @@ mod avx512_paths {
                         c.as_mut_ptr().cast(),
                         &sa,
                         &sb,
-                        1,
+                        &crate::ctx::ExecCtx::on_this_thread(1),
                         kept,
                     )
                 }
@@ -835,7 +857,7 @@ mod avx512_paths {
                 c.as_mut_ptr().cast(),
                 &[1, 3],
                 &[3, 2],
-                1,
+                &crate::ctx::ExecCtx::on_this_thread(1),
                 None,
             )
         }
@@ -867,7 +889,18 @@ fn the_in_order_product_reads_its_views_and_writes_c() {
                 // SAFETY: `a` and `b` hold every element of the `m × k`
                 // and `k × n` views (`operand`), `c` has `m·n` floats
                 // before its guard and is a distinct buffer.
-                unsafe { in_order::sgemm_in_order(m, n, k, &va, &vb, c.as_mut_ptr(), 1) }.unwrap();
+                unsafe {
+                    in_order::sgemm_in_order(
+                        m,
+                        n,
+                        k,
+                        &va,
+                        &vb,
+                        c.as_mut_ptr(),
+                        &crate::ctx::ExecCtx::on_this_thread(1),
+                    )
+                }
+                .unwrap();
                 assert_eq!(&c[..m * n], &want[..], "{m}×{n}×{k} {la:?} {lb:?}");
                 assert_eq!(c[m * n], 7.5, "the guard past C");
             }

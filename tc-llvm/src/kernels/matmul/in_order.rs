@@ -16,7 +16,8 @@ use rayon::prelude::*;
 use tc_core::Dtype;
 
 use super::{batch_offset, canonical_nans, narrow, strided_dims, widen, View};
-use crate::gemm_common::{contiguous_strides, matmul_dims, SendPtr};
+use crate::ctx::ExecCtx;
+use crate::kernels::gemm_common::{contiguous_strides, matmul_dims, SendPtr};
 use crate::options::Error;
 
 /// Multiply-adds below which a product runs on the calling thread alone.
@@ -37,7 +38,7 @@ pub(crate) unsafe fn sgemm_in_order(
     a: &View,
     b: &View,
     c: *mut f32,
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     if m == 0 || n == 0 {
         return Ok(());
@@ -73,7 +74,7 @@ pub(crate) unsafe fn sgemm_in_order(
             add_scaled(out, x, unsafe { rows.get(l, n) });
         }
     };
-    if threads != 1 && m > 1 && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS {
+    if ctx.threads != 1 && m > 1 && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS {
         (0..m).into_par_iter().for_each(row);
     } else {
         (0..m).for_each(row);
@@ -129,11 +130,11 @@ pub unsafe fn matmul_strided_in_order(
     out: *mut u8,
     sa: &[usize],
     sb: &[usize],
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     if !dt.is_float() {
         // SAFETY: the contract, passed on unchanged.
-        return unsafe { super::matmul_strided(dt, a, st_a, b, st_b, out, sa, sb, threads, None) };
+        return unsafe { super::matmul_strided(dt, a, st_a, b, st_b, out, sa, sb, ctx, None) };
     }
     let (batch, m, k, n) = strided_dims(sa, sb, st_a, st_b)?;
     if batch * m * n == 0 {
@@ -142,17 +143,7 @@ pub unsafe fn matmul_strided_in_order(
     let total = batch * m * n;
     if dt == Dtype::F32 {
         // SAFETY: the contract, at f32.
-        unsafe {
-            items(
-                a.cast(),
-                st_a,
-                b.cast(),
-                st_b,
-                out.cast(),
-                (sa, sb),
-                threads,
-            )
-        }?;
+        unsafe { items(a.cast(), st_a, b.cast(), st_b, out.cast(), (sa, sb), ctx) }?;
         // SAFETY: `out` holds the output's `batch·m·n` f32s, just written.
         canonical_nans(unsafe { std::slice::from_raw_parts_mut(out.cast::<f32>(), total) });
         return Ok(());
@@ -176,7 +167,7 @@ pub unsafe fn matmul_strided_in_order(
             &cb,
             cf.as_mut_ptr(),
             (sa, sb),
-            threads,
+            ctx,
         )
     }?;
     canonical_nans(&mut cf);
@@ -199,7 +190,7 @@ unsafe fn items(
     st_b: &[isize],
     c: *mut f32,
     (sa, sb): (&[usize], &[usize]),
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     let (batch, m, k, n) = matmul_dims(sa, sb)?;
     let r = sa.len();
@@ -220,7 +211,7 @@ unsafe fn items(
         );
         // SAFETY: the views address item `p` of each operand; item `p` of
         // C is its `m·n` floats at `p·m·n`, written by this call alone.
-        unsafe { sgemm_in_order(m, n, k, &va, &vb, c.add(p * m * n), threads) }?;
+        unsafe { sgemm_in_order(m, n, k, &va, &vb, c.add(p * m * n), ctx) }?;
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! element and channel group, the input's windows are unfolded into a
 //! `[C/groups · K…, S'…]` matrix (im2col, padding as zeros) and multiplied
 //! by the group's `[O/groups, C/groups · K…]` weights with the f32 GEMM
-//! ([`crate::matmul::sgemm`]: packing, the micro-kernel, the pool split).
+//! ([`crate::kernels::matmul::sgemm`]: packing, the micro-kernel, the pool split).
 //!
 //! Numerics: the GEMM sums the same terms as the reference denotation
 //! (`tc_runtime::interp::denote::conv`, Section 4 style) in another order,
@@ -25,7 +25,8 @@ use tc_runtime::elem::Elem;
 use tc_runtime::interp::denote;
 use tc_runtime::{Error, Tensor};
 
-use crate::matmul::{sgemm, sgemm_in_order, View};
+use crate::ctx::ExecCtx;
+use crate::kernels::matmul::{sgemm, sgemm_in_order, View};
 
 /// The unfolded matrix's tile size, in floats (16 MiB).
 pub const TILE_FLOATS: usize = 1 << 22;
@@ -53,7 +54,7 @@ fn volume(s: &[usize]) -> Result<usize, Error> {
 /// `conv[window, groups] x, w` (the operands as the denotation takes them).
 ///
 /// `in_order`: each output element's terms summed in the denotation's
-/// order (`crate::matmul::sgemm_in_order` on the unfolded matrix, whose
+/// order (`crate::kernels::matmul::sgemm_in_order` on the unfolded matrix, whose
 /// rows are the denotation's `(c, k…)` in row-major order, the padding's
 /// zero terms included), so the result is the interpreter's bit for bit
 /// (`JitOptions::deterministic`).
@@ -61,7 +62,7 @@ pub fn conv(
     window: &Window,
     groups: usize,
     (x, w): (&Tensor, &Tensor),
-    threads: usize,
+    ctx: &ExecCtx,
     in_order: bool,
 ) -> Result<Tensor, Error> {
     let (dt, out_shape) = concrete::conv(window, groups, opd(x), opd(w))?;
@@ -98,7 +99,7 @@ pub fn conv(
                 (b, grp, groups),
                 (&xs, &ws),
                 &mut out,
-                (threads, in_order),
+                (ctx, in_order),
             )?;
         }
     }
@@ -137,7 +138,7 @@ fn group(
     (b, grp, groups): (usize, usize, usize),
     (xs, ws): (&[f32], &[f32]),
     out: &mut [f32],
-    (threads, in_order): (usize, bool),
+    (ctx, in_order): (&ExecCtx, bool),
 ) -> Result<(), Error> {
     // An empty output part computes nothing; past this point the output
     // (`og·out_vol ≥ 1` per group) and, when `cg ≥ 1`, the input and the
@@ -182,9 +183,9 @@ fn group(
         // `sgemm_in_order`'s, the same).
         unsafe {
             if in_order {
-                sgemm_in_order(g.og, width, rows, &va, &vb, c.as_mut_ptr(), threads)
+                sgemm_in_order(g.og, width, rows, &va, &vb, c.as_mut_ptr(), ctx)
             } else {
-                sgemm(g.og, width, rows, va, vb, c.as_mut_ptr(), threads)
+                sgemm(g.og, width, rows, va, vb, c.as_mut_ptr(), ctx)
             }
         }
         .map_err(|e| Error::op("conv", e.to_string()))?;

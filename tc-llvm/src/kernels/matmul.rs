@@ -16,16 +16,18 @@
 //! the order is unspecified). Narrow floats are widened to f32 while packing
 //! and rounded once at the end (Section 2 §3). Integer matmul wraps (i64
 //! accumulation in the interpreter, wrapped to the dtype) is bit-exact and
-//! runs on its own packed IR micro-kernels: [`crate::matmul_int`].
+//! runs on its own packed IR micro-kernels: [`crate::kernels::matmul_int`].
 
-use crate::gemm_common::{
+use crate::kernels::gemm_common::{
     blocked, compile_micro, kernel_set, matmul_dims, table, table_kernel, tile_into_c,
     ukernel_text, ALayout, Cols, Family, Kernels, Micro, SendPtr, Table, Tile, UkrSpec,
 };
-pub use crate::gemm_common::{
+pub use crate::kernels::gemm_common::{
     checked_counts, contiguous_strides, set_column_kernels, PAR_MIN_MACS, PAR_MIN_MACS_SESSION,
 };
 use std::sync::OnceLock;
+
+use crate::ctx::{ExecCtx, Settings};
 
 mod in_order;
 pub use in_order::matmul_strided_in_order;
@@ -75,10 +77,10 @@ pub const NC: usize = 4096;
 /// measured alike, 8 less).
 pub const B_PREFETCH: usize = 32;
 
-/// Does an `m × n × k` product split across threads now (the threshold of
-/// a session on this thread, or [`PAR_MIN_MACS`])?
-pub fn splits(m: usize, n: usize, k: usize) -> bool {
-    let min = if crate::team::in_session() {
+/// Does an `m × n × k` product split across threads under `ctx` (the
+/// threshold of a session, or [`PAR_MIN_MACS`])?
+pub fn splits(ctx: &ExecCtx, m: usize, n: usize, k: usize) -> bool {
+    let min = if ctx.session {
         PAR_MIN_MACS_SESSION
     } else {
         PAR_MIN_MACS
@@ -94,14 +96,14 @@ pub fn ukernel_ir(vw: usize) -> String {
 /// Blocking parameters (defaults [`MR`], [`KC`], [`MC`]; `TC_MM_MR`,
 /// `TC_MM_KC`, `TC_MM_MC` override them, for tuning).
 fn params() -> (usize, usize, usize, usize) {
-    static P: OnceLock<(usize, usize, usize, usize)> = OnceLock::new();
-    *P.get_or_init(|| {
-        use tc_core::env::{TC_MM_KC, TC_MM_MC, TC_MM_MR, TC_MM_NC};
-        let get =
-            |var: tc_core::env::Var, d: usize| var.parse::<usize>().filter(|&v| v > 0).unwrap_or(d);
-        let mr = get(TC_MM_MR, MR).min(14);
-        (mr, get(TC_MM_KC, KC), get(TC_MM_MC, MC), get(TC_MM_NC, NC))
-    })
+    let s = Settings::get();
+    let mr = s.mm_mr.unwrap_or(MR).min(14);
+    (
+        mr,
+        s.mm_kc.unwrap_or(KC),
+        s.mm_mc.unwrap_or(MC),
+        s.mm_nc.unwrap_or(NC),
+    )
 }
 
 /// The micro-kernel's IR text for vector width `vw` and `mr` rows.
@@ -158,8 +160,7 @@ fn f32_k_unroll(vw: usize) -> u32 {
 /// K steps ahead that the micro-kernel prefetches its B panel (default
 /// [`B_PREFETCH`]; `TC_MM_PF` overrides it, `0` turns it off).
 fn b_prefetch_steps() -> usize {
-    static P: OnceLock<usize> = OnceLock::new();
-    *P.get_or_init(|| tc_core::env::TC_MM_PF.parse().unwrap_or(B_PREFETCH))
+    Settings::get().mm_prefetch.unwrap_or(B_PREFETCH)
 }
 
 /// The host kernel's tile `(mr, nr)`: what every f32 kernel's rows, panel
@@ -197,42 +198,6 @@ fn micro(cols: Cols) -> Result<&'static Micro, Error> {
     r.as_ref().map_err(|e| Error::Llvm(e.clone()))
 }
 
-/// A process-wide on/off setting of the f32 GEMM, on unless its
-/// environment variable is `0`, which a `set_…` function overrides (tests
-/// and measurements compare the two ways).
-struct Switch {
-    /// 0 off, 1 on, 2 not yet read from the environment.
-    state: std::sync::atomic::AtomicU8,
-    var: tc_core::env::Var,
-}
-
-impl Switch {
-    const fn new(var: tc_core::env::Var) -> Switch {
-        Switch {
-            state: std::sync::atomic::AtomicU8::new(2),
-            var,
-        }
-    }
-
-    fn on(&self) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        match self.state.load(Relaxed) {
-            0 => false,
-            1 => true,
-            _ => {
-                let on = self.var.on_unless_zero();
-                self.state.store(on as u8, Relaxed);
-                on
-            }
-        }
-    }
-
-    fn set(&self, on: bool) {
-        self.state
-            .store(on as u8, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// The kernel of `rows` rows (`1..=14`) reading A as `layout` says and
 /// writing `cols`, from `table`, compiled the first time it is asked for.
 fn rows_kernel(
@@ -266,12 +231,10 @@ fn edge(rows: usize, cols: Cols) -> Result<&'static Micro, Error> {
 
 /// `TC_MM_EDGE=0` runs edge row panels through the full kernel and a
 /// scratch tile (for measurements and the equivalence test).
-static EDGE: Switch = Switch::new(tc_core::env::TC_MM_EDGE);
-
 /// Turn the edge-row kernels on or off (process-wide; for tests and
 /// measurements).
 pub fn set_edge_kernels(on: bool) {
-    EDGE.set(on);
+    Settings::get().mm_edge.set(on);
 }
 
 /// Kernels reading `rows` rows of A in place ([`ALayout::Rows`]), one per
@@ -306,11 +269,9 @@ const A_AHEAD: usize = 64;
 /// `TC_MM_IN_PLACE=0` (or [`set_a_in_place`]) packs A in the streamed
 /// path even where it could be read in place (measurements, the
 /// equivalence tests).
-static IN_PLACE: Switch = Switch::new(tc_core::env::TC_MM_IN_PLACE);
-
 /// Turn reading A in place on or off (process-wide; tests, measurements).
 pub fn set_a_in_place(on: bool) {
-    IN_PLACE.set(on);
+    Settings::get().mm_in_place.set(on);
 }
 
 /// Most floats of an A of one row panel (its `m ≤ MR` rows of one
@@ -364,7 +325,7 @@ fn a_in_place(a: &View, (m, k): (usize, usize), mr: usize) -> Option<usize> {
         per_set[line(i)] += 1;
         per_set[line(i)] <= 2
     });
-    (IN_PLACE.on() && a.cs == 1 && spread).then_some(rows)
+    (Settings::get().mm_in_place.on() && a.cs == 1 && spread).then_some(rows)
 }
 
 /// Compile the micro-kernel now (so its cost is not charged to a call).
@@ -429,7 +390,7 @@ pub unsafe fn sgemm(
     a: View,
     b: View,
     c: *mut f32,
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     if m == 0 || n == 0 {
         return Ok(());
@@ -440,7 +401,7 @@ pub unsafe fn sgemm(
         return Ok(());
     }
     let stream = streams(m)?;
-    let (fam, par) = F32Gemm::for_product((m, n, k), threads, stream.then_some(&a))?;
+    let (fam, par) = F32Gemm::for_product((m, n, k), ctx, stream.then_some(&a))?;
     if stream {
         // SAFETY: `m, n, k ≥ 1` and the views and C as `sgemm`'s contract.
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::View(&b), c, par) };
@@ -478,17 +439,17 @@ impl F32Gemm<'_> {
     /// 14-row kernel and the 4-row edge, and never called them).
     fn for_product(
         (m, n, k): (usize, usize, usize),
-        threads: usize,
+        ctx: &ExecCtx,
         in_place: Option<&View>,
     ) -> Result<(F32Gemm<'static>, bool), Error> {
-        let par = threads != 1 && splits(m, n, k);
+        let par = ctx.threads != 1 && splits(ctx, m, n, k);
         if let Some(fam) = in_place.map(|a| Self::read_a_in_place(a, (m, n, k))) {
             if let Some(fam) = fam? {
                 return Ok((fam, par));
             }
         }
         let mr = geometry().0;
-        let rows = (!m.is_multiple_of(mr) && EDGE.on()).then_some(m % mr);
+        let rows = (!m.is_multiple_of(mr) && Settings::get().mm_edge.on()).then_some(m % mr);
         let ks = kernel_set(n, (mr, geometry().1), rows, true, |r, cols| {
             if r == mr {
                 micro(cols)
@@ -931,7 +892,7 @@ impl PackedB {
         let mut data = tc_runtime::alloc::zeroed::<f32>(padded)?;
         use tc_runtime::huge::{self, Advice};
         #[cfg(target_arch = "x86_64")]
-        let advice = match crate::gemv::huge_packings() {
+        let advice = match crate::kernels::gemv::huge_packings() {
             Some(force) => huge::advise(&mut data, force),
             None => Advice::None,
         };
@@ -996,10 +957,10 @@ impl PackedB {
         &self.data[self.off..]
     }
 
-    /// The packing as [`crate::gemv`] reads it.
+    /// The packing as [`crate::kernels::gemv`] reads it.
     #[cfg(target_arch = "x86_64")]
-    fn panels(&self) -> crate::gemv::Panels<'_> {
-        crate::gemv::Panels {
+    fn panels(&self) -> crate::kernels::gemv::Panels<'_> {
+        crate::kernels::gemv::Panels {
             data: self.slab(),
             k: self.k,
             n: self.n,
@@ -1034,7 +995,7 @@ impl PackedB {
     }
 }
 
-impl crate::readahead::Packing for PackedB {
+impl crate::kernels::readahead::Packing for PackedB {
     fn slab(&self) -> &[f32] {
         PackedB::slab(self)
     }
@@ -1105,7 +1066,7 @@ unsafe fn sgemm_packed(
     a: View,
     (view, b): (View, &std::sync::Arc<PackedB>),
     c: *mut f32,
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     let (n, k) = (b.n, b.k);
     if m == 0 || n == 0 || k == 0 {
@@ -1113,8 +1074,8 @@ unsafe fn sgemm_packed(
     }
     #[cfg(target_arch = "x86_64")]
     if b.nr == geometry().1 && skips_gemm(m, k, &view, true) {
-        let par = threads != 1
-            && (splits(m, n, k) || crate::gemv::splits(k, n, crate::team::in_session()));
+        let par =
+            ctx.threads != 1 && (splits(ctx, m, n, k) || crate::kernels::gemv::splits(ctx, k, n));
         // A, K-major (`(i, j)` at `j·m + i`), as `packed_rows` reads it.
         let len = m
             .checked_mul(k)
@@ -1125,16 +1086,16 @@ unsafe fn sgemm_packed(
             // `m` and a column below `k`, readable by the contract.
             *xv = unsafe { a.at(idx % m, idx / m) };
         }
-        let _ahead = announce(b, par);
+        let _ahead = announce(ctx, b, par);
         // SAFETY: `available`; `1 ≤ m ≤ MAX_M`; `b` is a whole packing;
         // C's `m·n` floats by the contract.
-        unsafe { crate::gemv::packed_rows(&x, m, &b.panels(), c, par) };
+        unsafe { crate::kernels::gemv::packed_rows(&x, m, &b.panels(), c, par) };
         return Ok(());
     }
     let stream = streams(m)?;
-    let (mut fam, par) = F32Gemm::for_product((m, n, k), threads, stream.then_some(&a))?;
+    let (mut fam, par) = F32Gemm::for_product((m, n, k), ctx, stream.then_some(&a))?;
     if stream {
-        let _ahead = announce(b, par);
+        let _ahead = announce(ctx, b, par);
         // SAFETY: `m, n, k ≥ 1`, `m` streams; A and C by the contract; B's
         // panels are in memory (`b`).
         unsafe { streamed(&fam, (m, n, k), &a, BSrc::Packed(b), c, par) };
@@ -1150,26 +1111,30 @@ unsafe fn sgemm_packed(
 /// A product of one row block over the kept packing `b`, split across a
 /// session's threads: announced to the read-ahead for its duration, so
 /// that the next product's weight is read while the small kernels between
-/// the two run ([`crate::readahead`]). These products stream their weight
+/// the two run ([`crate::kernels::readahead`]). These products stream their weight
 /// from memory (a decoder's step, a short sentence: each weight float
 /// meets a few rows); more rows reuse each panel from cache and gain
 /// nothing from it.
-fn announce(b: &std::sync::Arc<PackedB>, par: bool) -> crate::readahead::Product {
-    let on = par && crate::team::in_session() && crate::readahead::budget() > 0;
-    crate::readahead::Product::start(on.then(|| -> crate::readahead::Shared { b.clone() }))
+fn announce(
+    ctx: &ExecCtx,
+    b: &std::sync::Arc<PackedB>,
+    par: bool,
+) -> crate::kernels::readahead::Product {
+    let on = par && ctx.session && crate::kernels::readahead::budget(ctx.settings) > 0;
+    crate::kernels::readahead::Product::start(
+        on.then(|| -> crate::kernels::readahead::Shared { b.clone() }),
+    )
 }
 
 /// Whether a single row block streams B panel by panel (default on;
 /// `TC_MM_STREAM=0` or [`set_stream_b`] turn it off, for measurements).
-static STREAM: Switch = Switch::new(tc_core::env::TC_MM_STREAM);
-
 fn stream_b() -> bool {
-    STREAM.on()
+    Settings::get().mm_stream_b.on()
 }
 
 /// Turn the streamed-B path for `m ≤ MC` on or off (benchmarks).
 pub fn set_stream_b(on: bool) {
-    STREAM.set(on);
+    Settings::get().mm_stream_b.set(on);
 }
 
 thread_local! {
@@ -1330,7 +1295,7 @@ unsafe fn pack_a_panel(
 /// off, for measurements).
 fn avx512() -> bool {
     static A: OnceLock<bool> = OnceLock::new();
-    *A.get_or_init(|| tc_core::env::TC_MM_T16.on_unless_zero() && crate::host::avx512())
+    *A.get_or_init(|| Settings::get().mm_t16 && crate::host::avx512())
 }
 
 /// `dst[i·ds + c] = src[c·ss + i]` for `i, c < 16`: a 16 × 16 f32 transpose
@@ -1354,7 +1319,7 @@ pub unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) 
         *x = unsafe { _mm512_loadu_ps(src.add(c * ss)) };
     }
     // SAFETY: AVX-512F is available (the contract).
-    let r = unsafe { crate::sweep::transpose16_regs(r) };
+    let r = unsafe { crate::kernels::sweep::transpose16_regs(r) };
     for (i, x) in r.iter().enumerate() {
         // SAFETY: destination row `i < 16`, 16 writable floats (the
         // contract); the store is unaligned.
@@ -1407,7 +1372,7 @@ unsafe fn pack_a16(
             *x = unsafe { _mm512_maskz_loadu_ps(load, src.add(row * ss + kb * 16)) };
         }
         // SAFETY: AVX-512F is available (the contract).
-        let r = unsafe { crate::sweep::transpose16_regs(r) };
+        let r = unsafe { crate::kernels::sweep::transpose16_regs(r) };
         for (i, x) in r.iter().enumerate() {
             // SAFETY: lanes `0..mr` of `dst[(16·kb + i)·mr..]`, `16·kb + i <
             // 16·blocks`: inside the writable floats (the contract); masked
@@ -1687,7 +1652,7 @@ pub unsafe fn matmul_strided(
     out: *mut u8,
     sa: &[usize],
     sb: &[usize],
-    threads: usize,
+    ctx: &ExecCtx,
     b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
     let (batch, m, _, n) = strided_dims(sa, sb, st_a, st_b)?;
@@ -1700,14 +1665,14 @@ pub unsafe fn matmul_strided(
         }
         // SAFETY: contiguous operands of shapes `sa`, `sb`: the contract
         // of `matmul`, given by this function's.
-        return unsafe { matmul(dt, a, b, out, sa, sb, threads) };
+        return unsafe { matmul(dt, a, b, out, sa, sb, ctx) };
     }
     let (a, b, c) = (a as *const f32, b as *const f32, out as *mut f32);
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }
     // SAFETY: the contract of this function, passed on unchanged.
-    unsafe { f32_strided(a, st_a, b, st_b, c, sa, sb, threads, b_cache) }?;
+    unsafe { f32_strided(a, st_a, b, st_b, c, sa, sb, ctx, b_cache) }?;
     // SAFETY: `out` is valid for writes of the output's `batch·M·N` f32s
     // (the contract), which the product above has just written, and
     // nothing else references it during this call.
@@ -1775,7 +1740,7 @@ unsafe fn f32_strided(
     c: *mut f32,
     sa: &[usize],
     sb: &[usize],
-    threads: usize,
+    ctx: &ExecCtx,
     b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
     let (batch, m, k, n) = matmul_dims(sa, sb)?;
@@ -1789,11 +1754,12 @@ unsafe fn f32_strided(
         // SAFETY: so the views address exactly the elements the contract makes
         // readable, and C (contiguous `p ++ [M, N]`) is `(batch·M) × N`.
         // SAFETY: as just above.
-        return unsafe { one_matrix((batch * m, n, k), va, vb, c, threads, b_cache) };
+        return unsafe { one_matrix((batch * m, n, k), va, vb, c, ctx, b_cache) };
     }
     let offs = |p: usize, st: &[isize]| batch_offset(p, sa, st);
     let cp = SendPtr(c);
     let (ap, bp) = (SendPtr(a as *mut f32), SendPtr(b as *mut f32));
+    let serial = ctx.serial();
     let one = |p: usize| -> Result<(), Error> {
         let (cp, ap, bp) = (cp, ap, bp);
         // `offs(p, ·)` is batch item `p < batch`'s offset (its multi-index
@@ -1816,11 +1782,14 @@ unsafe fn f32_strided(
                     st_b[r - 1] as usize,
                 ),
                 cp.0.add(p * m * n),
-                1,
+                &serial,
             )
         }
     };
-    if threads != 1 && splits(batch, m.saturating_mul(n), k) && rayon::current_num_threads() > 1 {
+    if ctx.threads != 1
+        && splits(ctx, batch, m.saturating_mul(n), k)
+        && rayon::current_num_threads() > 1
+    {
         (0..batch).into_par_iter().try_for_each(one)
     } else {
         (0..batch).try_for_each(one)
@@ -1852,15 +1821,15 @@ fn folds(sa: &[usize], sb: &[usize], st_a: &[isize], st_b: &[isize]) -> bool {
 
 /// Does an `m`-row product against the `k`-row B `b` run without the
 /// GEMM kernels: through `gemv` from B's kept packing (`packed`), or
-/// swept, B read where it lies ([`crate::sweep`])? The one test of
+/// swept, B read where it lies ([`crate::kernels::sweep`])? The one test of
 /// [`one_matrix`], [`sgemm_packed`] and [`prepare`].
 fn skips_gemm(m: usize, k: usize, b: &View, packed: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         if packed {
-            m <= crate::gemv::MAX_M && crate::gemv::available(geometry().1)
+            m <= crate::kernels::gemv::MAX_M && crate::kernels::gemv::available(geometry().1)
         } else {
-            crate::sweep::available(m, k, (b.rs, b.cs)).is_some()
+            crate::kernels::sweep::available(m, k, (b.rs, b.cs)).is_some()
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -1898,7 +1867,7 @@ pub fn prepare(
     }
     // `for_product` reads the view's strides only (`a_in_place`).
     let in_place = streams(m)?.then(|| view(st_a));
-    F32Gemm::for_product((m, n, k), 1, in_place.as_ref()).map(|_| ())
+    F32Gemm::for_product((m, n, k), &ExecCtx::new(1, false), in_place.as_ref()).map(|_| ())
 }
 
 /// [`prepare`] for a product whose later calls may change its column
@@ -1927,13 +1896,13 @@ pub fn prepare_any_columns(
     let nr = geometry().1;
     let k = k.max(1);
     for n in [nr, 1, nr / 2 + 1] {
-        F32Gemm::for_product((m, n, k), 1, in_place.as_ref())?;
-        F32Gemm::for_product((m, n, k), 1, None)?;
+        F32Gemm::for_product((m, n, k), &ExecCtx::new(1, false), in_place.as_ref())?;
+        F32Gemm::for_product((m, n, k), &ExecCtx::new(1, false), None)?;
     }
     Ok(())
 }
 
-/// `C[m×n] = A · B` for one matrix each: swept ([`crate::sweep`]), from a
+/// `C[m×n] = A · B` for one matrix each: swept ([`crate::kernels::sweep`]), from a
 /// kept packing, or by [`sgemm`].
 ///
 /// # Safety
@@ -1945,14 +1914,14 @@ unsafe fn one_matrix(
     va: View,
     vb: View,
     c: *mut f32,
-    threads: usize,
+    ctx: &ExecCtx,
     b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
     if let Some(cache) = b_cache.filter(|_| k > 0) {
         // SAFETY: the contract (B is `k × n` at `vb`).
-        if let Some(packed) = unsafe { packed_b(cache, &vb, (k, n), threads)? } {
+        if let Some(packed) = unsafe { packed_b(cache, &vb, (k, n), ctx)? } {
             // SAFETY: the contract.
-            return unsafe { sgemm_packed(m, va, (vb, &packed), c, threads) };
+            return unsafe { sgemm_packed(m, va, (vb, &packed), c, ctx) };
         }
     }
     // A few rows against a weight not (yet) kept: read where it lies
@@ -1969,17 +1938,17 @@ unsafe fn one_matrix(
     #[cfg(target_arch = "x86_64")]
     if skips_gemm(m, k, &vb, false) {
         // SAFETY: the contract (`sweep::available`, as `skips_gemm` asked).
-        return unsafe { swept((m, n, k), &va, &vb, c, threads) };
+        return unsafe { swept((m, n, k), &va, &vb, c, ctx) };
     }
     // SAFETY: the contract.
-    unsafe { sgemm(m, n, k, va, vb, c, threads) }
+    unsafe { sgemm(m, n, k, va, vb, c, ctx) }
 }
 
-/// `C[m×n] = A · B` by [`crate::sweep`], B read where it lies (no packing,
+/// `C[m×n] = A · B` by [`crate::kernels::sweep`], B read where it lies (no packing,
 /// none kept): bit-identical to [`sgemm`] on the views.
 ///
 /// # Safety
-/// [`crate::sweep::available`]`(m, k, (b.rs, b.cs))` is `Some`; `a` valid for reads of every
+/// [`crate::kernels::sweep::available`]`(m, k, (b.rs, b.cs))` is `Some`; `a` valid for reads of every
 /// `(i, j)`, `i < m`, `j < k`, `b` of every `(i, j)`, `i < k`, `j < n`;
 /// `c` as in [`sgemm`].
 // SAFETY: (contract) met by `one_matrix`, its only caller.
@@ -1989,7 +1958,7 @@ unsafe fn swept(
     a: &View,
     b: &View,
     c: *mut f32,
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     let len = m
         .checked_mul(k)
@@ -2003,9 +1972,8 @@ unsafe fn swept(
             *xp = unsafe { a.at(i, j) };
         }
     }
-    let par =
-        threads != 1 && (splits(m, n, k) || crate::gemv::splits(k, n, crate::team::in_session()));
-    let w = crate::sweep::Weight {
+    let par = ctx.threads != 1 && (splits(ctx, m, n, k) || crate::kernels::gemv::splits(ctx, k, n));
+    let w = crate::kernels::sweep::Weight {
         ptr: b.ptr,
         rs: b.rs,
         cs: b.cs,
@@ -2014,7 +1982,7 @@ unsafe fn swept(
     };
     // SAFETY: `available` (the contract); `x` is `m × k`; B and C as the
     // contract makes them.
-    unsafe { crate::sweep::rows(&x, m, &w, params().1, c, par) };
+    unsafe { crate::kernels::sweep::rows(&x, m, &w, params().1, c, par) };
     Ok(())
 }
 
@@ -2028,7 +1996,7 @@ unsafe fn packed_b(
     cache: &dyn PackCache,
     b: &View,
     (k, n): (usize, usize),
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
     let key = ViewKey::of(b, k, n);
     match cache.get(&key) {
@@ -2036,7 +2004,7 @@ unsafe fn packed_b(
         Lookup::Skip => Ok(None),
         Lookup::Pack => {
             // Packed on the pool where the call may split.
-            let par = threads != 1 && rayon::current_num_threads() > 1;
+            let par = ctx.threads != 1 && rayon::current_num_threads() > 1;
             // SAFETY: the contract.
             let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n, par)? });
             cache.put(key, p.clone());
@@ -2145,7 +2113,7 @@ pub unsafe fn matmul(
     out: *mut u8,
     sa: &[usize],
     sb: &[usize],
-    threads: usize,
+    ctx: &ExecCtx,
 ) -> Result<(), Error> {
     let (batch, m, k, n) = matmul_dims(sa, sb)?;
     if batch * m * n == 0 {
@@ -2169,7 +2137,7 @@ pub unsafe fn matmul(
                         View::new(a.add(p * na), k, 1),
                         View::new(b.add(p * nb), n, 1),
                         c.add(p * nc),
-                        threads,
+                        ctx,
                     )?;
                 }
             }
@@ -2193,7 +2161,7 @@ pub unsafe fn matmul(
                         View::new(af.as_ptr().add(p * na), k, 1),
                         View::new(bf.as_ptr().add(p * nb), n, 1),
                         cf.as_mut_ptr().add(p * nc),
-                        threads,
+                        ctx,
                     )?;
                 }
             }
@@ -2203,7 +2171,7 @@ pub unsafe fn matmul(
         }
         d if d.is_int() => {
             // SAFETY: the same contract.
-            return unsafe { crate::matmul_int::matmul_int(d, a, b, out, sa, sb, threads) };
+            return unsafe { crate::kernels::matmul_int::matmul_int(d, a, b, out, sa, sb, ctx) };
         }
         _ => return Err(Error::Unsupported(format!("matmul at {dt}"))),
     }
@@ -2351,11 +2319,25 @@ mod dims_tests {
             for dt in [Dtype::F32, Dtype::F16, Dtype::I32] {
                 // SAFETY: each call must return an error before any access
                 // (which is what this test checks); nothing is dereferenced.
-                let r = unsafe { matmul(dt, p, p, p, sa, sb, 1) };
+                let r =
+                    unsafe { matmul(dt, p, p, p, sa, sb, &crate::ctx::ExecCtx::on_this_thread(1)) };
                 assert!(r.is_err(), "matmul {dt} {sa:?} × {sb:?}");
                 let (st_a, st_b) = (contiguous_strides(sa), contiguous_strides(sb));
                 // SAFETY: as above.
-                let r = unsafe { matmul_strided(dt, p, &st_a, p, &st_b, p, sa, sb, 1, None) };
+                let r = unsafe {
+                    matmul_strided(
+                        dt,
+                        p,
+                        &st_a,
+                        p,
+                        &st_b,
+                        p,
+                        sa,
+                        sb,
+                        &crate::ctx::ExecCtx::on_this_thread(1),
+                        None,
+                    )
+                };
                 assert!(r.is_err(), "matmul_strided {dt} {sa:?} × {sb:?}");
             }
         }
@@ -2363,7 +2345,20 @@ mod dims_tests {
         let (sa, sb) = ([2usize, 3], [3usize, 2]);
         for (st_a, st_b) in [(vec![3isize], vec![2, 1]), (vec![3, 1], vec![-2, 1])] {
             // SAFETY: as above.
-            let r = unsafe { matmul_strided(Dtype::F32, p, &st_a, p, &st_b, p, &sa, &sb, 1, None) };
+            let r = unsafe {
+                matmul_strided(
+                    Dtype::F32,
+                    p,
+                    &st_a,
+                    p,
+                    &st_b,
+                    p,
+                    &sa,
+                    &sb,
+                    &crate::ctx::ExecCtx::on_this_thread(1),
+                    None,
+                )
+            };
             assert!(r.is_err(), "strides {st_a:?} {st_b:?}");
         }
     }
@@ -2435,8 +2430,8 @@ mod align_tests {
 
 #[cfg(test)]
 mod kernel_variant_tests {
-    use crate::gemm_common::{ALayout, Cols};
-    use crate::matmul_int::IntKernel;
+    use crate::kernels::gemm_common::{ALayout, Cols};
+    use crate::kernels::matmul_int::IntKernel;
 
     /// The f32 kernels the planner can ask for, by name: both vector
     /// widths, every row count, A packed (as wide as the tile or wider:
@@ -2487,8 +2482,12 @@ mod kernel_variant_tests {
                     for mr in std::iter::once(rows).chain(wider) {
                         for c in [Cols::Whole, Cols::One, Cols::Two] {
                             let name = format!("{kind:?} vw{vw} rows{rows} mr{mr} {c:?}");
-                            let ir =
-                                crate::matmul_int::ukernel_int_ir_rows(kind, vw, (rows, mr), c);
+                            let ir = crate::kernels::matmul_int::ukernel_int_ir_rows(
+                                kind,
+                                vw,
+                                (rows, mr),
+                                c,
+                            );
                             out.push((name, ir));
                         }
                     }
