@@ -186,10 +186,10 @@ impl<'a> Gen<'a> {
     }
 
     /// Element `off` of `v`'s buffer, in its computation type.
-    pub(super) fn load(&mut self, v: Value, off: &str) -> V {
+    pub(super) fn load(&mut self, v: Value, off: &Q) -> V {
         let dt = self.vals[v].dtype;
         let p = self.buf(v);
-        let off = V::i64(off);
+        let off = off.v();
         if dt == Dtype::I4 {
             let (_, byte, sh) = self.nibble(&p, &off);
             let b = &mut self.b;
@@ -208,10 +208,10 @@ impl<'a> Gen<'a> {
     }
 
     /// Store `x` (in `v`'s computation type) as element `off` of `v`'s buffer.
-    pub(super) fn store(&mut self, v: Value, off: &str, x: &V) {
+    pub(super) fn store(&mut self, v: Value, off: &Q, x: &V) {
         let dt = self.vals[v].dtype;
         let p = self.buf(v);
-        let off = V::i64(off);
+        let off = off.v();
         if dt == Dtype::I4 {
             let (a, byte, sh) = self.nibble(&p, &off);
             let b = &mut self.b;

@@ -304,7 +304,7 @@ impl<'a> Gen<'a> {
             // Never inlined, so always materialized (a dim value is read by
             // calls only, `ir::verify_structure`): unreachable by
             // construction. `plan::inlinable` is the one list of such ops.
-            _ if !crate::plan::inlinable(op) => self.load(v, "0"),
+            _ if !crate::plan::inlinable(op) => self.load(v, &Q::Lit(0)),
             _ => self.compute_val(v, op, idx),
         }
     }
@@ -353,15 +353,13 @@ impl<'a> Gen<'a> {
             Op::Fill(fdt, _, s) => self.scalar(s, *fdt),
             Op::Iota(idt, _, axis) => {
                 let d = self.dims_of(v, idx);
-                let k = d[*axis].clone();
-                let kv = if is_lit(&k).is_some() {
-                    V::i64(&k)
-                } else {
-                    self.b.add(&V::i64(&k), &V::int(Ty::I64, 0))
+                let kv = match &d[*axis] {
+                    k @ Q::Lit(_) => k.v(),
+                    k => self.b.add(&k.v(), &V::int(Ty::I64, 0)),
                 };
                 self.cast(Dtype::I64, *idt, &kv)
             }
-            _ => self.load(v, "0"),
+            _ => self.load(v, &Q::Lit(0)),
         }
     }
 
@@ -388,7 +386,7 @@ impl<'a> Gen<'a> {
             }
             Op::Transpose(perm, x) => {
                 let d = self.dims_of(v, idx);
-                let mut src = vec![String::new(); perm.len()];
+                let mut src = vec![Q::Lit(0); perm.len()];
                 for (j, &p) in perm.iter().enumerate() {
                     src[p] = d[j].clone();
                 }
@@ -407,18 +405,18 @@ impl<'a> Gen<'a> {
                 let mut src = Vec::with_capacity(n);
                 for k in 0..n {
                     let sd = self.dim(*x, k);
-                    let s = match is_lit(&sd) {
-                        Some(1) => "0".to_string(),
+                    let s = match sd.lit() {
+                        Some(1) => Q::Lit(0),
                         Some(_) => d[m - n + k].clone(),
                         None => {
-                            let (sd, zero) = (V::i64(&sd), V::int(Ty::I64, 0));
+                            let (sd, zero) = (sd.v(), V::int(Ty::I64, 0));
                             let one = self.b.hoisted(|b| b.icmp("eq", &sd, &V::int(Ty::I64, 1)));
                             match self.assumed.as_mut() {
                                 Some(flags) => {
                                     flags.push(one);
                                     d[m - n + k].clone()
                                 }
-                                None => self.b.select(&one, &zero, &V::i64(&d[m - n + k])).name,
+                                None => Q::of(&self.b.select(&one, &zero, &d[m - n + k].v())),
                             }
                         }
                     };
@@ -436,7 +434,7 @@ impl<'a> Gen<'a> {
                 let mut d = self.dims_of(v, idx);
                 let s = self.shape_qty(QKey::SliceStart(v));
                 // start + i·step < stop ≤ the operand's dim (the rule's bound).
-                let i = self.bmul(&d[*axis], &step.to_string());
+                let i = self.bmul(&d[*axis], &Q::Lit(*step as i64));
                 d[*axis] = self.badd(&i, &s);
                 self.val(
                     *x,
@@ -448,7 +446,7 @@ impl<'a> Gen<'a> {
             }
             Op::Concat(axis, xs) => self.concat(v, *axis, xs, idx),
             Op::Pad { axis, value, x, .. } => self.pad(v, (*axis, value, *x), idx),
-            _ => self.load(v, "0"),
+            _ => self.load(v, &Q::Lit(0)),
         }
     }
 
@@ -462,29 +460,29 @@ impl<'a> Gen<'a> {
     /// only when the index falls inside it.
     pub(super) fn concat(&mut self, v: Value, axis: usize, xs: &[Value], idx: &Idx) -> V {
         let d = self.dims_of(v, idx);
-        let dks: Vec<String> = xs.iter().map(|x| self.dim(*x, axis)).collect();
-        if dks.iter().any(|dk| is_lit(dk).is_none()) {
+        let dks: Vec<Q> = xs.iter().map(|x| self.dim(*x, axis)).collect();
+        if dks.iter().any(|dk| dk.lit().is_none()) {
             return self.concat_branches(v, axis, xs, &dks, &d);
         }
         let dt = self.vals[v].dtype;
-        let j = V::i64(&d[axis]);
-        let mut off = "0".to_string();
+        let j = d[axis].clone();
+        let mut off = Q::Lit(0);
         let mut parts = Vec::new();
         for (x, dk) in xs.iter().zip(&dks) {
-            if is_lit(dk) == Some(0) {
+            if dk.lit() == Some(0) {
                 continue;
             }
-            let local = V::i64(&self.bsub(&j.name, &off));
+            let local = self.bsub(&j, &off).v();
             // Clamp into [0, dk − 1] (dk ≥ 1 here): every non-empty operand
             // is read, only one is selected.
             let zero = V::int(Ty::I64, 0);
             let neg = self.b.icmp("slt", &local, &zero);
             let l0 = self.b.select(&neg, &zero, &local);
-            let last = V::i64(&self.padd(dk, "-1"));
+            let last = self.padd(dk, &Q::Lit(-1)).v();
             let big = self.b.icmp("sgt", &l0, &last);
             let l1 = self.b.select(&big, &last, &l0);
             let mut sd = d.clone();
-            sd[axis] = l1.name;
+            sd[axis] = Q::of(&l1);
             let e = self.val(
                 *x,
                 &Idx {
@@ -502,7 +500,7 @@ impl<'a> Gen<'a> {
         };
         let mut acc = last;
         for (e, end) in parts.iter().rev().skip(1) {
-            let c = self.b.icmp("slt", &j, &V::i64(end));
+            let c = self.b.icmp("slt", &j.v(), &end.v());
             acc = self.b.select(&c, e, &acc);
         }
         acc
@@ -517,23 +515,23 @@ impl<'a> Gen<'a> {
         v: Value,
         axis: usize,
         xs: &[Value],
-        dks: &[String],
-        d: &[String],
+        dks: &[Q],
+        d: &[Q],
     ) -> V {
         let dt = self.vals[v].dtype;
-        let j = V::i64(&d[axis]);
+        let j = d[axis].clone();
         let l = self.label();
         let saved = self.memo.clone();
-        let mut off = "0".to_string();
+        let mut off = Q::Lit(0);
         let mut incoming = Vec::new();
         for (k, (x, dk)) in xs.iter().zip(dks).enumerate() {
             let end = self.padd(&off, dk);
-            let inside = self.b.icmp("slt", &j, &V::i64(&end));
+            let inside = self.b.icmp("slt", &j.v(), &end.v());
             self.b.emit(&format!(
                 "br i1 {inside}, label %Cb{l}.{k}, label %Cn{l}.{k}"
             ));
             self.b.block(&format!("Cb{l}.{k}"));
-            let local = self.bsub(&j.name, &off);
+            let local = self.bsub(&j, &off);
             let mut sd = d.to_vec();
             sd[axis] = local;
             let e = self.val(
@@ -574,9 +572,9 @@ impl<'a> Gen<'a> {
         let before = self.shape_qty(QKey::PadBefore(v));
         let local = self.bsub(&d[axis], &before);
         let dx = self.dim(x, axis);
-        let l = V::i64(&local);
+        let l = local.v();
         let ge = self.b.icmp("sge", &l, &V::int(Ty::I64, 0));
-        let lt = self.b.icmp("slt", &l, &V::i64(&dx));
+        let lt = self.b.icmp("slt", &l, &dx.v());
         let inside = self.b.and(&ge, &lt);
         // Computed before the branch, so it dominates the merge.
         let fill = self.scalar(value, dt);
@@ -588,7 +586,7 @@ impl<'a> Gen<'a> {
     /// `x` at `dims` when `inside`, read in a branch (so an index outside
     /// reads no memory), else `other` (computed before, so it dominates the
     /// merge): pad's and pooling's guarded read.
-    pub(super) fn read_if(&mut self, inside: &V, x: Value, dims: Vec<String>, other: V) -> V {
+    pub(super) fn read_if(&mut self, inside: &V, x: Value, dims: Vec<Q>, other: V) -> V {
         let lab = self.label();
         let saved = self.memo.clone();
         self.b

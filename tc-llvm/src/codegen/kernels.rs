@@ -12,7 +12,7 @@ impl<'a> Gen<'a> {
     }
 
     /// Open `for iv in lo..hi`; returns (iv, loop id).
-    pub(super) fn loop_begin(&mut self, lo: &str, hi: &str) -> (String, usize) {
+    pub(super) fn loop_begin(&mut self, lo: &Q, hi: &Q) -> (Q, usize) {
         let l = self.label();
         self.b
             .entry_line(&format!("%iv{l}.addr = alloca i64, align 8"));
@@ -27,7 +27,7 @@ impl<'a> Gen<'a> {
             .emit(&format!("br i1 %c{l}, label %L{l}.b, label %L{l}.e"));
         self.b.block(&format!("L{l}.b"));
         self.memo.clear();
-        (format!("%iv{l}"), l)
+        (Q::Reg(format!("%iv{l}")), l)
     }
 
     pub(super) fn loop_end(&mut self, l: usize) {
@@ -129,7 +129,7 @@ impl<'a> Gen<'a> {
             }
             _ => {
                 if self.is_flat(out, true) {
-                    let (o, l) = self.loop_begin("%start", "%end");
+                    let (o, l) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
                     let idx = Idx {
                         dims: None,
                         lin: Some(o.clone()),
@@ -139,7 +139,7 @@ impl<'a> Gen<'a> {
                     self.loop_end(l);
                     KernelShape::Flat
                 } else {
-                    let (o, l) = self.loop_begin("%start", "%end");
+                    let (o, l) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
                     self.nested_row(out, &o);
                     self.loop_end(l);
                     KernelShape::Nested
@@ -153,27 +153,26 @@ impl<'a> Gen<'a> {
 
     /// Row `o` of a nested elementwise kernel writing `out`: the inner loop
     /// over its last axis.
-    pub(super) fn nested_row(&mut self, out: Value, o: &str) {
+    pub(super) fn nested_row(&mut self, out: Value, o: &Q) {
         let r = self.vals[out].shape.len();
         if r == 0 {
             let idx = Idx {
                 dims: Some(vec![]),
-                lin: Some("0".into()),
+                lin: Some(Q::Lit(0)),
             };
             let x = self.val_root(out, &idx);
-            self.store(out, "0", &x);
+            self.store(out, &Q::Lit(0), &x);
             return;
         }
         // Unravel the outer index over dims[0..r-1].
-        let mut dims = vec![String::new(); r];
-        let mut rest = o.to_string();
+        let mut dims = vec![Q::Lit(0); r];
+        let mut rest = o.clone();
         for k in (0..r - 1).rev() {
             let d = self.dim(out, k);
             if k == 0 {
                 dims[k] = rest.clone();
             } else {
-                dims[k] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
-                rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
+                (dims[k], rest) = self.divmod(&rest, &d);
             }
         }
         let inner = self.dim(out, r - 1);
@@ -214,9 +213,9 @@ impl<'a> Gen<'a> {
     }
 
     /// The inner loop of [`Gen::nested_row`] over the last axis.
-    fn inner_loop(&mut self, out: Value, mut dims: Vec<String>, base: &str, inner: &str) {
+    fn inner_loop(&mut self, out: Value, mut dims: Vec<Q>, base: &Q, inner: &Q) {
         let r = dims.len();
-        let (j, l2) = self.loop_begin("0", inner);
+        let (j, l2) = self.loop_begin(&Q::Lit(0), inner);
         dims[r - 1] = j.clone();
         let lin = self.badd(base, &j);
         let idx = Idx {
@@ -246,7 +245,7 @@ impl<'a> Gen<'a> {
             return None;
         }
         let lits = |g: &mut Self, v: Value, n: usize| -> Option<Vec<i64>> {
-            (0..n).map(|k| is_lit(&g.dim(v, k))).collect()
+            (0..n).map(|k| g.dim(v, k).lit()).collect()
         };
         let (od, xd) = (lits(self, out, r)?, lits(self, x, rx)?);
         let tail = xd[r - 1..]
@@ -260,19 +259,19 @@ impl<'a> Gen<'a> {
     /// its own multi-index (no division per element; a transpose under it
     /// reads runs the vectorizer sees). Same elements, same order, same
     /// values as the flat inner loop.
-    fn split_row(&mut self, out: Value, x: Value, mut dims: Vec<String>, base: &str) {
+    fn split_row(&mut self, out: Value, x: Value, mut dims: Vec<Q>, base: &Q) {
         let (r, rx) = (self.vals[out].shape.len(), self.vals[x].shape.len());
         dims.truncate(r - 1);
         let mut loops = Vec::with_capacity(rx - r + 1);
-        let mut lin = base.to_string();
+        let mut lin = base.clone();
         for k in r - 1..rx {
             let d = self.dim(x, k);
-            let (j, l) = self.loop_begin("0", &d);
+            let (j, l) = self.loop_begin(&Q::Lit(0), &d);
             // Row-major offset inside the row: j · ∏ later dims (literals).
             let later: i64 = (k + 1..rx)
-                .map(|q| is_lit(&self.dim(x, q)).unwrap_or(1))
+                .map(|q| self.dim(x, q).lit().unwrap_or(1))
                 .product();
-            let term = self.bmul(&j, &later.to_string());
+            let term = self.bmul(&j, &Q::Lit(later));
             lin = self.badd(&lin, &term);
             dims.push(j);
             loops.push(l);
@@ -304,7 +303,7 @@ impl<'a> Gen<'a> {
         let all: Vec<Value> = members.iter().chain(inputs.iter()).copied().collect();
         let params = self.setup(&all, members.len());
         self.b.block("b0");
-        let (o, l) = self.loop_begin("%start", "%end");
+        let (o, l) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         let func = self.func;
         let stashes = self.group_stashes(members);
         // What row `row` holds when member `at` runs: the stash of the
@@ -472,11 +471,11 @@ impl<'a> Gen<'a> {
         x: Value,
         red: &[usize],
         keepdims: bool,
-        o: &str,
-    ) -> Vec<String> {
+        o: &Q,
+    ) -> Vec<Q> {
         let od = self.unravel(out, o);
         let r = self.vals[x].shape.len();
-        let mut src = vec![String::new(); r];
+        let mut src = vec![Q::Lit(0); r];
         let mut j = 0;
         for (a, s) in src.iter_mut().enumerate() {
             if red.contains(&a) {

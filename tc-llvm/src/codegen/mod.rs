@@ -56,6 +56,8 @@ mod scan;
 mod shape;
 mod topk;
 
+use shape::Q;
+
 /// A shape quantity a generic kernel reads at run time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum QKey {
@@ -219,12 +221,8 @@ pub fn extent(
 
 #[derive(Clone, Debug)]
 struct Idx {
-    dims: Option<Vec<String>>,
-    lin: Option<String>,
-}
-
-fn is_lit(s: &str) -> Option<i64> {
-    s.parse::<i64>().ok()
+    dims: Option<Vec<Q>>,
+    lin: Option<Q>,
 }
 
 struct Gen<'a> {

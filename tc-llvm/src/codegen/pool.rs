@@ -22,7 +22,7 @@ impl<'a> Gen<'a> {
         x: Value,
     ) {
         let dt = self.vals[x].dtype;
-        let (o, l) = self.loop_begin("%start", "%end");
+        let (o, l) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         let od = self.unravel(out, &o);
         let lead = od.len() - kernel.len();
         let rop = match kind {
@@ -41,17 +41,17 @@ impl<'a> Gen<'a> {
         let mut ls = Vec::new();
         let mut inside: Option<V> = None;
         for (i, &k) in kernel.iter().enumerate() {
-            let (iv, li) = self.loop_begin("0", &k.to_string());
+            let (iv, li) = self.loop_begin(&Q::Lit(0), &Q::Lit(k as i64));
             ls.push(li);
             // q·stride − padding + k: within i64 (the plan keeps the
             // window constants below 2³¹ and q·stride ≤ S + 2·padding).
-            let start = self.bmul(&od[lead + i], &w.stride[i].to_string());
-            let start = self.bsub(&start, &w.padding[i].to_string());
+            let start = self.bmul(&od[lead + i], &Q::Lit(w.stride[i] as i64));
+            let start = self.bsub(&start, &Q::Lit(w.padding[i] as i64));
             let pos = self.badd(&start, &iv);
             let d = self.dim(x, lead + i);
-            let p = V::i64(&pos);
+            let p = pos.v();
             let ge = self.b.icmp("sge", &p, &V::int(Ty::I64, 0));
-            let lt = self.b.icmp("slt", &p, &V::i64(&d));
+            let lt = self.b.icmp("slt", &p, &d.v());
             let here = self.b.and(&ge, &lt);
             inside = Some(match inside {
                 Some(prev) => self.b.and(&prev, &here),
@@ -83,7 +83,7 @@ impl<'a> Gen<'a> {
 
     /// One tap: `x` at `src` when `inside` (read in a branch, so a tap in
     /// the padding reads no memory), else the fold's neutral padding value.
-    fn pool_tap(&mut self, kind: PoolKind, dt: Dtype, x: Value, src: Vec<String>, inside: V) -> V {
+    fn pool_tap(&mut self, kind: PoolKind, dt: Dtype, x: Value, src: Vec<Q>, inside: V) -> V {
         let pad = match (kind, dt.is_float()) {
             (PoolKind::Max, true) => self.const_f32(f32::NEG_INFINITY),
             (PoolKind::Max, false) => V::int(Ty::compute(dt), int_min(dt)),

@@ -14,7 +14,7 @@ impl<'a> Gen<'a> {
         keepdims: bool,
         x: Value,
     ) {
-        let (o, l) = self.loop_begin("%start", "%end");
+        let (o, l) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         self.reduce_row(out, rop, axes, keepdims, x, &o);
         self.loop_end(l);
     }
@@ -110,11 +110,11 @@ impl<'a> Gen<'a> {
         let ro = self.vals[out].shape.len();
         let rx = self.vals[x].shape.len();
         let d = self.dim(out, ro - 1);
-        let (t, lt) = self.loop_begin("%start", "%end");
+        let (t, lt) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         let (o, jlo, n) = self.cols_tile(&t, &d, block);
         let mut src = self.cols_src(out, x, &o, axes, keepdims);
         // Element j of the row `%{base}{a}` (a `[block x ty]` alloca).
-        let elem = |g: &mut Self, base: &str, ty: Ty, j: &str| -> V {
+        let elem = |g: &mut Self, base: &str, ty: Ty, j: &Q| -> V {
             g.b.def_text(
                 ty.ptr(),
                 format!("getelementptr inbounds [{block} x {ty}], [{block} x {ty}]* {base}{a}, i64 0, i64 {j}"),
@@ -127,7 +127,7 @@ impl<'a> Gen<'a> {
         } else {
             init
         };
-        let (j, lj) = self.loop_begin("0", &n);
+        let (j, lj) = self.loop_begin(&Q::Lit(0), &n);
         let p = elem(self, "%acc", mty, &j);
         self.b.store(&init, &p);
         if nan_tracked {
@@ -139,11 +139,11 @@ impl<'a> Gen<'a> {
         let mut ls = Vec::new();
         for &ax in axes {
             let dax = self.dim(x, ax);
-            let (iv, li) = self.loop_begin("0", &dax);
+            let (iv, li) = self.loop_begin(&Q::Lit(0), &dax);
             src[ax] = iv;
             ls.push(li);
         }
-        let (j, lj) = self.loop_begin("0", &n);
+        let (j, lj) = self.loop_begin(&Q::Lit(0), &n);
         src[rx - 1] = self.badd(&jlo, &j);
         let e = self.val(
             x,
@@ -181,7 +181,7 @@ impl<'a> Gen<'a> {
         // out[o, jlo + j] = finish(acc[j]).
         let row = self.bmul(&o, &d);
         let base = self.badd(&row, &jlo);
-        let (j, lj) = self.loop_begin("0", &n);
+        let (j, lj) = self.loop_begin(&Q::Lit(0), &n);
         let p = elem(self, "%acc", mty, &j);
         let raw = self.b.load(&p);
         let res = if mty != ty {
@@ -205,35 +205,35 @@ impl<'a> Gen<'a> {
 
     /// The column form's tile `t`: output row `o`, first column `jlo` and
     /// column count `n` (≤ `block`; the last tile of a row may be short).
-    fn cols_tile(&mut self, t: &str, d: &str, block: usize) -> (String, String, String) {
-        let bl = block.to_string();
+    fn cols_tile(&mut self, t: &Q, d: &Q, block: usize) -> (Q, Q, Q) {
+        let bl = Q::Lit(block as i64);
         // Blocks per output row.
-        let nb = match is_lit(d) {
-            Some(dv) => (dv.max(0) as usize).div_ceil(block.max(1)).to_string(),
+        let nb = match d.lit() {
+            Some(dv) => Q::Lit((dv.max(0) as usize).div_ceil(block.max(1)) as i64),
             None => {
-                let (d, bl) = (V::i64(d), V::i64(&bl));
-                self.b.hoisted(|b| {
+                let (d, bl) = (d.v(), bl.v());
+                Q::of(&self.b.hoisted(|b| {
                     let t = b.add(&d, &V::int(Ty::I64, block as i64 - 1));
-                    b.udiv(&t, &bl).name
-                })
+                    b.udiv(&t, &bl)
+                }))
             }
         };
-        let (o, jlo) = if is_lit(&nb) == Some(1) {
-            (t.to_string(), "0".to_string())
+        let (o, jlo) = if nb.lit() == Some(1) {
+            (t.clone(), Q::Lit(0))
         } else {
-            let o = self.b.udiv(&V::i64(t), &V::i64(&nb)).name;
-            let b = self.b.urem(&V::i64(t), &V::i64(&nb)).name;
+            let o = Q::of(&self.b.udiv(&t.v(), &nb.v()));
+            let b = Q::of(&self.b.urem(&t.v(), &nb.v()));
             let jlo = self.bmul(&b, &bl);
             (o, jlo)
         };
-        let n = match (is_lit(d), is_lit(&nb)) {
-            (Some(dv), Some(1)) => dv.to_string(),
+        let n = match (d.lit(), nb.lit()) {
+            (Some(dv), Some(1)) => Q::Lit(dv),
             // Checked: an empty output may have a last dim near i64::MAX.
             (Some(dv), Some(nbv)) if nbv.checked_mul(block as i64) == Some(dv) => bl.clone(),
             _ => {
-                let (rem, bl) = (V::i64(&self.bsub(d, &jlo)), V::i64(&bl));
+                let (rem, bl) = (self.bsub(d, &jlo).v(), bl.v());
                 let c = self.b.icmp("slt", &rem, &bl);
-                self.b.select(&c, &rem, &bl).name
+                Q::of(&self.b.select(&c, &rem, &bl))
             }
         };
         (o, jlo, n)
@@ -241,30 +241,22 @@ impl<'a> Gen<'a> {
 
     /// The operand index of output row `o` (every output dim but the last)
     /// with the reduced axes left empty for their loops.
-    fn cols_src(
-        &mut self,
-        out: Value,
-        x: Value,
-        o: &str,
-        axes: &[usize],
-        keepdims: bool,
-    ) -> Vec<String> {
+    fn cols_src(&mut self, out: Value, x: Value, o: &Q, axes: &[usize], keepdims: bool) -> Vec<Q> {
         let ro = self.vals[out].shape.len();
         let rx = self.vals[x].shape.len();
-        let mut od = vec![String::new(); ro];
-        let mut rest = o.to_string();
+        let mut od = vec![Q::Lit(0); ro];
+        let mut rest = o.clone();
         for k in (0..ro - 1).rev() {
             let dk = self.dim(out, k);
             if k == 0 {
                 od[k] = rest.clone();
-            } else if is_lit(&dk) == Some(1) {
-                od[k] = "0".into();
+            } else if dk.lit() == Some(1) {
+                od[k] = Q::Lit(0);
             } else {
-                od[k] = self.b.urem(&V::i64(&rest), &V::i64(&dk)).name;
-                rest = self.b.udiv(&V::i64(&rest), &V::i64(&dk)).name;
+                (od[k], rest) = self.divmod(&rest, &dk);
             }
         }
-        let mut src = vec![String::new(); rx];
+        let mut src = vec![Q::Lit(0); rx];
         let mut k = 0;
         for (ax, s) in src.iter_mut().enumerate() {
             if axes.contains(&ax) {
@@ -287,10 +279,10 @@ impl<'a> Gen<'a> {
         axes: &[usize],
         keepdims: bool,
         x: Value,
-        o: &str,
+        o: &Q,
     ) {
         let dt = self.vals[x].dtype;
-        let o = o.to_string();
+        let o = o.clone();
         let mut src = self.out_to_in(out, x, axes, keepdims, &o);
         let a = self.label();
         let keyed = self.reduce_keyed(rop, dt);
@@ -303,7 +295,7 @@ impl<'a> Gen<'a> {
         let mut ls = Vec::new();
         for &ax in axes {
             let d = self.dim(x, ax);
-            let (iv, li) = self.loop_begin("0", &d);
+            let (iv, li) = self.loop_begin(&Q::Lit(0), &d);
             src[ax] = iv;
             ls.push(li);
         }
@@ -474,12 +466,12 @@ impl<'a> Gen<'a> {
                 res = self.b.select(nn, &nanc, &res);
             }
             if rop == ReduceOp::Mean {
-                let mut cnt = "1".to_string();
+                let mut cnt = Q::Lit(1);
                 for &ax in axes {
                     let d = self.dim(x, ax);
                     cnt = self.pmul(&cnt, &d);
                 }
-                let c = self.b.sitofp(&V::i64(&cnt), Ty::Float);
+                let c = self.b.sitofp(&cnt.v(), Ty::Float);
                 res = self.b.fdiv(&res, &c);
             }
             // A reduction's NaN is the canonical one, whichever element
@@ -509,12 +501,12 @@ impl<'a> Gen<'a> {
         x: Value,
     ) {
         let dt = self.vals[x].dtype;
-        let (o, l) = self.loop_begin("%start", "%end");
+        let (o, l) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         let mut src = self.out_to_in(out, x, &[axis], keepdims, &o);
         let a = self.label();
         let bvp = self.b.alloca(&format!("%bv{a}"), Ty::compute(dt), 8);
         let bip = self.b.alloca(&format!("%bi{a}"), Ty::I64, 8);
-        src[axis] = "0".into();
+        src[axis] = Q::Lit(0);
         let first = self.val(
             x,
             &Idx {
@@ -525,7 +517,7 @@ impl<'a> Gen<'a> {
         self.b.store(&first, &bvp);
         self.b.store(&V::int(Ty::I64, 0), &bip);
         let d = self.dim(x, axis);
-        let (iv, li) = self.loop_begin("1", &d);
+        let (iv, li) = self.loop_begin(&Q::Lit(1), &d);
         src[axis] = iv.clone();
         let e = self.val(
             x,
@@ -553,7 +545,7 @@ impl<'a> Gen<'a> {
         let nbv = self.b.select(&better, &e, &bv);
         self.b.store(&nbv, &bvp);
         let bi = self.b.load(&bip);
-        let nbi = self.b.select(&better, &V::i64(&iv), &bi);
+        let nbi = self.b.select(&better, &iv.v(), &bi);
         self.b.store(&nbi, &bip);
         self.loop_end(li);
         let r = self.b.load(&bip);

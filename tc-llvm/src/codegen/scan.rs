@@ -12,14 +12,14 @@ use super::*;
 impl<'a> Gen<'a> {
     pub(super) fn scan_body(&mut self, out: Value, axis: usize, x: Value) {
         let dt = self.vals[x].dtype;
-        let (lane, lp) = self.loop_begin("%start", "%end");
+        let (lane, lp) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         let mut src = self.unravel_lane(out, &lane, axis);
         let a = self.label();
         let accp = self.b.alloca(&format!("%acc{a}"), Ty::compute(dt), 8);
         let init = self.reduce_init(ReduceOp::Sum, dt, false);
         self.b.store(&init, &accp);
         let d = self.dim(x, axis);
-        let (j, lj) = self.loop_begin("0", &d);
+        let (j, lj) = self.loop_begin(&Q::Lit(0), &d);
         src[axis] = j;
         let e = self.val(
             x,
@@ -40,10 +40,10 @@ impl<'a> Gen<'a> {
 
     /// The multi-index of lane `lane` of `v` along `axis`: every other axis
     /// unravelled from the lane number (row-major), `axis` itself 0.
-    pub(super) fn unravel_lane(&mut self, v: Value, lane: &str, axis: usize) -> Vec<String> {
+    pub(super) fn unravel_lane(&mut self, v: Value, lane: &Q, axis: usize) -> Vec<Q> {
         let r = self.vals[v].shape.len();
-        let mut out = vec!["0".to_string(); r];
-        let mut rest = lane.to_string();
+        let mut out = vec![Q::Lit(0); r];
+        let mut rest = lane.clone();
         let last = (0..r).find(|&i| i != axis);
         for i in (0..r).rev() {
             if i == axis {
@@ -54,11 +54,10 @@ impl<'a> Gen<'a> {
                 break;
             }
             let d = self.dim(v, i);
-            if is_lit(&d) == Some(1) {
+            if d.lit() == Some(1) {
                 continue;
             }
-            out[i] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
-            rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
+            (out[i], rest) = self.divmod(&rest, &d);
         }
         out
     }

@@ -1,19 +1,75 @@
 //! Shape quantities in emitted IR: dims, strides, (un)ravelled indices, and
 //! the checked-looking index arithmetic a kernel needs. In a σ-specialised
-//! kernel they are literals LLVM folds; in the shape-generic one they are
+//! kernel they are literals folded here; in the shape-generic one they are
 //! loads from the run-time shape table ([`super::QKey`]), except the dims
-//! the IR fixes for every σ ([`crate::plan::static_dim`]).
+//! the IR fixes for every σ ([`crate::plan::static_dim`]). Each is a [`Q`]:
+//! an `i64` that is either known now or held in a register, so the folding
+//! asks the type rather than parsing operand text.
+
+use std::fmt;
 
 use super::*;
+
+/// An `i64` shape or index quantity of a kernel: a literal the code
+/// generator folds, or the register holding it at run time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Q {
+    /// Known when the kernel is generated.
+    Lit(i64),
+    /// An `i64` register (`%name`).
+    Reg(String),
+}
+
+impl Q {
+    /// The `i64` value `v`: its literal when it is one.
+    pub(super) fn of(v: &V) -> Q {
+        assert_eq!(v.ty, Ty::I64, "codegen: a shape quantity of type {}", v.ty);
+        match v.name.parse::<i64>() {
+            Ok(n) => Q::Lit(n),
+            Err(_) => Q::Reg(v.name.clone()),
+        }
+    }
+
+    /// The `i64` register `name`.
+    pub(super) fn reg(name: &str) -> Q {
+        Q::of(&V::i64(name))
+    }
+
+    /// Its value when known now.
+    pub(super) fn lit(&self) -> Option<i64> {
+        match self {
+            Q::Lit(n) => Some(*n),
+            Q::Reg(_) => None,
+        }
+    }
+
+    /// As an operand of the builder.
+    pub(super) fn v(&self) -> V {
+        match self {
+            Q::Lit(n) => V::int(Ty::I64, *n),
+            Q::Reg(r) => V::i64(r),
+        }
+    }
+}
+
+/// The operand's text, as the builder prints it.
+impl fmt::Display for Q {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Q::Lit(n) => write!(f, "{n}"),
+            Q::Reg(r) => f.write_str(r),
+        }
+    }
+}
 
 impl<'a> Gen<'a> {
     // ---- shape quantities ---------------------------------------------
 
     /// A shape quantity: a literal, or (shape-generic) its load from the
     /// run-time shape table, once per kernel.
-    pub(super) fn shape_qty(&mut self, k: QKey) -> String {
+    pub(super) fn shape_qty(&mut self, k: QKey) -> Q {
         if !self.generic {
-            return k.value(self.vals, self.func, self.sigma).to_string();
+            return Q::Lit(k.value(self.vals, self.func, self.sigma));
         }
         let slot = match self.qkeys.iter().position(|x| *x == k) {
             Some(s) => s,
@@ -23,73 +79,86 @@ impl<'a> Gen<'a> {
             }
         };
         let shp = V::new(Ty::I64.ptr(), "%shp");
-        self.b.hoisted(|b| {
+        Q::of(&self.b.hoisted(|b| {
             let p = b.gep(&shp, &[&V::int(Ty::I64, slot as i64)]);
-            b.load(&p).name
-        })
+            b.load(&p)
+        }))
     }
 
-    pub(super) fn dim(&mut self, v: Value, a: usize) -> String {
+    pub(super) fn dim(&mut self, v: Value, a: usize) -> Q {
         if self.generic {
             let now = self.vals[v].shape.get(a).map(|&d| d as i64);
             // Checked against this σ's extent: a disagreement would be a
             // bug in `static_dim`'s rules, and the load is always right.
             let fixed = crate::plan::static_dim(self.func, v, a);
             if let Some(c) = fixed.filter(|&c| Some(c) == now) {
-                return c.to_string();
+                return Q::Lit(c);
             }
         }
         self.shape_qty(QKey::Dim(v, a))
     }
 
-    pub(super) fn pmul(&mut self, a: &str, b: &str) -> String {
-        match (is_lit(a), is_lit(b)) {
-            (Some(x), Some(y)) => x.wrapping_mul(y).to_string(),
-            (Some(1), _) => b.to_string(),
-            (_, Some(1)) => a.to_string(),
-            _ => self.b.hoisted(|ir| ir.mul(&V::i64(a), &V::i64(b)).name),
+    /// `a · b` for a quantity of the whole kernel (hoisted to its entry).
+    pub(super) fn pmul(&mut self, a: &Q, b: &Q) -> Q {
+        match (a.lit(), b.lit()) {
+            (Some(x), Some(y)) => Q::Lit(x.wrapping_mul(y)),
+            (Some(1), _) => b.clone(),
+            (_, Some(1)) => a.clone(),
+            _ => Q::of(&self.b.hoisted(|ir| ir.mul(&a.v(), &b.v()))),
         }
     }
 
-    pub(super) fn padd(&mut self, a: &str, b: &str) -> String {
-        match (is_lit(a), is_lit(b)) {
-            (Some(x), Some(y)) => x.wrapping_add(y).to_string(),
-            (Some(0), _) => b.to_string(),
-            (_, Some(0)) => a.to_string(),
-            _ => self.b.hoisted(|ir| ir.add(&V::i64(a), &V::i64(b)).name),
+    /// `a + b` for a quantity of the whole kernel (hoisted to its entry).
+    pub(super) fn padd(&mut self, a: &Q, b: &Q) -> Q {
+        match (a.lit(), b.lit()) {
+            (Some(x), Some(y)) => Q::Lit(x.wrapping_add(y)),
+            (Some(0), _) => b.clone(),
+            (_, Some(0)) => a.clone(),
+            _ => Q::of(&self.b.hoisted(|ir| ir.add(&a.v(), &b.v()))),
         }
     }
 
-    pub(super) fn bmul(&mut self, a: &str, b: &str) -> String {
-        match (is_lit(a), is_lit(b)) {
-            (Some(x), Some(y)) => x.wrapping_mul(y).to_string(),
-            (Some(0), _) | (_, Some(0)) => "0".into(),
-            (Some(1), _) => b.to_string(),
-            (_, Some(1)) => a.to_string(),
-            _ => self.b.mul_nsw(&V::i64(a), &V::i64(b)).name,
+    /// `a · b` of an index (`nsw`: in-bounds indices do not wrap).
+    pub(super) fn bmul(&mut self, a: &Q, b: &Q) -> Q {
+        match (a.lit(), b.lit()) {
+            (Some(x), Some(y)) => Q::Lit(x.wrapping_mul(y)),
+            (Some(0), _) | (_, Some(0)) => Q::Lit(0),
+            (Some(1), _) => b.clone(),
+            (_, Some(1)) => a.clone(),
+            _ => Q::of(&self.b.mul_nsw(&a.v(), &b.v())),
         }
     }
 
-    pub(super) fn badd(&mut self, a: &str, b: &str) -> String {
-        match (is_lit(a), is_lit(b)) {
-            (Some(x), Some(y)) => x.wrapping_add(y).to_string(),
-            (Some(0), _) => b.to_string(),
-            (_, Some(0)) => a.to_string(),
-            _ => self.b.add_nsw(&V::i64(a), &V::i64(b)).name,
+    /// `a + b` of an index (`nsw`).
+    pub(super) fn badd(&mut self, a: &Q, b: &Q) -> Q {
+        match (a.lit(), b.lit()) {
+            (Some(x), Some(y)) => Q::Lit(x.wrapping_add(y)),
+            (Some(0), _) => b.clone(),
+            (_, Some(0)) => a.clone(),
+            _ => Q::of(&self.b.add_nsw(&a.v(), &b.v())),
         }
     }
 
-    pub(super) fn bsub(&mut self, a: &str, b: &str) -> String {
-        match (is_lit(a), is_lit(b)) {
-            (Some(x), Some(y)) => x.wrapping_sub(y).to_string(),
-            (_, Some(0)) => a.to_string(),
-            _ => self.b.sub_nsw(&V::i64(a), &V::i64(b)).name,
+    /// `a − b` of an index (`nsw`).
+    pub(super) fn bsub(&mut self, a: &Q, b: &Q) -> Q {
+        match (a.lit(), b.lit()) {
+            (Some(x), Some(y)) => Q::Lit(x.wrapping_sub(y)),
+            (_, Some(0)) => a.clone(),
+            _ => Q::of(&self.b.sub_nsw(&a.v(), &b.v())),
         }
     }
 
-    pub(super) fn stride(&mut self, v: Value, i: usize) -> String {
+    /// `(a mod d, a / d)`, unsigned (indices and dims are not negative):
+    /// one step of unravelling an index.
+    pub(super) fn divmod(&mut self, a: &Q, d: &Q) -> (Q, Q) {
+        let rem = Q::of(&self.b.urem(&a.v(), &d.v()));
+        let quo = Q::of(&self.b.udiv(&a.v(), &d.v()));
+        (rem, quo)
+    }
+
+    pub(super) fn stride(&mut self, v: Value, i: usize) -> Q {
         let r = self.vals[v].shape.len();
-        let mut s = "1".to_string();
+        let mut s = Q::Lit(1);
         for j in (i + 1..r).rev() {
             let d = self.dim(v, j);
             s = self.pmul(&s, &d);
@@ -98,28 +167,27 @@ impl<'a> Gen<'a> {
     }
 
     /// Row-major multi-index of `lin` in the shape of `v`.
-    pub(super) fn unravel(&mut self, v: Value, lin: &str) -> Vec<String> {
+    pub(super) fn unravel(&mut self, v: Value, lin: &Q) -> Vec<Q> {
         let r = self.vals[v].shape.len();
-        let mut out = vec![String::new(); r];
-        let mut rest = lin.to_string();
+        let mut out = vec![Q::Lit(0); r];
+        let mut rest = lin.clone();
         for i in (0..r).rev() {
             let d = self.dim(v, i);
             if i == 0 {
                 out[i] = rest.clone();
                 break;
             }
-            if is_lit(&d) == Some(1) {
-                out[i] = "0".into();
+            if d.lit() == Some(1) {
+                out[i] = Q::Lit(0);
                 continue;
             }
-            out[i] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
-            rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
+            (out[i], rest) = self.divmod(&rest, &d);
         }
         out
     }
 
-    pub(super) fn ravel(&mut self, v: Value, dims: &[String]) -> String {
-        let mut acc = "0".to_string();
+    pub(super) fn ravel(&mut self, v: Value, dims: &[Q]) -> Q {
+        let mut acc = Q::Lit(0);
         for (i, d) in dims.iter().enumerate() {
             let s = self.stride(v, i);
             let m = self.bmul(d, &s);
@@ -134,12 +202,12 @@ impl<'a> Gen<'a> {
     /// constant arithmetic; the rest goes through the linear index of the
     /// leading dims, which does not change along a row's inner loop when
     /// the last axis is in a literal group, so its divisions are per row.
-    pub(super) fn reshape_index(&mut self, v: Value, x: Value, o: &[String]) -> Vec<String> {
+    pub(super) fn reshape_index(&mut self, v: Value, x: Value, o: &[Q]) -> Vec<Q> {
         let ri = self.vals[x].shape.len();
-        let mut out = vec!["0".to_string(); ri];
+        let mut out = vec![Q::Lit(0); ri];
         let (mut i, mut j) = (ri, o.len());
         while let Some((i0, j0)) = self.literal_group(v, x, i, j) {
-            let mut g = "0".to_string();
+            let mut g = Q::Lit(0);
             for (k, ok) in o.iter().enumerate().take(j).skip(j0) {
                 let d = self.dim(v, k);
                 let m = self.bmul(&g, &d);
@@ -148,7 +216,7 @@ impl<'a> Gen<'a> {
             self.unravel_into(x, &g, i0..i, &mut out);
             (i, j) = (i0, j0);
         }
-        let mut pre = "0".to_string();
+        let mut pre = Q::Lit(0);
         for (k, ok) in o.iter().enumerate().take(j) {
             let d = self.dim(v, k);
             let m = self.bmul(&pre, &d);
@@ -162,51 +230,71 @@ impl<'a> Gen<'a> {
     /// `j0..j`, all literal and of equal products, when there is one.
     fn literal_group(&mut self, v: Value, x: Value, i: usize, j: usize) -> Option<(usize, usize)> {
         let (mut i0, mut j0) = (i.checked_sub(1)?, j.checked_sub(1)?);
-        let mut pi = is_lit(&self.dim(x, i0))?;
-        let mut pj = is_lit(&self.dim(v, j0))?;
+        let mut pi = self.dim(x, i0).lit()?;
+        let mut pj = self.dim(v, j0).lit()?;
         while pi != pj {
             if pi < pj {
                 i0 = i0.checked_sub(1)?;
-                pi = pi.checked_mul(is_lit(&self.dim(x, i0))?)?;
+                pi = pi.checked_mul(self.dim(x, i0).lit()?)?;
             } else {
                 j0 = j0.checked_sub(1)?;
-                pj = pj.checked_mul(is_lit(&self.dim(v, j0))?)?;
+                pj = pj.checked_mul(self.dim(v, j0).lit()?)?;
             }
         }
         Some((i0, j0))
     }
 
     /// `lin` unravelled over `x`'s dims `axes` (row-major) into `out`.
-    fn unravel_into(
-        &mut self,
-        x: Value,
-        lin: &str,
-        axes: std::ops::Range<usize>,
-        out: &mut [String],
-    ) {
-        let mut rest = lin.to_string();
+    fn unravel_into(&mut self, x: Value, lin: &Q, axes: std::ops::Range<usize>, out: &mut [Q]) {
+        let mut rest = lin.clone();
         for k in axes.clone().rev() {
             if k == axes.start {
                 out[k] = rest.clone();
                 break;
             }
             let d = self.dim(x, k);
-            if is_lit(&d) == Some(1) {
-                out[k] = "0".into();
+            if d.lit() == Some(1) {
+                out[k] = Q::Lit(0);
                 continue;
             }
-            out[k] = self.b.urem(&V::i64(&rest), &V::i64(&d)).name;
-            rest = self.b.udiv(&V::i64(&rest), &V::i64(&d)).name;
+            (out[k], rest) = self.divmod(&rest, &d);
         }
     }
 
-    pub(super) fn dims_of(&mut self, v: Value, idx: &Idx) -> Vec<String> {
+    pub(super) fn dims_of(&mut self, v: Value, idx: &Idx) -> Vec<Q> {
         match &idx.dims {
             Some(d) => d.clone(),
             None => {
-                let lin = idx.lin.clone().unwrap_or_else(|| "0".into());
+                let lin = idx.lin.clone().unwrap_or(Q::Lit(0));
                 self.unravel(v, &lin)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quantity_is_a_literal_exactly_when_its_operand_is_one() {
+        for n in [0, 1, -1, 64, i64::MIN, i64::MAX] {
+            let q = Q::of(&V::int(Ty::I64, n));
+            assert_eq!(q, Q::Lit(n));
+            assert_eq!(q.lit(), Some(n));
+            assert_eq!(q.to_string(), n.to_string());
+            assert_eq!(q.v(), V::int(Ty::I64, n));
+        }
+        let r = Q::reg("%iv3");
+        assert_eq!(r, Q::Reg("%iv3".into()));
+        assert_eq!(r.lit(), None);
+        assert_eq!(r.to_string(), "%iv3");
+        assert_eq!(Q::of(&r.v()), r);
+    }
+
+    #[test]
+    #[should_panic(expected = "shape quantity of type")]
+    fn a_quantity_is_an_i64() {
+        Q::of(&V::int(Ty::I32, 1));
     }
 }

@@ -24,12 +24,12 @@ use super::*;
 struct Heap {
     /// The `i64` row holding the heap (slot `j` at `base + j·step`).
     hp: V,
-    base: String,
-    step: String,
+    base: Q,
+    step: Q,
     /// The operand and its lane (element `i` at `xbase + i·xstep`).
     x: Value,
-    xbase: String,
-    xstep: String,
+    xbase: Q,
+    xstep: Q,
 }
 
 impl<'a> Gen<'a> {
@@ -43,7 +43,7 @@ impl<'a> Gen<'a> {
         x: Value,
         scratch: Option<V>,
     ) {
-        let (lane, lp) = self.loop_begin("%start", "%end");
+        let (lane, lp) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         let src = self.unravel_lane(out, &lane, axis);
         let hp = match scratch {
             Some(s) => s,
@@ -63,7 +63,7 @@ impl<'a> Gen<'a> {
         if !indices {
             // Each selected element, copied (loaded and stored as every
             // kernel copies an element, so bit-identical to the denotation).
-            let (j, lj) = self.loop_begin("0", &k);
+            let (j, lj) = self.loop_begin(&Q::Lit(0), &k);
             let i = self.slot(&h, &j);
             let e = self.elem(&h, &i);
             let off = self.lin(&h.base, &h.step, &j);
@@ -76,14 +76,14 @@ impl<'a> Gen<'a> {
     /// One pass over the lane: the first `k` indices are pushed, each later
     /// one replaces the root (the worst kept) when better, so the heap ends
     /// holding the `k` best.
-    fn heap_select(&mut self, h: &Heap, k: &str, axis: usize) {
+    fn heap_select(&mut self, h: &Heap, k: &Q, axis: usize) {
         let a = self.label();
         let np = self.b.alloca(&format!("%hn{a}"), Ty::I64, 8);
         self.b.store(&V::int(Ty::I64, 0), &np);
         let d = self.dim(h.x, axis);
-        let (i, li) = self.loop_begin("0", &d);
+        let (i, li) = self.loop_begin(&Q::Lit(0), &d);
         let n = self.b.load(&np);
-        let room = self.b.icmp("slt", &n, &V::i64(k));
+        let room = self.b.icmp("slt", &n, &k.v());
         self.b
             .emit(&format!("br i1 {room}, label %Hp{a}, label %Hr{a}"));
         // Push: the new index at slot n, sifted up.
@@ -91,7 +91,7 @@ impl<'a> Gen<'a> {
         self.memo.clear();
         let ni = self.b.add(&n, &V::int(Ty::I64, 1));
         self.b.store(&ni, &np);
-        self.sift_up(h, &n.name, &i);
+        self.sift_up(h, &Q::of(&n), &i);
         self.b.emit(&format!("br label %Hx{a}"));
         // Full (n = k ≥ 1 here, the branch is taken only when k > 0):
         // replace the root when the new element is better, then sift down.
@@ -101,14 +101,14 @@ impl<'a> Gen<'a> {
         self.b
             .emit(&format!("br i1 {nonempty}, label %Hq{a}, label %Hx{a}"));
         self.b.block(&format!("Hq{a}"));
-        let root = self.slot(h, "0");
-        let iv = V::i64(&i);
+        let root = self.slot(h, &Q::Lit(0));
+        let iv = i.v();
         let wins = self.better(h, &iv, &root);
         self.b
             .emit(&format!("br i1 {wins}, label %Hs{a}, label %Hx{a}"));
         self.b.block(&format!("Hs{a}"));
-        self.set_slot(h, "0", &iv);
-        self.sift_down(h, &n.name);
+        self.set_slot(h, &Q::Lit(0), &iv);
+        self.sift_down(h, &Q::of(&n));
         self.b.emit(&format!("br label %Hx{a}"));
         self.b.block(&format!("Hx{a}"));
         self.memo.clear();
@@ -117,25 +117,25 @@ impl<'a> Gen<'a> {
 
     /// In-place heap sort of the `k` kept: the root (the worst) swapped to
     /// the end of a shrinking heap, so the row ends best first.
-    fn heap_sort(&mut self, h: &Heap, k: &str) {
-        let last = self.bsub(k, "1");
-        let (t, lt) = self.loop_begin("0", &last);
-        let e = self.b.sub(&V::i64(&last), &V::i64(&t));
-        let top = self.slot(h, "0");
-        let end = self.slot(h, &e.name);
-        self.set_slot(h, "0", &end);
-        self.set_slot(h, &e.name, &top);
-        self.sift_down(h, &e.name);
+    fn heap_sort(&mut self, h: &Heap, k: &Q) {
+        let last = self.bsub(k, &Q::Lit(1));
+        let (t, lt) = self.loop_begin(&Q::Lit(0), &last);
+        let e = Q::of(&self.b.sub(&last.v(), &t.v()));
+        let top = self.slot(h, &Q::Lit(0));
+        let end = self.slot(h, &e);
+        self.set_slot(h, &Q::Lit(0), &end);
+        self.set_slot(h, &e, &top);
+        self.sift_down(h, &e);
         self.loop_end(lt);
     }
 
     /// Move slot `c`'s index (`i`, already at slot `c`'s place in the
     /// caller's view) up while it is worse than its parent's.
-    fn sift_up(&mut self, h: &Heap, c0: &str, i: &str) {
+    fn sift_up(&mut self, h: &Heap, c0: &Q, i: &Q) {
         let a = self.label();
         let cp = self.b.alloca(&format!("%uc{a}"), Ty::I64, 8);
-        self.b.store(&V::i64(c0), &cp);
-        let iv = V::i64(i);
+        self.b.store(&c0.v(), &cp);
+        let iv = i.v();
         self.b.emit(&format!("br label %U{a}.h"));
         self.b.block(&format!("U{a}.h"));
         self.memo.clear();
@@ -146,28 +146,28 @@ impl<'a> Gen<'a> {
         self.b.block(&format!("U{a}.b"));
         let cm = self.b.sub(&c, &V::int(Ty::I64, 1));
         let p = self.b.udiv(&cm, &V::int(Ty::I64, 2));
-        let pi = self.slot(h, &p.name);
+        let pi = self.slot(h, &Q::of(&p));
         // The parent must stay the worse: move it down when `i` is worse.
         let up = self.better(h, &pi, &iv);
         self.b
             .emit(&format!("br i1 {up}, label %U{a}.s, label %U{a}.e"));
         self.b.block(&format!("U{a}.s"));
-        self.set_slot(h, &c.name, &pi);
+        self.set_slot(h, &Q::of(&c), &pi);
         self.b.store(&p, &cp);
         self.b.emit(&format!("br label %U{a}.h"));
         self.b.block(&format!("U{a}.e"));
         self.memo.clear();
         let c = self.b.load(&cp);
-        self.set_slot(h, &c.name, &iv);
+        self.set_slot(h, &Q::of(&c), &iv);
     }
 
     /// Sift the root's index down a heap of `m` slots: swapped with its
     /// worse child while that child is worse than it.
-    fn sift_down(&mut self, h: &Heap, m: &str) {
+    fn sift_down(&mut self, h: &Heap, m: &Q) {
         let a = self.label();
         let cp = self.b.alloca(&format!("%dc{a}"), Ty::I64, 8);
         self.b.store(&V::int(Ty::I64, 0), &cp);
-        let mv = V::i64(m);
+        let mv = m.v();
         self.b.emit(&format!("br label %D{a}.h"));
         self.b.block(&format!("D{a}.h"));
         self.memo.clear();
@@ -180,14 +180,14 @@ impl<'a> Gen<'a> {
             .emit(&format!("br i1 {has}, label %D{a}.b, label %D{a}.e"));
         self.b.block(&format!("D{a}.b"));
         let w = self.worse_child(h, &l, &mv);
-        let ci = self.slot(h, &c.name);
-        let wi = self.slot(h, &w.name);
+        let ci = self.slot(h, &Q::of(&c));
+        let wi = self.slot(h, &Q::of(&w));
         let down = self.better(h, &ci, &wi);
         self.b
             .emit(&format!("br i1 {down}, label %D{a}.s, label %D{a}.e"));
         self.b.block(&format!("D{a}.s"));
-        self.set_slot(h, &c.name, &wi);
-        self.set_slot(h, &w.name, &ci);
+        self.set_slot(h, &Q::of(&c), &wi);
+        self.set_slot(h, &Q::of(&w), &ci);
         self.b.store(&w, &cp);
         self.b.emit(&format!("br label %D{a}.h"));
         self.b.block(&format!("D{a}.e"));
@@ -205,8 +205,8 @@ impl<'a> Gen<'a> {
         self.b
             .emit(&format!("br i1 {has_r}, label %W{a}.r, label %W{a}.e"));
         self.b.block(&format!("W{a}.r"));
-        let li = self.slot(h, &l.name);
-        let ri = self.slot(h, &r.name);
+        let li = self.slot(h, &Q::of(l));
+        let ri = self.slot(h, &Q::of(&r));
         let rb = self.better(h, &li, &ri);
         let pick = self.b.select(&rb, &r, l);
         self.b.emit(&format!("br label %W{a}.e"));
@@ -244,27 +244,27 @@ impl<'a> Gen<'a> {
     }
 
     /// `base + j·step` (an offset within the buffer: `j` < the axis).
-    fn lin(&mut self, base: &str, step: &str, j: &str) -> String {
+    fn lin(&mut self, base: &Q, step: &Q, j: &Q) -> Q {
         let m = self.bmul(j, step);
         self.badd(base, &m)
     }
 
     /// The index held in heap slot `j`.
-    fn slot(&mut self, h: &Heap, j: &str) -> V {
+    fn slot(&mut self, h: &Heap, j: &Q) -> V {
         let off = self.lin(&h.base, &h.step, j);
-        let p = self.b.gep(&h.hp, &[&V::i64(&off)]);
+        let p = self.b.gep(&h.hp, &[&off.v()]);
         self.b.load(&p)
     }
 
-    fn set_slot(&mut self, h: &Heap, j: &str, i: &V) {
+    fn set_slot(&mut self, h: &Heap, j: &Q, i: &V) {
         let off = self.lin(&h.base, &h.step, j);
-        let p = self.b.gep(&h.hp, &[&V::i64(&off)]);
+        let p = self.b.gep(&h.hp, &[&off.v()]);
         self.b.store(i, &p);
     }
 
     /// Element `i` of the lane, in its computation type.
     fn elem(&mut self, h: &Heap, i: &V) -> V {
-        let off = self.lin(&h.xbase, &h.xstep, &i.name);
+        let off = self.lin(&h.xbase, &h.xstep, &Q::of(i));
         self.load(h.x, &off)
     }
 }
