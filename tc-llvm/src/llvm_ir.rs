@@ -419,11 +419,6 @@ impl Builder {
         format!("%t{}", self.n)
     }
 
-    /// Append one instruction line (a store, a branch) to the body.
-    pub(crate) fn emit(&mut self, line: &str) {
-        self.line(line);
-    }
-
     /// Append one line (an `alloca`) to the entry block.
     pub(crate) fn entry_line(&mut self, line: &str) {
         self.pre.push_str("  ");

@@ -524,13 +524,18 @@ impl<'a> Gen<'a> {
         let saved = self.memo.clone();
         let mut off = Q::Lit(0);
         let mut incoming = Vec::new();
+        let merge = self.b.new_block(&format!("Cm{l}"));
+        let mut next = None;
         for (k, (x, dk)) in xs.iter().zip(dks).enumerate() {
             let end = self.padd(&off, dk);
             let inside = self.b.icmp("slt", &j.v(), &end.v());
-            self.b.emit(&format!(
-                "br i1 {inside}, label %Cb{l}.{k}, label %Cn{l}.{k}"
-            ));
-            self.b.block(&format!("Cb{l}.{k}"));
+            let (read, read_end, past) = (
+                self.b.new_block(&format!("Cb{l}.{k}")),
+                self.b.new_block(&format!("Ce{l}.{k}")),
+                self.b.new_block(&format!("Cn{l}.{k}")),
+            );
+            self.b.cond_br(&inside, &read, &past);
+            self.b.switch_to(&read);
             let local = self.bsub(&j, &off);
             let mut sd = d.to_vec();
             sd[axis] = local;
@@ -541,20 +546,21 @@ impl<'a> Gen<'a> {
                     lin: None,
                 },
             );
-            self.b.emit(&format!("br label %Ce{l}.{k}"));
-            self.b.block(&format!("Ce{l}.{k}"));
-            self.b.emit(&format!("br label %Cm{l}"));
-            incoming.push((e, format!("Ce{l}.{k}")));
+            self.b.br(&read_end);
+            self.b.switch_to(&read_end);
+            self.b.br(&merge);
+            incoming.push((e, read_end));
             self.memo = saved.clone();
-            self.b.block(&format!("Cn{l}.{k}"));
+            self.b.switch_to(&past);
+            next = Some(past);
             off = end;
         }
         // Past every operand: unreachable for an index inside the output.
         let z = self.zero_of(dt);
-        self.b.emit(&format!("br label %Cm{l}"));
-        incoming.push((z, format!("Cn{l}.{}", xs.len() - 1)));
-        self.b.block(&format!("Cm{l}"));
-        self.b.phi_labels(&incoming)
+        self.b.br(&merge);
+        incoming.push((z, next.expect("a concat has an operand")));
+        self.b.switch_to(&merge);
+        self.b.phi(&incoming)
     }
 
     /// §12b pad: the operand's element at `j − before` when that is inside
@@ -589,9 +595,14 @@ impl<'a> Gen<'a> {
     pub(super) fn read_if(&mut self, inside: &V, x: Value, dims: Vec<Q>, other: V) -> V {
         let lab = self.label();
         let saved = self.memo.clone();
-        self.b
-            .emit(&format!("br i1 {inside}, label %Pb{lab}, label %Pm{lab}.f"));
-        self.b.block(&format!("Pb{lab}"));
+        let (read, read_end, merge, outside) = (
+            self.b.new_block(&format!("Pb{lab}")),
+            self.b.new_block(&format!("Pe{lab}")),
+            self.b.new_block(&format!("Pm{lab}")),
+            self.b.new_block(&format!("Pm{lab}.f")),
+        );
+        self.b.cond_br(inside, &read, &outside);
+        self.b.switch_to(&read);
         let e = self.val(
             x,
             &Idx {
@@ -599,16 +610,15 @@ impl<'a> Gen<'a> {
                 lin: None,
             },
         );
-        self.b.emit(&format!("br label %Pe{lab}"));
-        self.b.block(&format!("Pe{lab}"));
-        self.b.emit(&format!("br label %Pm{lab}"));
+        self.b.br(&read_end);
+        self.b.switch_to(&read_end);
+        self.b.br(&merge);
         // Values computed inside the branch do not dominate what follows.
         self.memo = saved;
-        self.b.block(&format!("Pm{lab}.f"));
-        self.b.emit(&format!("br label %Pm{lab}"));
-        self.b.block(&format!("Pm{lab}"));
-        self.b
-            .phi_labels(&[(e, format!("Pe{lab}")), (other, format!("Pm{lab}.f"))])
+        self.b.switch_to(&outside);
+        self.b.br(&merge);
+        self.b.switch_to(&merge);
+        self.b.phi(&[(e, read_end), (other, outside)])
     }
 
     /// The zero of `dt`'s computation type, as an operand.

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// An open loop of [`Gen::loop_begin`], closed by [`Gen::loop_end`].
+#[must_use = "a loop must be closed"]
+pub(super) struct Loop {
+    l: usize,
+    addr: V,
+    iv: V,
+    head: Block,
+    exit: Block,
+}
+
 impl<'a> Gen<'a> {
     // ---- loops -----------------------------------------------------------
 
@@ -11,32 +21,52 @@ impl<'a> Gen<'a> {
         self.lbl
     }
 
-    /// Open `for iv in lo..hi`; returns (iv, loop id).
-    pub(super) fn loop_begin(&mut self, lo: &Q, hi: &Q) -> (Q, usize) {
+    /// Open `for iv in lo..hi`: the induction variable in a stack slot
+    /// (the optimiser promotes it), the test at the head, the body's block
+    /// current. Returns `iv` and the loop, for [`Self::loop_end`].
+    pub(super) fn loop_begin(&mut self, lo: &Q, hi: &Q) -> (Q, Loop) {
         let l = self.label();
-        self.b
-            .entry_line(&format!("%iv{l}.addr = alloca i64, align 8"));
-        self.b
-            .emit(&format!("store i64 {lo}, i64* %iv{l}.addr, align 8"));
-        self.b.emit(&format!("br label %L{l}.h"));
-        self.b.block(&format!("L{l}.h"));
-        self.b
-            .emit(&format!("%iv{l} = load i64, i64* %iv{l}.addr, align 8"));
-        self.b.emit(&format!("%c{l} = icmp slt i64 %iv{l}, {hi}"));
-        self.b
-            .emit(&format!("br i1 %c{l}, label %L{l}.b, label %L{l}.e"));
-        self.b.block(&format!("L{l}.b"));
+        let addr = self.b.alloca(&format!("%iv{l}.addr"), Ty::I64, 8);
+        self.b.store_align(&lo.v(), &addr, 8);
+        let head = self.b.new_block(&format!("L{l}.h"));
+        let body = self.b.new_block(&format!("L{l}.b"));
+        let exit = self.b.new_block(&format!("L{l}.e"));
+        self.b.br(&head);
+        self.b.switch_to(&head);
+        let iv = self.b.named(format!("iv{l}")).load_align(&addr, 8);
+        let c = self.b.named(format!("c{l}")).icmp("slt", &iv, &hi.v());
+        self.b.cond_br(&c, &body, &exit);
+        self.b.switch_to(&body);
         self.memo.clear();
-        (Q::Reg(format!("%iv{l}")), l)
+        let q = Q::of(&iv);
+        (
+            q,
+            Loop {
+                l,
+                addr,
+                iv,
+                head,
+                exit,
+            },
+        )
     }
 
-    pub(super) fn loop_end(&mut self, l: usize) {
-        self.b
-            .emit(&format!("%iv{l}.n = add nuw nsw i64 %iv{l}, 1"));
-        self.b
-            .emit(&format!("store i64 %iv{l}.n, i64* %iv{l}.addr, align 8"));
-        self.b.emit(&format!("br label %L{l}.h"));
-        self.b.block(&format!("L{l}.e"));
+    /// Close `lp`: the increment and the back edge; the exit block current.
+    pub(super) fn loop_end(&mut self, lp: Loop) {
+        let Loop {
+            l,
+            addr,
+            iv,
+            head,
+            exit,
+        } = lp;
+        let next = self
+            .b
+            .named(format!("iv{l}.n"))
+            .add_nuw_nsw(&iv, &V::int(Ty::I64, 1));
+        self.b.store_align(&next, &addr, 8);
+        self.b.br(&head);
+        self.b.switch_to(&exit);
         self.memo.clear();
     }
 
@@ -68,7 +98,7 @@ impl<'a> Gen<'a> {
     pub(super) fn kernel(&mut self, id: usize, out: Value, inputs: &[Value]) -> KernelShape {
         let all: Vec<Value> = std::iter::once(out).chain(inputs.iter().copied()).collect();
         let mut params = self.setup(&all, 1);
-        self.b.block("b0");
+        self.first_block();
         let func = self.func;
         let op = &func
             .inst(out)
@@ -146,7 +176,7 @@ impl<'a> Gen<'a> {
                 }
             }
         };
-        self.b.emit("ret void");
+        self.b.ret_void();
         self.finish_fn(id, &params);
         shape
     }
@@ -191,25 +221,31 @@ impl<'a> Gen<'a> {
         // one otherwise. Same values either way: an extent that is not 1
         // is read at the output's index in both.
         let l = self.label();
-        self.b
-            .emit(&format!("br i1 %vc{l}, label %V{l}.f, label %V{l}.s"));
-        self.b.block(&format!("V{l}.f"));
+        let (fast, slow, join) = (
+            self.b.new_block(&format!("V{l}.f")),
+            self.b.new_block(&format!("V{l}.s")),
+            self.b.new_block(&format!("V{l}.x")),
+        );
+        // Defined in the entry block below, once the flags are known.
+        let vc = V::new(Ty::I1, format!("%vc{l}"));
+        self.b.cond_br(&vc, &fast, &slow);
+        self.b.switch_to(&fast);
         let outer = std::mem::replace(&mut self.assumed, Some(Vec::new()));
         self.inner_loop(out, dims.clone(), &base, &inner);
         let flags = std::mem::replace(&mut self.assumed, outer).unwrap_or_default();
-        self.b.emit(&format!("br label %V{l}.x"));
-        self.b.block(&format!("V{l}.s"));
+        self.b.br(&join);
+        self.b.switch_to(&slow);
         if !flags.is_empty() {
             self.inner_loop(out, dims, &base, &inner);
         }
-        self.b.emit(&format!("br label %V{l}.x"));
-        self.b.block(&format!("V{l}.x"));
+        self.b.br(&join);
+        self.b.switch_to(&join);
         let mut any = V::bool(false);
         for f in &flags {
             any = self.b.hoisted(|b| b.or(&any, f));
         }
         self.b
-            .entry_line(&format!("%vc{l} = xor {}, true", any.typed()));
+            .entry_line(&format!("{vc} = xor {}, true", any.typed()));
     }
 
     /// The inner loop of [`Gen::nested_row`] over the last axis.
@@ -302,7 +338,7 @@ impl<'a> Gen<'a> {
     ) -> KernelShape {
         let all: Vec<Value> = members.iter().chain(inputs.iter()).copied().collect();
         let params = self.setup(&all, members.len());
-        self.b.block("b0");
+        self.first_block();
         let (o, l) = self.loop_begin(&Q::reg("%start"), &Q::reg("%end"));
         let func = self.func;
         let stashes = self.group_stashes(members);
@@ -343,7 +379,7 @@ impl<'a> Gen<'a> {
             }
         }
         self.loop_end(l);
-        self.b.emit("ret void");
+        self.b.ret_void();
         self.finish_fn(id, &params);
         KernelShape::Rows
     }
@@ -490,7 +526,15 @@ impl<'a> Gen<'a> {
         src
     }
 
+    /// Enter the kernel body's first block, `b0` (the entry block,
+    /// [`Builder::pre`], branches to it: [`Self::finish_fn`]).
+    fn first_block(&mut self) {
+        let b0 = self.b.new_block("b0");
+        self.b.switch_to(&b0);
+    }
+
     pub(super) fn finish_fn(&mut self, id: usize, params: &[String]) {
+        self.b.check_body();
         let mut f = String::new();
         let _ = writeln!(
             f,

@@ -41,7 +41,7 @@ use tc_core::{Dtype, Sigma};
 use tc_runtime::cast;
 use tc_runtime::elem::Elem;
 
-use crate::llvm_ir::{Builder, Ty, V};
+use crate::llvm_ir::{Block, Builder, Ty, V};
 use crate::options::{Error, JitOptions};
 use crate::plan::{Step, Structure, VKind, ValInfo};
 use crate::rt::{dtype_code, unary_code};

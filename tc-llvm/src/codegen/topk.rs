@@ -84,33 +84,32 @@ impl<'a> Gen<'a> {
         let (i, li) = self.loop_begin(&Q::Lit(0), &d);
         let n = self.b.load(&np);
         let room = self.b.icmp("slt", &n, &k.v());
-        self.b
-            .emit(&format!("br i1 {room}, label %Hp{a}, label %Hr{a}"));
+        let [push, full, replace, swap, next] =
+            ["Hp", "Hr", "Hq", "Hs", "Hx"].map(|s| self.b.new_block(&format!("{s}{a}")));
+        self.b.cond_br(&room, &push, &full);
         // Push: the new index at slot n, sifted up.
-        self.b.block(&format!("Hp{a}"));
+        self.b.switch_to(&push);
         self.memo.clear();
         let ni = self.b.add(&n, &V::int(Ty::I64, 1));
         self.b.store(&ni, &np);
         self.sift_up(h, &Q::of(&n), &i);
-        self.b.emit(&format!("br label %Hx{a}"));
+        self.b.br(&next);
         // Full (n = k ≥ 1 here, the branch is taken only when k > 0):
         // replace the root when the new element is better, then sift down.
-        self.b.block(&format!("Hr{a}"));
+        self.b.switch_to(&full);
         self.memo.clear();
         let nonempty = self.b.icmp("sgt", &n, &V::int(Ty::I64, 0));
-        self.b
-            .emit(&format!("br i1 {nonempty}, label %Hq{a}, label %Hx{a}"));
-        self.b.block(&format!("Hq{a}"));
+        self.b.cond_br(&nonempty, &replace, &next);
+        self.b.switch_to(&replace);
         let root = self.slot(h, &Q::Lit(0));
         let iv = i.v();
         let wins = self.better(h, &iv, &root);
-        self.b
-            .emit(&format!("br i1 {wins}, label %Hs{a}, label %Hx{a}"));
-        self.b.block(&format!("Hs{a}"));
+        self.b.cond_br(&wins, &swap, &next);
+        self.b.switch_to(&swap);
         self.set_slot(h, &Q::Lit(0), &iv);
         self.sift_down(h, &Q::of(&n));
-        self.b.emit(&format!("br label %Hx{a}"));
-        self.b.block(&format!("Hx{a}"));
+        self.b.br(&next);
+        self.b.switch_to(&next);
         self.memo.clear();
         self.loop_end(li);
     }
@@ -136,26 +135,26 @@ impl<'a> Gen<'a> {
         let cp = self.b.alloca(&format!("%uc{a}"), Ty::I64, 8);
         self.b.store(&c0.v(), &cp);
         let iv = i.v();
-        self.b.emit(&format!("br label %U{a}.h"));
-        self.b.block(&format!("U{a}.h"));
+        let [head, body, swap, exit] =
+            ["h", "b", "s", "e"].map(|s| self.b.new_block(&format!("U{a}.{s}")));
+        self.b.br(&head);
+        self.b.switch_to(&head);
         self.memo.clear();
         let c = self.b.load(&cp);
         let top = self.b.icmp("eq", &c, &V::int(Ty::I64, 0));
-        self.b
-            .emit(&format!("br i1 {top}, label %U{a}.e, label %U{a}.b"));
-        self.b.block(&format!("U{a}.b"));
+        self.b.cond_br(&top, &exit, &body);
+        self.b.switch_to(&body);
         let cm = self.b.sub(&c, &V::int(Ty::I64, 1));
         let p = self.b.udiv(&cm, &V::int(Ty::I64, 2));
         let pi = self.slot(h, &Q::of(&p));
         // The parent must stay the worse: move it down when `i` is worse.
         let up = self.better(h, &pi, &iv);
-        self.b
-            .emit(&format!("br i1 {up}, label %U{a}.s, label %U{a}.e"));
-        self.b.block(&format!("U{a}.s"));
+        self.b.cond_br(&up, &swap, &exit);
+        self.b.switch_to(&swap);
         self.set_slot(h, &Q::of(&c), &pi);
         self.b.store(&p, &cp);
-        self.b.emit(&format!("br label %U{a}.h"));
-        self.b.block(&format!("U{a}.e"));
+        self.b.br(&head);
+        self.b.switch_to(&exit);
         self.memo.clear();
         let c = self.b.load(&cp);
         self.set_slot(h, &Q::of(&c), &iv);
@@ -168,29 +167,29 @@ impl<'a> Gen<'a> {
         let cp = self.b.alloca(&format!("%dc{a}"), Ty::I64, 8);
         self.b.store(&V::int(Ty::I64, 0), &cp);
         let mv = m.v();
-        self.b.emit(&format!("br label %D{a}.h"));
-        self.b.block(&format!("D{a}.h"));
+        let [head, body, swap, exit] =
+            ["h", "b", "s", "e"].map(|s| self.b.new_block(&format!("D{a}.{s}")));
+        self.b.br(&head);
+        self.b.switch_to(&head);
         self.memo.clear();
         let c = self.b.load(&cp);
         // 2c + 1 < m ≤ k: c < k / 2, so no overflow.
         let c2 = self.b.shl(&c, &V::int(Ty::I64, 1));
         let l = self.b.add(&c2, &V::int(Ty::I64, 1));
         let has = self.b.icmp("slt", &l, &mv);
-        self.b
-            .emit(&format!("br i1 {has}, label %D{a}.b, label %D{a}.e"));
-        self.b.block(&format!("D{a}.b"));
+        self.b.cond_br(&has, &body, &exit);
+        self.b.switch_to(&body);
         let w = self.worse_child(h, &l, &mv);
         let ci = self.slot(h, &Q::of(&c));
         let wi = self.slot(h, &Q::of(&w));
         let down = self.better(h, &ci, &wi);
-        self.b
-            .emit(&format!("br i1 {down}, label %D{a}.s, label %D{a}.e"));
-        self.b.block(&format!("D{a}.s"));
+        self.b.cond_br(&down, &swap, &exit);
+        self.b.switch_to(&swap);
         self.set_slot(h, &Q::of(&c), &wi);
         self.set_slot(h, &Q::of(&w), &ci);
         self.b.store(&w, &cp);
-        self.b.emit(&format!("br label %D{a}.h"));
-        self.b.block(&format!("D{a}.e"));
+        self.b.br(&head);
+        self.b.switch_to(&exit);
         self.memo.clear();
     }
 
@@ -199,20 +198,18 @@ impl<'a> Gen<'a> {
         let a = self.label();
         let r = self.b.add(l, &V::int(Ty::I64, 1));
         let has_r = self.b.icmp("slt", &r, m);
-        let pre = format!("W{a}.p");
-        self.b.emit(&format!("br label %{pre}"));
-        self.b.block(&pre);
-        self.b
-            .emit(&format!("br i1 {has_r}, label %W{a}.r, label %W{a}.e"));
-        self.b.block(&format!("W{a}.r"));
+        let [pre, right, exit] = ["p", "r", "e"].map(|s| self.b.new_block(&format!("W{a}.{s}")));
+        self.b.br(&pre);
+        self.b.switch_to(&pre);
+        self.b.cond_br(&has_r, &right, &exit);
+        self.b.switch_to(&right);
         let li = self.slot(h, &Q::of(l));
         let ri = self.slot(h, &Q::of(&r));
         let rb = self.better(h, &li, &ri);
         let pick = self.b.select(&rb, &r, l);
-        self.b.emit(&format!("br label %W{a}.e"));
-        self.b.block(&format!("W{a}.e"));
-        self.b
-            .phi_labels(&[(l.clone(), pre), (pick, format!("W{a}.r"))])
+        self.b.br(&exit);
+        self.b.switch_to(&exit);
+        self.b.phi(&[(l.clone(), pre), (pick, right)])
     }
 
     /// Is the element at index `i` better than the one at `j` (`i ≠ j`):

@@ -76,8 +76,7 @@ struct Cur {
 /// One function's control-flow state (cleared by [`Builder::reset`]).
 #[derive(Debug, Default)]
 pub(super) struct FnState {
-    /// `None` in the string-labelled blocks of [`Builder::block`], which
-    /// their emitter terminates by hand.
+    /// `None` until the first block is entered.
     cur: Option<Cur>,
     entry_closed: bool,
     labels: HashSet<String>,
@@ -254,16 +253,6 @@ impl Builder {
         });
     }
 
-    /// Start block `name` in the body, labelled and terminated by its
-    /// emitter (string-labelled control flow; not checked).
-    pub(crate) fn block(&mut self, name: &str) {
-        self.f.check_closed(name);
-        self.f.labels.insert(name.to_string());
-        self.f.cur = None;
-        self.body.push_str(name);
-        self.body.push_str(":\n");
-    }
-
     // ---- terminators -------------------------------------------------------
 
     /// Write the terminator `text` to the current block, naming `targets`.
@@ -332,9 +321,6 @@ impl Builder {
     }
 
     /// A phi over `(value, predecessor)` pairs, all of one type.
-    // Its callers are to be the string-labelled emitters, once they move
-    // to block handles ([`Self::phi_labels`] until then).
-    #[allow(dead_code)]
     pub(crate) fn phi(&mut self, incoming: &[(V, Block)]) -> V {
         let (ty, arms) = self.phi_arms(None, incoming);
         self.def_phi(ty, format!("phi {ty} {arms}"))
@@ -363,18 +349,6 @@ impl Builder {
         self.f.open_phis -= 1;
     }
 
-    /// A phi over `(value, predecessor label)` pairs, all of one type, in
-    /// string-labelled control flow ([`Self::block`]).
-    pub(crate) fn phi_labels(&mut self, incoming: &[(V, String)]) -> V {
-        let ty = incoming.first().expect("ir: empty phi").0.ty;
-        let mut arms = Vec::new();
-        for (v, l) in incoming {
-            assert!(v.ty == ty, "ir: phi arm {} {} in a {ty} phi", v.ty, v.name);
-            arms.push(format!("[ {v}, %{l} ]"));
-        }
-        self.def_phi(ty, format!("phi {ty} {}", arms.join(", ")))
-    }
-
     // ---- the function and the module ---------------------------------------
 
     /// The text of `define void @name(params) attrs { … }`, the function
@@ -384,11 +358,8 @@ impl Builder {
     pub(crate) fn define_void(&mut self, name: &str, attrs: &str) -> String {
         let f = &self.f;
         assert!(f.placed.contains(ENTRY), "ir: `@{name}` has no entry block");
-        f.check_closed("the end of the function");
-        if let Some(t) = f.targets.iter().find(|t| !f.placed.contains(*t)) {
-            panic!("ir: a branch or phi names block `{t}`, never placed");
-        }
-        assert!(f.open_phis == 0, "ir: {} phi(s) left open", f.open_phis);
+        self.check_body();
+        let f = &self.f;
         let text = format!(
             "define void @{name}({}) {attrs} {{\n{ENTRY}:\n{}{}}}\n\n",
             f.params.join(", "),
@@ -397,6 +368,20 @@ impl Builder {
         );
         self.reset();
         text
+    }
+
+    /// Panic unless the blocks after the entry block are whole: the last
+    /// one terminated, every branch target placed, every phi closed. For a
+    /// function whose entry block its caller writes ([`Self::pre`], then a
+    /// branch to the first block of [`Self::body`]); [`Self::define_void`]
+    /// checks this too.
+    pub(crate) fn check_body(&self) {
+        let f = &self.f;
+        f.check_closed("the end of the function");
+        if let Some(t) = f.targets.iter().find(|t| !f.placed.contains(*t)) {
+            panic!("ir: a branch or phi names block `{t}`, never placed");
+        }
+        assert!(f.open_phis == 0, "ir: {} phi(s) left open", f.open_phis);
     }
 
     /// Register the metadata of a loop: the id of its distinct node.

@@ -374,3 +374,36 @@ fn a_name_defined_twice_panics() {
     b.named("x").add(&y, &y);
     b.named("x").add(&y, &y);
 }
+
+/// A body whose entry block its caller writes (codegen's kernels): the
+/// blocks after it are checked whole.
+#[test]
+fn a_body_without_its_entry_block_is_checked_whole() {
+    let mut b = Builder::default();
+    let (first, next) = (b.new_block("b0"), b.new_block("b1"));
+    b.switch_to(&first);
+    b.br(&next);
+    b.switch_to(&next);
+    b.ret_void();
+    b.check_body();
+    assert_eq!(b.body, "b0:\n  br label %b1\nb1:\n  ret void\n");
+}
+
+#[test]
+#[should_panic(expected = "names block `b1`, never placed")]
+fn a_body_branching_to_an_unplaced_block_panics() {
+    let mut b = Builder::default();
+    let (first, next) = (b.new_block("b0"), b.new_block("b1"));
+    b.switch_to(&first);
+    b.br(&next);
+    b.check_body();
+}
+
+#[test]
+#[should_panic(expected = "falls through to `the end of the function`")]
+fn a_body_left_open_panics() {
+    let mut b = Builder::default();
+    let first = b.new_block("b0");
+    b.switch_to(&first);
+    b.check_body();
+}
