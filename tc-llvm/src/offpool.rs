@@ -13,7 +13,9 @@
 
 /// `f` over `items`, results in the items' order, on this thread and at
 /// most as many scoped threads beside it as the machine has other CPUs,
-/// each taking the next item in turn. A panic in `f` propagates.
+/// each taking the next item in turn. The scoped threads may run on any
+/// CPU, also when this thread is a pinned worker
+/// (`crate::threads::unpin_current`). A panic in `f` propagates.
 pub(crate) fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -28,7 +30,14 @@ pub(crate) fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> 
         }
     };
     let mut all = std::thread::scope(|s| {
-        let others: Vec<_> = (0..helpers).map(|_| s.spawn(work)).collect();
+        let others: Vec<_> = (0..helpers)
+            .map(|_| {
+                s.spawn(|| {
+                    crate::threads::unpin_current();
+                    work()
+                })
+            })
+            .collect();
         let mut all = work();
         for h in others {
             all.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
@@ -45,7 +54,10 @@ pub(crate) fn join<A: Send, B: Send>(
     b: impl FnOnce() -> B + Send,
 ) -> (A, B) {
     std::thread::scope(|s| {
-        let hb = s.spawn(b);
+        let hb = s.spawn(|| {
+            crate::threads::unpin_current();
+            b()
+        });
         let ra = a();
         let rb = hb.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         (ra, rb)

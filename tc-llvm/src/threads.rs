@@ -35,6 +35,9 @@ use std::sync::OnceLock;
 /// Workers pinned so far (each pins itself as it starts).
 static PINNED: AtomicUsize = AtomicUsize::new(0);
 
+/// The CPUs the process could run on when tc pinned its pool.
+static ALLOWED: OnceLock<Vec<usize>> = OnceLock::new();
+
 /// Build rayon's global pool with pinned workers, once, unless
 /// `TC_PIN_THREADS=0` or the pool already exists. Every tc call,
 /// [`crate::session`] and [`crate::compile_with`] call it first; a program
@@ -66,17 +69,34 @@ pub fn pinned_workers() -> usize {
     PINNED.load(Ordering::Acquire)
 }
 
+/// Let the calling thread run on every CPU the process could when tc
+/// pinned its pool. For the threads a pinned worker starts (a compile's
+/// parts, `crate::offpool`): a new thread inherits its creator's one-CPU
+/// mask, so a compile split across threads from a pinned worker ran them
+/// all on that worker's CPU, taking turns (MiniLM's first call with an
+/// empty kernel cache: two compile threads at half a CPU each while the
+/// other CPU idled). Nothing when tc pinned no worker.
+pub(crate) fn unpin_current() {
+    #[cfg(target_os = "linux")]
+    if pinned_workers() > 0 {
+        if let Some(cpus) = ALLOWED.get() {
+            set_affinity(cpus);
+        }
+    }
+}
+
 #[cfg(target_os = "linux")]
 fn build_pinned() -> bool {
     let Some(cpus) = allowed_cpus() else {
         return false;
     };
+    let _ = ALLOWED.set(cpus.clone());
     rayon::ThreadPoolBuilder::new()
         .start_handler(move |i| {
             // The pool's size, known here: the worker is registered
             // before its start handler runs.
             let n = rayon::current_num_threads();
-            if n >= 2 && n == cpus.len() && pin_current(cpus[i]) {
+            if n >= 2 && n == cpus.len() && set_affinity(&cpus[i..=i]) {
                 PINNED.fetch_add(1, Ordering::Release);
             }
         })
@@ -107,15 +127,45 @@ fn allowed_cpus() -> Option<Vec<usize>> {
     (!cpus.is_empty()).then_some(cpus)
 }
 
-/// Pin the calling thread to `cpu`.
+/// Let the calling thread run on `cpus` only.
 #[cfg(target_os = "linux")]
-fn pin_current(cpu: usize) -> bool {
-    // SAFETY: `set` is a zeroed (empty) `cpu_set_t` with one bit set by
-    // `CPU_SET` (`cpu` is one of `allowed_cpus`, below the set's size),
+fn set_affinity(cpus: &[usize]) -> bool {
+    // SAFETY: `set` is a zeroed (empty) `cpu_set_t` with bits set by
+    // `CPU_SET` (each CPU is one of `allowed_cpus`, below the set's size),
     // passed with its size; pid 0 is the calling thread.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// What `unpin_current` does for a compile's thread: a thread started
+    /// by a thread pinned to one CPU inherits that one CPU, and gets every
+    /// CPU back by `set_affinity`.
+    #[test]
+    fn a_thread_started_by_a_pinned_thread_is_let_run_everywhere() {
+        let all = allowed_cpus().expect("an affinity mask");
+        if all.len() < 2 {
+            return;
+        }
+        std::thread::spawn(move || {
+            assert!(set_affinity(&all[..1]));
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    assert_eq!(allowed_cpus().as_deref(), Some(&all[..1]));
+                    assert!(set_affinity(&all));
+                    assert_eq!(allowed_cpus(), Some(all.clone()));
+                });
+            });
+        })
+        .join()
+        .expect("the pinned thread");
     }
 }
