@@ -4008,6 +4008,18 @@ pub struct Record {
     /// A real-sizes case whose pair of calls on 2 threads ran and was
     /// compared ([`CaseResult::real_pair`]).
     pub real_pair: bool,
+    /// Modules compiled by LLVM for this case, and loaded from the run's
+    /// kernel cache instead (another mode or case compiled the same IR).
+    pub modules: (u64, u64),
+}
+
+/// Lookups of the process's kernel cache so far: (missed, so compiled;
+/// found, so loaded).
+fn cache_lookups() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    tc_llvm::disk::Store::global().map_or((0, 0), |s| {
+        (s.stats.misses.load(Relaxed), s.stats.hits.load(Relaxed))
+    })
 }
 
 fn program_size(p: &Program) -> usize {
@@ -4056,6 +4068,7 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
         over: 0,
         all_modes: false,
         real_pair: false,
+        modules: (0, 0),
     };
     if let Ok(p) = catch_unwind(AssertUnwindSafe(|| gen_program(seed, cfg))) {
         r.fingerprint = program_fingerprint(&p);
@@ -4092,7 +4105,10 @@ pub fn process(seed: u64, cfg: &GenConfig, budget: usize, shared: &Jit) -> Recor
             r.real = case.program.real.is_some();
             let (macs, elems) = work(&case);
             r.over = (macs >= PAR_MACS) as u8 | ((elems >= PAR_ELEMS) as u8) << 1;
+            let before = cache_lookups();
             let res = run_case(&case, shared, cfg);
+            let after = cache_lookups();
+            r.modules = (after.0 - before.0, after.1 - before.1);
             r.all_modes = res.all_modes;
             r.real_pair = res.real_pair;
             r.fallbacks = res.fallbacks;
@@ -4155,7 +4171,7 @@ impl Record {
             Status::Fail => "fail",
         };
         v.push(format!(
-            "@@R {} {st} {} {} {} {} {} {} {:016x} {} {} {} {} {}",
+            "@@R {} {st} {} {} {} {} {} {} {:016x} {} {} {} {} {} {} {}",
             self.seed,
             self.size,
             self.fallbacks,
@@ -4172,7 +4188,9 @@ impl Record {
             self.real as u8,
             self.over,
             self.all_modes as u8,
-            self.real_pair as u8
+            self.real_pair as u8,
+            self.modules.0,
+            self.modules.1
         ));
         v
     }
@@ -4248,6 +4266,7 @@ impl Parser {
                     over: num(16) as u8,
                     all_modes: num(17) == 1,
                     real_pair: num(18) == 1,
+                    modules: (num(19), num(20)),
                 })
             }
             _ => None,
@@ -4305,6 +4324,8 @@ pub struct Stats {
     pub real_pairs: u64,
     /// Programs run in all six JIT modes.
     pub all_modes: u64,
+    /// Modules compiled by LLVM, and loaded from the run's kernel cache.
+    pub modules: (u64, u64),
     /// Comparisons by kind and fallbacks by reason.
     pub counts: Counts,
     /// Accepted programs per op family present.
@@ -4350,6 +4371,8 @@ impl Stats {
         self.over_elems += (r.over >> 1 & 1) as u64;
         self.real_pairs += r.real_pair as u64;
         self.all_modes += r.all_modes as u64;
+        self.modules.0 += r.modules.0;
+        self.modules.1 += r.modules.1;
         self.counts.add(&r.counts);
         for f in &r.families {
             *self.coverage.entry(f.clone()).or_default() += 1;
@@ -4377,6 +4400,8 @@ impl Stats {
         self.over_elems += o.over_elems;
         self.real_pairs += o.real_pairs;
         self.all_modes += o.all_modes;
+        self.modules.0 += o.modules.0;
+        self.modules.1 += o.modules.1;
         self.counts.add(&o.counts);
         for (k, v) in o.coverage {
             *self.coverage.entry(k).or_default() += v;
@@ -4495,6 +4520,11 @@ impl Stats {
         let _ = writeln!(s, "  a product of ≥ 2^23 multiply-adds {}", self.over_macs);
         let _ = writeln!(s, "  an elementwise value ≥ 2^18 elems {}", self.over_elems);
         let _ = writeln!(s, "  run in all six JIT modes          {}", self.all_modes);
+        let _ = writeln!(
+            s,
+            "  modules compiled / loaded         {} / {} (the run's kernel cache)",
+            self.modules.0, self.modules.1
+        );
         let _ = writeln!(s, "  values compared bit-exactly       {}", c.exact);
         let _ = writeln!(s, "  values compared within a bound    {}", c.bounded);
         let _ = writeln!(
@@ -4741,6 +4771,7 @@ pub fn supervise(
             over: 0,
             all_modes: false,
             real_pair: false,
+            modules: (0, 0),
         });
         progress(stats);
         next = seed + 1;

@@ -1237,12 +1237,16 @@ pub mod denote {
             ib[..r - 2].copy_from_slice(&o[..r - 2]);
             ia[r - 2] = o[r - 2];
             ib[r - 1] = o[r - 1];
+            ia[r - 1] = 0;
+            ib[r - 2] = 0;
+            // Term l reads a(…, i, l) and b(…, l, j): the offsets of l = 0
+            // advanced by the summed axis's strides.
+            let (a0, b0) = (ravel(&ia, &sta), ravel(&ib, &stb));
+            let (da, db) = (sta[r - 1], stb[r - 2]);
             let mut facc = 0f32;
             let mut iacc = 0i64;
             for l in 0..k {
-                ia[r - 1] = l;
-                ib[r - 2] = l;
-                match (xs[ravel(&ia, &sta)], ys[ravel(&ib, &stb)]) {
+                match (xs[a0 + l * da], ys[b0 + l * db]) {
                     (Elem::F(x), Elem::F(y)) => facc += x * y,
                     (Elem::I(x), Elem::I(y)) => iacc = iacc.wrapping_add(x.wrapping_mul(y)),
                     (x, y) => return Err(malformed("matmul", format!("elements {x:?}, {y:?}"))),
