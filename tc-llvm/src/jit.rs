@@ -314,7 +314,7 @@ impl JitModule {
             match store.filter(|_| cached).and_then(|s| s.load(ir)) {
                 Some(object) => Ok((object, true)),
                 None => {
-                    let _busy = crate::team::Compiling::start();
+                    let _busy = crate::offpool::Compiling::start();
                     let object = object_code(ir)?;
                     if let Some(s) = store {
                         s.save(ir, &object);

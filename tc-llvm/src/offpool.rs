@@ -11,6 +11,34 @@
 //! nothing but their work, so a compile never needs a pool worker, and a
 //! worker blocked on the lock holds up nothing the compile needs.
 
+/// LLVM compilations running in this process now ([`Compiling`]).
+static COMPILING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A compilation running on this thread, until dropped. Meanwhile the kept
+/// helpers of every session nap between looks for work instead of
+/// spinning (`crate::team`), so the compile's threads get the CPUs: a
+/// first call with an empty kernel cache is mostly compilation, and on two
+/// cores a spinning helper held one of them.
+pub(crate) struct Compiling(());
+
+impl Compiling {
+    pub(crate) fn start() -> Compiling {
+        COMPILING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Compiling(())
+    }
+}
+
+impl Drop for Compiling {
+    fn drop(&mut self) {
+        COMPILING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Is a compilation running ([`Compiling`])?
+pub(crate) fn compiling() -> bool {
+    COMPILING.load(std::sync::atomic::Ordering::Relaxed) > 0
+}
+
 /// `f` over `items`, results in the items' order, on this thread and at
 /// most as many scoped threads beside it as the machine has other CPUs,
 /// each taking the next item in turn. The scoped threads may run on any

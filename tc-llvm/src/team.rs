@@ -24,7 +24,7 @@
 //! kernels between two products leave memory idle.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 thread_local! {
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
@@ -117,37 +117,15 @@ pub fn read_ahead_bytes() -> u64 {
     crate::kernels::readahead::bytes_read()
 }
 
-/// LLVM compilations running in this process now ([`Compiling`]).
-static COMPILING: AtomicUsize = AtomicUsize::new(0);
-
 /// How long a kept helper sleeps between looks for work while a
 /// compilation runs: short beside a compile (milliseconds per module),
 /// long beside the spin it replaces.
 const COMPILE_NAP: std::time::Duration = std::time::Duration::from_micros(100);
 
-/// A compilation running on this thread, until dropped. Meanwhile the kept
-/// helpers of every session nap between looks for work instead of
-/// spinning, so the compile's threads get the CPUs: a first call with an
-/// empty kernel cache is mostly compilation, and on two cores a spinning
-/// helper held one of them.
-pub(crate) struct Compiling(());
-
-impl Compiling {
-    pub(crate) fn start() -> Compiling {
-        COMPILING.fetch_add(1, Ordering::Relaxed);
-        Compiling(())
-    }
-}
-
-impl Drop for Compiling {
-    fn drop(&mut self) {
-        COMPILING.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Run the pool's pending jobs, stealing them from the other workers, and
 /// otherwise read ahead the next product's weight ([`crate::kernels::readahead`]),
-/// until `done`; napping while a compilation runs ([`Compiling`]).
+/// until `done`; napping while a compilation runs
+/// ([`crate::offpool::Compiling`]).
 fn keep_awake(done: &AtomicBool) {
     while !done.load(Ordering::Acquire) {
         if rayon::yield_now() == Some(rayon::Yield::Executed) {
@@ -158,7 +136,7 @@ fn keep_awake(done: &AtomicBool) {
             crate::kernels::readahead::budget(crate::ctx::Settings::get()),
         );
         if ahead.is_none() {
-            if COMPILING.load(Ordering::Relaxed) > 0 {
+            if crate::offpool::compiling() {
                 std::thread::sleep(COMPILE_NAP);
             } else {
                 std::hint::spin_loop();
