@@ -197,12 +197,14 @@ impl Drop for RunCache {
 
 fn main() {
     // A kernel cache of the run's own, in a fresh temporary folder removed
-    // at the end (children inherit it): the modes of a program often
-    // generate the same IR (the default mode, one thread, the generic
-    // path once specialised), which is then compiled once and loaded by
-    // the others, each still running its own mode's kernels. About 1.5× the
-    // programs per second; the user's cache is never touched.
-    let _run_cache = (std::env::var_os("TC_KERNEL_CACHE").is_none()).then(RunCache::new);
+    // at the end (children inherit it), unless `TC_KERNEL_CACHE=off`: the
+    // modes of a program often generate the same IR (the default mode, one
+    // thread, the generic path once specialised), which is then compiled
+    // once and loaded by the others, each still running its own mode's
+    // kernels. About 1.6× the programs per second. Another folder is never
+    // used: the repository's (`cargo run` sets it) or the user's would fill
+    // with kernels no later run needs.
+    // A worker uses the folder its parent set.
     let o = match parse() {
         Ok(o) => o,
         Err(e) => {
@@ -210,6 +212,8 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let off = std::env::var_os("TC_KERNEL_CACHE").is_some_and(|v| v == "off");
+    let _run_cache = (!off && o.worker.is_none()).then(RunCache::new);
     if let Some((from, count)) = o.worker {
         gen::worker(from, count, &o.cfg, o.budget);
         return;
