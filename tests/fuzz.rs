@@ -81,6 +81,12 @@ const KNOWN: &[(u64, &str, usize, usize, u64)] = &[
     // 2026-12-02, seeds 140000000555 and 140000010122).
     (140000000555, "all", 7, 12, 0x37fdf0dbc55760ef),
     (140000010122, "all", 7, 12, 0x935d3dd760126819),
+    // A twin callee doubling an axis of 2^63 − 1 over an empty operand: the
+    // JIT's planning of the call overflowed i64 evaluating `2 * U02` and fell
+    // back; the interpreter refused the call with a capacity error. An
+    // allowed reason the list lacked (oracle fix, `dim-overflow-at-planning`;
+    // the run of 2026-12-06).
+    (4304697948, "all", 7, 12, 0xdde12d12b37ec578),
 ];
 
 /// Seeds of the default mix that generate a llama family's program (one
