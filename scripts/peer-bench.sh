@@ -6,6 +6,14 @@
 #   scripts/peer-bench.sh                 # 5 rounds x 10 reps, both models
 #   ROUNDS=7 REPS=20 scripts/peer-bench.sh
 #   MODELS=gpt2-block scripts/peer-bench.sh   # one model (minilm, gpt2-block)
+#   TC_BASE=/path/to/peer_bench scripts/peer-bench.sh
+#
+# TC_BASE names a peer_bench binary built from another commit (for example
+# `git worktree add /tmp/base <commit>` and `CARGO_TARGET_DIR=/tmp/base-target
+# cargo build --release --example peer_bench` there). It runs as one more
+# system, "tc-base", in every round's rotation; the tables leave it out of
+# the peers and add a table of tc against it, per round, so a change can be
+# checked for a slowdown against the same peers in the same run.
 #
 # Runs the Python side (onnx, onnxruntime, safetensors, numpy, torch,
 # transformers) in the pinned virtual environment target/py-torch, which
@@ -97,6 +105,17 @@ CARGO_TARGET_DIR=target/peers/candle-target \
 candle_bin=target/peers/candle-target/release/candle-peer-bench
 results="$out/results.jsonl"
 : >"$results"
+# Runs the systems given after the round and thread count, starting at a
+# position rotated by r + t: over as many rounds as systems, every system
+# runs once in each position at each thread count.
+rotate() {
+  local r=$1 t=$2
+  shift 2
+  local s=("$@") n=$#
+  for ((i = 0; i < n; i++)); do "${s[(r + t + i) % n]}"; done
+}
+# The baseline binary's lines, renamed so the tables tell it from tc.
+as_base() { sed 's/"system": *"tc"/"system": "tc-base"/'; }
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
 for r in $(seq 1 "$ROUNDS"); do
   echo "{\"round\": $r}" >>"$results"
@@ -113,17 +132,19 @@ for r in $(seq 1 "$ROUNDS"); do
       # Rotate the order by r + t: over seven rounds every system runs once
       # in each position at each thread count.
       systems=(run_tc run_ort run_ortstd run_ortopt run_ort8 run_pt run_candle)
-      k=$(( (r + t) % 7 ))
-      for i in 0 1 2 3 4 5 6; do "${systems[(k + i) % 7]}"; done
+      [ -n "${TC_BASE:-}" ] && systems+=(run_base)
+      run_base() { RAYON_NUM_THREADS=$t "$TC_BASE" "$REPS" minilm | as_base >>"$results"; }
+      rotate "$r" "$t" "${systems[@]}"
     fi
     if has gpt2-block; then
       run_tc() { RAYON_NUM_THREADS=$t TC_GPT2_DIR=$gpt2 "$tc" "$REPS" gpt2-block >>"$results"; }
       run_ort() { [ -f "$out/gpt2_block.onnx" ] && "$PY" benches/peers/gpt2_block.py ort "$out/gpt2_block.onnx" "$t" "$REPS" >>"$results" || true; }
       run_ortf() { [ -f "$out/gpt2_block_fused.onnx" ] && "$PY" benches/peers/gpt2_block.py ort "$out/gpt2_block_fused.onnx" "$t" "$REPS" ort-fused >>"$results" || true; }
       run_pt() { [ "$torch" = 1 ] && "$PY" benches/peers/gpt2_block.py torch "$gpt2" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
+      run_base() { RAYON_NUM_THREADS=$t TC_GPT2_DIR=$gpt2 "$TC_BASE" "$REPS" gpt2-block | as_base >>"$results"; }
       systems=(run_tc run_ort run_ortf run_pt)
-      k=$(( (r + t) % 4 ))
-      for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
+      [ -n "${TC_BASE:-}" ] && systems+=(run_base)
+      rotate "$r" "$t" "${systems[@]}"
     fi
   done
   echo "round $r done"

@@ -9,7 +9,10 @@ lead holds (only when the two systems' per-round ranges do not overlap).
 
 RESULTS holds one JSON line per process and workload, and a line
 {"round": R} before each round's lines. EXPORT is minilm_export.py's
-settings and int8 accuracy, printed under the MiniLM table.
+settings and int8 accuracy, printed under the MiniLM table. Lines of
+system "tc-base" (a baseline build of tc, scripts/peer-bench.sh's TC_BASE)
+are no peer: they get a table of their own, tc against the baseline per
+round.
 """
 import json
 import statistics
@@ -40,6 +43,36 @@ def cell(v):
     if not v:
         return "-"
     return f"{statistics.median(v):.2f} [{min(v):.2f}–{max(v):.2f}]"
+
+
+def lead(tc, other, name):
+    """The per-round ratio other ÷ tc (> 1: tc is faster) with its range,
+    and which side leads: only one whose per-round range lies wholly below
+    the other's."""
+    rr = sorted(set(tc) & set(other))
+    ratios = [other[r] / tc[r] for r in rr]
+    ratio = f"{statistics.median(ratios):.2f}× [{min(ratios):.2f}–{max(ratios):.2f}]"
+    if max(tc.values()) < min(other.values()):
+        return ratio, "tc leads"
+    if max(other.values()) < min(tc.values()):
+        return ratio, f"{name} leads"
+    return ratio, "overlap: no lead"
+
+
+def against_base(title, by):
+    """tc against the baseline build, per row, when the run has one."""
+    rows = [k for k in sorted(by, key=lambda k: (k[0] * k[1], k[2]))
+            if by[k].get("tc") and by[k].get("tc-base")]
+    if not rows:
+        return
+    print(f"\n| {title}: tc against the baseline build (TC_BASE), ms | threads | tc | "
+          "tc-base | tc ÷ tc-base speed, per round | lead (ranges) |")
+    print("|---|---|---|---|---|---|")
+    for k in rows:
+        tc, base = by[k]["tc"], by[k]["tc-base"]
+        ratio, verdict = lead(tc, base, "tc-base")
+        print(f"| {k[0]} x {k[1]} tokens | {k[2]} | {cell(list(tc.values()))} | "
+              f"{cell(list(base.values()))} | {ratio} | {verdict} |")
 
 
 def main():
@@ -77,19 +110,11 @@ def main():
             med = {s: statistics.median(v.values()) for s, v in sy.items()}
             orts = [s for s in ORT_FP32 if s in sy]
             ort_best = min(orts, key=med.get, default=None)
-            fp32 = [s for s in sy if s != "tc" and s != "ort-int8"]
+            fp32 = [s for s in sy if s not in ("tc", "tc-base", "ort-int8")]
             best = min(fp32, key=med.get, default=None)
             if best and tc:
-                rr = sorted(set(tc) & set(sy[best]))
-                ratios = [sy[best][r] / tc[r] for r in rr]
-                ratio = f"{statistics.median(ratios):.2f}× [{min(ratios):.2f}–{max(ratios):.2f}]"
                 name = "ONNX Runtime" if best in ORT_FP32 else NAMES[best]
-                if max(tc.values()) < min(sy[best].values()):
-                    verdict = "tc leads"
-                elif max(sy[best].values()) < min(tc.values()):
-                    verdict = f"{name} leads"
-                else:
-                    verdict = "overlap: no lead"
+                ratio, verdict = lead(tc, sy[best], name)
                 ratio += f" vs {name}"
             else:
                 ratio, verdict = "-", "-"
@@ -110,6 +135,7 @@ def main():
         for k, cells, have in detail:
             c = dict(zip(have, cells))
             print(f"| {k[0]} x {k[1]} tokens | {k[2]} | " + " | ".join(c.get(s, "-") for s in orts) + " |")
+        against_base(title, by)
         if model == "minilm" and export and int8:
             cos = export["int8"]["cosine_to_fp32_export"]
             print("\nONNX Runtime int8 (" + export["int8"]["call"] + "): cosine to the fp32 "
