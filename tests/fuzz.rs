@@ -87,6 +87,12 @@ const KNOWN: &[(u64, &str, usize, usize, u64)] = &[
     // allowed reason the list lacked (oracle fix, `dim-overflow-at-planning`;
     // the run of 2026-12-06).
     (4304697948, "all", 7, 12, 0xdde12d12b37ec578),
+    // A reshape of an empty `[2^31, 2^32 + 2, 0, 0]` to `[…, 1]`: its volume
+    // was multiplied left to right with overflow checks, so the 0 came
+    // after the overflow and both backends refused the call (fixed in
+    // `tc_core::size::volume`; `tc-core/tests/volumes.rs`). The run of
+    // 2026-12-06 from seed 20000000.
+    (4314976623, "all", 7, 12, 0x7a8f59f6a67a0aac),
 ];
 
 /// Seeds of the default mix that generate a llama family's program (one

@@ -379,10 +379,9 @@ pub fn transpose(perm: &[usize], x: Operand) -> Result<Shaped> {
 /// §5.7 reshape: equal volumes (Section 2 §10, re-checked at run time).
 pub fn reshape(to: &[i64], x: Operand) -> Result<Shaped> {
     let from = x.shape;
-    let from_volume = from
-        .iter()
-        .try_fold(1i64, |a, &d| a.checked_mul(i64::try_from(d).ok()?));
-    let to_volume = to.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
+    let in_i64 = |v: Option<i128>| v.and_then(|v| i64::try_from(v).ok());
+    let from_volume = in_i64(crate::size::volume(from.iter().map(|&d| d as i128)));
+    let to_volume = in_i64(crate::size::volume(to.iter().map(|&d| i128::from(d))));
     if to.iter().any(|&d| d < 0) || from_volume.is_none() || from_volume != to_volume {
         return Err(RuleError::ReshapeVolume {
             from: from.to_vec(),
@@ -391,7 +390,8 @@ pub fn reshape(to: &[i64], x: Operand) -> Result<Shaped> {
             to_volume: to_volume.unwrap_or(i64::MAX),
         });
     }
-    // Every `d` is ≥ 0 and their product fits in i64, so each fits usize.
+    // Every `d` is ≥ 0 and at most i64::MAX (a 0 elsewhere may make the
+    // volume fit when the dims' product would not), so each fits usize.
     Ok((x.dtype, to.iter().map(|&d| d as usize).collect()))
 }
 

@@ -71,6 +71,28 @@ pub fn numel(shape: &[usize]) -> Result<usize, SizeError> {
     }
 }
 
+/// The exact product of `dims`, a shape's volume (Section 2 §10): 0 when
+/// any dim is 0, whatever the others, else the checked product; `None`
+/// when a dim is negative or the product overflows `i128`. Multiplying in
+/// order is not enough: a prefix may overflow before a 0 is reached (the
+/// fuzzer's seed 4314976623: `[2^31, 2^32 + 2, 0, 0]`, whose volume is 0,
+/// was refused as a reshape operand by both backends).
+pub fn volume(dims: impl IntoIterator<Item = i128>) -> Option<i128> {
+    let (mut acc, mut zero) = (Some(1i128), false);
+    for d in dims {
+        if d < 0 {
+            return None;
+        }
+        zero |= d == 0;
+        acc = acc.and_then(|a| a.checked_mul(d));
+    }
+    if zero {
+        Some(0)
+    } else {
+        acc
+    }
+}
+
 /// The product of some axes of a value (a window's taps, a convolution's
 /// spatial extent): an index extent, never an allocation, so no cap and
 /// no error. Saturating: when the whole value is within [`MAX_ELEMS`] the

@@ -21,3 +21,4 @@ pub mod signature_vars;
 pub mod slice_lengths;
 pub mod smoke;
 pub mod solver_nonlinear;
+pub mod volumes;

@@ -238,8 +238,8 @@ impl Heap {
             }
         }
         // 3. Inhabitation: f_τ is total on ⟦shape⟧_σ, lands in ⟦dtype⟧, σ ⊨ R.
-        let vol = cell.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        if vol != Some(cell.data.numel()) {
+        let vol = tc_core::size::volume(cell.shape.iter().map(|&d| d as i128));
+        if vol != Some(cell.data.numel() as i128) {
             return Err(bad(
                 "inhabitation",
                 format!(

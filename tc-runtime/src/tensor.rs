@@ -891,7 +891,17 @@ impl Tensor {
             *printed += 1;
             return write!(f, "{}", self.elem(offset));
         }
-        let stride: usize = self.shape[axis + 1..].iter().product();
+        // An empty axis counts against the preview like an element: an
+        // empty tensor's other axes may be 2^40 long, and printing each of
+        // their `[]` rows would not end.
+        if self.shape[axis] == 0 {
+            *printed += 1;
+            return f.write_str("[]");
+        }
+        // Every axis up to this one is non-empty, so the later axes' volume
+        // is at most the element count; the 0 is never reached.
+        let later = tc_core::size::volume(self.shape[axis + 1..].iter().map(|&d| d as i128));
+        let stride = later.and_then(|v| usize::try_from(v).ok()).unwrap_or(0);
         f.write_str("[")?;
         for i in 0..self.shape[axis] {
             if i > 0 {

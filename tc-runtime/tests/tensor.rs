@@ -323,6 +323,23 @@ fn display_previews_values() {
         Tensor::zeros(Dtype::I4, &[0]).to_string(),
         "Tensor[i4; 0] []"
     );
+    // Empty through its first axis, with later axes whose volume is past
+    // usize: the preview's row stride is never used, and must not overflow.
+    let wide = Tensor::try_zeros(Dtype::F32, &[0, 1 << 40, 1 << 40]).unwrap();
+    assert_eq!(
+        wide.to_string(),
+        "Tensor[f32; 0, 1099511627776, 1099511627776] []"
+    );
+    let later = Tensor::try_zeros(Dtype::F32, &[2, 1 << 40, 1 << 40, 0]).unwrap();
+    assert_eq!(
+        later.to_string(),
+        format!(
+            "Tensor[f32; 2, 1099511627776, 1099511627776, 0] [[[{}, ...], ...], ...]",
+            ["[]"; 16].join(", ")
+        )
+    );
+    let rows = Tensor::try_zeros(Dtype::F32, &[2, 0]).unwrap();
+    assert_eq!(rows.to_string(), "Tensor[f32; 2, 0] [[], []]");
     let nan = Tensor::from_elems(
         Dtype::BF16,
         &[2],

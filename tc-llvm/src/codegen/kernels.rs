@@ -304,9 +304,10 @@ impl<'a> Gen<'a> {
             let d = self.dim(x, k);
             let (j, l) = self.loop_begin(&Q::Lit(0), &d);
             // Row-major offset inside the row: j · ∏ later dims (literals).
-            let later: i64 = (k + 1..rx)
+            // Saturating: past i64 some later dim is 0 and no row is read.
+            let later = (k + 1..rx)
                 .map(|q| self.dim(x, q).lit().unwrap_or(1))
-                .product();
+                .fold(1i64, i64::saturating_mul);
             let term = self.bmul(&j, &Q::Lit(later));
             lin = self.badd(&lin, &term);
             dims.push(j);

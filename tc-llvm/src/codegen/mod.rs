@@ -154,13 +154,13 @@ pub fn extent(
             if r == 0 {
                 (1, 1)
             } else {
-                (o.shape[..r - 1].iter().product(), o.shape[r - 1])
+                (tc_core::size::extent(&o.shape[..r - 1]), o.shape[r - 1])
             }
         }
         KernelShape::Rows => {
             let r = o.shape.len();
             let last = o.shape.get(r.wrapping_sub(1)).copied().unwrap_or(1);
-            (o.shape[..r.saturating_sub(1)].iter().product(), last)
+            (tc_core::size::extent(&o.shape[..r.saturating_sub(1)]), last)
         }
         KernelShape::Reduce => {
             let x = match func.inst(out).map(|i| &i.op) {

@@ -71,7 +71,8 @@ impl<'a> Gen<'a> {
                 self.reduce_finish(rop, dt, keyed, &res, nan.as_ref(), x, &[])
             }
             PoolKind::Avg => {
-                let taps: usize = kernel.iter().product();
+                // An index extent (an empty operand's window may be huge).
+                let taps = tc_core::size::extent(kernel);
                 let c = self.const_f32(taps as f32);
                 let mean = self.b.fdiv(&res, &c);
                 self.reduce_finish(rop, dt, false, &mean, None, x, &[])
