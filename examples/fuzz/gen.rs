@@ -3465,20 +3465,25 @@ pub const ALLOWED_FALLBACKS: &[AllowedFallback] = &[
             _ => false,
         },
     },
-    // A dim past i64 at this σ: planning evaluated a dim expression (a
-    // callee's result dims at a call, through `tc_core::dim`'s checked
-    // arithmetic) whose value overflows i64, so that value's shape cannot
-    // exist, and the interpreter, run in the JIT's place, refused the call
+    // A dim past i64 at this σ: planning computed a value's dim, either by
+    // evaluating a dim expression (a callee's result dims at a call,
+    // through `tc_core::dim`'s checked arithmetic) or by an op's concrete
+    // rule (`tc_core::concrete`: a concat's or a pad's axis, "… dimension
+    // overflows"), and it overflows i64, so that value's shape cannot
+    // exist; and the interpreter, run in the JIT's place, refused the call
     // with a capacity error too (a dim or an element count that overflows).
     // Only the huge-dim cases meet it: a twin callee doubling an axis of
-    // 2^63 − 1 over an empty operand (seed 4304697948, the run of
-    // 2026-12-06). As for the cap, any other planning error is not this
+    // 2^63 − 1 over an empty operand (seed 4304697948), a pad by 2^62 on
+    // each side of a dead value (seed 4315980124), both in runs of
+    // 2026-12-06. As for the cap, any other planning error is not this
     // reason, nor is this overflow where the interpreter computes a value.
     AllowedFallback {
         name: "dim-overflow-at-planning",
         matches: |reason, out| match out {
             Out::Err(e) => {
-                reason.contains("arithmetic overflow while evaluating") && is_capacity(e)
+                let dim_overflow = reason.contains("arithmetic overflow while evaluating")
+                    || reason.ends_with("dimension overflows");
+                dim_overflow && is_capacity(e)
             }
             _ => false,
         },
