@@ -26,7 +26,7 @@ use tc_runtime::interp::denote;
 use tc_runtime::{Error, Tensor};
 
 use crate::ctx::ExecCtx;
-use crate::kernels::matmul::{sgemm, sgemm_in_order, View};
+use crate::kernels::matmul::{canonical_nans, sgemm, sgemm_in_order, View};
 
 /// The unfolded matrix's tile size, in floats (16 MiB).
 pub const TILE_FLOATS: usize = 1 << 22;
@@ -240,9 +240,7 @@ fn unravel(mut lin: usize, shape: &[usize], idx: &mut [usize]) {
 /// The f32 results as a `dt` tensor: the canonical NaN, one rounding
 /// (the denotation's `fl`).
 fn finish(dt: Dtype, shape: &[usize], mut out: Vec<f32>) -> Result<Tensor, Error> {
-    for v in out.iter_mut().filter(|v| v.is_nan()) {
-        *v = tc_runtime::cast::CANONICAL_NAN;
-    }
+    canonical_nans(&mut out);
     if dt == Dtype::F32 {
         return Tensor::from_vec(shape, out);
     }
