@@ -203,15 +203,21 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
                 m = (m + amx::ROWS).min(rows);
             }
         }
+        // The first pass over the transposed tile requests the next
+        // tile's bytes, block by block as in the one-row case: spread over
+        // that pass's arithmetic, the next tile's copy into `buf` finds
+        // them in cache instead of stalling on memory (a hint only: no
+        // value changes).
+        let mut next = Some(t.src.bytes());
         while m + 4 <= rows {
-            let y = rows_packed::<F, 4>(buf, t.acts, t.k, m);
+            let y = rows_packed::<F, 4>(buf, t.acts, t.k, m, next.take());
             for (r, y) in y.into_iter().enumerate() {
                 put(m + r, y);
             }
             m += 4;
         }
         while m < rows {
-            let [y] = rows_packed::<F, 1>(buf, t.acts, t.k, m);
+            let [y] = rows_packed::<F, 1>(buf, t.acts, t.k, m, next.take());
             put(m, y);
             m += 1;
         }
@@ -432,7 +438,9 @@ fn step<const F: u8>(p: &Pack, a: &Acts, k: usize, m: usize, b: usize, acc: __m5
 }
 
 /// Activation rows `m..m + R` against a transposed tile in `buf` (`k / 32`
-/// packs of `PACK` vectors); the rows must exist in `a`.
+/// packs of `PACK` vectors); the rows must exist in `a`. With `here` (the
+/// tile's source bytes), block `b`'s share of the bytes that follow them,
+/// the next tile's, is prefetched while block `b` is computed.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn rows_packed<const F: u8, const R: usize>(
@@ -440,9 +448,20 @@ fn rows_packed<const F: u8, const R: usize>(
     a: &Acts,
     k: usize,
     m: usize,
+    here: Option<&[u8]>,
 ) -> [__m512; R] {
     let mut acc = [_mm512_setzero_ps(); R];
+    let nb = buf.len() / PACK;
     for (b, slot) in buf.chunks_exact(PACK).enumerate() {
+        if let Some(here) = here {
+            // A prefetch never faults; the address is formed with
+            // `wrapping_add` and never dereferenced.
+            let per = here.len() / nb.max(1);
+            let next = here.as_ptr().wrapping_add(here.len() + b * per);
+            for l in (0..per).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(l).cast());
+            }
+        }
         let p = Pack {
             q: [
                 slot[0], slot[1], slot[2], slot[3], slot[4], slot[5], slot[6], slot[7],
