@@ -13,7 +13,10 @@
 # (scripts/py-torch-env.sh, about 3 GB on first use). The ONNX Runtime side runs an export of one
 # decoding step with the KV cache as inputs and outputs
 # (benches/peers/gpt2_decode.py, checked against GPT2LMHeadModel when it is
-# made); its column is left out if onnxruntime or the export is missing.
+# made), plain and through the transformer optimizer
+# (benches/peers/ort_fuse.py, model type gpt2, 12 heads, hidden 768); the
+# table's ONNX Runtime column is the faster of the two per thread count,
+# named. Its column is left out if onnxruntime or the export is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOKENS=${TOKENS:-256}
@@ -25,6 +28,8 @@ PY="$(scripts/py-torch-env.sh)"
 onnx=target/peers/gpt2_decode.onnx
 mkdir -p target/peers
 [ -f "$onnx" ] || "$PY" benches/peers/gpt2_decode.py export models/gpt2-seed0 "$onnx" 2>/dev/null || true
+fused=target/peers/gpt2_decode_fused.onnx
+[ ! -f "$onnx" ] || [ -f "$fused" ] || "$PY" benches/peers/ort_fuse.py "$onnx" "$fused" gpt2 12 768 || true
 cargo build --release --example gpt2_decode
 out=$(mktemp)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
@@ -33,32 +38,12 @@ for r in $(seq 1 "$ROUNDS"); do
     run_tc() { RAYON_NUM_THREADS=$t target/release/examples/gpt2_decode "$TOKENS" | grep '^RESULT' >>"$out"; }
     run_pt() { "$PY" scripts/gpt2_torch_bench.py "$TOKENS" "$t" 2>/dev/null | grep '^RESULT' >>"$out"; }
     run_ort() { [ -f "$onnx" ] && "$PY" benches/peers/gpt2_decode.py ort "$onnx" "$TOKENS" "$t" | grep '^RESULT' >>"$out" || true; }
-    systems=(run_tc run_ort run_pt)
-    k=$(( (r + t) % 3 ))
-    for i in 0 1 2; do "${systems[(k + i) % 3]}"; done
+    run_ortf() { [ -f "$fused" ] && "$PY" benches/peers/gpt2_decode.py ort "$fused" "$TOKENS" "$t" ort-fused | grep '^RESULT' >>"$out" || true; }
+    systems=(run_tc run_ort run_ortf run_pt)
+    k=$(( (r + t) % 4 ))
+    for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$out" <<'PY'
-import statistics, sys
-rows = [dict(kv.split("=", 1) for kv in l.split()[1:] if "=" in kv) for l in open(sys.argv[1])]
-med = lambda sys_, t, key: statistics.median(float(r[key]) for r in rows
-                                             if r["system"] == sys_ and r["threads"] == t)
-peers = [p for p in ("ort", "pytorch") if any(r["system"] == p for r in rows)]
-names = {"ort": "ONNX Runtime", "pytorch": "PyTorch eager"}
-print(f"| GPT-2-small, {rows[0]['tokens']} greedy tokens | threads | tc tokens/s | "
-      + " | ".join(f"{names[p]} tokens/s" for p in peers) + " | "
-      + " | ".join(f"tc vs {names[p]}" for p in peers)
-      + " | tc prefill ms | " + " | ".join(f"{names[p]} prefill ms" for p in peers)
-      + " | tc first prefill ms | tc warm-up ms | tc kernel compiles |")
-print("|---|---|---|" + "---|" * (3 * len(peers)) + "---|---|---|---|")
-for t in ("1", "2"):
-    tc = med("tc", t, "tokens_per_s")
-    comp = max(int(r["compiles"]) for r in rows if r["system"] == "tc")
-    print(f"| 8-token prompt | {t} | {tc:.2f} | "
-          + " | ".join(f"{med(p, t, 'tokens_per_s'):.2f}" for p in peers) + " | "
-          + " | ".join(f"{tc / med(p, t, 'tokens_per_s'):.2f}x" for p in peers)
-          + f" | {med('tc', t, 'prefill_ms'):.1f} | "
-          + " | ".join(f"{med(p, t, 'prefill_ms'):.1f}" for p in peers)
-          + f" | {med('tc', t, 'cold_prefill_ms'):.1f} | {med('tc', t, 'warmup_ms'):.1f} | {comp} |")
-PY
+cp "$out" target/peers/gpt2-decode-results.txt
+python3 benches/peers/gpt2_decode_table.py "$out"

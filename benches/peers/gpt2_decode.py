@@ -5,7 +5,10 @@ greedy decoding with a KV cache, one RESULT line in the format of
 scripts/gpt2_torch_bench.py.
 
     python3 benches/peers/gpt2_decode.py export MODEL_DIR OUT.onnx
-    python3 benches/peers/gpt2_decode.py ort MODEL.onnx TOKENS THREADS
+    python3 benches/peers/gpt2_decode.py ort MODEL.onnx TOKENS THREADS [SYSTEM]
+
+(SYSTEM names the RESULT line's system: default "ort", "ort-fused" for the
+transformer optimizer's form of the export, benches/peers/ort_fuse.py.)
 
 `export` traces one decoding step of the whole model, written with plain
 tensor ops on the file's weights (what transformers' GPT2LMHeadModel
@@ -112,7 +115,7 @@ def export(model_dir, out):
     )
 
 
-def run_ort(path, tokens, threads):
+def run_ort(path, tokens, threads, system="ort"):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -143,7 +146,7 @@ def run_ort(path, tokens, threads):
         toks.append(nxt)
         logits, k, v = step([nxt], s + i, k, v)
     decode = time.perf_counter() - t1
-    print(f"RESULT system=ort threads={threads} tokens={tokens} prefill_ms={prefill * 1e3:.2f} "
+    print(f"RESULT system={system} threads={threads} tokens={tokens} prefill_ms={prefill * 1e3:.2f} "
           f"decode_ms={decode * 1e3:.2f} tokens_per_s={tokens / decode:.2f} first={toks[:4]}")
 
 
@@ -152,6 +155,6 @@ if __name__ == "__main__":
     if mode == "export":
         export(sys.argv[2], sys.argv[3])
     elif mode == "ort":
-        run_ort(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        run_ort(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
     else:
         sys.exit(__doc__)
