@@ -201,6 +201,66 @@ fn a_folded_batch_is_swept_as_one_product() {
     same("folded batch", &c, &tiled(&x, (bt * m, k, n), &w));
 }
 
+/// A batch whose items have B's of their own (an attention's key/value
+/// heads: a few query rows against each head's cached keys, read as a
+/// strided slice of a longer cache) sweeps each item: every item's bits
+/// are the tile path's on its own views, in both of B's layouts, at one
+/// thread and at two.
+#[test]
+fn an_unfolded_batch_sweeps_each_item() {
+    let (bt, m, k, n, room) = (3, 3, 64, 50, 77);
+    for cols in [false, true] {
+        // Per item a `k × room` (or `room × k`) block, of which the first
+        // `n` positions are read: the slice of a cache with room to grow.
+        let w: Vec<Weight> = (0..bt)
+            .map(|i| weight(k, room, 0, cols, 40 + i as u64))
+            .collect();
+        let mut all = Vec::new();
+        for wi in &w {
+            all.extend_from_slice(wi.data.as_slice::<f32>().unwrap());
+        }
+        let item = all.len() / bt;
+        let st = [item as isize, w[0].st[0], w[0].st[1]];
+        let x = values(7, bt * m * k, true);
+        for threads in [1, 2] {
+            let mut c = vec![f32::NAN; bt * m * n];
+            let mut run = || {
+                // SAFETY: `x` is `[3, 3, 64]` contiguous; item `p` of B is
+                // the first `n` positions of `w[p]`'s block at `p · item`
+                // (strides `st`), inside `all`; `c` is `[3, 3, 50]`.
+                unsafe {
+                    matmul_strided(
+                        Dtype::F32,
+                        x.as_ptr().cast(),
+                        &[(m * k) as isize, k as isize, 1],
+                        all.as_ptr().cast(),
+                        &st,
+                        c.as_mut_ptr().cast(),
+                        &[bt, m, k],
+                        &[bt, k, n],
+                        &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
+                        None,
+                    )
+                    .unwrap();
+                }
+            };
+            if threads == 1 {
+                run();
+            } else {
+                tc_llvm::session(run);
+            }
+            for (p, wp) in w.iter().enumerate() {
+                let want = tiled(&x[p * m * k..(p + 1) * m * k], (m, k, n), wp);
+                same(
+                    &format!("item {p}, columns contiguous: {cols}, {threads} threads"),
+                    &c[p * m * n..(p + 1) * m * n],
+                    &want,
+                );
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]

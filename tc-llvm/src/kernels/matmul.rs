@@ -1771,11 +1771,8 @@ unsafe fn f32_strided(
         // over the shared batch dims times the strides).
         // SAFETY: so each view addresses item `p` of its operand (readable by
         // the contract); this call alone writes item `p`, `m·n` floats at `p·m·n`.
-        unsafe {
-            sgemm(
-                m,
-                n,
-                k,
+        let (va, vb) = unsafe {
+            (
                 View::new(
                     ap.0.offset(offs(p, st_a)),
                     st_a[r - 2] as usize,
@@ -1786,10 +1783,20 @@ unsafe fn f32_strided(
                     st_b[r - 2] as usize,
                     st_b[r - 1] as usize,
                 ),
-                cp.0.add(p * m * n),
-                &serial,
             )
+        };
+        // A few rows per item (a decoder's query rows against each key/value
+        // head's cache): swept, B read where it lies, as `one_matrix` does
+        // for one matrix; bit-identical to `sgemm`. Packed per item, every
+        // call copied each head's whole cache before reading it.
+        #[cfg(target_arch = "x86_64")]
+        if skips_gemm(m, k, &vb, false) {
+            // SAFETY: the views of item `p` as above, `sweep::available`
+            // (`skips_gemm` asked); this call alone writes item `p`.
+            return unsafe { swept((m, n, k), &va, &vb, cp.0.add(p * m * n), &serial) };
         }
+        // SAFETY: the views of item `p` as above; this call alone writes it.
+        unsafe { sgemm(m, n, k, va, vb, cp.0.add(p * m * n), &serial) }
     };
     if ctx.threads != 1
         && splits(ctx, batch, m.saturating_mul(n), k)
