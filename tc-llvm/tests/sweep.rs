@@ -119,6 +119,41 @@ fn same(what: &str, a: &[f32], b: &[f32]) {
     }
 }
 
+/// `x` (`[bt, m, k]`, contiguous) times the batch of `k × n` B's that `b`
+/// addresses with strides `st_b`, by `matmul_strided` on `threads`.
+///
+/// # Safety
+/// `b` with strides `st_b` must address readable floats over `[bt, k, n]`.
+// SAFETY: (contract) met by its callers, which pass B's they own.
+unsafe fn batched(
+    x: &[f32],
+    (bt, m, k, n): (usize, usize, usize, usize),
+    b: *const f32,
+    st_b: &[isize; 3],
+    threads: usize,
+) -> Vec<f32> {
+    assert_eq!(x.len(), bt * m * k);
+    let mut c = vec![f32::NAN; bt * m * n];
+    // SAFETY: `x` is `[bt, m, k]` contiguous (asserted), B as the contract
+    // says, `c` holds `[bt, m, n]`.
+    unsafe {
+        matmul_strided(
+            Dtype::F32,
+            x.as_ptr().cast(),
+            &[(m * k) as isize, k as isize, 1],
+            b.cast(),
+            st_b,
+            c.as_mut_ptr().cast(),
+            &[bt, m, k],
+            &[bt, k, n],
+            &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
+            None,
+        )
+        .unwrap();
+    }
+    c
+}
+
 fn check(m: usize, k: usize, n: usize, pad: usize, cols: bool, seed: u64) {
     let w = weight(k, n, pad, cols, seed);
     let x = values(seed ^ 0x9e37, m * k, seed.is_multiple_of(2));
@@ -179,25 +214,9 @@ fn a_folded_batch_is_swept_as_one_product() {
     let (bt, m, k, n) = (2, 3, 70, 50);
     let w = weight(k, n, 0, false, 5);
     let x = values(6, bt * m * k, false);
-    let mut c = vec![f32::NAN; bt * m * n];
     let b = w.data.as_slice::<f32>().unwrap();
-    // SAFETY: `x` is `[2, 3, 70]` contiguous, B `70 × 50` repeated over the
-    // batch by a zero stride, `c` `[2, 3, 50]`.
-    unsafe {
-        matmul_strided(
-            Dtype::F32,
-            x.as_ptr().cast(),
-            &[(m * k) as isize, k as isize, 1],
-            b.as_ptr().cast(),
-            &[0, w.st[0], w.st[1]],
-            c.as_mut_ptr().cast(),
-            &[bt, m, k],
-            &[bt, k, n],
-            &tc_llvm::ctx::ExecCtx::on_this_thread(1),
-            None,
-        )
-        .unwrap();
-    }
+    // SAFETY: B `70 × 50` repeated over the batch by a zero stride.
+    let c = unsafe { batched(&x, (bt, m, k, n), b.as_ptr(), &[0, w.st[0], w.st[1]], 1) };
     same("folded batch", &c, &tiled(&x, (bt * m, k, n), &w));
 }
 
@@ -223,32 +242,14 @@ fn an_unfolded_batch_sweeps_each_item() {
         let st = [item as isize, w[0].st[0], w[0].st[1]];
         let x = values(7, bt * m * k, true);
         for threads in [1, 2] {
-            let mut c = vec![f32::NAN; bt * m * n];
-            let mut run = || {
-                // SAFETY: `x` is `[3, 3, 64]` contiguous; item `p` of B is
-                // the first `n` positions of `w[p]`'s block at `p · item`
-                // (strides `st`), inside `all`; `c` is `[3, 3, 50]`.
-                unsafe {
-                    matmul_strided(
-                        Dtype::F32,
-                        x.as_ptr().cast(),
-                        &[(m * k) as isize, k as isize, 1],
-                        all.as_ptr().cast(),
-                        &st,
-                        c.as_mut_ptr().cast(),
-                        &[bt, m, k],
-                        &[bt, k, n],
-                        &tc_llvm::ctx::ExecCtx::on_this_thread(threads),
-                        None,
-                    )
-                    .unwrap();
-                }
-            };
-            if threads == 1 {
-                run();
+            // SAFETY: item `p` of B is the first `n` positions of `w[p]`'s
+            // block at `p · item` (strides `st`), inside `all`.
+            let run = || unsafe { batched(&x, (bt, m, k, n), all.as_ptr(), &st, threads) };
+            let c = if threads == 1 {
+                run()
             } else {
-                tc_llvm::session(run);
-            }
+                tc_llvm::session(run)
+            };
             for (p, wp) in w.iter().enumerate() {
                 let want = tiled(&x[p * m * k..(p + 1) * m * k], (m, k, n), wp);
                 same(
