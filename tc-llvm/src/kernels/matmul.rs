@@ -1769,8 +1769,8 @@ unsafe fn f32_strided(
         let (cp, ap, bp) = (cp, ap, bp);
         // `offs(p, ·)` is batch item `p < batch`'s offset (its multi-index
         // over the shared batch dims times the strides).
-        // SAFETY: so each view addresses item `p` of its operand (readable by
-        // the contract); this call alone writes item `p`, `m·n` floats at `p·m·n`.
+        // SAFETY: so each offset stays inside its operand's storage and each
+        // view addresses item `p` of its operand (readable by the contract).
         let (va, vb) = unsafe {
             (
                 View::new(
@@ -1795,7 +1795,8 @@ unsafe fn f32_strided(
             // (`skips_gemm` asked); this call alone writes item `p`.
             return unsafe { swept((m, n, k), &va, &vb, cp.0.add(p * m * n), &serial) };
         }
-        // SAFETY: the views of item `p` as above; this call alone writes it.
+        // SAFETY: the views of item `p` as above; this call alone writes item
+        // `p`, `m·n` floats at `p·m·n` of C.
         unsafe { sgemm(m, n, k, va, vb, cp.0.add(p * m * n), &serial) }
     };
     if ctx.threads != 1
