@@ -512,10 +512,12 @@ impl Model {
     /// one (keys, values) pair per layer: keys `[1, KV, HD, capacity]`
     /// (positions along the last axis, as [`llama::keys`] makes them),
     /// values `[1, KV, capacity, HD]`.
-    /// Its pages cost memory
-    /// once written: zeroed memory the allocator had to clear is given
-    /// back ([`Tensor::release_zero_pages`]), so positions still to come
-    /// are not resident.
+    /// Its pages cost memory once written: zeroed memory the allocator had
+    /// to clear is given back ([`Tensor::release_zero_pages`]), so the
+    /// values' positions still to come are not resident. The keys' first
+    /// position touches every head dim's run of `capacity` floats, so a
+    /// keys tensor is resident from its first write on wherever a run is
+    /// shorter than a page (`capacity` under 1,024 f32 positions).
     pub fn cache(&self, capacity: usize) -> Result<Vec<(Tensor, Tensor)>, tc::Error> {
         let zeros = |room: [usize; 4]| -> Result<Tensor, tc::Error> {
             let mut t = Tensor::try_zeros(self.kv_dtype.dtype(), &room)?;
