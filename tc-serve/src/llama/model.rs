@@ -794,42 +794,35 @@ impl Part<'_> {
     /// then its queries' attention over the cache: its rows of the
     /// attention context `[1, rows, D]`.
     fn attend(&mut self, li: usize, all: &LayerRows) -> Result<Tensor, tc::Error> {
-        use llama::{D, HD, KV};
+        use llama::D;
         let (row, s) = (self.row, self.rows);
-        // This sequence's `[1, KV, S, HD]` values from the step's `[1, KV,
-        // R, HD]`, and its `[1, KV, HD, S]` keys from the step's `[1, KV,
-        // HD, R]`: its `s` rows starting at `row` of each of the `lines`
-        // runs of `all.n` rows of `width` floats (the step's own tensor when
-        // the sequence has every row: a prefill alone allocates nothing more
-        // than it did unbatched).
-        let rows_of = |t: &Tensor, lines: usize, width: usize, shape: [usize; 4]| {
+        // This sequence's positions of the step's keys or values, which
+        // hold the step's `all.n` rows along `axis` (KEY_POS, VALUE_POS):
+        // its `s` rows from `row` on, in the same layout (the step's own
+        // tensor when the sequence has every row: a prefill alone allocates
+        // nothing more than it did unbatched).
+        let rows_of = |t: &Tensor, axis: usize| -> Result<Tensor, tc::Error> {
             if s == all.n {
                 return Ok(t.clone());
             }
+            let lines: usize = t.shape()[..axis].iter().product();
+            let width: usize = t.shape()[axis + 1..].iter().product();
             let d = t.as_slice::<f32>()?;
             let mut out = Vec::<f32>::with_capacity(lines * s * width);
             for h in 0..lines {
                 let at = (h * all.n + row) * width;
                 out.extend(d[at..at + s * width].iter().copied());
             }
+            let mut shape = t.shape().to_vec();
+            shape[axis] = s;
             Tensor::from_vec(&shape, out)
         };
         let (kc, vc) = self
             .cache
             .get_mut(li)
             .ok_or_else(|| tc::Error::malformed("a cache without this layer"))?;
-        write_kv(
-            kc,
-            KEY_POS,
-            self.pos,
-            rows_of(&all.k, KV * HD, 1, [1, KV, HD, s])?,
-        )?;
-        write_kv(
-            vc,
-            VALUE_POS,
-            self.pos,
-            rows_of(&all.v, KV, HD, [1, KV, s, HD])?,
-        )?;
+        write_kv(kc, KEY_POS, self.pos, rows_of(&all.k, KEY_POS)?)?;
+        write_kv(vc, VALUE_POS, self.pos, rows_of(&all.v, VALUE_POS)?)?;
         let q = if s == all.n {
             all.q.clone()
         } else {
