@@ -31,19 +31,21 @@ mkdir -p target/peers
 fused=target/peers/gpt2_decode_fused.onnx
 [ ! -f "$onnx" ] || [ -f "$fused" ] || "$PY" benches/peers/ort_fuse.py "$onnx" "$fused" gpt2 12 768 || true
 cargo build --release --example gpt2_decode
-out=$(mktemp)
+# The RESULT lines of this run, kept for benches/peers/gpt2_decode_table.py.
+out=target/peers/gpt2-decode-results.txt
+: >"$out"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
 for r in $(seq 1 "$ROUNDS"); do
   for t in 1 2; do
     run_tc() { RAYON_NUM_THREADS=$t target/release/examples/gpt2_decode "$TOKENS" | grep '^RESULT' >>"$out"; }
     run_pt() { "$PY" scripts/gpt2_torch_bench.py "$TOKENS" "$t" 2>/dev/null | grep '^RESULT' >>"$out"; }
-    run_ort() { [ -f "$onnx" ] && "$PY" benches/peers/gpt2_decode.py ort "$onnx" "$TOKENS" "$t" | grep '^RESULT' >>"$out" || true; }
-    run_ortf() { [ -f "$fused" ] && "$PY" benches/peers/gpt2_decode.py ort "$fused" "$TOKENS" "$t" ort-fused | grep '^RESULT' >>"$out" || true; }
+    ort() { [ -f "$1" ] && "$PY" benches/peers/gpt2_decode.py ort "$1" "$TOKENS" "$t" "$2" | grep '^RESULT' >>"$out" || true; }
+    run_ort() { ort "$onnx" ort; }
+    run_ortf() { ort "$fused" ort-fused; }
     systems=(run_tc run_ort run_ortf run_pt)
     k=$(( (r + t) % 4 ))
     for i in 0 1 2 3; do "${systems[(k + i) % 4]}"; done
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-cp "$out" target/peers/gpt2-decode-results.txt
 python3 benches/peers/gpt2_decode_table.py "$out"
