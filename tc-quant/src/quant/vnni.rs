@@ -451,15 +451,18 @@ fn rows_packed<const F: u8, const R: usize>(
     here: Option<&[u8]>,
 ) -> [__m512; R] {
     let mut acc = [_mm512_setzero_ps(); R];
-    let nb = buf.len() / PACK;
+    // The next tile's start and each block's share of it. A prefetch never
+    // faults; the addresses are formed with `wrapping_add` and never
+    // dereferenced.
+    let next = here.map(|h| {
+        let per = h.len() / (buf.len() / PACK).max(1);
+        (h.as_ptr().wrapping_add(h.len()), per)
+    });
     for (b, slot) in buf.chunks_exact(PACK).enumerate() {
-        if let Some(here) = here {
-            // A prefetch never faults; the address is formed with
-            // `wrapping_add` and never dereferenced.
-            let per = here.len() / nb.max(1);
-            let next = here.as_ptr().wrapping_add(here.len() + b * per);
+        if let Some((next, per)) = next {
+            let at = next.wrapping_add(b * per);
             for l in (0..per).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(l).cast());
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(l).cast());
             }
         }
         let p = Pack {
