@@ -29,6 +29,9 @@ const BUDGET: usize = 1 << 12;
 /// leave an entry here that tests nothing in particular. On a fingerprint
 /// mismatch, find the family again with the new generator (or drop the
 /// entry if a targeted regression test covers it); never just re-pin.
+/// `-rotary` is the default mix those seeds were found in: every family but
+/// `rotary`, which came later (as `TC_FUZZ_REAL=0` below leaves out the
+/// real-sizes class), so they regenerate the same programs.
 ///
 /// Entries whose seeds no longer regenerate their programs (the generator
 /// gained families and drew others from the same seeds) were dropped; their
@@ -58,47 +61,47 @@ const KNOWN: &[(u64, &str, usize, usize, u64)] = &[
     // the spatial extent against the element cap (a `Size` error) where the
     // interpreter computed the empty result (final run of 2026-12-01, with
     // window ops).
-    (104294972713, "all", 7, 12, 0x8c366d4987752795),
+    (104294972713, "-rotary", 7, 12, 0x8c366d4987752795),
     // A conv1d whose batch is 2^63 − 1 empty items (no channels): the JIT's
     // convolution looped over the batch of an empty result (a worker
     // timeout in the final run of 2026-12-01). (Its printed IR, which the
     // fingerprint hashes, changed when dims began to parenthesise a scaled
     // quotient: same program.)
-    (114294977020, "all", 7, 12, 0xb7f82b49b779d203),
+    (114294977020, "-rotary", 7, 12, 0xb7f82b49b779d203),
     // An empty conv output whose window dim overflows i64 when the oracle
     // evaluates the checker's type at A = 2^63 − 1: the oracle expected a
     // cap error; both backends rightly return the empty value (oracle fix).
-    (110000031235, "all", 7, 12, 0x0768830a58613964),
+    (110000031235, "-rotary", 7, 12, 0x0768830a58613964),
     // A conv2d over ±3e38 fills whose f32 sums overflow to ±inf of opposite
     // signs in the two orders, both saturated to ±57344 by a cast to
     // f8e5m2: the documented bound is infinite there, but the oracle only
     // recognised a non-finite result (oracle fix, run of 2026-12-02).
-    (130000000607, "all", 7, 12, 0xca307f4016500911),
+    (130000000607, "-rotary", 7, 12, 0xca307f4016500911),
     // A pooling then a keepdims max over the same rows: the planner's row
     // grouping took the pooling for an elementwise member, so the group
     // read its unwritten output (0 where 3.95 or 448 is right). Fixed in
     // `plan::group_rows`, with a plan verifier for the class (run of
     // 2026-12-02, seeds 140000000555 and 140000010122).
-    (140000000555, "all", 7, 12, 0x37fdf0dbc55760ef),
-    (140000010122, "all", 7, 12, 0x935d3dd760126819),
+    (140000000555, "-rotary", 7, 12, 0x37fdf0dbc55760ef),
+    (140000010122, "-rotary", 7, 12, 0x935d3dd760126819),
     // A twin callee doubling an axis of 2^63 − 1 over an empty operand: the
     // JIT's planning of the call overflowed i64 evaluating `2 * U02` and fell
     // back; the interpreter refused the call with a capacity error. An
     // allowed reason the list lacked (oracle fix, `dim-overflow-at-planning`;
     // the run of 2026-12-06).
-    (4304697948, "all", 7, 12, 0xdde12d12b37ec578),
+    (4304697948, "-rotary", 7, 12, 0xdde12d12b37ec578),
     // A reshape of an empty `[2^31, 2^32 + 2, 0, 0]` to `[…, 1]`: its volume
     // was multiplied left to right with overflow checks, so the 0 came
     // after the overflow and both backends refused the call (fixed in
     // `tc_core::size::volume`; `tc-core/tests/volumes.rs`). The run of
     // 2026-12-06 from seed 20000000.
-    (4314976623, "all", 7, 12, 0x7a8f59f6a67a0aac),
+    (4314976623, "-rotary", 7, 12, 0x7a8f59f6a67a0aac),
     // A pad by 2^62 on each side of a dead value at σ: the JIT's planning
     // found the padded axis past i64 and fell back, the interpreter refused
     // the call with the same capacity error; a reason the allowed list
     // lacked (oracle fix, `dim-overflow-at-planning` now also covers an op's
     // concrete rule). The run of 2026-12-06 from seed 21000000.
-    (4315980124, "all", 7, 12, 0x908c69c6015be74b),
+    (4315980124, "-rotary", 7, 12, 0x908c69c6015be74b),
 ];
 
 /// Seeds of the default mix that generate a llama family's program (one

@@ -33,8 +33,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tc_core::build::FnBuilder;
 use tc_core::check::{check_function, Checked};
 use tc_core::ir::{
-    BinaryOp, Function, Op, PoolKind, ReduceOp, Scalar, Signatures, UnaryOp, Value, ValueDef,
-    ValueMap, Window,
+    BinaryOp, Function, Op, PoolKind, ReduceOp, RopeLayout, Scalar, Signatures, UnaryOp, Value,
+    ValueDef, ValueMap, Window,
 };
 use tc_core::{Dim, Dtype, Pred, Sigma, TensorType, Type};
 use tc_llvm::{CacheConfig, Jit, JitOptions};
@@ -134,11 +134,14 @@ pub enum Family {
     Conv,
     /// §12d max and average pooling.
     Pool,
+    /// §18 `rope_pairs`/`rope_halves` on drawn values (any float dtype,
+    /// symbolic dims, the rotated operand fused and read twice).
+    Rotary,
     /// §17 call of a generated function.
     Call,
     /// SmolLM2's RMSNorm (`rms_norm` of `tc-serve/src/llama/model.rs`).
     RmsNorm,
-    /// RoPE in both layouts (`rope_pairs`, `rope_halves`).
+    /// RoPE in both layouts (model.rs's `rotate_pairs`, `rotate_halves`).
     Rope,
     /// SiLU and SwiGLU (`g · σ(g) · u`, as the model's `mix`).
     SwiGlu,
@@ -152,7 +155,7 @@ pub enum Family {
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 28] = [
+    pub const ALL: [Family; 29] = [
         Family::Unary,
         Family::Cast,
         Family::Binary,
@@ -174,6 +177,7 @@ impl Family {
         Family::Pad,
         Family::Conv,
         Family::Pool,
+        Family::Rotary,
         Family::Call,
         Family::RmsNorm,
         Family::Rope,
@@ -207,6 +211,7 @@ impl Family {
             Family::Pad => "pad",
             Family::Conv => "conv",
             Family::Pool => "pool",
+            Family::Rotary => "rotary",
             Family::Call => "call",
             Family::RmsNorm => "rmsnorm",
             Family::Rope => "rope",
@@ -636,6 +641,7 @@ impl<'a> Body<'a> {
             }
             Family::Conv => self.conv(),
             Family::Pool => self.pool(),
+            Family::Rotary => self.rotate(),
             Family::Call => self.call(),
             Family::RmsNorm
             | Family::Rope
@@ -891,6 +897,37 @@ impl<'a> Body<'a> {
             (y.v, x.v)
         };
         Some(self.push(Op::Binary(op, a, b), op.result_dtype(x.dt), x.shape))
+    }
+
+    /// A rope whose rotated operand is `concat([x, y])` along the last
+    /// axis (so its `D = 2·H` holds by construction), tables of `x`'s
+    /// shape, either layout.
+    fn rotate(&mut self) -> Option<Val> {
+        let x = self.pick_val(|v| v.dt.is_float() && !v.shape.is_empty())?;
+        let last = x.shape.len() - 1;
+        let y = self.like(&x.shape, x.dt);
+        let (a, b) = if self.rng.one_in(2) {
+            (x.v, y.v)
+        } else {
+            (y.v, x.v)
+        };
+        let mut shape = x.shape.clone();
+        shape[last] = x.shape[last].clone() + x.shape[last].clone();
+        let r = self.push(Op::Concat(last, vec![a, b]), x.dt, shape.clone());
+        let cos = self.like(&x.shape, x.dt);
+        let sin = self.like(&x.shape, x.dt);
+        let layout = if self.rng.one_in(2) {
+            RopeLayout::Pairs
+        } else {
+            RopeLayout::Halves
+        };
+        let op = Op::Rope {
+            layout,
+            x: r.v,
+            cos: cos.v,
+            sin: sin.v,
+        };
+        Some(self.push(op, x.dt, shape))
     }
 
     fn scalar_binary(&mut self) -> Option<Val> {
@@ -1620,6 +1657,7 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::TopK { .. } => Family::TopK,
             Op::CumSum { .. } => Family::CumSum,
             Op::Pad { .. } => Family::Pad,
+            Op::Rope { .. } => Family::Rotary,
             Op::Conv { .. } => Family::Conv,
             Op::Pool { .. } => Family::Pool,
             // A dim value exists only as a call's argument.
@@ -1789,42 +1827,28 @@ fn llama_rms_norm(dm: &LlamaDims, name: &str) -> Function {
     finish(fb, &["B", "S", "D"], r)
 }
 
-/// `x0 · c − x1 · s` and `x0 · s + x1 · c`, concatenated on `axis`.
-fn rotate(fb: &mut FnBuilder, axis: usize, (x0, x1, c, s): (Value, Value, Value, Value)) -> Value {
-    let a = bin(fb, BinaryOp::Mul, x0, c);
-    let b = bin(fb, BinaryOp::Mul, x1, s);
-    let lo = bin(fb, BinaryOp::Sub, a, b);
-    let a = bin(fb, BinaryOp::Mul, x0, s);
-    let b = bin(fb, BinaryOp::Mul, x1, c);
-    let hi = bin(fb, BinaryOp::Add, a, b);
-    fb.op(Op::Concat(axis, vec![lo, hi]))
-}
-
-/// `rope_pairs` (adjacent pairs) or `rope_halves` of model.rs, op for op.
+/// `rotate_pairs` (adjacent pairs) or `rotate_halves` of model.rs, op for
+/// op: the tables broadcast over batch and heads, then the `rope` op.
 fn llama_rope(dm: &LlamaDims, name: &str, pairs: bool) -> Function {
     let mut fb = new_fn(name, dm);
     let x = f32_param(&mut fb, "x", &["B", "S", "N", "HD"]);
     let cos = f32_param(&mut fb, "cos", &["S", "HALF"]);
     let sin = f32_param(&mut fb, "sin", &["S", "HALF"]);
-    let r = if pairs {
-        let p = reshape(&mut fb, &["B", "S", "N", "HALF", "2"], x);
-        let x0 = slice(&mut fb, 4, Dim::c(0), Dim::c(1), p);
-        let x1 = slice(&mut fb, 4, Dim::c(1), Dim::c(2), p);
-        let c = reshape(&mut fb, &["1", "S", "1", "HALF", "1"], cos);
-        let c = bcast(&mut fb, &["B", "S", "N", "HALF", "1"], c);
-        let s = reshape(&mut fb, &["1", "S", "1", "HALF", "1"], sin);
-        let s = bcast(&mut fb, &["B", "S", "N", "HALF", "1"], s);
-        let r = rotate(&mut fb, 4, (x0, x1, c, s));
-        reshape(&mut fb, &["B", "S", "N", "HD"], r)
+    let c = reshape(&mut fb, &["1", "S", "1", "HALF"], cos);
+    let c = bcast(&mut fb, &["B", "S", "N", "HALF"], c);
+    let s = reshape(&mut fb, &["1", "S", "1", "HALF"], sin);
+    let s = bcast(&mut fb, &["B", "S", "N", "HALF"], s);
+    let layout = if pairs {
+        RopeLayout::Pairs
     } else {
-        let x0 = slice(&mut fb, 3, Dim::c(0), var("HALF"), x);
-        let x1 = slice(&mut fb, 3, var("HALF"), var("HD"), x);
-        let c = reshape(&mut fb, &["1", "S", "1", "HALF"], cos);
-        let c = bcast(&mut fb, &["B", "S", "N", "HALF"], c);
-        let s = reshape(&mut fb, &["1", "S", "1", "HALF"], sin);
-        let s = bcast(&mut fb, &["B", "S", "N", "HALF"], s);
-        rotate(&mut fb, 3, (x0, x1, c, s))
+        RopeLayout::Halves
     };
+    let r = fb.op(Op::Rope {
+        layout,
+        x,
+        cos: c,
+        sin: s,
+    });
     finish(fb, &["B", "S", "N", "HD"], r)
 }
 
@@ -1951,7 +1975,11 @@ fn llama_swiglu(dm: &LlamaDims, name: &str, glu: bool) -> Function {
 /// `attention` over the first P + S, and `mix` (its output projection,
 /// residuals, norm and SwiGLU feed-forward).
 fn llama_layer(dm: &LlamaDims, pairs: bool) -> (Vec<Function>, Function) {
-    let rope = if pairs { "rope_pairs" } else { "rope_halves" };
+    let rope = if pairs {
+        "rotate_pairs"
+    } else {
+        "rotate_halves"
+    };
     let callees = vec![
         llama_rms_norm(dm, "rms_norm"),
         llama_rope(dm, rope, pairs),

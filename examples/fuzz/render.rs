@@ -401,6 +401,12 @@ fn expr(f: &Function, op: &Op, v: Value) -> R<String> {
             }
         }
         Op::Select(c, a, b) => format!("select({}, {}, {})", n(c), n(a), n(b)),
+        Op::Rope {
+            layout,
+            x,
+            cos,
+            sin,
+        } => format!("{}({}, {}, {})", layout.name(), n(x), n(cos), n(sin)),
         Op::Matmul(a, b) => format!("matmul({}, {})", n(a), n(b)),
         Op::QMatmul(a, b) => format!("qmatmul({}, {})", n(a), n(b)),
         Op::Reduce {

@@ -17,7 +17,9 @@
 
 use crate::dim::{Dim, EvalError, Sigma};
 use crate::dtype::Dtype;
-use crate::ir::{check_axes, check_perm, BinaryOp, Op, PoolKind, ReduceOp, UnaryOp, Value, Window};
+use crate::ir::{
+    check_axes, check_perm, BinaryOp, Op, PoolKind, ReduceOp, RopeLayout, UnaryOp, Value, Window,
+};
 use crate::size::SizeError;
 
 /// An operand as the rule sees it: its dtype and concrete shape.
@@ -586,6 +588,34 @@ pub fn pad(axis: usize, before: i64, after: i64, x: Operand) -> Result<Shaped> {
     Ok((x.dtype, out))
 }
 
+/// §12e rope: float `x` of shape `s ++ [D]`, tables of its dtype and shape
+/// `s ++ [H]` with `D = 2·H`; the result is `x`'s type.
+pub fn rope(layout: RopeLayout, x: Operand, cos: Operand, sin: Operand) -> Result<Shaped> {
+    let name = layout.name();
+    if !x.dtype.is_float() || cos.dtype != x.dtype || sin.dtype != x.dtype {
+        return Err(malformed(
+            name,
+            format!(
+                "operand dtypes {}, {} and {}",
+                x.dtype, cos.dtype, sin.dtype
+            ),
+        ));
+    }
+    let (s, c) = (x.shape, cos.shape);
+    let halved = s.split_last().map(|(d, lead)| (d / 2, d % 2, lead));
+    let fits = matches!(halved, Some((h, 0, lead)) if c.split_last() == Some((&h, lead)));
+    if !fits || sin.shape != c {
+        return Err(op_err(
+            name,
+            format!(
+                "shapes {s:?}, {c:?} and {:?}: the tables must be the rotated shape with its last dim halved",
+                sin.shape
+            ),
+        ));
+    }
+    Ok((x.dtype, s.to_vec()))
+}
+
 /// One spatial axis of a window op (§12c): `(s + 2·pad − dil·(k − 1) − 1)
 /// / stride + 1` elements, or `None` when the dilated kernel does not fit
 /// in the padded input (or `k`, `stride` or `dil` is 0, or a count
@@ -806,6 +836,12 @@ pub fn infer<'a>(
             x,
         } => topk(eval_size(k, sigma, "topk")?, *axis, *indices, operand(*x)?),
         Op::CumSum { axis, x } => cumsum(*axis, operand(*x)?),
+        Op::Rope {
+            layout,
+            x,
+            cos,
+            sin,
+        } => rope(*layout, operand(*x)?, operand(*cos)?, operand(*sin)?),
         Op::Pad {
             axis,
             before,

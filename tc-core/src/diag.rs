@@ -230,6 +230,9 @@ pub mod codes {
     /// out of range, channels that do not split into the groups, a kernel
     /// that may not fit in the padded input (docs/syntax.md §12c, §12d).
     pub const WINDOW: &str = "E0310";
+    /// A rope's rotated axis not provably twice its tables' last dim
+    /// (Section 2 §18, docs/syntax.md §12e).
+    pub const ROPE: &str = "E0311";
     /// A call's arity, unification or `requires` fails (Section 2 §17).
     pub const CALL: &str = "E0401";
     /// Unknown function or variable in a body.
@@ -291,6 +294,7 @@ pub mod codes {
         CONCAT,
         TOPK,
         WINDOW,
+        ROPE,
         CALL,
         UNKNOWN_NAME,
         RECURSION,

@@ -456,6 +456,26 @@ impl Window {
     }
 }
 
+/// Which elements of the rotated axis RoPE pairs (docs/syntax.md §12e,
+/// Section 2 §18).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum RopeLayout {
+    /// Element `2i` with `2i + 1` (GGUF's and Meta's layout).
+    Pairs,
+    /// Element `i` with `i + D/2` (Hugging Face's `rotate_half`).
+    Halves,
+}
+
+impl RopeLayout {
+    /// The surface name of the op in this layout.
+    pub fn name(self) -> &'static str {
+        match self {
+            RopeLayout::Pairs => "rope_pairs",
+            RopeLayout::Halves => "rope_halves",
+        }
+    }
+}
+
 /// The reduction of a pooling window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PoolKind {
@@ -743,6 +763,21 @@ pub enum Op {
         /// Operand.
         x: Value,
     },
+    /// §18 rotary position embedding (docs/syntax.md §12e): `x` is
+    /// `[s…, D]`, the tables `cos` and `sin` are `[s…, D/2]` (one angle
+    /// per pair, already broadcast), and pair `i` = `(a, b)` of the last
+    /// axis becomes `(a·cos_i − b·sin_i, a·sin_i + b·cos_i)`, each product
+    /// and sum rounded as the §6 binary ops round them.
+    Rope {
+        /// Which elements form pair `i`.
+        layout: RopeLayout,
+        /// The rotated tensor.
+        x: Value,
+        /// Each pair's cosine.
+        cos: Value,
+        /// Each pair's sine.
+        sin: Value,
+    },
     /// A tensor of one repeated scalar (a literal in tensor position).
     Fill(Dtype, Vec<Dim>, Scalar),
     /// Index along `axis` as a value (`iota`), for masks such as a causal one.
@@ -783,6 +818,7 @@ impl Op {
             Op::Pool { x, .. } => vec![*x],
             Op::Gather { table, ids, .. } => vec![*table, *ids],
             Op::Select(c, a, b) => vec![*c, *a, *b],
+            Op::Rope { x, cos, sin, .. } => vec![*x, *cos, *sin],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
             Op::Fill(..) | Op::Iota(..) | Op::Dim(_) => vec![],
         }
@@ -837,6 +873,7 @@ impl Op {
             | Op::Conv { x: a, w: b, .. } => (vec![a, b], vec![], vec![]),
             Op::Gather { table, ids, .. } => (vec![table, ids], vec![], vec![]),
             Op::Select(c, a, b) => (vec![c, a, b], vec![], vec![]),
+            Op::Rope { x, cos, sin, .. } => (vec![x, cos, sin], vec![], vec![]),
             Op::Concat(_, xs) | Op::Call(_, xs) => (xs.iter_mut().collect(), vec![], vec![]),
             Op::ScalarBinary { x, s, .. } => (vec![x], vec![], vec![s]),
             Op::Reshape(ds, x) | Op::Broadcast(ds, x) => (vec![x], ds.iter_mut().collect(), vec![]),
@@ -886,6 +923,12 @@ impl Op {
 
 fn dims(s: &[Dim]) -> String {
     shape_string(s)
+}
+
+/// Values as the printer lists operands: `v1, v2`.
+fn joined(xs: &[Value]) -> String {
+    let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
+    xs.join(", ")
 }
 
 impl fmt::Display for Op {
@@ -950,10 +993,7 @@ impl fmt::Display for Op {
                 step,
                 x,
             } => write!(f, "slice[axis={axis}, {start}..{stop}, step={step}] {x}"),
-            Op::Concat(axis, xs) => {
-                let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
-                write!(f, "concat[axis={axis}] {}", xs.join(", "))
-            }
+            Op::Concat(axis, xs) => write!(f, "concat[axis={axis}] {}", joined(xs)),
             Op::Gather { axis, table, ids } => write!(f, "gather[axis={axis}] {table}, {ids}"),
             Op::TopK {
                 k,
@@ -965,6 +1005,7 @@ impl fmt::Display for Op {
                 write!(f, "{what}[k={k}, axis={axis}] {x}")
             }
             Op::CumSum { axis, x } => write!(f, "cumsum[axis={axis}] {x}"),
+            Op::Rope { layout, .. } => write!(f, "{} {}", layout.name(), joined(&self.operands())),
             Op::Pad {
                 axis,
                 before,
@@ -1000,10 +1041,7 @@ impl fmt::Display for Op {
             }
             Op::Fill(d, s, v) => write!(f, "fill[{d}; {}] {v}", dims(s)),
             Op::Iota(d, s, a) => write!(f, "iota[{d}; {}, axis={a}]", dims(s)),
-            Op::Call(n, xs) => {
-                let xs: Vec<_> = xs.iter().map(|v| v.to_string()).collect();
-                write!(f, "call {n}({})", xs.join(", "))
-            }
+            Op::Call(n, xs) => write!(f, "call {n}({})", joined(xs)),
             Op::Dim(d) => write!(f, "dim.value {d}"),
         }
     }

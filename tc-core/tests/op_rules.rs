@@ -6,7 +6,7 @@
 use tc_core::build::FnBuilder;
 use tc_core::check::{cex_string, check_function, Checked};
 use tc_core::diag::codes;
-use tc_core::ir::{BinaryOp, Op, ReduceOp, Scalar, Signatures, UnaryOp, Value};
+use tc_core::ir::{BinaryOp, Op, ReduceOp, RopeLayout, Scalar, Signatures, UnaryOp, Value};
 use tc_core::solver;
 use tc_core::{Diagnostic, Dim, Dtype, Pred, SpanId, TensorType, Type};
 
@@ -1445,6 +1445,83 @@ fn pad_rule() {
     let x = b.param("x", f32s("B, S"));
     let y = pad(&mut b, c(1), c(1), Scalar::Int(0), x);
     assert_eq!(reject(&b, y).code, codes::DTYPE_MISMATCH);
+}
+
+// --------------------------------------------------- §12e rope
+
+fn rope(b: &mut FnBuilder, layout: RopeLayout, (x, cos, sin): (Value, Value, Value)) -> Value {
+    b.op(Op::Rope {
+        layout,
+        x,
+        cos,
+        sin,
+    })
+}
+
+#[test]
+fn rope_rule() {
+    // Keeps the rotated type; `H + H` is `2·H`.
+    for layout in [RopeLayout::Pairs, RopeLayout::Halves] {
+        let mut b = fb();
+        let rotated = td(Dtype::BF16, vec![v("S"), v("N"), v("H") + v("H")]);
+        let x = b.param("x", rotated.clone());
+        let cos = b.param("cos", t(Dtype::BF16, "S, N, H"));
+        let sin = b.param("sin", t(Dtype::BF16, "S, N, H"));
+        let y = rope(&mut b, layout, (x, cos, sin));
+        assert_eq!(accept(b, y, rotated), "Tensor[bf16; S, N, 2 * H]");
+    }
+    // Nothing ties D to H: E0311 at the cosine table, with a counterexample.
+    let mut b = fb();
+    let x = b.param("x", f32s("S, D"));
+    let cos = b.param("cos", f32s("S, H"));
+    let sin = b.param("sin", f32s("S, H"));
+    let y = rope(&mut b, RopeLayout::Pairs, (x, cos, sin));
+    let d = reject(&b, y);
+    expect(
+        &d,
+        codes::ROPE,
+        arg(&b, y, 1),
+        "the rotated axis `D` may not be twice the tables' last dim `H` (one angle per pair)",
+        Some("D = 1, H = 1"),
+    );
+    // An odd axis is never twice a dim.
+    let mut b = fb();
+    let x = b.param("x", f32s("S, 7"));
+    let cos = b.param("cos", f32s("S, 3"));
+    let sin = b.param("sin", f32s("S, 3"));
+    let y = rope(&mut b, RopeLayout::Halves, (x, cos, sin));
+    assert_eq!(reject(&b, y).code, codes::ROPE);
+    // Leading dims differ: the tables are not broadcast implicitly.
+    let mut b = fb();
+    let x = b.param("x", f32s("B, S, 8"));
+    let cos = b.param("cos", f32s("1, S, 4"));
+    let sin = b.param("sin", f32s("1, S, 4"));
+    let y = rope(&mut b, RopeLayout::Pairs, (x, cos, sin));
+    let d = reject(&b, y);
+    assert_eq!(d.code, codes::SHAPE_MISMATCH, "{d}");
+    assert_eq!(d.span, arg(&b, y, 1), "{d}");
+    // The sine table disagrees with the cosine table.
+    let mut b = fb();
+    let x = b.param("x", f32s("S, 8"));
+    let cos = b.param("cos", f32s("S, 4"));
+    let sin = b.param("sin", f32s("S, 2"));
+    let y = rope(&mut b, RopeLayout::Pairs, (x, cos, sin));
+    assert_eq!(reject(&b, y).code, codes::SHAPE_MISMATCH);
+    // A float op: an int tensor is E0202, mixed dtypes E0201.
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::I32, "S, 8"));
+    let cos = b.param("cos", t(Dtype::I32, "S, 4"));
+    let sin = b.param("sin", t(Dtype::I32, "S, 4"));
+    let y = rope(&mut b, RopeLayout::Pairs, (x, cos, sin));
+    assert_eq!(reject(&b, y).code, codes::DTYPE_CLASS);
+    let mut b = fb();
+    let x = b.param("x", f32s("S, 8"));
+    let cos = b.param("cos", t(Dtype::F16, "S, 4"));
+    let sin = b.param("sin", f32s("S, 4"));
+    let y = rope(&mut b, RopeLayout::Pairs, (x, cos, sin));
+    let d = reject(&b, y);
+    assert_eq!(d.code, codes::DTYPE_MISMATCH, "{d}");
+    assert_eq!(d.span, arg(&b, y, 1), "{d}");
 }
 
 // --------------------------------------------------- §12a gather

@@ -454,6 +454,18 @@ fn own_cost(op: &Op) -> u32 {
         Op::Binary(..) | Op::ScalarBinary { .. } | Op::Select(..) | Op::Cast(..) => 1,
         Op::Concat(_, xs) => xs.len() as u32,
         Op::Reshape(..) | Op::Pad { .. } => 2,
+        // Four products, a sum and a select.
+        Op::Rope { .. } => 6,
+        _ => 0,
+    }
+}
+
+/// The cost of the operand reads an op makes beyond one per operand: a
+/// fused rope computes its rotated operand at both coordinates of each
+/// pair.
+fn rereads(op: &Op, mat: &ValueMap<bool>, cost: &ValueMap<u32>) -> u32 {
+    match op {
+        Op::Rope { x, .. } if !mat[*x] => cost[*x],
         _ => 0,
     }
 }
@@ -547,7 +559,8 @@ pub fn structure(
                 .operands()
                 .iter()
                 .map(|&o| if mat[o] { 1 } else { cost[o] })
-                .sum::<u32>();
+                .sum::<u32>()
+            + rereads(&inst.op, &mat, &cost);
         cost[v] = c;
         // A matmul operand that is a chain of transposes/broadcasts (and a
         // reshape of a buffer) over a buffer is read through strides by the
@@ -1228,6 +1241,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::TopK { x, .. }
         | Op::CumSum { x, .. }
         | Op::Pad { x, .. }
+        | Op::Rope { x, .. }
         | Op::Conv { x, .. }
         | Op::Pool { x, .. } => operand_dtype(func, *x),
         Op::Call(..) => Dtype::F32,

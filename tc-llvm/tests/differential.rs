@@ -6,7 +6,7 @@
 use crate::util;
 
 use tc_core::concrete::RuleError;
-use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp};
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, RopeLayout, Scalar, UnaryOp};
 use tc_core::{Dim, Dtype, Type};
 use tc_llvm::JitOptions;
 use tc_runtime::contract::Arg;
@@ -947,6 +947,120 @@ fn a_reshape_merging_trailing_axes_is_a_nested_copy() {
                 let args: Vec<Arg> = vec![random(&mut rng, dt, &shape, true).into()];
                 let what = format!("merge heads of {shape:?} at {dt} op={with_op} shared={shared}");
                 assert_every_mode(&what, &f, &args, &generic);
+            }
+        }
+    }
+}
+
+/// `rope[layout]` of `x · y` (a fused producer, computed at both
+/// coordinates of each pair) with `[S, H]` tables broadcast over the
+/// heads; `composed`: the same rotation written with the core layout ops
+/// instead (the form the op replaces, docs/syntax.md §12e).
+fn rope_fn(dt: Dtype, layout: RopeLayout, composed: bool) -> Function {
+    let (s, n, h) = (Dim::var("S"), Dim::var("N"), Dim::var("H"));
+    let full = vec![s.clone(), n.clone(), h.clone() + h.clone()];
+    let half = vec![s.clone(), n.clone(), h.clone()];
+    let mut b = builder("rope");
+    let x = b.param("x", Type::tensor(dt, full.clone()));
+    let y = b.param("y", Type::tensor(dt, full.clone()));
+    let cos = b.param("cos", tt(dt, &["S", "H"]));
+    let sin = b.param("sin", tt(dt, &["S", "H"]));
+    b.returns(Type::tensor(dt, full.clone()));
+    // Empty sequences and heads admitted.
+    b.requires(tc_core::Pred::ge(s.clone(), Dim::c(0)));
+    b.requires(tc_core::Pred::ge(h.clone(), Dim::c(0)));
+    let p = b.op(Op::Binary(BinaryOp::Mul, x, y));
+    let mut table = |t| {
+        let r = b.op(Op::Reshape(vec![s.clone(), Dim::c(1), h.clone()], t));
+        b.op(Op::Broadcast(half.clone(), r))
+    };
+    let (c, sn) = (table(cos), table(sin));
+    if !composed {
+        let r = b.op(Op::Rope {
+            layout,
+            x: p,
+            cos: c,
+            sin: sn,
+        });
+        return b.finish(r);
+    }
+    let bin = |b: &mut tc_core::build::FnBuilder, o, u, v| b.op(Op::Binary(o, u, v));
+    let slice = |b: &mut tc_core::build::FnBuilder, start, stop, step, x| {
+        b.op(Op::Slice {
+            axis: 2,
+            start,
+            stop,
+            step,
+            x,
+        })
+    };
+    let (x0, x1) = match layout {
+        RopeLayout::Pairs => (
+            slice(&mut b, Dim::c(0), full[2].clone(), 2, p),
+            slice(&mut b, Dim::c(1), full[2].clone(), 2, p),
+        ),
+        RopeLayout::Halves => (
+            slice(&mut b, Dim::c(0), h.clone(), 1, p),
+            slice(&mut b, h.clone(), full[2].clone(), 1, p),
+        ),
+    };
+    let (a, bb) = (
+        bin(&mut b, BinaryOp::Mul, x0, c),
+        bin(&mut b, BinaryOp::Mul, x1, sn),
+    );
+    let lo = bin(&mut b, BinaryOp::Sub, a, bb);
+    let (a, bb) = (
+        bin(&mut b, BinaryOp::Mul, x0, sn),
+        bin(&mut b, BinaryOp::Mul, x1, c),
+    );
+    let hi = bin(&mut b, BinaryOp::Add, a, bb);
+    let r = match layout {
+        // Interleave: [S, N, H, 2] back to [S, N, 2H].
+        RopeLayout::Pairs => {
+            let mut quarter = half.clone();
+            quarter.push(Dim::c(1));
+            let lo = b.op(Op::Reshape(quarter.clone(), lo));
+            let hi = b.op(Op::Reshape(quarter, hi));
+            let both = b.op(Op::Concat(3, vec![lo, hi]));
+            b.op(Op::Reshape(full, both))
+        }
+        RopeLayout::Halves => b.op(Op::Concat(2, vec![lo, hi])),
+    };
+    b.finish(r)
+}
+
+/// Every float dtype, both layouts, specials (NaN, ±∞, −0, subnormals),
+/// empty sequences and heads, a single pair: every JIT mode and the shape-generic
+/// kernel bit for bit with the interpreter, and the interpreter's rope bit
+/// for bit with the composition of core ops it stands for.
+#[test]
+fn rope_every_float_dtype_both_layouts() {
+    let mut rng = Rng(0x2027);
+    let generic = generic_jit();
+    for dt in Dtype::ALL.into_iter().filter(|d| d.is_float()) {
+        for layout in [RopeLayout::Pairs, RopeLayout::Halves] {
+            let f = rope_fn(dt, layout, false);
+            let g = rope_fn(dt, layout, true);
+            for (s, n, h) in [(3, 2, 4), (1, 3, 1), (0, 2, 4), (2, 1, 16), (2, 2, 0)] {
+                let args: Vec<Arg> = vec![
+                    random(&mut rng, dt, &[s, n, 2 * h], true).into(),
+                    random(&mut rng, dt, &[s, n, 2 * h], true).into(),
+                    random(&mut rng, dt, &[s, h], true).into(),
+                    random(&mut rng, dt, &[s, h], true).into(),
+                ];
+                let what = format!("{} of [{s}, {n}, {}] at {dt}", layout.name(), 2 * h);
+                assert_every_mode(&what, &f, &args, &generic);
+                // The pairs' strided slice `1..2H` needs a pair.
+                if h > 0 {
+                    let want = interp(&f, &args).unwrap();
+                    let composed = interp(&g, &args).unwrap();
+                    assert_bits(
+                        &format!("{what} ≡ its composition"),
+                        &composed,
+                        &want,
+                        false,
+                    );
+                }
             }
         }
     }

@@ -13,8 +13,8 @@ use proc_macro2::Ident;
 use quote::ToTokens;
 use syn::{BinOp, Block, Expr, GenericArgument, Lit, Pat, PathArguments, Stmt, UnOp};
 use tc_core::ir::{
-    BinaryOp, DimBinding, Function, Inst, Op, PoolKind, ReduceOp, Scalar, Signature, Signatures,
-    UnaryOp, Value,
+    BinaryOp, DimBinding, Function, Inst, Op, PoolKind, ReduceOp, RopeLayout, Scalar, Signature,
+    Signatures, UnaryOp, Value,
 };
 use tc_core::{Dim, Dtype, SpanId, Type};
 
@@ -897,6 +897,36 @@ codes::UNSUPPORTED,
         )
     }
 
+    /// `rope_pairs(x, cos, sin)` and `rope_halves(x, cos, sin)` (Section 2
+    /// §18, docs/syntax.md §12e).
+    fn rope_call(&mut self, n: &str, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        if !self.arity(name, args, 3, whole, &format!("{n}(x, cos, sin)")) {
+            return Operand::Poison;
+        }
+        let x = self.tensor(args[0]);
+        let cos = self.tensor(args[1]);
+        let sin = self.tensor(args[2]);
+        let (Some((x, xs)), Some((cos, cs)), Some((sin, ss))) = (x, cos, sin) else {
+            return Operand::Poison;
+        };
+        let layout = if n == "rope_pairs" {
+            RopeLayout::Pairs
+        } else {
+            RopeLayout::Halves
+        };
+        self.push(
+            Op::Rope {
+                layout,
+                x,
+                cos,
+                sin,
+            },
+            whole,
+            vec![xs, cs, ss],
+            vec![],
+        )
+    }
+
     /// The other built-ins (scalar forms, `cast`, `select`, `matmul`,
     /// arg-reductions, `full`, `iota`), or an unknown name.
     fn builtin_call(
@@ -984,6 +1014,7 @@ codes::KIND_MISMATCH,
             "gather" => self.gather_call(name, args, whole),
             "topk" | "topk_indices" | "cumsum" => self.scan_call(n, name, args, whole),
             "pad" => self.pad_call(name, args, whole),
+            "rope_pairs" | "rope_halves" => self.rope_call(n, name, args, whole),
             "conv1d" => self.conv_call(1, name, args, whole),
             "conv2d" => self.conv_call(2, name, args, whole),
             "max_pool1d" => self.pool_call(PoolKind::Max, 1, name, args, whole),

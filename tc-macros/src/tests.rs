@@ -204,6 +204,8 @@ const VOCAB: &[&str] = &[
     "topk",
     "cumsum",
     "pad",
+    "rope_pairs",
+    "rope_halves",
     "transpose",
     "select",
     "full",

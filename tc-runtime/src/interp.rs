@@ -690,6 +690,21 @@ impl<'a, 'f> Machine<'a, 'f> {
         Ok(cast::convert(e, dt))
     }
 
+    /// §12b pad: the widths evaluated under σ, the fill value converted
+    /// to the operand's dtype.
+    fn pad(
+        &self,
+        axis: usize,
+        (before, after): (&Dim, &Dim),
+        value: &Scalar,
+        x: Value,
+    ) -> Result<Tensor> {
+        let t = self.tensor(x)?;
+        let b = concrete::eval_signed(before, &self.sigma, "pad before")?;
+        let a = concrete::eval_signed(after, &self.sigma, "pad after")?;
+        denote::pad(axis, (b, a), self.scalar(value, t.dtype())?, t)
+    }
+
     /// ⟦op⟧ of the instruction's operands (every op but a call).
     fn apply(&self, op: &Op) -> Result<Tensor> {
         let t = match op {
@@ -764,18 +779,24 @@ impl<'a, 'f> Machine<'a, 'f> {
                 denote::topk(k, *axis, *indices, self.tensor(*x)?)?
             }
             Op::CumSum { axis, x } => denote::cumsum(*axis, self.tensor(*x)?)?,
+            Op::Rope {
+                layout,
+                x,
+                cos,
+                sin,
+            } => denote::rope(
+                *layout,
+                self.tensor(*x)?,
+                self.tensor(*cos)?,
+                self.tensor(*sin)?,
+            )?,
             Op::Pad {
                 axis,
                 before,
                 after,
                 value,
                 x,
-            } => {
-                let t = self.tensor(*x)?;
-                let b = concrete::eval_signed(before, &self.sigma, "pad before")?;
-                let a = concrete::eval_signed(after, &self.sigma, "pad after")?;
-                denote::pad(*axis, (b, a), self.scalar(value, t.dtype())?, t)?
-            }
+            } => self.pad(*axis, (before, after), value, *x)?,
             Op::Conv {
                 window,
                 groups,
@@ -896,7 +917,7 @@ impl<'a, 'f> Machine<'a, 'f> {
 pub mod denote {
     use super::*;
     use tc_core::concrete::{self as rule, Operand};
-    use tc_core::ir::{BinaryOp, PoolKind, ReduceOp, UnaryOp, Window};
+    use tc_core::ir::{BinaryOp, PoolKind, ReduceOp, RopeLayout, UnaryOp, Window};
 
     /// A tensor as the shared concrete rule ([`tc_core::concrete`]) sees it:
     /// every denotation below validates its operands and sizes its output
@@ -1200,6 +1221,39 @@ pub mod denote {
                 binary_elem(op, dt, s, e)
             } else {
                 binary_elem(op, dt, e, s)
+            }
+        })
+    }
+
+    /// §12e rope: element `j` of the last axis belongs to pair `p` with
+    /// coordinates `(a, b)` = `x[…, 2p], x[…, 2p + 1]` (pairs) or `x[…, p],
+    /// x[…, p + H]` (halves); it is `a·cos[…, p] − b·sin[…, p]` when `j` is
+    /// the pair's first coordinate and `a·sin[…, p] + b·cos[…, p]` when it
+    /// is the second, each product and sum a §5.3 binary element.
+    pub fn rope(layout: RopeLayout, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let (dt, shape) = rule::rope(layout, opd(x), opd(cos), opd(sin))?;
+        let (xs, cs, ss) = (x.try_to_elems()?, cos.try_to_elems()?, sin.try_to_elems()?);
+        let last = shape.len() - 1;
+        let h = cos.shape()[last];
+        let (stx, stc) = (strides(x.shape()), strides(cos.shape()));
+        let mul = |u, v| binary_elem(BinaryOp::Mul, dt, u, v);
+        tabulate(layout.name(), dt, &shape, |i| {
+            let j = i[last];
+            let (p, first, ja, jb) = match layout {
+                RopeLayout::Pairs => (j / 2, j % 2 == 0, j & !1, j | 1),
+                RopeLayout::Halves if j < h => (j, true, j, j + h),
+                RopeLayout::Halves => (j - h, false, j - h, j),
+            };
+            let (rx, rc) = (
+                ravel(&i[..last], &stx[..last]),
+                ravel(&i[..last], &stc[..last]),
+            );
+            let (a, b) = (xs[rx + ja], xs[rx + jb]);
+            let (c, s) = (cs[rc + p], ss[rc + p]);
+            if first {
+                binary_elem(BinaryOp::Sub, dt, mul(a, c)?, mul(b, s)?)
+            } else {
+                binary_elem(BinaryOp::Add, dt, mul(a, s)?, mul(b, c)?)
             }
         })
     }

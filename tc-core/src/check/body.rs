@@ -215,6 +215,7 @@ impl Checker<'_> {
                 value,
                 ..
             } => self.pad(func, (*axis, before, after, value), inst, &operands),
+            Op::Rope { layout, .. } => self.rope(*layout, inst, &operands),
             Op::Conv { window, groups, .. } => self.conv((window, *groups), inst, &operands),
             Op::Pool {
                 kind,

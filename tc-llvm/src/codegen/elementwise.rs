@@ -301,6 +301,12 @@ impl<'a> Gen<'a> {
             | Op::Slice { .. }
             | Op::Concat(..)
             | Op::Pad { .. } => self.layout_val(v, op, idx),
+            Op::Rope {
+                layout,
+                x,
+                cos,
+                sin,
+            } => self.rope(v, (*layout, *x, *cos, *sin), idx),
             // Never inlined, so always materialized (a dim value is read by
             // calls only, `ir::verify_structure`): unreachable by
             // construction. `plan::inlinable` is the one list of such ops.
@@ -448,6 +454,65 @@ impl<'a> Gen<'a> {
             Op::Pad { axis, value, x, .. } => self.pad(v, (*axis, value, *x), idx),
             _ => self.load(v, &Q::Lit(0)),
         }
+    }
+
+    /// Element `idx` of `v = rope[layout](x, cos, sin)` (docs/syntax.md
+    /// §12e, the interpreter's `denote::rope`): both coordinates of the
+    /// element's pair read at rewritten last-axis indices, the products
+    /// and the difference or sum computed as the §5.3 binary ops compute
+    /// them, and the element's own formula selected by its coordinate
+    /// (branch-free, so the loop still vectorizes).
+    fn rope(
+        &mut self,
+        v: Value,
+        (layout, x, cos, sin): (RopeLayout, Value, Value, Value),
+        idx: &Idx,
+    ) -> V {
+        use BinaryOp as B;
+        let dt = self.vals[v].dtype;
+        let d = self.dims_of(v, idx);
+        let last = d.len() - 1;
+        let j = d[last].v();
+        let (one, zero) = (V::int(Ty::I64, 1), V::int(Ty::I64, 0));
+        let (p, first, ja, jb) = match layout {
+            RopeLayout::Pairs => {
+                // j = 2p + (the coordinate): ja = 2p, jb = 2p + 1.
+                let p = self.b.lshr(&j, &one);
+                let odd = self.b.and(&j, &one);
+                let first = self.b.icmp("eq", &odd, &zero);
+                let ja = self.b.and(&j, &V::int(Ty::I64, -2));
+                let jb = self.b.or(&j, &one);
+                (Q::of(&p), first, Q::of(&ja), Q::of(&jb))
+            }
+            RopeLayout::Halves => {
+                let h = self.dim(cos, last);
+                let first = self.b.icmp("slt", &j, &h.v());
+                let back = self.bsub(&d[last], &h).v();
+                let p = Q::of(&self.b.select(&first, &j, &back));
+                let jb = self.badd(&p, &h);
+                (p.clone(), first, p, jb)
+            }
+        };
+        let at = |k: Q| {
+            let mut e = d.clone();
+            e[last] = k;
+            Idx {
+                dims: Some(e),
+                lin: None,
+            }
+        };
+        let (ia, ib, ip) = (at(ja), at(jb), at(p));
+        let a = self.val(x, &ia);
+        let b = self.val(x, &ib);
+        let c = self.val(cos, &ip);
+        let s = self.val(sin, &ip);
+        let ac = self.binary(B::Mul, dt, &a, &c);
+        let bs = self.binary(B::Mul, dt, &b, &s);
+        let fst = self.binary(B::Sub, dt, &ac, &bs);
+        let as_ = self.binary(B::Mul, dt, &a, &s);
+        let bc = self.binary(B::Mul, dt, &b, &c);
+        let snd = self.binary(B::Add, dt, &as_, &bc);
+        self.b.select(&first, &fst, &snd)
     }
 
     /// Element `idx` of `v = concat(axis, xs)` (§5.10). An operand whose

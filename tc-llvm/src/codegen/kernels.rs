@@ -83,6 +83,7 @@ impl<'a> Gen<'a> {
             | Op::Slice { .. }
             | Op::Concat(..)
             | Op::Pad { .. }
+            | Op::Rope { .. }
             | Op::Iota(..) => false,
             Op::Reduce { .. }
             | Op::ArgReduce { .. }

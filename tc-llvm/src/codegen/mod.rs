@@ -36,7 +36,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, Scalar, UnaryOp, Value, ValueMap};
+use tc_core::ir::{BinaryOp, Function, Op, ReduceOp, RopeLayout, Scalar, UnaryOp, Value, ValueMap};
 use tc_core::{Dtype, Sigma};
 use tc_runtime::cast;
 use tc_runtime::elem::Elem;

@@ -15,7 +15,7 @@
 //! llama.cpp's rotation of *adjacent* pairs `(x[2i], x[2i+1])`; the model
 //! applies that rotation to the weights as stored (no permutation is
 //! undone at load). Hugging Face's checkpoints rotate the two halves
-//! instead; `rope_halves` is that layout, for weights in that order.
+//! instead; `rotate_halves` is that layout, for weights in that order.
 
 use tc::{tensor_module, Tensor};
 
@@ -80,58 +80,32 @@ pub mod llama {
     }
 
     /// RoPE on adjacent pairs (llama.cpp's layout, which GGUF's Q/K rows
-    /// are permuted for): pair `i` of each head turns by the angle whose
-    /// cosine and sine are `cos[s, i]`, `sin[s, i]`.
+    /// are permuted for): pair `(x[2i], x[2i+1])` of each head turns by
+    /// the angle whose cosine and sine are `cos[s, i]`, `sin[s, i]`. The
+    /// `rope_pairs` op (Section 2 §18) reads each pair where it lies, so
+    /// no axis is split or copied.
     #[tensor_fn]
-    pub fn rope_pairs(
+    pub fn rotate_pairs(
         x: Tensor![f32; B, S, N, HD],
         cos: Tensor![f32; S, HALF],
         sin: Tensor![f32; S, HALF],
     ) -> Tensor![f32; B, S, N, HD] {
-        let p = reshape(x, [B, S, N, HALF, 2]);
-        let x0 = slice(p, 4, 0, 1);
-        let x1 = slice(p, 4, 1, 2);
-        let c = broadcast(reshape(cos, [1, S, 1, HALF, 1]), [B, S, N, HALF, 1]);
-        let s = broadcast(reshape(sin, [1, S, 1, HALF, 1]), [B, S, N, HALF, 1]);
-        reshape(concat([x0 * c - x1 * s, x0 * s + x1 * c], 4), [B, S, N, HD])
+        let c = broadcast(reshape(cos, [1, S, 1, HALF]), [B, S, N, HALF]);
+        let s = broadcast(reshape(sin, [1, S, 1, HALF]), [B, S, N, HALF]);
+        rope_pairs(x, c, s)
     }
 
     /// RoPE on halves (Hugging Face's layout): element `i < HD/2` pairs
     /// with `i + HD/2`.
     #[tensor_fn]
-    pub fn rope_halves(
+    pub fn rotate_halves(
         x: Tensor![f32; B, S, N, HD],
         cos: Tensor![f32; S, HALF],
         sin: Tensor![f32; S, HALF],
     ) -> Tensor![f32; B, S, N, HD] {
-        let x0 = slice(x, 3, 0, HALF);
-        let x1 = slice(x, 3, HALF, HD);
         let c = broadcast(reshape(cos, [1, S, 1, HALF]), [B, S, N, HALF]);
         let s = broadcast(reshape(sin, [1, S, 1, HALF]), [B, S, N, HALF]);
-        concat([x0 * c - x1 * s, x0 * s + x1 * c], 3)
-    }
-
-    /// [`rope_pairs`]'s rotation, its output in the halves order: element
-    /// `i < HALF` of a head is pair `i`'s first rotated coordinate,
-    /// element `HALF + i` its second. The pairs are read with strided
-    /// slices and written as two halves, so no axis is split: the
-    /// shape-generic kernel indexes every operand without a division per
-    /// element (`rope_pairs`'s reshape to `[…, HALF, 2]` and back cost it
-    /// 15 ns an element, 8 ms of a 16-row decode step). Queries and keys
-    /// meet only in their dot products over the head axis, and both are
-    /// rotated by this fn, so the scores are the same sums with their
-    /// terms in another order.
-    #[tensor_fn]
-    pub fn rope_pairs_split(
-        x: Tensor![f32; B, S, N, HD],
-        cos: Tensor![f32; S, HALF],
-        sin: Tensor![f32; S, HALF],
-    ) -> Tensor![f32; B, S, N, HD] {
-        let x0 = slice(x, 3, 0, HD, 2);
-        let x1 = slice(x, 3, 1, HD, 2);
-        let c = broadcast(reshape(cos, [1, S, 1, HALF]), [B, S, N, HALF]);
-        let s = broadcast(reshape(sin, [1, S, 1, HALF]), [B, S, N, HALF]);
-        concat([x0 * c - x1 * s, x0 * s + x1 * c], 3)
+        rope_halves(x, c, s)
     }
 
     /// The attention input: the layer's normed residual stream.
@@ -149,7 +123,7 @@ pub mod llama {
         l: Layer,
     ) -> Tensor![f32; B, S, D] {
         let q = reshape(qmatmul(xn, l.wq), [B, S, H, HD]);
-        reshape(rope_pairs_split(q, cos, sin), [B, S, D])
+        reshape(rotate_pairs(q, cos, sin), [B, S, D])
     }
 
     /// The rotated keys, as the cache holds them: per key/value head, the
@@ -168,7 +142,7 @@ pub mod llama {
         l: Layer,
     ) -> Tensor![f32; B, KV, HD, S] {
         let k = reshape(qmatmul(xn, l.wk), [B, S, KV, HD]);
-        transpose(rope_pairs_split(k, cos, sin), [0, 2, 3, 1])
+        transpose(rotate_pairs(k, cos, sin), [0, 2, 3, 1])
     }
 
     /// The values, head-major.
