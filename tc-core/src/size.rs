@@ -28,7 +28,7 @@ pub const MAX_ELEMS: usize = 1 << 31;
 pub struct SizeError {
     /// The offending shape (for a byte count, `[elements]`).
     pub shape: Vec<usize>,
-    /// Its exact element count, `None` when even that overflows `u128`.
+    /// Its exact element count, `None` when even that overflows `i128`.
     pub elems: Option<u128>,
     /// The cap ([`MAX_ELEMS`]).
     pub cap: usize,
@@ -37,18 +37,14 @@ pub struct SizeError {
 fn count_text(elems: &Option<u128>) -> String {
     match elems {
         Some(n) => n.to_string(),
-        None => "over 2^128".to_string(),
+        None => "over 2^127".to_string(),
     }
 }
 
 fn error(shape: &[usize]) -> SizeError {
-    let elems = if shape.contains(&0) {
-        Some(0)
-    } else {
-        shape
-            .iter()
-            .try_fold(1u128, |a, &d| a.checked_mul(d as u128))
-    };
+    // The exact count by the volume rule (a usize dim is never negative,
+    // so the volume is `None` only past i128).
+    let elems = volume(shape.iter().map(|&d| d as i128)).map(|n| n as u128);
     SizeError {
         shape: shape.to_vec(),
         elems,

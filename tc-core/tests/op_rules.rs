@@ -1507,6 +1507,15 @@ fn rope_rule() {
     let sin = b.param("sin", f32s("S, 2"));
     let y = rope(&mut b, RopeLayout::Pairs, (x, cos, sin));
     assert_eq!(reject(&b, y).code, codes::SHAPE_MISMATCH);
+    // A scalar has no axis to rotate.
+    let mut b = fb();
+    let x = b.param("x", f32s(""));
+    let cos = b.param("cos", f32s(""));
+    let sin = b.param("sin", f32s(""));
+    let y = rope(&mut b, RopeLayout::Pairs, (x, cos, sin));
+    let d = reject(&b, y);
+    assert_eq!(d.code, codes::RANK_MISMATCH, "{d}");
+    assert_eq!(d.span, arg(&b, y, 0), "{d}");
     // A float op: an int tensor is E0202, mixed dtypes E0201.
     let mut b = fb();
     let x = b.param("x", t(Dtype::I32, "S, 8"));

@@ -3,7 +3,7 @@
 //! leading shape, their last dim is half the rotated axis (`Γ ⊨ D = 2·H`,
 //! which makes `D` even), and the result keeps `x`'s type.
 
-use crate::diag::codes;
+use crate::diag::{codes, Diagnostic};
 use crate::dim::Dim;
 use crate::ir::{Inst, RopeLayout};
 use crate::pred::CmpOp;
@@ -34,7 +34,7 @@ impl Checker<'_> {
             return None;
         }
         if x.rank() == 0 {
-            self.err(crate::diag::Diagnostic::new(
+            self.err(Diagnostic::new(
                 codes::RANK_MISMATCH,
                 R_ROPE,
                 inst.arg_span(0),
