@@ -641,7 +641,7 @@ impl<'a> Body<'a> {
             }
             Family::Conv => self.conv(),
             Family::Pool => self.pool(),
-            Family::Rotary => self.rotate(),
+            Family::Rotary => self.rotary(),
             Family::Call => self.call(),
             Family::RmsNorm
             | Family::Rope
@@ -902,7 +902,7 @@ impl<'a> Body<'a> {
     /// A rope whose rotated operand is `concat([x, y])` along the last
     /// axis (so its `D = 2·H` holds by construction), tables of `x`'s
     /// shape, either layout.
-    fn rotate(&mut self) -> Option<Val> {
+    fn rotary(&mut self) -> Option<Val> {
         let x = self.pick_val(|v| v.dt.is_float() && !v.shape.is_empty())?;
         let last = x.shape.len() - 1;
         let y = self.like(&x.shape, x.dt);

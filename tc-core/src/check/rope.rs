@@ -46,18 +46,10 @@ impl Checker<'_> {
             return None;
         }
         let last = x.rank() - 1;
-        self.same_dtype(
-            (&x, inst.arg_span(0), "the rotated tensor"),
-            (&cos, inst.arg_span(1), "the cosine table"),
-            inst,
-            R_ROPE,
-        )?;
-        self.same_dtype(
-            (&x, inst.arg_span(0), "the rotated tensor"),
-            (&sin, inst.arg_span(2), "the sine table"),
-            inst,
-            R_ROPE,
-        )?;
+        for (i, t, what) in [(1, &cos, "the cosine table"), (2, &sin, "the sine table")] {
+            let rotated = (&x, inst.arg_span(0), "the rotated tensor");
+            self.same_dtype(rotated, (t, inst.arg_span(i), what), inst, R_ROPE)?;
+        }
         self.same_shape(
             &x,
             &cos,
