@@ -785,7 +785,7 @@ impl Part<'_> {
             let mut out = Vec::<f32>::with_capacity(lines * s * width);
             for h in 0..lines {
                 let at = (h * all.n + row) * width;
-                out.extend(d[at..at + s * width].iter().copied());
+                out.extend_from_slice(&d[at..at + s * width]);
             }
             let mut shape = t.shape().to_vec();
             shape[axis] = s;
