@@ -5,11 +5,14 @@
 //! - `minilm`: all-MiniLM-L6-v2 on the workloads of
 //!   `benches/peers/ort_bench.py`, same token ids; the values are the first
 //!   of the first embedding;
+//! - `minilm-int8`: the same with int8 products (`Precision::Int8`: Q8_0
+//!   weights quantized at load, activations quantized per 32-block),
+//!   reported as system `tc-int8`;
 //! - `gpt2-block`: block 0 of `models/gpt2-seed0` (`examples/gpt2_block`)
 //!   on the inputs of `benches/peers/gpt2_block.py`; the values are the
 //!   first four of the first and of the last token.
 //!
-//! `cargo run --release --example peer_bench -- REPS [minilm|gpt2-block]`
+//! `cargo run --release --example peer_bench -- REPS [minilm|minilm-int8|gpt2-block]`
 //! (default: `TC_PEER_MODEL`, else `minilm`; threads: the rayon pool,
 //! `RAYON_NUM_THREADS`).
 
@@ -20,7 +23,7 @@ use std::time::Instant;
 
 use tc::Tensor;
 
-use model::{model_dir, Batch, BoxError, MiniLm};
+use model::{model_dir, Batch, BoxError, MiniLm, Precision};
 
 #[path = "gpt2_block/model.rs"]
 mod gpt2_block;
@@ -62,23 +65,27 @@ fn wanted((b, s): (usize, usize)) -> bool {
     std::env::var("TC_PEER_WORKLOAD").map_or(true, |w| w == format!("{b}x{s}"))
 }
 
-fn print_row(model: &str, (b, s): (usize, usize), ms: f64, values: &[f32]) {
+fn print_row(system: &str, model: &str, (b, s): (usize, usize), ms: f64, values: &[f32]) {
     let threads = rayon::current_num_threads();
     println!(
-        "{{\"system\": \"tc\", \"model\": \"{model}\", \"threads\": {threads}, \"b\": {b}, \"s\": {s}, \"ms\": {ms:.4}, \"emb\": {values:?}}}"
+        "{{\"system\": \"{system}\", \"model\": \"{model}\", \"threads\": {threads}, \"b\": {b}, \"s\": {s}, \"ms\": {ms:.4}, \"emb\": {values:?}}}"
     );
 }
 
-fn minilm(reps: usize) -> Result<(), BoxError> {
-    let m = MiniLm::load(&model_dir()?)?;
+fn minilm(reps: usize, precision: Precision) -> Result<(), BoxError> {
+    let system = match precision {
+        Precision::F32 => "tc",
+        Precision::Int8 => "tc-int8",
+    };
+    let m = MiniLm::load_with(&model_dir()?, precision)?;
     if reps == 0 {
-        return cold(&m);
+        return cold(&m, system);
     }
     for (b, s) in WORKLOADS.into_iter().filter(|&w| wanted(w)) {
         let batch = batch(b, s);
         let (ms, out) = time(reps, || Ok(m.embed_batch(&batch)?))?;
         let emb: Vec<f32> = out.to_vec()?;
-        print_row("minilm", (b, s), ms, &emb[..4]);
+        print_row(system, "minilm", (b, s), ms, &emb[..4]);
     }
     Ok(())
 }
@@ -86,13 +93,13 @@ fn minilm(reps: usize) -> Result<(), BoxError> {
 /// `REPS = 0`: a cold start, what `scripts/peer-bench.sh` times from
 /// outside (process start to exit): the model loaded, then one call of the
 /// first workload, whose result is printed.
-fn cold(m: &MiniLm) -> Result<(), BoxError> {
+fn cold(m: &MiniLm, system: &str) -> Result<(), BoxError> {
     let (b, s) = WORKLOADS[0];
     let t0 = Instant::now();
     let out = m.embed_batch(&batch(b, s))?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     let emb: Vec<f32> = out.to_vec()?;
-    print_row("minilm", (b, s), ms, &emb[..4]);
+    print_row(system, "minilm", (b, s), ms, &emb[..4]);
     Ok(())
 }
 
@@ -107,7 +114,7 @@ fn gpt2(reps: usize) -> Result<(), BoxError> {
         let y: Vec<f32> = out.to_vec()?;
         let last = y.len() - 768;
         let values: Vec<f32> = y[..4].iter().chain(&y[last..last + 4]).copied().collect();
-        print_row("gpt2-block", (b, s), ms, &values);
+        print_row("tc", "gpt2-block", (b, s), ms, &values);
     }
     Ok(())
 }
@@ -117,8 +124,9 @@ fn main() -> Result<(), BoxError> {
     let reps: usize = args.next().map_or(Ok(10), |r| r.parse())?;
     let model = args.next().or_else(|| std::env::var("TC_PEER_MODEL").ok());
     match model.as_deref().unwrap_or("minilm") {
-        "minilm" => minilm(reps),
+        "minilm" => minilm(reps, Precision::F32),
+        "minilm-int8" => minilm(reps, Precision::Int8),
         "gpt2-block" => gpt2(reps),
-        other => Err(format!("unknown model `{other}` (minilm, gpt2-block)").into()),
+        other => Err(format!("unknown model `{other}` (minilm, minilm-int8, gpt2-block)").into()),
     }
 }

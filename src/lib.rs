@@ -61,7 +61,7 @@ extern crate self as tc;
 
 pub use tc_core as core;
 pub use tc_llvm as llvm;
-pub use tc_llvm::session;
+pub use tc_llvm::with_quant_numerics;
 pub use tc_macros::{tensor_fn, tensor_module, tensor_params};
 pub use tc_runtime as runtime;
 pub use tc_runtime::{Error, Tensor};
@@ -126,14 +126,27 @@ pub fn set_backend(b: Backend) {
 /// Run `f` with calls on this thread going to backend `b` (e.g. to compare
 /// the JIT against the interpreter on the same inputs).
 pub fn with_backend<R>(b: Backend, f: impl FnOnce() -> R) -> R {
+    with_thread_backend(Some(b), f)
+}
+
+fn with_thread_backend<R>(b: Option<Backend>, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Backend>);
     impl Drop for Restore {
         fn drop(&mut self) {
             THREAD_BACKEND.with(|c| c.set(self.0));
         }
     }
-    let _restore = Restore(THREAD_BACKEND.with(|c| c.replace(Some(b))));
+    let _restore = Restore(THREAD_BACKEND.with(|c| c.replace(b)));
     f()
+}
+
+/// Run `f` on a pool worker with the pool's other workers kept awake until
+/// it returns ([`tc_llvm::session`]: a model's whole forward pass as one
+/// hop onto the pool). What this thread chose for its calls goes with `f`:
+/// its [`with_backend`] and its [`with_quant_numerics`].
+pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let b = THREAD_BACKEND.with(Cell::get);
+    tc_llvm::session(move || with_thread_backend(b, f))
 }
 
 /// Statistics of the process-wide kernel cache (hits, misses, compiles,

@@ -277,3 +277,56 @@ fn an_empty_contraction_gives_zeros_on_both_backends() {
     assert_eq!(interp.expect("interpreter"), want);
     assert_eq!(empty::proj(x, w).expect("jit"), want);
 }
+
+/// `tc::with_quant_numerics` decides a call's numerics on its thread,
+/// whatever the process-wide option says, and goes with the call onto the
+/// pool through `tc::session` (as `tc::with_backend` does): the fast
+/// result bit for bit from the kernels, the exact one from the other
+/// numerics.
+#[test]
+fn quant_numerics_are_the_callers_and_cross_a_session() {
+    use tc::runtime::quant::Numerics::{Exact, Fast};
+    let _one = NUMERICS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = Rng(0x5e55_10b);
+    let (x, w) = (
+        random_x(&mut rng, &[1, 4, 96]),
+        random_weight(&mut rng, Dtype::Q8_0, 48, 96),
+    );
+    let bits = |t: Tensor| {
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    let kernels = bits(tc::runtime::quant::qmatmul(&x, &w, Fast).unwrap());
+    for process_wide in [false, true] {
+        set_fast_quant(process_wide);
+        let run = |n| bits(tc::with_quant_numerics(n, || call(Dtype::Q8_0, &x, &w)).unwrap());
+        let hop = |n| {
+            bits(tc::with_quant_numerics(n, || tc::session(|| call(Dtype::Q8_0, &x, &w))).unwrap())
+        };
+        assert_eq!(
+            run(Fast),
+            kernels,
+            "process-wide fast_quant = {process_wide}"
+        );
+        assert_eq!(
+            hop(Fast),
+            kernels,
+            "process-wide fast_quant = {process_wide}"
+        );
+        assert_ne!(run(Exact), kernels);
+        assert_eq!(hop(Exact), run(Exact));
+    }
+    set_fast_quant(false);
+    // The backend goes with the session too: the interpreter's reference.
+    let interp = |f: &dyn Fn() -> Tensor| tc::with_backend(Backend::Interpreter, f);
+    let reference = bits(interp(&|| call(Dtype::Q8_0, &x, &w).unwrap()));
+    assert_eq!(
+        bits(interp(
+            &|| tc::session(|| call(Dtype::Q8_0, &x, &w)).unwrap()
+        )),
+        reference
+    );
+}

@@ -44,6 +44,7 @@
 //!   server seeing many shapes sets N ≥ 2 so a shape seen once never
 //!   compiles.
 
+use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -318,6 +319,41 @@ pub fn fingerprint(func: &Function) -> u128 {
     fingerprint_with(func, &|_| None).0
 }
 
+thread_local! {
+    /// This thread's [`with_quant_numerics`] choice (`fast_quant`), if any.
+    static FAST_QUANT: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Run `f` with the calls it makes on this thread (and their nested calls,
+/// wherever they run) computing `qmatmul` with `numerics` (Section 2 §18),
+/// whatever [`JitOptions::fast_quant`](crate::JitOptions) says for the
+/// process: a model whose precision is part of its definition (an int8
+/// encoder) states it where it runs, and a process can serve it beside a
+/// model of the other numerics. Compiled code is kept per numerics (the
+/// options are part of the cache key). The interpreter backend ignores it:
+/// it computes the reference denotation.
+pub fn with_quant_numerics<R>(numerics: tc_quant::quant::Numerics, f: impl FnOnce() -> R) -> R {
+    with_fast_quant(Some(numerics == tc_quant::quant::Numerics::Fast), f)
+}
+
+/// This thread's [`with_quant_numerics`] choice: what a hop onto another
+/// thread ([`crate::session`]) carries over with [`with_fast_quant`].
+pub(crate) fn fast_quant_here() -> Option<bool> {
+    FAST_QUANT.with(Cell::get)
+}
+
+/// Run `f` with this thread's choice set to `fast` (`None`: none).
+pub(crate) fn with_fast_quant<R>(fast: Option<bool>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FAST_QUANT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FAST_QUANT.with(|c| c.replace(fast)));
+    f()
+}
+
 impl Jit {
     /// A cache with these settings.
     pub fn new(config: CacheConfig) -> Jit {
@@ -461,7 +497,7 @@ impl Jit {
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
-        self.call_in(AnyFn(func), args, resolve, 0)
+        self.call_in(AnyFn(func), args, resolve, 0, &self.call_config())
     }
 
     /// [`Jit::call`] for a `'static` function (what `#[tensor_fn]` builds
@@ -478,7 +514,19 @@ impl Jit {
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'static Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
-        self.call_in(StaticFn(func), args, resolve, 0)
+        self.call_in(StaticFn(func), args, resolve, 0, &self.call_config())
+    }
+
+    /// The settings a call from this thread runs under: [`Jit::config`]
+    /// with this thread's [`with_quant_numerics`] choice, if any. Read
+    /// once per outer call; its nested calls (on whichever thread) inherit
+    /// it.
+    fn call_config(&self) -> CacheConfig {
+        let mut cfg = self.config();
+        if let Some(fast) = fast_quant_here() {
+            cfg.options.fast_quant = fast;
+        }
+        cfg
     }
 
     /// The one call path: identify the function as `C` does, bind σ, and
@@ -490,14 +538,16 @@ impl Jit {
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
         depth: usize,
+        cfg: &CacheConfig,
     ) -> Result<Tensor, tc_runtime::Error> {
         let nested = |name: &str, a: &[Arg]| {
             let callee = nested_callee(name, resolve, depth)?;
-            self.call_in(C::nested(callee), a, resolve, depth + 1)
+            self.call_in(C::nested(callee), a, resolve, depth + 1, cfg)
         };
         let fp = c.fingerprint(self, resolve);
         let bound = c.bind(args)?;
-        self.run_call(c.func(), fp, (args, &bound), resolve, &nested, depth)
+        let call = (c.func(), fp, (args, &*bound));
+        self.run_call(call, resolve, &nested, depth, cfg)
     }
 
     /// Find the slot for (fingerprint, options, σ), or the generic one.
@@ -552,17 +602,15 @@ impl Jit {
     /// ([`Jit::compiled`]), then [`Jit::dispatch`].
     fn run_call<'f>(
         &self,
-        func: &Function,
-        fp: u128,
-        (args, bound): (&[Arg], &contract::Bound),
+        (func, fp, (args, bound)): (&Function, u128, (&[Arg], &contract::Bound)),
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
         nested: &crate::exec::Nested,
         depth: usize,
+        cfg: &CacheConfig,
     ) -> Result<Tensor, tc_runtime::Error> {
         // Before anything here uses the pool: tc builds it, pinned.
         crate::threads::init();
-        let cfg = self.config();
-        let (slot, generic) = self.compiled(func, fp, &bound.sigma, resolve, &cfg);
+        let (slot, generic) = self.compiled(func, fp, &bound.sigma, resolve, cfg);
         let call = Call {
             func,
             args,
@@ -736,9 +784,10 @@ impl CompiledFn {
         args: &[Arg],
         resolve: &(dyn Fn(&str) -> Option<&'f Function> + Sync),
     ) -> Result<Tensor, tc_runtime::Error> {
+        let cfg = Jit::global().call_config();
         let nested = |name: &str, a: &[Arg]| {
             let callee = nested_callee(name, resolve, 0)?;
-            Jit::global().call_in(AnyFn(callee), a, resolve, 1)
+            Jit::global().call_in(AnyFn(callee), a, resolve, 1, &cfg)
         };
         self.run_nested(args, resolve, &nested)
     }

@@ -78,6 +78,8 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         return f();
     }
     let done = AtomicBool::new(false);
+    // The caller's numerics choice goes with `f` onto the worker.
+    let fast_quant = crate::cache::fast_quant_here();
     // From outside the pool `scope` runs on a worker and blocks this thread
     // once; it returns only after every helper has (a helper not yet
     // started when `f` is done is run by the scope itself and returns at
@@ -98,7 +100,7 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         }
         ACTIVE.with(|a| a.set(true));
         let _end = End(&done);
-        f()
+        crate::cache::with_fast_quant(fast_quant, f)
     })
 }
 

@@ -93,3 +93,17 @@ pub fn qmatmul(x: &Tensor, w: &Tensor, numerics: Numerics) -> Result<Tensor> {
     .map_err(|_| quant_err(w, "block bytes that do not match its shape"))?;
     Tensor::from_vec(&out_shape, y)
 }
+
+/// An F32 tensor `[…, K]` quantized to `Q8_0` along its last axis, block
+/// bytes identical to ggml's `quantize_row_q8_0` (the element bound is
+/// `tc_quant::quant::quantize_q8_0`'s): the int8 weights of a model whose
+/// file holds F32 ones. `K` must be a multiple of 32; a weight that is not
+/// finite, or a block whose scale f16 cannot hold, is refused.
+pub fn quantize_q8_0(t: &Tensor) -> Result<Tensor> {
+    let k = t.shape().last().copied().unwrap_or(0);
+    let bytes = q::quantize_q8_0(t.as_slice::<f32>()?, k).map_err(|e| match e {
+        q::QuantError::ScaleRange { .. } => quant_err(t, "a block with no f16 scale (a weight that is not finite, or max |x| / 127 past f16's range)"),
+        _ => quant_err(t, "a last axis that is not a whole number of 32-blocks"),
+    })?;
+    Tensor::from_raw(Dtype::Q8_0, t.shape(), bytes)
+}

@@ -47,6 +47,19 @@ pub mod bert {
         matmul(x, wt) + broadcast(b, [B, S, O])
     }
 
+    /// `x · wᵀ + b` with an int8 weight (`Q8_0`, `[out, in]` blocks along
+    /// `in`): Section 2 §18's `qmatmul`, whose numerics (F32 accumulation of
+    /// the exactly dequantized weight, or activations quantized per
+    /// 32-block and integer dots) are the JIT's `fast_quant` choice.
+    #[tensor_fn(requires(I % 32 == 0))]
+    pub fn qlinear(
+        x: Tensor![f32; B, S, I],
+        w: Tensor![q8_0; O, I],
+        b: Tensor![f32; O],
+    ) -> Tensor![f32; B, S, O] {
+        qmatmul(x, w) + broadcast(b, [B, S, O])
+    }
+
     /// LayerNorm over the hidden axis.
     #[tensor_fn]
     pub fn layer_norm(
@@ -139,33 +152,38 @@ pub mod bert {
         pub ln2_b: Tensor![f32; HIDDEN],
     }
 
-    /// BertSelfAttention + BertSelfOutput's dense (residual and norm are the caller's).
+    /// The int8 weights of one BertLayer's six products, `Q8_0` blocks
+    /// quantized from [`Layer`]'s F32 ones at load (`MiniLm`'s
+    /// `Precision::Int8`); the biases and norms stay the F32 layer's.
+    #[tensor_params]
+    pub struct QWeights {
+        pub wq: Tensor![q8_0; HIDDEN, HIDDEN],
+        pub wk: Tensor![q8_0; HIDDEN, HIDDEN],
+        pub wv: Tensor![q8_0; HIDDEN, HIDDEN],
+        pub wo: Tensor![q8_0; HIDDEN, HIDDEN],
+        pub w1: Tensor![q8_0; FFN, HIDDEN],
+        pub w2: Tensor![q8_0; HIDDEN, FFN],
+    }
+
+    /// BertSelfAttention's core over the projected queries, keys and values:
+    /// the attention context, before the output dense.
     #[tensor_fn]
-    pub fn attention(
-        x: Tensor![f32; B, S, HIDDEN],
+    pub fn self_attention(
+        q: Tensor![f32; B, S, HIDDEN],
+        k: Tensor![f32; B, S, HIDDEN],
+        v: Tensor![f32; B, S, HIDDEN],
         mask: Tensor![f32; B, S],
-        l: Layer,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let q = transpose(
-            reshape(linear(x, l.wq, l.bq), [B, S, HEADS, HEAD_DIM]),
-            [0, 2, 1, 3],
-        );
-        let k = transpose(
-            reshape(linear(x, l.wk, l.bk), [B, S, HEADS, HEAD_DIM]),
-            [0, 2, 3, 1],
-        );
-        let v = transpose(
-            reshape(linear(x, l.wv, l.bv), [B, S, HEADS, HEAD_DIM]),
-            [0, 2, 1, 3],
-        );
+        let q = transpose(reshape(q, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
+        let k = transpose(reshape(k, [B, S, HEADS, HEAD_DIM]), [0, 2, 3, 1]);
+        let v = transpose(reshape(v, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
         // 1/√HEAD_DIM, as BertSelfAttention divides by math.sqrt(attention_head_size).
         let scores = matmul(q, k) * 0.17677669529663687;
         // (1 - mask) · torch.finfo(float32).min, broadcast over heads and queries.
         let bias = (mask * -1.0 + 1.0) * -3.4028234663852886e38;
         let bias = broadcast(reshape(bias, [B, 1, 1, S]), [B, HEADS, S, S]);
         let probs = softmax(scores + bias);
-        let ctx = transpose(matmul(probs, v), [0, 2, 1, 3]);
-        linear(reshape(ctx, [B, S, HIDDEN]), l.wo, l.bo)
+        reshape(transpose(matmul(probs, v), [0, 2, 1, 3]), [B, S, HIDDEN])
     }
 
     /// One BertLayer.
@@ -176,9 +194,35 @@ pub mod bert {
         l: Layer,
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let a = attention(x, mask, l);
-        let h = layer_norm(a + x, l.ln1_g, l.ln1_b, eps);
+        let ctx = self_attention(
+            linear(x, l.wq, l.bq),
+            linear(x, l.wk, l.bk),
+            linear(x, l.wv, l.bv),
+            mask,
+        );
+        let h = layer_norm(linear(ctx, l.wo, l.bo) + x, l.ln1_g, l.ln1_b, eps);
         let f = linear(gelu(linear(h, l.w1, l.b1)), l.w2, l.b2);
+        layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
+    }
+
+    /// One BertLayer with int8 products ([`QWeights`]); the biases, norms
+    /// and everything between the products as [`encoder_layer`].
+    #[tensor_fn]
+    pub fn encoder_layer_q8(
+        x: Tensor![f32; B, S, HIDDEN],
+        mask: Tensor![f32; B, S],
+        l: Layer,
+        w: QWeights,
+        eps: f32,
+    ) -> Tensor![f32; B, S, HIDDEN] {
+        let ctx = self_attention(
+            qlinear(x, w.wq, l.bq),
+            qlinear(x, w.wk, l.bk),
+            qlinear(x, w.wv, l.bv),
+            mask,
+        );
+        let h = layer_norm(qlinear(ctx, w.wo, l.bo) + x, l.ln1_g, l.ln1_b, eps);
+        let f = qlinear(gelu(qlinear(h, w.w1, l.b1)), w.w2, l.b2);
         layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
     }
 
@@ -200,6 +244,22 @@ pub mod bert {
 /// Errors of the host side.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The precision of the model's products: a typed choice, made at load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// The file's F32 weights ([`bert::encoder_layer`]).
+    #[default]
+    F32,
+    /// Every product's weight quantized to `Q8_0` at load (ggml's blocks:
+    /// a scale per 32 weights of a row), [`bert::encoder_layer_q8`], and
+    /// its activations quantized per 32-block to 8 bits as it runs
+    /// (`tc::with_quant_numerics(Fast)`: integer block dots on AVX-512
+    /// VNNI `vpdpbusd`, or AMX-INT8 tiles where the CPU has them; Section
+    /// 2 §18's fast numerics, whose per-element bound `tc_quant::quant`
+    /// states). The embeddings, norms, attention and pooling stay F32.
+    Int8,
+}
+
 /// The loaded model.
 pub struct MiniLm {
     /// Read on first use (about 20 ms of JSON): a caller that passes token
@@ -208,6 +268,8 @@ pub struct MiniLm {
     tokenizer_file: std::path::PathBuf,
     embeddings: bert::Embeddings,
     layers: Vec<bert::Layer>,
+    /// The layers' int8 weights ([`Precision::Int8`]).
+    qweights: Option<Vec<bert::QWeights>>,
     eps: f32,
     /// Maximum tokens per sentence (sentence-transformers' `max_seq_length`).
     pub max_len: usize,
@@ -229,6 +291,11 @@ impl MiniLm {
     /// Load weights, tokenizer and configs from a folder laid out like the
     /// model's Hugging Face repository (what `scripts/fetch-minilm.sh` makes).
     pub fn load(dir: &Path) -> Result<MiniLm, BoxError> {
+        MiniLm::load_with(dir, Precision::F32)
+    }
+
+    /// [`MiniLm::load`] with the products at `precision`.
+    pub fn load_with(dir: &Path, precision: Precision) -> Result<MiniLm, BoxError> {
         let config: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
         let eps = config["layer_norm_eps"]
@@ -253,11 +320,21 @@ impl MiniLm {
         if !tokenizer_file.is_file() {
             return Err(format!("no tokenizer at {}", tokenizer_file.display()).into());
         }
+        let qweights = match precision {
+            Precision::F32 => None,
+            Precision::Int8 => Some(
+                layers
+                    .iter()
+                    .map(quantize_layer)
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
         Ok(MiniLm {
             tokenizer: std::sync::OnceLock::new(),
             tokenizer_file,
             embeddings,
             layers,
+            qweights,
             eps,
             max_len,
         })
@@ -330,13 +407,22 @@ impl MiniLm {
     pub fn embed_batch(&self, batch: &Batch) -> Result<Tensor, BoxError> {
         let (ids, positions, types) = self.id_tensors(batch)?;
         let mask = Tensor::from_vec(&[batch.b, batch.s], batch.mask.clone())?;
-        tc::session(|| {
-            let mut h = bert::embeddings(&self.embeddings, ids, positions, types, self.eps)?;
-            for layer in &self.layers {
-                h = bert::encoder_layer(h, mask.clone(), layer, self.eps)?;
-            }
-            Ok(bert::mean_pool_normalize(h, mask)?)
-        })
+        let run = || {
+            tc::session(|| {
+                let mut h = bert::embeddings(&self.embeddings, ids, positions, types, self.eps)?;
+                for (i, layer) in self.layers.iter().enumerate() {
+                    h = match self.qweights.as_ref().and_then(|q| q.get(i)) {
+                        Some(w) => bert::encoder_layer_q8(h, mask.clone(), layer, w, self.eps)?,
+                        None => bert::encoder_layer(h, mask.clone(), layer, self.eps)?,
+                    };
+                }
+                Ok(bert::mean_pool_normalize(h, mask)?)
+            })
+        };
+        match self.qweights {
+            Some(_) => tc::with_quant_numerics(tc::runtime::quant::Numerics::Fast, run),
+            None => run(),
+        }
     }
 
     /// Embed sentences: one `Vec<f32>` of length 384 per sentence.
@@ -346,6 +432,25 @@ impl MiniLm {
         let flat: Vec<f32> = e.to_vec()?;
         Ok(flat.chunks(384).map(|c| c.to_vec()).collect())
     }
+}
+
+/// A layer's six product weights as `Q8_0` ([`Precision::Int8`]), packed
+/// now for the fast kernels (as the first product would pack them: no
+/// request pays for it).
+fn quantize_layer(l: &bert::Layer) -> Result<bert::QWeights, BoxError> {
+    let q = |w: &Tensor| -> Result<Tensor, BoxError> {
+        let t = tc::runtime::quant::quantize_q8_0(w)?;
+        tc::llvm::kernels::prepack::quant::prepack(&t);
+        Ok(t)
+    };
+    Ok(bert::QWeights {
+        wq: q(&l.wq)?,
+        wk: q(&l.wk)?,
+        wv: q(&l.wv)?,
+        wo: q(&l.wo)?,
+        w1: q(&l.w1)?,
+        w2: q(&l.w2)?,
+    })
 }
 
 /// Cosine similarity of two vectors.

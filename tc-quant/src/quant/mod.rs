@@ -58,6 +58,7 @@ mod amx;
 mod dequant;
 mod kernels;
 mod packed;
+mod quantize;
 #[cfg(test)]
 mod unsafe_tests;
 #[cfg(target_arch = "x86_64")]
@@ -72,6 +73,7 @@ use rayon::prelude::*;
 
 pub use dequant::dequantize;
 pub use packed::PackedWeights;
+pub use quantize::quantize_q8_0;
 
 /// A ggml block format this crate decodes.
 #[allow(non_camel_case_types)] // ggml's own names
@@ -172,6 +174,13 @@ pub enum QuantError {
     Overflow {
         /// Which size.
         what: &'static str,
+    },
+    /// A block's scale does not fit the format's f16 (a weight that is
+    /// not finite, or a block so large that `max|x| / 127` overflows f16).
+    #[error("block {block} has no f16 scale: a weight is not finite, or max |x| / 127 exceeds f16's range")]
+    ScaleRange {
+        /// The block's index.
+        block: usize,
     },
     /// The host CPU lacks the requested kernel path.
     #[error("kernel path {0:?} is not available on this CPU")]
