@@ -35,6 +35,8 @@ pub mod bert {
     pub const HEAD_DIM: usize = 32;
     /// Feed-forward width.
     pub const FFN: usize = 1536;
+    /// The query, key and value projections side by side (`3 · HIDDEN`).
+    pub const QKV: usize = 1152;
 
     /// `x · wᵀ + b` with a PyTorch-layout weight `[out, in]`.
     #[tensor_fn]
@@ -152,14 +154,18 @@ pub mod bert {
         pub ln2_b: Tensor![f32; HIDDEN],
     }
 
-    /// The int8 weights of one BertLayer's six products, `Q8_0` blocks
+    /// The int8 weights of one BertLayer's products, `Q8_0` blocks
     /// quantized from [`Layer`]'s F32 ones at load (`MiniLm`'s
-    /// `Precision::Int8`); the biases and norms stay the F32 layer's.
+    /// `Precision::Int8`); the norms and the other biases stay the F32
+    /// layer's. The query, key and value weights are one `[QKV, HIDDEN]`
+    /// matrix (their rows stacked, and their biases): one product whose
+    /// activations are quantized once instead of three times. Each output
+    /// is computed as it would be alone (a row's blocks and the
+    /// activations' do not depend on the other rows).
     #[tensor_params]
     pub struct QWeights {
-        pub wq: Tensor![q8_0; HIDDEN, HIDDEN],
-        pub wk: Tensor![q8_0; HIDDEN, HIDDEN],
-        pub wv: Tensor![q8_0; HIDDEN, HIDDEN],
+        pub wqkv: Tensor![q8_0; QKV, HIDDEN],
+        pub bqkv: Tensor![f32; QKV],
         pub wo: Tensor![q8_0; HIDDEN, HIDDEN],
         pub w1: Tensor![q8_0; FFN, HIDDEN],
         pub w2: Tensor![q8_0; HIDDEN, FFN],
@@ -215,10 +221,11 @@ pub mod bert {
         w: QWeights,
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
+        let qkv = qlinear(x, w.wqkv, w.bqkv);
         let ctx = self_attention(
-            qlinear(x, w.wq, l.bq),
-            qlinear(x, w.wk, l.bk),
-            qlinear(x, w.wv, l.bv),
+            slice(qkv, 2, 0, HIDDEN),
+            slice(qkv, 2, HIDDEN, 2 * HIDDEN),
+            slice(qkv, 2, 2 * HIDDEN, QKV),
             mask,
         );
         let h = layer_norm(qlinear(ctx, w.wo, l.bo) + x, l.ln1_g, l.ln1_b, eps);
@@ -434,19 +441,31 @@ impl MiniLm {
     }
 }
 
-/// A layer's six product weights as `Q8_0` ([`Precision::Int8`]), packed
-/// now for the fast kernels (as the first product would pack them: no
-/// request pays for it).
+/// A layer's product weights as `Q8_0` ([`Precision::Int8`]), the query,
+/// key and value ones stacked, packed now for the fast kernels (as the
+/// first product would pack them: no request pays for it).
 fn quantize_layer(l: &bert::Layer) -> Result<bert::QWeights, BoxError> {
     let q = |w: &Tensor| -> Result<Tensor, BoxError> {
         let t = tc::runtime::quant::quantize_q8_0(w)?;
         tc::llvm::kernels::prepack::quant::prepack(&t);
         Ok(t)
     };
+    // Rows stacked: a `Q8_0` row's blocks are its own, so quantizing the
+    // stacked matrix gives these bytes.
+    let stack = |ts: [&Tensor; 3]| -> Result<Tensor, BoxError> {
+        let mut rows = 0;
+        let mut data = Vec::new();
+        for t in ts {
+            rows += t.shape()[0];
+            data.extend_from_slice(t.as_slice::<f32>()?);
+        }
+        let mut shape = ts[0].shape().to_vec();
+        shape[0] = rows;
+        Ok(Tensor::from_vec(&shape, data)?)
+    };
     Ok(bert::QWeights {
-        wq: q(&l.wq)?,
-        wk: q(&l.wk)?,
-        wv: q(&l.wv)?,
+        wqkv: q(&stack([&l.wq, &l.wk, &l.wv])?)?,
+        bqkv: stack([&l.bq, &l.bk, &l.bv])?,
         wo: q(&l.wo)?,
         w1: q(&l.w1)?,
         w2: q(&l.w2)?,
