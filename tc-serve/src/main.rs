@@ -17,7 +17,7 @@ use clap::{Parser, ValueEnum};
 use tc_serve::app::{self, parse_buckets, AppState, Config, Embedder};
 use tc_serve::generate::{GenConfig, Generator};
 use tc_serve::llama::model::KvDtype;
-use tc_serve::minilm::{BoxError, MiniLm};
+use tc_serve::minilm::{BoxError, MiniLm, Precision};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum LogFormat {
@@ -31,6 +31,16 @@ enum Numerics {
     Exact,
     /// 8-bit activations, as llama.cpp: faster, logits within a bound.
     Fast,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum EmbeddingPrecision {
+    /// The file's f32 weights.
+    F32,
+    /// Products with int8 weights (Q8_0, quantized at load) and 8-bit
+    /// activations: faster, embeddings within cosine 0.999 of f32
+    /// (docs/models.md).
+    Int8,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -91,6 +101,14 @@ struct Args {
     #[arg(long, env = "TC_SERVE_NUMERICS", value_enum, default_value = "exact")]
     numerics: Numerics,
 
+    /// Embeddings: the products' precision.
+    #[arg(
+        long,
+        env = "TC_SERVE_EMBEDDING_PRECISION",
+        value_enum,
+        default_value = "f32"
+    )]
+    embedding_precision: EmbeddingPrecision,
     /// Embeddings: length buckets (tokens), `16,32,64,128,256` or `none`.
     #[arg(long, env = "TC_SERVE_BUCKETS", default_value = "16,32,64,128,256")]
     buckets: String,
@@ -312,9 +330,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => None,
         Some(dir) => {
             let t0 = Instant::now();
-            let model = MiniLm::load(dir).map_err(|e| e.to_string())?;
+            let precision = match args.embedding_precision {
+                EmbeddingPrecision::F32 => Precision::F32,
+                EmbeddingPrecision::Int8 => Precision::Int8,
+            };
+            let model = MiniLm::load_with(dir, precision).map_err(|e| e.to_string())?;
             let e = Embedder::new(model, dir, config.clone()).map_err(|e| e.to_string())?;
-            tracing::info!(model = app::MODEL_NAME, dir = %dir.display(),
+            tracing::info!(model = app::MODEL_NAME, dir = %dir.display(), ?precision,
                 seconds = t0.elapsed().as_secs_f64(), "embedding model loaded");
             Some(e)
         }

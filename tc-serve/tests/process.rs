@@ -1,7 +1,8 @@
 //! The tc-serve binary as a process: a real SIGTERM (`kill -TERM`) with
 //! streams in flight drains them and exits 0; a client's `x-request-id`
 //! cannot forge fields in the text log format; `--warmup` compiles the
-//! generation kernels before the server reports ready.
+//! generation kernels before the server reports ready; `--embedding-precision
+//! int8` serves embeddings within cosine 0.999 of the f32 model's.
 
 use crate::common;
 
@@ -158,4 +159,46 @@ fn warm_up_compiles_the_generation_kernels_before_it_reports_ready() {
         "the first request compiled kernels:\n{}",
         p.logs()
     );
+}
+
+/// The int8 embedding model behind the flag: the same response shape,
+/// each embedding within cosine 0.999 of the f32 model's in this process,
+/// and not the f32 model's bits (the int8 products really ran).
+#[test]
+fn int8_embeddings_are_served_within_their_bound() {
+    let dir = common::minilm_dir().expect("model folder");
+    let p = Process::spawn(&[
+        "--model",
+        &dir.display().to_string(),
+        "--embedding-precision",
+        "int8",
+        "--threads",
+        "2",
+    ]);
+    let sentences = [
+        "A man is eating food.",
+        "A woman is playing violin.",
+        "Why is the sky blue?",
+    ];
+    let r = post_at(
+        p.addr,
+        "/v1/embeddings",
+        &json!({"input": sentences, "model": "all-MiniLM-L6-v2"}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let f32m = tc_serve::minilm::MiniLm::load(&dir).expect("load");
+    let want = f32m.embed(&sentences).expect("embed");
+    let data = r.json()["data"].as_array().expect("data").clone();
+    assert_eq!(data.len(), sentences.len());
+    for (d, w) in data.iter().zip(&want) {
+        let e: Vec<f32> = d["embedding"]
+            .as_array()
+            .expect("embedding")
+            .iter()
+            .map(|x| x.as_f64().expect("number") as f32)
+            .collect();
+        let c = tc_serve::minilm::cosine(&e, w);
+        assert!(c >= 0.999 && e != *w, "cosine {c}");
+    }
+    assert!(p.logs().contains("Int8"), "{}", p.logs());
 }
