@@ -44,7 +44,6 @@
 //!   server seeing many shapes sets N ≥ 2 so a shape seen once never
 //!   compiles.
 
-use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -319,41 +318,6 @@ pub fn fingerprint(func: &Function) -> u128 {
     fingerprint_with(func, &|_| None).0
 }
 
-thread_local! {
-    /// This thread's [`with_quant_numerics`] choice (`fast_quant`), if any.
-    static FAST_QUANT: Cell<Option<bool>> = const { Cell::new(None) };
-}
-
-/// Run `f` with the calls it makes on this thread (and their nested calls,
-/// wherever they run) computing `qmatmul` with `numerics` (Section 2 §18),
-/// whatever [`JitOptions::fast_quant`](crate::JitOptions) says for the
-/// process: a model whose precision is part of its definition (an int8
-/// encoder) states it where it runs, and a process can serve it beside a
-/// model of the other numerics. Compiled code is kept per numerics (the
-/// options are part of the cache key). The interpreter backend ignores it:
-/// it computes the reference denotation.
-pub fn with_quant_numerics<R>(numerics: tc_quant::quant::Numerics, f: impl FnOnce() -> R) -> R {
-    with_fast_quant(Some(numerics == tc_quant::quant::Numerics::Fast), f)
-}
-
-/// This thread's [`with_quant_numerics`] choice: what a hop onto another
-/// thread ([`crate::session`]) carries over with [`with_fast_quant`].
-pub(crate) fn fast_quant_here() -> Option<bool> {
-    FAST_QUANT.with(Cell::get)
-}
-
-/// Run `f` with this thread's choice set to `fast` (`None`: none).
-pub(crate) fn with_fast_quant<R>(fast: Option<bool>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<bool>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            FAST_QUANT.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(FAST_QUANT.with(|c| c.replace(fast)));
-    f()
-}
-
 impl Jit {
     /// A cache with these settings.
     pub fn new(config: CacheConfig) -> Jit {
@@ -523,7 +487,7 @@ impl Jit {
     /// it.
     fn call_config(&self) -> CacheConfig {
         let mut cfg = self.config();
-        if let Some(fast) = fast_quant_here() {
+        if let Some(fast) = crate::options::fast_quant_here() {
             cfg.options.fast_quant = fast;
         }
         cfg

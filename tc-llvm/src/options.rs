@@ -1,7 +1,10 @@
 //! The backend's options and error type: what the entry point, the cache,
 //! the planner and the kernels all name. A leaf module: it imports nothing
 //! of the crate, so no module depends on `lib.rs` (or on another module)
-//! for these types.
+//! for these types. Also the thread's `qmatmul` numerics choice
+//! ([`with_quant_numerics`]), which the cache and the session read.
+
+use std::cell::Cell;
 
 /// The tolerance of the fast F32 transcendentals: `|jit − interp| ≤
 /// TOLERANCE.0 · |interp| + TOLERANCE.1`, for every f32 input (±0, ±∞,
@@ -56,4 +59,40 @@ pub enum Error {
     /// Planning failed on the concrete shapes (the interpreter reports the same error).
     #[error(transparent)]
     Runtime(#[from] tc_runtime::Error),
+}
+
+thread_local! {
+    /// This thread's [`with_quant_numerics`] choice (`fast_quant`), if any.
+    static FAST_QUANT: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Run `f` with the calls it makes on this thread (and their nested calls,
+/// wherever they run) computing `qmatmul` with `numerics` (Section 2 §18),
+/// whatever [`JitOptions::fast_quant`](crate::JitOptions) says for the
+/// process: a model whose precision is part of its definition (an int8
+/// encoder) states it where it runs, and a process can serve it beside a
+/// model of the other numerics. Compiled code is kept per numerics (the
+/// options are part of the cache key). The interpreter backend ignores it:
+/// it computes the reference denotation.
+pub fn with_quant_numerics<R>(numerics: tc_quant::quant::Numerics, f: impl FnOnce() -> R) -> R {
+    with_fast_quant(Some(numerics == tc_quant::quant::Numerics::Fast), f)
+}
+
+/// This thread's [`with_quant_numerics`] choice: what a hop onto another
+/// thread ([`crate::session`]) carries over with [`with_fast_quant`];
+/// the cache applies it to [`JitOptions::fast_quant`] per call.
+pub(crate) fn fast_quant_here() -> Option<bool> {
+    FAST_QUANT.with(Cell::get)
+}
+
+/// Run `f` with this thread's choice set to `fast` (`None`: none).
+pub(crate) fn with_fast_quant<R>(fast: Option<bool>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FAST_QUANT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FAST_QUANT.with(|c| c.replace(fast)));
+    f()
 }
