@@ -90,17 +90,22 @@ fn embeddings_match_sentence_transformers() {
             .fold(0.0, f64::max);
         assert!(max_err < 1e-4, "sentence {i}: max |Δ| = {max_err}");
     }
+    similarities_match(&emb, &r, 1e-3);
+}
+
+/// Every pairwise cosine of `emb` within `tol` of the reference's, and
+/// paraphrases scoring higher than unrelated sentences.
+fn similarities_match(emb: &[Vec<f32>], r: &Reference, tol: f64) {
     for i in 0..emb.len() {
         for j in 0..emb.len() {
-            let c = cosine(&emb[i], &emb[j]) as f64;
+            let c = f64::from(cosine(&emb[i], &emb[j]));
             assert!(
-                (c - r.cosine[i][j]).abs() < 1e-3,
+                (c - r.cosine[i][j]).abs() < tol,
                 "cos[{i}][{j}] = {c}, reference {}",
                 r.cosine[i][j]
             );
         }
     }
-    // Paraphrases score higher than unrelated sentences.
     assert!(cosine(&emb[0], &emb[1]) > cosine(&emb[0], &emb[2]));
     assert!(cosine(&emb[3], &emb[6]) > cosine(&emb[3], &emb[4]));
     assert!(cosine(&emb[7], &emb[8]) > cosine(&emb[7], &emb[0]));
@@ -184,19 +189,7 @@ fn int8_similarities_match_sentence_transformers() {
     let m = load_int8();
     let refs: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
     let emb = m.embed(&refs).unwrap();
-    for i in 0..emb.len() {
-        for j in 0..emb.len() {
-            let c = f64::from(cosine(&emb[i], &emb[j]));
-            assert!(
-                (c - r.cosine[i][j]).abs() < 1e-2,
-                "cos[{i}][{j}] = {c}, reference {}",
-                r.cosine[i][j]
-            );
-        }
-    }
-    assert!(cosine(&emb[0], &emb[1]) > cosine(&emb[0], &emb[2]));
-    assert!(cosine(&emb[3], &emb[6]) > cosine(&emb[3], &emb[4]));
-    assert!(cosine(&emb[7], &emb[8]) > cosine(&emb[7], &emb[0]));
+    similarities_match(&emb, &r, 1e-2);
 }
 
 /// The interpreter computes the int8 layers' reference (Section 2 §18:
