@@ -142,11 +142,41 @@ fn with_thread_backend<R>(b: Option<Backend>, f: impl FnOnce() -> R) -> R {
 
 /// Run `f` on a pool worker with the pool's other workers kept awake until
 /// it returns ([`tc_llvm::session`]: a model's whole forward pass as one
-/// hop onto the pool). What this thread chose for its calls goes with `f`:
-/// its [`with_backend`] and its [`with_quant_numerics`].
+/// hop onto the pool). What this thread chose for its calls goes with `f`
+/// ([`CallContext`]).
 pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    let b = THREAD_BACKEND.with(Cell::get);
-    tc_llvm::session(move || with_thread_backend(b, f))
+    let cx = CallContext::here();
+    tc_llvm::session(move || cx.enter(f))
+}
+
+/// What a thread chose for the calls it makes: its [`with_backend`] and
+/// its [`with_quant_numerics`]. Both are per thread, so code that hands
+/// tensor-fn calls to other threads (a rayon `par_iter` over a batch's
+/// sequences) takes them along: `let cx = CallContext::here();` on this
+/// thread, `cx.enter(|| …)` on the other, as [`session`] does. Otherwise
+/// those calls run on the process-wide backend and numerics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallContext {
+    backend: Option<Backend>,
+    numerics: Option<tc_runtime::quant::Numerics>,
+}
+
+impl CallContext {
+    /// This thread's choices.
+    pub fn here() -> CallContext {
+        CallContext {
+            backend: THREAD_BACKEND.with(Cell::get),
+            numerics: tc_llvm::quant_numerics(),
+        }
+    }
+
+    /// Run `f` on this thread with these choices (restored after).
+    pub fn enter<R>(self, f: impl FnOnce() -> R) -> R {
+        with_thread_backend(self.backend, || match self.numerics {
+            Some(n) => with_quant_numerics(n, f),
+            None => f(),
+        })
+    }
 }
 
 /// Statistics of the process-wide kernel cache (hits, misses, compiles,

@@ -280,7 +280,8 @@ fn an_empty_contraction_gives_zeros_on_both_backends() {
 
 /// `tc::with_quant_numerics` decides a call's numerics on its thread,
 /// whatever the process-wide option says, and goes with the call onto the
-/// pool through `tc::session` (as `tc::with_backend` does): the fast
+/// pool through `tc::session` (as `tc::with_backend` does), or to any
+/// thread through a `tc::CallContext`: the fast
 /// result bit for bit from the kernels, the exact one from the other
 /// numerics.
 #[test]
@@ -329,4 +330,20 @@ fn quant_numerics_are_the_callers_and_cross_a_session() {
         )),
         reference
     );
+    // Any other hop carries both through a `CallContext`, and only then
+    // (without it, the other thread has the process-wide backend).
+    let process = tc::backend();
+    let (outside, carried) = tc::with_backend(Backend::Interpreter, || {
+        tc::with_quant_numerics(Fast, || {
+            let cx = tc::CallContext::here();
+            std::thread::scope(|s| {
+                let outside = s.spawn(|| (tc::backend(), tc::llvm::quant_numerics()));
+                let carried =
+                    s.spawn(move || cx.enter(|| (tc::backend(), tc::llvm::quant_numerics())));
+                (outside.join().unwrap(), carried.join().unwrap())
+            })
+        })
+    });
+    assert_eq!(outside, (process, None));
+    assert_eq!(carried, (Backend::Interpreter, Some(Fast)));
 }

@@ -78,6 +78,18 @@ pub fn with_quant_numerics<R>(numerics: tc_quant::quant::Numerics, f: impl FnOnc
     with_fast_quant(Some(numerics == tc_quant::quant::Numerics::Fast), f)
 }
 
+/// This thread's [`with_quant_numerics`] choice, if it made one.
+pub fn quant_numerics() -> Option<tc_quant::quant::Numerics> {
+    use tc_quant::quant::Numerics;
+    fast_quant_here().map(|fast| {
+        if fast {
+            Numerics::Fast
+        } else {
+            Numerics::Exact
+        }
+    })
+}
+
 /// This thread's [`with_quant_numerics`] choice: what a hop onto another
 /// thread ([`crate::session`]) carries over with [`with_fast_quant`];
 /// the cache applies it to [`JitOptions::fast_quant`] per call.

@@ -819,9 +819,11 @@ fn attend_all(parts: &mut [Part<'_>], li: usize, rows: &LayerRows) -> Result<Ten
     if let [one] = parts {
         return one.attend(li, rows);
     }
+    // The caller's backend and numerics go with each sequence's calls.
+    let cx = tc::CallContext::here();
     let ctx: Vec<Tensor> = parts
         .par_iter_mut()
-        .map(|p| tc::llvm::team::serial(|| p.attend(li, rows)))
+        .map(|p| cx.enter(|| tc::llvm::team::serial(|| p.attend(li, rows))))
         .collect::<Result<_, _>>()?;
     let mut all = Vec::with_capacity(rows.n * llama::D);
     for c in &ctx {
