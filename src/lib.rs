@@ -172,9 +172,8 @@ impl CallContext {
 
     /// Run `f` on this thread with these choices (restored after).
     pub fn enter<R>(self, f: impl FnOnce() -> R) -> R {
-        with_thread_backend(self.backend, || match self.numerics {
-            Some(n) => with_quant_numerics(n, f),
-            None => f(),
+        with_thread_backend(self.backend, || {
+            tc_llvm::enter_quant_numerics(self.numerics, f)
         })
     }
 }

@@ -487,8 +487,8 @@ impl Jit {
     /// it.
     fn call_config(&self) -> CacheConfig {
         let mut cfg = self.config();
-        if let Some(fast) = crate::options::fast_quant_here() {
-            cfg.options.fast_quant = fast;
+        if let Some(n) = crate::options::quant_numerics() {
+            cfg.options.fast_quant = n == tc_quant::quant::Numerics::Fast;
         }
         cfg
     }

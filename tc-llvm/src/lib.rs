@@ -119,7 +119,9 @@ pub mod threads;
 pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
 pub use jit::release_target_machines;
-pub use options::{quant_numerics, with_quant_numerics, Error, JitOptions, TOLERANCE};
+pub use options::{
+    enter_quant_numerics, quant_numerics, with_quant_numerics, Error, JitOptions, TOLERANCE,
+};
 pub use team::session;
 
 use tc_core::ir::Function;

@@ -6,6 +6,8 @@
 
 use std::cell::Cell;
 
+use tc_quant::quant::Numerics;
+
 /// The tolerance of the fast F32 transcendentals: `|jit − interp| ≤
 /// TOLERANCE.0 · |interp| + TOLERANCE.1`, for every f32 input (±0, ±∞,
 /// subnormals; a NaN input or result gives a NaN on both sides).
@@ -62,8 +64,8 @@ pub enum Error {
 }
 
 thread_local! {
-    /// This thread's [`with_quant_numerics`] choice (`fast_quant`), if any.
-    static FAST_QUANT: Cell<Option<bool>> = const { Cell::new(None) };
+    /// This thread's [`with_quant_numerics`] choice, if any.
+    static NUMERICS: Cell<Option<Numerics>> = const { Cell::new(None) };
 }
 
 /// Run `f` with the calls it makes on this thread (and their nested calls,
@@ -74,37 +76,27 @@ thread_local! {
 /// model of the other numerics. Compiled code is kept per numerics (the
 /// options are part of the cache key). The interpreter backend ignores it:
 /// it computes the reference denotation.
-pub fn with_quant_numerics<R>(numerics: tc_quant::quant::Numerics, f: impl FnOnce() -> R) -> R {
-    with_fast_quant(Some(numerics == tc_quant::quant::Numerics::Fast), f)
+pub fn with_quant_numerics<R>(numerics: Numerics, f: impl FnOnce() -> R) -> R {
+    enter_quant_numerics(Some(numerics), f)
 }
 
-/// This thread's [`with_quant_numerics`] choice, if it made one.
-pub fn quant_numerics() -> Option<tc_quant::quant::Numerics> {
-    use tc_quant::quant::Numerics;
-    fast_quant_here().map(|fast| {
-        if fast {
-            Numerics::Fast
-        } else {
-            Numerics::Exact
-        }
-    })
+/// This thread's [`with_quant_numerics`] choice, if it made one: what a
+/// hop onto another thread carries over ([`enter_quant_numerics`]); the
+/// cache applies it to [`JitOptions::fast_quant`] per call.
+pub fn quant_numerics() -> Option<Numerics> {
+    NUMERICS.with(Cell::get)
 }
 
-/// This thread's [`with_quant_numerics`] choice: what a hop onto another
-/// thread ([`crate::session`]) carries over with [`with_fast_quant`];
-/// the cache applies it to [`JitOptions::fast_quant`] per call.
-pub(crate) fn fast_quant_here() -> Option<bool> {
-    FAST_QUANT.with(Cell::get)
-}
-
-/// Run `f` with this thread's choice set to `fast` (`None`: none).
-pub(crate) fn with_fast_quant<R>(fast: Option<bool>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<bool>);
+/// Run `f` with this thread's choice set to `choice` exactly (`None`: no
+/// choice, the process-wide option), as another thread's
+/// [`quant_numerics`] gave it; restored after.
+pub fn enter_quant_numerics<R>(choice: Option<Numerics>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Numerics>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            FAST_QUANT.with(|c| c.set(self.0));
+            NUMERICS.with(|c| c.set(self.0));
         }
     }
-    let _restore = Restore(FAST_QUANT.with(|c| c.replace(fast)));
+    let _restore = Restore(NUMERICS.with(|c| c.replace(choice)));
     f()
 }

@@ -79,7 +79,7 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
     let done = AtomicBool::new(false);
     // The caller's numerics choice goes with `f` onto the worker.
-    let fast_quant = crate::options::fast_quant_here();
+    let numerics = crate::options::quant_numerics();
     // From outside the pool `scope` runs on a worker and blocks this thread
     // once; it returns only after every helper has (a helper not yet
     // started when `f` is done is run by the scope itself and returns at
@@ -100,7 +100,7 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         }
         ACTIVE.with(|a| a.set(true));
         let _end = End(&done);
-        crate::options::with_fast_quant(fast_quant, f)
+        crate::options::enter_quant_numerics(numerics, f)
     })
 }
 

@@ -52,7 +52,8 @@ pub mod bert {
     /// `x · wᵀ + b` with an int8 weight (`Q8_0`, `[out, in]` blocks along
     /// `in`): Section 2 §18's `qmatmul`, whose numerics (F32 accumulation of
     /// the exactly dequantized weight, or activations quantized per
-    /// 32-block and integer dots) are the JIT's `fast_quant` choice.
+    /// 32-block and integer dots) the caller picks (`tc::with_quant_numerics`,
+    /// else the JIT's `fast_quant`).
     #[tensor_fn(requires(I % 32 == 0))]
     pub fn qlinear(
         x: Tensor![f32; B, S, I],

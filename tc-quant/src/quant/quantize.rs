@@ -38,11 +38,11 @@ pub fn quantize_q8_0(x: &[f32], k: usize) -> Result<Vec<u8>, QuantError> {
         })?;
     let mut out = Vec::with_capacity(bytes);
     for (b, blk) in x.chunks_exact(32).enumerate() {
-        // `f32::max` passes over a NaN: test every element.
-        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        // Tested element by element: `f32::max` below passes over a NaN.
         if blk.iter().any(|v| !v.is_finite()) {
             return Err(QuantError::ScaleRange { block: b });
         }
+        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let d16 = f16::from_f32(d);
         // A scale past f16's range would dequantize every element to
