@@ -8,11 +8,13 @@
 //! - `minilm-int8`: the same with int8 products (`Precision::Int8`: Q8_0
 //!   weights quantized at load, activations quantized per 32-block),
 //!   reported as system `tc-int8`;
+//! - `minilm-bf16`: the same with BF16 products (`Precision::Bf16`),
+//!   reported as system `tc-bf16`;
 //! - `gpt2-block`: block 0 of `models/gpt2-seed0` (`examples/gpt2_block`)
 //!   on the inputs of `benches/peers/gpt2_block.py`; the values are the
 //!   first four of the first and of the last token.
 //!
-//! `cargo run --release --example peer_bench -- REPS [minilm|minilm-int8|gpt2-block]`
+//! `cargo run --release --example peer_bench -- REPS [minilm|minilm-int8|minilm-bf16|gpt2-block]`
 //! (default: `TC_PEER_MODEL`, else `minilm`; threads: the rayon pool,
 //! `RAYON_NUM_THREADS`).
 
@@ -76,6 +78,7 @@ fn minilm(reps: usize, precision: Precision) -> Result<(), BoxError> {
     let system = match precision {
         Precision::F32 => "tc",
         Precision::Int8 => "tc-int8",
+        Precision::Bf16 => "tc-bf16",
     };
     let m = MiniLm::load_with(&model_dir()?, precision)?;
     if reps == 0 {
@@ -126,7 +129,11 @@ fn main() -> Result<(), BoxError> {
     match model.as_deref().unwrap_or("minilm") {
         "minilm" => minilm(reps, Precision::F32),
         "minilm-int8" => minilm(reps, Precision::Int8),
+        "minilm-bf16" => minilm(reps, Precision::Bf16),
         "gpt2-block" => gpt2(reps),
-        other => Err(format!("unknown model `{other}` (minilm, minilm-int8, gpt2-block)").into()),
+        other => Err(format!(
+            "unknown model `{other}` (minilm, minilm-int8, minilm-bf16, gpt2-block)"
+        )
+        .into()),
     }
 }

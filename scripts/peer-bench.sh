@@ -38,9 +38,11 @@
 # per row, named. The standard exports need torch; without it the
 # hand-built graph runs alone.
 #
-# Also examples/peer_bench.rs (tc, and tc's int8 model: `minilm-int8`,
-# Q8_0 weights quantized at load and activations quantized per 32-block,
-# its own table against ONNX Runtime's fp32 and int8) and the candle crate benches/peers/candle
+# Also examples/peer_bench.rs (tc, tc's int8 model, `minilm-int8`: Q8_0
+# weights quantized at load and activations quantized per 32-block, and
+# its BF16 model, `minilm-bf16`: weights and activations rounded to BF16,
+# F32 accumulation; each its own table against ONNX Runtime's fp32 and
+# int8) and the candle crate benches/peers/candle
 # (candle-transformers' BertModel, CPU, f32; a crate of its own outside the
 # workspace, built into target/peers/candle-target; the candle column is
 # left out if it does not build), and PyTorch eager. Then ROUNDS rounds;
@@ -125,6 +127,7 @@ for r in $(seq 1 "$ROUNDS"); do
     if has minilm; then
       run_tc() { RAYON_NUM_THREADS=$t "$tc" "$REPS" minilm >>"$results"; }
       run_tc8() { RAYON_NUM_THREADS=$t "$tc" "$REPS" minilm-int8 >>"$results"; }
+      run_tcb() { RAYON_NUM_THREADS=$t "$tc" "$REPS" minilm-bf16 >>"$results"; }
       run_ort() { "$PY" benches/peers/ort_bench.py "$out/minilm.onnx" "$t" "$REPS" >>"$results"; }
       ort_m() { [ -f "$std/$1" ] && "$PY" benches/peers/ort_bench.py "$std/$1" "$t" "$REPS" "$2" >>"$results" || true; }
       run_ortstd() { ort_m minilm_std.onnx ort-std; }
@@ -132,9 +135,9 @@ for r in $(seq 1 "$ROUNDS"); do
       run_ort8() { ort_m minilm_int8.onnx ort-int8; }
       run_pt() { [ "$torch" = 1 ] && "$PY" benches/peers/torch_bench.py "$model" "$t" "$REPS" 2>/dev/null >>"$results" || true; }
       run_candle() { [ "$candle" = 1 ] && RAYON_NUM_THREADS=$t "$candle_bin" "$model" "$REPS" >>"$results" || true; }
-      # Rotate the order by r + t: over eight rounds every system runs once
+      # Rotate the order by r + t: over nine rounds every system runs once
       # in each position at each thread count.
-      systems=(run_tc run_tc8 run_ort run_ortstd run_ortopt run_ort8 run_pt run_candle)
+      systems=(run_tc run_tc8 run_tcb run_ort run_ortstd run_ortopt run_ort8 run_pt run_candle)
       [ -n "${TC_BASE:-}" ] && systems+=(run_base)
       run_base() { RAYON_NUM_THREADS=$t "$TC_BASE" "$REPS" minilm | as_base >>"$results"; }
       rotate "$r" "$t" "${systems[@]}"

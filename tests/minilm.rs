@@ -152,44 +152,86 @@ fn corpus() -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
 
-fn load_int8() -> MiniLm {
-    MiniLm::load_with(&model_dir().expect("model folder"), Precision::Int8).expect("load model")
+fn load_at(p: Precision) -> MiniLm {
+    MiniLm::load_with(&model_dir().expect("model folder"), p).expect("load model")
 }
 
-/// Every int8 embedding of the corpus has cosine ≥ 0.999 to its F32 one,
-/// embedded in padded batches of 16 as a server would batch them.
-#[test]
-fn int8_embeddings_stay_within_cosine_0_999_of_f32() {
+/// Every embedding of the corpus at precision `p` has cosine ≥ 0.999 to
+/// its F32 one, embedded in padded batches of 16 as a server would batch
+/// them.
+fn corpus_within_cosine_0_999_of_f32(p: Precision) {
     let sentences = corpus();
     assert!(sentences.len() >= 200);
-    let (f32m, int8) = (load(), load_int8());
+    let (f32m, low) = (load(), load_at(p));
     let (mut worst, mut sum) = (1f64, 0f64);
     for chunk in sentences.chunks(16) {
         let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        let (a, b) = (f32m.embed(&refs).unwrap(), int8.embed(&refs).unwrap());
+        let (a, b) = (f32m.embed(&refs).unwrap(), low.embed(&refs).unwrap());
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             let c = f64::from(cosine(x, y));
-            assert!(c >= 0.999, "cosine {c} for {:?}", refs[i]);
+            assert!(c >= 0.999, "{p:?}: cosine {c} for {:?}", refs[i]);
             worst = worst.min(c);
             sum += c;
         }
     }
     eprintln!(
-        "int8 vs f32 over {} sentences: min cosine {worst:.5}, mean {:.5}",
+        "{p:?} vs f32 over {} sentences: min cosine {worst:.5}, mean {:.5}",
         sentences.len(),
         sum / sentences.len() as f64
     );
 }
 
-/// The int8 model's similarities are sentence-transformers' within 1e-2,
-/// and the reference's paraphrase orderings hold.
 #[test]
-fn int8_similarities_match_sentence_transformers() {
+fn int8_embeddings_stay_within_cosine_0_999_of_f32() {
+    corpus_within_cosine_0_999_of_f32(Precision::Int8);
+}
+
+/// The BF16 products run on `vdpbf16ps` where the CPU has AVX512-BF16
+/// (counted), else widened: the bound holds either way.
+#[test]
+fn bf16_embeddings_stay_within_cosine_0_999_of_f32() {
+    let before = tc::llvm::kernels::matmul::bf16_paired();
+    corpus_within_cosine_0_999_of_f32(Precision::Bf16);
+    if tc::llvm::kernels::matmul::bf16_available() {
+        // 15 batches × 6 layers × 4 products, at least (other tests add).
+        assert!(tc::llvm::kernels::matmul::bf16_paired() - before >= 15 * 6 * 4);
+    }
+}
+
+/// The int8 and BF16 models' similarities are sentence-transformers'
+/// within 1e-2, and the reference's paraphrase orderings hold.
+#[test]
+fn int8_and_bf16_similarities_match_sentence_transformers() {
     let r = reference();
-    let m = load_int8();
     let refs: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
-    let emb = m.embed(&refs).unwrap();
-    similarities_match(&emb, &r, 1e-2);
+    for p in [Precision::Int8, Precision::Bf16] {
+        let emb = load_at(p).embed(&refs).unwrap();
+        similarities_match(&emb, &r, 1e-2);
+    }
+}
+
+/// The BF16 model on the JIT against the interpreter, which computes
+/// each BF16 product in order from the same rounded operands (Section 2
+/// §3): the products differ only in their order, within the bound the
+/// JIT states, so the embeddings agree closely.
+#[test]
+fn bf16_jit_and_interpreter_agree() {
+    let m = load_at(Precision::Bf16);
+    let batch = m
+        .tokenize(&["A man is eating a piece of bread.", "Hello there."])
+        .unwrap();
+    let jit: Vec<f32> = m.embed_batch(&batch).unwrap().to_vec().unwrap();
+    let reference: Vec<f32> = tc::with_backend(tc::Backend::Interpreter, || m.embed_batch(&batch))
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    for s in 0..2 {
+        let c = f64::from(cosine(
+            &jit[s * 384..(s + 1) * 384],
+            &reference[s * 384..(s + 1) * 384],
+        ));
+        assert!(c > 0.9999, "sentence {s}: cosine {c}");
+    }
 }
 
 /// The interpreter computes the int8 layers' reference (Section 2 §18:
@@ -200,7 +242,7 @@ fn int8_similarities_match_sentence_transformers() {
 /// numerics really ran, through `tc::session`'s hop onto the pool).
 #[test]
 fn int8_jit_stays_close_to_the_interpreters_reference() {
-    let m = load_int8();
+    let m = load_at(Precision::Int8);
     let batch = m.tokenize(&["A man is eating a piece of bread."]).unwrap();
     let jit: Vec<f32> = m.embed_batch(&batch).unwrap().to_vec().unwrap();
     let reference: Vec<f32> = tc::with_backend(tc::Backend::Interpreter, || m.embed_batch(&batch))

@@ -12,9 +12,10 @@ RESULTS holds one JSON line per process and workload, and a line
 settings and int8 accuracy, printed under the MiniLM table. Lines of
 system "tc-base" (a baseline build of tc, scripts/peer-bench.sh's TC_BASE)
 are no peer: they get a table of their own, tc against the baseline per
-round. Lines of system "tc-int8" (tc's int8 MiniLM, `peer_bench minilm-int8`)
-get one too: against ONNX Runtime's best fp32 configuration and its int8
-model, per round.
+round. Lines of systems "tc-int8" and "tc-bf16" (tc's int8 and BF16
+MiniLM, `peer_bench minilm-int8` and `minilm-bf16`) get one each too:
+against ONNX Runtime's best fp32 configuration and its int8 model, per
+round.
 """
 import json
 import statistics
@@ -77,28 +78,29 @@ def against_base(title, by):
               f"{cell(list(base.values()))} | {ratio} | {verdict} |")
 
 
-def int8_table(title, by):
-    """tc's int8 model against ONNX Runtime's best fp32 configuration (per
-    row) and its int8 model, when the run has it."""
-    rows = [k for k in sorted(by, key=lambda k: (k[0] * k[1], k[2])) if by[k].get("tc-int8")]
+def reduced_table(title, by, system, label):
+    """tc's reduced-precision model (`system`, e.g. "tc-int8") against ONNX
+    Runtime's best fp32 configuration (per row) and its int8 model, when
+    the run has it."""
+    rows = [k for k in sorted(by, key=lambda k: (k[0] * k[1], k[2])) if by[k].get(system)]
     if not rows:
         return
-    print(f"\n| {title} int8, ms | threads | tc int8 | tc fp32 | ONNX Runtime (best fp32) | "
-          "ONNX Runtime int8 | tc int8 ÷ ONNX Runtime fp32, per round | lead | "
-          "tc int8 ÷ ONNX Runtime int8, per round | lead |")
+    print(f"\n| {title} {label}, ms | threads | tc {label} | tc fp32 | ONNX Runtime (best fp32) | "
+          f"ONNX Runtime int8 | tc {label} ÷ ONNX Runtime fp32, per round | lead | "
+          f"tc {label} ÷ ONNX Runtime int8, per round | lead |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for k in rows:
         sy = by[k]
         med = {s: statistics.median(v.values()) for s, v in sy.items()}
-        t8 = sy["tc-int8"]
+        low = sy[system]
         best = min((s for s in ORT_FP32 if s in sy), key=med.get, default=None)
-        cells = [cell(list(t8.values())), cell(list(sy.get("tc", {}).values()))]
+        cells = [cell(list(low.values())), cell(list(sy.get("tc", {}).values()))]
         cells.append(f"{cell(list(sy[best].values()))} ({NAMES[best]})" if best else "-")
         cells.append(cell(list(sy.get("ort-int8", {}).values())))
         for peer in (best, "ort-int8"):
             if peer and sy.get(peer):
-                ratio, verdict = lead(t8, sy[peer], "ONNX Runtime")
-                cells += [ratio, verdict.replace("tc leads", "tc int8 leads")]
+                ratio, verdict = lead(low, sy[peer], "ONNX Runtime")
+                cells += [ratio, verdict.replace("tc leads", f"tc {label} leads")]
             else:
                 cells += ["-", "-"]
         print(f"| {k[0]} x {k[1]} tokens | {k[2]} | " + " | ".join(cells) + " |")
@@ -139,7 +141,7 @@ def main():
             med = {s: statistics.median(v.values()) for s, v in sy.items()}
             orts = [s for s in ORT_FP32 if s in sy]
             ort_best = min(orts, key=med.get, default=None)
-            fp32 = [s for s in sy if s not in ("tc", "tc-base", "tc-int8", "ort-int8")]
+            fp32 = [s for s in sy if s not in ("tc", "tc-base", "tc-int8", "tc-bf16", "ort-int8")]
             best = min(fp32, key=med.get, default=None)
             if best and tc:
                 name = "ONNX Runtime" if best in ORT_FP32 else NAMES[best]
@@ -165,7 +167,8 @@ def main():
             c = dict(zip(have, cells))
             print(f"| {k[0]} x {k[1]} tokens | {k[2]} | " + " | ".join(c.get(s, "-") for s in orts) + " |")
         against_base(title, by)
-        int8_table(title, by)
+        reduced_table(title, by, "tc-int8", "int8")
+        reduced_table(title, by, "tc-bf16", "bf16")
         if model == "minilm" and export and int8:
             cos = export["int8"]["cosine_to_fp32_export"]
             print("\nONNX Runtime int8 (" + export["int8"]["call"] + "): cosine to the fp32 "

@@ -216,6 +216,12 @@ pub const TC_MM_COLS: Var = var(
     "on",
     "`0` pads ragged column panels instead of using masked kernels.",
 );
+/// BF16 products on AVX512-BF16.
+pub const TC_MM_BF16: Var = var(
+    "TC_MM_BF16",
+    "on",
+    "`0` widens BF16 products to f32 instead of using `vdpbf16ps` (for measurements).",
+);
 /// Few-row products against a weight read in place.
 pub const TC_MM_SWEEP: Var = var(
     "TC_MM_SWEEP",
@@ -287,6 +293,7 @@ pub const ALL: &[Var] = &[
     TC_MM_STREAM,
     TC_MM_T16,
     TC_MM_COLS,
+    TC_MM_BF16,
     TC_MM_SWEEP,
     TC_MM_INT_MR,
     TC_MM_INT_PAIR,

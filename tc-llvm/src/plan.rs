@@ -1030,8 +1030,13 @@ pub fn matmul_view_ok(
     dtype_of: &dyn Fn(Value) -> Dtype,
 ) -> bool {
     // Only f32 matmul packs through strides (`matmul::matmul_strided`).
+    // A narrow float's weight broadcast over the batch (a buffer under
+    // leading axes) is read in place too: `matmul_strided` folds the batch
+    // into one product against its one copy.
     if top && dtype_of(v) != Dtype::F32 {
-        return false;
+        return dtype_of(v).is_float()
+            && matches!(func.inst(v).map(|i| &i.op),
+                Some(Op::Broadcast(_, x)) if func.inst(*x).is_none() || mat[*x]);
     }
     let Some(inst) = func.inst(v) else {
         return true;

@@ -89,6 +89,68 @@ fn linear_with_broadcast_transposed_weight() {
     }
 }
 
+/// A BF16 linear layer as `MiniLm`'s `Precision::Bf16` writes it:
+/// `matmul(x, broadcast(w, [B, I, O]))` with `w: [I, O]`, or with the
+/// weight transposed first (`w: [O, I]`). The plain broadcast is read in
+/// place (no copy of the weight per batch item) and folded into one
+/// product; the transposed one is a copy. The deterministic mode is the
+/// interpreter's bits either way; the default mode (`vdpbf16ps` where the
+/// CPU has it) is within the product bound before the one rounding to
+/// BF16, so within that bound plus one BF16 spacing after it.
+#[test]
+fn bf16_linear_with_broadcast_weight() {
+    for transposed in [false, true] {
+        let mut b = builder("blinear");
+        let x = b.param("x", tt(Dtype::BF16, &["B", "S", "I"]));
+        let w_dims: &[&str] = if transposed { &["O", "I"] } else { &["I", "O"] };
+        let w = b.param("w", tt(Dtype::BF16, w_dims));
+        b.returns(tt(Dtype::BF16, &["B", "S", "O"]));
+        let w = if transposed {
+            b.op(Op::Transpose(vec![1, 0], w))
+        } else {
+            w
+        };
+        let wb = b.op(Op::Broadcast(dims(&["B", "I", "O"]), w));
+        let r = b.op(Op::Matmul(x, wb));
+        let f = b.finish(r);
+        let sizes = [("B", 2), ("S", 5), ("I", 7), ("O", 9)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        let c = tc_llvm::compile(&f, &sizes, JitOptions::default()).unwrap();
+        // The plain broadcast is read in place: no kernel copies it.
+        assert_eq!(
+            c.kernel_count(),
+            usize::from(transposed),
+            "steps: {:?}",
+            c.steps()
+        );
+        let mut rng = Rng(11);
+        for (bn, s, i, o) in [
+            (1, 1, 1, 1),
+            (2, 5, 7, 9),
+            (3, 17, 70, 40),
+            (2, 64, 96, 130),
+        ] {
+            let ws: &[usize] = if transposed { &[o, i] } else { &[i, o] };
+            let args: Vec<Arg> = vec![
+                random(&mut rng, Dtype::BF16, &[bn, s, i], false).into(),
+                random(&mut rng, Dtype::BF16, ws, false).into(),
+            ];
+            let want = interp(&f, &args).unwrap();
+            let what = format!("bf16 linear {bn}x{s}x{i}→{o} (transposed {transposed})");
+            assert_bits(&what, &jit(&f, &args, DET), &want, false);
+            for threads in [1, 0] {
+                let opts = JitOptions {
+                    threads,
+                    ..JitOptions::default()
+                };
+                assert_close(&what, &jit(&f, &args, opts), &want, 1.0 / 128.0, mm_tol(i));
+            }
+        }
+    }
+}
+
 /// Attention scores and context with head splits:
 /// `q = transpose(reshape(x, [B,S,H,D]), [0,2,1,3])`,
 /// `k = transpose(reshape(y, [B,S,H,D]), [0,2,3,1])`, `matmul(q, k)`, then

@@ -63,6 +63,21 @@ pub mod bert {
         qmatmul(x, w) + broadcast(b, [B, S, O])
     }
 
+    /// `x · w + b` with a BF16 weight `[in, out]`: the activations rounded
+    /// to BF16 (Section 2 §5), one BF16 product (Section 2 §3: F32
+    /// accumulation, one rounding at the end; `vdpbf16ps` where the CPU
+    /// has AVX512-BF16), widened back to F32 for the bias. The weight is
+    /// broadcast, not copied: the sentences' rows are one GEMM.
+    #[tensor_fn]
+    pub fn blinear(
+        x: Tensor![f32; B, S, I],
+        w: Tensor![bf16; I, O],
+        b: Tensor![f32; O],
+    ) -> Tensor![f32; B, S, O] {
+        let y = matmul(cast::<bf16>(x), broadcast(w, [B, I, O]));
+        cast::<f32>(y) + broadcast(b, [B, S, O])
+    }
+
     /// LayerNorm over the hidden axis.
     #[tensor_fn]
     pub fn layer_norm(
@@ -172,6 +187,19 @@ pub mod bert {
         pub w2: Tensor![q8_0; HIDDEN, FFN],
     }
 
+    /// The BF16 weights of one BertLayer's products, rounded from
+    /// [`Layer`]'s F32 ones at load (`MiniLm`'s `Precision::Bf16`) and
+    /// stored `[in, out]` (a GEMM's right operand read row by row); the
+    /// query, key and value ones side by side, as [`QWeights`] stacks them.
+    #[tensor_params]
+    pub struct BWeights {
+        pub wqkv: Tensor![bf16; HIDDEN, QKV],
+        pub bqkv: Tensor![f32; QKV],
+        pub wo: Tensor![bf16; HIDDEN, HIDDEN],
+        pub w1: Tensor![bf16; HIDDEN, FFN],
+        pub w2: Tensor![bf16; FFN, HIDDEN],
+    }
+
     /// BertSelfAttention's core over the projected queries, keys and values:
     /// the attention context, before the output dense.
     #[tensor_fn]
@@ -234,6 +262,28 @@ pub mod bert {
         layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
     }
 
+    /// One BertLayer with BF16 products ([`BWeights`]); the biases, norms
+    /// and everything between the products as [`encoder_layer`].
+    #[tensor_fn]
+    pub fn encoder_layer_bf16(
+        x: Tensor![f32; B, S, HIDDEN],
+        mask: Tensor![f32; B, S],
+        l: Layer,
+        w: BWeights,
+        eps: f32,
+    ) -> Tensor![f32; B, S, HIDDEN] {
+        let qkv = blinear(x, w.wqkv, w.bqkv);
+        let ctx = self_attention(
+            slice(qkv, 2, 0, HIDDEN),
+            slice(qkv, 2, HIDDEN, 2 * HIDDEN),
+            slice(qkv, 2, 2 * HIDDEN, QKV),
+            mask,
+        );
+        let h = layer_norm(blinear(ctx, w.wo, l.bo) + x, l.ln1_g, l.ln1_b, eps);
+        let f = blinear(gelu(blinear(h, w.w1, l.b1)), w.w2, l.b2);
+        layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
+    }
+
     /// sentence-transformers Pooling(mean) followed by Normalize.
     #[tensor_fn]
     pub fn mean_pool_normalize(
@@ -266,6 +316,20 @@ pub enum Precision {
     /// 2 §18's fast numerics, whose per-element bound `tc_quant::quant`
     /// states). The embeddings, norms, attention and pooling stay F32.
     Int8,
+    /// Every product's weight rounded to BF16 at load, and its activations
+    /// as it runs ([`bert::encoder_layer_bf16`]): F32 accumulation on
+    /// AVX512-BF16 `vdpbf16ps` where the CPU has it, else widened to F32
+    /// (the same rounding of each element, a product order of its own:
+    /// Section 2 §3). The embeddings, norms, attention and pooling stay
+    /// F32.
+    Bf16,
+}
+
+/// The layers' product weights at the model's [`Precision`].
+enum Products {
+    F32,
+    Int8(Vec<bert::QWeights>),
+    Bf16(Vec<bert::BWeights>),
 }
 
 /// The loaded model.
@@ -276,8 +340,8 @@ pub struct MiniLm {
     tokenizer_file: std::path::PathBuf,
     embeddings: bert::Embeddings,
     layers: Vec<bert::Layer>,
-    /// The layers' int8 weights ([`Precision::Int8`]).
-    qweights: Option<Vec<bert::QWeights>>,
+    /// The layers' product weights other than F32 ones.
+    products: Products,
     eps: f32,
     /// Maximum tokens per sentence (sentence-transformers' `max_seq_length`).
     pub max_len: usize,
@@ -328,21 +392,24 @@ impl MiniLm {
         if !tokenizer_file.is_file() {
             return Err(format!("no tokenizer at {}", tokenizer_file.display()).into());
         }
-        let qweights = match precision {
-            Precision::F32 => None,
-            Precision::Int8 => Some(
+        let products = match precision {
+            Precision::F32 => Products::F32,
+            Precision::Int8 => Products::Int8(
                 layers
                     .iter()
                     .map(quantize_layer)
                     .collect::<Result<_, _>>()?,
             ),
+            Precision::Bf16 => {
+                Products::Bf16(layers.iter().map(bf16_layer).collect::<Result<_, _>>()?)
+            }
         };
         Ok(MiniLm {
             tokenizer: std::sync::OnceLock::new(),
             tokenizer_file,
             embeddings,
             layers,
-            qweights,
+            products,
             eps,
             max_len,
         })
@@ -419,17 +486,19 @@ impl MiniLm {
             tc::session(|| {
                 let mut h = bert::embeddings(&self.embeddings, ids, positions, types, self.eps)?;
                 for (i, layer) in self.layers.iter().enumerate() {
-                    h = match self.qweights.as_ref().and_then(|q| q.get(i)) {
-                        Some(w) => bert::encoder_layer_q8(h, mask.clone(), layer, w, self.eps)?,
-                        None => bert::encoder_layer(h, mask.clone(), layer, self.eps)?,
+                    let (m, eps) = (mask.clone(), self.eps);
+                    h = match &self.products {
+                        Products::F32 => bert::encoder_layer(h, m, layer, eps)?,
+                        Products::Int8(q) => bert::encoder_layer_q8(h, m, layer, &q[i], eps)?,
+                        Products::Bf16(b) => bert::encoder_layer_bf16(h, m, layer, &b[i], eps)?,
                     };
                 }
                 Ok(bert::mean_pool_normalize(h, mask)?)
             })
         };
-        match self.qweights {
-            Some(_) => tc::with_quant_numerics(tc::runtime::quant::Numerics::Fast, run),
-            None => run(),
+        match self.products {
+            Products::Int8(_) => tc::with_quant_numerics(tc::runtime::quant::Numerics::Fast, run),
+            _ => run(),
         }
     }
 
@@ -470,6 +539,40 @@ fn quantize_layer(l: &bert::Layer) -> Result<bert::QWeights, BoxError> {
         wo: q(&l.wo)?,
         w1: q(&l.w1)?,
         w2: q(&l.w2)?,
+    })
+}
+
+/// A layer's product weights as BF16 `[in, out]` ([`Precision::Bf16`]):
+/// each F32 weight rounded to nearest even (Section 2 §5), transposed;
+/// the query, key and value ones side by side.
+fn bf16_layer(l: &bert::Layer) -> Result<bert::BWeights, BoxError> {
+    // `[out, in]` F32 matrices, stacked along `out`, as BF16 `[in, out]`.
+    let t = |ws: &[&Tensor]| -> Result<Tensor, BoxError> {
+        let cols = ws[0].shape()[1];
+        let mut rows = Vec::new();
+        for w in ws {
+            rows.extend(w.as_slice::<f32>()?.chunks(cols));
+        }
+        let mut data = Vec::with_capacity(rows.len() * cols);
+        for i in 0..cols {
+            data.extend(rows.iter().map(|r| r[i]));
+        }
+        Ok(Tensor::from_vec(&[cols, rows.len()], data)?.cast(tc::core::Dtype::BF16)?)
+    };
+    let stack = |ts: [&Tensor; 3]| -> Result<Tensor, BoxError> {
+        let data: Vec<f32> = ts
+            .iter()
+            .map(|t| t.as_slice::<f32>().map(<[f32]>::to_vec))
+            .collect::<Result<Vec<_>, _>>()?
+            .concat();
+        Ok(Tensor::from_vec(&[data.len()], data)?)
+    };
+    Ok(bert::BWeights {
+        wqkv: t(&[&l.wq, &l.wk, &l.wv])?,
+        bqkv: stack([&l.bq, &l.bk, &l.bv])?,
+        wo: t(&[&l.wo])?,
+        w1: t(&[&l.w1])?,
+        w2: t(&[&l.w2])?,
     })
 }
 

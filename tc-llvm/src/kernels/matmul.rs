@@ -29,6 +29,11 @@ use std::sync::OnceLock;
 
 use crate::ctx::{ExecCtx, Settings};
 
+mod bf16;
+pub use bf16::{
+    available as bf16_available, fallbacks as bf16_fallbacks, paired as bf16_paired,
+    set_enabled as set_bf16_kernel,
+};
 mod in_order;
 pub use in_order::matmul_strided_in_order;
 pub(crate) use in_order::sgemm_in_order;
@@ -867,6 +872,9 @@ pub struct PackedB {
     /// The packing is `data[off..]` (64-byte aligned, see [`aligned_off`]).
     data: Vec<f32>,
     off: usize,
+    /// A BF16 operand's packing for `vdpbf16ps` (two steps of k per slot,
+    /// `bf16.rs`) with its values' [`bf16::Scan`]; `None` for f32 panels.
+    pairs: Option<bf16::Scan>,
 }
 
 impl PackedB {
@@ -944,7 +952,13 @@ impl PackedB {
             nr,
             data,
             off: start,
+            pairs: None,
         })
+    }
+
+    /// Whether this is an f32 packing (not a BF16 one: `bf16.rs`).
+    fn is_f32(&self) -> bool {
+        self.pairs.is_none()
     }
 
     /// Bytes held.
@@ -972,6 +986,8 @@ impl PackedB {
     /// The panels of the K-block of `kc` rows at row `pc` covering columns
     /// `jc..jc + nc`, in [`blocked`]'s layout (`None` unless that is a
     /// K-block of this packing and `jc` a panel boundary).
+    /// A BF16 packing's K-blocks are in slots of two steps of k (`kc`
+    /// even, so a block's slots start at `pc / 2`).
     fn block(&self, pc: usize, kc: usize, jc: usize, nc: usize) -> Option<&[f32]> {
         if pc >= self.k || !pc.is_multiple_of(self.kc) || !jc.is_multiple_of(self.nr) {
             return None;
@@ -981,8 +997,10 @@ impl PackedB {
         if kc != kcb {
             return None;
         }
-        let start = pc * npanels * self.nr + (jc / self.nr) * kcb * self.nr;
-        let len = nc.div_ceil(self.nr) * kcb * self.nr;
+        let per = if self.is_f32() { 1 } else { 2 };
+        let slots = kcb.div_ceil(per);
+        let start = (pc / per) * npanels * self.nr + (jc / self.nr) * slots * self.nr;
+        let len = nc.div_ceil(self.nr) * slots * self.nr;
         self.slab().get(start..start.checked_add(len)?)
     }
 
@@ -1660,12 +1678,67 @@ pub unsafe fn matmul_strided(
         return Ok(());
     }
     if dt != Dtype::F32 {
-        if st_a != contiguous_strides(sa).as_slice() || st_b != contiguous_strides(sb).as_slice() {
+        let r = sa.len();
+        // A linear layer's form, `x: [p…, M, K] · broadcast(w: [K, N])`:
+        // one `(p·M) × K` product against `w`'s one copy, which the
+        // narrow-float paths then widen or pack once instead of per item.
+        let rows = |st: &[isize], cols: usize| st[r - 1] == 1 && st[r - 2] == cols as isize;
+        if dt.is_float() && rows(st_a, sa[r - 1]) && rows(st_b, n) {
+            if folds(sa, sb, st_a, st_b) {
+                let (k, rows) = (sa[r - 1], batch * m);
+                // A is one contiguous `(batch·m) × k` matrix (its rows
+                // contiguous, its batch dims stepping by whole row blocks:
+                // `folds`), B's first item a contiguous `k × n` one, the
+                // output `batch·m·n` contiguous elements.
+                if dt == Dtype::BF16 {
+                    let mut cf = tc_runtime::alloc::filled(rows * n, 0f32)?;
+                    // SAFETY: so the operands hold `rows·k` and `k·n`
+                    // BF16 elements and `cf` `rows·n` f32 (counts checked
+                    // by `strided_dims`).
+                    let paired = unsafe {
+                        bf16::try_matmul(
+                            a.cast(),
+                            b.cast(),
+                            cf.as_mut_ptr(),
+                            1,
+                            (rows, k, n),
+                            ctx,
+                            b_cache,
+                        )?
+                    };
+                    if paired {
+                        canonical_nans_in(&mut cf, ctx);
+                        // SAFETY: `cf` has the `rows·n` elements of the output.
+                        unsafe { narrow(dt, &cf, out) };
+                        return Ok(());
+                    }
+                }
+                // SAFETY: the contract of `matmul`, given by this
+                // function's (as just said).
+                return unsafe { matmul(dt, a, b, out, &[rows, k], &[k, n], ctx) };
+            }
+        }
+        let (ca, cb) = (contiguous_strides(sa), contiguous_strides(sb));
+        if st_a == ca.as_slice() && st_b == cb.as_slice() {
+            // SAFETY: contiguous operands of shapes `sa`, `sb`: the contract
+            // of `matmul`, given by this function's.
+            return unsafe { matmul(dt, a, b, out, sa, sb, ctx) };
+        }
+        if !dt.is_float() {
             return Err(Error::Unsupported(format!("strided matmul at {dt}")));
         }
-        // SAFETY: contiguous operands of shapes `sa`, `sb`: the contract
-        // of `matmul`, given by this function's.
-        return unsafe { matmul(dt, a, b, out, sa, sb, ctx) };
+        // Any other view of a narrow float: its elements copied in order.
+        // SAFETY: every element the strides address is readable (the
+        // contract); a float dtype's element is whole bytes.
+        let (a2, b2) = unsafe {
+            (
+                gather_contiguous(a, sa, st_a, dt.bits() as usize / 8)?,
+                gather_contiguous(b, sb, st_b, dt.bits() as usize / 8)?,
+            )
+        };
+        // SAFETY: the copies are contiguous operands of shapes `sa`, `sb`
+        // (8-byte aligned words), the output as this function's contract.
+        return unsafe { matmul(dt, a2.as_ptr().cast(), b2.as_ptr().cast(), out, sa, sb, ctx) };
     }
     let (a, b, c) = (a as *const f32, b as *const f32, out as *mut f32);
     if batch == 0 || m == 0 || n == 0 {
@@ -1679,6 +1752,47 @@ pub unsafe fn matmul_strided(
     let c = unsafe { std::slice::from_raw_parts_mut(c, batch * m * n) };
     canonical_nans_in(c, ctx);
     Ok(())
+}
+
+/// The operand of `shape` at `ptr` read through element strides `st`,
+/// copied in row-major order into 8-byte aligned words (`size` bytes per
+/// element).
+///
+/// # Safety
+/// Every element `Σ idx[d]·st[d]` of the shape must be readable at `ptr`
+/// (`size` bytes each); the element count must fit (`matmul_dims`
+/// checked it).
+// SAFETY: (contract) met by `matmul_strided`, its only caller.
+unsafe fn gather_contiguous(
+    ptr: *const u8,
+    shape: &[usize],
+    st: &[isize],
+    size: usize,
+) -> Result<Vec<u64>, Error> {
+    let count: usize = shape.iter().product();
+    let bytes = count
+        .checked_mul(size)
+        .ok_or_else(|| Error::Unsupported(format!("copying a {shape:?} operand")))?;
+    let mut words = tc_runtime::alloc::filled(bytes.div_ceil(8), 0u64)?;
+    let dst = words.as_mut_ptr().cast::<u8>();
+    let mut idx = vec![0usize; shape.len()];
+    for i in 0..count {
+        let off: isize = idx.iter().zip(st).map(|(&x, &s)| x as isize * s).sum();
+        // SAFETY: element `idx` of the view is readable (the contract);
+        // element `i < count` of the copy is inside its `bytes`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(ptr.offset(off * size as isize), dst.add(i * size), size)
+        };
+        // The next index in row-major order.
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(words)
 }
 
 /// A strided product's `(batch, m, k, n)` (`matmul_dims`), its strides
@@ -1881,11 +1995,17 @@ pub fn prepare(
     let (batch, m, k, n) = matmul_dims(sa, sb)?;
     let r = sa.len();
     let ok = st_a.len() == r && st_b.len() == r && st_a.iter().chain(st_b).all(|&s| s >= 0);
-    if dt != Dtype::F32 || !ok || batch * m * n == 0 || k == 0 {
+    if !ok || batch * m * n == 0 || k == 0 {
+        return Ok(());
+    }
+    let one = batch == 1 || folds(sa, sb, st_a, st_b);
+    if dt == Dtype::BF16 && bf16::available() {
+        return bf16::prepare(if one { batch * m } else { m }, n);
+    }
+    if dt != Dtype::F32 {
         return Ok(());
     }
     let view = |st: &[isize]| View::new(std::ptr::null(), st[r - 2] as usize, st[r - 1] as usize);
-    let one = batch == 1 || folds(sa, sb, st_a, st_b);
     let m = if one { batch * m } else { m };
     if one && skips_gemm(m, k, &view(st_b), kept) {
         return Ok(());
@@ -2025,7 +2145,8 @@ unsafe fn packed_b(
 ) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
     let key = ViewKey::of(b, k, n);
     match cache.get(&key) {
-        Lookup::Hit(p) => Ok(Some(p)),
+        Lookup::Hit(p) if p.is_f32() => Ok(Some(p)),
+        Lookup::Hit(_) => Ok(None),
         Lookup::Skip => Ok(None),
         Lookup::Pack => {
             // Packed on the pool where the call may split.
@@ -2174,10 +2295,31 @@ pub unsafe fn matmul(
             );
         }
         d if d.is_float() => {
+            let mut cf = tc_runtime::alloc::filled(batch * nc, 0f32)?;
+            // SAFETY: `a`, `b` hold `batch·na`, `batch·nb` BF16 elements
+            // (2-byte aligned), `cf` `batch·nc` f32, the counts checked by
+            // `matmul_dims` (the contract).
+            let paired = d == Dtype::BF16
+                && unsafe {
+                    bf16::try_matmul(
+                        a.cast(),
+                        b.cast(),
+                        cf.as_mut_ptr(),
+                        batch,
+                        (m, k, n),
+                        ctx,
+                        None,
+                    )?
+                };
+            if paired {
+                canonical_nans_in(&mut cf, ctx);
+                // SAFETY: `cf` has the `batch·nc` elements of `out`'s storage.
+                unsafe { narrow(d, &cf, out) };
+                return Ok(());
+            }
             // SAFETY: `batch·na` and `batch·nb` elements of `d`, the whole
             // storage of `sa` and `sb`, aligned as the contract says.
             let (af, bf) = unsafe { (widen(d, a, batch * na)?, widen(d, b, batch * nb)?) };
-            let mut cf = tc_runtime::alloc::filled(batch * nc, 0f32)?;
             for p in 0..batch {
                 // SAFETY: as for F32, on the widened copies `af`, `bf` and
                 // `cf` (allocated with exactly `batch` items each).

@@ -148,15 +148,26 @@ pub unsafe fn matmul_strided_in_order(
         canonical_nans(unsafe { std::slice::from_raw_parts_mut(out.cast::<f32>(), total) });
         return Ok(());
     }
-    if st_a != contiguous_strides(sa).as_slice() || st_b != contiguous_strides(sb).as_slice() {
-        return Err(Error::Unsupported(format!("strided matmul at {dt}")));
-    }
+    let (ca, cb) = (contiguous_strides(sa), contiguous_strides(sb));
+    // A view (a weight broadcast over the batch) is copied in order first.
+    let size = dt.bits() as usize / 8;
+    let copy = |p, sh, st: &[isize], c: &[isize]| -> Result<Option<Vec<u64>>, Error> {
+        if st == c {
+            return Ok(None);
+        }
+        // SAFETY: every element the strides address is readable (the
+        // contract).
+        Ok(Some(unsafe { super::gather_contiguous(p, sh, st, size)? }))
+    };
+    let (a2, b2) = (copy(a, sa, st_a, &ca)?, copy(b, sb, st_b, &cb)?);
+    let a = a2.as_ref().map_or(a, |v| v.as_ptr().cast());
+    let b = b2.as_ref().map_or(b, |v| v.as_ptr().cast());
     // Narrow floats: widened exactly (every value is an f32), summed as
     // f32, rounded once at the end, as the interpreter does.
-    // SAFETY: contiguous operands: `batch·m·k` and `batch·k·n` elements.
+    // SAFETY: contiguous operands (or their copies): `batch·m·k` and
+    // `batch·k·n` elements.
     let (af, bf) = unsafe { (widen(dt, a, batch * m * k)?, widen(dt, b, batch * k * n)?) };
     let mut cf = tc_runtime::alloc::filled(total, 0f32)?;
-    let (ca, cb) = (contiguous_strides(sa), contiguous_strides(sb));
     // SAFETY: the widened copies have exactly the contiguous operands'
     // elements, and `cf` the output's.
     unsafe {

@@ -1,0 +1,632 @@
+//! BF16 products on AVX-512 BF16: two steps of k per `vdpbf16ps`.
+//!
+//! Section 2 §3: a BF16 matmul accumulates in F32 and rounds once at the
+//! end; Section 4 §6 leaves the summation order free. The widened path
+//! (both operands widened to f32, the f32 GEMM, one rounding) does that
+//! with FMAs. This path packs two consecutive k-steps of each operand
+//! into one 32-bit slot (low half `k`, high half `k + 1`) and each
+//! `vdpbf16ps` adds both products of a slot to sixteen f32 accumulators:
+//! twice the multiply-adds per instruction of the f32 kernel, in the same
+//! blocked driver (`gemm_common::blocked`) and register tile (14 × 32).
+//!
+//! # Numerics
+//! A product of two BF16 values is exact in f32 (8-bit significands), so
+//! each accumulation is one rounded f32 addition, in some order: the
+//! widened path's bound, `2(n+2)·2⁻²⁴·Σ|terms|` before the final rounding,
+//! holds for it (tc-llvm's crate docs, "Numerics").
+//!
+//! The instruction differs from IEEE arithmetic in one way: it treats
+//! subnormal inputs as zero and flushes subnormal results (DAZ, FTZ). So
+//! it runs only on operands where neither can happen ([`Scan`]): no
+//! subnormal element, and every product of nonzero elements at least
+//! 2⁻¹⁰². Such a product is a multiple of 2⁻¹¹⁶ (16 significant bits),
+//! and so is every partial sum: an exact sum of multiples of 2⁻¹¹⁶ stays
+//! one when rounded to f32 (below 2⁻⁹³ it is representable, above it the
+//! f32 spacing is a multiple of 2⁻¹¹⁶). A nonzero partial sum is then at
+//! least 2⁻¹¹⁶, never subnormal, so nothing is flushed and the result is
+//! the IEEE one for this order. Other operands take the widened path
+//! (counted: [`fallbacks`]).
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::ctx::{ExecCtx, Settings};
+use crate::kernels::gemm_common::{
+    blocked, kernel_set, table, table_kernel, ukernel_text, ALayout, Cols, Family, Kernels, Micro,
+    SendPtr, Table, UkrSpec,
+};
+use crate::llvm_ir::{Decl, Ty};
+use crate::options::Error;
+
+use super::{Lookup, PackCache, PackedB, ViewKey};
+
+/// Rows of the register tile (the f32 kernel's: 28 accumulators, two B
+/// vectors and a broadcast of A in 32 registers).
+const MR: usize = 14;
+/// Lanes per vector; the tile is `MR × 2·VW`.
+const VW: usize = 16;
+/// Contraction block in k-slots (two steps of k each, so a pair never
+/// straddles blocks): a B micro-panel of `KC_SLOTS × 32` slots is 64 KiB,
+/// as the f32 kernel's.
+const KC_SLOTS: usize = 512;
+/// Row block (whole tiles).
+const MC: usize = 252;
+/// Column block.
+const NC: usize = 4096;
+
+/// Products that took the widened path because of their operands' values.
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+/// Products computed on `vdpbf16ps`.
+static PAIRED: AtomicU64 = AtomicU64::new(0);
+
+/// How many BF16 products this process computed on `vdpbf16ps`.
+pub fn paired() -> u64 {
+    PAIRED.load(Ordering::Relaxed)
+}
+
+/// How many BF16 products this process sent to the widened path because
+/// an operand held a subnormal or a product could be subnormal ([`Scan`]).
+pub fn fallbacks() -> u64 {
+    FALLBACKS.load(Ordering::Relaxed)
+}
+
+/// Whether BF16 products run on `vdpbf16ps` here: an x86 host with
+/// AVX-512 and AVX512-BF16, detected at run time, and `TC_MM_BF16` not
+/// `0` ([`set_enabled`]).
+pub fn available() -> bool {
+    static HOST: OnceLock<bool> = OnceLock::new();
+    let host = *HOST.get_or_init(|| {
+        let h = crate::jit::host();
+        cfg!(target_arch = "x86_64") && h.has_avx512() && h.has("+avx512bf16")
+    });
+    host && Settings::get().mm_bf16.on()
+}
+
+/// Turn the `vdpbf16ps` path on or off, process-wide (measurements and the
+/// equivalence tests; off, BF16 products are widened to f32).
+pub fn set_enabled(on: bool) {
+    Settings::get().mm_bf16.set(on)
+}
+
+/// The kernel of `rows ≤ MR` rows (A packed `MR` wide) writing `cols`.
+fn ukernel_text_rows(rows: usize, cols: Cols) -> String {
+    let pair = Ty::I32.vec(VW);
+    let dp = Decl::new(
+        "llvm.x86.avx512bf16.dpbf16ps.512",
+        Some(Ty::Float.vec(VW)),
+        &[(Ty::Float.vec(VW), ""), (pair, ""), (pair, "")],
+        "#1",
+    );
+    ukernel_text(&UkrSpec {
+        elem: Ty::Float,
+        vw: VW,
+        mr: rows,
+        a: ALayout::Packed(MR),
+        after_b: &|b, j, _, bj| b.named(format_args!("bw{j}")).bitcast(&bj, pair),
+        after_a: &|b, i, a| b.named(format_args!("aw{i}")).bitcast(&a, pair),
+        step: &|b, (i, j), acc, a, bj| {
+            b.named(format_args!("n{i}_{j}"))
+                .call_to(&dp, &[acc, a, bj])
+        },
+        c_align: 4,
+        k_unroll: 1,
+        cols,
+    })
+}
+
+/// The kernel of `rows` rows writing `cols`, compiled the first time a
+/// product needs it.
+fn kernel(rows: usize, cols: Cols) -> Result<&'static Micro, Error> {
+    static T: Table = table();
+    table_kernel(&T, (rows, MR), 2 * VW, cols, || {
+        ukernel_text_rows(rows, cols)
+    })
+}
+
+/// The kernels of an `m × n` product: the full tile, the last row panel's
+/// and the ragged column panel's where there are such.
+fn kernels(m: usize, n: usize) -> Result<Kernels<'static>, Error> {
+    let edge = (!m.is_multiple_of(MR)).then_some(m % MR);
+    kernel_set(n, (MR, 2 * VW), edge, true, kernel)
+}
+
+/// Compile the kernels an `m × n` product runs (so a call does not pay
+/// for them).
+pub(super) fn prepare(m: usize, n: usize) -> Result<(), Error> {
+    kernels(m, n).map(drop)
+}
+
+/// What a scan of an operand found: whether it holds a subnormal, and the
+/// smallest biased exponent of its nonzero elements (255 for none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Scan {
+    subnormal: bool,
+    min_exp: u8,
+}
+
+impl Scan {
+    /// Scan BF16 bit patterns.
+    pub(crate) fn of(xs: &[u16]) -> Scan {
+        // Branch-free, so it vectorizes: a chunk's `or` and `min`, folded.
+        let (mut sub, mut min) = (false, u8::MAX);
+        for c in xs.chunks(1024) {
+            let (mut s, mut lo) = (false, u8::MAX);
+            for &x in c {
+                let e = ((x >> 7) & 0xFF) as u8;
+                let mag = x & 0x7FFF;
+                s |= e == 0 && mag != 0;
+                lo = lo.min(if mag == 0 { u8::MAX } else { e });
+            }
+            sub |= s;
+            min = min.min(lo);
+        }
+        Scan {
+            subnormal: sub,
+            min_exp: min,
+        }
+    }
+
+    /// Whether `vdpbf16ps` computes the IEEE sums of products of these two
+    /// operands (module docs): no subnormal in either, and every product of
+    /// nonzero elements at least 2⁻¹⁰² (biased exponents summing to at
+    /// least 254 − 102).
+    pub(crate) fn exact_with(self, o: Scan) -> bool {
+        !self.subnormal && !o.subnormal && u16::from(self.min_exp) + u16::from(o.min_exp) >= 152
+    }
+}
+
+/// A contiguous row-major BF16 matrix: element `(i, j)` at `ptr + i·ld + j`.
+#[derive(Clone, Copy)]
+struct Mat {
+    ptr: SendPtr<u16>,
+    ld: usize,
+}
+
+impl Mat {
+    /// `len` elements of row `i` from column `j`.
+    ///
+    /// # Safety
+    /// They must lie inside the matrix.
+    #[inline(always)]
+    // SAFETY: (contract) met by `pack_a` and `pack_b`, its only callers.
+    unsafe fn row(&self, i: usize, j: usize, len: usize) -> &[u16] {
+        // SAFETY: inside the matrix (the contract), which outlives the
+        // product (`try_matmul`'s contract).
+        unsafe { std::slice::from_raw_parts(self.ptr.0.add(i * self.ld + j), len) }
+    }
+}
+
+/// Two BF16 bit patterns in one slot, `lo` (step `k`) in the low half.
+#[inline(always)]
+fn pair(lo: u16, hi: u16) -> f32 {
+    f32::from_bits(u32::from(lo) | (u32::from(hi) << 16))
+}
+
+/// The BF16 family: [`kernels`], blocks of [`KC_SLOTS`] pairs, operands
+/// packed in pairs of k-steps (zero past `k`), the f32 family's buffers;
+/// B packed once where the caller keeps it.
+struct Bf16Gemm<'p> {
+    ks: Kernels<'static>,
+    pre: Option<&'p PackedB>,
+}
+
+impl Family for Bf16Gemm<'_> {
+    type E = f32;
+    type Src = Mat;
+
+    fn kernels(&self) -> Kernels<'_> {
+        self.ks
+    }
+
+    fn blocks(&self) -> (usize, usize, usize) {
+        (2 * KC_SLOTS, MC, NC)
+    }
+
+    fn slots(&self, kc: usize) -> usize {
+        kc.div_ceil(2)
+    }
+
+    // SAFETY: (contract) `Family::pack_a`'s, met by `blocked`.
+    unsafe fn pack_a(
+        &self,
+        a: &Mat,
+        pc: usize,
+        kc: usize,
+        row0: usize,
+        mr: usize,
+        m: usize,
+        dst: &mut [f32],
+    ) {
+        let rows = mr.min(m - row0);
+        let slots = kc.div_ceil(2);
+        let dst = &mut dst[..slots * mr];
+        if rows < mr {
+            dst.fill(0.0);
+        }
+        for r in 0..rows {
+            // SAFETY: row `row0 + r < m`, k `pc..pc + kc`: readable (the
+            // contract).
+            let x = unsafe { a.row(row0 + r, pc, kc) };
+            for (s, p) in x.chunks(2).enumerate() {
+                dst[s * mr + r] = pair(p[0], p.get(1).copied().unwrap_or(0));
+            }
+        }
+    }
+
+    // SAFETY: (contract) `Family::pack_b`'s, met by `blocked`.
+    unsafe fn pack_b(
+        &self,
+        b: &Mat,
+        pc: usize,
+        kc: usize,
+        col0: usize,
+        nr: usize,
+        n: usize,
+        dst: &mut [f32],
+    ) {
+        let cols = nr.min(n - col0);
+        let slots = kc.div_ceil(2);
+        let dst = &mut dst[..slots * nr];
+        if cols < nr {
+            dst.fill(0.0);
+        }
+        for s in 0..slots {
+            let l = pc + 2 * s;
+            // SAFETY: k `l < pc + kc` (and `l + 1` when inside the block),
+            // columns `col0..col0 + cols ≤ n`: readable (the contract).
+            let lo = unsafe { b.row(l, col0, cols) };
+            let d = &mut dst[s * nr..s * nr + cols];
+            if 2 * s + 1 < kc {
+                // SAFETY: as just above, row `l + 1 < pc + kc`.
+                let hi = unsafe { b.row(l + 1, col0, cols) };
+                for ((d, &lo), &hi) in d.iter_mut().zip(lo).zip(hi) {
+                    *d = pair(lo, hi);
+                }
+            } else {
+                for (d, &lo) in d.iter_mut().zip(lo) {
+                    *d = pair(lo, 0);
+                }
+            }
+        }
+    }
+
+    // B's packing buffer is kept per calling thread, as the f32 family's.
+    fn take_b(&self) -> Vec<f32> {
+        BPACK.with(|s| std::mem::take(&mut *s.borrow_mut()))
+    }
+
+    fn b_block<'a>(&self, buf: &'a mut Vec<f32>, need: usize) -> &'a mut [f32] {
+        super::huge_slice(buf, need)
+    }
+
+    fn give_b(&self, buf: Vec<f32>) {
+        BPACK.with(|s| *s.borrow_mut() = buf);
+    }
+
+    fn take_a(&self, len: usize) -> Vec<f32> {
+        super::take_scratch(len)
+    }
+
+    fn give_a(&self, buf: Vec<f32>) {
+        super::give_scratch(buf)
+    }
+
+    fn packed_b_block(&self, pc: usize, kc: usize, jc: usize, nc: usize) -> Option<&[f32]> {
+        self.pre.and_then(|p| p.block(pc, kc, jc, nc))
+    }
+}
+
+/// The `k × n` B packed whole (every K-block's panels, as [`Bf16Gemm`]
+/// packs them per call, in [`PackedB::block`]'s order) with its scan: a
+/// weight kept across calls packs and scans once.
+///
+/// # Safety
+/// `b` must be valid for reads of `k·n` elements (`k, n ≥ 1`).
+// SAFETY: (contract) met by `try_matmul`, its only caller.
+unsafe fn pack_kept(b: Mat, (k, n): (usize, usize), par: bool) -> Result<PackedB, Error> {
+    let (nr, kc) = (2 * VW, 2 * KC_SLOTS);
+    let npanels = n.div_ceil(nr);
+    // Every K-block but the last has an even `kc`: `⌈k/2⌉` slots in all.
+    let total = npanels
+        .checked_mul(nr)
+        .and_then(|w| w.checked_mul(k.div_ceil(2)))
+        .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
+    let padded = total
+        .checked_add(15)
+        .ok_or_else(|| Error::Unsupported(format!("packing a {k} × {n} operand")))?;
+    let mut data = tc_runtime::alloc::zeroed::<f32>(padded)?;
+    let off = super::line_off(&data);
+    let slab = &mut data[off..off + total];
+    let fam = Bf16Gemm {
+        ks: kernels(1, n)?,
+        pre: None,
+    };
+    for pc in (0..k).step_by(kc) {
+        let kcb = kc.min(k - pc);
+        let slots = kcb.div_ceil(2);
+        let block = &mut slab[(pc / 2) * npanels * nr..(pc / 2 + slots) * npanels * nr];
+        // SAFETY: k `pc..pc + kcb ⊆ 0..k`, columns from `q·nr < n` of B
+        // (the contract); each chunk is one panel of `slots·nr`.
+        let pack =
+            |(q, d): (usize, &mut [f32])| unsafe { fam.pack_b(&b, pc, kcb, q * nr, nr, n, d) };
+        if par {
+            block.par_chunks_mut(slots * nr).enumerate().for_each(pack);
+        } else {
+            block.chunks_mut(slots * nr).enumerate().for_each(pack);
+        }
+    }
+    // SAFETY: `k·n` readable elements (the contract).
+    let scan = Scan::of(unsafe { std::slice::from_raw_parts(b.ptr.0, k * n) });
+    Ok(PackedB {
+        k,
+        n,
+        kc,
+        nr,
+        data,
+        off,
+        pairs: Some(scan),
+    })
+}
+
+/// B's kept packing for this call, where `cache` keeps it (or packs it
+/// now to keep): `None` to pack per call.
+///
+/// # Safety
+/// As [`pack_kept`].
+// SAFETY: (contract) met by `try_matmul`, its only caller.
+unsafe fn kept(
+    cache: &dyn PackCache,
+    b: Mat,
+    (k, n): (usize, usize),
+    par: bool,
+) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
+    let key = ViewKey {
+        ptr: b.ptr.0 as usize,
+        rs: n,
+        cs: 1,
+        k,
+        n,
+    };
+    Ok(match cache.get(&key) {
+        Lookup::Hit(p) => p.pairs.is_some().then_some(p),
+        Lookup::Skip => None,
+        Lookup::Pack => {
+            // SAFETY: the contract.
+            let p = std::sync::Arc::new(unsafe { pack_kept(b, (k, n), par)? });
+            cache.put(key, p.clone());
+            Some(p)
+        }
+    })
+}
+
+thread_local! {
+    /// The BF16 family's packed-B buffer.
+    static BPACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `batch` contiguous BF16 products `a: [m, k] · b: [k, n]` into f32 `c`
+/// (`batch·m·n`, not yet rounded) on `vdpbf16ps`, when [`available`], `k ≥
+/// 1` and the operands' values allow it ([`Scan::exact_with`]); `false`
+/// (and `c` untouched) otherwise. With `b_cache` (one product, `b` a
+/// weight the caller keeps), B is packed and scanned once.
+///
+/// # Safety
+/// `a` and `b` must be valid for reads of `batch·m·k` and `batch·k·n`
+/// elements (2-byte aligned), `c` for writes of `batch·m·n` f32 that
+/// overlap neither; `batch·m·k`, `batch·k·n` and `batch·m·n` must not
+/// overflow (`matmul_dims` checked them).
+// SAFETY: (contract) met by `matmul`, its only caller.
+pub(super) unsafe fn try_matmul(
+    a: *const u16,
+    b: *const u16,
+    c: *mut f32,
+    batch: usize,
+    (m, k, n): (usize, usize, usize),
+    ctx: &ExecCtx,
+    b_cache: Option<&dyn PackCache>,
+) -> Result<bool, Error> {
+    if !available() || k == 0 || batch * m * n == 0 {
+        return Ok(false);
+    }
+    let (na, nb) = (m * k, k * n);
+    // SAFETY: the operands' whole storage (the contract).
+    let (sa, sb) = unsafe {
+        (
+            std::slice::from_raw_parts(a, batch * na),
+            std::slice::from_raw_parts(b, batch * nb),
+        )
+    };
+    let par = ctx.threads != 1 && super::splits(ctx, m, n, k);
+    let mat = |p: *const u16, ld| Mat {
+        ptr: SendPtr(p.cast_mut()),
+        ld,
+    };
+    let pre = match b_cache.filter(|_| batch == 1) {
+        // SAFETY: B's `k·n` elements (the contract).
+        Some(cache) => unsafe { kept(cache, mat(b, n), (k, n), par)? },
+        None => None,
+    };
+    let b_scan = match pre.as_ref().and_then(|p| p.pairs) {
+        Some(s) => s,
+        None => Scan::of(sb),
+    };
+    if !Scan::of(sa).exact_with(b_scan) {
+        FALLBACKS.fetch_add(1, Ordering::Relaxed);
+        return Ok(false);
+    }
+    let fam = Bf16Gemm {
+        ks: kernels(m, n)?,
+        pre: pre.as_deref(),
+    };
+    for p in 0..batch {
+        let (am, bm) = (
+            mat(a.wrapping_add(p * na), k),
+            mat(b.wrapping_add(p * nb), n),
+        );
+        // Item `p < batch` of each operand is the `na` (`nb`) elements at
+        // `p·na` (`p·nb`), of C the `m·n` at `p·m·n`: inside the storage
+        // (the contract); `m, n, k ≥ 1`; the packers read exactly the rows,
+        // k and columns `blocked` asks for; the tile is 14 × 32.
+        // SAFETY: so `blocked`'s contract holds.
+        unsafe { blocked(&fam, (m, n, k), &am, &bm, c.add(p * m * n), par) };
+    }
+    PAIRED.fetch_add(1, Ordering::Relaxed);
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bits(x: f32) -> u16 {
+        half::bf16::from_f32(x).to_bits()
+    }
+
+    /// The scan finds subnormals and the smallest exponent, and the rule
+    /// admits products down to 2⁻¹⁰² exactly.
+    #[test]
+    fn scan_rule() {
+        let s = Scan::of(&[bits(1.0), 0, 0x8000, bits(-0.5)]);
+        assert_eq!(
+            s,
+            Scan {
+                subnormal: false,
+                min_exp: 126
+            }
+        );
+        assert!(Scan::of(&[1, bits(1.0)]).subnormal);
+        assert!(Scan::of(&[0x8001]).subnormal);
+        assert_eq!(Scan::of(&[0, 0x8000]).min_exp, u8::MAX);
+        let p = |e: i32| Scan::of(&[bits(2f32.powi(e))]);
+        assert!(p(-51).exact_with(p(-51)));
+        assert!(!p(-51).exact_with(p(-52)));
+        assert!(p(-126).exact_with(p(24)));
+        assert!(!p(-126).exact_with(p(23)));
+        // Infinities and NaNs are not small.
+        assert!(Scan::of(&[0x7F80, 0x7FC1]).exact_with(p(0)));
+    }
+
+    /// A deterministic BF16 operand: signed values over `[2⁻¹², 8)`, a
+    /// tenth of them zero.
+    fn operand(len: usize, seed: u64) -> Vec<u16> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if x % 10 == 0 {
+                    return 0;
+                }
+                let mag = 2f32.powf(((x >> 8) % 15_000) as f32 / 1000.0 - 12.0);
+                bits(if x & 2 == 0 { mag } else { -mag })
+            })
+            .collect()
+    }
+
+    fn f(b: u16) -> f64 {
+        f64::from(half::bf16::from_bits(b).to_f32())
+    }
+
+    /// Every element of the paired product, for shapes that cover edge
+    /// rows, ragged column panels, odd `k` and several K-blocks, batched
+    /// and split over threads, is within the bound the widened path
+    /// promises: `2(k+2)·2⁻²⁴·Σ|a·b|` of the exact sum before the final
+    /// rounding, then half a BF16 spacing.
+    #[test]
+    fn paired_products_within_the_bound() {
+        if !available() {
+            eprintln!("no AVX512-BF16 on this host: the paired path is not tested here");
+            return;
+        }
+        let mut seed = 1;
+        for &(batch, m, k, n) in &[
+            (1, 1, 1, 1),
+            (1, 3, 2, 17),
+            (2, 14, 3, 32),
+            (1, 15, 31, 33),
+            (1, 29, 64, 69),
+            (2, 5, 1025, 40),
+            (1, 30, 2051, 65),
+            (1, 64, 384, 1152),
+        ] {
+            seed += 1;
+            let a = operand(batch * m * k, seed);
+            let b = operand(batch * k * n, seed + 100);
+            for threads in [1, 2] {
+                let mut c = vec![f32::NAN; batch * m * n];
+                let ctx = ExecCtx::new(threads, false);
+                // SAFETY: operands and output of exactly these sizes.
+                let ran = unsafe {
+                    try_matmul(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        batch,
+                        (m, k, n),
+                        &ctx,
+                        None,
+                    )
+                }
+                .unwrap();
+                assert!(ran, "the operands pass the scan");
+                for p in 0..batch {
+                    for i in 0..m {
+                        for j in 0..n {
+                            let (mut exact, mut abs) = (0f64, 0f64);
+                            for l in 0..k {
+                                let t = f(a[p * m * k + i * k + l]) * f(b[p * k * n + l * n + j]);
+                                exact += t;
+                                abs += t.abs();
+                            }
+                            let got = f64::from(c[p * m * n + i * n + j]);
+                            let bound = 2.0 * (k as f64 + 2.0) * 2f64.powi(-24) * abs;
+                            assert!(
+                                (got - exact).abs() <= bound,
+                                "{batch}×{m}×{k}×{n} ({threads} threads) at ({p},{i},{j}): \
+                                 {got} vs {exact}, bound {bound}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A subnormal operand, or products that could underflow, go to the
+    /// widened path, counted; an empty contraction too (not counted).
+    #[test]
+    fn operands_outside_the_rule_are_declined() {
+        if !available() {
+            return;
+        }
+        let ctx = ExecCtx::new(1, false);
+        let try_ = |a: &[u16], b: &[u16], k: usize| {
+            let mut c = [0f32; 4];
+            // SAFETY: a 2 × k by k × 2 product, output 2 × 2.
+            unsafe {
+                try_matmul(
+                    a.as_ptr(),
+                    b.as_ptr(),
+                    c.as_mut_ptr(),
+                    1,
+                    (2, k, 2),
+                    &ctx,
+                    None,
+                )
+            }
+            .unwrap()
+        };
+        let one = bits(1.0);
+        let before = fallbacks();
+        assert!(try_(&[one; 4], &[one; 4], 2));
+        assert!(!try_(&[one, one, one, 1], &[one; 4], 2));
+        assert!(!try_(&[bits(1e-20); 4], &[bits(1e-20); 4], 2));
+        assert_eq!(fallbacks(), before + 2);
+        assert!(!try_(&[], &[], 0));
+        assert_eq!(fallbacks(), before + 2);
+    }
+}
