@@ -75,7 +75,10 @@
 //!   (plus one rounding of the result for the narrow dtypes) when
 //!   `Σ|terms|` is below `f32::MAX`; beyond that a partial sum may
 //!   overflow in one order and not the other (±inf or NaN against a
-//!   finite value). With
+//!   finite value). A BF16 matmul on AVX512-BF16 (`vdpbf16ps`, two
+//!   steps of k per slot: `kernels/matmul/bf16.rs`) is within the same
+//!   bound: it runs only where a scan of its operands shows that the
+//!   instruction's flushing of subnormals cannot occur. With
 //!   [`JitOptions::deterministic`] reductions, matmuls, convolutions and
 //!   (with exact quantized numerics) `qmatmul` run in the interpreter's
 //!   sequential order and are bit-identical to it, overflow included

@@ -1690,28 +1690,23 @@ pub unsafe fn matmul_strided(
                 // contiguous, its batch dims stepping by whole row blocks:
                 // `folds`), B's first item a contiguous `k × n` one, the
                 // output `batch·m·n` contiguous elements.
-                if dt == Dtype::BF16 {
-                    let mut cf = tc_runtime::alloc::filled(rows * n, 0f32)?;
-                    // SAFETY: so the operands hold `rows·k` and `k·n`
-                    // BF16 elements and `cf` `rows·n` f32 (counts checked
-                    // by `strided_dims`).
-                    let paired = unsafe {
+                // SAFETY: so the operands hold `rows·k` and `k·n` BF16
+                // elements and the output `rows·n` (counts checked by
+                // `strided_dims`).
+                if dt == Dtype::BF16
+                    && unsafe {
                         bf16::try_matmul(
                             a.cast(),
                             b.cast(),
-                            cf.as_mut_ptr(),
+                            out.cast(),
                             1,
                             (rows, k, n),
                             ctx,
                             b_cache,
                         )?
-                    };
-                    if paired {
-                        canonical_nans_in(&mut cf, ctx);
-                        // SAFETY: `cf` has the `rows·n` elements of the output.
-                        unsafe { narrow(dt, &cf, out) };
-                        return Ok(());
                     }
+                {
+                    return Ok(());
                 }
                 // SAFETY: the contract of `matmul`, given by this
                 // function's (as just said).
@@ -2295,28 +2290,17 @@ pub unsafe fn matmul(
             );
         }
         d if d.is_float() => {
-            let mut cf = tc_runtime::alloc::filled(batch * nc, 0f32)?;
             // SAFETY: `a`, `b` hold `batch·na`, `batch·nb` BF16 elements
-            // (2-byte aligned), `cf` `batch·nc` f32, the counts checked by
+            // (2-byte aligned), `out` `batch·nc`, the counts checked by
             // `matmul_dims` (the contract).
-            let paired = d == Dtype::BF16
+            if d == Dtype::BF16
                 && unsafe {
-                    bf16::try_matmul(
-                        a.cast(),
-                        b.cast(),
-                        cf.as_mut_ptr(),
-                        batch,
-                        (m, k, n),
-                        ctx,
-                        None,
-                    )?
-                };
-            if paired {
-                canonical_nans_in(&mut cf, ctx);
-                // SAFETY: `cf` has the `batch·nc` elements of `out`'s storage.
-                unsafe { narrow(d, &cf, out) };
+                    bf16::try_matmul(a.cast(), b.cast(), out.cast(), batch, (m, k, n), ctx, None)?
+                }
+            {
                 return Ok(());
             }
+            let mut cf = tc_runtime::alloc::filled(batch * nc, 0f32)?;
             // SAFETY: `batch·na` and `batch·nb` elements of `d`, the whole
             // storage of `sa` and `sb`, aligned as the contract says.
             let (af, bf) = unsafe { (widen(d, a, batch * na)?, widen(d, b, batch * nb)?) };

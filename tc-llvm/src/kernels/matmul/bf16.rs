@@ -405,24 +405,27 @@ unsafe fn kept(
 thread_local! {
     /// The BF16 family's packed-B buffer.
     static BPACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A calling thread's f32 sums before rounding.
+    static CBUF: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `batch` contiguous BF16 products `a: [m, k] · b: [k, n]` into f32 `c`
-/// (`batch·m·n`, not yet rounded) on `vdpbf16ps`, when [`available`], `k ≥
-/// 1` and the operands' values allow it ([`Scan::exact_with`]); `false`
-/// (and `c` untouched) otherwise. With `b_cache` (one product, `b` a
-/// weight the caller keeps), B is packed and scanned once.
+/// `batch` contiguous BF16 products `a: [m, k] · b: [k, n]` into BF16
+/// `out` (`batch·m·n`: the f32 sums, their NaNs canonical, rounded once)
+/// on `vdpbf16ps`, when [`available`], `k ≥ 1` and the operands' values
+/// allow it ([`Scan::exact_with`]); `false` (and `out` untouched)
+/// otherwise. With `b_cache` (one product, `b` a weight the caller
+/// keeps), B is packed and scanned once.
 ///
 /// # Safety
 /// `a` and `b` must be valid for reads of `batch·m·k` and `batch·k·n`
-/// elements (2-byte aligned), `c` for writes of `batch·m·n` f32 that
-/// overlap neither; `batch·m·k`, `batch·k·n` and `batch·m·n` must not
-/// overflow (`matmul_dims` checked them).
-// SAFETY: (contract) met by `matmul`, its only caller.
+/// elements (2-byte aligned), `out` for writes of `batch·m·n` (2-byte
+/// aligned) that overlap neither; `batch·m·k`, `batch·k·n` and
+/// `batch·m·n` must not overflow (`matmul_dims` checked them).
+// SAFETY: (contract) met by `matmul` and `matmul_strided`, its callers.
 pub(super) unsafe fn try_matmul(
     a: *const u16,
     b: *const u16,
-    c: *mut f32,
+    out: *mut u16,
     batch: usize,
     (m, k, n): (usize, usize, usize),
     ctx: &ExecCtx,
@@ -461,6 +464,14 @@ pub(super) unsafe fn try_matmul(
         ks: kernels(m, n)?,
         pre: pre.as_deref(),
     };
+    // The f32 sums in a buffer kept per calling thread: a fresh one was
+    // page faults and zeroing on every call.
+    let total = batch * m * n;
+    let mut sums = CBUF.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    if sums.len() < total {
+        sums = tc_runtime::alloc::filled(total, 0f32)?;
+    }
+    let c = sums.as_mut_ptr();
     for p in 0..batch {
         let (am, bm) = (
             mat(a.wrapping_add(p * na), k),
@@ -473,8 +484,36 @@ pub(super) unsafe fn try_matmul(
         // SAFETY: so `blocked`'s contract holds.
         unsafe { blocked(&fam, (m, n, k), &am, &bm, c.add(p * m * n), par) };
     }
+    // SAFETY: `out` holds `total` elements (the contract), `sums` at
+    // least as many, all written by the products.
+    unsafe { round_into(&mut sums[..total], out, par) };
+    CBUF.with(|s| *s.borrow_mut() = sums);
     PAIRED.fetch_add(1, Ordering::Relaxed);
     Ok(true)
+}
+
+/// The f32 sums `c`, their NaNs made canonical (a matmul's NaN, Section
+/// 4 §6), rounded into BF16 at `out`; in pieces on the pool with `par`.
+///
+/// # Safety
+/// `out` must be valid for writes of `c.len()` elements (2-byte aligned)
+/// that nothing else references.
+// SAFETY: (contract) met by `try_matmul`, its only caller.
+unsafe fn round_into(c: &mut [f32], out: *mut u16, par: bool) {
+    const PIECE: usize = 1 << 14;
+    let out = SendPtr(out);
+    let piece = |(i, c): (usize, &mut [f32])| {
+        let out = out;
+        super::canonical_nans(c);
+        // SAFETY: piece `i` is elements `i·PIECE..` of the output, inside
+        // it (the contract); pieces are disjoint.
+        unsafe { super::narrow(tc_core::Dtype::BF16, c, out.0.add(i * PIECE).cast()) };
+    };
+    if par && c.len() > 2 * PIECE {
+        c.par_chunks_mut(PIECE).enumerate().for_each(piece);
+    } else {
+        c.chunks_mut(PIECE).enumerate().for_each(piece);
+    }
 }
 
 #[cfg(test)]
@@ -535,7 +574,7 @@ mod tests {
     /// rows, ragged column panels, odd `k` and several K-blocks, batched
     /// and split over threads, is within the bound the widened path
     /// promises: `2(k+2)·2⁻²⁴·Σ|a·b|` of the exact sum before the final
-    /// rounding, then half a BF16 spacing.
+    /// rounding, then half a BF16 spacing (relative `2⁻⁸` bounds it).
     #[test]
     fn paired_products_within_the_bound() {
         if !available() {
@@ -557,7 +596,7 @@ mod tests {
             let a = operand(batch * m * k, seed);
             let b = operand(batch * k * n, seed + 100);
             for threads in [1, 2] {
-                let mut c = vec![f32::NAN; batch * m * n];
+                let mut c = vec![0x7FC1u16; batch * m * n];
                 let ctx = ExecCtx::new(threads, false);
                 // SAFETY: operands and output of exactly these sizes.
                 let ran = unsafe {
@@ -582,8 +621,10 @@ mod tests {
                                 exact += t;
                                 abs += t.abs();
                             }
-                            let got = f64::from(c[p * m * n + i * n + j]);
-                            let bound = 2.0 * (k as f64 + 2.0) * 2f64.powi(-24) * abs;
+                            let got = f(c[p * m * n + i * n + j]);
+                            // The sum's bound, then half a BF16 spacing.
+                            let sum = 2.0 * (k as f64 + 2.0) * 2f64.powi(-24) * abs;
+                            let bound = sum + (exact.abs() + sum) * 2f64.powi(-8);
                             assert!(
                                 (got - exact).abs() <= bound,
                                 "{batch}×{m}×{k}×{n} ({threads} threads) at ({p},{i},{j}): \
@@ -605,7 +646,7 @@ mod tests {
         }
         let ctx = ExecCtx::new(1, false);
         let try_ = |a: &[u16], b: &[u16], k: usize| {
-            let mut c = [0f32; 4];
+            let mut c = [0u16; 4];
             // SAFETY: a 2 × k by k × 2 product, output 2 × 2.
             unsafe {
                 try_matmul(
