@@ -2382,7 +2382,8 @@ fn real_mkn(rng: &mut Rng, batch: i64) -> (i64, i64, i64) {
 /// own, so that every other seed generates the program it generated
 /// before), and only where the mix allows matmul, unary, binary and
 /// reduce. A product of a weight parameter with a batch of activations
-/// (f32 mostly, with the weight in either layout, an exact op before it,
+/// (f32 mostly, with the weight in either layout, per batch item or one
+/// matrix broadcast over the batch, an exact op before it,
 /// layout ops or an exact chain after it), or a chain of elementwise ops
 /// over one large value and a weight of its shape, ending in a reduction
 /// or not; σ puts the products past 2^23 multiply-adds (at most 2^26 in
@@ -2443,7 +2444,12 @@ fn real_program(seed: u64, cfg: &GenConfig) -> Option<Program> {
         let mut x = ch.fb.param("x", Type::tensor(dt, with(&["M", "K"])));
         // PyTorch's layout (`[N, K]`, read through a transpose) or `[K, N]`.
         let torch = ch.rng.one_in(2);
-        let wshape = with(if torch { &["N", "K"] } else { &["K", "N"] });
+        // A batch's weight is its own per item, or one matrix broadcast
+        // over the batch (a linear layer's form: read in place, the batch
+        // folded into the rows; narrow floats too).
+        let shared = batch > 1 && ch.rng.one_in(2);
+        let wdims: &[&str] = if torch { &["N", "K"] } else { &["K", "N"] };
+        let wshape = if shared { dims(wdims) } else { with(wdims) };
         let w = ch.fb.param("w", Type::tensor(dt, wshape));
         let bias = (dt.is_float() && ch.rng.one_in(6))
             .then(|| ch.fb.param("b", Type::tensor(dt, dims(&["N"]))));
@@ -2467,8 +2473,13 @@ fn real_program(seed: u64, cfg: &GenConfig) -> Option<Program> {
             perm.swap(r, r + 1);
             perm
         };
-        let w = if torch {
-            ch.fb.op(Op::Transpose(swap(r), w))
+        let w = match (torch, shared) {
+            (true, false) => ch.fb.op(Op::Transpose(swap(r), w)),
+            (true, true) => ch.fb.op(Op::Transpose(vec![1, 0], w)),
+            _ => w,
+        };
+        let w = if shared {
+            ch.fb.op(Op::Broadcast(with(&["K", "N"]), w))
         } else {
             w
         };

@@ -487,8 +487,14 @@ pub(super) unsafe fn try_matmul(
         // `p·na` (`p·nb`), of C the `m·n` at `p·m·n`: inside the storage
         // (the contract); `m, n, k ≥ 1`; the packers read exactly the rows,
         // k and columns `blocked` asks for; the tile is 14 × 32.
-        // SAFETY: so `blocked`'s contract holds.
-        unsafe { blocked(&fam, (m, n, k), &am, &bm, c.add(p * m * n), par) };
+        // SAFETY: so `blocked`'s (and `one_panel`'s) contract holds.
+        unsafe {
+            if par && m <= MR && n > 2 * VW {
+                one_panel(&fam, (m, n, k), &am, &bm, c.add(p * m * n));
+            } else {
+                blocked(&fam, (m, n, k), &am, &bm, c.add(p * m * n), par);
+            }
+        }
     }
     // SAFETY: `out` holds `total` elements (the contract), `sums` at
     // least as many, all written by the products.
@@ -506,12 +512,83 @@ pub(super) unsafe fn try_matmul(
 #[inline(always)]
 fn round_bf16(x: f32) -> u16 {
     let u = x.to_bits();
-    let rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16;
+    // Wraps only for a NaN (above 0xFF80_0000), which takes the other arm.
+    let rounded = u.wrapping_add(0x7FFF + ((u >> 16) & 1)) >> 16;
     let nan = (super::cast::CANONICAL_NAN.to_bits() >> 16) | 0x40;
     if x.is_nan() {
         nan as u16
     } else {
         rounded as u16
+    }
+}
+
+/// An `m ≤ MR`-row product (one row panel, a batch of one short
+/// sentence): A packed once per K-block, the column panels split over the
+/// pool. [`blocked`] splits row blocks only, so such a product ran on one
+/// thread. Each element's sum is the one `blocked` computes (the same
+/// kernels, K-blocks and packing): the same bits.
+///
+/// # Safety
+/// [`blocked`]'s contract, with `m ≤ MR`.
+// SAFETY: (contract) met by `try_matmul`, its only caller.
+unsafe fn one_panel(
+    f: &Bf16Gemm<'_>,
+    (m, n, k): (usize, usize, usize),
+    a: &Mat,
+    b: &Mat,
+    c: *mut f32,
+) {
+    use crate::kernels::gemm_common::{tile_into_c, Tile};
+    let (mr, nr) = (MR, 2 * VW);
+    let kern = f.kernels();
+    let npanels = n.div_ceil(nr);
+    let cp = SendPtr(c);
+    for pc in (0..k).step_by(2 * KC_SLOTS) {
+        let kcb = (2 * KC_SLOTS).min(k - pc);
+        let ks = kcb.div_ceil(2);
+        let mut packed_a = f.take_a(ks * mr);
+        // SAFETY: rows `0..m`, k `pc..pc + kcb ⊆ 0..k` of A (the contract).
+        unsafe { f.pack_a(a, pc, kcb, 0, mr, m, &mut packed_a) };
+        let pre = f
+            .packed_b_block(pc, kcb, 0, n)
+            .filter(|p| p.len() >= npanels * ks * nr);
+        let ap = &packed_a[..ks * mr];
+        let panel = |q: usize| {
+            let c = cp;
+            let mut own = Vec::new();
+            let bp = match pre {
+                Some(p) => p[q * ks * nr..(q + 1) * ks * nr].as_ptr(),
+                None => {
+                    own.resize(ks * nr, 0f32);
+                    // SAFETY: k `pc..pc + kcb`, columns from `q·nr < n` of
+                    // B (the contract).
+                    unsafe { f.pack_b(b, pc, kcb, q * nr, nr, n, &mut own) };
+                    own.as_ptr()
+                }
+            };
+            let t = Tile {
+                kc: ks,
+                row0: 0,
+                col0: q * nr,
+                nrows: m,
+                ncols: nr.min(n - q * nr),
+                accum: pc > 0,
+                a: ap.as_ptr(),
+                lda: 0,
+                b: bp,
+            };
+            // SAFETY: a packed A panel of `ks·mr` and B panel of `ks·nr`
+            // f32 slots, the tile `m × ncols` at column `q·nr` inside C
+            // (`m ≤ mr`: the last and only row panel, whose edge kernel
+            // `kernels` made), written by this task alone.
+            unsafe { tile_into_c(&kern, &t, (m, n), c.0) };
+        };
+        let per = npanels.div_ceil(4 * rayon::current_num_threads().max(1));
+        (0..npanels)
+            .into_par_iter()
+            .with_min_len(per)
+            .for_each(panel);
+        f.give_a(packed_a);
     }
 }
 
@@ -597,7 +674,8 @@ mod tests {
 
     /// Every element of the paired product, for shapes that cover edge
     /// rows, ragged column panels, odd `k` and several K-blocks, batched
-    /// and split over threads, is within the bound the widened path
+    /// and split over threads (by rows, or by column panels for one row
+    /// panel: the same bits as one thread), is within the bound the widened path
     /// promises: `2(k+2)·2⁻²⁴·Σ|a·b|` of the exact sum before the final
     /// rounding, then half a BF16 spacing (relative `2⁻⁸` bounds it).
     #[test]
@@ -616,13 +694,18 @@ mod tests {
             (2, 5, 1025, 40),
             (1, 30, 2051, 65),
             (1, 64, 384, 1152),
+            (1, 10, 384, 1152),
+            (1, 7, 2051, 300),
         ] {
             seed += 1;
             let a = operand(batch * m * k, seed);
             let b = operand(batch * k * n, seed + 100);
+            let mut outs = Vec::new();
             for threads in [1, 2] {
                 let mut c = vec![0x7FC1u16; batch * m * n];
-                let ctx = ExecCtx::new(threads, false);
+                // Two threads as in a session, where products of 2^20
+                // multiply-adds split.
+                let ctx = ExecCtx::new(threads, threads > 1);
                 // SAFETY: operands and output of exactly these sizes.
                 let ran = unsafe {
                     try_matmul(
@@ -637,6 +720,7 @@ mod tests {
                 }
                 .unwrap();
                 assert!(ran, "the operands pass the scan");
+                outs.push(c.clone());
                 for p in 0..batch {
                     for i in 0..m {
                         for j in 0..n {
@@ -659,6 +743,8 @@ mod tests {
                     }
                 }
             }
+            // Threads split rows or column panels, never a sum.
+            assert_eq!(outs[0], outs[1], "{batch}×{m}×{k}×{n}: 1 vs 2 threads");
         }
     }
 
