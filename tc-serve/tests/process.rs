@@ -2,7 +2,8 @@
 //! streams in flight drains them and exits 0; a client's `x-request-id`
 //! cannot forge fields in the text log format; `--warmup` compiles the
 //! generation kernels before the server reports ready; `--embedding-precision
-//! int8` serves embeddings within cosine 0.999 of the f32 model's.
+//! int8` and `bf16` serve embeddings within cosine 0.999 of the f32
+//! model's.
 
 use crate::common;
 
@@ -166,12 +167,24 @@ fn warm_up_compiles_the_generation_kernels_before_it_reports_ready() {
 /// and not the f32 model's bits (the int8 products really ran).
 #[test]
 fn int8_embeddings_are_served_within_their_bound() {
+    served_within_cosine_0_999("int8", "Int8");
+}
+
+/// The same for the BF16 embedding model.
+#[test]
+fn bf16_embeddings_are_served_within_their_bound() {
+    served_within_cosine_0_999("bf16", "Bf16");
+}
+
+/// `--embedding-precision flag`: embeddings within cosine 0.999 of the
+/// f32 model's and not its bits, the precision (`logged`) in the log.
+fn served_within_cosine_0_999(flag: &str, logged: &str) {
     let dir = common::minilm_dir().expect("model folder");
     let p = Process::spawn(&[
         "--model",
         &dir.display().to_string(),
         "--embedding-precision",
-        "int8",
+        flag,
         "--threads",
         "2",
     ]);
@@ -198,7 +211,7 @@ fn int8_embeddings_are_served_within_their_bound() {
             .map(|x| x.as_f64().expect("number") as f32)
             .collect();
         let c = tc_serve::minilm::cosine(&e, w);
-        assert!(c >= 0.999 && e != *w, "cosine {c}");
+        assert!(c >= 0.999 && e != *w, "{flag}: cosine {c}");
     }
-    assert!(p.logs().contains("Int8"), "{}", p.logs());
+    assert!(p.logs().contains(logged), "{}", p.logs());
 }
