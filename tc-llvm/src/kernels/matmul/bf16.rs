@@ -478,23 +478,39 @@ pub(super) unsafe fn try_matmul(
         sums = tc_runtime::alloc::filled(total, 0f32)?;
     }
     let c = sums.as_mut_ptr();
-    for p in 0..batch {
+    let (ap, bp, cp) = (SendPtr(a.cast_mut()), SendPtr(b.cast_mut()), SendPtr(c));
+    let item = |p: usize, par: bool| {
+        let (ap, bp, c) = (ap, bp, cp);
         let (am, bm) = (
-            mat(a.wrapping_add(p * na), k),
-            mat(b.wrapping_add(p * nb), n),
+            mat(ap.0.wrapping_add(p * na), k),
+            mat(bp.0.wrapping_add(p * nb), n),
         );
         // Item `p < batch` of each operand is the `na` (`nb`) elements at
         // `p·na` (`p·nb`), of C the `m·n` at `p·m·n`: inside the storage
         // (the contract); `m, n, k ≥ 1`; the packers read exactly the rows,
-        // k and columns `blocked` asks for; the tile is 14 × 32.
+        // k and columns `blocked` asks for; the tile is 14 × 32; each item
+        // writes its own part of C.
         // SAFETY: so `blocked`'s (and `one_panel`'s) contract holds.
         unsafe {
             if par && m <= MR && n > 2 * VW {
-                one_panel(&fam, (m, n, k), &am, &bm, c.add(p * m * n));
+                one_panel(&fam, (m, n, k), &am, &bm, c.0.add(p * m * n));
             } else {
-                blocked(&fam, (m, n, k), &am, &bm, c.add(p * m * n), par);
+                blocked(&fam, (m, n, k), &am, &bm, c.0.add(p * m * n), par);
             }
         }
+    };
+    // Items too small to split (attention's batch × heads) one per task,
+    // when together they are worth it; larger ones each split over the
+    // pool. The same bits either way.
+    let by_item = !par
+        && batch > 1
+        && ctx.threads != 1
+        && rayon::current_num_threads() > 1
+        && super::splits(ctx, batch * m, n, k);
+    if by_item {
+        (0..batch).into_par_iter().for_each(|p| item(p, false));
+    } else {
+        (0..batch).for_each(|p| item(p, par));
     }
     // SAFETY: `out` holds `total` elements (the contract), `sums` at
     // least as many, all written by the products.
@@ -674,8 +690,9 @@ mod tests {
 
     /// Every element of the paired product, for shapes that cover edge
     /// rows, ragged column panels, odd `k` and several K-blocks, batched
-    /// and split over threads (by rows, or by column panels for one row
-    /// panel: the same bits as one thread), is within the bound the widened path
+    /// and split over threads (by rows, by column panels for one row panel,
+    /// or by batch items: the same bits as one thread), is within the
+    /// bound the widened path
     /// promises: `2(k+2)·2⁻²⁴·Σ|a·b|` of the exact sum before the final
     /// rounding, then half a BF16 spacing (relative `2⁻⁸` bounds it).
     #[test]
@@ -696,6 +713,7 @@ mod tests {
             (1, 64, 384, 1152),
             (1, 10, 384, 1152),
             (1, 7, 2051, 300),
+            (96, 32, 33, 32),
         ] {
             seed += 1;
             let a = operand(batch * m * k, seed);
