@@ -105,7 +105,20 @@ fn ukernel_text_rows(rows: usize, cols: Cols) -> String {
         vw: VW,
         mr: rows,
         a: ALayout::Packed(MR),
-        after_b: &|b, j, _, bj| b.named(format_args!("bw{j}")).bitcast(&bj, pair),
+        after_b: &|b, j, bp, bj| {
+            // The f32 kernel's prefetch of its B panel, as far ahead in
+            // bytes (a kept packing streams from L3 or memory).
+            let ahead = super::b_prefetch_steps() * 2 * VW;
+            if ahead > 0 {
+                // Not `inbounds`: the address may lie past the panel (a
+                // hint, never dereferenced).
+                let pf = b.named(format_args!("pf{j}"));
+                let pf = pf.gep_any(bp, &[&crate::llvm_ir::V::int(Ty::I64, ahead as i64)]);
+                let pf8 = b.named(format_args!("pf8{j}")).bitcast(&pf, Ty::I8.ptr());
+                b.prefetch(&pf8, false);
+            }
+            b.named(format_args!("bw{j}")).bitcast(&bj, pair)
+        },
         after_a: &|b, i, a| b.named(format_args!("aw{i}")).bitcast(&a, pair),
         step: &|b, (i, j), acc, a, bj| {
             b.named(format_args!("n{i}_{j}"))
