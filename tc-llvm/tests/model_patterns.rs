@@ -151,6 +151,57 @@ fn bf16_linear_with_broadcast_weight() {
     }
 }
 
+/// Narrow-float products whose broadcast operand does not fold into one
+/// product: A broadcast over the batch against per-item B, and B
+/// broadcast along its rows from `[1, N]`. Both are read in place as
+/// views and copied in order before the product (`gather_contiguous`):
+/// the interpreter's bits in the deterministic mode, within the bound
+/// otherwise, in every narrow float dtype.
+#[test]
+fn narrow_float_broadcast_views_that_do_not_fold() {
+    for dt in [Dtype::BF16, Dtype::F16, Dtype::F8E4M3] {
+        for a_broadcast in [true, false] {
+            let mut b = builder("views");
+            let (x, y) = if a_broadcast {
+                let x = b.param("x", tt(dt, &["M", "K"]));
+                let y = b.param("y", tt(dt, &["B", "K", "N"]));
+                (b.op(Op::Broadcast(dims(&["B", "M", "K"]), x)), y)
+            } else {
+                let x = b.param("x", tt(dt, &["B", "M", "K"]));
+                let y = b.param("y", tt(dt, &["1", "N"]));
+                (x, b.op(Op::Broadcast(dims(&["B", "K", "N"]), y)))
+            };
+            b.returns(tt(dt, &["B", "M", "N"]));
+            let r = b.op(Op::Matmul(x, y));
+            let f = b.finish(r);
+            let mut rng = Rng(17);
+            for (bn, m, k, n) in [(2, 3, 5, 7), (3, 17, 40, 33)] {
+                let (xs, ys): (Vec<usize>, Vec<usize>) = if a_broadcast {
+                    (vec![m, k], vec![bn, k, n])
+                } else {
+                    (vec![bn, m, k], vec![1, n])
+                };
+                let args: Vec<Arg> = vec![
+                    random(&mut rng, dt, &xs, false).into(),
+                    random(&mut rng, dt, &ys, false).into(),
+                ];
+                let want = interp(&f, &args).unwrap();
+                let what = format!("{dt} {bn}x{m}x{k}x{n} (A broadcast {a_broadcast})");
+                assert_bits(&what, &jit(&f, &args, DET), &want, false);
+                for threads in [1, 0] {
+                    let opts = JitOptions {
+                        threads,
+                        ..JitOptions::default()
+                    };
+                    // One rounding into the narrow dtype on each side: up
+                    // to a spacing of the widest, F8E4M3's 2⁻³.
+                    assert_close(&what, &jit(&f, &args, opts), &want, 0.25, mm_tol(k));
+                }
+            }
+        }
+    }
+}
+
 /// Attention scores and context with head splits:
 /// `q = transpose(reshape(x, [B,S,H,D]), [0,2,1,3])`,
 /// `k = transpose(reshape(y, [B,S,H,D]), [0,2,3,1])`, `matmul(q, k)`, then
