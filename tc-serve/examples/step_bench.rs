@@ -3,6 +3,11 @@
 //!
 //!   cargo run --release -p tc-serve --example step_bench -- --help
 use std::time::Instant;
+
+// The server's allocator (src/main.rs says why), so the steps cost what
+// they cost there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tc_serve::llama::model::{Model, StepSeq};
 
 /// Decode-step cost by batch size.
