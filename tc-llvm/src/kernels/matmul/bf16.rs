@@ -403,7 +403,7 @@ unsafe fn kept(
     par: bool,
 ) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
     let key = ViewKey {
-        ptr: b.ptr.0 as usize,
+        ptr: b.ptr.0.addr(),
         rs: n,
         cs: 1,
         k,
