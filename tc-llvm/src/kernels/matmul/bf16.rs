@@ -68,7 +68,7 @@ pub fn paired() -> u64 {
 }
 
 /// How many BF16 products this process sent to the widened path because
-/// an operand held a subnormal or a product could be subnormal ([`Scan`]).
+/// an operand held a subnormal or a product could be subnormal (the module docs say when).
 pub fn fallbacks() -> u64 {
     FALLBACKS.load(Ordering::Relaxed)
 }
