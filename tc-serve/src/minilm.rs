@@ -221,6 +221,22 @@ pub mod bert {
         reshape(transpose(matmul(probs, v), [0, 2, 1, 3]), [B, S, HIDDEN])
     }
 
+    /// [`self_attention`] of the query, key and value projections side by
+    /// side (`[B, S, QKV]`, one stacked product: [`QWeights`],
+    /// [`BWeights`]).
+    #[tensor_fn]
+    pub fn stacked_attention(
+        qkv: Tensor![f32; B, S, QKV],
+        mask: Tensor![f32; B, S],
+    ) -> Tensor![f32; B, S, HIDDEN] {
+        self_attention(
+            slice(qkv, 2, 0, HIDDEN),
+            slice(qkv, 2, HIDDEN, 2 * HIDDEN),
+            slice(qkv, 2, 2 * HIDDEN, QKV),
+            mask,
+        )
+    }
+
     /// One BertLayer.
     #[tensor_fn]
     pub fn encoder_layer(
@@ -250,13 +266,7 @@ pub mod bert {
         w: QWeights,
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let qkv = qlinear(x, w.wqkv, w.bqkv);
-        let ctx = self_attention(
-            slice(qkv, 2, 0, HIDDEN),
-            slice(qkv, 2, HIDDEN, 2 * HIDDEN),
-            slice(qkv, 2, 2 * HIDDEN, QKV),
-            mask,
-        );
+        let ctx = stacked_attention(qlinear(x, w.wqkv, w.bqkv), mask);
         let h = layer_norm(qlinear(ctx, w.wo, l.bo) + x, l.ln1_g, l.ln1_b, eps);
         let f = qlinear(gelu(qlinear(h, w.w1, l.b1)), w.w2, l.b2);
         layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
@@ -272,13 +282,7 @@ pub mod bert {
         w: BWeights,
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let qkv = blinear(x, w.wqkv, w.bqkv);
-        let ctx = self_attention(
-            slice(qkv, 2, 0, HIDDEN),
-            slice(qkv, 2, HIDDEN, 2 * HIDDEN),
-            slice(qkv, 2, 2 * HIDDEN, QKV),
-            mask,
-        );
+        let ctx = stacked_attention(blinear(x, w.wqkv, w.bqkv), mask);
         let h = layer_norm(blinear(ctx, w.wo, l.bo) + x, l.ln1_g, l.ln1_b, eps);
         let f = blinear(gelu(blinear(h, w.w1, l.b1)), w.w2, l.b2);
         layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
