@@ -1015,9 +1015,9 @@ fn static_dim_at(func: &Function, consts: &Sigma, v: Value, a: usize, depth: usi
 }
 
 /// Can value `v` be read by matmul as a strided view of a buffer for every
-/// σ (given the materialization decided so far for earlier values)? F32
-/// only: chains of transposes, broadcasts and slices, ending at a buffer
-/// or at a reshape of one. A slice moves the view's start and scales one
+/// σ (given the materialization decided so far for earlier values)? At
+/// F32: chains of transposes, broadcasts and slices, ending at a buffer
+/// or at a reshape of one; at a narrow float, a broadcast of a buffer. A slice moves the view's start and scales one
 /// stride whatever σ is (a decoder's `slice(cache, 2, 0, T)` of keys is
 /// read in place, not copied every step). The shape-generic admission;
 /// [`view`] computes the view itself at run time, and admits more for one

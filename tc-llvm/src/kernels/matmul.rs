@@ -1682,8 +1682,8 @@ pub unsafe fn matmul_strided(
         // A linear layer's form, `x: [p…, M, K] · broadcast(w: [K, N])`:
         // one `(p·M) × K` product against `w`'s one copy, which the
         // narrow-float paths then widen or pack once instead of per item.
-        let rows = |st: &[isize], cols: usize| st[r - 1] == 1 && st[r - 2] == cols as isize;
-        if dt.is_float() && rows(st_a, sa[r - 1]) && rows(st_b, n) {
+        let row_major = |st: &[isize], cols: usize| st[r - 1] == 1 && st[r - 2] == cols as isize;
+        if dt.is_float() && row_major(st_a, sa[r - 1]) && row_major(st_b, n) {
             if folds(sa, sb, st_a, st_b) {
                 let (k, rows) = (sa[r - 1], batch * m);
                 // A is one contiguous `(batch·m) × k` matrix (its rows
