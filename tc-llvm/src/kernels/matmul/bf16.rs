@@ -275,7 +275,8 @@ impl Family for Bf16Gemm<'_> {
         }
     }
 
-    // SAFETY: (contract) `Family::pack_b`'s, met by `blocked`.
+    // SAFETY: (contract) `Family::pack_b`'s, met by `blocked`; it is
+    // `pack_b_pairs`'.
     unsafe fn pack_b(
         &self,
         b: &Mat,
@@ -286,30 +287,8 @@ impl Family for Bf16Gemm<'_> {
         n: usize,
         dst: &mut [f32],
     ) {
-        let cols = nr.min(n - col0);
-        let slots = kc.div_ceil(2);
-        let dst = &mut dst[..slots * nr];
-        if cols < nr {
-            dst.fill(0.0);
-        }
-        for s in 0..slots {
-            let l = pc + 2 * s;
-            // SAFETY: k `l < pc + kc` (and `l + 1` when inside the block),
-            // columns `col0..col0 + cols ≤ n`: readable (the contract).
-            let lo = unsafe { b.row(l, col0, cols) };
-            let d = &mut dst[s * nr..s * nr + cols];
-            if 2 * s + 1 < kc {
-                // SAFETY: as just above, row `l + 1 < pc + kc`.
-                let hi = unsafe { b.row(l + 1, col0, cols) };
-                for ((d, &lo), &hi) in d.iter_mut().zip(lo).zip(hi) {
-                    *d = pair(lo, hi);
-                }
-            } else {
-                for (d, &lo) in d.iter_mut().zip(lo) {
-                    *d = pair(lo, 0);
-                }
-            }
-        }
+        // SAFETY: the same contract.
+        unsafe { pack_b_pairs(b, pc, kc, (col0, nr, n), dst) }
     }
 
     // B's packing buffer is kept per calling thread, as the f32 family's.
@@ -359,10 +338,6 @@ unsafe fn pack_kept(b: Mat, (k, n): (usize, usize), par: bool) -> Result<PackedB
     let mut data = tc_runtime::alloc::zeroed::<f32>(padded)?;
     let off = super::line_off(&data);
     let slab = &mut data[off..off + total];
-    let fam = Bf16Gemm {
-        ks: kernels(1, n)?,
-        pre: None,
-    };
     for pc in (0..k).step_by(kc) {
         let kcb = kc.min(k - pc);
         let slots = kcb.div_ceil(2);
@@ -370,7 +345,7 @@ unsafe fn pack_kept(b: Mat, (k, n): (usize, usize), par: bool) -> Result<PackedB
         // SAFETY: k `pc..pc + kcb ⊆ 0..k`, columns from `q·nr < n` of B
         // (the contract); each chunk is one panel of `slots·nr`.
         let pack =
-            |(q, d): (usize, &mut [f32])| unsafe { fam.pack_b(&b, pc, kcb, q * nr, nr, n, d) };
+            |(q, d): (usize, &mut [f32])| unsafe { pack_b_pairs(&b, pc, kcb, (q * nr, nr, n), d) };
         if par {
             block.par_chunks_mut(slots * nr).enumerate().for_each(pack);
         } else {
@@ -419,6 +394,47 @@ unsafe fn kept(
             Some(p)
         }
     })
+}
+
+/// Pack k `pc..pc + kc` × columns `col0..col0 + nr` (zero past `n`) of
+/// B into `dst[s·nr + c]`, slot `s` the pair of k-steps `pc + 2s` and `pc +
+/// 2s + 1` (zero past `pc + kc`): [`Family::pack_b`]'s layout, shared by the
+/// per-call packing and [`pack_kept`].
+///
+/// # Safety
+/// `b` must be readable over k `pc..pc + kc` and columns `col0..n`.
+// SAFETY: (contract) met by `Bf16Gemm::pack_b` and `pack_kept`.
+unsafe fn pack_b_pairs(
+    b: &Mat,
+    pc: usize,
+    kc: usize,
+    (col0, nr, n): (usize, usize, usize),
+    dst: &mut [f32],
+) {
+    let cols = nr.min(n - col0);
+    let slots = kc.div_ceil(2);
+    let dst = &mut dst[..slots * nr];
+    if cols < nr {
+        dst.fill(0.0);
+    }
+    for s in 0..slots {
+        let l = pc + 2 * s;
+        // SAFETY: k `l < pc + kc` (and `l + 1` when inside the block),
+        // columns `col0..col0 + cols ≤ n`: readable (the contract).
+        let lo = unsafe { b.row(l, col0, cols) };
+        let d = &mut dst[s * nr..s * nr + cols];
+        if 2 * s + 1 < kc {
+            // SAFETY: as just above, row `l + 1 < pc + kc`.
+            let hi = unsafe { b.row(l + 1, col0, cols) };
+            for ((d, &lo), &hi) in d.iter_mut().zip(lo).zip(hi) {
+                *d = pair(lo, hi);
+            }
+        } else {
+            for (d, &lo) in d.iter_mut().zip(lo) {
+                *d = pair(lo, 0);
+            }
+        }
+    }
 }
 
 thread_local! {
