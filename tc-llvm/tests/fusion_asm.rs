@@ -195,6 +195,48 @@ fn a_generic_bias_add_loads_the_bias_contiguously() {
     assert!(!asm.contains("gather"), "gathers in the bias add:\n{asm}");
 }
 
+/// Widening an f16 slice to f32 (`cast::<f32>(slice(kc, 3, 0, T))`, an
+/// f16 KV cache's first `T` positions) runs whole vectors of lanes, in the
+/// σ-specialised kernel and the shape-generic one: no per-lane NaN test
+/// in scalar code (`vucomiss`). Through `fpext half` and a float NaN test
+/// LLVM converted four lanes at a time and tested each lane alone; on the
+/// AMD Zen 4 host a `[3, 64, 100]` widening took 24 µs (specialised) and
+/// 36 µs (generic) a call, 6 and 7 µs with the integer decode. Every f16
+/// pattern's value is checked in every mode by
+/// `casts_exhaustive_16bit_patterns`.
+#[test]
+fn f16_widening_of_a_slice_runs_vector_lanes() {
+    let mut b = builder("widen");
+    let x = b.param("x", tt(Dtype::F16, &["A", "B", "C"]));
+    let t = b.param("t", tt(Dtype::F32, &["T"]));
+    b.returns(tt(Dtype::F32, &["A", "B", "T"]));
+    let sl = b.op(Op::Slice {
+        axis: 2,
+        start: Dim::c(0),
+        stop: Dim::var("T"),
+        step: 1,
+        x,
+    });
+    let _ = t;
+    let r = b.op(Op::Cast(Dtype::F32, sl));
+    let f = b.finish(r);
+    let sigma: Vec<(&str, i64)> = vec![("A", 3), ("B", 64), ("C", 248), ("T", 100)];
+    let (generic, reg, _) = generic_asm(&f, &sigma);
+    let owned = sigma.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+    let c = tc_llvm::compile(&f, &owned, JitOptions::default()).unwrap();
+    let specialised = tc_llvm::jit::assembly(c.ir()).unwrap();
+    for (what, asm) in [("specialised", specialised), ("generic", generic)] {
+        assert!(
+            asm.lines().any(|l| l.contains("vpslld") && l.contains(reg)),
+            "{what}: no vector shift on {reg} in the f16 widening:\n{asm}"
+        );
+        assert!(
+            !asm.contains("ucomiss"),
+            "{what}: a scalar NaN test per lane in the f16 widening:\n{asm}"
+        );
+    }
+}
+
 /// A column sum (axis 0 of `[R, C]`) runs its kept last axis as the inner
 /// loop: vector adds with one lane per output element, contiguous loads (no
 /// gathers), in the σ-specialised kernel (one thread and pool) and the
