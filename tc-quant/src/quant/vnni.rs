@@ -423,8 +423,8 @@ fn step<const F: u8>(p: &Pack, a: &Acts, k: usize, m: usize, b: usize, acc: __m5
     let mut s0 = _mm512_set1_epi32(start);
     let mut s1 = _mm512_setzero_si512();
     for g in 0..4 {
-        s0 = dot4(s0, p.q[g], xs, g);
-        s1 = dot4(s1, p.q[g + 4], xs, g + 4);
+        s0 = dot4(s0, p.q[g], xs, 4 * g);
+        s1 = dot4(s1, p.q[g + 4], xs, 4 * g + 16);
     }
     let isum = _mm512_add_epi32(s0, s1);
     let scale = _mm512_mul_ps(p.d, _mm512_set1_ps(a.d[i]));
@@ -435,7 +435,7 @@ fn step<const F: u8>(p: &Pack, a: &Acts, k: usize, m: usize, b: usize, acc: __m5
     _mm512_add_ps(acc, term)
 }
 
-/// `s + vpdpbusd(w, broadcast(xs[4g..4g + 4]))`, the activation bytes
+/// `s + vpdpbusd(w, broadcast(xs[at..at + 4]))`, the activation bytes
 /// read by the instruction's own 32-bit broadcast (`{1to16}`). Through
 /// the intrinsic and `_mm512_set1_epi32`, LLVM loaded them into a general
 /// register and broadcast that for the Q4 formats (`vpbroadcastd zmm,
@@ -447,8 +447,8 @@ fn step<const F: u8>(p: &Pack, a: &Acts, k: usize, m: usize, b: usize, acc: __m5
 /// within 3% either way.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn dot4(mut s: __m512i, w: __m512i, xs: &[i8], g: usize) -> __m512i {
-    let four = &xs[4 * g..4 * g + 4];
+pub(crate) fn dot4(mut s: __m512i, w: __m512i, xs: &[i8], at: usize) -> __m512i {
+    let four = &xs[at..at + 4];
     // SAFETY: the instruction reads the 4 bytes at `four` (in bounds: the
     // slice was indexed above), writes only `s`, and needs AVX-512 VNNI,
     // which this function's features require of its callers.

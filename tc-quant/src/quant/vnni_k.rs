@@ -31,6 +31,7 @@
 use super::act::Acts;
 use super::dequant::scale_min_k4;
 use super::kernels::{Job, Out};
+use super::vnni::dot4;
 use std::arch::x86_64::*;
 
 /// Bytes of one packed `Q4_K` super-block of a tile.
@@ -114,32 +115,66 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
         let n = (cols - c).min(TILE);
         let tile = p.tile((j0 + c) / TILE);
         let mask: __mmask16 = if n >= TILE { !0 } else { (1u16 << n) - 1 };
-        for m in 0..rows {
-            // SAFETY: `has_vnni` asserted above (it implies the AVX-512,
-            // AVX2, FMA and F16C features); the lengths are asserted.
-            let y = unsafe {
-                if q6 {
-                    row6(tile, nsb, acts, &gsum, k, m)
-                } else {
-                    row(tile, nsb, acts, k, m)
-                }
-            };
+        let mut put = |m: usize, y: __m512| {
             let dst = &mut out.rows[m][c..c + n];
             // SAFETY: the mask writes the `n` lanes of `dst` only.
             unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, y) };
+        };
+        // Four rows at a time share each weight vector's load and split
+        // (one row at a time, a 16-row product split every super-block 16
+        // times); the last `rows % 4` one at a time.
+        let mut m = 0;
+        while m < rows {
+            // SAFETY: `has_vnni` asserted above (it implies the AVX-512,
+            // AVX2, FMA and F16C features); the lengths are asserted.
+            if m + 4 <= rows {
+                let y = unsafe {
+                    if q6 {
+                        rows_q6::<4>(tile, nsb, acts, &gsum, k, m)
+                    } else {
+                        rows_q4::<4>(tile, nsb, acts, k, m)
+                    }
+                };
+                for (r, y) in y.into_iter().enumerate() {
+                    put(m + r, y);
+                }
+                m += 4;
+            } else {
+                // SAFETY: as above.
+                let [y] = unsafe {
+                    if q6 {
+                        rows_q6::<1>(tile, nsb, acts, &gsum, k, m)
+                    } else {
+                        rows_q4::<1>(tile, nsb, acts, k, m)
+                    }
+                };
+                put(m, y);
+                m += 1;
+            }
         }
         c += n;
     }
 }
 
-/// Activation row `m` against one packed tile: lane `i`, weight row `i`.
+/// Activation rows `m..m + R` against one packed tile: lane `i`, weight
+/// row `i`. Each super-block's quants are loaded and split once for the
+/// `R` rows, which share every weight vector; each row's lanes perform the
+/// one-row sequence of operations (the integer sums are exact in any
+/// order; the f32 operations are the reference's, in its order).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 // SAFETY: (contract) the features present; `tile` holds `nsb` packed
-// super-blocks; `a` holds row `m` (`k = 256 · nsb`, its sums and scale).
-unsafe fn row(tile: &[u8], nsb: usize, a: &Acts, k: usize, m: usize) -> __m512 {
+// super-blocks; `a` holds rows `m..m + R` (`k = 256 · nsb`, their sums and
+// scales).
+unsafe fn rows_q4<const R: usize>(
+    tile: &[u8],
+    nsb: usize,
+    a: &Acts,
+    k: usize,
+    m: usize,
+) -> [__m512; R] {
     let nib = _mm512_set1_epi8(0x0F);
     let z = _mm512_setzero_si512();
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = [_mm512_setzero_ps(); R];
     // The next tile's same super-block, requested while this one is
     // computed (see `vnni::tile`); never dereferenced.
     let next = tile.as_ptr().wrapping_add(tile.len());
@@ -148,72 +183,95 @@ unsafe fn row(tile: &[u8], nsb: usize, a: &Acts, k: usize, m: usize) -> __m512 {
             _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(s * BLOCK + l).cast());
         }
         let blk = &tile[s * BLOCK..(s + 1) * BLOCK];
-        let xs = &a.qx[m * k + 256 * s..m * k + 256 * s + 256];
-        let bs = &a.bsum[(m * nsb + s) * 8..(m * nsb + s) * 8 + 8];
         let bp = blk.as_ptr();
-        // SAFETY (every load below): inside `blk` (`BLOCK` bytes: 32
-        // vectors, then 256 bytes of scales, then 64 of `d`/`dmin`), or 4
-        // bytes inside `xs` (`4g + 32j < 256`); unaligned loads.
-        let x = |at: usize| unsafe { xs.as_ptr().add(at).cast::<i32>().read_unaligned() };
-        let (mut sumi, mut summ) = (z, z);
+        let mut xs: [&[i8]; R] = [&[]; R];
+        let mut bs: [&[i32]; R] = [&[]; R];
+        for r in 0..R {
+            let row = (m + r) * k + 256 * s;
+            xs[r] = &a.qx[row..row + 256];
+            let sb = ((m + r) * nsb + s) * 8;
+            bs[r] = &a.bsum[sb..sb + 8];
+        }
+        // (Every load below is inside `blk`, `BLOCK` bytes: 32 vectors,
+        // then 256 bytes of scales, then 64 of `d`/`dmin`; the activation
+        // words are read by `dot4` from `xs`.)
+        let (mut sumi, mut summ) = ([z; R], [z; R]);
         for p in 0..4 {
-            let (mut lo, mut hi) = (z, z);
+            let (mut lo, mut hi) = ([z; R], [z; R]);
             for g in 0..8 {
                 // SAFETY: quant vector `8p + g < 32` of the block.
                 let v = unsafe { _mm512_loadu_si512(bp.add(64 * (8 * p + g)).cast()) };
                 let ql = _mm512_and_si512(v, nib);
                 let qh = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nib);
-                lo = _mm512_dpbusd_epi32(lo, ql, _mm512_set1_epi32(x(64 * p + 4 * g)));
-                hi = _mm512_dpbusd_epi32(hi, qh, _mm512_set1_epi32(x(64 * p + 32 + 4 * g)));
+                for r in 0..R {
+                    lo[r] = dot4(lo[r], ql, xs[r], 64 * p + 4 * g);
+                    hi[r] = dot4(hi[r], qh, xs[r], 64 * p + 32 + 4 * g);
+                }
             }
-            for (j, dot) in [(2 * p, lo), (2 * p + 1, hi)] {
+            for (j, dots) in [(2 * p, lo), (2 * p + 1, hi)] {
                 // SAFETY: the 16 scales of sub-block `j < 8`.
                 let sc =
                     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(bp.add(2048 + 16 * j).cast())) };
                 // SAFETY: the 16 mins of sub-block `j < 8`.
                 let mn =
                     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(bp.add(2176 + 16 * j).cast())) };
-                sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(sc, dot));
-                summ = _mm512_add_epi32(summ, _mm512_mullo_epi32(mn, _mm512_set1_epi32(bs[j])));
+                for r in 0..R {
+                    sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(sc, dots[r]));
+                    let b = _mm512_set1_epi32(bs[r][j]);
+                    summ[r] = _mm512_add_epi32(summ[r], _mm512_mullo_epi32(mn, b));
+                }
             }
         }
         // SAFETY: the 16 f16 `d` at 2304..2336.
         let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(bp.add(2304).cast()) });
         // SAFETY: the 16 f16 `dmin` at 2336..2368 = BLOCK.
         let dmin = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(bp.add(2336).cast()) });
-        let dx = _mm512_set1_ps(a.d[m * nsb + s]);
-        // `d·dx·sumi − dmin·dx·summ`, evaluated as the reference does.
-        let t1 = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sumi));
-        let t2 = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(summ));
-        acc = _mm512_add_ps(acc, _mm512_sub_ps(t1, t2));
+        for r in 0..R {
+            let dx = _mm512_set1_ps(a.d[(m + r) * nsb + s]);
+            // `d·dx·sumi − dmin·dx·summ`, evaluated as the reference does.
+            let t1 = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sumi[r]));
+            let t2 = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(summ[r]));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(t1, t2));
+        }
     }
     acc
 }
 
-/// [`row`] for packed `Q6_K`; `gsum` holds the 16-element sums of every
+/// [`rows_q4`] for packed `Q6_K`; `gsum` holds the 16-element sums of every
 /// activation row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-// SAFETY: (contract) as for `row`, with `BLOCK6`-byte super-blocks, and
-// `gsum` holding row `m`'s `k / 16` sums.
-unsafe fn row6(tile: &[u8], nsb: usize, a: &Acts, gsum: &[i32], k: usize, m: usize) -> __m512 {
+// SAFETY: (contract) as for `rows_q4`, with `BLOCK6`-byte super-blocks, and
+// `gsum` holding rows `m..m + R`'s `k / 16` sums.
+unsafe fn rows_q6<const R: usize>(
+    tile: &[u8],
+    nsb: usize,
+    a: &Acts,
+    gsum: &[i32],
+    k: usize,
+    m: usize,
+) -> [__m512; R] {
     let (nib, two) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x03));
     let z = _mm512_setzero_si512();
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = [_mm512_setzero_ps(); R];
     let next = tile.as_ptr().wrapping_add(tile.len());
     for s in 0..nsb {
         for l in (0..BLOCK6).step_by(64) {
             _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(s * BLOCK6 + l).cast());
         }
         let blk = &tile[s * BLOCK6..(s + 1) * BLOCK6];
-        let xs = &a.qx[m * k + 256 * s..m * k + 256 * s + 256];
-        let gs = &gsum[(m * nsb + s) * 16..(m * nsb + s) * 16 + 16];
         let bp = blk.as_ptr();
-        // SAFETY: 4 bytes inside `xs` (`at + 4 ≤ 256`), unaligned.
-        let x = |at: usize| unsafe { xs.as_ptr().add(at).cast::<i32>().read_unaligned() };
-        let mut sumi = z;
+        let mut xs: [&[i8]; R] = [&[]; R];
+        let mut gs: [&[i32]; R] = [&[]; R];
+        for r in 0..R {
+            let row = (m + r) * k + 256 * s;
+            xs[r] = &a.qx[row..row + 256];
+            let sg = ((m + r) * nsb + s) * 16;
+            gs[r] = &gsum[sg..sg + 16];
+        }
+        let mut sumi = [z; R];
         for h in 0..2 {
             for q in 0..4 {
-                let (mut d0, mut d1) = (z, z);
+                let (mut d0, mut d1) = ([z; R], [z; R]);
                 for g in 0..8 {
                     let lv = 64 * ((2 * h + (q & 1)) * 8 + g);
                     // SAFETY: `ql` vector `< 32` and `qh` vector `< 48` of
@@ -234,31 +292,37 @@ unsafe fn row6(tile: &[u8], nsb: usize, a: &Acts, gsum: &[i32], k: usize, m: usi
                         two,
                     );
                     let u = _mm512_or_si512(_mm512_and_si512(lo, nib), _mm512_slli_epi32::<4>(hi));
-                    let xw = _mm512_set1_epi32(x(128 * h + 32 * q + 4 * g));
-                    if g < 4 {
-                        d0 = _mm512_dpbusd_epi32(d0, u, xw);
-                    } else {
-                        d1 = _mm512_dpbusd_epi32(d1, u, xw);
+                    let at = 128 * h + 32 * q + 4 * g;
+                    for r in 0..R {
+                        if g < 4 {
+                            d0[r] = dot4(d0[r], u, xs[r], at);
+                        } else {
+                            d1[r] = dot4(d1[r], u, xs[r], at);
+                        }
                     }
                 }
-                for (half, dot) in [(0, d0), (1, d1)] {
+                for (half, dots) in [(0, d0), (1, d1)] {
                     let gi = 8 * h + 2 * q + half;
                     // SAFETY: the 16 scales of sub-block `gi < 16`.
                     let sc = unsafe {
                         _mm512_cvtepi8_epi32(_mm_loadu_si128(bp.add(3072 + 16 * gi).cast()))
                     };
-                    let dq = _mm512_sub_epi32(dot, _mm512_set1_epi32(32 * gs[gi]));
-                    sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(sc, dq));
+                    for r in 0..R {
+                        let dq = _mm512_sub_epi32(dots[r], _mm512_set1_epi32(32 * gs[r][gi]));
+                        sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(sc, dq));
+                    }
                 }
             }
         }
         // SAFETY: the 16 f16 `d` at 3328..3360 = BLOCK6.
         let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(bp.add(3328).cast()) });
-        let dx = _mm512_set1_ps(a.d[m * nsb + s]);
-        acc = _mm512_add_ps(
-            acc,
-            _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sumi)),
-        );
+        for r in 0..R {
+            let dx = _mm512_set1_ps(a.d[(m + r) * nsb + s]);
+            acc[r] = _mm512_add_ps(
+                acc[r],
+                _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sumi[r])),
+            );
+        }
     }
     acc
 }
