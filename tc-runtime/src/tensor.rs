@@ -221,8 +221,19 @@ fn write_block(dtype: Dtype, dst: &mut [u8], src: &[u8], b: &Block) {
     let (num, den) = dtype.byte_size();
     if den == 1 {
         let (run, stride, at) = (b.run * num, b.dst_stride * num, b.dst_at * num);
-        for o in 0..b.outer {
-            dst[o * stride + at..][..run].copy_from_slice(&src[o * run..][..run]);
+        // One element per run (a position written into a cache whose
+        // positions lie along the last axis): a copy of that constant
+        // length per run, which compiles to a move instead of a `memcpy`
+        // call for each element.
+        match run {
+            4 => copy_runs::<4>(dst, src, b.outer, stride, at),
+            8 => copy_runs::<8>(dst, src, b.outer, stride, at),
+            2 => copy_runs::<2>(dst, src, b.outer, stride, at),
+            _ => {
+                for o in 0..b.outer {
+                    dst[o * stride + at..][..run].copy_from_slice(&src[o * run..][..run]);
+                }
+            }
         }
         return;
     }
@@ -233,6 +244,14 @@ fn write_block(dtype: Dtype, dst: &mut [u8], src: &[u8], b: &Block) {
             let sh = 4 * (d % 2);
             dst[d / 2] = (dst[d / 2] & !(0x0F << sh)) | (nib << sh);
         }
+    }
+}
+
+/// [`write_block`]'s runs of `N` bytes: run `o` of `src` to `o · stride +
+/// at` of `dst`.
+fn copy_runs<const N: usize>(dst: &mut [u8], src: &[u8], outer: usize, stride: usize, at: usize) {
+    for (o, run) in src.chunks_exact(N).take(outer).enumerate() {
+        dst[o * stride + at..][..N].copy_from_slice(run);
     }
 }
 
