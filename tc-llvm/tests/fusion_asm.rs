@@ -208,6 +208,7 @@ fn a_generic_bias_add_loads_the_bias_contiguously() {
 fn f16_widening_of_a_slice_runs_vector_lanes() {
     let mut b = builder("widen");
     let x = b.param("x", tt(Dtype::F16, &["A", "B", "C"]));
+    // Only binds `T`, the slice's stop (a cache's positions in use).
     let t = b.param("t", tt(Dtype::F32, &["T"]));
     b.returns(tt(Dtype::F32, &["A", "B", "T"]));
     let sl = b.op(Op::Slice {

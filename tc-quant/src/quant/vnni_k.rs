@@ -125,34 +125,49 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
         // times); the last `rows % 4` one at a time.
         let mut m = 0;
         while m < rows {
+            let r = if m + 4 <= rows { 4 } else { 1 };
             // SAFETY: `has_vnni` asserted above (it implies the AVX-512,
-            // AVX2, FMA and F16C features); the lengths are asserted.
-            if m + 4 <= rows {
-                let y = unsafe {
-                    if q6 {
-                        rows_q6::<4>(tile, nsb, acts, &gsum, k, m)
-                    } else {
-                        rows_q4::<4>(tile, nsb, acts, k, m)
+            // AVX2, FMA and F16C features); the lengths are asserted, and
+            // rows `m..m + r` exist.
+            let ys = unsafe {
+                match r {
+                    4 => tile_rows::<4>(q6, tile, nsb, acts, &gsum, k, m),
+                    _ => {
+                        let [y] = tile_rows::<1>(q6, tile, nsb, acts, &gsum, k, m);
+                        [y; 4]
                     }
-                };
-                for (r, y) in y.into_iter().enumerate() {
-                    put(m + r, y);
                 }
-                m += 4;
-            } else {
-                // SAFETY: as above.
-                let [y] = unsafe {
-                    if q6 {
-                        rows_q6::<1>(tile, nsb, acts, &gsum, k, m)
-                    } else {
-                        rows_q4::<1>(tile, nsb, acts, k, m)
-                    }
-                };
-                put(m, y);
-                m += 1;
+            };
+            for (i, &y) in ys[..r].iter().enumerate() {
+                put(m + i, y);
             }
+            m += r;
         }
         c += n;
+    }
+}
+
+/// [`rows_q6`] or [`rows_q4`] by format.
+///
+/// # Safety
+/// As theirs (`gsum` is read for `Q6_K` only).
+#[inline]
+unsafe fn tile_rows<const R: usize>(
+    q6: bool,
+    tile: &[u8],
+    nsb: usize,
+    a: &Acts,
+    gsum: &[i32],
+    k: usize,
+    m: usize,
+) -> [__m512; R] {
+    // SAFETY: the caller's contract, which is theirs.
+    unsafe {
+        if q6 {
+            rows_q6::<R>(tile, nsb, a, gsum, k, m)
+        } else {
+            rows_q4::<R>(tile, nsb, a, k, m)
+        }
     }
 }
 
