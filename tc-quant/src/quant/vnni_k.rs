@@ -147,11 +147,9 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
     }
 }
 
-/// [`rows_q6`] or [`rows_q4`] by format.
-///
-/// # Safety
-/// As theirs (`gsum` is read for `Q6_K` only).
+/// [`rows_q6`] or [`rows_q4`] by format (`gsum` is read for `Q6_K` only).
 #[inline]
+// SAFETY: (contract) as for `rows_q4` and `rows_q6`.
 unsafe fn tile_rows<const R: usize>(
     q6: bool,
     tile: &[u8],
