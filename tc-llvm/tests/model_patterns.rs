@@ -137,17 +137,24 @@ fn bf16_linear_with_broadcast_weight() {
                 random(&mut rng, Dtype::BF16, &[bn, s, i], false).into(),
                 random(&mut rng, Dtype::BF16, ws, false).into(),
             ];
-            let want = interp(&f, &args).unwrap();
             let what = format!("bf16 linear {bn}x{s}x{i}→{o} (transposed {transposed})");
-            assert_bits(&what, &jit(&f, &args, DET), &want, false);
-            for threads in [1, 0] {
-                let opts = JitOptions {
-                    threads,
-                    ..JitOptions::default()
-                };
-                assert_close(&what, &jit(&f, &args, opts), &want, 1.0 / 128.0, mm_tol(i));
-            }
+            assert_det_bits_else_close(&what, &f, &args, 1.0 / 128.0, mm_tol(i));
         }
+    }
+}
+
+/// `f` on `args` bit for bit with the interpreter in the deterministic
+/// mode, and within `rtol`/`atol` of it in the default mode on one thread
+/// and on the pool.
+fn assert_det_bits_else_close(what: &str, f: &Function, args: &[Arg], rtol: f32, atol: f32) {
+    let want = interp(f, args).unwrap();
+    assert_bits(what, &jit(f, args, DET), &want, false);
+    for threads in [1, 0] {
+        let opts = JitOptions {
+            threads,
+            ..JitOptions::default()
+        };
+        assert_close(what, &jit(f, args, opts), &want, rtol, atol);
     }
 }
 
@@ -185,18 +192,10 @@ fn narrow_float_broadcast_views_that_do_not_fold() {
                     random(&mut rng, dt, &xs, false).into(),
                     random(&mut rng, dt, &ys, false).into(),
                 ];
-                let want = interp(&f, &args).unwrap();
                 let what = format!("{dt} {bn}x{m}x{k}x{n} (A broadcast {a_broadcast})");
-                assert_bits(&what, &jit(&f, &args, DET), &want, false);
-                for threads in [1, 0] {
-                    let opts = JitOptions {
-                        threads,
-                        ..JitOptions::default()
-                    };
-                    // One rounding into the narrow dtype on each side: up
-                    // to a spacing of the widest, F8E4M3's 2⁻³.
-                    assert_close(&what, &jit(&f, &args, opts), &want, 0.25, mm_tol(k));
-                }
+                // One rounding into the narrow dtype on each side: up to a
+                // spacing of the widest, F8E4M3's 2⁻³.
+                assert_det_bits_else_close(&what, &f, &args, 0.25, mm_tol(k));
             }
         }
     }
