@@ -1658,6 +1658,7 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::CumSum { .. } => Family::CumSum,
             Op::Pad { .. } => Family::Pad,
             Op::Rope { .. } => Family::Rotary,
+            Op::Sdpa { .. } => Family::Attention,
             Op::Conv { .. } => Family::Conv,
             Op::Pool { .. } => Family::Pool,
             // A dim value exists only as a call's argument.
@@ -1862,6 +1863,7 @@ fn attend(
     q5: Value,
     (k, v): (Value, Value),
     mask: Option<Value>,
+    fused: bool,
 ) -> Value {
     let st = ["B", "KV", "G", "S", t];
     let m = mask.map(|m| {
@@ -1869,6 +1871,22 @@ fn attend(
         bcast(fb, &st, m)
     });
     let kt = fb.op(Op::Transpose(vec![0, 1, 2, 4, 3], k));
+    if fused {
+        // The same attention as one `sdpa` (docs/syntax.md §12f); no mask
+        // is a zero one.
+        let mask = match m {
+            Some(m) => m,
+            None => fb.op(Op::Fill(Dtype::F32, dims(&st), Scalar::Float(0.0))),
+        };
+        let ctx = fb.op(Op::Sdpa {
+            q: q5,
+            k: kt,
+            v,
+            mask,
+            scale: Scalar::Float(0.125),
+        });
+        return heads_merged(fb, ctx);
+    }
     let qk = fb.op(Op::Matmul(q5, kt));
     let mut scores = fb.op(Op::ScalarBinary {
         op: BinaryOp::Mul,
@@ -1897,6 +1915,11 @@ fn attend(
     let sum = bcast(fb, &st, sum);
     let probs = bin(fb, BinaryOp::Div, e, sum);
     let ctx = fb.op(Op::Matmul(probs, v));
+    heads_merged(fb, ctx)
+}
+
+/// A context `[B, KV, G, S, HD]` back to `[B, S, D]`.
+fn heads_merged(fb: &mut FnBuilder, ctx: Value) -> Value {
     let ctx = reshape(fb, &["B", "H", "S", "HD"], ctx);
     let ctx = fb.op(Op::Transpose(vec![0, 2, 1, 3], ctx));
     reshape(fb, &["B", "S", "D"], ctx)
@@ -1911,7 +1934,7 @@ fn group_queries(fb: &mut FnBuilder, q: Value) -> Value {
 
 /// model.rs's `attention`, op for op: causal grouped-query attention of S
 /// new positions over the first T of a KV cache of C positions.
-fn llama_attention(dm: &LlamaDims, name: &str) -> Function {
+fn llama_attention(dm: &LlamaDims, name: &str, fused: bool) -> Function {
     let mut fb = new_fn(name, dm);
     let q = f32_param(&mut fb, "q", &["B", "S", "D"]);
     let kc = f32_param(&mut fb, "kc", &["B", "KV", "C", "HD"]);
@@ -1927,14 +1950,14 @@ fn llama_attention(dm: &LlamaDims, name: &str) -> Function {
     };
     let k = cached(&mut fb, kc);
     let v = cached(&mut fb, vc);
-    let r = attend(&mut fb, "T", q5, (k, v), Some(mask));
+    let r = attend(&mut fb, "T", q5, (k, v), Some(mask), fused);
     finish(fb, &["B", "S", "D"], r)
 }
 
 /// Grouped-query attention of fresh keys and values `[B, S, KVD]` (laid
 /// out head-major as model.rs's `keys` and `values` do), KV heads
 /// repeated by broadcast; causal (a mask `[S, S]`) or not.
-fn llama_gqa(dm: &LlamaDims, name: &str, masked: bool) -> Function {
+fn llama_gqa(dm: &LlamaDims, name: &str, masked: bool, fused: bool) -> Function {
     let mut fb = new_fn(name, dm);
     let q = f32_param(&mut fb, "q", &["B", "S", "D"]);
     let k = f32_param(&mut fb, "k", &["B", "S", "KVD"]);
@@ -1949,7 +1972,7 @@ fn llama_gqa(dm: &LlamaDims, name: &str, masked: bool) -> Function {
     let q5 = group_queries(&mut fb, q);
     let k = heads(&mut fb, k);
     let v = heads(&mut fb, v);
-    let r = attend(&mut fb, "S", q5, (k, v), mask);
+    let r = attend(&mut fb, "S", q5, (k, v), mask, fused);
     finish(fb, &["B", "S", "D"], r)
 }
 
@@ -1974,7 +1997,7 @@ fn llama_swiglu(dm: &LlamaDims, name: &str, glu: bool) -> Function {
 /// of P past positions with E spare ones (the model writes them in place),
 /// `attention` over the first P + S, and `mix` (its output projection,
 /// residuals, norm and SwiGLU feed-forward).
-fn llama_layer(dm: &LlamaDims, pairs: bool) -> (Vec<Function>, Function) {
+fn llama_layer(dm: &LlamaDims, pairs: bool, fused: bool) -> (Vec<Function>, Function) {
     let rope = if pairs {
         "rotate_pairs"
     } else {
@@ -1983,7 +2006,7 @@ fn llama_layer(dm: &LlamaDims, pairs: bool) -> (Vec<Function>, Function) {
     let callees = vec![
         llama_rms_norm(dm, "rms_norm"),
         llama_rope(dm, rope, pairs),
-        llama_attention(dm, "attention"),
+        llama_attention(dm, "attention", fused),
     ];
     let mut fb = new_fn("f", dm);
     let x = f32_param(&mut fb, "x", &["B", "S", "D"]);
@@ -2079,13 +2102,15 @@ fn llama_program(seed: u64, cfg: &GenConfig) -> Option<Program> {
         dm.d = rng.pick(&[1, 2, 3, 5, 8, 16, 63, 64, 96, 127, 192, 256, 384, 576]);
     }
     let pairs = rng.one_in(2);
+    // Attention as the composition or as the fused op, alike often.
+    let fused = rng.one_in(2);
     let (callees, main) = match family {
         Family::RmsNorm => (vec![], llama_rms_norm(&dm, "f")),
         Family::Rope => (vec![], llama_rope(&dm, "f", pairs)),
         Family::SwiGlu => (vec![], llama_swiglu(&dm, "f", !rng.one_in(3))),
-        Family::Gqa => (vec![], llama_gqa(&dm, "f", !rng.one_in(3))),
-        Family::Attention => (vec![], llama_attention(&dm, "f")),
-        _ => llama_layer(&dm, pairs),
+        Family::Gqa => (vec![], llama_gqa(&dm, "f", !rng.one_in(3), fused)),
+        Family::Attention => (vec![], llama_attention(&dm, "f", fused)),
+        _ => llama_layer(&dm, pairs, fused),
     };
     // Shapes: batch, sequence 1..=40 (1 is a decode step), heads for RoPE,
     // past positions (RoPE's offset, the cache) and spare cache room.
@@ -3099,6 +3124,15 @@ fn is_tolerance_source(op: &Op, ck: &Checked, o: JitOptions) -> bool {
     }
 }
 
+/// `sdpa` (docs/syntax.md §12f) is bit for bit the interpreter's in
+/// deterministic mode with exact transcendentals; in every other mode its
+/// products' and `exp`'s differences pass through the softmax's `exp`,
+/// which no propagated bound here covers (as for the composition it
+/// replaces): its result is not compared there.
+fn sdpa_inexact(op: &Op, o: JitOptions) -> bool {
+    matches!(op, Op::Sdpa { .. }) && (!o.deterministic || o.fast_math)
+}
+
 /// The taint of `ck`'s returned value under options `o`.
 pub fn taint(ck: &Checked, callees: &[Checked], o: JitOptions) -> Taint {
     taints(ck, callees, o)[ck.func.ret]
@@ -3166,6 +3200,8 @@ fn taints(ck: &Checked, callees: &[Checked], o: JitOptions) -> ValueMap<Taint> {
                 },
                 _ => Taint::Indirect,
             }
+        } else if sdpa_inexact(&inst.op, o) {
+            Taint::Indirect
         } else if is_tolerance_source(&inst.op, ck, o) {
             if ins == Taint::Exact {
                 Taint::Direct

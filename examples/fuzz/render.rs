@@ -407,6 +407,20 @@ fn expr(f: &Function, op: &Op, v: Value) -> R<String> {
             cos,
             sin,
         } => format!("{}({}, {}, {})", layout.name(), n(x), n(cos), n(sin)),
+        Op::Sdpa {
+            q,
+            k,
+            v,
+            mask,
+            scale,
+        } => format!(
+            "sdpa({}, {}, {}, {}, {})",
+            n(q),
+            n(k),
+            n(v),
+            n(mask),
+            scalar(f, scale)?
+        ),
         Op::Matmul(a, b) => format!("matmul({}, {})", n(a), n(b)),
         Op::QMatmul(a, b) => format!("qmatmul({}, {})", n(a), n(b)),
         Op::Reduce {

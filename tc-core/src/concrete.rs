@@ -616,6 +616,41 @@ pub fn rope(layout: RopeLayout, x: Operand, cos: Operand, sin: Operand) -> Resul
     Ok((x.dtype, s.to_vec()))
 }
 
+/// §12f sdpa: F32 `q [s…, M, D]`, `k [s…, D, T]`, `v [s…, T, E]`, `mask
+/// [s…, M, T]` with `T ≥ 1` (the softmax's `max` needs a key, Section 2
+/// §8); the result `[s…, M, E]`.
+pub fn sdpa(q: Operand, k: Operand, v: Operand, mask: Operand) -> Result<Shaped> {
+    let dts = [q.dtype, k.dtype, v.dtype, mask.dtype];
+    if dts.iter().any(|&d| d != Dtype::F32) {
+        return Err(malformed("sdpa", format!("operand dtypes {dts:?}")));
+    }
+    let (sq, sk, sv, sm) = (q.shape, k.shape, v.shape, mask.shape);
+    let n = sq.len();
+    let lead = n.checked_sub(2).map(|l| &sq[..l]);
+    let fits = |x: &[usize], rows: usize, cols: usize| {
+        x.len() == n && lead == Some(&x[..n - 2]) && x[n - 2] == rows && x[n - 1] == cols
+    };
+    let ok = n >= 2 && {
+        let (m, d, t) = (sq[n - 2], sq[n - 1], sk.get(n - 1).copied().unwrap_or(0));
+        fits(sk, d, t) && sv.len() == n && fits(sv, t, sv[n - 1]) && fits(sm, m, t)
+    };
+    if !ok {
+        return Err(op_err(
+            "sdpa",
+            format!("shapes {sq:?}, {sk:?}, {sv:?} and {sm:?} are not [s…, M, D], [s…, D, T], [s…, T, E], [s…, M, T]"),
+        ));
+    }
+    if sk[n - 1] == 0 {
+        return Err(op_err(
+            "sdpa",
+            format!("keys {sk:?} hold no position: the softmax's max needs one"),
+        ));
+    }
+    let mut out = sq[..n - 1].to_vec();
+    out.push(sv[n - 1]);
+    Ok((Dtype::F32, out))
+}
+
 /// One spatial axis of a window op (§12c): `(s + 2·pad − dil·(k − 1) − 1)
 /// / stride + 1` elements, or `None` when the dilated kernel does not fit
 /// in the padded input (or `k`, `stride` or `dil` is 0, or a count
@@ -842,6 +877,9 @@ pub fn infer<'a>(
             cos,
             sin,
         } => rope(*layout, operand(*x)?, operand(*cos)?, operand(*sin)?),
+        Op::Sdpa { q, k, v, mask, .. } => {
+            sdpa(operand(*q)?, operand(*k)?, operand(*v)?, operand(*mask)?)
+        }
         Op::Pad {
             axis,
             before,

@@ -778,6 +778,26 @@ pub enum Op {
         /// Each pair's sine.
         sin: Value,
     },
+    /// Fused scaled-dot-product attention (docs/syntax.md §12f): queries
+    /// `q` `[s…, M, D]`, keys `k` `[s…, D, T]` (transposed: the scores are
+    /// `q·k`), values `v` `[s…, T, E]` and an additive `mask` `[s…, M,
+    /// T]`, all F32; the result `[s…, M, E]` denotes the composition it
+    /// replaces, `matmul(softmax(matmul(q, k) · scale + mask), v)` with the
+    /// softmax over the last axis written `e / sum(e)`, `e = exp(x − max
+    /// x)`, so no score or probability tensor exists.
+    Sdpa {
+        /// Queries.
+        q: Value,
+        /// Keys, head dim first.
+        k: Value,
+        /// Values.
+        v: Value,
+        /// Added to the scaled scores (0 where allowed, a large negative
+        /// value where not).
+        mask: Value,
+        /// The scores' factor: a float literal.
+        scale: Scalar,
+    },
     /// A tensor of one repeated scalar (a literal in tensor position).
     Fill(Dtype, Vec<Dim>, Scalar),
     /// Index along `axis` as a value (`iota`), for masks such as a causal one.
@@ -819,6 +839,7 @@ impl Op {
             Op::Gather { table, ids, .. } => vec![*table, *ids],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Rope { x, cos, sin, .. } => vec![*x, *cos, *sin],
+            Op::Sdpa { q, k, v, mask, .. } => vec![*q, *k, *v, *mask],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
             Op::Fill(..) | Op::Iota(..) | Op::Dim(_) => vec![],
         }
@@ -874,6 +895,13 @@ impl Op {
             Op::Gather { table, ids, .. } => (vec![table, ids], vec![], vec![]),
             Op::Select(c, a, b) => (vec![c, a, b], vec![], vec![]),
             Op::Rope { x, cos, sin, .. } => (vec![x, cos, sin], vec![], vec![]),
+            Op::Sdpa {
+                q,
+                k,
+                v,
+                mask,
+                scale,
+            } => (vec![q, k, v, mask], vec![], vec![scale]),
             Op::Concat(_, xs) | Op::Call(_, xs) => (xs.iter_mut().collect(), vec![], vec![]),
             Op::ScalarBinary { x, s, .. } => (vec![x], vec![], vec![s]),
             Op::Reshape(ds, x) | Op::Broadcast(ds, x) => (vec![x], ds.iter_mut().collect(), vec![]),
@@ -1006,6 +1034,7 @@ impl fmt::Display for Op {
             }
             Op::CumSum { axis, x } => write!(f, "cumsum[axis={axis}] {x}"),
             Op::Rope { layout, .. } => write!(f, "{} {}", layout.name(), joined(&self.operands())),
+            Op::Sdpa { scale, .. } => write!(f, "sdpa[scale={scale}] {}", joined(&self.operands())),
             Op::Pad {
                 axis,
                 before,
@@ -1514,6 +1543,17 @@ pub fn verify_structure(func: &Function) -> Result<(), Diagnostic> {
         }
         if let Err(m) = window_shape_ok(&inst.op) {
             return bad(inst.span, format!("{}: {m}", inst.result));
+        }
+        if let Op::Sdpa { scale, .. } = &inst.op {
+            if !matches!(scale, Scalar::Float(_)) {
+                return bad(
+                    inst.span,
+                    format!(
+                        "{}: sdpa's scale is a float literal, found {scale}",
+                        inst.result
+                    ),
+                );
+            }
         }
         if let Op::Concat(_, xs) = &inst.op {
             if xs.len() < 2 {

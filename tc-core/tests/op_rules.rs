@@ -1447,6 +1447,132 @@ fn pad_rule() {
     assert_eq!(reject(&b, y).code, codes::DTYPE_MISMATCH);
 }
 
+// --------------------------------------------------- §12f sdpa
+
+fn sdpa(b: &mut FnBuilder, [q, k, v, mask]: [Value; 4]) -> Value {
+    b.op(Op::Sdpa {
+        q,
+        k,
+        v,
+        mask,
+        scale: Scalar::Float(0.125),
+    })
+}
+
+/// `q [s…, M, D]`, `k [s…, D, T]`, `v [s…, T, E]`, `mask [s…, M, T]`.
+fn sdpa_params(b: &mut FnBuilder, shapes: [&str; 4]) -> [Value; 4] {
+    let names = ["q", "k", "v", "mask"];
+    [0, 1, 2, 3].map(|i| b.param(names[i], f32s(shapes[i])))
+}
+
+#[test]
+fn sdpa_rule() {
+    // The result is the queries' rows by the values' width.
+    let mut b = fb();
+    let ops = sdpa_params(
+        &mut b,
+        ["B, H, M, D", "B, H, D, T", "B, H, T, E", "B, H, M, T"],
+    );
+    let y = sdpa(&mut b, ops);
+    assert_eq!(accept(b, y, f32s("B, H, M, E")), "Tensor[f32; B, H, M, E]");
+    // Keys as the projection lays them out (positions first): E0204 at
+    // the keys, with a counterexample and the transpose to write.
+    let mut b = fb();
+    let ops = sdpa_params(&mut b, ["B, M, 64", "B, T, 64", "B, T, 64", "B, M, T"]);
+    let y = sdpa(&mut b, ops);
+    let d = reject(&b, y);
+    expect(
+        &d,
+        codes::SHAPE_MISMATCH,
+        arg(&b, y, 1),
+        "the keys' head dim (dim 1) must be the queries' width: expected `64`, found `T`",
+        Some("T = 1"),
+    );
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("transpose(k, [0, 2, 1])")),
+        "{d}"
+    );
+    // The values' positions, the mask's rows and columns, a leading dim:
+    // each at its operand.
+    for (shapes, at, msg) in [
+        (
+            ["M, D", "D, T", "S, E", "M, T"],
+            2,
+            "the values' positions (dim 0)",
+        ),
+        (
+            ["M, D", "D, T", "T, E", "S, T"],
+            3,
+            "the mask's rows (dim 0)",
+        ),
+        (
+            ["M, D", "D, T", "T, E", "M, S"],
+            3,
+            "the mask's columns (dim 1)",
+        ),
+        (
+            ["B, M, D", "C, D, T", "B, T, E", "B, M, T"],
+            1,
+            "leading dimension 0 of the keys",
+        ),
+    ] {
+        let mut b = fb();
+        let ops = sdpa_params(&mut b, shapes);
+        let y = sdpa(&mut b, ops);
+        let d = reject(&b, y);
+        assert_eq!(d.code, codes::SHAPE_MISMATCH, "{d}");
+        assert_eq!(d.span, arg(&b, y, at), "{d}");
+        assert!(d.message.contains(msg), "{d}");
+    }
+    // Ranks: below 2, or unequal (no implicit broadcasting).
+    let mut b = fb();
+    let ops = sdpa_params(&mut b, ["D", "D, T", "T, E", "1, T"]);
+    let y = sdpa(&mut b, ops);
+    assert_eq!(reject(&b, y).code, codes::RANK_MISMATCH);
+    let mut b = fb();
+    let ops = sdpa_params(&mut b, ["B, M, D", "B, D, T", "B, T, E", "M, T"]);
+    let y = sdpa(&mut b, ops);
+    let d = reject(&b, y);
+    assert_eq!(
+        (d.code, d.span),
+        (codes::RANK_MISMATCH, arg(&b, y, 3)),
+        "{d}"
+    );
+    // Keys that may be none: the softmax's max needs one (E0303).
+    let mut b = fb();
+    b.requires(Pred::ge(v("T"), c(0)));
+    let ops = sdpa_params(&mut b, ["M, D", "D, T", "T, E", "M, T"]);
+    let y = sdpa(&mut b, ops);
+    let d = reject(&b, y);
+    assert_eq!(
+        (d.code, d.span),
+        (codes::EMPTY_REDUCTION, arg(&b, y, 1)),
+        "{d}"
+    );
+    // F32 only: other floats are E0202 at the queries, a mixed operand E0201.
+    let mut b = fb();
+    let q = b.param("q", t(Dtype::BF16, "M, D"));
+    let k = b.param("k", t(Dtype::BF16, "D, T"));
+    let vv = b.param("v", t(Dtype::BF16, "T, E"));
+    let m = b.param("m", t(Dtype::BF16, "M, T"));
+    let y = sdpa(&mut b, [q, k, vv, m]);
+    assert_eq!(reject(&b, y).code, codes::DTYPE_CLASS);
+    let mut b = fb();
+    let q = b.param("q", f32s("M, D"));
+    let k = b.param("k", f32s("D, T"));
+    let vv = b.param("v", t(Dtype::F16, "T, E"));
+    let m = b.param("m", f32s("M, T"));
+    let y = sdpa(&mut b, [q, k, vv, m]);
+    let d = reject(&b, y);
+    assert_eq!(
+        (d.code, d.span),
+        (codes::DTYPE_MISMATCH, arg(&b, y, 2)),
+        "{d}"
+    );
+}
+
 // --------------------------------------------------- §12e rope
 
 fn rope(b: &mut FnBuilder, layout: RopeLayout, (x, cos, sin): (Value, Value, Value)) -> Value {

@@ -381,6 +381,7 @@ fn parallel_regions(
             numel(out).saturating_mul(k) >= crate::kernels::matmul::PAR_MIN_MACS
         }
         Step::Call { out, .. } => numel(out) >= PAR_MIN_WORK,
+        Step::Sdpa { out } => sdpa_work(func, vals, *out).1 >= crate::kernels::matmul::PAR_MIN_MACS,
         // Block copies / lane sorts on the calling thread.
         Step::Gather { .. } | Step::Host { .. } => false,
     };
@@ -450,6 +451,30 @@ fn par_ranges(outer: usize, align: usize, f: impl Fn(usize, usize) + Sync) {
         }
     });
 }
+
+/// An sdpa's leading indices and its multiply-adds (`L·M·T·(D + E)`,
+/// saturating), from its planned shapes.
+fn sdpa_work(func: &Function, vals: &ValueMap<ValInfo>, out: Value) -> (usize, usize) {
+    let Some(tc_core::ir::Op::Sdpa { q, k, .. }) = func.inst(out).map(|i| &i.op) else {
+        return (0, 0);
+    };
+    let (sq, sk, so) = (&vals[*q].shape, &vals[*k].shape, &vals[out].shape);
+    let n = sq.len();
+    if n < 2 || sk.len() != n || so.len() != n {
+        return (0, 0);
+    }
+    let lead = sq[..n - 2].iter().fold(1usize, |a, &x| a.saturating_mul(x));
+    let per = sq[n - 2].saturating_mul(sk[n - 1]);
+    let width = sq[n - 1].saturating_add(so[n - 1]);
+    (lead, lead.saturating_mul(per).saturating_mul(width))
+}
+
+/// An sdpa's problem shared by the pool's tasks.
+struct SharedProblem<'a>(crate::kernels::attention::Problem<'a>);
+// SAFETY: the problem's pointers are only read (the operands, which no task
+// writes) while `par_ranges` runs, and it joins every task before the
+// buffers they point into can be freed.
+unsafe impl Sync for SharedProblem<'_> {}
 
 /// Flat outputs from this size on are written with streaming stores
 /// (`run_flat_streamed`): twice the L2 of these machines, so a value
@@ -611,6 +636,7 @@ fn describe_step(step: &Step, vals: &ValueMap<ValInfo>) -> String {
             format!("gather {} by {} -> {}", sh(table), sh(ids), sh(out))
         }
         Step::Host { out } => format!("host op -> {}", sh(out)),
+        Step::Sdpa { out } => format!("sdpa -> {}", sh(out)),
     }
 }
 
@@ -891,6 +917,7 @@ impl CompiledFn {
                     ids,
                 } => run_gather(*out, *axis, *table, *ids, &mut st)?,
                 Step::Host { out } => self.run_host(*out, args, &mut st)?,
+                Step::Sdpa { out } => self.run_sdpa(*out, &mut st)?,
                 Step::Call {
                     out,
                     name,
@@ -1236,6 +1263,99 @@ impl CompiledFn {
         }
         .map_err(|e| tc_runtime::Error::malformed(format!("qmatmul: {e}")))?;
         Tensor::from_word_storage(Dtype::F32, &out_shape, words)
+    }
+
+    /// A [`Step::Sdpa`] (§12f): the output's buffer, then the fused
+    /// attention kernel on the four operands read through their planned
+    /// views, its leading indices split across the pool when the work is
+    /// large (an encoder's heads), on the calling thread otherwise (a
+    /// decode step's few query rows).
+    fn run_sdpa(&self, out: Value, st: &mut RunState) -> Result<(), tc_runtime::Error> {
+        use crate::kernels::attention::{Numerics, Operand, Problem};
+        use tc_core::ir::{Op, Scalar};
+        let func = &*self.func;
+        let fail = |m: String| tc_runtime::Error::op("sdpa", m);
+        let Some(Op::Sdpa {
+            q,
+            k,
+            v,
+            mask,
+            scale: Scalar::Float(scale),
+        }) = func.inst(out).map(|i| &i.op)
+        else {
+            return Err(fail(format!(
+                "step {out} is not an sdpa with a float scale"
+            )));
+        };
+        let vals = st.vals;
+        let views = [*q, *k, *v, *mask].map(|x| {
+            plan::view(func, vals, &self.st.mat, st.sigma, x, false)
+                .filter(|w| w.fits(&vals[x].shape, vals[w.base].numel()))
+                .filter(|w| vals[w.base].dtype == Dtype::F32 && vals[x].shape.len() >= 2)
+        });
+        let [Some(vq), Some(vk), Some(vv), Some(vm)] = views else {
+            return Err(fail(
+                "an operand the planner reads in place is not an f32 view inside its buffer".into(),
+            ));
+        };
+        // The concrete rule (§12f) sized every value when the plan was
+        // made; the shapes are read back from it.
+        let (sq, sk, sv) = (&vals[*q].shape, &vals[*k].shape, &vals[*v].shape);
+        let n = sq.len();
+        let (lead, (l, _)) = (&sq[..n - 2], sdpa_work(func, vals, out));
+        let (m, d, t, e) = (sq[n - 2], sq[n - 1], sk[n - 1], sv[n - 1]);
+        let Some(mut buf) = st.output(out)? else {
+            return Ok(());
+        };
+        // The first element's address: `fits` checked every addressed
+        // element against the buffer, so the offset is in bounds.
+        let at = |w: &plan::StridedView| st.ptrs[w.base].cast::<f32>().wrapping_add(w.offset);
+        fn opd(w: &plan::StridedView, ptr: *const f32) -> Operand<'_> {
+            Operand {
+                ptr,
+                strides: &w.strides,
+            }
+        }
+        let p = Problem {
+            lead,
+            m,
+            d,
+            t,
+            e,
+            q: opd(&vq, at(&vq)),
+            k: opd(&vk, at(&vk)),
+            v: opd(&vv, at(&vv)),
+            mask: opd(&vm, at(&vm)),
+            scale: *scale as f32,
+            numerics: Numerics {
+                fma: !self.opts.deterministic,
+                fast_exp: self.opts.fast_math,
+            },
+        };
+        let o = crate::kernels::gemm_common::SendPtr(buf.as_mut_ptr().cast::<f32>());
+        // Split as a matmul of as many multiply-adds would be (a decode
+        // step's few rows, about 0.1 M, stay on this thread).
+        let work = sdpa_work(func, vals, out).1;
+        let split = crate::kernels::matmul::splits(&st.ctx, work, 1, 1);
+        if st.ctx.threads == 1 || l < 2 || !split {
+            // Every element each view addresses lies inside its base
+            // buffer (`fits`, checked above against the planned element
+            // count, which `ptrs` holds), all f32; the shapes are the
+            // concrete rule's, so `t ≥ 1`.
+            // SAFETY: so the operands are readable; `buf` is a fresh
+            // buffer of the output's `l·m·e` f32s, disjoint from them.
+            unsafe { crate::kernels::attention::run(&p, o.0, 0..l) };
+        } else {
+            let shared = SharedProblem(p);
+            par_ranges(l, 1, |lo, hi| {
+                let (shared, o) = (&shared, &o);
+                // SAFETY: as in the serial case; `par_ranges` hands out
+                // disjoint ranges, so the tasks write disjoint output rows.
+                unsafe { crate::kernels::attention::run(&shared.0, o.0, lo..hi) };
+            });
+        }
+        st.owned_bufs[out] = Some(Held::Buf(buf));
+        Ok(())
     }
 
     /// A [`Step::Matmul`]: the output's buffer, then the GEMM on the

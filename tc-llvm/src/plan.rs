@@ -143,6 +143,14 @@ pub enum Step {
         /// Right operand.
         b: Value,
     },
+    /// A fused attention (§12f) on the host kernel
+    /// ([`crate::kernels::attention`]), its four operands buffers or
+    /// strided views of buffers, as a matmul's ([`view`]): a KV cache's
+    /// first positions are read where they lie.
+    Sdpa {
+        /// Result.
+        out: Value,
+    },
     /// A gather (§12a), run on the host: every id is checked against the
     /// table's axis ([`tc_core::concrete::gather_ids`]), then each id's
     /// contiguous block of the table is copied (`memcpy`). A data-dependent
@@ -437,6 +445,7 @@ pub fn inlinable(op: &Op) -> bool {
             | Op::CumSum { .. }
             | Op::Conv { .. }
             | Op::Pool { .. }
+            | Op::Sdpa { .. }
             | Op::Call(..)
             | Op::Dim(_)
     )
@@ -507,7 +516,7 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
                     *f = true;
                 }
             }
-            if matches!(inst.op, Op::Matmul(..)) {
+            if matches!(inst.op, Op::Matmul(..) | Op::Sdpa { .. }) {
                 if let Some(f) = mm_use.get_mut(v) {
                     *f = true;
                 }
@@ -614,6 +623,7 @@ fn steps_of(func: &Function, mat: &ValueMap<bool>, dtype_of: &dyn Fn(Value) -> D
         }
         match &inst.op {
             Op::Matmul(a, b) => steps.push(Step::Matmul { out, a: *a, b: *b }),
+            Op::Sdpa { .. } => steps.push(Step::Sdpa { out }),
             Op::Gather { axis, table, ids } => steps.push(Step::Gather {
                 out,
                 axis: *axis,
@@ -703,10 +713,11 @@ fn broadcast_fanout(func: &Function, vals: &ValueMap<ValInfo>) -> ValueMap<usize
 /// broadcasts, reshapes and slices.
 fn force_view_roots(func: &Function, forced: &mut ValueMap<bool>) {
     for inst in &func.body {
-        let Op::Matmul(a, b) = &inst.op else {
+        if !matches!(inst.op, Op::Matmul(..) | Op::Sdpa { .. }) {
             continue;
-        };
-        for mut x in [*a, *b] {
+        }
+        let roots = inst.op.operands();
+        for mut x in roots.iter().copied() {
             while let Some(def) = func.inst(x) {
                 match &def.op {
                     Op::Transpose(_, y)
@@ -714,7 +725,7 @@ fn force_view_roots(func: &Function, forced: &mut ValueMap<bool>) {
                     | Op::Reshape(_, y)
                     | Op::Slice { x: y, .. } => x = *y,
                     op => {
-                        if inlinable(op) && x != *a && x != *b {
+                        if inlinable(op) && !roots.contains(&x) {
                             forced[x] = true;
                         }
                         break;
@@ -747,6 +758,7 @@ pub fn verify(func: &Function, st: &Structure) -> Result<(), String> {
                 op_of(m).is_some_and(|op| inlinable(op) || matches!(op, Op::Reduce { .. }))
             }),
             Step::Matmul { out, .. } => matches!(op_of(out), Some(Op::Matmul(..))),
+            Step::Sdpa { out } => matches!(op_of(out), Some(Op::Sdpa { .. })),
             Step::Gather { out, .. } => matches!(op_of(out), Some(Op::Gather { .. })),
             Step::Host { out } => op_of(out).is_some_and(|op| {
                 matches!(op, Op::Conv { .. } | Op::QMatmul(..) | Op::Cast(..)) || host_pool(op)
@@ -1238,7 +1250,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::Binary(o, a, _) => o.result_dtype(operand_dtype(func, *a)),
         Op::ScalarBinary { op, x, .. } => op.result_dtype(operand_dtype(func, *x)),
         Op::Select(_, a, _) | Op::Matmul(a, _) => operand_dtype(func, *a),
-        Op::QMatmul(..) => Dtype::F32,
+        Op::QMatmul(..) | Op::Sdpa { .. } => Dtype::F32,
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Gather { table, .. } => operand_dtype(func, *table),

@@ -41,6 +41,7 @@ pub mod persistent_cache;
 pub mod pinned_pool;
 pub mod proptest_graphs;
 pub mod reduce_axes;
+pub mod sdpa;
 pub mod slice_overflow;
 pub mod smoke;
 pub mod soundness;

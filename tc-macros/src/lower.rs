@@ -927,6 +927,45 @@ codes::UNSUPPORTED,
         )
     }
 
+    /// `sdpa(q, k, v, mask, scale)` (docs/syntax.md §12f): the scale is a
+    /// float literal (an integer one is taken as its float).
+    fn sdpa_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        if !self.arity(name, args, 5, whole, "sdpa(q, k, v, mask, scale)") {
+            return Operand::Poison;
+        }
+        let scale = match scalar_literal(args[4]) {
+            Some(Ok(Scalar::Float(x))) => Scalar::Float(x),
+            Some(Ok(Scalar::Int(i))) => Scalar::Float(i as f64),
+            Some(Err(e)) => return self.fail(e),
+            _ => {
+                return self.fail(err_at(
+                    codes::OP_ARGUMENTS,
+                    args[4],
+                    format!(
+                        "`sdpa`'s scale is a float literal (`0.125` for a head width of 64), found `{}`",
+                        args[4].to_token_stream()
+                    ),
+                ))
+            }
+        };
+        let opds = [0, 1, 2, 3].map(|i| self.tensor(args[i]));
+        let [Some((q, qs)), Some((k, ks)), Some((v, vs)), Some((mask, ms))] = opds else {
+            return Operand::Poison;
+        };
+        self.push(
+            Op::Sdpa {
+                q,
+                k,
+                v,
+                mask,
+                scale,
+            },
+            whole,
+            vec![qs, ks, vs, ms],
+            vec![],
+        )
+    }
+
     /// The other built-ins (scalar forms, `cast`, `select`, `matmul`,
     /// arg-reductions, `full`, `iota`), or an unknown name.
     fn builtin_call(
@@ -1015,6 +1054,7 @@ codes::KIND_MISMATCH,
             "topk" | "topk_indices" | "cumsum" => self.scan_call(n, name, args, whole),
             "pad" => self.pad_call(name, args, whole),
             "rope_pairs" | "rope_halves" => self.rope_call(n, name, args, whole),
+            "sdpa" => self.sdpa_call(name, args, whole),
             "conv1d" => self.conv_call(1, name, args, whole),
             "conv2d" => self.conv_call(2, name, args, whole),
             "max_pool1d" => self.pool_call(PoolKind::Max, 1, name, args, whole),

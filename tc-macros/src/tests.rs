@@ -206,6 +206,7 @@ const VOCAB: &[&str] = &[
     "pad",
     "rope_pairs",
     "rope_halves",
+    "sdpa",
     "transpose",
     "select",
     "full",

@@ -705,6 +705,23 @@ impl<'a, 'f> Machine<'a, 'f> {
         denote::pad(axis, (b, a), self.scalar(value, t.dtype())?, t)
     }
 
+    /// ⟦sdpa q k v mask scale⟧ (docs/syntax.md §12f).
+    fn sdpa(&self, op: &Op) -> Result<Tensor> {
+        let Op::Sdpa {
+            q,
+            k,
+            v,
+            mask,
+            scale,
+        } = op
+        else {
+            return Err(Error::malformed(format!("sdpa: `{op}` is another op")));
+        };
+        let scale = self.scalar(scale, Dtype::F32)?;
+        let [q, k, v, mask] = [q, k, v, mask].map(|x| self.tensor(*x));
+        denote::sdpa(q?, k?, v?, mask?, scale)
+    }
+
     /// ⟦op⟧ of the instruction's operands (every op but a call).
     fn apply(&self, op: &Op) -> Result<Tensor> {
         let t = match op {
@@ -790,6 +807,7 @@ impl<'a, 'f> Machine<'a, 'f> {
                 self.tensor(*cos)?,
                 self.tensor(*sin)?,
             )?,
+            Op::Sdpa { .. } => self.sdpa(op)?,
             Op::Pad {
                 axis,
                 before,
@@ -1256,6 +1274,21 @@ pub mod denote {
                 binary_elem(BinaryOp::Add, dt, mul(a, s)?, mul(b, c)?)
             }
         })
+    }
+
+    /// §12f sdpa: the composition the op replaces, op by op (so the op has
+    /// its bits): `x = matmul(q, k) · scale + mask`, `e = exp(x − max x)`
+    /// over the last axis, `matmul(e / sum e, v)`.
+    pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: Elem) -> Result<Tensor> {
+        let (_, out_shape) = rule::sdpa(opd(q), opd(k), opd(v), opd(mask))?;
+        let last = out_shape.len() - 1;
+        let scores = scalar_binary(BinaryOp::Mul, &matmul(q, k)?, scale, false)?;
+        let x = binary(BinaryOp::Add, &scores, mask)?;
+        let wide = x.shape().to_vec();
+        let top = broadcast(&wide, &reduce(ReduceOp::Max, &[last], true, &x)?)?;
+        let e = unary(UnaryOp::Exp, &binary(BinaryOp::Sub, &x, &top)?)?;
+        let total = broadcast(&wide, &reduce(ReduceOp::Sum, &[last], true, &e)?)?;
+        matmul(&binary(BinaryOp::Div, &e, &total)?, v)
     }
 
     /// `select c a b`: `λ i. if c(i) then a(i) else b(i)`.

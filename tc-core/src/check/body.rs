@@ -216,6 +216,7 @@ impl Checker<'_> {
                 ..
             } => self.pad(func, (*axis, before, after, value), inst, &operands),
             Op::Rope { layout, .. } => self.rope(*layout, inst, &operands),
+            Op::Sdpa { .. } => self.sdpa(inst, &operands),
             Op::Conv { window, groups, .. } => self.conv((window, *groups), inst, &operands),
             Op::Pool {
                 kind,
@@ -224,18 +225,12 @@ impl Checker<'_> {
                 ..
             } => self.pool((*kind, kernel, window), inst, &operands),
             Op::Fill(dt, shape, s) => {
-                let mut ok = true;
-                for (i, d) in shape.iter().enumerate() {
-                    ok &= self.dim_formed(d, inst.attr_span(i));
-                }
+                let ok = self.shape_formed(shape, inst);
                 self.scalar_matches(func, s, *dt, inst.arg_span(0))?;
                 ok.then(|| Type::tensor(*dt, shape.clone()))
             }
             Op::Iota(dt, shape, axis) => {
-                let mut ok = true;
-                for (i, d) in shape.iter().enumerate() {
-                    ok &= self.dim_formed(d, inst.attr_span(i));
-                }
+                let ok = self.shape_formed(shape, inst);
                 if !dt.is_numeric() {
                     self.err(class_diag(R_LITERAL, inst.span, "iota", "numeric", *dt));
                     return None;
@@ -253,6 +248,16 @@ impl Checker<'_> {
                 .dim_formed(d, inst.arg_span(0))
                 .then(|| Type::Dim(d.clone())),
         }
+    }
+
+    /// Every dim of a creation op's shape formed (each reported at its
+    /// attribute).
+    fn shape_formed(&mut self, shape: &[Dim], inst: &Inst) -> bool {
+        let mut ok = true;
+        for (i, d) in shape.iter().enumerate() {
+            ok &= self.dim_formed(d, inst.attr_span(i));
+        }
+        ok
     }
 
     /// Section 2 §5 cast; from a quantized format only to a float (its

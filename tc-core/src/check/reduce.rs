@@ -2,7 +2,7 @@
 //! admissible dtype, valid distinct axes, and a provably non-empty axis for
 //! the reductions that have no value on an empty one (Section 2 §16).
 
-use crate::diag::{codes, Diagnostic};
+use crate::diag::{codes, Diagnostic, SpanId};
 use crate::dim::Dim;
 use crate::dtype::Dtype;
 use crate::ir::{check_axes, Inst, ReduceOp};
@@ -37,7 +37,8 @@ impl Checker<'_> {
         self.axes_ok(axes, t.rank(), inst, R_REDUCE)?;
         if op.needs_nonempty() {
             for &a in axes {
-                self.nonempty_axis(&t.shape[a], a, inst, R_REDUCE, op.name())?;
+                let at = inst.attr_span(0);
+                self.nonempty_axis(&t.shape[a], a, at, R_REDUCE, op.name())?;
             }
         }
         Some(Type::Tensor(reduced(&t, axes, keepdims, t.dtype)))
@@ -59,7 +60,7 @@ impl Checker<'_> {
             return None;
         }
         self.axes_ok(&[axis], t.rank(), inst, R_ARG)?;
-        self.nonempty_axis(&t.shape[axis], axis, inst, R_ARG, name)?;
+        self.nonempty_axis(&t.shape[axis], axis, inst.attr_span(0), R_ARG, name)?;
         Some(Type::Tensor(reduced(&t, &[axis], keepdims, Dtype::I64)))
     }
 
@@ -103,22 +104,18 @@ impl Checker<'_> {
         }
     }
 
-    fn nonempty_axis(
+    pub(super) fn nonempty_axis(
         &mut self,
         d: &Dim,
         axis: usize,
-        inst: &Inst,
+        span: SpanId,
         rule: &'static str,
         op: &str,
     ) -> Option<()> {
         let goal = Pred::ge(d.clone(), 1);
-        self.prove(
-            &goal,
-            codes::EMPTY_REDUCTION,
-            rule,
-            inst.attr_span(0),
-            || format!("`{op}` over axis {axis} needs a non-empty axis, but `{d}` may be 0"),
-        )
+        self.prove(&goal, codes::EMPTY_REDUCTION, rule, span, || {
+            format!("`{op}` over axis {axis} needs a non-empty axis, but `{d}` may be 0")
+        })
         .then_some(())
         .or_else(|| {
             // `max`, `min`, `argmax`, `argmin` and `mean` have no value on an

@@ -17,6 +17,7 @@
 //! tuning read once from the environment, the thread count and whether a
 //! pool session is open.
 
+pub mod attention;
 pub mod conv;
 pub(crate) mod gemm_common;
 #[cfg(target_arch = "x86_64")]

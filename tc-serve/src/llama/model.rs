@@ -154,11 +154,11 @@ pub mod llama {
     /// Causal grouped-query attention of the S new positions over the
     /// first T of the cache's C positions (`mask`: 0 where allowed, −1e30
     /// where not, its S rows repeated for each of the G query heads of a
-    /// group, so that it broadcasts over leading axes only: the kernels
-    /// that read it do no index arithmetic for it). Each key/value head serves its `G` query heads as one
-    /// product: their `G · S` query rows stacked against the head's keys,
-    /// read in place, so the cache is never copied or packed per query
-    /// head (and a decode step's product has `G` rows, not one).
+    /// group). Each key/value head serves its `G` query heads as one
+    /// fused attention (`sdpa`, docs/syntax.md §12f): their `G · S` query
+    /// rows stacked against the head's keys and values, read in place from
+    /// the cache (its first T positions), so the cache is never copied per
+    /// query head and no score or probability tensor is written.
     #[tensor_fn(requires(T <= C))]
     pub fn attention(
         q: Tensor![f32; B, S, D],
@@ -174,10 +174,7 @@ pub mod llama {
         let k = slice(kc, 3, 0, T);
         let v = slice(vc, 2, 0, T);
         let m = broadcast(reshape(mask, [1, 1, G * S, T]), [B, KV, G * S, T]);
-        let scores = matmul(q4, k) * 0.125 + m;
-        let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, KV, G * S, T]));
-        let probs = e / broadcast(sum_keepdims(e, [3]), [B, KV, G * S, T]);
-        let ctx = reshape(matmul(probs, v), [B, H, S, HD]);
+        let ctx = reshape(sdpa(q4, k, v, m, 0.125), [B, H, S, HD]);
         reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
     }
 
