@@ -125,14 +125,6 @@ pub mod bert {
         layer_norm(words + positions + types, e.ln_gamma, e.ln_beta, eps)
     }
 
-    /// Softmax over the last axis of attention scores.
-    #[tensor_fn]
-    pub fn softmax(x: Tensor![f32; B, H, S, T]) -> Tensor![f32; B, H, S, T] {
-        let m = max_keepdims(x, [3]);
-        let e = exp(x - broadcast(m, [B, H, S, T]));
-        e / broadcast(sum_keepdims(e, [3]), [B, H, S, T])
-    }
-
     /// One BertLayer's weights (`encoder.layer.N.*` in model.safetensors).
     #[tensor_params]
     pub struct Layer {
@@ -212,13 +204,14 @@ pub mod bert {
         let q = transpose(reshape(q, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
         let k = transpose(reshape(k, [B, S, HEADS, HEAD_DIM]), [0, 2, 3, 1]);
         let v = transpose(reshape(v, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
-        // 1/√HEAD_DIM, as BertSelfAttention divides by math.sqrt(attention_head_size).
-        let scores = matmul(q, k) * 0.17677669529663687;
         // (1 - mask) · torch.finfo(float32).min, broadcast over heads and queries.
         let bias = (mask * -1.0 + 1.0) * -3.4028234663852886e38;
         let bias = broadcast(reshape(bias, [B, 1, 1, S]), [B, HEADS, S, S]);
-        let probs = softmax(scores + bias);
-        reshape(transpose(matmul(probs, v), [0, 2, 1, 3]), [B, S, HIDDEN])
+        // softmax(q·k / √HEAD_DIM + bias)·v as one fused op (docs/syntax.md
+        // §12f): no `[B, HEADS, S, S]` score or probability tensor is
+        // written. The scale is BertSelfAttention's 1/math.sqrt(head size).
+        let ctx = sdpa(q, k, v, bias, 0.17677669529663687);
+        reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, HIDDEN])
     }
 
     /// [`self_attention`] of the query, key and value projections side by
