@@ -616,12 +616,13 @@ pub fn rope(layout: RopeLayout, x: Operand, cos: Operand, sin: Operand) -> Resul
     Ok((x.dtype, s.to_vec()))
 }
 
-/// §12f sdpa: F32 `q [s…, M, D]`, `k [s…, D, T]`, `v [s…, T, E]`, `mask
-/// [s…, M, T]` with `T ≥ 1` (the softmax's `max` needs a key, Section 2
+/// §12f sdpa: F32 `q [s…, M, D]` and `mask [s…, M, T]`, `k [s…, D, T]` and
+/// `v [s…, T, E]` in F32, F16 or BF16, with `T ≥ 1` (the softmax's `max` needs a key, Section 2
 /// §8); the result `[s…, M, E]`.
 pub fn sdpa(q: Operand, k: Operand, v: Operand, mask: Operand) -> Result<Shaped> {
     let dts = [q.dtype, k.dtype, v.dtype, mask.dtype];
-    if dts.iter().any(|&d| d != Dtype::F32) {
+    let narrow = |d: Dtype| matches!(d, Dtype::F32 | Dtype::F16 | Dtype::BF16);
+    if q.dtype != Dtype::F32 || mask.dtype != Dtype::F32 || !narrow(k.dtype) || !narrow(v.dtype) {
         return Err(malformed("sdpa", format!("operand dtypes {dts:?}")));
     }
     let (sq, sk, sv, sm) = (q.shape, k.shape, v.shape, mask.shape);

@@ -1551,26 +1551,31 @@ fn sdpa_rule() {
         (codes::EMPTY_REDUCTION, arg(&b, y, 1)),
         "{d}"
     );
-    // F32 only: other floats are E0202 at the queries, a mixed operand E0201.
+    // F32 queries and mask; keys and values in F32, F16 or BF16 (a
+    // narrow KV cache, widened exactly as read).
+    let operands = |b: &mut FnBuilder, dts: [Dtype; 4]| {
+        let shapes = ["M, D", "D, T", "T, E", "M, T"];
+        let names = ["q", "k", "v", "mask"];
+        [0, 1, 2, 3].map(|i| b.param(names[i], t(dts[i], shapes[i])))
+    };
+    let (f32_, f16_, bf16_) = (Dtype::F32, Dtype::F16, Dtype::BF16);
     let mut b = fb();
-    let q = b.param("q", t(Dtype::BF16, "M, D"));
-    let k = b.param("k", t(Dtype::BF16, "D, T"));
-    let vv = b.param("v", t(Dtype::BF16, "T, E"));
-    let m = b.param("m", t(Dtype::BF16, "M, T"));
-    let y = sdpa(&mut b, [q, k, vv, m]);
-    assert_eq!(reject(&b, y).code, codes::DTYPE_CLASS);
-    let mut b = fb();
-    let q = b.param("q", f32s("M, D"));
-    let k = b.param("k", f32s("D, T"));
-    let vv = b.param("v", t(Dtype::F16, "T, E"));
-    let m = b.param("m", f32s("M, T"));
-    let y = sdpa(&mut b, [q, k, vv, m]);
-    let d = reject(&b, y);
-    assert_eq!(
-        (d.code, d.span),
-        (codes::DTYPE_MISMATCH, arg(&b, y, 2)),
-        "{d}"
-    );
+    let ops = operands(&mut b, [f32_, f16_, bf16_, f32_]);
+    let y = sdpa(&mut b, ops);
+    assert_eq!(accept(b, y, f32s("M, E")), "Tensor[f32; M, E]");
+    // Another query dtype is E0202 at the queries; a mask that is not the
+    // queries' E0201 at the mask; integer keys E0202 at the keys.
+    for (dts, code, at) in [
+        ([bf16_, bf16_, bf16_, bf16_], codes::DTYPE_CLASS, 0),
+        ([f32_, f32_, f32_, f16_], codes::DTYPE_MISMATCH, 3),
+        ([f32_, Dtype::I32, f32_, f32_], codes::DTYPE_CLASS, 1),
+    ] {
+        let mut b = fb();
+        let ops = operands(&mut b, dts);
+        let y = sdpa(&mut b, ops);
+        let d = reject(&b, y);
+        assert_eq!((d.code, d.span), (code, arg(&b, y, at)), "{d}");
+    }
 }
 
 // --------------------------------------------------- §12e rope

@@ -1271,7 +1271,7 @@ impl CompiledFn {
     /// large (an encoder's heads), on the calling thread otherwise (a
     /// decode step's few query rows).
     fn run_sdpa(&self, out: Value, st: &mut RunState) -> Result<(), tc_runtime::Error> {
-        use crate::kernels::attention::{Numerics, Operand, Problem};
+        use crate::kernels::attention::{Elem, Numerics, Operand, Problem};
         use tc_core::ir::{Op, Scalar};
         let func = &*self.func;
         let fail = |m: String| tc_runtime::Error::op("sdpa", m);
@@ -1288,16 +1288,28 @@ impl CompiledFn {
             )));
         };
         let vals = st.vals;
+        // The keys and values may be 16-bit floats, widened as read.
+        let elem = |dt: Dtype| match dt {
+            Dtype::F32 => Some(Elem::F32),
+            Dtype::F16 => Some(Elem::F16),
+            Dtype::BF16 => Some(Elem::Bf16),
+            _ => None,
+        };
         let views = [*q, *k, *v, *mask].map(|x| {
-            plan::view(func, vals, &self.st.mat, st.sigma, x, false)
+            let w = plan::view(func, vals, &self.st.mat, st.sigma, x, false)
                 .filter(|w| w.fits(&vals[x].shape, vals[w.base].numel()))
-                .filter(|w| vals[w.base].dtype == Dtype::F32 && vals[x].shape.len() >= 2)
+                .filter(|w| vals[w.base].dtype == vals[x].dtype && vals[x].shape.len() >= 2)?;
+            Some((elem(vals[x].dtype)?, w))
         });
         let [Some(vq), Some(vk), Some(vv), Some(vm)] = views else {
             return Err(fail(
-                "an operand the planner reads in place is not an f32 view inside its buffer".into(),
+                "an operand the planner reads in place is not a float view inside its buffer"
+                    .into(),
             ));
         };
+        if vq.0 != Elem::F32 || vm.0 != Elem::F32 {
+            return Err(fail("the queries and the mask are f32".into()));
+        }
         // The concrete rule (§12f) sized every value when the plan was
         // made; the shapes are read back from it.
         let (sq, sk, sv) = (&vals[*q].shape, &vals[*k].shape, &vals[*v].shape);
@@ -1309,23 +1321,29 @@ impl CompiledFn {
         };
         // The first element's address: `fits` checked every addressed
         // element against the buffer, so the offset is in bounds.
-        let at = |w: &plan::StridedView| st.ptrs[w.base].cast::<f32>().wrapping_add(w.offset);
-        fn opd(w: &plan::StridedView, ptr: *const f32) -> Operand<'_> {
+        fn opd<'w>(
+            ptrs: &ValueMap<*mut u8>,
+            (elem, w): &'w (Elem, plan::StridedView),
+        ) -> Operand<'w> {
             Operand {
-                ptr,
+                ptr: ptrs[w.base]
+                    .cast_const()
+                    .wrapping_add(w.offset * elem.bytes()),
+                elem: *elem,
                 strides: &w.strides,
             }
         }
+        let ptrs = &st.ptrs;
         let p = Problem {
             lead,
             m,
             d,
             t,
             e,
-            q: opd(&vq, at(&vq)),
-            k: opd(&vk, at(&vk)),
-            v: opd(&vv, at(&vv)),
-            mask: opd(&vm, at(&vm)),
+            q: opd(ptrs, &vq),
+            k: opd(ptrs, &vk),
+            v: opd(ptrs, &vv),
+            mask: opd(ptrs, &vm),
             scale: *scale as f32,
             numerics: Numerics {
                 fma: !self.opts.deterministic,

@@ -481,17 +481,19 @@ fn rereads(op: &Op, mat: &ValueMap<bool>, cost: &ValueMap<u32>) -> u32 {
 
 /// Per value: how many instructions read it, whether host code reads it
 /// from a buffer (a call's argument, a gather's operand: it must be
-/// materialized), and whether a matmul reads it.
+/// materialized), and whether a matmul or an sdpa reads it.
 struct Uses {
     consumers: ValueMap<u32>,
     forced: ValueMap<bool>,
     mm_use: ValueMap<bool>,
+    sdpa_use: ValueMap<bool>,
 }
 
 fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
     let mut consumers = ValueMap::filled(func, 0u32);
     let mut forced = ValueMap::filled(func, false);
     let mut mm_use = ValueMap::filled(func, false);
+    let mut sdpa_use = ValueMap::filled(func, false);
     for inst in &func.body {
         let mut ops = inst.op.operands();
         ops.dedup();
@@ -516,10 +518,13 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
                     *f = true;
                 }
             }
-            if matches!(inst.op, Op::Matmul(..) | Op::Sdpa { .. }) {
-                if let Some(f) = mm_use.get_mut(v) {
-                    *f = true;
-                }
+            let reader = match inst.op {
+                Op::Matmul(..) => Some(&mut mm_use),
+                Op::Sdpa { .. } => Some(&mut sdpa_use),
+                _ => None,
+            };
+            if let Some(f) = reader.and_then(|r| r.get_mut(v)) {
+                *f = true;
             }
         }
     }
@@ -527,6 +532,7 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
         consumers,
         forced,
         mm_use,
+        sdpa_use,
     }
 }
 
@@ -550,6 +556,7 @@ pub fn structure(
         consumers,
         mut forced,
         mm_use,
+        sdpa_use,
     } = uses(func, dtype_of);
     force_view_roots(func, &mut forced);
     let fanout = concrete.map(|(vals, _)| broadcast_fanout(func, vals));
@@ -581,7 +588,15 @@ pub fn structure(
                     dtype_of(v) == Dtype::F32 && view(func, vals, &mat, sigma, v, true).is_some()
                 })
         };
-        let mm_forced = mm_use[v] && !in_place();
+        // An sdpa reads its f32, f16 and bf16 operands through strides
+        // alike (`kernels::attention`: a narrow KV cache's slice is read
+        // where it lies, widened as read).
+        let sdpa_in_place = || {
+            view_chain_ok(func, &mat, v, true)
+                || concrete
+                    .is_some_and(|(vals, sigma)| view(func, vals, &mat, sigma, v, true).is_some())
+        };
+        let mm_forced = (mm_use[v] && !in_place()) || (sdpa_use[v] && !sdpa_in_place());
         // A computed value broadcast many times over (BERT's additive
         // mask, `[B, S]` under `[B, H, S, S]` scores) is computed once
         // into its own small buffer, not once per element of the
@@ -1050,6 +1065,13 @@ pub fn matmul_view_ok(
             && matches!(func.inst(v).map(|i| &i.op),
                 Some(Op::Broadcast(_, x)) if func.inst(*x).is_none() || mat[*x]);
     }
+    view_chain_ok(func, mat, v, top)
+}
+
+/// Is `v` (`top`: the operand itself) a buffer, or a chain of transposes,
+/// broadcasts and slices over one (with a reshape of a buffer at its
+/// root), whatever σ: what a strided read takes in place.
+fn view_chain_ok(func: &Function, mat: &ValueMap<bool>, v: Value, top: bool) -> bool {
     let Some(inst) = func.inst(v) else {
         return true;
     };
@@ -1058,7 +1080,7 @@ pub fn matmul_view_ok(
     }
     match &inst.op {
         Op::Transpose(_, x) | Op::Broadcast(_, x) | Op::Slice { x, .. } => {
-            matmul_view_ok(func, mat, *x, false, dtype_of)
+            view_chain_ok(func, mat, *x, false)
         }
         Op::Reshape(_, x) => func.inst(*x).is_none() || mat[*x],
         _ => false,

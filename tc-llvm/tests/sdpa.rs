@@ -42,19 +42,25 @@ fn d(s: &str) -> Dim {
     Dim::var(s)
 }
 
-/// `sdpa` in `form`, or (`composed`) the composition it replaces.
-fn attention_fn(form: Form, composed: bool) -> Function {
+/// `sdpa` in `form`, or (`composed`) the composition it replaces; a
+/// `Cache` form's caches hold `kv` (f32, f16 or bf16).
+fn attention_fn(form: Form, composed: bool, kv: Dtype) -> Function {
     let mut b = builder(if composed { "attention" } else { "sdpa" });
     let full = |r: &str, c: &str| vec![d("B"), d("H"), d(r), d(c)];
     let (q, k, v, mask) = match form {
         Form::Cache => {
             let q = b.param("q", tt(Dtype::F32, &["B", "H", "M", "D"]));
-            let kc = b.param("kc", tt(Dtype::F32, &["B", "H", "D", "C"]));
-            let vc = b.param("vc", tt(Dtype::F32, &["B", "H", "C", "E"]));
+            let kc = b.param("kc", tt(kv, &["B", "H", "D", "C"]));
+            let vc = b.param("vc", tt(kv, &["B", "H", "C", "E"]));
             let m = b.param("mask", tt(Dtype::F32, &["M", "T"]));
             b.requires(Pred::le(d("T"), d("C")));
-            let k = b.op(slice(3, kc));
-            let v = b.op(slice(2, vc));
+            let mut k = b.op(slice(3, kc));
+            let mut v = b.op(slice(2, vc));
+            if composed && kv != Dtype::F32 {
+                // The composition widens a narrow cache first (exactly).
+                k = b.op(Op::Cast(Dtype::F32, k));
+                v = b.op(Op::Cast(Dtype::F32, v));
+            }
             let r = b.op(Op::Reshape(vec![Dim::c(1), Dim::c(1), d("M"), d("T")], m));
             (q, k, v, b.op(Op::Broadcast(full("M", "T"), r)))
         }
@@ -115,26 +121,42 @@ fn composition(b: &mut FnBuilder, [q, k, v, mask]: [Value; 4], scores: Vec<Dim>)
 
 /// Arguments of `form` for `(B, H, M, D, T, E)` (and a cache of `T + 3`
 /// positions), random, with NaN, ±∞ and −1e30 among them when `specials`.
-fn args(form: Form, [bs, h, m, dd, t, e]: [usize; 6], rng: &mut Rng, specials: bool) -> Vec<Arg> {
-    let mut r = |shape: &[usize]| -> Arg { random(rng, Dtype::F32, shape, specials).into() };
+fn args(
+    form: Form,
+    [bs, h, m, dd, t, e]: [usize; 6],
+    rng: &mut Rng,
+    specials: bool,
+    kv: Dtype,
+) -> Vec<Arg> {
+    let mut r = |dt, shape: &[usize]| -> Arg { random(rng, dt, shape, specials).into() };
+    let f = Dtype::F32;
     match form {
         Form::Cache => {
             let c = t + 3;
             vec![
-                r(&[bs, h, m, dd]),
-                r(&[bs, h, dd, c]),
-                r(&[bs, h, c, e]),
-                r(&[m, t]),
+                r(f, &[bs, h, m, dd]),
+                r(kv, &[bs, h, dd, c]),
+                r(kv, &[bs, h, c, e]),
+                r(f, &[m, t]),
             ]
         }
         Form::Encoder => vec![
-            r(&[bs, m, h, dd]),
-            r(&[bs, t, h, dd]),
-            r(&[bs, t, h, e]),
-            r(&[bs, t]),
+            r(f, &[bs, m, h, dd]),
+            r(f, &[bs, t, h, dd]),
+            r(f, &[bs, t, h, e]),
+            r(f, &[bs, t]),
         ],
     }
 }
+
+/// The forms and cache dtypes tested: an encoder, and caches of each
+/// dtype the op reads.
+const FORMS: [(Form, Dtype); 4] = [
+    (Form::Cache, Dtype::F32),
+    (Form::Cache, Dtype::F16),
+    (Form::Cache, Dtype::BF16),
+    (Form::Encoder, Dtype::F32),
+];
 
 const SHAPES: [[usize; 6]; 7] = [
     [1, 3, 3, 64, 41, 64],
@@ -152,12 +174,12 @@ const SHAPES: [[usize; 6]; 7] = [
 #[test]
 fn sdpa_is_its_composition_bit_for_bit() {
     let mut rng = Rng(0x5d9a);
-    for form in [Form::Cache, Form::Encoder] {
-        let (f, g) = (attention_fn(form, false), attention_fn(form, true));
+    for (form, kv) in FORMS {
+        let (f, g) = (attention_fn(form, false, kv), attention_fn(form, true, kv));
         for shape in SHAPES {
             for specials in [false, true] {
-                let a = args(form, shape, &mut rng, specials);
-                let what = format!("{form:?} {shape:?} specials={specials}");
+                let a = args(form, shape, &mut rng, specials, kv);
+                let what = format!("{form:?} {kv} {shape:?} specials={specials}");
                 let want = interp(&f, &a).unwrap();
                 assert_bits(
                     &format!("{what}: interpreter ≡ composition"),
@@ -198,18 +220,19 @@ fn sdpa_every_mode_within_its_bound() {
             },
         ),
     ];
-    for form in [Form::Cache, Form::Encoder] {
-        let f = attention_fn(form, false);
+    for (form, kv) in FORMS {
+        let f = attention_fn(form, false, kv);
         for shape in SHAPES {
-            let a = args(form, shape, &mut rng, false);
+            let a = args(form, shape, &mut rng, false, kv);
             let bound = bound(form, shape, &a);
             let want = interp(&f, &a).unwrap();
+            let what = format!("{form:?} {kv} {shape:?}");
             for (name, opts) in modes {
                 let got = jit(&f, &a, opts);
-                assert_within(&format!("{form:?} {shape:?} {name}"), &got, &want, &bound);
+                assert_within(&format!("{what} {name}"), &got, &want, &bound);
             }
             let g = generic.call(&f, &a, &|_| None).unwrap();
-            assert_within(&format!("{form:?} {shape:?} generic"), &g, &want, &bound);
+            assert_within(&format!("{what} generic"), &g, &want, &bound);
         }
     }
 }
@@ -232,10 +255,11 @@ fn assert_within(what: &str, got: &Tensor, want: &Tensor, bound: &[f64]) {
 /// The bound of each output element (twice the stated one: both the JIT's
 /// and the interpreter's results are within it of the exact value).
 fn bound(form: Form, [bs, h, m, dd, t, e]: [usize; 6], a: &[Arg]) -> Vec<f64> {
-    let data: Vec<&[f32]> = a
+    // A narrow cache's values widened (exactly).
+    let data: Vec<Vec<f32>> = a
         .iter()
         .map(|x| match x {
-            Arg::Tensor(t) => t.as_slice::<f32>().unwrap(),
+            Arg::Tensor(t) => t.cast(Dtype::F32).unwrap().to_vec::<f32>().unwrap(),
             _ => unreachable!("tensor arguments"),
         })
         .collect();
@@ -301,8 +325,8 @@ fn bound(form: Form, [bs, h, m, dd, t, e]: [usize; 6], a: &[Arg]) -> Vec<f64> {
 fn sdpa_over_no_keys_is_a_typed_error() {
     let mut rng = Rng(3);
     for form in [Form::Cache, Form::Encoder] {
-        let f = attention_fn(form, false);
-        let a = args(form, [1, 2, 3, 4, 0, 5], &mut rng, false);
+        let f = attention_fn(form, false, Dtype::F32);
+        let a = args(form, [1, 2, 3, 4, 0, 5], &mut rng, false, Dtype::F32);
         assert!(interp(&f, &a).is_err(), "{form:?}: interpreter");
         let j = jit_with(JitOptions::default());
         assert!(j.call(&f, &a, &|_| None).is_err(), "{form:?}: JIT");

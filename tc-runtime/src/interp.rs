@@ -1278,10 +1278,12 @@ pub mod denote {
 
     /// §12f sdpa: the composition the op replaces, op by op (so the op has
     /// its bits): `x = matmul(q, k) · scale + mask`, `e = exp(x − max x)`
-    /// over the last axis, `matmul(e / sum e, v)`.
+    /// over the last axis, `matmul(e / sum e, v)`, narrow keys and values
+    /// first cast to F32 (exactly, §5.2).
     pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: Elem) -> Result<Tensor> {
         let (_, out_shape) = rule::sdpa(opd(q), opd(k), opd(v), opd(mask))?;
         let last = out_shape.len() - 1;
+        let (k, v) = (&cast(Dtype::F32, k)?, &cast(Dtype::F32, v)?);
         let scores = scalar_binary(BinaryOp::Mul, &matmul(q, k)?, scale, false)?;
         let x = binary(BinaryOp::Add, &scores, mask)?;
         let wide = x.shape().to_vec();

@@ -1,5 +1,5 @@
-//! Fused scaled-dot-product attention (docs/syntax.md §12f): four F32
-//! operands over one leading shape, the queries' width equal to the keys'
+//! Fused scaled-dot-product attention (docs/syntax.md §12f): F32 queries
+//! and mask, keys and values in F32, F16 or BF16, over one leading shape, the queries' width equal to the keys'
 //! head dim, the keys' positions equal to the values' and to the mask's
 //! columns, the mask's rows equal to the queries', and a non-empty key
 //! axis (the softmax takes a `max` over it, Section 2 §8).
@@ -30,9 +30,21 @@ impl Checker<'_> {
             self.err(class_diag(R_SDPA, inst.arg_span(0), "sdpa", "f32", q.dtype));
             return None;
         }
-        for (i, t) in [(1, &k), (2, &v), (3, &mask)] {
-            let first = (&q, inst.arg_span(0), NAMES[0]);
-            self.same_dtype(first, (t, inst.arg_span(i), NAMES[i]), inst, R_SDPA)?;
+        let first = (&q, inst.arg_span(0), NAMES[0]);
+        self.same_dtype(first, (&mask, inst.arg_span(3), NAMES[3]), inst, R_SDPA)?;
+        // Keys and values may be kept narrow (a KV cache in f16 or bf16):
+        // every such value is an f32, widened exactly as read.
+        for (i, t) in [(1, &k), (2, &v)] {
+            if !matches!(t.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+                self.err(class_diag(
+                    R_SDPA,
+                    inst.arg_span(i),
+                    "sdpa",
+                    "f32, f16 or bf16",
+                    t.dtype,
+                ));
+                return None;
+            }
         }
         self.sdpa_ranks(&[&q, &k, &v, &mask], inst)?;
         let n = q.rank();

@@ -19,7 +19,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use tc_runtime::cast::CANONICAL_NAN;
+use tc_runtime::cast::{bf16_to_f32, f16_to_f32, CANONICAL_NAN};
 
 /// How the products and the exponential round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,12 +32,65 @@ pub struct Numerics {
     pub fast_exp: bool,
 }
 
-/// One operand: its first element and its element strides, one per axis
-/// of `lead ++ [2 matrix axes]`, all ≥ 0 (0 broadcasts the axis).
+/// An operand's element type: f32, or, for the keys and values alone, a
+/// 16-bit float that every f32 holds exactly (a KV cache kept in f16 or
+/// bf16), widened as it is read, so the definition's operations run on
+/// the widened values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    /// f32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Elem {
+    /// Bytes per element.
+    pub fn bytes(self) -> usize {
+        match self {
+            Elem::F32 => 4,
+            Elem::F16 | Elem::Bf16 => 2,
+        }
+    }
+
+    /// A 16-bit element's bits widened (f32 has no 16-bit form: 0).
+    #[cfg(test)]
+    fn widen(self, bits: u16) -> f32 {
+        match self {
+            Elem::F16 => f16_to_f32(bits),
+            Elem::Bf16 => bf16_to_f32(bits),
+            Elem::F32 => 0.0,
+        }
+    }
+
+    /// Element `i` of the buffer at `p`, widened to f32 (exactly).
+    ///
+    /// # Safety
+    /// Element `i` is readable and of this type.
+    // SAFETY: (contract) met by each caller's bounds.
+    unsafe fn read(self, p: *const u8, i: usize) -> f32 {
+        // SAFETY: element `i` is readable (the contract).
+        unsafe {
+            match self {
+                Elem::F32 => p.cast::<f32>().add(i).read_unaligned(),
+                Elem::F16 => f16_to_f32(p.cast::<u16>().add(i).read_unaligned()),
+                Elem::Bf16 => bf16_to_f32(p.cast::<u16>().add(i).read_unaligned()),
+            }
+        }
+    }
+}
+
+/// One operand: its first element, its element type and its element
+/// strides, one per axis of `lead ++ [2 matrix axes]`, all ≥ 0 (0
+/// broadcasts the axis).
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a> {
     /// The element at index 0 on every axis.
-    pub ptr: *const f32,
+    pub ptr: *const u8,
+    /// Its elements' type ([`Elem::F32`] for the queries and the mask).
+    pub elem: Elem,
     /// Element strides, `lead.len() + 2` of them.
     pub strides: &'a [isize],
 }
@@ -135,6 +188,10 @@ fn check(p: &Problem<'_>, range: &Range<usize>) -> usize {
     let total = total.expect("attention: the leading size overflows");
     assert!(p.t >= 1, "attention: t must be ≥ 1");
     assert!(
+        p.q.elem == Elem::F32 && p.mask.elem == Elem::F32,
+        "attention: the queries and the mask are f32"
+    );
+    assert!(
         range.is_empty() || range.end <= total,
         "attention: range past L"
     );
@@ -171,18 +228,51 @@ impl Mat {
     }
 }
 
+/// One operand at one leading index, of any [`Elem`]: element `(a, b)`
+/// at element offset `a·rs + b·cs` from `ptr`.
+#[derive(Clone, Copy)]
+struct Src {
+    ptr: *const u8,
+    elem: Elem,
+    rs: usize,
+    cs: usize,
+}
+
+impl Src {
+    /// The f32 matrix it is (`check` made the queries and the mask f32;
+    /// the keys and values are read through here only when they are).
+    fn mat(self) -> Mat {
+        Mat {
+            ptr: self.ptr.cast::<f32>(),
+            rs: self.rs,
+            cs: self.cs,
+        }
+    }
+
+    /// Element `(a, b)`, widened.
+    ///
+    /// # Safety
+    /// `(a, b)` is an element of the operand, readable.
+    // SAFETY: (contract) met by each caller's loop bounds.
+    unsafe fn get(self, a: usize, b: usize) -> f32 {
+        // SAFETY: an element of the operand (the contract).
+        unsafe { self.elem.read(self.ptr, a * self.rs + b * self.cs) }
+    }
+}
+
 impl Operand<'_> {
     /// This operand at flat leading index `l < L` (so no leading size is 0)
     /// of `lead`; strides checked (`check`).
-    fn at(&self, lead: &[usize], l: usize) -> Mat {
+    fn at(&self, lead: &[usize], l: usize) -> Src {
         let n = lead.len();
         let (mut rest, mut off) = (l, 0usize);
         for (&size, &s) in lead.iter().zip(self.strides).rev() {
             off += rest % size * s as usize;
             rest /= size;
         }
-        Mat {
-            ptr: self.ptr.wrapping_add(off),
+        Src {
+            ptr: self.ptr.wrapping_add(off * self.elem.bytes()),
+            elem: self.elem,
             rs: self.strides[n] as usize,
             cs: self.strides[n + 1] as usize,
         }
@@ -308,7 +398,7 @@ pub unsafe fn run_scalar(p: &Problem<'_>, out: *mut f32, range: Range<usize>) {
                     *s = acc;
                 }
                 // SAFETY: mask row `i < m` at `l < L`.
-                unsafe { softmax_scalar(mask.row(i), p.scale, p.numerics.fast_exp, row) };
+                unsafe { softmax_scalar(mask.mat().row(i), p.scale, p.numerics.fast_exp, row) };
                 for c in 0..p.e {
                     let mut acc = 0.0f32;
                     for (j, &pj) in row.iter().enumerate() {
@@ -470,8 +560,10 @@ mod x86 {
         let n = p.lead.len();
         // k's and v's columns are loaded 16 at a time: strided ones are
         // copied contiguous once per leading index, for all its rows.
-        let kcopy = usize::from(p.k.strides[n + 1] != 1) * p.d * p.t;
-        let vcopy = usize::from(p.v.strides[n + 1] != 1) * p.t * p.e;
+        // So are narrow ones, widened on the way.
+        let copied = |o: &Operand<'_>| o.strides[n + 1] != 1 || o.elem != Elem::F32;
+        let kcopy = usize::from(copied(&p.k)) * p.d * p.t;
+        let vcopy = usize::from(copied(&p.v)) * p.t * p.e;
         SCRATCH.with_borrow_mut(|buf| {
             grow(buf, kcopy + vcopy + ROWS * p.t);
             let (kb, rest) = buf.split_at_mut(kcopy);
@@ -508,6 +600,7 @@ mod x86 {
     ) {
         let (t, e) = (p.t, p.e);
         let [q, k, v, mask] = [p.q, p.k, p.v, p.mask].map(|o| o.at(p.lead, l));
+        let (q, mask) = (q.mat(), mask.mat());
         // SAFETY: k's and v's elements at `l` (the contract); scratch sizes.
         let (k, v) = unsafe { (contiguous(k, p.d, t, kb), contiguous(v, t, e, vb)) };
         let mut i = 0;
@@ -585,10 +678,16 @@ mod x86 {
     /// element by element.
     ///
     /// # Safety
-    /// Every element of `m` readable; `buf` holds rows·cols when `m.cs != 1`.
+    /// Every element of `m` readable; `buf` holds rows·cols when `m.cs !=
+    /// 1` or its elements are narrow.
     #[target_feature(enable = "avx512f")]
     // SAFETY: (contract) met by `lead_index`.
-    unsafe fn contiguous(m: Mat, rows: usize, cols: usize, buf: &mut [f32]) -> Mat {
+    unsafe fn contiguous(m: Src, rows: usize, cols: usize, buf: &mut [f32]) -> Mat {
+        if m.elem != Elem::F32 {
+            // SAFETY: this fn's contract.
+            return unsafe { widened(m, rows, cols, buf) };
+        }
+        let m = m.mat();
         if m.cs == 1 {
             return m;
         }
@@ -606,6 +705,51 @@ mod x86 {
                     // SAFETY: `a < rows`, `b < cols` (the contract).
                     *x = unsafe { m.get(a, b) };
                 }
+            }
+        }
+        Mat {
+            ptr: buf.as_ptr(),
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    /// A narrow `m` widened into `buf`, row-major: 16 elements at a time
+    /// where its columns are contiguous (`vcvtph2ps` for f16, a shift for
+    /// bf16: both exact), element by element elsewhere.
+    ///
+    /// # Safety
+    /// As [`contiguous`]'s.
+    #[target_feature(enable = "avx512f")]
+    // SAFETY: (contract) met by `contiguous`.
+    unsafe fn widened(m: Src, rows: usize, cols: usize, buf: &mut [f32]) -> Mat {
+        let buf = &mut buf[..rows * cols];
+        for (a, row) in buf.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
+            let mut b = 0;
+            if m.cs == 1 && cols >= 16 {
+                // The last vector ends at the row's end, overlapping the
+                // one before it: no element-wise tail.
+                while b < cols {
+                    let b0 = b.min(cols - 16);
+                    let at = m.ptr.wrapping_add((a * m.rs + b0) * 2).cast::<__m256i>();
+                    // SAFETY: elements `b0..b0 + 16 ≤ cols` of row `a <
+                    // rows` (the contract); `row` holds `cols` floats.
+                    unsafe {
+                        let h = _mm256_loadu_si256(at);
+                        let x = match m.elem {
+                            Elem::F16 => _mm512_cvtph_ps(h),
+                            _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(
+                                _mm512_cvtepu16_epi32(h),
+                            )),
+                        };
+                        _mm512_storeu_ps(row.as_mut_ptr().add(b0), x);
+                    }
+                    b += 16;
+                }
+            }
+            for (bb, x) in row.iter_mut().enumerate().skip(b) {
+                // SAFETY: `a < rows`, `bb < cols` (the contract).
+                *x = unsafe { m.get(a, bb) };
             }
         }
         Mat {
@@ -955,8 +1099,37 @@ mod tests {
             data.push(rng.fill(n, mag, if specials { 3 } else { 0 }, neg_big));
             st.push(s);
         }
+        // The keys and values in f32, f16 or bf16 (the seed picks): the
+        // reference reads their exact widenings.
+        let elems = [Elem::F32, Elem::F16, Elem::Bf16];
+        let kinds = [
+            Elem::F32,
+            elems[(seed % 3) as usize],
+            elems[(seed / 3 % 3) as usize],
+            Elem::F32,
+        ];
+        let mut narrow: Vec<Vec<u16>> = vec![Vec::new(); 4];
+        for i in 1..3 {
+            let bits: Vec<u16> = match kinds[i] {
+                Elem::F16 => data[i]
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect(),
+                Elem::Bf16 => data[i]
+                    .iter()
+                    .map(|&x| half::bf16::from_f32(x).to_bits())
+                    .collect(),
+                Elem::F32 => continue,
+            };
+            data[i] = bits.iter().map(|&h| kinds[i].widen(h)).collect();
+            narrow[i] = bits;
+        }
         let op = |i: usize| Operand {
-            ptr: data[i].as_ptr(),
+            ptr: match kinds[i] {
+                Elem::F32 => data[i].as_ptr().cast::<u8>(),
+                _ => narrow[i].as_ptr().cast::<u8>(),
+            },
+            elem: kinds[i],
             strides: &st[i],
         };
         let p = Problem {

@@ -178,13 +178,11 @@ pub mod llama {
         reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
     }
 
-    /// `attention` over an f16 cache ([`super::KvDtype::F16`]): the first
-    /// T positions of each key/value head are widened to f32 (exactly:
-    /// every f16 is an f32) once per call, into one `[B, KV, T, HD]`
-    /// buffer per cache that `attention` then reads in place for the
-    /// head's stacked query rows: a conversion per key/value head, none per
-    /// query head. (The widened buffers are materialized whether or not
-    /// the body is inlined, so calling `attention` costs no copy.)
+    /// `attention` over an f16 cache ([`super::KvDtype::F16`]): `sdpa`
+    /// reads the f16 keys and values where they lie and widens them as it
+    /// reads (exactly: every f16 is an f32), so the cache is read at half
+    /// the bytes and nothing is converted into a buffer of its own. The
+    /// body is `attention`'s; the cache's dtype is part of the signature.
     #[tensor_fn(requires(T <= C))]
     pub fn attention_f16(
         q: Tensor![f32; B, S, D],
@@ -193,9 +191,15 @@ pub mod llama {
         t: Dim![T],
         mask: Tensor![f32; G * S, T],
     ) -> Tensor![f32; B, S, D] {
-        let k = cast::<f32>(slice(kc, 3, 0, T));
-        let v = cast::<f32>(slice(vc, 2, 0, T));
-        attention(q, k, v, t, mask)
+        let q4 = reshape(
+            transpose(reshape(q, [B, S, H, HD]), [0, 2, 1, 3]),
+            [B, KV, G * S, HD],
+        );
+        let k = slice(kc, 3, 0, T);
+        let v = slice(vc, 2, 0, T);
+        let m = broadcast(reshape(mask, [1, 1, G * S, T]), [B, KV, G * S, T]);
+        let ctx = reshape(sdpa(q4, k, v, m, 0.125), [B, H, S, HD]);
+        reshape(transpose(ctx, [0, 2, 1, 3]), [B, S, D])
     }
 
     /// Keys (`[B, KV, HD, S]`) or values (`[B, KV, S, HD]`) rounded to f16
