@@ -617,12 +617,12 @@ pub fn rope(layout: RopeLayout, x: Operand, cos: Operand, sin: Operand) -> Resul
 }
 
 /// §12f sdpa: F32 `q [s…, M, D]` and `mask [s…, M, T]`, `k [s…, D, T]` and
-/// `v [s…, T, E]` in F32, F16 or BF16, with `T ≥ 1` (the softmax's `max` needs a key, Section 2
-/// §8); the result `[s…, M, E]`.
+/// `v [s…, T, E]` in F32, F16 or BF16, with `T ≥ 1` (the softmax's `max`
+/// needs a key, Section 2 §8); the result `[s…, M, E]`.
 pub fn sdpa(q: Operand, k: Operand, v: Operand, mask: Operand) -> Result<Shaped> {
     let dts = [q.dtype, k.dtype, v.dtype, mask.dtype];
-    let narrow = |d: Dtype| matches!(d, Dtype::F32 | Dtype::F16 | Dtype::BF16);
-    if q.dtype != Dtype::F32 || mask.dtype != Dtype::F32 || !narrow(k.dtype) || !narrow(v.dtype) {
+    let widens = |d: Dtype| matches!(d, Dtype::F32 | Dtype::F16 | Dtype::BF16);
+    if q.dtype != Dtype::F32 || mask.dtype != Dtype::F32 || !widens(k.dtype) || !widens(v.dtype) {
         return Err(malformed("sdpa", format!("operand dtypes {dts:?}")));
     }
     let (sq, sk, sv, sm) = (q.shape, k.shape, v.shape, mask.shape);

@@ -109,14 +109,10 @@ impl Checker<'_> {
         let mut shape = q.shape[..n - 1].to_vec();
         shape.push(v.shape[n - 1].clone());
         let mut refs = q.refs.clone();
-        for x in [&k, &v, &mask] {
-            refs.extend(
-                x.refs
-                    .iter()
-                    .filter(|p| !refs.contains(p))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
+        for p in [&k, &v, &mask].into_iter().flat_map(|x| &x.refs) {
+            if !refs.contains(p) {
+                refs.push(p.clone());
+            }
         }
         Some(Type::Tensor(TensorType {
             dtype: q.dtype,
