@@ -13,6 +13,31 @@ use tc_quant::quant::Numerics;
 /// subnormals; a NaN input or result gives a NaN on both sides).
 pub const TOLERANCE: (f32, f32) = (2e-6, 2e-6);
 
+/// The fast F32 `exp`'s constants (Cephes `expf`): the input's clamp,
+/// the Cody–Waite split of ln 2 and the polynomial's coefficients, highest
+/// degree first. The JIT's (`codegen::math`'s `fast_exp`) and the fused
+/// attention kernel's (`kernels::attention::exp_fast`) read them here, so
+/// the two compute the same polynomial.
+pub(crate) mod fast_exp {
+    /// Above: +∞.
+    pub const HI: f32 = 88.722_83;
+    /// Below: 0.
+    pub const LO: f32 = -104.0;
+    /// ln 2's high part.
+    pub const C1: f32 = 0.693_359_4;
+    /// ln 2's low part.
+    pub const C2: f32 = -2.121_944_4e-4;
+    /// The polynomial in the reduced argument.
+    pub const P: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_2e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        5e-1,
+    ];
+}
+
 /// Code generation options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct JitOptions {

@@ -102,30 +102,21 @@ impl<'a> Gen<'a> {
     /// 0). Exactly 0 below -104 (the true value is under half the smallest
     /// subnormal), +∞ above 88.72, ±∞ and NaN as the interpreter.
     pub(super) fn fast_exp(&mut self, x: &V) -> V {
-        let hi = self.const_f32(88.722_83);
-        let lo = self.const_f32(-104.0);
+        use crate::options::fast_exp;
+        let hi = self.const_f32(fast_exp::HI);
+        let lo = self.const_f32(fast_exp::LO);
         let xc0 = self.llvm_f32("minnum", &[x, &hi]);
         let xc = self.llvm_f32("maxnum", &[&xc0, &lo]);
         let log2e = self.const_f32(std::f32::consts::LOG2_E);
         let t = self.b.fmul(&xc, &log2e);
         let n = self.llvm_f32("rint", &[&t]);
-        let c1 = self.const_f32(0.693_359_4);
-        let c2 = self.const_f32(-2.121_944_4e-4);
+        let c1 = self.const_f32(fast_exp::C1);
+        let c2 = self.const_f32(fast_exp::C2);
         let a = self.b.fmul(&n, &c1);
         let r0 = self.b.fsub(&xc, &a);
         let b = self.b.fmul(&n, &c2);
         let r = self.b.fsub(&r0, &b);
-        let p = self.horner(
-            &r,
-            &[
-                1.987_569_1e-4,
-                1.398_2e-3,
-                8.333_452e-3,
-                4.166_579_6e-2,
-                1.666_666_5e-1,
-                5e-1,
-            ],
-        );
+        let p = self.horner(&r, &fast_exp::P);
         let r2 = self.b.fmul(&r, &r);
         let pr2 = self.b.fmul(&p, &r2);
         let s0 = self.b.fadd(&pr2, &r);

@@ -21,6 +21,10 @@ use std::ops::Range;
 
 use tc_runtime::cast::{bf16_to_f32, f16_to_f32, CANONICAL_NAN};
 
+use crate::options::fast_exp::{
+    C1 as EXP_C1, C2 as EXP_C2, HI as EXP_HI, LO as EXP_LO, P as EXP_P,
+};
+
 /// How the products and the exponential round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Numerics {
@@ -301,19 +305,6 @@ fn exp(fast: bool, x: f32) -> f32 {
         exp_std(x)
     }
 }
-
-const EXP_HI: f32 = 88.722_83;
-const EXP_LO: f32 = -104.0;
-const EXP_C1: f32 = 0.693_359_4;
-const EXP_C2: f32 = -2.121_944_4e-4;
-const EXP_P: [f32; 6] = [
-    1.987_569_1e-4,
-    1.398_2e-3,
-    8.333_452e-3,
-    4.166_579_6e-2,
-    1.666_666_5e-1,
-    5e-1,
-];
 
 /// `2^n` for `n` in `[-126, 127]`, from its exponent field.
 fn pow2(n: i32) -> f32 {
