@@ -133,12 +133,11 @@ pub mod gpt2 {
         mask: Tensor![f32; S, T],
         l: Block,
     ) -> Tensor![f32; B, S, D] {
-        let k = slice(kc, 2, 0, T);
+        let k = transpose(slice(kc, 2, 0, T), [0, 1, 3, 2]);
         let v = slice(vc, 2, 0, T);
-        let scores = matmul(q, transpose(k, [0, 1, 3, 2])) * 0.125 + broadcast(mask, [B, H, S, T]);
-        let e = exp(scores - broadcast(max_keepdims(scores, [3]), [B, H, S, T]));
-        let probs = e / broadcast(sum_keepdims(e, [3]), [B, H, S, T]);
-        let ctx = reshape(transpose(matmul(probs, v), [0, 2, 1, 3]), [B, S, D]);
+        // softmax(q·kᵀ / 8 + mask)·v, fused (docs/syntax.md §12f).
+        let heads = sdpa(q, k, v, broadcast(mask, [B, H, S, T]), 0.125);
+        let ctx = reshape(transpose(heads, [0, 2, 1, 3]), [B, S, D]);
         let h = x + linear(ctx, l.proj_w, l.proj_b);
         let m = linear(layer_norm(h, l.ln2_g, l.ln2_b), l.fc_w, l.fc_b);
         // GPT-2's tanh GELU ("gelu_new").
