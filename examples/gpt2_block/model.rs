@@ -75,8 +75,12 @@ pub mod gpt2 {
         let q = transpose(reshape(q, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
         let k = transpose(reshape(k, [B, S, HEADS, HEAD_DIM]), [0, 2, 3, 1]);
         let v = transpose(reshape(v, [B, S, HEADS, HEAD_DIM]), [0, 2, 1, 3]);
-        let probs = causal_softmax(matmul(q, k) * 0.125);
-        let ctx = transpose(matmul(probs, v), [0, 2, 1, 3]);
+        // Position i attends to j ≤ i: 0 there, −1e30 beyond, added to
+        // the scores inside the fused attention (docs/syntax.md §12f).
+        let causal = le(iota::<i64>([S, S], 1), iota::<i64>([S, S], 0));
+        let mask = select(causal, full::<f32>([S, S], 0.0), full::<f32>([S, S], -1e30));
+        let heads = sdpa(q, k, v, broadcast(mask, [B, HEADS, S, S]), 0.125);
+        let ctx = transpose(heads, [0, 2, 1, 3]);
         linear(reshape(ctx, [B, S, D_MODEL]), w_proj, b_proj)
     }
 
