@@ -596,7 +596,7 @@ pub fn structure(
                 || concrete
                     .is_some_and(|(vals, sigma)| view(func, vals, &mat, sigma, v, true).is_some())
         };
-        let mm_forced = (mm_use[v] && !in_place()) || (sdpa_use[v] && !sdpa_in_place());
+        let view_forced = (mm_use[v] && !in_place()) || (sdpa_use[v] && !sdpa_in_place());
         // A computed value broadcast many times over (BERT's additive
         // mask, `[B, S]` under `[B, H, S, S]` scores) is computed once
         // into its own small buffer, not once per element of the
@@ -611,7 +611,7 @@ pub fn structure(
             && fanout.as_ref().is_some_and(|f| f[v] >= HOIST_FANOUT);
         let keep = v == func.ret
             || forced[v]
-            || mm_forced
+            || view_forced
             || hoisted
             || consumers[v] == 0
             || c > TREE_MAX
