@@ -469,6 +469,25 @@ fn sdpa_work(func: &Function, vals: &ValueMap<ValInfo>, out: Value) -> (usize, u
     (lead, lead.saturating_mul(per).saturating_mul(width))
 }
 
+/// An sdpa operand's element type and view ([`CompiledFn::sdpa_views`]).
+type SdpaView = (crate::kernels::attention::Elem, plan::StridedView);
+
+/// An sdpa operand for the kernel: its first element's address (in bounds:
+/// `fits` checked every element the view addresses), element type and
+/// strides.
+fn sdpa_operand<'w>(
+    ptrs: &ValueMap<*mut u8>,
+    (elem, w): &'w SdpaView,
+) -> crate::kernels::attention::Operand<'w> {
+    crate::kernels::attention::Operand {
+        ptr: ptrs[w.base]
+            .cast_const()
+            .wrapping_add(w.offset * elem.bytes()),
+        elem: *elem,
+        strides: &w.strides,
+    }
+}
+
 /// An sdpa's problem shared by the pool's tasks.
 struct SharedProblem<'a>(crate::kernels::attention::Problem<'a>);
 // SAFETY: the problem's pointers are only read (the operands, which no task
@@ -1271,10 +1290,9 @@ impl CompiledFn {
     /// large (an encoder's heads), on the calling thread otherwise (a
     /// decode step's few query rows).
     fn run_sdpa(&self, out: Value, st: &mut RunState) -> Result<(), tc_runtime::Error> {
-        use crate::kernels::attention::{Elem, Numerics, Operand, Problem};
+        use crate::kernels::attention::{Numerics, Problem};
         use tc_core::ir::{Op, Scalar};
         let func = &*self.func;
-        let fail = |m: String| tc_runtime::Error::op("sdpa", m);
         let Some(Op::Sdpa {
             q,
             k,
@@ -1283,67 +1301,30 @@ impl CompiledFn {
             scale: Scalar::Float(scale),
         }) = func.inst(out).map(|i| &i.op)
         else {
-            return Err(fail(format!(
-                "step {out} is not an sdpa with a float scale"
-            )));
+            let m = format!("step {out} is not an sdpa with a float scale");
+            return Err(tc_runtime::Error::op("sdpa", m));
         };
-        let vals = st.vals;
-        // The keys and values may be 16-bit floats, widened as read.
-        let elem = |dt: Dtype| match dt {
-            Dtype::F32 => Some(Elem::F32),
-            Dtype::F16 => Some(Elem::F16),
-            Dtype::BF16 => Some(Elem::Bf16),
-            _ => None,
-        };
-        let views = [*q, *k, *v, *mask].map(|x| {
-            let w = plan::view(func, vals, &self.st.mat, st.sigma, x, false)
-                .filter(|w| w.fits(&vals[x].shape, vals[w.base].numel()))
-                .filter(|w| vals[w.base].dtype == vals[x].dtype && vals[x].shape.len() >= 2)?;
-            Some((elem(vals[x].dtype)?, w))
-        });
-        let [Some(vq), Some(vk), Some(vv), Some(vm)] = views else {
-            return Err(fail(
-                "an operand the planner reads in place is not a float view inside its buffer"
-                    .into(),
-            ));
-        };
-        if vq.0 != Elem::F32 || vm.0 != Elem::F32 {
-            return Err(fail("the queries and the mask are f32".into()));
-        }
+        let [vq, vk, vv, vm] = self.sdpa_views([*q, *k, *v, *mask], st)?;
         // The concrete rule (§12f) sized every value when the plan was
         // made; the shapes are read back from it.
+        let vals = st.vals;
         let (sq, sk, sv) = (&vals[*q].shape, &vals[*k].shape, &vals[*v].shape);
         let n = sq.len();
-        let (lead, (l, _)) = (&sq[..n - 2], sdpa_work(func, vals, out));
-        let (m, d, t, e) = (sq[n - 2], sq[n - 1], sk[n - 1], sv[n - 1]);
+        let (lead, (l, work)) = (&sq[..n - 2], sdpa_work(func, vals, out));
         let Some(mut buf) = st.output(out)? else {
             return Ok(());
         };
-        // The first element's address: `fits` checked every addressed
-        // element against the buffer, so the offset is in bounds.
-        fn opd<'w>(
-            ptrs: &ValueMap<*mut u8>,
-            (elem, w): &'w (Elem, plan::StridedView),
-        ) -> Operand<'w> {
-            Operand {
-                ptr: ptrs[w.base]
-                    .cast_const()
-                    .wrapping_add(w.offset * elem.bytes()),
-                elem: *elem,
-                strides: &w.strides,
-            }
-        }
         let ptrs = &st.ptrs;
         let p = Problem {
             lead,
-            m,
-            d,
-            t,
-            e,
-            q: opd(ptrs, &vq),
-            k: opd(ptrs, &vk),
-            v: opd(ptrs, &vv),
-            mask: opd(ptrs, &vm),
+            m: sq[n - 2],
+            d: sq[n - 1],
+            t: sk[n - 1],
+            e: sv[n - 1],
+            q: sdpa_operand(ptrs, &vq),
+            k: sdpa_operand(ptrs, &vk),
+            v: sdpa_operand(ptrs, &vv),
+            mask: sdpa_operand(ptrs, &vm),
             scale: *scale as f32,
             numerics: Numerics {
                 fma: !self.opts.deterministic,
@@ -1353,13 +1334,12 @@ impl CompiledFn {
         let o = crate::kernels::gemm_common::SendPtr(buf.as_mut_ptr().cast::<f32>());
         // Split as a matmul of as many multiply-adds would be (a decode
         // step's few rows, about 0.1 M, stay on this thread).
-        let work = sdpa_work(func, vals, out).1;
         let split = crate::kernels::matmul::splits(&st.ctx, work, 1, 1);
         if st.ctx.threads == 1 || l < 2 || !split {
             // Every element each view addresses lies inside its base
-            // buffer (`fits`, checked above against the planned element
-            // count, which `ptrs` holds), all f32; the shapes are the
-            // concrete rule's, so `t ≥ 1`.
+            // buffer (`sdpa_views`: `fits`, against the planned element
+            // count, which `ptrs` holds), of its element type; the shapes
+            // are the concrete rule's, so `t ≥ 1`.
             // SAFETY: so the operands are readable; `buf` is a fresh
             // buffer of the output's `l·m·e` f32s, disjoint from them.
             unsafe { crate::kernels::attention::run(&p, o.0, 0..l) };
@@ -1374,6 +1354,41 @@ impl CompiledFn {
         }
         st.owned_bufs[out] = Some(Held::Buf(buf));
         Ok(())
+    }
+
+    /// An sdpa's operands as the planner reads them in place, each view
+    /// checked to lie inside its buffer and to read its element type: f32
+    /// queries and mask, keys and values in f32 or a 16-bit float, widened
+    /// as read.
+    fn sdpa_views(
+        &self,
+        ops: [Value; 4],
+        st: &RunState,
+    ) -> Result<[SdpaView; 4], tc_runtime::Error> {
+        use crate::kernels::attention::Elem;
+        let (func, vals) = (&*self.func, st.vals);
+        let elem = |dt: Dtype| match dt {
+            Dtype::F32 => Some(Elem::F32),
+            Dtype::F16 => Some(Elem::F16),
+            Dtype::BF16 => Some(Elem::Bf16),
+            _ => None,
+        };
+        let views = ops.map(|x| {
+            let w = plan::view(func, vals, &self.st.mat, st.sigma, x, false)
+                .filter(|w| w.fits(&vals[x].shape, vals[w.base].numel()))
+                .filter(|w| vals[w.base].dtype == vals[x].dtype && vals[x].shape.len() >= 2)?;
+            Some((elem(vals[x].dtype)?, w))
+        });
+        let fail = |m: &str| tc_runtime::Error::op("sdpa", m.to_string());
+        let [Some(q), Some(k), Some(v), Some(mask)] = views else {
+            return Err(fail(
+                "an operand the planner reads in place is not a float view inside its buffer",
+            ));
+        };
+        if q.0 != Elem::F32 || mask.0 != Elem::F32 {
+            return Err(fail("the queries and the mask are f32"));
+        }
+        Ok([q, k, v, mask])
     }
 
     /// A [`Step::Matmul`]: the output's buffer, then the GEMM on the
