@@ -199,8 +199,8 @@ fn sdpa_is_its_composition_bit_for_bit() {
 }
 
 /// Every other mode (FMA chains; the fast `exp`; the pool; the
-/// shape-generic kernels) within the bound docs/syntax.md §12f states:
-/// per output element, `(2δ + 2ε + (T + 4)·u) · Σⱼ pⱼ·|vⱼ| + γ_T · Σⱼ
+/// shape-generic kernels) within the tolerance docs/syntax.md §12f states
+/// (the products' and the fast `exp`'s), worked out per output element: `(2δ + 2ε + (T + 4)·u) · Σⱼ pⱼ·|vⱼ| + γ_T · Σⱼ
 /// pⱼ·|vⱼ|` where `δ` bounds the row's score errors (`γ_D · scale ·
 /// Σ_d |q_d·k_d|` plus the rounding of the scale and the mask's sum),
 /// `ε` is the fast `exp`'s relative bound and `u` the unit roundoff.
