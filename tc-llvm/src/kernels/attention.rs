@@ -969,6 +969,7 @@ mod x86 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::{RngAlgorithm, TestRng};
 
     /// What no output is: the cells a run must leave alone keep it.
     const SENTINEL: f32 = -7.77e33;
@@ -1001,35 +1002,22 @@ mod tests {
         (st, size.max(1))
     }
 
-    /// splitmix64: the data of a case from one seed.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        /// `n` values uniform in ±`mag`, with `special` per mille of them
-        /// ±∞, NaN or ±0 and `neg_big` per mille −1e30.
-        fn fill(&mut self, n: usize, mag: f32, special: u64, neg_big: u64) -> Vec<f32> {
-            let specials = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0];
-            (0..n)
-                .map(|_| {
-                    let (roll, u) = (self.next() % 1000, self.next());
-                    if roll < special {
-                        specials[(u % 5) as usize]
-                    } else if roll < special + neg_big {
-                        -1e30
-                    } else {
-                        ((u >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * mag
-                    }
-                })
-                .collect()
-        }
+    /// `n` values uniform in ±`mag`, with `special` per mille of them ±∞,
+    /// NaN or ±0 and `neg_big` per mille −1e30, drawn from `rng`.
+    fn values(rng: &mut TestRng, n: usize, mag: f32, special: u64, neg_big: u64) -> Vec<f32> {
+        let specials = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0];
+        (0..n)
+            .map(|_| {
+                let (roll, u) = (rng.next_u64() % 1000, rng.next_u64());
+                if roll < special {
+                    specials[(u % 5) as usize]
+                } else if roll < special + neg_big {
+                    -1e30
+                } else {
+                    ((u >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * mag
+                }
+            })
+            .collect()
     }
 
     /// A test case: lead, (m, d, t, e), the operands' layouts (q, k, v,
@@ -1080,14 +1068,23 @@ mod tests {
     fn check_case(c: &Case) -> Result<(), TestCaseError> {
         let (lead, (m, d, t, e), layouts, numerics, scale, data, range) = c;
         let (m, d, t, e, (seed, mags, specials, masked)) = (*m, *d, *t, *e, *data);
-        let mut rng = Rng(seed);
+        // The case's data from its seed (proptest's ChaCha generator).
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&seed.to_le_bytes());
+        let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &key);
         let dims = [(m, d), (d, t), (t, e), (m, t)];
         let (mut st, mut data) = (Vec::new(), Vec::new());
         for (i, (&(a, b), &lo)) in dims.iter().zip(layouts).enumerate() {
             let (s, n) = strides(lead, a, b, lo);
             let mag = [1.0, 30.0, 1e4][mags[i]];
             let neg_big = if i == 3 && masked { 300 } else { 0 };
-            data.push(rng.fill(n, mag, if specials { 3 } else { 0 }, neg_big));
+            data.push(values(
+                &mut rng,
+                n,
+                mag,
+                if specials { 3 } else { 0 },
+                neg_big,
+            ));
             st.push(s);
         }
         // The keys and values in f32, f16 or bf16 (the seed picks): the
