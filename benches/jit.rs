@@ -136,14 +136,18 @@ fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// A cache of `threads` that compiles the optimized tier at once: the
+/// benches time steady-state kernels.
 fn jit(threads: usize) -> Jit {
-    Jit::new(CacheConfig {
+    let j = Jit::new(CacheConfig {
         options: JitOptions {
             threads,
             ..Default::default()
         },
         ..Default::default()
-    })
+    });
+    j.set_tiered(false);
+    j
 }
 
 // ---------------------------------------------------------------------------
@@ -704,6 +708,7 @@ fn bench_latency(c: &mut Criterion) {
         },
         ..Default::default()
     });
+    generic.set_tiered(false);
     let special = jit(1);
     table(
         "shape-generic vs σ-specialised kernel (10-op chain, 1M f32, 1 thread)",

@@ -45,13 +45,15 @@ fn batch(b: usize, s: usize) -> Batch {
     }
 }
 
-/// Median of `reps` timed calls of `f` after three warm-up calls, and the
-/// last call's result.
+/// Median of `reps` timed calls of `f` after three warm-up calls (and
+/// every kernel they compiled raised to the optimized tier), and the last
+/// call's result.
 fn time<T>(reps: usize, mut f: impl FnMut() -> Result<T, BoxError>) -> Result<(f64, T), BoxError> {
     let mut out = f()?;
     for _ in 0..2 {
         out = f()?;
     }
+    tc::llvm::Jit::global().finish_tiers();
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
         let t0 = Instant::now();

@@ -150,6 +150,12 @@ pub const TC_LLVM_PROFILE: Var = var(
     "off",
     "Any value but `0` prints every executed step's time to stderr.",
 );
+/// Tiered compilation.
+pub const TC_JIT_TIERS: Var = var(
+    "TC_JIT_TIERS",
+    "on",
+    "`0` compiles every kernel at the optimized tier at once (no quick tier, no background tier-up).",
+);
 /// An AVX2-only host, emulated.
 pub const TC_HOST_AVX2: Var = var(
     "TC_HOST_AVX2",
@@ -282,6 +288,7 @@ pub const ALL: &[Var] = &[
     TC_PIN_THREADS,
     TC_STREAM,
     TC_LLVM_PROFILE,
+    TC_JIT_TIERS,
     TC_HOST_AVX2,
     TC_MM_MR,
     TC_MM_KC,

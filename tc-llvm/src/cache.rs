@@ -55,7 +55,8 @@ use tc_runtime::contract::{self, Arg};
 use tc_runtime::interp::{Interpreter, MAX_CALL_DEPTH};
 use tc_runtime::Tensor;
 
-use crate::exec::{compile_with, CompiledFn};
+use crate::exec::{compile_at, CompiledFn};
+use crate::jit::Tier;
 use crate::options::{Error, JitOptions};
 
 /// Cache settings.
@@ -100,6 +101,10 @@ pub struct Stats {
     /// Compilations (of either kind) whose object code came from the
     /// persistent cache ([`crate::disk`]) instead of LLVM.
     pub disk_loads: u64,
+    /// Compilations (of either kind) with kernels at the quick tier
+    /// ([`Jit::set_tiered`]), raised to the optimized tier in the
+    /// background once they have run long enough.
+    pub quick_compiles: u64,
     /// Entries evicted.
     pub evictions: u64,
     /// Calls run by the reference interpreter because the JIT could not
@@ -194,6 +199,8 @@ struct State {
 /// A kernel cache (use [`Jit::global`] for the process-wide one).
 pub struct Jit {
     config: Mutex<CacheConfig>,
+    /// [`Jit::set_tiered`].
+    tiered: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     stats: Mutex<Stats>,
     last_fallback: Mutex<Option<String>>,
@@ -323,6 +330,7 @@ impl Jit {
     pub fn new(config: CacheConfig) -> Jit {
         Jit {
             config: Mutex::new(config),
+            tiered: std::sync::atomic::AtomicBool::new(crate::ctx::Settings::get().tiers),
             state: Mutex::new(State::default()),
             stats: Mutex::new(Stats::default()),
             last_fallback: Mutex::new(None),
@@ -333,6 +341,44 @@ impl Jit {
     pub fn global() -> &'static Jit {
         static G: OnceLock<Jit> = OnceLock::new();
         G.get_or_init(Jit::default)
+    }
+
+    /// Tiered compilation on or off (on unless `TC_JIT_TIERS=0`): with it,
+    /// a first call compiles the kernels the persistent cache lacks at the
+    /// quick tier ([`crate::jit::Tier`]: the same bits, about a sixth of
+    /// the compile time, slower code); once its calls have run quick code
+    /// for [`crate::tier::TIER_UP_AFTER`], the function's optimized tier is
+    /// compiled on a background thread ([`crate::tier`]) and replaces the
+    /// quick code when ready. A
+    /// [`dry_run`] always compiles the optimized tier.
+    pub fn set_tiered(&self, on: bool) {
+        self.tiered.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Raise every function this cache holds at the quick tier to the
+    /// optimized tier now, and wait until every tier-up in the process is
+    /// done: a benchmark's timed rounds, or a server that says it is warm,
+    /// then run optimized code only.
+    pub fn finish_tiers(&self) {
+        let quick: Vec<Arc<CompiledFn>> = {
+            let st = lock(&self.state);
+            let slots = st.map.values().map(|e| &e.slot).chain(st.generic.values());
+            slots
+                .filter_map(|slot| match slot.get() {
+                    Some(Ok(c)) if c.ask_tier_up() => Some(c.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        for c in &quick {
+            crate::tier::submit(c);
+        }
+        crate::tier::finish_tier_ups();
+    }
+
+    /// [`Jit::set_tiered`]'s current value.
+    pub fn tiered(&self) -> bool {
+        self.tiered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Current settings.
@@ -585,6 +631,15 @@ impl Jit {
         };
         // Filled by `compiled` (its `get_or_init`).
         match slot.get() {
+            Some(Ok(c)) if c.is_quick() => {
+                let t0 = std::time::Instant::now();
+                let r = self.dispatch(c, &call);
+                let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                if c.ran_quick(ns, crate::tier::TIER_UP_AFTER) {
+                    crate::tier::submit(c);
+                }
+                r
+            }
             Some(Ok(c)) => self.dispatch(c, &call),
             Some(Err((why, sigma_dependent))) => {
                 if generic && *sigma_dependent {
@@ -609,9 +664,16 @@ impl Jit {
     ) -> (Slot, bool) {
         let (slot, generic, fresh) = self.pick(fp, sigma, cfg);
         slot.get_or_init(|| {
-            let r = compile_with(func, sigma, resolve, cfg.options, generic);
+            // A dry run is a request to have everything compiled ahead.
+            let tier = if self.tiered() && !dry() {
+                Tier::Quick
+            } else {
+                Tier::Optimized
+            };
+            let r = compile_at(func, sigma, resolve, cfg.options, generic, tier);
             let mut s = lock(&self.stats);
             if let Ok(c) = &r {
+                s.quick_compiles += u64::from(c.is_quick());
                 if generic {
                     s.generic_compiles += 1;
                 } else {

@@ -77,6 +77,9 @@ pub struct Settings {
     pub pin_threads: bool,
     /// `TC_LLVM_PROFILE`: print every executed step's time.
     pub profile_steps: bool,
+    /// `TC_JIT_TIERS`: tiered compilation in new caches (on unless `0`;
+    /// `crate::Jit::set_tiered`).
+    pub tiers: bool,
     /// `TC_MM_EDGE`: edge row panels through their own kernels.
     pub mm_edge: Switch,
     /// `TC_MM_IN_PLACE`: the streamed path reads A in place where it can.
@@ -121,6 +124,7 @@ impl Settings {
             host_avx2: env::TC_HOST_AVX2.get().is_some_and(|v| v == "1"),
             pin_threads: env::TC_PIN_THREADS.on_unless_zero(),
             profile_steps: env::TC_LLVM_PROFILE.get().is_some_and(|v| v != "0"),
+            tiers: env::TC_JIT_TIERS.on_unless_zero(),
             mm_edge: Switch::from(env::TC_MM_EDGE),
             mm_in_place: Switch::from(env::TC_MM_IN_PLACE),
             mm_stream_b: Switch::from(env::TC_MM_STREAM),

@@ -1,7 +1,8 @@
 //! Compiled functions: planning + codegen + JIT at compile time, buffers,
 //! thread splitting and steps at run time.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 use tc_core::ir::{Function, Value, ValueMap};
@@ -12,7 +13,7 @@ use tc_runtime::{cast, Tensor};
 
 use crate::codegen::{self, extent, KernelShape, QKey};
 use crate::ctx::ExecCtx;
-use crate::jit::JitModule;
+use crate::jit::{Build, JitModule, Tier};
 use crate::options::{Error, JitOptions};
 use crate::plan::{self, Step, Structure, VKind, ValInfo};
 
@@ -153,12 +154,27 @@ pub struct CompiledFn {
     inlined: Vec<(String, Function)>,
     generic: bool,
     opts: JitOptions,
-    kernels: Vec<(KernelFn, KernelShape)>,
+    /// Each kernel's entry point (a [`KernelFn`]'s address in one of
+    /// `modules`) and loop structure. The address is replaced when the
+    /// optimized tier is linked ([`CompiledFn::tier_up`]).
+    kernels: Vec<(AtomicUsize, KernelShape)>,
+    /// The kernels' exported names, in `kernels`' order.
+    exports: Vec<String>,
     /// Steps large enough to split across the pool (σ-specialised only; 0
     /// for generic compilations), see [`CompiledFn::wants_worker`].
     par_regions: usize,
     qkeys: Vec<QKey>,
-    _module: Option<JitModule>,
+    /// The code `kernels` point into: the first compilation's module and,
+    /// after a tier-up, the optimized one. Both are kept as long as this
+    /// value, since a call that read an address before the swap may still
+    /// be running the code behind it.
+    modules: Mutex<Vec<JitModule>>,
+    /// Some kernel still runs quick-tier code ([`Tier::Quick`]).
+    quick: AtomicBool,
+    /// Nanoseconds its calls ran while `quick` ([`CompiledFn::ran_quick`]).
+    quick_ns: AtomicU64,
+    /// The tier-up was asked for.
+    tier_up_asked: AtomicBool,
     /// The plans of the last few σs (generic compilations only).
     plans: PlanMemo,
     /// Milliseconds spent compiling (planning, codegen, O3 and object code, or the persistent cache; linking).
@@ -180,25 +196,15 @@ impl std::fmt::Debug for CompiledFn {
     }
 }
 
-/// The exported kernels' entry points, each with its loop structure.
-fn kernel_fns(
-    m: &JitModule,
-    exports: &[String],
-    shapes: &[KernelShape],
-) -> Result<Vec<(KernelFn, KernelShape)>, Error> {
-    let mut ks = Vec::new();
-    for (name, shape) in exports.iter().zip(shapes) {
-        let a = m
-            .addr(name)
-            .ok_or_else(|| Error::Llvm(format!("missing {name}")))?;
-        // SAFETY: `a` is the address ORC resolved for the export `name`,
-        // and every exported `k{id}` is emitted with exactly the
-        // `KernelFn` signature (codegen::finish_fn); the code stays mapped
-        // while `m` lives, and `CompiledFn` keeps it next to the result.
-        let f: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(a) };
-        ks.push((f, shape.clone()));
-    }
-    Ok(ks)
+/// The exported kernels' addresses in `m`, in `exports`' order.
+fn kernel_addrs(m: &JitModule, exports: &[String]) -> Result<Vec<usize>, Error> {
+    exports
+        .iter()
+        .map(|name| {
+            m.addr(name)
+                .ok_or_else(|| Error::Llvm(format!("missing {name}")))
+        })
+        .collect()
 }
 
 /// Compile the GEMM kernels `func`'s products will run: foreseen from
@@ -277,6 +283,20 @@ pub fn compile_with<'f>(
     opts: JitOptions,
     generic: bool,
 ) -> Result<CompiledFn, Error> {
+    compile_at(func, sigma, resolve, opts, generic, Tier::Optimized)
+}
+
+/// [`compile_with`], the kernels the persistent cache does not hold
+/// compiled at `tier`. A [`Tier::Quick`] result computes the same bits and
+/// can be raised to the optimized tier later ([`CompiledFn::tier_up`]).
+pub fn compile_at<'f>(
+    func: &Function,
+    sigma: &Sigma,
+    resolve: &dyn Fn(&str) -> Option<&'f Function>,
+    opts: JitOptions,
+    generic: bool,
+    tier: Tier,
+) -> Result<CompiledFn, Error> {
     let t0 = std::time::Instant::now();
     // A compile called directly (not through a call) also splits on the
     // pool: tc builds it first, pinned (`threads`).
@@ -313,7 +333,9 @@ pub fn compile_with<'f>(
             let code = codegen::gen_module(func, &vals, &st, &sigma_ext, generic, opts)?;
             let (ir, exports) = (&code.ir, &code.exports);
             let module = (!exports.is_empty())
-                .then(|| JitModule::compile_split(ir, &crate::rt::symbols(), exports))
+                .then(|| {
+                    JitModule::compile_split(ir, &crate::rt::symbols(), exports, Build::Now(tier))
+                })
                 .transpose()?;
             Ok((code, module))
         },
@@ -321,19 +343,22 @@ pub fn compile_with<'f>(
     );
     let (code, module) = built?;
     warm?;
-    let (module, kernels) = match module {
-        None => (None, Vec::new()),
-        Some(m) => {
-            let ks = kernel_fns(&m, &code.exports, &code.shapes)?;
-            (Some(m), ks)
-        }
+    let addrs = match &module {
+        None => Vec::new(),
+        Some(m) => kernel_addrs(m, &code.exports)?,
     };
+    let kernels: Vec<(AtomicUsize, KernelShape)> = addrs
+        .into_iter()
+        .zip(code.shapes.iter().cloned())
+        .map(|(a, shape)| (AtomicUsize::new(a), shape))
+        .collect();
     let par_regions = if generic {
         0
     } else {
         parallel_regions(func, &vals, &st, &kernels)
     };
     let from_disk = module.as_ref().is_some_and(|m| m.from_disk);
+    let quick = module.as_ref().is_some_and(|m| m.quick);
     Ok(CompiledFn {
         par_regions,
         func: Arc::new(func.clone()),
@@ -346,8 +371,12 @@ pub fn compile_with<'f>(
         generic,
         opts,
         kernels,
+        exports: code.exports,
         qkeys: code.qkeys,
-        _module: module,
+        modules: Mutex::new(module.into_iter().collect()),
+        quick: AtomicBool::new(quick),
+        quick_ns: AtomicU64::new(0),
+        tier_up_asked: AtomicBool::new(false),
         plans: PlanMemo::default(),
         compile_ms: t0.elapsed().as_secs_f64() * 1e3,
         from_disk,
@@ -363,7 +392,7 @@ fn parallel_regions(
     func: &Function,
     vals: &ValueMap<ValInfo>,
     st: &Structure,
-    kernels: &[(KernelFn, KernelShape)],
+    kernels: &[(AtomicUsize, KernelShape)],
 ) -> usize {
     let numel = |v: &Value| vals[*v].numel();
     let splits = |step: &Step| match step {
@@ -834,6 +863,68 @@ impl CompiledFn {
         &self.sigma
     }
 
+    /// Kernel `id`'s entry point: the optimized tier's once it is linked.
+    fn kernel(&self, id: usize) -> KernelFn {
+        // Acquire: pairs with `tier_up`'s release, so the code behind a
+        // swapped address is visible to this thread.
+        let a = self.kernels[id].0.load(Ordering::Acquire);
+        // SAFETY: `a` is an address ORC resolved for the export
+        // `self.exports[id]` in one of `self.modules` (`compile_at`,
+        // `tier_up`), and every exported `k{id}` is emitted with exactly
+        // the `KernelFn` signature (codegen::finish_fn); the modules stay
+        // mapped as long as `self`.
+        unsafe { std::mem::transmute::<usize, KernelFn>(a) }
+    }
+
+    /// Whether some kernel still runs quick-tier code ([`Tier::Quick`]).
+    pub fn is_quick(&self) -> bool {
+        self.quick.load(Ordering::Acquire)
+    }
+
+    /// Count `ns` nanoseconds of a call that ran quick code; true exactly
+    /// once, when its calls have together run `after`
+    /// ([`crate::tier::TIER_UP_AFTER`]): then the caller queues
+    /// [`CompiledFn::tier_up`]. A program that calls it briefly (a one-shot
+    /// embedding) never pays for the optimized tier; one that runs it
+    /// longer (a server, a batch of 8 × 128 tokens) gets it soon.
+    pub(crate) fn ran_quick(&self, ns: u64, after: std::time::Duration) -> bool {
+        let total = self
+            .quick_ns
+            .fetch_add(ns, Ordering::Relaxed)
+            .saturating_add(ns);
+        total as u128 >= after.as_nanos() && self.ask_tier_up()
+    }
+
+    /// True exactly once while quick: the first asker queues the tier-up.
+    pub(crate) fn ask_tier_up(&self) -> bool {
+        self.is_quick() && !self.tier_up_asked.swap(true, Ordering::Relaxed)
+    }
+
+    /// Compile the kernels at [`Tier::Optimized`] (parts the persistent
+    /// cache holds are loaded; compiled parts are stored) on this thread,
+    /// one part after another, and switch every kernel to them. Calls
+    /// running meanwhile go on with the quick code, which stays mapped:
+    /// both compute the same bits. Nothing to do unless [`Self::is_quick`].
+    pub fn tier_up(&self) -> Result<(), Error> {
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.is_quick() {
+            return Ok(());
+        }
+        let m = JitModule::compile_split(
+            &self.ir,
+            &crate::rt::symbols(),
+            &self.exports,
+            Build::Background,
+        )?;
+        let addrs = kernel_addrs(&m, &self.exports)?;
+        for ((slot, _), a) in self.kernels.iter().zip(addrs) {
+            slot.store(a, Ordering::Release);
+        }
+        modules.push(m);
+        self.quick.store(false, Ordering::Release);
+        Ok(())
+    }
+
     /// Number of fused kernels.
     pub fn kernel_count(&self) -> usize {
         self.kernels.len()
@@ -1021,7 +1112,7 @@ impl CompiledFn {
         let (ptrs, owned_bufs) = (&mut st.ptrs, &mut st.owned_bufs);
         let (shp, slots) = (&st.shp, &st.slots);
         let o = &vals[out];
-        let (f, shape) = &self.kernels[id];
+        let (f, shape) = (self.kernel(id), &self.kernels[id].1);
         let (outer, work) = extent(func, vals, out, shape);
         let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 2);
         list.push(ptrs[out]);
@@ -1066,7 +1157,7 @@ impl CompiledFn {
             // output's linear index.
             // SAFETY: and every input has the output's length
             // (checked in `stream`), as `run_flat_streamed` needs.
-            unsafe { run_flat_streamed(*f, &list, &dts, p.1, p.2, outer, ctx.threads) };
+            unsafe { run_flat_streamed(f, &list, &dts, p.1, p.2, outer, ctx.threads) };
         } else {
             // The arguments' shapes were checked against σ by
             // `contract::bind_args` (σ = the compiled one, or
@@ -1074,7 +1165,7 @@ impl CompiledFn {
             // sized by `out_buffer` from the same `vals`.
             // SAFETY: so each buffer holds its planned shape, and
             // `outer` is the output's planned extent (`extent`).
-            unsafe { run_split(*f, p, outer, work, align, &ctx) };
+            unsafe { run_split(f, p, outer, work, align, &ctx) };
         }
         if let Some(s) = scratch {
             tc_runtime::pool::give(s);
@@ -1107,7 +1198,7 @@ impl CompiledFn {
         for v in inputs {
             list.push(ptrs[*v]);
         }
-        let (f, _) = &self.kernels[id];
+        let f = self.kernel(id);
         let mut work = 0usize;
         let mut outer = 1usize;
         for m in members {
@@ -1128,7 +1219,7 @@ impl CompiledFn {
         // `out_buffer` from `vals`, inputs are checked arguments
         // or earlier outputs; `outer` is the members' common row
         // count (plan::group_rows groups rows of one extent).
-        unsafe { run_split(*f, p, outer, work, 1, &ctx) };
+        unsafe { run_split(f, p, outer, work, 1, &ctx) };
         for (m, buf) in members.iter().zip(bufs) {
             owned_bufs[*m] = Some(Held::Buf(buf));
         }

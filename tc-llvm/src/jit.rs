@@ -30,42 +30,74 @@ use crate::orc::Loader;
 
 pub use crate::host::{host, Host};
 
-fn target_machine() -> Result<TargetMachine, Error> {
+/// How a module's object code is made. Both tiers compute the same bits:
+/// the generated IR carries no fast-math flag and fixes its own summation
+/// orders (`codegen::reduce::LANES`), so LLVM's optimisations change only
+/// speed, never a result (`tests/tiers.rs` compares the two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// [`QUICK_PIPELINE`] and LLVM's fast instruction selection: a
+    /// MiniLM's kernels in a sixth of the time, running about half as fast
+    /// (8 × 128 tokens). Stored in the persistent cache as an entry of its
+    /// own, which a later process loads only where the optimized tier's
+    /// entry is missing.
+    Quick,
+    /// [`crate::host::PIPELINE`] and full code generation.
+    Optimized,
+}
+
+/// The quick tier's pass pipeline: the loops' stack slots promoted to
+/// registers, nothing else.
+pub const QUICK_PIPELINE: &str = "function(mem2reg)";
+
+fn target_machine(tier: Tier) -> Result<TargetMachine, Error> {
     let h = host();
     let triple = TargetMachine::get_default_triple();
     let target = Target::from_triple(&triple).map_err(|e| Error::Llvm(e.to_string()))?;
+    let level = match tier {
+        Tier::Quick => OptimizationLevel::None,
+        Tier::Optimized => OptimizationLevel::Aggressive,
+    };
     target
         .create_target_machine(
             &triple,
             &h.cpu,
             &h.features,
-            OptimizationLevel::Aggressive,
+            level,
             RelocMode::Default,
             CodeModel::JITDefault,
         )
         .ok_or_else(|| Error::Llvm("cannot create a target machine for the host".into()))
 }
 
+/// A thread's target machine of one tier, or why it could not be made.
+type Machine = Option<std::rc::Rc<Result<TargetMachine, String>>>;
+
 thread_local! {
-    /// This thread's host target machine, made once: LLVM builds the
-    /// subtarget (register classes, lowering tables) for the host's CPU
-    /// and features inside it the first time a function asks, about a
-    /// millisecond that every compilation paid twice (optimisation and
-    /// code generation each made their own). A target machine is not
-    /// shared between threads, and what it caches is a function of the
-    /// host identity alone, so the object code is the same either way.
-    /// Kept until [`release_target_machines`].
-    static TARGET_MACHINE: std::cell::RefCell<Option<std::rc::Rc<Result<TargetMachine, String>>>> =
-        const { std::cell::RefCell::new(None) };
+    /// This thread's host target machines (one per [`Tier`]), made once:
+    /// LLVM builds the subtarget (register classes, lowering tables) for
+    /// the host's CPU and features inside it the first time a function
+    /// asks, about a millisecond that every compilation paid twice
+    /// (optimisation and code generation each made their own). A target
+    /// machine is not shared between threads, and what it caches is a
+    /// function of the host identity alone, so the object code is the same
+    /// either way. Kept until [`release_target_machines`].
+    static TARGET_MACHINE: std::cell::RefCell<[Machine; 2]> =
+        const { std::cell::RefCell::new([None, None]) };
 }
 
-/// Run `f` with this thread's host target machine.
-fn with_target_machine<R>(f: impl FnOnce(&TargetMachine) -> Result<R, Error>) -> Result<R, Error> {
+/// Run `f` with this thread's host target machine of `tier`.
+fn with_target_machine<R>(
+    tier: Tier,
+    f: impl FnOnce(&TargetMachine) -> Result<R, Error>,
+) -> Result<R, Error> {
     // The machine is held by `f`'s call, not the cell: `f` may compile
     // again on this thread, and a release meanwhile only drops the cell's.
     let tm = TARGET_MACHINE.with(|cell| {
-        cell.borrow_mut()
-            .get_or_insert_with(|| std::rc::Rc::new(target_machine().map_err(|e| e.to_string())))
+        cell.borrow_mut()[tier as usize]
+            .get_or_insert_with(|| {
+                std::rc::Rc::new(target_machine(tier).map_err(|e| e.to_string()))
+            })
             .clone()
     });
     match &*tm {
@@ -81,7 +113,7 @@ fn with_target_machine<R>(f: impl FnOnce(&TargetMachine) -> Result<R, Error>) ->
 /// `tc::llvm::dry_run`) and that will mostly not compile again.
 pub fn release_target_machines() {
     fn clear() {
-        TARGET_MACHINE.with(|cell| drop(cell.borrow_mut().take()));
+        TARGET_MACHINE.with(|cell| drop(std::mem::take(&mut *cell.borrow_mut())));
     }
     clear();
     crate::threads::init();
@@ -96,10 +128,11 @@ fn pass_options() -> PassBuilderOptions {
     o
 }
 
-/// Parse `ir`, run [`crate::host::PIPELINE`] with the host target machine.
+/// Parse `ir`, run `tier`'s pipeline ([`crate::host::PIPELINE`] or
+/// [`QUICK_PIPELINE`]) with the host target machine.
 fn optimise<'c>(
     ctx: &'c Context,
-    tm: &TargetMachine,
+    (tm, tier): (&TargetMachine, Tier),
     ir: &str,
     name: &str,
 ) -> Result<Module<'c>, Error> {
@@ -116,17 +149,21 @@ fn optimise<'c>(
         .map_err(|e| Error::Llvm(format!("generated IR does not verify: {}", e.to_string())))?;
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
+    let pipeline = match tier {
+        Tier::Quick => QUICK_PIPELINE,
+        Tier::Optimized => "default<O3>",
+    };
     module
-        .run_passes("default<O3>", tm, pass_options())
-        .map_err(|e| Error::Llvm(format!("O3 pipeline: {}", e.to_string())))?;
+        .run_passes(pipeline, tm, pass_options())
+        .map_err(|e| Error::Llvm(format!("{pipeline} pipeline: {}", e.to_string())))?;
     Ok(module)
 }
 
 /// Optimise `ir` and return the host assembly (for inspection and tests).
 pub fn assembly(ir: &str) -> Result<String, Error> {
-    with_target_machine(|tm| {
+    with_target_machine(Tier::Optimized, |tm| {
         let ctx = Context::create();
-        let module = optimise(&ctx, tm, ir, "asm")?;
+        let module = optimise(&ctx, (tm, Tier::Optimized), ir, "asm")?;
         let buf = tm
             .write_to_memory_buffer(&module, FileType::Assembly)
             .map_err(|e| Error::Llvm(e.to_string()))?;
@@ -136,9 +173,9 @@ pub fn assembly(ir: &str) -> Result<String, Error> {
 
 /// Optimise `ir` and return the optimised IR text.
 pub fn optimised_ir(ir: &str) -> Result<String, Error> {
-    with_target_machine(|tm| {
+    with_target_machine(Tier::Optimized, |tm| {
         let ctx = Context::create();
-        let module = optimise(&ctx, tm, ir, "ir")?;
+        let module = optimise(&ctx, (tm, Tier::Optimized), ir, "ir")?;
         Ok(module.print_to_string().to_string())
     })
 }
@@ -155,6 +192,8 @@ pub struct JitModule {
     /// The object code came from the persistent cache ([`crate::disk`]):
     /// no optimisation or code generation ran.
     pub from_disk: bool,
+    /// A part of it was compiled at [`Tier::Quick`].
+    pub quick: bool,
 }
 
 impl std::fmt::Debug for JitModule {
@@ -163,8 +202,52 @@ impl std::fmt::Debug for JitModule {
             .field("fns", &self.fns)
             .field("compile_ms", &self.compile_ms)
             .field("from_disk", &self.from_disk)
+            .field("quick", &self.quick)
             .finish()
     }
+}
+
+/// How [`JitModule::compile_split`] makes the parts the persistent cache
+/// does not hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// At this tier, the parts on parallel threads (a call waits).
+    Now(Tier),
+    /// At [`Tier::Optimized`], one part after another on this thread
+    /// (the background tier-up, `crate::tier`): it leaves the other CPUs
+    /// to the calls running meanwhile.
+    Background,
+}
+
+impl Build {
+    fn tier(self) -> Tier {
+        match self {
+            Build::Now(t) => t,
+            Build::Background => Tier::Optimized,
+        }
+    }
+}
+
+/// Where a part's object code came from, and its tier.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Disk(Tier),
+    Compiled(Tier),
+}
+
+impl Origin {
+    fn tier(self) -> Tier {
+        match self {
+            Origin::Disk(t) | Origin::Compiled(t) => t,
+        }
+    }
+}
+
+/// The text a quick-tier object is stored under in the persistent cache:
+/// the IR after a line naming the tier's pipeline and code generation, so
+/// it is an entry of its own, never found as the optimized tier's.
+fn quick_key(ir: &str) -> String {
+    format!("; tc quick tier: {QUICK_PIPELINE}, code generation -O0\n{ir}")
 }
 
 /// A module's IR text above which [`split_module`] cuts it in parts.
@@ -232,9 +315,14 @@ pub fn split_module(ir: &str) -> Vec<String> {
 
 /// Optimise `ir` and generate the host's relocatable object code for it.
 pub fn object_code(ir: &str) -> Result<Vec<u8>, Error> {
-    with_target_machine(|tm| {
+    object_code_at(ir, Tier::Optimized)
+}
+
+/// [`object_code`] at `tier`.
+pub fn object_code_at(ir: &str, tier: Tier) -> Result<Vec<u8>, Error> {
+    with_target_machine(tier, |tm| {
         let ctx = Context::create();
-        let module = optimise(&ctx, tm, ir, "tc")?;
+        let module = optimise(&ctx, (tm, tier), ir, "tc")?;
         let buf = tm
             .write_to_memory_buffer(&module, FileType::Object)
             .map_err(|e| Error::Llvm(format!("object code: {}", e.to_string())))?;
@@ -263,76 +351,108 @@ impl JitModule {
         exports: &[String],
         store: Option<&crate::disk::Store>,
     ) -> Result<JitModule, Error> {
-        Self::compile_parts(&[ir.to_string()], symbols, exports, store)
+        Self::compile_built(ir, symbols, exports, store, Build::Now(Tier::Optimized))
+    }
+
+    /// [`JitModule::compile_with`], made as `build` says.
+    pub fn compile_built(
+        ir: &str,
+        symbols: &[(&str, usize)],
+        exports: &[String],
+        store: Option<&crate::disk::Store>,
+        build: Build,
+    ) -> Result<JitModule, Error> {
+        Self::compile_parts(&[ir.to_string()], symbols, exports, (store, build))
     }
 
     /// Compile a function's kernels as the parts [`split_module`] cut its
-    /// module into, on parallel threads (each part its own LLVM context and
-    /// its own persistent-cache entry), and link them as one: a cold first
-    /// call costs the largest part's optimisation, not the sum.
+    /// module into (each part its own LLVM context and its own
+    /// persistent-cache entry) and link them as one: with [`Build::Now`],
+    /// on parallel threads, so a cold first call costs the largest part's
+    /// compilation, not the sum. A part the persistent cache holds is
+    /// loaded, whatever `build` says: it is the optimized tier's.
     pub fn compile_split(
         ir: &str,
         symbols: &[(&str, usize)],
         exports: &[String],
+        build: Build,
     ) -> Result<JitModule, Error> {
         let parts = split_module(ir);
-        Self::compile_parts(&parts, symbols, exports, crate::disk::Store::global())
+        Self::compile_parts(
+            &parts,
+            symbols,
+            exports,
+            (crate::disk::Store::global(), build),
+        )
     }
 
     fn compile_parts(
         parts: &[String],
         symbols: &[(&str, usize)],
         exports: &[String],
-        store: Option<&crate::disk::Store>,
+        (store, build): (Option<&crate::disk::Store>, Build),
     ) -> Result<JitModule, Error> {
         let t0 = Instant::now();
         host();
-        let objects = Self::objects(parts, store, true)?;
-        let from_disk = objects.iter().all(|o| o.1);
-        match Self::link(&objects, symbols, exports, t0, from_disk) {
+        let objects = Self::objects(parts, store, build, true)?;
+        match Self::link(&objects, symbols, exports, t0) {
             // A cached entry that matches the IR and this host but does not
             // link (it cannot happen short of an LLVM change under the same
             // identity) is recompiled and replaced, never trusted.
-            Err(_) if objects.iter().any(|o| o.1) => {
-                let fresh = Self::objects(parts, store, false)?;
-                Self::link(&fresh, symbols, exports, t0, false)
+            Err(_) if objects.iter().any(|o| matches!(o.1, Origin::Disk(_))) => {
+                let fresh = Self::objects(parts, store, build, false)?;
+                Self::link(&fresh, symbols, exports, t0)
             }
             r => r,
         }
     }
 
-    /// Each part's object code, on parallel threads, and whether it came
-    /// from the persistent cache (looked up when `cached`; a compiled part
-    /// is stored).
+    /// Each part's object code and where it came from: the persistent
+    /// cache (looked up when `cached`: the optimized tier's entry, else,
+    /// for a quick build, the quick tier's), else compiled as `build` says
+    /// and stored under its tier's entry.
     fn objects(
         parts: &[String],
         store: Option<&crate::disk::Store>,
+        build: Build,
         cached: bool,
-    ) -> Result<Vec<(Vec<u8>, bool)>, Error> {
-        // Off the pool: a compile holds its cache slot (`crate::offpool`).
-        crate::offpool::map(parts, |ir| {
-            match store.filter(|_| cached).and_then(|s| s.load(ir)) {
-                Some(object) => Ok((object, true)),
-                None => {
-                    let _busy = crate::offpool::Compiling::start();
-                    let object = object_code(ir)?;
-                    if let Some(s) = store {
-                        s.save(ir, &object);
-                    }
-                    Ok((object, false))
+    ) -> Result<Vec<(Vec<u8>, Origin)>, Error> {
+        let tier = build.tier();
+        let one = |ir: &String| {
+            let lookup = store.filter(|_| cached);
+            if let Some(object) = lookup.and_then(|s| s.load(ir)) {
+                return Ok((object, Origin::Disk(Tier::Optimized)));
+            }
+            if tier == Tier::Quick {
+                if let Some(object) = lookup.and_then(|s| s.load(&quick_key(ir))) {
+                    return Ok((object, Origin::Disk(Tier::Quick)));
                 }
             }
-        })
-        .into_iter()
-        .collect()
+            // A call waits on it: the sessions' helpers nap meanwhile
+            // (`crate::offpool::Compiling`); a background compile leaves
+            // them be.
+            let _busy = matches!(build, Build::Now(_)).then(crate::offpool::Compiling::start);
+            let object = object_code_at(ir, tier)?;
+            if let Some(s) = store {
+                match tier {
+                    Tier::Optimized => s.save(ir, &object),
+                    Tier::Quick => s.save(&quick_key(ir), &object),
+                }
+            }
+            Ok((object, Origin::Compiled(tier)))
+        };
+        match build {
+            Build::Background => parts.iter().map(one).collect(),
+            // Off the pool: a compile holds its cache slot (`crate::offpool`).
+            Build::Now(_) => crate::offpool::map(parts, one).into_iter().collect(),
+        }
     }
 
     fn link(
-        objects: &[(Vec<u8>, bool)],
+        objects: &[(Vec<u8>, Origin)],
         symbols: &[(&str, usize)],
         exports: &[String],
         t0: Instant,
-        from_disk: bool,
     ) -> Result<JitModule, Error> {
         let loader = Loader::new(symbols)?;
         for (object, _) in objects {
@@ -346,7 +466,8 @@ impl JitModule {
             _loader: loader,
             fns,
             compile_ms: t0.elapsed().as_secs_f64() * 1e3,
-            from_disk,
+            from_disk: objects.iter().all(|o| matches!(o.1, Origin::Disk(_))),
+            quick: objects.iter().any(|o| o.1.tier() == Tier::Quick),
         })
     }
 
@@ -410,6 +531,7 @@ pub(crate) fn link_for_process(ir: &str, name: &str) -> Option<usize> {
     let (object, _) = JitModule::objects(
         std::slice::from_ref(&ir),
         crate::disk::Store::global(),
+        Build::Now(Tier::Optimized),
         true,
     )
     .ok()?

@@ -12,7 +12,9 @@
 //!    an expression tree per output element, layout ops as index
 //!    arithmetic, reductions with their producer inside the reduction loop.
 //! 3. [`jit`]: `default<O3>`, unrolling only loops that ask
-//!    ([`host::PIPELINE`]), with a host `TargetMachine`, every function
+//!    ([`host::PIPELINE`]), or at a first call the quick tier
+//!    ([`jit::Tier`], raised in the background by [`tier`]; the same
+//!    bits), with a host `TargetMachine`, every function
 //!    carrying `target-cpu`/`target-features`/`prefer-vector-width`=512,
 //!    a large module cut into parts optimised on parallel threads
 //!    ([`jit::split_module`]), object code linked into the process by ORC
@@ -65,7 +67,14 @@
 //!   in `tests/differential.rs`.
 //! - Float reductions (sum, mean) over the last axis and matmul: the
 //!   summation order differs (vectorized partial sums, FMA, K-blocking),
-//!   which Section 4 §6 allows. Float `prod` keeps the interpreter's order
+//!   which Section 4 §6 allows. The order is the generated code's, never
+//!   LLVM's (no fast-math flag reaches the IR): a sum outside
+//!   deterministic mode adds element `i` of the last reduced axis into lane
+//!   `i mod 16` of 16 accumulators (the outer reduced axes in row-major
+//!   order), then sums the lanes by halving (lane `j` += lane `j + h`, h =
+//!   8, 4, 2, 1: `codegen::reduce::LANES`). So the quick and the optimized
+//!   tier ([`jit::Tier`]), the shape-generic and the specialised kernels,
+//!   and hosts of every vector width compute the same bits. Float `prod` keeps the interpreter's order
 //!   in every mode and is bit-identical: a reordered product overflows to
 //!   ±inf (and inf · 0 = NaN) where the in-order fold is finite, which no
 //!   error bound covers. Reductions over other axes vectorize across
@@ -118,6 +127,7 @@ pub mod plan;
 mod rt;
 pub mod team;
 pub mod threads;
+pub mod tier;
 
 pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
@@ -126,6 +136,7 @@ pub use options::{
     enter_quant_numerics, quant_numerics, with_quant_numerics, Error, JitOptions, TOLERANCE,
 };
 pub use team::session;
+pub use tier::{finish_tier_ups, tier_ups};
 
 use tc_core::ir::Function;
 use tc_runtime::contract::Arg;

@@ -12,7 +12,9 @@
 //! `pack_wide` toggle the GEMM's process-wide path switches, which would
 //! move other tests off the path they mean to take; `prepack.rs` counts
 //! the bytes the process read ahead and `streaming.rs` the hits of the
-//! process's storage pool, which other tests would add to.
+//! process's storage pool, which other tests would add to; `tiers.rs`
+//! turns the persistent kernel cache off before anything compiles and
+//! counts the process's tier-ups.
 //!
 //! A new test file is declared here or as a `[[test]]`
 //! (`tests/architecture.rs` at the workspace root fails on one that is

@@ -1,6 +1,6 @@
 //! Calls spliced into their caller (`tc_llvm::inline`, σ-specialised
-//! compilations): the result is the interpreter's, bit for bit, in every
-//! JIT mode, including where the callee's names mean other things than the
+//! compilations): the result is the interpreter's, bit for bit in
+//! deterministic mode and within the stated bound in the others, including where the callee's names mean other things than the
 //! caller's, where scalars and dims are passed on, and where the callee's
 //! contract fails (then the call is kept and fails as the interpreter
 //! does). Host ops and call cycles keep their calls.
@@ -70,11 +70,24 @@ fn agree(f: &Function, args: &[Arg], resolve: &Resolver) {
     for opts in [EXACT, DET] {
         let j = jit_with(opts);
         let got = j.call(f, args, resolve).expect("jit");
-        assert_bits(&format!("{} {opts:?}", f.sig.name), &got, &want, false);
+        let what = format!("{} {opts:?}", f.sig.name);
+        if opts.deterministic {
+            assert_bits(&what, &got, &want, false);
+        } else {
+            // A float sum over the last axis is in the lane order outside
+            // deterministic mode (crate docs, "Numerics"): within the
+            // bound there, 2·(n+2)·2⁻²⁴·Σ|terms| (about 2e-6 of the
+            // result for these sums of at most 17 positive terms); an
+            // inlining that mixed up names changes whole terms.
+            assert_close(&what, &got, &want, 1e-5, 1e-5);
+        }
         assert_eq!(j.stats().fallbacks, 0, "{:?}", j.last_fallback());
     }
+    // The shape-generic kernels keep the call and sum in the same lane
+    // order: the specialised kernels' bits exactly.
     let g = generic_jit().call(f, args, resolve).unwrap();
-    assert_bits(&format!("{} generic", f.sig.name), &g, &want, false);
+    let e = jit_with(EXACT).call(f, args, resolve).unwrap();
+    assert_bits(&format!("{} generic", f.sig.name), &g, &e, false);
 }
 
 #[test]

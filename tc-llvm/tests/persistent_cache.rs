@@ -2,12 +2,13 @@
 //! compile of the same IR links stored object code instead of running LLVM;
 //! a corrupted, truncated, foreign or collided entry is refused and
 //! recompiled, never loaded; concurrent writers leave one whole entry; the
-//! size cap evicts the oldest entries.
+//! size cap evicts the oldest entries; a quick-tier object is an entry of
+//! its own, loaded only where the optimized tier's is missing.
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use tc_llvm::disk::{host_identity, Store};
-use tc_llvm::jit::JitModule;
+use tc_llvm::jit::{Build, JitModule, Tier};
 
 /// A fresh directory per test (removed when the guard drops).
 struct TempDir(PathBuf);
@@ -149,4 +150,36 @@ fn the_size_cap_evicts_the_oldest_entries() {
     assert_eq!(entries(&d).len(), 2, "{:?}", entries(&d));
     assert!(!s.path_of(&ir(1)).exists() && !s.path_of(&ir(2)).exists());
     assert!(s.path_of(&ir(4)).exists());
+}
+
+/// A quick build stores its object under an entry of its own: a later
+/// quick build loads it, an optimized build never does (it compiles and
+/// stores the optimized entry), and from then on a quick build loads the
+/// optimized one. Every module computes `f` alike.
+#[test]
+fn quick_tier_entries_are_their_own() {
+    let d = TempDir::new("tiers");
+    let s = store(&d);
+    let build = |b: Build| {
+        let m = JitModule::compile_built(&ir(9), &[], &["f".to_string()], Some(&s), b)
+            .expect("compile");
+        let a = m.addr("f").expect("export");
+        // SAFETY: as in `run`: `f` is `i64 (i64)`, and `m` outlives the call.
+        let f = unsafe { std::mem::transmute::<usize, extern "C" fn(i64) -> i64>(a) };
+        assert_eq!(f(5), 46);
+        (m.from_disk, m.quick)
+    };
+    let quick = Build::Now(Tier::Quick);
+    assert_eq!(build(quick), (false, true), "compiled quick");
+    assert_eq!(build(quick), (true, true), "the quick entry loaded");
+    assert_eq!(entries(&d).len(), 1);
+    assert_eq!(
+        build(Build::Now(Tier::Optimized)),
+        (false, false),
+        "not the quick entry"
+    );
+    assert_eq!(entries(&d).len(), 2);
+    assert_eq!(build(quick), (true, false), "the optimized entry preferred");
+    assert_eq!(build(Build::Background), (true, false));
+    assert_eq!(s.stats.writes.load(Ordering::Relaxed), 2);
 }

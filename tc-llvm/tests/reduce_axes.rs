@@ -427,7 +427,12 @@ fn threads_split_tiles_not_reductions() {
 /// specialised, for a kept last axis of one element.
 #[test]
 fn column_form_is_chosen_when_the_last_axis_is_kept() {
-    let has_row = |ir: &str| ir.contains(" x float], align 64");
+    // The column form's accumulator row (a float sum over the last axis
+    // has a row of lanes instead, `%lanes…`).
+    let has_row = |ir: &str| {
+        ir.lines()
+            .any(|l| l.trim_start().starts_with("%acc") && l.contains(" x float], align 64"))
+    };
     let shape = ["R", "C"];
     let cols = reduce_fn(ReduceOp::Sum, Dtype::F32, &[0], false, &shape, &["C"]);
     let last = reduce_fn(ReduceOp::Sum, Dtype::F32, &[1], false, &shape, &["R"]);
@@ -472,5 +477,98 @@ fn column_form_over_an_empty_output_with_a_huge_last_dim() {
     for opts in [EXACT, DET, JitOptions::default()] {
         let got = jit(&f, &args, opts);
         assert_eq!(got.shape(), &[0, n]);
+    }
+}
+
+/// The lane order of a float sum outside deterministic mode (crate docs,
+/// "Numerics"), written out: over the outer reduced indices in row-major
+/// order (`rows`), element `i` of the last reduced axis into lane
+/// `i mod 16`, then the lanes summed by halving.
+fn lane_sum(rows: &[&[f32]]) -> f32 {
+    let mut lanes = [0f32; 16];
+    for row in rows {
+        for (i, x) in row.iter().enumerate() {
+            lanes[i % 16] += x;
+        }
+    }
+    let mut h = 8;
+    while h > 0 {
+        for j in 0..h {
+            lanes[j] += lanes[j + h];
+        }
+        h /= 2;
+    }
+    lanes[0]
+}
+
+/// Float sums and means over the last axis (and over the last two) outside
+/// deterministic mode are the lane order exactly, bit for bit, whatever
+/// the length (tails of every size, lengths below one vector), specialised
+/// and shape-generic, on one thread and on the pool. Magnitudes spread
+/// over 2⁰…2¹⁹, so another order rounds differently.
+#[test]
+fn non_deterministic_sums_are_in_the_lane_order() {
+    let mut rng = Rng(0x1a4e);
+    let mut value = |k: usize| (rng.unit() * 2.0 - 1.0) * (1u32 << (k % 20)) as f32;
+    for (op, name) in [(ReduceOp::Sum, "sum"), (ReduceOp::Mean, "mean")] {
+        for c in [1usize, 2, 15, 16, 17, 31, 32, 33, 100, 385] {
+            let r = 3;
+            let xs: Vec<f32> = (0..r * c).map(&mut value).collect();
+            let f = reduce_fn(op, Dtype::F32, &[1], false, &["R", "C"], &["R"]);
+            let want: Vec<f32> = xs
+                .chunks(c)
+                .map(|row| {
+                    let s = lane_sum(&[row]);
+                    if op == ReduceOp::Mean {
+                        s / c as f32
+                    } else {
+                        s
+                    }
+                })
+                .collect();
+            let x = Tensor::from_vec(&[r, c], xs.clone()).unwrap();
+            lane_case(&format!("{name} [{r}, {c}]"), &f, x, &want);
+        }
+        for (a, b) in [(3usize, 5usize), (2, 17), (4, 40)] {
+            let r = 2;
+            let xs: Vec<f32> = (0..r * a * b).map(&mut value).collect();
+            let f = reduce_fn(op, Dtype::F32, &[1, 2], false, &["R", "A", "B"], &["R"]);
+            let want: Vec<f32> = xs
+                .chunks(a * b)
+                .map(|block| {
+                    let rows: Vec<&[f32]> = block.chunks(b).collect();
+                    let s = lane_sum(&rows);
+                    if op == ReduceOp::Mean {
+                        s / (a * b) as f32
+                    } else {
+                        s
+                    }
+                })
+                .collect();
+            let x = Tensor::from_vec(&[r, a, b], xs.clone()).unwrap();
+            lane_case(
+                &format!("{name} [{r}, {a}, {b}] over the last two"),
+                &f,
+                x,
+                &want,
+            );
+        }
+    }
+}
+
+fn lane_case(what: &str, f: &Function, x: Tensor, want: &[f32]) {
+    let args: Vec<Arg> = vec![x.into()];
+    let want = Tensor::from_vec(&[want.len()], want.to_vec()).unwrap();
+    for opts in [
+        EXACT,
+        JitOptions {
+            threads: 0,
+            ..EXACT
+        },
+        JitOptions::default(),
+    ] {
+        let (g, s) = generic_then_specialised(f, &args, opts);
+        assert_bits(&format!("{what} specialised {opts:?}"), &s, &want, false);
+        assert_bits(&format!("{what} generic {opts:?}"), &g, &want, false);
     }
 }

@@ -43,6 +43,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     tc::llvm::threads::init();
     let jit = tc::llvm::Jit::global();
+    // Steps time the optimized kernels: no quick tier to tier up from
+    // while the timed steps run.
+    jit.set_tiered(false);
     let mut cfg = jit.config();
     cfg.options.fast_quant = fast;
     // As the server and the example run: the shape-generic kernels (a

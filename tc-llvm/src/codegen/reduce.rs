@@ -1,9 +1,14 @@
 //! Reduction kernels (Section 4 §5.5) and argmax/argmin: the row form (one
 //! output element at a time along the contiguous last axis) and the column
 //! form (a kept last axis as the inner vectorized loop), folding in the
-//! interpreter's sequential order.
+//! interpreter's sequential order, or for a float sum outside deterministic
+//! mode in the lane order ([`LANES`]).
 
 use super::*;
+
+/// The accumulators of a float sum outside deterministic mode (`fold_lanes`):
+/// one 512-bit vector of f32, two 256-bit ones.
+pub(crate) const LANES: usize = 16;
 
 impl<'a> Gen<'a> {
     pub(super) fn reduce_body(
@@ -136,13 +141,7 @@ impl<'a> Gen<'a> {
         }
         self.loop_end(lj);
         // The reduced axes, then the columns.
-        let mut ls = Vec::new();
-        for &ax in axes {
-            let dax = self.dim(x, ax);
-            let (iv, li) = self.loop_begin(&Q::Lit(0), &dax);
-            src[ax] = iv;
-            ls.push(li);
-        }
+        let ls = self.reduced_loops(x, (axes, axes), &mut src);
         let (j, lj) = self.loop_begin(&Q::Lit(0), &n);
         src[rx - 1] = self.badd(&jlo, &j);
         let e = self.val(
@@ -284,45 +283,120 @@ impl<'a> Gen<'a> {
         let dt = self.vals[x].dtype;
         let o = o.clone();
         let mut src = self.out_to_in(out, x, axes, keepdims, &o);
-        let a = self.label();
         let keyed = self.reduce_keyed(rop, dt);
         let ty = if keyed { Ty::I32 } else { Ty::compute(dt) };
-        let accp = self.b.alloca(&format!("%acc{a}"), ty, 8);
-        let nanp = self.b.alloca(&format!("%nan{a}"), Ty::I1, 1);
-        let init = self.reduce_init(rop, dt, keyed);
-        self.b.store(&init, &accp);
-        self.b.store(&V::bool(false), &nanp);
-        let mut ls = Vec::new();
-        for &ax in axes {
-            let d = self.dim(x, ax);
-            let (iv, li) = self.loop_begin(&Q::Lit(0), &d);
-            src[ax] = iv;
-            ls.push(li);
-        }
+        // Products fold in the interpreter's order in every mode: a
+        // reordered product's partial products overflow to ±inf (then
+        // inf · 0 = NaN) where the in-order fold stays finite, and no error
+        // bound covers that (crate docs).
+        let lanes = !self.opts.deterministic
+            && dt.is_float()
+            && matches!(rop, ReduceOp::Sum | ReduceOp::Mean)
+            && !axes.is_empty();
+        let (res, nan) = if lanes {
+            (self.fold_lanes(x, &mut src, axes, ty), None)
+        } else {
+            self.fold_in_order((rop, dt, keyed), x, &mut src, axes, ty)
+        };
+        let res = self.reduce_finish(rop, dt, keyed, &res, nan.as_ref(), x, axes);
+        self.store(out, &o, &res);
+    }
+
+    /// Element `src` of a reduction's operand `x` (its fused producer
+    /// computed here), also stored into the group member stashed from it.
+    fn reduce_elem(&mut self, x: Value, src: &[Q]) -> V {
         let e = self.val(
             x,
             &Idx {
-                dims: Some(src.clone()),
+                dims: Some(src.to_vec()),
                 lin: None,
             },
         );
         if let Some((sx, m)) = self.stash {
             if sx == x {
-                let off = self.ravel(m, &src);
+                let off = self.ravel(m, src);
                 self.store(m, &off, &e);
             }
         }
-        // The interpreter's sequential order (no reassociation) in
-        // deterministic mode, and for products in every mode: a reordered
-        // product's partial products overflow to ±inf (then inf · 0 = NaN)
-        // where the in-order fold stays finite, and no error bound covers
-        // that, so products are bit-identical instead (crate docs).
-        let ra = if self.opts.deterministic || rop == ReduceOp::Prod {
-            ""
-        } else {
-            "reassoc "
+        e
+    }
+
+    /// Open the loops over `loops` (axes of `x`, row-major), setting their
+    /// indices in `src`; the outermost is bounded by [`Self::outer_bound`]
+    /// over all the reduced axes `all`. The caller closes them, innermost
+    /// first.
+    fn reduced_loops(
+        &mut self,
+        x: Value,
+        (loops, all): (&[usize], &[usize]),
+        src: &mut [Q],
+    ) -> Vec<super::kernels::Loop> {
+        let first = self.outer_bound(x, all);
+        let mut ls = Vec::new();
+        for (i, &ax) in loops.iter().enumerate() {
+            let d = if i == 0 {
+                first.clone()
+            } else {
+                self.dim(x, ax)
+            };
+            let (iv, li) = self.loop_begin(&Q::Lit(0), &d);
+            src[ax] = iv;
+            ls.push(li);
+        }
+        ls
+    }
+
+    /// The bound of the outermost loop over `axes` of `x`: its dim, or 0
+    /// when any of `axes` is empty (Section 4 §5.5: the fold of no
+    /// elements is the identity). The quick tier runs every loop the IR
+    /// spells out, so a nest over a huge axis around an empty one must not
+    /// be entered at all (O3 deleted it).
+    fn outer_bound(&mut self, x: Value, axes: &[usize]) -> Q {
+        let dims: Vec<Q> = axes.iter().map(|&a| self.dim(x, a)).collect();
+        let Some(first) = dims.first().cloned() else {
+            return Q::Lit(1);
         };
-        self.fold_into((rop, dt, keyed), (&accp, &nanp), &e, ra);
+        if dims.iter().any(|d| d.lit() == Some(0)) {
+            return Q::Lit(0);
+        }
+        let unknown: Vec<Q> = dims[1..]
+            .iter()
+            .filter(|d| d.lit().is_none())
+            .cloned()
+            .collect();
+        if unknown.is_empty() {
+            return first;
+        }
+        Q::of(&self.b.hoisted(|ir| {
+            let zero = V::int(Ty::I64, 0);
+            let mut any = ir.icmp("eq", &unknown[0].v(), &zero);
+            for d in &unknown[1..] {
+                let z = ir.icmp("eq", &d.v(), &zero);
+                any = ir.or(&any, &z);
+            }
+            ir.select(&any, &zero, &first.v())
+        }))
+    }
+
+    /// The interpreter's sequential fold over `axes` (row-major): the
+    /// final accumulator and, for float max/min, the NaN flag.
+    fn fold_in_order(
+        &mut self,
+        (rop, dt, keyed): (ReduceOp, Dtype, bool),
+        x: Value,
+        src: &mut [Q],
+        axes: &[usize],
+        ty: Ty,
+    ) -> (V, Option<V>) {
+        let a = self.label();
+        let accp = self.b.alloca(&format!("%acc{a}"), ty, 8);
+        let nanp = self.b.alloca(&format!("%nan{a}"), Ty::I1, 1);
+        let init = self.reduce_init(rop, dt, keyed);
+        self.b.store(&init, &accp);
+        self.b.store(&V::bool(false), &nanp);
+        let ls = self.reduced_loops(x, (axes, axes), src);
+        let e = self.reduce_elem(x, src);
+        self.fold_into((rop, dt, keyed), (&accp, &nanp), &e, "");
         for li in ls.into_iter().rev() {
             self.loop_end(li);
         }
@@ -332,8 +406,83 @@ impl<'a> Gen<'a> {
         } else {
             None
         };
-        let res = self.reduce_finish(rop, dt, keyed, &res, nan.as_ref(), x, axes);
-        self.store(out, &o, &res);
+        (res, nan)
+    }
+
+    /// A float sum outside deterministic mode, in the lane order (crate
+    /// docs, "Numerics"; Section 4 §6 lets this mode reassociate a sum):
+    /// over the outer reduced axes in row-major order, element `i` of the
+    /// last reduced axis is added to lane `i mod LANES` of `LANES`
+    /// accumulators, each lane in index order; the lanes are then summed by
+    /// halving (lane `j` += lane `j + h` for h = LANES/2, …, 1). The
+    /// generated code fixes this order, with no fast-math flag for LLVM to
+    /// reorder by: the inner loop of `LANES` independent lanes vectorizes
+    /// as it is, and every pipeline (the quick tier's and O3), every host
+    /// vector width and the shape-generic kernel compute the same bits.
+    fn fold_lanes(&mut self, x: Value, src: &mut [Q], axes: &[usize], ty: Ty) -> V {
+        let Some((&last, outer)) = axes.split_last() else {
+            return self.const_f32(0.0);
+        };
+        let a = self.label();
+        self.b
+            .entry_line(&format!("%lanes{a} = alloca [{LANES} x {ty}], align 64"));
+        let lane = |g: &mut Self, j: &Q| -> V {
+            g.b.def_text(
+                ty.ptr(),
+                format!("getelementptr inbounds [{LANES} x {ty}], [{LANES} x {ty}]* %lanes{a}, i64 0, i64 {j}"),
+            )
+        };
+        let zero = self.const_f32(0.0);
+        for j in 0..LANES as i64 {
+            let p = lane(self, &Q::Lit(j));
+            self.b.store(&zero, &p);
+        }
+        let ls = self.reduced_loops(x, (outer, axes), src);
+        let d = self.dim(x, last);
+        let w = Q::Lit(LANES as i64);
+        let chunks = match d.lit() {
+            Some(n) => Q::Lit(n / LANES as i64),
+            None => Q::of(&self.b.udiv(&d.v(), &w.v())),
+        };
+        // Element `base + j` into lane `j`, for `j` in `0..n`.
+        let mut add = |g: &mut Self, base: &Q, n: &Q| {
+            let (j, lj) = g.loop_begin(&Q::Lit(0), n);
+            src[last] = g.badd(base, &j);
+            let e = g.reduce_elem(x, src);
+            let p = lane(g, &j);
+            let acc = g.b.load(&p);
+            let sum = g.b.float_binop("fadd", "", &acc, &e);
+            g.b.store(&sum, &p);
+            g.loop_end(lj);
+        };
+        if chunks.lit() != Some(0) {
+            let (c, lc) = self.loop_begin(&Q::Lit(0), &chunks);
+            let base = self.bmul(&c, &w);
+            add(self, &base, &w);
+            self.loop_end(lc);
+        }
+        let done = self.bmul(&chunks, &w);
+        let rest = self.bsub(&d, &done);
+        if rest.lit() != Some(0) {
+            add(self, &done, &rest);
+        }
+        for li in ls.into_iter().rev() {
+            self.loop_end(li);
+        }
+        let mut v: Vec<V> = (0..LANES as i64)
+            .map(|j| {
+                let p = lane(self, &Q::Lit(j));
+                self.b.load(&p)
+            })
+            .collect();
+        let mut h = LANES / 2;
+        while h > 0 {
+            for j in 0..h {
+                v[j] = self.b.float_binop("fadd", "", &v[j], &v[j + h]);
+            }
+            h /= 2;
+        }
+        v.swap_remove(0)
     }
 
     /// `*accp = *accp op e` ([`Gen::reduce_combine`]), OR-ing float max/min's

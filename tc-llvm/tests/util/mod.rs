@@ -261,3 +261,57 @@ pub fn unary_fn(op: tc_core::ir::UnaryOp, dt: Dtype) -> Function {
     let r = b.op(tc_core::ir::Op::Unary(op, x));
     b.finish(r)
 }
+
+/// Dims named by shape variables.
+fn var_dims(ds: &[&str]) -> Vec<Dim> {
+    ds.iter().map(|d| Dim::var(*d)).collect()
+}
+
+/// Softmax over the last axis of a rank-4 tensor, as the model writes it.
+pub fn softmax4_fn() -> Function {
+    let mut b = builder("softmax4");
+    let x = b.param("x", tt(Dtype::F32, &["B", "H", "S", "T"]));
+    b.returns(tt(Dtype::F32, &["B", "H", "S", "T"]));
+    let r = softmax_rows(&mut b, x, var_dims(&["B", "H", "S", "T"]));
+    b.finish(r)
+}
+
+/// Layer norm over the last axis, as the model writes it.
+pub fn layer_norm_fn() -> Function {
+    let mut b = builder("ln");
+    let x = b.param("x", tt(Dtype::F32, &["B", "S", "C"]));
+    let g = b.param("g", tt(Dtype::F32, &["C"]));
+    let be = b.param("be", tt(Dtype::F32, &["C"]));
+    let eps = b.param("eps", tc_core::Type::Scalar(Dtype::F32));
+    b.returns(tt(Dtype::F32, &["B", "S", "C"]));
+    let full = var_dims(&["B", "S", "C"]);
+    let mu = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![2],
+        keepdims: true,
+        x,
+    });
+    let mub = b.op(Op::Broadcast(full.clone(), mu));
+    let xc = b.op(Op::Binary(BinaryOp::Sub, x, mub));
+    let sq = b.op(Op::Binary(BinaryOp::Mul, xc, xc));
+    let var = b.op(Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![2],
+        keepdims: true,
+        x: sq,
+    });
+    let ve = b.op(Op::ScalarBinary {
+        op: BinaryOp::Add,
+        x: var,
+        s: b.scalar_param(eps),
+        scalar_left: false,
+    });
+    let inv = b.op(Op::Unary(UnaryOp::Rsqrt, ve));
+    let ib = b.op(Op::Broadcast(full.clone(), inv));
+    let y = b.op(Op::Binary(BinaryOp::Mul, xc, ib));
+    let gb = b.op(Op::Broadcast(full.clone(), g));
+    let yg = b.op(Op::Binary(BinaryOp::Mul, y, gb));
+    let bb = b.op(Op::Broadcast(full, be));
+    let r = b.op(Op::Binary(BinaryOp::Add, yg, bb));
+    b.finish(r)
+}
