@@ -3440,6 +3440,12 @@ pub struct Counts {
     pub allowed: BTreeMap<String, u64>,
     /// Fallbacks with any other reason: each failed its case.
     pub unexplained: u64,
+    /// Quick-tier results compared bit for bit with the optimized tier's
+    /// (`tier_identity`).
+    pub tiers: u64,
+    /// Tier comparisons skipped: the quick cache compiled nothing at the
+    /// quick tier (every part was on disk at the optimized tier).
+    pub tier_skips: u64,
 }
 
 impl Counts {
@@ -3450,13 +3456,15 @@ impl Counts {
         self.tainted += o.tainted;
         self.errors += o.errors;
         self.unexplained += o.unexplained;
+        self.tiers += o.tiers;
+        self.tier_skips += o.tier_skips;
         for (k, v) in &o.allowed {
             *self.allowed.entry(k.clone()).or_default() += v;
         }
     }
 
     /// The protocol form (`exact bounded tainted errors unexplained
-    /// reason=n;reason=n`), read back by [`Counts::parse`].
+    /// reason=n;reason=n tiers tier_skips`), read back by [`Counts::parse`].
     fn encode(&self) -> String {
         let allowed: Vec<String> = self
             .allowed
@@ -3464,7 +3472,7 @@ impl Counts {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         format!(
-            "{} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {}",
             self.exact,
             self.bounded,
             self.tainted,
@@ -3474,7 +3482,9 @@ impl Counts {
                 "-".into()
             } else {
                 allowed.join(";")
-            }
+            },
+            self.tiers,
+            self.tier_skips
         )
     }
 
@@ -3497,6 +3507,8 @@ impl Counts {
             errors: num(3),
             unexplained: num(4),
             allowed,
+            tiers: num(6),
+            tier_skips: num(7),
         }
     }
 }
@@ -3870,6 +3882,9 @@ pub fn run_case(case: &Case, shared: &Jit, cfg: &GenConfig) -> CaseResult {
             }
         }
     }
+    if let Some(mode) = modes.first() {
+        tier_identity(&mut cx, mode, fs);
+    }
     let twin = case.program.twins.is_some() && !case.expect_cap;
     // A twin must meet its original in the shared cache, compared or not.
     if first_default.is_some() || twin {
@@ -3993,6 +4008,46 @@ fn cache_identity(cx: &mut Ctx, shared: &Out, fresh: &Out, who: &str, twins: boo
         "cache identity: a shared cache differs from a fresh one"
     };
     cx.fail(key.into(), format!("{who} {what}"), twins);
+}
+
+/// The quick tier against the optimized one (`tc_llvm::jit::Tier`): the
+/// case in `mode` in a cache compiling the quick tier and in one compiling
+/// the optimized tier at once, bit for bit (NaN payloads included) or the
+/// same error. The generated code fixes every order, so the tiers may
+/// differ only in speed. Skipped (and counted) when the quick cache
+/// compiled nothing quick, its every part on disk at the optimized tier.
+fn tier_identity(cx: &mut Ctx, mode: &Mode, fs: &[Function]) {
+    let quick = fresh(mode);
+    quick.set_tiered(true);
+    let q = cx.jit_run(&format!("{} (quick tier)", mode.name), &quick, fs, false);
+    if quick.stats().quick_compiles == 0 {
+        cx.res.counts.tier_skips += 1;
+        return;
+    }
+    let optimized = fresh(mode);
+    optimized.set_tiered(false);
+    let o = cx.jit_run(
+        &format!("{} (optimized tier)", mode.name),
+        &optimized,
+        fs,
+        false,
+    );
+    cx.res.counts.tiers += 1;
+    if same_out(&q, &o) {
+        return;
+    }
+    let what = match (&q, &o) {
+        (Out::Val(a), Out::Val(b)) => match compare(a, b, Taint::Exact) {
+            Verdict::Differs(_, d) => d,
+            _ => String::new(),
+        },
+        _ => "one tier failed where the other did not".into(),
+    };
+    cx.fail(
+        "tiers: the quick tier differs from the optimized tier".into(),
+        format!("[{}] {what}", mode.name),
+        false,
+    );
 }
 
 /// The twin (same `f`, other callee bodies and return shapes) after the
@@ -4631,6 +4686,11 @@ impl Stats {
             c.tainted, self.unchecked
         );
         let _ = writeln!(s, "  typed errors compared by kind     {}", c.errors);
+        let _ = writeln!(
+            s,
+            "  quick tier vs optimized, compared {} (skipped, nothing quick: {})",
+            c.tiers, c.tier_skips
+        );
         let allowed: u64 = c.allowed.values().sum();
         let _ = writeln!(s, "  fallbacks, allowed reasons        {allowed}");
         for (k, v) in &c.allowed {

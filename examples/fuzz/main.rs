@@ -161,7 +161,7 @@ fn one_case(o: &Opts, seed: u64) {
             println!(
                 "{} failures; values compared bit-exactly {}, within a bound {}, tainted (not \
                  compared) {} ({} not bit-identical), typed errors {}; fallbacks {} (allowed {:?}, \
-                 unexplained {})",
+                 unexplained {}); tiers compared {} (skipped {})",
                 res.failures.len(),
                 c.exact,
                 c.bounded,
@@ -170,7 +170,9 @@ fn one_case(o: &Opts, seed: u64) {
                 c.errors,
                 res.fallbacks,
                 c.allowed,
-                c.unexplained
+                c.unexplained,
+                c.tiers,
+                c.tier_skips
             );
         }
     }
