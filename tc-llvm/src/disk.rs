@@ -9,9 +9,11 @@
 //! code generator (tc-llvm's version and source fingerprint, the LLVM
 //! version, the helper-opcode tables, the pipeline
 //! [`crate::host::PIPELINE`], the code model) and the host (triple, CPU
-//! name, CPU features). A quick-tier object (`crate::jit::Tier::Quick`)
-//! is stored under the IR text after a line naming that tier's pipeline
-//! and code generation, so it is an entry of its own. The file
+//! name, CPU features). An object made by another pipeline (the quick
+//! tier, `crate::jit::Tier::Quick`; the GEMM micro-kernels',
+//! [`crate::host::UNROLLED_PIPELINE`]) is stored under the IR text after a
+//! line naming that pipeline and its code generation, so it is an entry of
+//! its own. The file
 //! name is a 128-bit hash of both, but a load compares the *whole* stored
 //! header and IR with the wanted ones, so a hash collision, a file copied
 //! from another machine, or an entry of another tc version is a miss, never

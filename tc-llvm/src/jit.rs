@@ -128,11 +128,12 @@ fn pass_options() -> PassBuilderOptions {
     o
 }
 
-/// Parse `ir`, run `tier`'s pipeline ([`crate::host::PIPELINE`] or
-/// [`QUICK_PIPELINE`]) with the host target machine.
+/// Parse `ir`, run `build`'s pipeline ([`crate::host::PIPELINE`],
+/// [`QUICK_PIPELINE`] or [`crate::host::UNROLLED_PIPELINE`]) with the host
+/// target machine.
 fn optimise<'c>(
     ctx: &'c Context,
-    (tm, tier): (&TargetMachine, Tier),
+    (tm, build): (&TargetMachine, Build),
     ir: &str,
     name: &str,
 ) -> Result<Module<'c>, Error> {
@@ -149,9 +150,10 @@ fn optimise<'c>(
         .map_err(|e| Error::Llvm(format!("generated IR does not verify: {}", e.to_string())))?;
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
-    let pipeline = match tier {
-        Tier::Quick => QUICK_PIPELINE,
-        Tier::Optimized => "default<O3>",
+    let pipeline = match build {
+        Build::Now(Tier::Quick) => QUICK_PIPELINE,
+        Build::Unrolled => crate::host::UNROLLED_PIPELINE,
+        Build::Now(Tier::Optimized) | Build::Background => "default<O3>",
     };
     module
         .run_passes(pipeline, tm, pass_options())
@@ -161,9 +163,14 @@ fn optimise<'c>(
 
 /// Optimise `ir` and return the host assembly (for inspection and tests).
 pub fn assembly(ir: &str) -> Result<String, Error> {
-    with_target_machine(Tier::Optimized, |tm| {
+    assembly_built(ir, Build::Now(Tier::Optimized))
+}
+
+/// [`assembly`] as `build` makes the object code.
+pub fn assembly_built(ir: &str, build: Build) -> Result<String, Error> {
+    with_target_machine(build.tier(), |tm| {
         let ctx = Context::create();
-        let module = optimise(&ctx, (tm, Tier::Optimized), ir, "asm")?;
+        let module = optimise(&ctx, (tm, build), ir, "asm")?;
         let buf = tm
             .write_to_memory_buffer(&module, FileType::Assembly)
             .map_err(|e| Error::Llvm(e.to_string()))?;
@@ -175,7 +182,7 @@ pub fn assembly(ir: &str) -> Result<String, Error> {
 pub fn optimised_ir(ir: &str) -> Result<String, Error> {
     with_target_machine(Tier::Optimized, |tm| {
         let ctx = Context::create();
-        let module = optimise(&ctx, (tm, Tier::Optimized), ir, "ir")?;
+        let module = optimise(&ctx, (tm, Build::Now(Tier::Optimized)), ir, "ir")?;
         Ok(module.print_to_string().to_string())
     })
 }
@@ -217,13 +224,17 @@ pub enum Build {
     /// (the background tier-up, `crate::tier`): it leaves the other CPUs
     /// to the calls running meanwhile.
     Background,
+    /// A module written vectorized and unrolled by hand (the GEMM
+    /// micro-kernels), at the optimized tier through
+    /// [`crate::host::UNROLLED_PIPELINE`].
+    Unrolled,
 }
 
 impl Build {
     fn tier(self) -> Tier {
         match self {
             Build::Now(t) => t,
-            Build::Background => Tier::Optimized,
+            Build::Background | Build::Unrolled => Tier::Optimized,
         }
     }
 }
@@ -243,11 +254,23 @@ impl Origin {
     }
 }
 
-/// The text a quick-tier object is stored under in the persistent cache:
-/// the IR after a line naming the tier's pipeline and code generation, so
-/// it is an entry of its own, never found as the optimized tier's.
-fn quick_key(ir: &str) -> String {
-    format!("; tc quick tier: {QUICK_PIPELINE}, code generation -O0\n{ir}")
+/// The text an object made by `build` is stored under in the persistent
+/// cache: the IR itself for [`crate::host::PIPELINE`] (the store's header
+/// names it), else the IR after a line naming the pipeline and code
+/// generation, so that each is an entry of its own, never found as
+/// another's.
+fn entry_key(ir: &str, build: Build) -> std::borrow::Cow<'_, str> {
+    match build {
+        Build::Now(Tier::Optimized) | Build::Background => ir.into(),
+        Build::Now(Tier::Quick) => {
+            format!("; tc quick tier: {QUICK_PIPELINE}, code generation -O0\n{ir}").into()
+        }
+        Build::Unrolled => format!(
+            "; tc unrolled kernel: {}, code generation -O3\n{ir}",
+            crate::host::UNROLLED_PIPELINE
+        )
+        .into(),
+    }
 }
 
 /// A module's IR text above which [`split_module`] cuts it in parts.
@@ -320,9 +343,14 @@ pub fn object_code(ir: &str) -> Result<Vec<u8>, Error> {
 
 /// [`object_code`] at `tier`.
 pub fn object_code_at(ir: &str, tier: Tier) -> Result<Vec<u8>, Error> {
-    with_target_machine(tier, |tm| {
+    object_code_built(ir, Build::Now(tier))
+}
+
+/// [`object_code`] as `build` makes it.
+fn object_code_built(ir: &str, build: Build) -> Result<Vec<u8>, Error> {
+    with_target_machine(build.tier(), |tm| {
         let ctx = Context::create();
-        let module = optimise(&ctx, (tm, tier), ir, "tc")?;
+        let module = optimise(&ctx, (tm, build), ir, "tc")?;
         let buf = tm
             .write_to_memory_buffer(&module, FileType::Object)
             .map_err(|e| Error::Llvm(format!("object code: {}", e.to_string())))?;
@@ -410,7 +438,7 @@ impl JitModule {
     /// Each part's object code and where it came from: the persistent
     /// cache (looked up when `cached`: the optimized tier's entry, else,
     /// for a quick build, the quick tier's), else compiled as `build` says
-    /// and stored under its tier's entry.
+    /// and stored under its own entry ([`entry_key`]).
     fn objects(
         parts: &[String],
         store: Option<&crate::disk::Store>,
@@ -418,33 +446,37 @@ impl JitModule {
         cached: bool,
     ) -> Result<Vec<(Vec<u8>, Origin)>, Error> {
         let tier = build.tier();
+        // The optimized tier's build of the same module.
+        let best = match build {
+            Build::Unrolled => Build::Unrolled,
+            Build::Now(_) | Build::Background => Build::Now(Tier::Optimized),
+        };
         let one = |ir: &String| {
             let lookup = store.filter(|_| cached);
-            if let Some(object) = lookup.and_then(|s| s.load(ir)) {
+            if let Some(object) = lookup.and_then(|s| s.load(&entry_key(ir, best))) {
                 return Ok((object, Origin::Disk(Tier::Optimized)));
             }
             if tier == Tier::Quick {
-                if let Some(object) = lookup.and_then(|s| s.load(&quick_key(ir))) {
+                if let Some(object) = lookup.and_then(|s| s.load(&entry_key(ir, build))) {
                     return Ok((object, Origin::Disk(Tier::Quick)));
                 }
             }
             // A call waits on it: the sessions' helpers nap meanwhile
             // (`crate::offpool::Compiling`); a background compile leaves
             // them be.
-            let _busy = matches!(build, Build::Now(_)).then(crate::offpool::Compiling::start);
-            let object = object_code_at(ir, tier)?;
+            let _busy = (build != Build::Background).then(crate::offpool::Compiling::start);
+            let object = object_code_built(ir, build)?;
             if let Some(s) = store {
-                match tier {
-                    Tier::Optimized => s.save(ir, &object),
-                    Tier::Quick => s.save(&quick_key(ir), &object),
-                }
+                s.save(&entry_key(ir, build), &object);
             }
             Ok((object, Origin::Compiled(tier)))
         };
         match build {
             Build::Background => parts.iter().map(one).collect(),
             // Off the pool: a compile holds its cache slot (`crate::offpool`).
-            Build::Now(_) => crate::offpool::map(parts, one).into_iter().collect(),
+            Build::Now(_) | Build::Unrolled => {
+                crate::offpool::map(parts, one).into_iter().collect()
+            }
         }
     }
 
@@ -503,9 +535,11 @@ fn shared() -> Result<&'static Shared, Error> {
     .map_err(|e| Error::Llvm(e.clone()))
 }
 
-/// Compile `ir`, which defines `@{name}(…)` and calls nothing outside the
-/// process, into the shared instance for the life of the process (or load
-/// its object from the persistent cache) and return `name`'s address.
+/// Compile `ir`, a GEMM micro-kernel (written vectorized and unrolled:
+/// [`Build::Unrolled`]) that defines `@{name}(…)` and calls nothing
+/// outside the process, into the shared instance for the life of the
+/// process (or load its object from the persistent cache) and return
+/// `name`'s address.
 /// There the function is named after a hash of the whole text,
 /// `{name}_{hash}`, so that kernels do not collide and the disk cache's
 /// key stays a function of the text; a text already linked is found by
@@ -531,7 +565,7 @@ pub(crate) fn link_for_process(ir: &str, name: &str) -> Option<usize> {
     let (object, _) = JitModule::objects(
         std::slice::from_ref(&ir),
         crate::disk::Store::global(),
-        Build::Now(Tier::Optimized),
+        Build::Unrolled,
         true,
     )
     .ok()?

@@ -505,7 +505,11 @@ fn kernels_are_vectorized() {
         eprintln!("no AVX-512 on this host: instruction check skipped");
         return;
     }
-    let asm = |k, vw| tc_llvm::jit::assembly(&ukernel_int_ir(k, vw, 13)).unwrap();
+    // As the kernels are compiled (`Build::Unrolled`).
+    let asm = |k, vw| {
+        tc_llvm::jit::assembly_built(&ukernel_int_ir(k, vw, 13), tc_llvm::jit::Build::Unrolled)
+            .unwrap()
+    };
     let i32k = asm(IntKernel::I32, 16);
     assert!(i32k.contains("vpmulld") && i32k.contains("zmm"), "{i32k}");
     if h.features.split(',').any(|f| f == "+avx512dq") {

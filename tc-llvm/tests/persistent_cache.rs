@@ -155,7 +155,8 @@ fn the_size_cap_evicts_the_oldest_entries() {
 /// A quick build stores its object under an entry of its own: a later
 /// quick build loads it, an optimized build never does (it compiles and
 /// stores the optimized entry), and from then on a quick build loads the
-/// optimized one. Every module computes `f` alike.
+/// optimized one; an unrolled kernel's pipeline has entries of its own
+/// too. Every module computes `f` alike.
 #[test]
 fn quick_tier_entries_are_their_own() {
     let d = TempDir::new("tiers");
@@ -182,4 +183,8 @@ fn quick_tier_entries_are_their_own() {
     assert_eq!(build(quick), (true, false), "the optimized entry preferred");
     assert_eq!(build(Build::Background), (true, false));
     assert_eq!(s.stats.writes.load(Ordering::Relaxed), 2);
+    // Another pipeline (the GEMM micro-kernels'): another entry.
+    assert_eq!(build(Build::Unrolled), (false, false), "not the O3 entry");
+    assert_eq!(build(Build::Unrolled), (true, false));
+    assert_eq!(entries(&d).len(), 3);
 }
