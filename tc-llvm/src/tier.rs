@@ -163,3 +163,9 @@ pub fn finish_tier_ups() {
 pub fn tier_ups() -> u64 {
     DONE.load(Ordering::Relaxed)
 }
+
+/// Tier-ups queued or compiling now.
+pub fn pending() -> usize {
+    let q = queue();
+    q.jobs.len() + usize::from(q.busy)
+}

@@ -236,6 +236,51 @@ fn a_cache_tiers_up_in_the_background() {
     assert_eq!(dry.stats().quick_compiles, 0, "{:?}", dry.stats());
 }
 
+/// A process that exits while a tier-up compiles exits cleanly: exit
+/// waits for LLVM to finish (`tier::EXIT_WAIT`) before the C++ runtime
+/// destroys LLVM's static objects. A real child process (this binary, its
+/// ignored test below), its status and its stderr checked.
+#[test]
+fn exit_with_a_tier_up_in_flight_is_clean() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "exits_while_tiering_up",
+            "--nocapture",
+        ])
+        .env("TC_KERNEL_CACHE", "off")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child: {:?}\n{err}", out.status);
+    assert!(err.contains("tier-up in flight at exit"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The child of `exit_with_a_tier_up_in_flight_is_clean`: calls until a
+/// tier-up is compiling, then exits the process at once.
+#[test]
+#[ignore = "run as a child process by exit_with_a_tier_up_in_flight_is_clean"]
+fn exits_while_tiering_up() {
+    let j = cache(MODES[0], 1, true);
+    let mut rng = Rng(0xe7);
+    let args = vec![
+        f32s(&mut rng, &[8, 64, 384]),
+        f32s(&mut rng, &[384]),
+        f32s(&mut rng, &[384]),
+        Arg::Scalar(Elem::F(1e-5)),
+    ];
+    let f = layer_norm_fn();
+    let t0 = std::time::Instant::now();
+    while tc_llvm::tier::pending() == 0 {
+        assert!(t0.elapsed().as_secs() < 60, "no tier-up queued");
+        j.call(&f, &args, &|_| None).unwrap();
+    }
+    eprintln!("tier-up in flight at exit");
+    std::process::exit(0);
+}
+
 #[test]
 fn tiers() {
     std::env::set_var("TC_KERNEL_CACHE", "off");
