@@ -509,3 +509,53 @@ fn bounds_admit_the_jit_and_refuse_a_value_past_them() {
     }
     assert!(refused >= 5, "only {refused} seeds had a bound to test");
 }
+
+/// A record goes through the worker protocol (`Record::lines`, then
+/// `Parser::line`) unchanged, every field distinct: a field added to one
+/// side and not the other (a count that shifts the `@@R` positions) fails
+/// here, not as a fixed run with wrong statistics.
+#[test]
+fn a_record_survives_the_worker_protocol() {
+    let counts = gen::Counts {
+        exact: 11,
+        bounded: 12,
+        tainted: 13,
+        errors: 14,
+        allowed: [("element-cap-at-planning".to_string(), 15)].into(),
+        unexplained: 16,
+        tiers: 17,
+        tier_skips: 18,
+    };
+    let sent = gen::Record {
+        seed: 1234,
+        status: gen::Status::Fail,
+        size: 21,
+        fallbacks: 22,
+        unchecked: 23,
+        cap: true,
+        twin: true,
+        families: vec!["matmul".into(), "reduce".into()],
+        reject: None,
+        failures: vec![gen::Failure {
+            key: "a key".into(),
+            detail: "a detail\nover two lines".into(),
+        }],
+        fingerprint: 0xfeed_beef,
+        counts: counts.clone(),
+        real: true,
+        over: 3,
+        all_modes: true,
+        real_pair: true,
+        modules: (24, 25),
+    };
+    let mut p = gen::Parser::default();
+    let mut got = None;
+    for l in sent.lines() {
+        if let Some(r) = p.line(&l) {
+            got = Some(r);
+        }
+    }
+    let got = got.expect("a record at its @@R line");
+    assert_eq!(format!("{got:?}"), format!("{sent:?}"));
+    assert_eq!(got.counts, counts);
+}

@@ -4415,11 +4415,12 @@ impl Parser {
                         .and_then(|x| u64::from_str_radix(x, 16).ok())
                         .unwrap_or(0),
                     counts: Counts::parse(f.get(9..).unwrap_or(&[])),
-                    real: num(15) == 1,
-                    over: num(16) as u8,
-                    all_modes: num(17) == 1,
-                    real_pair: num(18) == 1,
-                    modules: (num(19), num(20)),
+                    // After the counts' eight fields (`Counts::encode`).
+                    real: num(17) == 1,
+                    over: num(18) as u8,
+                    all_modes: num(19) == 1,
+                    real_pair: num(20) == 1,
+                    modules: (num(21), num(22)),
                 })
             }
             _ => None,
