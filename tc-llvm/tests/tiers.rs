@@ -165,19 +165,25 @@ fn quick_and_optimized_tiers_agree() {
     }
 }
 
+/// Arguments of `layer_norm_fn` large enough that a call runs for about a
+/// millisecond of quick code: `[8, 64, 384]` and its affine parameters.
+fn layer_norm_args(seed: u64) -> Vec<Arg> {
+    let mut rng = Rng(seed);
+    vec![
+        f32s(&mut rng, &[8, 64, 384]),
+        f32s(&mut rng, &[384]),
+        f32s(&mut rng, &[384]),
+        Arg::Scalar(Elem::F(1e-5)),
+    ]
+}
+
 /// A tiered cache: the first call compiles quick code; calls go on until
 /// they have run `TIER_UP_AFTER`, then the background thread raises
 /// the function to the optimized tier. Every call's result is the first
 /// one's, bit for bit, before and after the switch.
 fn a_cache_tiers_up_in_the_background() {
     let j = cache(MODES[0], 1, true);
-    let mut rng = Rng(0xb9);
-    let args = vec![
-        f32s(&mut rng, &[8, 64, 384]),
-        f32s(&mut rng, &[384]),
-        f32s(&mut rng, &[384]),
-        Arg::Scalar(Elem::F(1e-5)),
-    ];
+    let args = layer_norm_args(0xb9);
     let f = layer_norm_fn();
     let first = j.call(&f, &args, &|_| None).unwrap();
     assert_eq!(j.stats().quick_compiles, 1, "{:?}", j.stats());
@@ -264,13 +270,7 @@ fn exit_with_a_tier_up_in_flight_is_clean() {
 #[ignore = "run as a child process by exit_with_a_tier_up_in_flight_is_clean"]
 fn exits_while_tiering_up() {
     let j = cache(MODES[0], 1, true);
-    let mut rng = Rng(0xe7);
-    let args = vec![
-        f32s(&mut rng, &[8, 64, 384]),
-        f32s(&mut rng, &[384]),
-        f32s(&mut rng, &[384]),
-        Arg::Scalar(Elem::F(1e-5)),
-    ];
+    let args = layer_norm_args(0xe7);
     let f = layer_norm_fn();
     let t0 = std::time::Instant::now();
     while tc_llvm::tier::pending() == 0 {
