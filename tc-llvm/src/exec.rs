@@ -264,11 +264,13 @@ fn prepare_products(
         let (sa, sb) = (&vals[a].shape, &vals[b].shape);
         let dt = vals[out].dtype;
         let strides = (va.strides.as_slice(), vb.strides.as_slice());
-        if any_columns {
-            crate::kernels::matmul::prepare_any_columns(dt, strides, (sa, sb))
-        } else {
-            crate::kernels::matmul::prepare(dt, strides, (sa, sb), kept)
-        }
+        crate::kernels::gemm_common::ahead(|| {
+            if any_columns {
+                crate::kernels::matmul::prepare_any_columns(dt, strides, (sa, sb))
+            } else {
+                crate::kernels::matmul::prepare(dt, strides, (sa, sb), kept)
+            }
+        })
     });
     each.into_iter().collect()
 }

@@ -132,6 +132,7 @@ pub mod tier;
 pub use cache::{dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
 pub use jit::release_target_machines;
+pub use offpool::threads_started as compile_threads_started;
 pub use options::{
     enter_quant_numerics, quant_numerics, with_quant_numerics, Error, JitOptions, TOLERANCE,
 };

@@ -34,6 +34,16 @@ impl Drop for Compiling {
     }
 }
 
+/// Threads this module has started ([`threads_started`]).
+static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Threads a compile has started beside the calling thread, in this
+/// process so far: a warm call starts none (a test checks it; a thread
+/// per product once cost more than the product).
+pub fn threads_started() -> u64 {
+    STARTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Is a compilation running ([`Compiling`])?
 pub(crate) fn compiling() -> bool {
     COMPILING.load(std::sync::atomic::Ordering::Relaxed) > 0
@@ -57,6 +67,7 @@ pub(crate) fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> 
             done.push((i, f(x)));
         }
     };
+    STARTED.fetch_add(helpers as u64, std::sync::atomic::Ordering::Relaxed);
     let mut all = std::thread::scope(|s| {
         let others: Vec<_> = (0..helpers)
             .map(|_| {
@@ -81,6 +92,7 @@ pub(crate) fn join<A: Send, B: Send>(
     a: impl FnOnce() -> A + Send,
     b: impl FnOnce() -> B + Send,
 ) -> (A, B) {
+    STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::thread::scope(|s| {
         let hb = s.spawn(|| {
             crate::threads::unpin_current();

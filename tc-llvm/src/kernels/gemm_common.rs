@@ -548,6 +548,26 @@ pub(crate) fn table_kernel(
         .map_err(|e| Error::Llvm(e.clone()))
 }
 
+thread_local! {
+    /// This thread is compiling a function's GEMM kernels ahead of its
+    /// calls ([`ahead`]).
+    static AHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f`, which prepares products' kernels while a function compiles
+/// (`exec::prepare_products`), with [`kernel_set`] compiling a set's
+/// missing kernels on parallel threads.
+pub(crate) fn ahead<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            AHEAD.with(|a| a.set(self.0));
+        }
+    }
+    let _reset = Reset(AHEAD.with(|a| a.replace(true)));
+    f()
+}
+
 /// The kernels of a product of `n` columns, tile `mr × nr` and `edge`
 /// rows in its last row panel if any: `get(rows, cols)` gives the kernel
 /// of `rows` rows writing `cols`. The ragged column panel's masked
@@ -564,14 +584,16 @@ pub(crate) fn kernel_set(
 ) -> Result<Kernels<'static>, Error> {
     let ragged =
         (masked && !n.is_multiple_of(nr) && column_kernels()).then(|| Cols::ragged(n % nr, nr));
-    // The set's kernels not compiled yet, on parallel threads: a cold
-    // first product waited for them one after another (three GEMM kernels
-    // of a MiniLM layer, 46 ms in a row). Each is then found below.
+    // Compiling ahead (`ahead`), the set's kernels on parallel threads: a
+    // cold first product waited for them one after another (three GEMM
+    // kernels of a MiniLM layer, 46 ms in a row). Each is then found
+    // below. Never at a call: threads started per product cost more than
+    // a small product.
     let mut wanted = vec![(mr, Cols::Whole)];
     wanted.extend(edge.map(|r| (r, Cols::Whole)));
     wanted.extend(ragged.map(|c| (mr, c)));
     wanted.extend(edge.zip(ragged));
-    if wanted.len() > 1 {
+    if wanted.len() > 1 && AHEAD.with(std::cell::Cell::get) {
         crate::offpool::map(&wanted, |&(r, c)| drop(get(r, c)));
     }
     Ok(Kernels {
