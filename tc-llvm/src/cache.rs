@@ -789,14 +789,7 @@ fn dry() -> bool {
 /// and computes, as it would outside. Calls on other threads are not
 /// affected.
 pub fn dry_run<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            DRY.with(|d| d.set(self.0));
-        }
-    }
-    let _reset = Reset(DRY.with(|d| d.replace(true)));
-    f()
+    crate::options::with_local(&DRY, true, f)
 }
 
 // `run_with` lives here, not in exec.rs, because its nested calls go

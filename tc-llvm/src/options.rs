@@ -116,12 +116,23 @@ pub fn quant_numerics() -> Option<Numerics> {
 /// choice, the process-wide option), as another thread's
 /// [`quant_numerics`] gave it; restored after.
 pub fn enter_quant_numerics<R>(choice: Option<Numerics>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Numerics>);
-    impl Drop for Restore {
+    with_local(&NUMERICS, choice, f)
+}
+
+/// Run `f` with this thread's `cell` set to `value`, restored after (also
+/// when `f` unwinds): a setting that holds for one scope on one thread.
+pub(crate) fn with_local<T: Copy + 'static, R>(
+    cell: &'static std::thread::LocalKey<Cell<T>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
         fn drop(&mut self) {
-            NUMERICS.with(|c| c.set(self.0));
+            let old = self.1;
+            self.0.with(|c| c.set(old));
         }
     }
-    let _restore = Restore(NUMERICS.with(|c| c.replace(choice)));
+    let _restore = Restore(cell, cell.with(|c| c.replace(value)));
     f()
 }

@@ -558,14 +558,7 @@ thread_local! {
 /// (`exec::prepare_products`), with [`kernel_set`] compiling a set's
 /// missing kernels on parallel threads.
 pub(crate) fn ahead<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            AHEAD.with(|a| a.set(self.0));
-        }
-    }
-    let _reset = Reset(AHEAD.with(|a| a.replace(true)));
-    f()
+    crate::options::with_local(&AHEAD, true, f)
 }
 
 /// The kernels of a product of `n` columns, tile `mr × nr` and `edge`
