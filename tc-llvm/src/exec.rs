@@ -870,11 +870,9 @@ impl CompiledFn {
         // Acquire: pairs with `tier_up`'s release, so the code behind a
         // swapped address is visible to this thread.
         let a = self.kernels[id].0.load(Ordering::Acquire);
-        // SAFETY: `a` is an address ORC resolved for the export
-        // `self.exports[id]` in one of `self.modules` (`compile_at`,
-        // `tier_up`), and every exported `k{id}` is emitted with exactly
-        // the `KernelFn` signature (codegen::finish_fn); the modules stay
-        // mapped as long as `self`.
+        // SAFETY: `a` is ORC's address of the export `self.exports[id]` in
+        // one of `self.modules` (mapped as long as `self`), and every `k{id}`
+        // has exactly the `KernelFn` signature (codegen::finish_fn).
         unsafe { std::mem::transmute::<usize, KernelFn>(a) }
     }
 
