@@ -349,8 +349,8 @@ impl Jit {
     /// the compile time, slower code); once its calls have run quick code
     /// for [`crate::tier::TIER_UP_AFTER`], the function's optimized tier is
     /// compiled on a background thread ([`crate::tier`]) and replaces the
-    /// quick code when ready. A
-    /// [`dry_run`] always compiles the optimized tier.
+    /// quick code when ready. A [`dry_run`] always compiles the optimized
+    /// tier.
     pub fn set_tiered(&self, on: bool) {
         self.tiered.store(on, std::sync::atomic::Ordering::Relaxed);
     }

@@ -34,13 +34,13 @@ pub const TIER_UP_AFTER: Duration = Duration::from_millis(50);
 /// How long process exit waits for a tier-up in flight.
 pub const EXIT_WAIT: Duration = Duration::from_secs(10);
 
-#[derive(Default)]
 struct Queue {
     jobs: VecDeque<Weak<CompiledFn>>,
     /// A tier-up is compiling now.
     busy: bool,
-    /// The thread runs (or could not be started: then `failed`).
+    /// The thread was started, or tried.
     started: bool,
+    /// It could not be started: callers compile their tier-ups themselves.
     failed: bool,
     /// The process is exiting: no new work starts.
     exiting: bool,
