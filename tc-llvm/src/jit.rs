@@ -338,12 +338,7 @@ pub fn split_module(ir: &str) -> Vec<String> {
 
 /// Optimise `ir` and generate the host's relocatable object code for it.
 pub fn object_code(ir: &str) -> Result<Vec<u8>, Error> {
-    object_code_at(ir, Tier::Optimized)
-}
-
-/// [`object_code`] at `tier`.
-pub fn object_code_at(ir: &str, tier: Tier) -> Result<Vec<u8>, Error> {
-    object_code_built(ir, Build::Now(tier))
+    object_code_built(ir, Build::Now(Tier::Optimized))
 }
 
 /// [`object_code`] as `build` makes it.

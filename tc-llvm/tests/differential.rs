@@ -70,14 +70,7 @@ fn fast_transcendentals_dense_f32() {
     ]);
     let n = xs.len();
     let t = tc_runtime::Tensor::from_vec(&[1, n], xs).unwrap();
-    for op in [
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Erf,
-        UnaryOp::Gelu,
-    ] {
+    for op in FAST_MATH_OPS {
         let f = unary_fn(op, Dtype::F32);
         let args: Vec<Arg> = vec![t.clone().into()];
         let want = interp(&f, &args).unwrap();

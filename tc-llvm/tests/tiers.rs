@@ -150,14 +150,7 @@ fn quick_and_optimized_tiers_agree() {
         let args = vec![f32s(&mut rng, &[r, c])];
         same_bits(&format!("reductions [{r}, {c}]"), &reductions(), &args);
     }
-    for op in [
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Erf,
-        UnaryOp::Gelu,
-    ] {
+    for op in FAST_MATH_OPS {
         for dt in [Dtype::F32, Dtype::BF16, Dtype::F16] {
             let args = vec![random(&mut rng, dt, &[3, 37], true).into()];
             same_bits(&format!("{op:?} {dt:?}"), &unary_fn(op, dt), &args);

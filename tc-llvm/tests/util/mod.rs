@@ -253,6 +253,17 @@ pub fn guarded_sgemm(
     (c, a, b)
 }
 
+/// The F32 unary ops that `fast_math` computes as polynomials (within
+/// `tc_llvm::TOLERANCE`), and the exact path computes through f64 libm.
+pub const FAST_MATH_OPS: [tc_core::ir::UnaryOp; 6] = [
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Erf,
+    UnaryOp::Gelu,
+];
+
 /// `op(x)` elementwise on `x: [A, B]` of dtype `dt`.
 pub fn unary_fn(op: tc_core::ir::UnaryOp, dt: Dtype) -> Function {
     let mut b = builder("u");
