@@ -9,7 +9,7 @@
 //! time.
 //!
 //! Numerics: fixed bit for bit by the definition on [`run`], whatever path
-//! runs. With AVX-512F (x86-64, found at run time) both products are
+//! runs. With AVX-512F/BW/VL (x86-64, found at run time) both products are
 //! register tiles of up to 4 query rows × 4 vectors of 16 columns,
 //! each lane one element's chain in the definition's order; the softmax's
 //! elementwise steps are vectorized, its sum stays sequential. Elsewhere
@@ -156,7 +156,7 @@ pub struct Problem<'a> {
 pub unsafe fn run(p: &Problem<'_>, out: *mut f32, range: Range<usize>) {
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
-        // SAFETY: AVX-512F is available (just checked); the rest is this
+        // SAFETY: AVX-512F/BW/VL are available (just checked); the rest is this
         // fn's contract.
         unsafe { x86::run(p, out, range) };
         return;
@@ -362,7 +362,7 @@ unsafe fn softmax_scalar(mask: Mat, scale: f32, fast: bool, row: &mut [f32]) {
     }
 }
 
-/// [`run`] on the portable path alone: what hosts without AVX-512F run,
+/// [`run`] on the portable path alone: what hosts without AVX-512F/BW/VL run,
 /// and what the tests hold the vector path to.
 ///
 /// # Safety
@@ -462,7 +462,7 @@ pub fn reference(p: &Problem<'_>, data: [&[f32]; 4]) -> Vec<f32> {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! The AVX-512F path. Every loop over a row's columns goes 16 at a
+    //! The AVX-512F/BW/VL path. Every loop over a row's columns goes 16 at a
     //! time, the last vector under a lane mask, so nothing past a row is
     //! read, and no load's address lies past the data even where its mask
     //! is empty (slow on Zen 4: `matmul`'s `pack_a16`).
@@ -481,9 +481,12 @@ mod x86 {
 
     /// AVX-512F on this host, as the rest of the JIT decides it
     /// (`crate::host::avx512`: a host described as AVX2-only takes the
-    /// portable path here too).
+    /// portable path here too), with BW and VL, for the 16-bit keys and
+    /// values loaded under 16-lane masks.
     pub(super) fn available() -> bool {
         crate::host::avx512()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
     }
 
     /// The lane mask of a vector with `left` columns left (all 16 from 16).
@@ -496,7 +499,7 @@ mod x86 {
     }
 
     /// A rounding of step 1 or 7, per `FMA`, lane by lane.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     fn madd_v<const FMA: bool>(a: __m512, b: __m512, acc: __m512) -> __m512 {
         if FMA {
@@ -507,7 +510,7 @@ mod x86 {
     }
 
     /// [`exp_fast`] on 16 lanes, operation for operation.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     pub(super) fn exp_fast_v(x: __m512) -> __m512 {
         let (hi, lo) = (_mm512_set1_ps(EXP_HI), _mm512_set1_ps(EXP_LO));
@@ -538,10 +541,10 @@ mod x86 {
         _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
     }
 
-    /// [`super::run`] with AVX-512F.
+    /// [`super::run`] with AVX-512F/BW/VL.
     ///
     /// # Safety
-    /// [`super::run`]'s contract; AVX-512F available.
+    /// [`super::run`]'s contract; AVX-512F/BW/VL available.
     // SAFETY: (contract) met by `super::run` under `available`.
     pub(super) unsafe fn run(p: &Problem<'_>, out: *mut f32, range: Range<usize>) {
         check(p, &range);
@@ -550,9 +553,10 @@ mod x86 {
         }
         let n = p.lead.len();
         // k's and v's columns are loaded 16 at a time: strided ones are
-        // copied contiguous once per leading index, for all its rows.
-        // So are narrow ones, widened on the way.
-        let copied = |o: &Operand<'_>| o.strides[n + 1] != 1 || o.elem != Elem::F32;
+        // copied contiguous once per leading index, for all its rows
+        // (narrow ones widened on the way). Contiguous narrow ones are
+        // widened as the tiles load them.
+        let copied = |o: &Operand<'_>| o.strides[n + 1] != 1;
         let kcopy = usize::from(copied(&p.k)) * p.d * p.t;
         let vcopy = usize::from(copied(&p.v)) * p.t * p.e;
         SCRATCH.with_borrow_mut(|buf| {
@@ -561,7 +565,7 @@ mod x86 {
             let (vb, sb) = rest.split_at_mut(vcopy);
             for l in range {
                 // SAFETY: `l < L` (checked); the scratch sized above;
-                // AVX-512F (the contract).
+                // AVX-512F/BW/VL (the contract).
                 unsafe {
                     if p.numerics.fma {
                         lead_index::<true>(p, l, out, kb, vb, sb);
@@ -579,7 +583,7 @@ mod x86 {
     /// # Safety
     /// `run`'s contract with `l < L`; `kb` holds d·t floats where k's
     /// columns are strided, `vb` t·e where v's are, `sb` ROWS·t.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     // SAFETY: (contract) met by `run`, its only caller.
     unsafe fn lead_index<const FMA: bool>(
         p: &Problem<'_>,
@@ -642,7 +646,7 @@ mod x86 {
     ///
     /// # Safety
     /// `c`'s `rows × cols` floats writable.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     // SAFETY: (contract) met by `lead_index`.
     unsafe fn canonical_nans(c: *mut f32, rows: usize, cols: usize) {
         let canon = _mm512_set1_ps(CANONICAL_NAN);
@@ -662,89 +666,41 @@ mod x86 {
         }
     }
 
-    /// `m` (`rows × cols`) with contiguous columns: itself, or copied into
-    /// `buf` row-major: by 16 × 16 register transposes where its rows are
-    /// contiguous (a MiniLM head's k: element by element, the copy took a
-    /// seventh of the call, and gathers were no faster on Zen 4), else
-    /// element by element.
+    /// `m` (`rows × cols`) with contiguous columns: itself (of any
+    /// element type: the tiles widen narrow ones as they load them), or
+    /// copied into `buf` as f32, row-major: by 16 × 16 register transposes
+    /// where an f32 `m`'s rows are contiguous (a MiniLM head's k: element
+    /// by element, the copy took a seventh of the call, and gathers were
+    /// no faster on Zen 4), else element by element, widened.
     ///
     /// # Safety
     /// Every element of `m` readable; `buf` holds rows·cols when `m.cs !=
-    /// 1` or its elements are narrow.
-    #[target_feature(enable = "avx512f")]
+    /// 1`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     // SAFETY: (contract) met by `lead_index`.
-    unsafe fn contiguous(m: Src, rows: usize, cols: usize, buf: &mut [f32]) -> Mat {
-        if m.elem != Elem::F32 {
-            // SAFETY: this fn's contract.
-            return unsafe { widened(m, rows, cols, buf) };
-        }
-        let m = m.mat();
+    unsafe fn contiguous(m: Src, rows: usize, cols: usize, buf: &mut [f32]) -> Src {
         if m.cs == 1 {
             return m;
         }
         let buf = &mut buf[..rows * cols];
-        if m.rs == 1 {
+        if m.rs == 1 && m.elem == Elem::F32 {
             for a0 in (0..rows).step_by(16) {
                 for b0 in (0..cols).step_by(16) {
                     // SAFETY: `a0 < rows`, `b0 < cols`; `buf` as above.
-                    unsafe { transpose(m, (a0, b0), (rows, cols), buf.as_mut_ptr()) };
+                    unsafe { transpose(m.mat(), (a0, b0), (rows, cols), buf.as_mut_ptr()) };
                 }
             }
         } else {
-            for (a, row) in buf.chunks_exact_mut(cols).enumerate() {
+            for (a, row) in buf.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
                 for (b, x) in row.iter_mut().enumerate() {
                     // SAFETY: `a < rows`, `b < cols` (the contract).
                     *x = unsafe { m.get(a, b) };
                 }
             }
         }
-        Mat {
-            ptr: buf.as_ptr(),
-            rs: cols,
-            cs: 1,
-        }
-    }
-
-    /// A narrow `m` widened into `buf`, row-major: 16 elements at a time
-    /// where its columns are contiguous (`vcvtph2ps` for f16, a shift for
-    /// bf16: both exact), element by element elsewhere.
-    ///
-    /// # Safety
-    /// As [`contiguous`]'s.
-    #[target_feature(enable = "avx512f")]
-    // SAFETY: (contract) met by `contiguous`.
-    unsafe fn widened(m: Src, rows: usize, cols: usize, buf: &mut [f32]) -> Mat {
-        let buf = &mut buf[..rows * cols];
-        for (a, row) in buf.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
-            let mut b = 0;
-            if m.cs == 1 && cols >= 16 {
-                // The last vector ends at the row's end, overlapping the
-                // one before it: no element-wise tail.
-                while b < cols {
-                    let b0 = b.min(cols - 16);
-                    let at = m.ptr.wrapping_add((a * m.rs + b0) * 2).cast::<__m256i>();
-                    // SAFETY: elements `b0..b0 + 16 ≤ cols` of row `a <
-                    // rows` (the contract); `row` holds `cols` floats.
-                    unsafe {
-                        let h = _mm256_loadu_si256(at);
-                        let x = match m.elem {
-                            Elem::F16 => _mm512_cvtph_ps(h),
-                            _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(
-                                _mm512_cvtepu16_epi32(h),
-                            )),
-                        };
-                        _mm512_storeu_ps(row.as_mut_ptr().add(b0), x);
-                    }
-                    b += 16;
-                }
-            }
-            for (bb, x) in row.iter_mut().enumerate().skip(b) {
-                // SAFETY: `a < rows`, `bb < cols` (the contract).
-                *x = unsafe { m.get(a, bb) };
-            }
-        }
-        Mat {
-            ptr: buf.as_ptr(),
+        Src {
+            ptr: buf.as_ptr().cast(),
+            elem: Elem::F32,
             rs: cols,
             cs: 1,
         }
@@ -755,7 +711,7 @@ mod x86 {
     ///
     /// # Safety
     /// As [`contiguous`]', `m.rs == 1`, `a0 < rows`, `b0 < cols`.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     // SAFETY: (contract) met by `contiguous`.
     unsafe fn transpose(
         m: Mat,
@@ -773,7 +729,7 @@ mod x86 {
             // under the mask (the contract).
             *x = unsafe { _mm512_maskz_loadu_ps(mk, m.ptr.add(a0 + (b0 + b.min(cb - 1)) * m.cs)) };
         }
-        // SAFETY: AVX-512F (the contract).
+        // SAFETY: AVX-512F/BW/VL (the contract).
         let r = unsafe { crate::kernels::sweep::transpose16_regs(r) };
         for (a, x) in r.iter().enumerate().take(rows - a0) {
             // SAFETY: `dst`'s row `a0 + a < rows`, columns `b0..cols`.
@@ -782,10 +738,11 @@ mod x86 {
     }
 
     /// `c[r][n] = Σ_k a[r][k]·b[k][n]` for `r < rows`, `n < cols`, each
-    /// element's terms in increasing `k` from 0; b's columns contiguous.
+    /// element's terms in increasing `k` from 0; b's columns contiguous,
+    /// its elements of any [`Elem`] (widened exactly as they are loaded).
     struct Product {
         a: Mat,
-        b: Mat,
+        b: Src,
         inner: usize,
         rows: usize,
         cols: usize,
@@ -793,23 +750,45 @@ mod x86 {
         c_rs: usize,
     }
 
+    /// [`Elem`] as a const parameter of the tiles.
+    const F32: u8 = 0;
+    const F16: u8 = 1;
+    const BF16: u8 = 2;
+
     /// A [`Product`], [`VECS`] vectors of columns at a time.
     ///
     /// # Safety
-    /// AVX-512F; `1 ≤ rows ≤ ROWS`; a's `rows × inner` and b's `inner ×
-    /// cols` elements readable, `b.cs == 1`; c's `rows × cols` writable.
-    #[target_feature(enable = "avx512f")]
+    /// AVX-512F/BW/VL; `1 ≤ rows ≤ ROWS`; a's `rows × inner` and b's `inner
+    /// × cols` elements readable, `b.cs == 1`; c's `rows × cols` writable.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     // SAFETY: (contract) met by `lead_index`.
     unsafe fn product<const FMA: bool>(pr: &Product) {
+        // SAFETY: this fn's contract, b's element type named.
+        unsafe {
+            match pr.b.elem {
+                Elem::F32 => product_of::<FMA, F32>(pr),
+                Elem::F16 => product_of::<FMA, F16>(pr),
+                Elem::Bf16 => product_of::<FMA, BF16>(pr),
+            }
+        }
+    }
+
+    /// [`product`] with b's elements of type `E`.
+    ///
+    /// # Safety
+    /// As [`product`]'s, `E` naming `pr.b.elem`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    // SAFETY: (contract) met by `product`.
+    unsafe fn product_of<const FMA: bool, const E: u8>(pr: &Product) {
         for n in (0..pr.cols).step_by(16 * VECS) {
             // SAFETY: columns `n..cols` of b and c; the tile takes as many
             // vectors as have a column (the contract).
             unsafe {
                 match (pr.cols - n).div_ceil(16) {
-                    1 => by_rows::<1, FMA>(pr, n),
-                    2 => by_rows::<2, FMA>(pr, n),
-                    3 => by_rows::<3, FMA>(pr, n),
-                    _ => by_rows::<VECS, FMA>(pr, n),
+                    1 => by_rows::<1, FMA, E>(pr, n),
+                    2 => by_rows::<2, FMA, E>(pr, n),
+                    3 => by_rows::<3, FMA, E>(pr, n),
+                    _ => by_rows::<VECS, FMA, E>(pr, n),
                 }
             }
         }
@@ -818,32 +797,59 @@ mod x86 {
     /// [`tile`] at `pr.rows` rows.
     ///
     /// # Safety
-    /// As [`product`]'s, for the columns `n..min(n + 16·NV, cols)`, at least
-    /// one of them in the last vector.
-    #[target_feature(enable = "avx512f")]
-    // SAFETY: (contract) met by `product`.
-    unsafe fn by_rows<const NV: usize, const FMA: bool>(pr: &Product, n: usize) {
+    /// As [`product_of`]'s, for the columns `n..min(n + 16·NV, cols)`, at
+    /// least one of them in the last vector.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    // SAFETY: (contract) met by `product_of`.
+    unsafe fn by_rows<const NV: usize, const FMA: bool, const E: u8>(pr: &Product, n: usize) {
         // SAFETY: the contract, `rows` in 1..=ROWS.
         unsafe {
             match pr.rows {
-                1 => tile::<1, NV, FMA>(pr, n),
-                2 => tile::<2, NV, FMA>(pr, n),
-                3 => tile::<3, NV, FMA>(pr, n),
-                4 => tile::<4, NV, FMA>(pr, n),
+                1 => tile::<1, NV, FMA, E>(pr, n),
+                2 => tile::<2, NV, FMA, E>(pr, n),
+                3 => tile::<3, NV, FMA, E>(pr, n),
+                4 => tile::<4, NV, FMA, E>(pr, n),
                 _ => unreachable!("attention: a row block is 1..=ROWS rows"),
             }
         }
     }
 
+    /// 16 elements of type `E` from element `at` of `p` under the mask
+    /// (the others 0), widened to f32: exact for both 16-bit types
+    /// (`vcvtph2ps` for f16, a shift for bf16).
+    ///
+    /// # Safety
+    /// The masked elements readable.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    // SAFETY: (contract) met by `tile`'s bounds.
+    unsafe fn load<const E: u8>(p: *const u8, at: usize, m: __mmask16) -> __m512 {
+        // SAFETY: the masked elements are readable (the contract); a
+        // masked load does not touch the others.
+        unsafe {
+            match E {
+                F32 => _mm512_maskz_loadu_ps(m, p.cast::<f32>().add(at)),
+                F16 => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.cast::<i16>().add(at))),
+                _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm256_maskz_loadu_epi16(m, p.cast::<i16>().add(at)),
+                ))),
+            }
+        }
+    }
+
     /// `R` rows × `NV` vectors of columns: each element's chain in a
-    /// register lane, each b vector loaded once for the `R` rows.
+    /// register lane, each b vector loaded (and widened) once for the `R`
+    /// rows.
     ///
     /// # Safety
     /// As [`by_rows`]', `R == pr.rows`.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     // SAFETY: (contract) met by `by_rows`.
-    unsafe fn tile<const R: usize, const NV: usize, const FMA: bool>(pr: &Product, n: usize) {
+    unsafe fn tile<const R: usize, const NV: usize, const FMA: bool, const E: u8>(
+        pr: &Product,
+        n: usize,
+    ) {
         // Plain loops with constant bounds, no closures (one is not inlined
         // into an AVX-512 function, and the vectors go through memory).
         let mut mk = [0u16; NV];
@@ -851,14 +857,16 @@ mod x86 {
             *m = lanes(pr.cols - n - 16 * v);
         }
         let mut acc = [[_mm512_setzero_ps(); NV]; R];
+        let ahead = Ahead::new(pr, n, NV);
         for kk in 0..pr.inner {
+            ahead.request(pr, kk);
             // SAFETY: row `kk < inner` of b, columns `n..` under the masks;
             // a's `(r, kk)`, `r < R` (the contract).
             unsafe {
-                let brow = pr.b.ptr.add(kk * pr.b.rs + n);
+                let brow = kk * pr.b.rs + n;
                 let mut bv = [_mm512_setzero_ps(); NV];
                 for (v, (x, &m)) in bv.iter_mut().zip(&mk).enumerate() {
-                    *x = _mm512_maskz_loadu_ps(m, brow.add(16 * v));
+                    *x = load::<E>(pr.b.ptr, brow + 16 * v, m);
                 }
                 for (r, accr) in acc.iter_mut().enumerate() {
                     let x = _mm512_set1_ps(pr.a.get(r, kk));
@@ -877,11 +885,61 @@ mod x86 {
         }
     }
 
+    /// What a [`tile`] asks the memory for while it computes: b is a
+    /// sequence's cached keys or values, read once per call and (for a
+    /// server's batch of sequences) from DRAM, and a decode step's product
+    /// has too few rows for the loads' latency to hide behind arithmetic:
+    /// the tile stalled on b's loads (48 % of its samples on one load).
+    /// The keys' rows (positions along a row, one row per head dim) are
+    /// strided, which the hardware prefetcher does not follow, so each
+    /// row's next block of columns is requested while this block computes
+    /// (a tile of 64 rows ahead of its use); the values' rows are one
+    /// block wide and consecutive, so the rows [`AHEAD_ROWS`] on are
+    /// requested. Hints only: no value changes, and a prefetch never
+    /// faults (addresses are formed with `wrapping_add`, inside b's rows).
+    struct Ahead {
+        /// Column offset of the next block of b's row, and its vectors.
+        next: Option<(usize, usize)>,
+    }
+
+    /// How far ahead [`Ahead`] requests b's rows when there is no next
+    /// block of columns: about a DRAM latency of a tile's arithmetic.
+    const AHEAD_ROWS: usize = 8;
+
+    impl Ahead {
+        fn new(pr: &Product, n: usize, nv: usize) -> Self {
+            let at = n + 16 * nv;
+            Ahead {
+                next: (at < pr.cols).then(|| (at, (pr.cols - at).div_ceil(16).min(nv))),
+            }
+        }
+
+        #[inline(always)]
+        fn request(&self, pr: &Product, kk: usize) {
+            let eb = pr.b.elem.bytes();
+            let line = |row: usize, col: usize| {
+                let p = pr.b.ptr.wrapping_add((row * pr.b.rs + col) * eb);
+                // SAFETY: a prefetch reads nothing architecturally and
+                // never faults, whatever the address.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+            };
+            // A line holds 64 / eb elements: one request per line.
+            let step = 64 / eb;
+            match self.next {
+                Some((at, vecs)) => (0..vecs * 16).step_by(step).for_each(|c| line(kk, at + c)),
+                None if kk + AHEAD_ROWS < pr.inner => (0..pr.cols)
+                    .step_by(step)
+                    .for_each(|c| line(kk + AHEAD_ROWS, c)),
+                None => {}
+            }
+        }
+    }
+
     /// Steps 2–4 on one row of scores, in place: x_j, then e_j.
     ///
     /// # Safety
     /// `mask` addresses a readable mask row of `row.len()` elements.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     // SAFETY: (contract) met by `lead_index`.
     unsafe fn exps(mask: Mat, scale: f32, fast: bool, row: &mut [f32]) {
         let n = row.len();
@@ -931,7 +989,7 @@ mod x86 {
     /// Steps 5–6 on the `r ≤ ROWS` rows of `t` in `rows`: the rows' sums
     /// (each in order) interleaved so their latencies overlap, then each
     /// row divided by its sum.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     fn normalize(rows: &mut [f32], r: usize, t: usize) {
         let sums = match r {
             1 => sums::<1>(rows, t),
@@ -1246,7 +1304,7 @@ mod tests {
             let mut lanes = [0.0f32; 16];
             lanes[..chunk.len()].copy_from_slice(chunk);
             let mut got = [0.0f32; 16];
-            // SAFETY: AVX-512F (checked); 16 floats each side.
+            // SAFETY: AVX-512F/BW/VL (checked); 16 floats each side.
             unsafe {
                 let y = x86::exp_fast_v(_mm512_loadu_ps(lanes.as_ptr()));
                 _mm512_storeu_ps(got.as_mut_ptr(), y);
