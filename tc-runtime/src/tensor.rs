@@ -204,14 +204,16 @@ fn word_bytes_mut(words: &mut [u64], nbytes: usize) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), nbytes) }
 }
 
-/// Where [`Tensor::update_slice`] writes, in elements: `outer` runs of
-/// `run` elements, the `o`-th at `o·dst_stride + dst_at` of the target
-/// and `o·run` of the source.
+/// Where [`Tensor::update_slice_from`] writes, in elements: `outer` runs
+/// of `run` elements, the `o`-th at `o·dst_stride + dst_at` of the target
+/// and `o·src_stride + src_at` of the source.
 struct Block {
     outer: usize,
     run: usize,
     dst_stride: usize,
     dst_at: usize,
+    src_stride: usize,
+    src_at: usize,
 }
 
 /// Copy `src`'s elements into `dst` where `b` says (bit for bit; I4 nibble
@@ -220,18 +222,23 @@ struct Block {
 fn write_block(dtype: Dtype, dst: &mut [u8], src: &[u8], b: &Block) {
     let (num, den) = dtype.byte_size();
     if den == 1 {
-        let (run, stride, at) = (b.run * num, b.dst_stride * num, b.dst_at * num);
+        let run = b.run * num;
+        let (dst_at, src_at) = (
+            (b.dst_stride * num, b.dst_at * num),
+            (b.src_stride * num, b.src_at * num),
+        );
         // One element per run (a position written into a cache whose
         // positions lie along the last axis): a copy of that constant
         // length per run, which compiles to a move instead of a `memcpy`
         // call for each element.
         match run {
-            4 => copy_runs::<4>(dst, src, b.outer, stride, at),
-            8 => copy_runs::<8>(dst, src, b.outer, stride, at),
-            2 => copy_runs::<2>(dst, src, b.outer, stride, at),
+            4 => copy_runs::<4>(dst, src, b.outer, dst_at, src_at),
+            8 => copy_runs::<8>(dst, src, b.outer, dst_at, src_at),
+            2 => copy_runs::<2>(dst, src, b.outer, dst_at, src_at),
             _ => {
                 for o in 0..b.outer {
-                    dst[o * stride + at..][..run].copy_from_slice(&src[o * run..][..run]);
+                    let (d, s) = (o * dst_at.0 + dst_at.1, o * src_at.0 + src_at.1);
+                    dst[d..][..run].copy_from_slice(&src[s..][..run]);
                 }
             }
         }
@@ -239,7 +246,8 @@ fn write_block(dtype: Dtype, dst: &mut [u8], src: &[u8], b: &Block) {
     }
     for o in 0..b.outer {
         for x in 0..b.run {
-            let (d, s) = (o * b.dst_stride + b.dst_at + x, o * b.run + x);
+            let d = o * b.dst_stride + b.dst_at + x;
+            let s = o * b.src_stride + b.src_at + x;
             let nib = (src[s / 2] >> (4 * (s % 2))) & 0x0F;
             let sh = 4 * (d % 2);
             dst[d / 2] = (dst[d / 2] & !(0x0F << sh)) | (nib << sh);
@@ -247,11 +255,19 @@ fn write_block(dtype: Dtype, dst: &mut [u8], src: &[u8], b: &Block) {
     }
 }
 
-/// [`write_block`]'s runs of `N` bytes: run `o` of `src` to `o · stride +
-/// at` of `dst`.
-fn copy_runs<const N: usize>(dst: &mut [u8], src: &[u8], outer: usize, stride: usize, at: usize) {
-    for (o, run) in src.chunks_exact(N).take(outer).enumerate() {
-        dst[o * stride + at..][..N].copy_from_slice(run);
+/// [`write_block`]'s runs of `N` bytes: run `o`, from byte `o · stride +
+/// at` of `src` (`src_at`) to `o · stride + at` of `dst` (`dst_at`).
+fn copy_runs<const N: usize>(
+    dst: &mut [u8],
+    src: &[u8],
+    outer: usize,
+    (dst_stride, dst_at): (usize, usize),
+    (src_stride, src_at): (usize, usize),
+) {
+    for o in 0..outer {
+        let s = o * src_stride + src_at;
+        let run: &[u8; N] = src[s..s + N].try_into().expect("a run of N bytes");
+        dst[o * dst_stride + dst_at..][..N].copy_from_slice(run);
     }
 }
 
@@ -711,8 +727,26 @@ impl Tensor {
     /// axis); `self` is then unchanged. `OutOfMemory` when a copy cannot
     /// be allocated.
     pub fn update_slice(&mut self, axis: usize, start: usize, src: &Tensor) -> Result<()> {
-        let len = self.update_fits(axis, start, src)?;
-        if src.numel == 0 {
+        let len = src.shape.get(axis).copied().unwrap_or(0);
+        self.update_slice_from(axis, start, src, 0, len)
+    }
+
+    /// [`Tensor::update_slice`] with the block of `src`'s positions
+    /// `from..from + len` along `axis`: `self[…, start..start + len, …] =
+    /// src[…, from..from + len, …]`, without a tensor of that block of its
+    /// own (one sequence's rows of a batched step's keys, written into
+    /// that sequence's cache). The same checks, and also `Op` when
+    /// `from + len` is past `src`'s axis.
+    pub fn update_slice_from(
+        &mut self,
+        axis: usize,
+        start: usize,
+        src: &Tensor,
+        from: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.update_fits(axis, start, src, from, len)?;
+        if len == 0 || src.numel == 0 {
             return Ok(());
         }
         // Shared (another handle would see the write) or mapped (read-only
@@ -725,8 +759,9 @@ impl Tensor {
             self.words = Arc::new(Storage::new(copy));
         }
         let (dtype, nbytes) = (self.dtype, self.nbytes);
-        // Neither volume is 0 (`src`'s was checked; `self` holds it), so
-        // every extent is at least 1 and these products are within the cap.
+        // Neither volume is 0 (`src`'s was checked; `self` holds a block as
+        // large), so every extent is at least 1 and these products are
+        // within the cap.
         let outer: usize = self.shape[..axis].iter().product();
         let inner: usize = self.shape[axis + 1..].iter().product();
         let block = Block {
@@ -734,6 +769,8 @@ impl Tensor {
             run: len * inner,
             dst_stride: self.shape[axis] * inner,
             dst_at: start * inner,
+            src_stride: src.shape[axis] * inner,
+            src_at: from * inner,
         };
         if let Some(words) = Arc::get_mut(&mut self.words).and_then(Storage::heap_mut) {
             write_block(dtype, word_bytes_mut(words, nbytes), src.bytes(), &block);
@@ -741,8 +778,15 @@ impl Tensor {
         Ok(())
     }
 
-    /// The checks of [`Tensor::update_slice`]; `src`'s extent along `axis`.
-    fn update_fits(&self, axis: usize, start: usize, src: &Tensor) -> Result<usize> {
+    /// The checks of [`Tensor::update_slice_from`].
+    fn update_fits(
+        &self,
+        axis: usize,
+        start: usize,
+        src: &Tensor,
+        from: usize,
+        len: usize,
+    ) -> Result<()> {
         let bad = |message: String| Error::op("update_slice", message);
         if src.dtype != self.dtype {
             return Err(bad(format!(
@@ -761,13 +805,20 @@ impl Tensor {
                 "shapes {a:?} and {b:?} differ off axis {axis}"
             )));
         }
-        match start.checked_add(b[axis]) {
-            Some(end) if end <= a[axis] => Ok(b[axis]),
-            _ => Err(bad(format!(
-                "positions {start}..{start}+{} are not within 0..{} on axis {axis}",
-                b[axis], a[axis]
-            ))),
+        let fits = |at: usize, extent: usize| at.checked_add(len).is_some_and(|end| end <= extent);
+        if !fits(from, b[axis]) {
+            return Err(bad(format!(
+                "source positions {from}..{from}+{len} are not within 0..{} on axis {axis}",
+                b[axis]
+            )));
         }
+        if !fits(start, a[axis]) {
+            return Err(bad(format!(
+                "positions {start}..{start}+{len} are not within 0..{} on axis {axis}",
+                a[axis]
+            )));
+        }
+        Ok(())
     }
 
     /// The same storage with a new shape of equal volume (metadata only).

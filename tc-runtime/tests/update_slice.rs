@@ -4,6 +4,8 @@
 //! `concat([slice(self, ..start), src, slice(self, start + len..)])`; it
 //! is in place exactly when nothing else holds the storage; another handle
 //! never sees the write; a refused write changes nothing.
+//! `Tensor::update_slice_from` (a block of a larger source) writes what
+//! `update_slice` writes of that block.
 
 use proptest::prelude::*;
 use tc_core::Dtype;
@@ -94,6 +96,31 @@ proptest! {
         if let Some(id) = id {
             prop_assert_eq!(id.holds(&t), !wrote);
         }
+    }
+
+    /// `update_slice_from` writes what `update_slice` writes of the
+    /// source's block `from..from + len`, bit for bit, for every dtype
+    /// (I4's nibbles at odd offsets included); a block past the source's
+    /// axis is refused and changes nothing.
+    #[test]
+    fn update_slice_from_writes_the_sources_block(
+        (dt, shape, axis, (start, len), _held, seed) in case(),
+        (extra, pick) in (0usize..4, any::<prop::sample::Index>()),
+    ) {
+        let mut t = tensor(dt, &shape, seed);
+        let mut ss = shape.clone();
+        ss[axis] = len + extra;
+        let src = tensor(dt, &ss, seed ^ 0x5a5a);
+        let from = pick.index(extra + 1);
+        let block = denote::slice(axis, from as i64, (from + len) as i64, 1, &src).unwrap();
+        let mut expected = t.clone();
+        expected.update_slice(axis, start, &block).unwrap();
+        t.update_slice_from(axis, start, &src, from, len).unwrap();
+        prop_assert!(t == expected, "{dt} {shape:?} axis {axis} at {start}+{len} from {from}");
+        let (bytes, uid) = (t.bytes().to_vec(), t.storage_uid());
+        prop_assert!(t.update_slice_from(axis, start, &src, extra + 1, len).is_err());
+        prop_assert_eq!(t.bytes(), &bytes[..]);
+        prop_assert_eq!(t.storage_uid(), uid);
     }
 
     /// A write the checks refuse leaves the tensor as it was.

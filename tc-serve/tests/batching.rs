@@ -162,7 +162,22 @@ fn the_shared_decode_path_gives_the_reference_greedy_tokens() {
 /// batched cache equals the next step from the solo cache.
 #[test]
 fn a_step_mixing_prefill_chunks_and_decode_rows_equals_each_alone_bit_for_bit() {
-    let m = &loaded().model;
+    mixed_step_equals_each_alone(&loaded().model);
+}
+
+/// The same with an f16 KV cache: each sequence's rows of the step's keys
+/// and values are rounded once for the whole step, then copied into its
+/// own cache at its own positions, which must be the bits a solo pass
+/// writes.
+#[test]
+fn a_mixed_step_over_f16_caches_equals_each_alone_bit_for_bit() {
+    loaded();
+    let (mut m, _file) = Model::load(&common::smollm2_path()).expect("load the GGUF");
+    m.kv_dtype = tc_serve::llama::model::KvDtype::F16;
+    mixed_step_equals_each_alone(&m);
+}
+
+fn mixed_step_equals_each_alone(m: &Model) {
     let prompts = prompts();
     let bits = |t: &tc::Tensor| {
         t.to_vec::<f32>()

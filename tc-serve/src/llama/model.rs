@@ -301,7 +301,9 @@ pub struct Model {
     /// Positions the model was trained for.
     pub context: usize,
     /// What the caches [`Model::cache`] makes store (f32 unless set after
-    /// loading); [`Model::cache_bytes`] counts in it.
+    /// loading); [`Model::cache_bytes`] counts in it. A step writes its
+    /// keys and values in this type: a cache of another type is refused
+    /// (the typed dtype error of `update_slice`).
     pub kv_dtype: KvDtype,
     /// The file, for what is read from it by offset.
     rows: Rows,
@@ -681,6 +683,7 @@ impl Model {
             let q = llama::queries(xn.clone(), cos.clone(), sin.clone(), l)?;
             let k = llama::keys(xn.clone(), cos.clone(), sin.clone(), l)?;
             let v = llama::values(xn, l)?;
+            let (k, v) = (self.as_cached(k)?, self.as_cached(v)?);
             let rows = LayerRows { n: r, q, k, v };
             let ctx = attend_all(&mut parts, li, &rows)?;
             x = llama::mix(x, ctx, l)?;
@@ -732,15 +735,16 @@ impl Model {
 const KEY_POS: usize = 3;
 const VALUE_POS: usize = 2;
 
-/// Keys or values `x` (f32, `S` positions along `axis`) written into
-/// `cache` at positions `pos..pos + S`, rounded to f16 first where the
-/// cache is f16.
-fn write_kv(cache: &mut Tensor, axis: usize, pos: usize, x: Tensor) -> Result<(), tc::Error> {
-    let x = match cache.dtype() {
-        tc::core::Dtype::F16 => llama::to_f16(x)?,
-        _ => x,
-    };
-    cache.update_slice(axis, pos, &x)
+impl Model {
+    /// A step's keys or values (f32) in the cache's element type: rounded
+    /// to f16 for an f16 cache (`llama::to_f16`), once for all of the
+    /// step's rows, whose sequences then copy their own positions.
+    fn as_cached(&self, x: Tensor) -> Result<Tensor, tc::Error> {
+        match self.kv_dtype {
+            KvDtype::F16 => llama::to_f16(x),
+            KvDtype::F32 => Ok(x),
+        }
+    }
 }
 
 /// One sequence's rows in a step ([`Model::step`]).
@@ -756,7 +760,8 @@ struct Part<'a> {
 }
 
 /// A layer's queries `[1, R, D]`, keys `[1, KV, HD, R]` and values
-/// `[1, KV, R, HD]` for the step's `n` rows.
+/// `[1, KV, R, HD]` for the step's `n` rows, the keys and values in the
+/// cache's element type ([`Model::as_cached`]).
 struct LayerRows {
     n: usize,
     q: Tensor,
@@ -771,33 +776,15 @@ impl Part<'_> {
     fn attend(&mut self, li: usize, all: &LayerRows) -> Result<Tensor, tc::Error> {
         use llama::D;
         let (row, s) = (self.row, self.rows);
-        // This sequence's positions of the step's keys or values, which
-        // hold the step's `all.n` rows along `axis` (KEY_POS, VALUE_POS):
-        // its `s` rows from `row` on, in the same layout (the step's own
-        // tensor when the sequence has every row: a prefill alone allocates
-        // nothing more than it did unbatched).
-        let rows_of = |t: &Tensor, axis: usize| -> Result<Tensor, tc::Error> {
-            if s == all.n {
-                return Ok(t.clone());
-            }
-            let lines: usize = t.shape()[..axis].iter().product();
-            let width: usize = t.shape()[axis + 1..].iter().product();
-            let d = t.as_slice::<f32>()?;
-            let mut out = Vec::<f32>::with_capacity(lines * s * width);
-            for h in 0..lines {
-                let at = (h * all.n + row) * width;
-                out.extend_from_slice(&d[at..at + s * width]);
-            }
-            let mut shape = t.shape().to_vec();
-            shape[axis] = s;
-            Tensor::from_vec(&shape, out)
-        };
         let (kc, vc) = self
             .cache
             .get_mut(li)
             .ok_or_else(|| tc::Error::malformed("a cache without this layer"))?;
-        write_kv(kc, KEY_POS, self.pos, rows_of(&all.k, KEY_POS)?)?;
-        write_kv(vc, VALUE_POS, self.pos, rows_of(&all.v, VALUE_POS)?)?;
+        // This sequence's positions of the step's keys and values (its `s`
+        // rows from `row` on), copied into its cache where they go: no
+        // tensor of its own rows in between.
+        kc.update_slice_from(KEY_POS, self.pos, &all.k, row, s)?;
+        vc.update_slice_from(VALUE_POS, self.pos, &all.v, row, s)?;
         let q = if s == all.n {
             all.q.clone()
         } else {
