@@ -7,6 +7,7 @@
 #   scripts/serve-load.sh                       # tc-serve, release build
 #   THREADS=2 STREAMS=1,4,16,32 TOKENS=128 scripts/serve-load.sh
 #   NUMERICS=fast scripts/serve-load.sh         # 8-bit activations (default exact)
+#   KV_CACHE=f16 scripts/serve-load.sh          # f16 KV cache, as llama.cpp's (default f32)
 #   LLAMA_SERVER=path/to/llama-server scripts/serve-load.sh   # also llama.cpp's
 #     (scripts/llm-peer-bench.sh builds one: target/peers/llama.cpp-build/bin/llama-server)
 #
@@ -19,6 +20,7 @@ streams="${STREAMS:-1,4,16,32}"
 tokens="${TOKENS:-128}"
 port="${PORT:-18090}"
 numerics="${NUMERICS:-exact}"
+kv_cache="${KV_CACHE:-f32}"
 model="$root/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 [ -f "$model" ] || bash "$root/scripts/fetch-smollm2.sh" >&2
 (cd "$root" && cargo build --release -p tc-serve >&2)
@@ -38,14 +40,14 @@ run() {
   "$@" 2>"$log" >/dev/null &
   local pid=$!
   if ! wait_up "$pid"; then cat "$log" >&2; kill "$pid" 2>/dev/null || true; return 1; fi
-  echo "## $name (threads $threads, $tokens tokens per request, numerics $numerics)"
+  echo "## $name (threads $threads, $tokens tokens per request)"
   python3 "$root/scripts/serve_load.py" "127.0.0.1:$port" --streams "$streams" --tokens "$tokens" | head -n -1
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   rm -f "$log"
 }
 
-run "tc-serve" "$root/target/release/tc-serve" --port "$port" --model "$model" --threads "$threads" \
-  --max-running 64 --log-format text --numerics "$numerics"
+run "tc-serve, numerics $numerics, KV cache $kv_cache" "$root/target/release/tc-serve" --port "$port" --model "$model" --threads "$threads" \
+  --max-running 64 --log-format text --numerics "$numerics" --kv-cache "$kv_cache"
 if [ -n "${LLAMA_SERVER:-}" ]; then
-  run "llama.cpp server" "$LLAMA_SERVER" -m "$model" --port "$port" -t "$threads" -np 32 -c 32768
+  run "llama.cpp server, KV cache f16" "$LLAMA_SERVER" -m "$model" --port "$port" -t "$threads" -np 32 -c 32768
 fi
