@@ -728,24 +728,24 @@ impl Tensor {
     /// be allocated.
     pub fn update_slice(&mut self, axis: usize, start: usize, src: &Tensor) -> Result<()> {
         let len = src.shape.get(axis).copied().unwrap_or(0);
-        self.update_slice_from(axis, start, src, 0, len)
+        self.update_slice_from(axis, start, src, 0..len)
     }
 
     /// [`Tensor::update_slice`] with the block of `src`'s positions
-    /// `from..from + len` along `axis`: `self[…, start..start + len, …] =
-    /// src[…, from..from + len, …]`, without a tensor of that block of its
-    /// own (one sequence's rows of a batched step's keys, written into
-    /// that sequence's cache). The same checks, and also `Op` when
-    /// `from + len` is past `src`'s axis.
+    /// `block` along `axis`: `self[…, start..start + len, …] = src[…,
+    /// block, …]` (`len` the block's), without a tensor of that block of
+    /// its own (one sequence's rows of a batched step's keys, written into
+    /// that sequence's cache). The same checks, and also `Op` when the
+    /// block is reversed or ends past `src`'s axis.
     pub fn update_slice_from(
         &mut self,
         axis: usize,
         start: usize,
         src: &Tensor,
-        from: usize,
-        len: usize,
+        block: std::ops::Range<usize>,
     ) -> Result<()> {
-        self.update_fits(axis, start, src, from, len)?;
+        let (from, len) = (block.start, block.len());
+        self.update_fits(axis, start, src, &block)?;
         if len == 0 || src.numel == 0 {
             return Ok(());
         }
@@ -784,8 +784,7 @@ impl Tensor {
         axis: usize,
         start: usize,
         src: &Tensor,
-        from: usize,
-        len: usize,
+        block: &std::ops::Range<usize>,
     ) -> Result<()> {
         let bad = |message: String| Error::op("update_slice", message);
         if src.dtype != self.dtype {
@@ -805,13 +804,14 @@ impl Tensor {
                 "shapes {a:?} and {b:?} differ off axis {axis}"
             )));
         }
-        let fits = |at: usize, extent: usize| at.checked_add(len).is_some_and(|end| end <= extent);
-        if !fits(from, b[axis]) {
+        let len = block.len();
+        if block.start > block.end || block.end > b[axis] {
             return Err(bad(format!(
-                "source positions {from}..{from}+{len} are not within 0..{} on axis {axis}",
-                b[axis]
+                "source positions {}..{} are not a block of 0..{} on axis {axis}",
+                block.start, block.end, b[axis]
             )));
         }
+        let fits = |at: usize, extent: usize| at.checked_add(len).is_some_and(|end| end <= extent);
         if !fits(start, a[axis]) {
             return Err(bad(format!(
                 "positions {start}..{start}+{len} are not within 0..{} on axis {axis}",

@@ -101,7 +101,7 @@ proptest! {
     /// `update_slice_from` writes what `update_slice` writes of the
     /// source's block `from..from + len`, bit for bit, for every dtype
     /// (I4's nibbles at odd offsets included); a block past the source's
-    /// axis is refused and changes nothing.
+    /// axis, or a reversed one, is refused and changes nothing.
     #[test]
     fn update_slice_from_writes_the_sources_block(
         (dt, shape, axis, (start, len), _held, seed) in case(),
@@ -115,10 +115,14 @@ proptest! {
         let block = denote::slice(axis, from as i64, (from + len) as i64, 1, &src).unwrap();
         let mut expected = t.clone();
         expected.update_slice(axis, start, &block).unwrap();
-        t.update_slice_from(axis, start, &src, from, len).unwrap();
+        t.update_slice_from(axis, start, &src, from..from + len).unwrap();
         prop_assert!(t == expected, "{dt} {shape:?} axis {axis} at {start}+{len} from {from}");
         let (bytes, uid) = (t.bytes().to_vec(), t.storage_uid());
-        prop_assert!(t.update_slice_from(axis, start, &src, extra + 1, len).is_err());
+        let past = extra + 1..extra + 1 + len;
+        prop_assert!(t.update_slice_from(axis, start, &src, past).is_err());
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = from + 1..from;
+        prop_assert!(t.update_slice_from(axis, start, &src, reversed).is_err());
         prop_assert_eq!(t.bytes(), &bytes[..]);
         prop_assert_eq!(t.storage_uid(), uid);
     }

@@ -783,8 +783,8 @@ impl Part<'_> {
         // This sequence's positions of the step's keys and values (its `s`
         // rows from `row` on), copied into its cache where they go: no
         // tensor of its own rows in between.
-        kc.update_slice_from(KEY_POS, self.pos, &all.k, row, s)?;
-        vc.update_slice_from(VALUE_POS, self.pos, &all.v, row, s)?;
+        kc.update_slice_from(KEY_POS, self.pos, &all.k, row..row + s)?;
+        vc.update_slice_from(VALUE_POS, self.pos, &all.v, row..row + s)?;
         let q = if s == all.n {
             all.q.clone()
         } else {
