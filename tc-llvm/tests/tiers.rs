@@ -95,24 +95,9 @@ fn reductions() -> Function {
     let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
     b.returns(tt(Dtype::F32, &["C"]));
     let e = b.op(Op::Unary(UnaryOp::Exp, x));
-    let cols = b.op(Op::Reduce {
-        op: ReduceOp::Sum,
-        axes: vec![0],
-        keepdims: false,
-        x: e,
-    });
-    let m = b.op(Op::Reduce {
-        op: ReduceOp::Max,
-        axes: vec![1],
-        keepdims: false,
-        x: e,
-    });
-    let one = b.op(Op::Reduce {
-        op: ReduceOp::Sum,
-        axes: vec![0],
-        keepdims: false,
-        x: m,
-    });
+    let cols = reduce(&mut b, ReduceOp::Sum, &[0], false, e);
+    let m = reduce(&mut b, ReduceOp::Max, &[1], false, e);
+    let one = reduce(&mut b, ReduceOp::Sum, &[0], false, m);
     let ob = b.op(Op::Broadcast(vec![tc_core::Dim::var("C")], one));
     let r = b.op(Op::Binary(BinaryOp::Add, cols, ob));
     b.finish(r)

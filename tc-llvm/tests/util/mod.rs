@@ -169,25 +169,25 @@ pub fn builder(name: &str) -> FnBuilder {
     FnBuilder::new(name)
 }
 
+/// A reduction of `x` over `axes` (the builder's op, one line per use).
+pub fn reduce(b: &mut FnBuilder, op: ReduceOp, axes: &[usize], keepdims: bool, x: Value) -> Value {
+    b.op(Op::Reduce {
+        op,
+        axes: axes.to_vec(),
+        keepdims,
+        x,
+    })
+}
+
 /// The softmax over the last axis of `x` (of shape `full`), as a library
 /// function writes it: max, subtract, exp, sum, divide.
 pub fn softmax_rows(b: &mut FnBuilder, x: Value, full: Vec<Dim>) -> Value {
     let last = full.len() - 1;
-    let m = b.op(Op::Reduce {
-        op: ReduceOp::Max,
-        axes: vec![last],
-        keepdims: true,
-        x,
-    });
+    let m = reduce(b, ReduceOp::Max, &[last], true, x);
     let mb = b.op(Op::Broadcast(full.clone(), m));
     let d = b.op(Op::Binary(BinaryOp::Sub, x, mb));
     let e = b.op(Op::Unary(UnaryOp::Exp, d));
-    let s = b.op(Op::Reduce {
-        op: ReduceOp::Sum,
-        axes: vec![last],
-        keepdims: true,
-        x: e,
-    });
+    let s = reduce(b, ReduceOp::Sum, &[last], true, e);
     let sb = b.op(Op::Broadcast(full, s));
     b.op(Op::Binary(BinaryOp::Div, e, sb))
 }
@@ -296,21 +296,11 @@ pub fn layer_norm_fn() -> Function {
     let eps = b.param("eps", tc_core::Type::Scalar(Dtype::F32));
     b.returns(tt(Dtype::F32, &["B", "S", "C"]));
     let full = var_dims(&["B", "S", "C"]);
-    let mu = b.op(Op::Reduce {
-        op: ReduceOp::Mean,
-        axes: vec![2],
-        keepdims: true,
-        x,
-    });
+    let mu = reduce(&mut b, ReduceOp::Mean, &[2], true, x);
     let mub = b.op(Op::Broadcast(full.clone(), mu));
     let xc = b.op(Op::Binary(BinaryOp::Sub, x, mub));
     let sq = b.op(Op::Binary(BinaryOp::Mul, xc, xc));
-    let var = b.op(Op::Reduce {
-        op: ReduceOp::Mean,
-        axes: vec![2],
-        keepdims: true,
-        x: sq,
-    });
+    let var = reduce(&mut b, ReduceOp::Mean, &[2], true, sq);
     let ve = b.op(Op::ScalarBinary {
         op: BinaryOp::Add,
         x: var,
