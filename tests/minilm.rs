@@ -186,15 +186,17 @@ fn int8_embeddings_stay_within_cosine_0_999_of_f32() {
     corpus_within_cosine_0_999_of_f32(Precision::Int8);
 }
 
-/// The BF16 products run on `vdpbf16ps` where the CPU has AVX512-BF16
-/// (counted), else widened: the bound holds either way.
+/// The BF16 products run on AMX tiles or `vdpbf16ps` where the CPU has
+/// them (counted), else widened: the bound holds either way.
 #[test]
 fn bf16_embeddings_stay_within_cosine_0_999_of_f32() {
-    let before = tc::llvm::kernels::matmul::bf16_paired();
+    use tc::llvm::kernels::matmul::{bf16_available, bf16_paired, bf16_tiled};
+    let before = (bf16_paired(), bf16_tiled());
     corpus_within_cosine_0_999_of_f32(Precision::Bf16);
-    if tc::llvm::kernels::matmul::bf16_available() {
+    if bf16_available() {
         // 15 batches × 6 layers × 4 products, at least (other tests add).
-        assert!(tc::llvm::kernels::matmul::bf16_paired() - before >= 15 * 6 * 4);
+        let ran = bf16_paired() - before.0 + bf16_tiled() - before.1;
+        assert!(ran >= 15 * 6 * 4, "{ran} products on BF16 kernels");
     }
 }
 

@@ -228,6 +228,12 @@ pub const TC_MM_BF16: Var = var(
     "on",
     "`0` widens BF16 products to f32 instead of using `vdpbf16ps` (for measurements).",
 );
+/// BF16 products on AMX tiles.
+pub const TC_MM_AMX: Var = var(
+    "TC_MM_AMX",
+    "on",
+    "`0` keeps BF16 products off AMX tiles (`tdpbf16ps`), on `vdpbf16ps` or widened (for measurements).",
+);
 /// Few-row products against a weight read in place.
 pub const TC_MM_SWEEP: Var = var(
     "TC_MM_SWEEP",
@@ -301,6 +307,7 @@ pub const ALL: &[Var] = &[
     TC_MM_T16,
     TC_MM_COLS,
     TC_MM_BF16,
+    TC_MM_AMX,
     TC_MM_SWEEP,
     TC_MM_INT_MR,
     TC_MM_INT_PAIR,

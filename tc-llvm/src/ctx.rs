@@ -90,6 +90,8 @@ pub struct Settings {
     pub mm_cols: Switch,
     /// `TC_MM_BF16`: BF16 products on `vdpbf16ps` where the CPU has it.
     pub mm_bf16: Switch,
+    /// `TC_MM_AMX`: BF16 products on AMX tiles where the CPU has them.
+    pub mm_amx: Switch,
     /// `TC_STREAM`: streaming stores for large flat outputs.
     pub streaming_stores: Switch,
     /// Bytes read ahead after a product (`TC_READ_AHEAD_MB` MiB, or what
@@ -130,6 +132,7 @@ impl Settings {
             mm_stream_b: Switch::from(env::TC_MM_STREAM),
             mm_cols: Switch::from(env::TC_MM_COLS),
             mm_bf16: Switch::from(env::TC_MM_BF16),
+            mm_amx: Switch::from(env::TC_MM_AMX),
             streaming_stores: Switch::from(env::TC_STREAM),
             read_ahead: AtomicUsize::new(match env::TC_READ_AHEAD_MB.parse::<usize>() {
                 Some(mb) => mb.saturating_mul(1 << 20).min(usize::MAX - 1),

@@ -6,6 +6,8 @@
 //! - [`quant`]: the ggml block formats (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`,
 //!   `Q6_K`), reference dequantization bit-exact with ggml, and fused
 //!   quantized matmul kernels (scalar, AVX2 and AVX-512, chosen at run time).
+//! - [`tiles`]: the AMX tile state (the OS's grant, configurations), for
+//!   this crate's AMX-INT8 kernels and tc-llvm's AMX-BF16 products.
 //!
 //! The crate depends on no other tc crate, so the runtime and the examples
 //! can both use it without a cycle.
@@ -14,6 +16,7 @@
 
 pub mod gguf;
 pub mod quant;
+pub mod tiles;
 
 #[doc(hidden)]
 pub mod testing;

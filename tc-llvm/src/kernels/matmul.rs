@@ -34,6 +34,12 @@ pub use bf16::{
     available as bf16_available, fallbacks as bf16_fallbacks, paired as bf16_paired,
     set_enabled as set_bf16_kernel,
 };
+#[cfg(target_arch = "x86_64")]
+mod bf16_amx;
+#[cfg(target_arch = "x86_64")]
+pub use bf16_amx::{
+    available as bf16_amx_available, set_enabled as set_bf16_amx, tiled as bf16_tiled,
+};
 mod in_order;
 pub use in_order::matmul_strided_in_order;
 pub(crate) use in_order::sgemm_in_order;

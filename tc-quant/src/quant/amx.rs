@@ -18,13 +18,13 @@
 //! with K = 32, its C tile stored to a 1 KiB buffer in L1 and scaled by
 //! AVX-512, as ggml does for these formats.
 //!
-//! Linux hands AMX's 8 KiB of tile state to a process only on request
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); [`available`]
-//! asks once, and the path is offered only when the kernel agreed.
+//! The tile state (the OS's permission, the configuration) is
+//! `crate::tiles`', shared with tc-llvm's AMX-BF16 products.
 
 use super::act::Acts;
 use super::vnni::{PACK, Q41};
 use super::Format;
+use crate::tiles::{self, Tiles};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -37,95 +37,23 @@ pub(crate) const ROWS: usize = 16;
 /// the operating system's permission for the tile state.
 pub(crate) fn available() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| super::x86::has_vnni() && cpu_has_amx_int8() && request_tile_state())
+    *OK.get_or_init(|| {
+        super::x86::has_vnni() && tiles::cpu_has(tiles::Extension::Int8) && tiles::granted()
+    })
 }
 
-/// CPUID leaf 7, sub-leaf 0: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
-fn cpu_has_amx_int8() -> bool {
-    // SAFETY: CPUID leaf 7 exists on every CPU with AVX-512 (checked by
-    // the caller first); the instruction reads no memory.
-    #[allow(unused_unsafe)] // `__cpuid_count` is safe on newer toolchains
-    let r = unsafe { __cpuid_count(7, 0) };
-    r.edx & (1 << 24) != 0 && r.edx & (1 << 25) != 0
-}
-
-#[cfg(target_os = "linux")]
-fn request_tile_state() -> bool {
-    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-    const XFEATURE_XTILEDATA: libc::c_long = 18;
-    // SAFETY: this arch_prctl takes two integers and reads or writes no
-    // memory of the process; it fails (returns −1) where the kernel
-    // lacks AMX support, and the permission it grants is process-wide.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_arch_prctl,
-            ARCH_REQ_XCOMP_PERM,
-            XFEATURE_XTILEDATA,
-        )
-    };
-    rc == 0
-}
-
-#[cfg(not(target_os = "linux"))]
-fn request_tile_state() -> bool {
-    false
-}
-
-/// The 64-byte tile configuration (palette 1): `tmm0`, `tmm3` and `tmm6`
-/// are C (16 rows × 16 i32), `tmm1` and `tmm4` A (16 rows × 32 i8),
-/// `tmm2` and `tmm5` B (8 rows × 64 u8).
-#[repr(C, align(64))]
-struct Config {
-    palette: u8,
-    start_row: u8,
-    reserved: [u8; 14],
-    colsb: [u16; 16],
-    rows: [u8; 16],
-}
-
-const CONFIG: Config = {
-    let mut colsb = [0u16; 16];
-    let mut rows = [0u8; 16];
-    (colsb[0], rows[0]) = (64, 16);
-    (colsb[1], rows[1]) = (32, 16);
-    (colsb[2], rows[2]) = (64, 8);
-    (colsb[3], rows[3]) = (64, 16);
-    (colsb[4], rows[4]) = (32, 16);
-    (colsb[5], rows[5]) = (64, 8);
-    (colsb[6], rows[6]) = (64, 16);
-    Config {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb,
-        rows,
-    }
-};
-
-/// The tiles configured for [`rows16`], released on drop. Holding one
-/// is the proof that `ldtilecfg` ran on this thread (and it cannot leave
-/// the thread: the raw-pointer marker makes it neither `Send` nor `Sync`).
-pub(crate) struct Tiles(std::marker::PhantomData<*const ()>);
-
-impl Tiles {
-    /// Loads the configuration on this thread.
-    // SAFETY: (contract) `available()` returned true in this process.
-    pub(crate) unsafe fn load() -> Tiles {
-        // SAFETY: the configuration is 64 readable bytes with valid
-        // palette-1 shapes (at most 16 rows, 64 bytes per row); the
-        // contract says the OS granted the tile state.
-        unsafe { asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly)) };
-        Tiles(std::marker::PhantomData)
-    }
-}
-
-impl Drop for Tiles {
-    fn drop(&mut self) {
-        // SAFETY: the tiles were configured (`Tiles::load`), so the
-        // instruction exists and is permitted; it only resets tile state.
-        unsafe { asm!("tilerelease", options(nostack, nomem)) };
-    }
-}
+/// The tiles [`rows16`] names: `tmm0`, `tmm3` and `tmm6` are C (16 rows
+/// × 16 i32), `tmm1` and `tmm4` A (16 rows × 32 i8), `tmm2` and `tmm5` B
+/// (8 rows × 64 u8).
+pub(crate) static CONFIG: tiles::Config = tiles::Config::new(&[
+    (16, 64),
+    (16, 32),
+    (8, 64),
+    (16, 64),
+    (16, 32),
+    (8, 64),
+    (16, 64),
+]);
 
 /// 64-byte aligned scratch for one C tile.
 #[repr(C, align(64))]
@@ -210,16 +138,17 @@ macro_rules! store_c {
 /// row, the 16 weight rows' outputs.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-// SAFETY: (contract) the `vnni` features present; `_tiles` shows the
-// configuration is loaded.
+// SAFETY: (contract) the `vnni` features present; `tiles` shows a
+// configuration is loaded, checked below to be [`CONFIG`].
 pub(crate) unsafe fn rows16<const F: u8>(
-    _tiles: &Tiles,
+    tiles: &Tiles,
     buf: &[__m512i],
     a: &Acts,
     sc: &Scales,
     k: usize,
     g: usize,
 ) -> [__m512; ROWS] {
+    assert!(tiles.are(&CONFIG), "the tiles rows16 names");
     let nb = k / 32;
     // Indexing checks every bound the tile loads rely on: the group's
     // 16 rows of `k` activation bytes, `nb` packs, `nb · 16` scalars.

@@ -81,8 +81,10 @@ pub(crate) fn columns(job: &Job<'_>, acts: &Acts, j0: usize, out: &mut Out<'_>) 
     // The tiles are configured once for all of this task's weight tiles:
     // configured and released per weight tile, `ldtilecfg` and the first
     // product after it took a fifth of a 16-row product's time.
-    // SAFETY: `acts.amx` is set only where `amx::available()` said yes.
-    let tiles = scales.map(|_| unsafe { amx::Tiles::load() });
+    // SAFETY: `acts.amx` is set only where `amx::available()` said yes,
+    // which includes the OS's grant; this task makes no rayon call while
+    // the tiles are held (its loop below runs kernels only).
+    let tiles = scales.map(|_| unsafe { crate::tiles::Tiles::load(&amx::CONFIG) });
     let amx = scales.zip(tiles.as_ref());
     let mut c = 0;
     while c < cols {
@@ -126,7 +128,7 @@ struct Tile<'a> {
     /// The activations' scalars for the AMX groups and the configured
     /// tiles: set only where `amx::available()` said yes and there are 16
     /// rows or more.
-    amx: Option<(&'a amx::Scales, &'a amx::Tiles)>,
+    amx: Option<(&'a amx::Scales, &'a crate::tiles::Tiles)>,
 }
 
 /// One tile into columns `c0..c0 + t.n` of `out`.

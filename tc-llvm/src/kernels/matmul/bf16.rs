@@ -462,9 +462,35 @@ pub(super) unsafe fn try_matmul(
     b: *const u16,
     out: *mut u16,
     batch: usize,
+    dims: (usize, usize, usize),
+    ctx: &ExecCtx,
+    b_cache: Option<&dyn PackCache>,
+) -> Result<bool, Error> {
+    #[cfg(target_arch = "x86_64")]
+    let tiles = super::bf16_amx::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    let tiles = false;
+    // SAFETY: the same contract.
+    unsafe { try_matmul_on(a, b, out, batch, dims, ctx, b_cache, tiles) }
+}
+
+/// [`try_matmul`], with products that fit AMX tiles run on them where
+/// `tiles` (which [`super::bf16_amx::available`] must then have said),
+/// else on `vdpbf16ps`: the tests run both paths on a host that has both.
+///
+/// # Safety
+/// [`try_matmul`]'s contract.
+#[allow(clippy::too_many_arguments)]
+// SAFETY: (contract) met by `try_matmul` and the tests.
+unsafe fn try_matmul_on(
+    a: *const u16,
+    b: *const u16,
+    out: *mut u16,
+    batch: usize,
     (m, k, n): (usize, usize, usize),
     ctx: &ExecCtx,
     b_cache: Option<&dyn PackCache>,
+    tiles: bool,
 ) -> Result<bool, Error> {
     if !available() || k == 0 || batch * m * n == 0 {
         return Ok(false);
@@ -494,6 +520,24 @@ pub(super) unsafe fn try_matmul(
     if !Scan::of(sa).exact_with(b_scan) {
         FALLBACKS.fetch_add(1, Ordering::Relaxed);
         return Ok(false);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if tiles && batch == 1 && super::bf16_amx::fits(m, k, n) {
+        let own;
+        let pb = match pre.as_deref() {
+            Some(p) => p,
+            None => {
+                // SAFETY: B's `k·n` elements (the contract).
+                own = unsafe { pack_kept(mat(b, n), (k, n), par)? };
+                &own
+            }
+        };
+        // SAFETY: AMX available (`tiles`, the contract) and the shape
+        // fits (just checked); A's
+        // `m·k` elements and the output's `m·n` (the contract); `pb`
+        // packs this B in this module's layout.
+        unsafe { super::bf16_amx::matmul(a, pb, out, (m, k, n), par)? };
+        return Ok(true);
     }
     let fam = Bf16Gemm {
         ks: kernels(m, n)?,
@@ -555,7 +599,7 @@ pub(super) unsafe fn try_matmul(
 /// loop over a piece vectorizes (`half`'s slice conversion ran one
 /// element at a time, a twentieth of a product's time).
 #[inline(always)]
-fn round_bf16(x: f32) -> u16 {
+pub(super) fn round_bf16(x: f32) -> u16 {
     let u = x.to_bits();
     // Wraps only for a NaN (above 0xFF80_0000), which takes the other arm.
     let rounded = u.wrapping_add(0x7FFF + ((u >> 16) & 1)) >> 16;
@@ -717,13 +761,45 @@ mod tests {
         f64::from(half::bf16::from_bits(b).to_f32())
     }
 
+    /// Every element of `c`, the BF16 product of `batch` items `a: [m, k]
+    /// · b: [k, n]`, is within the bound the widened path promises:
+    /// `2(k+2)·2⁻²⁴·Σ|a·b|` of the exact sum before the final rounding,
+    /// then half a BF16 spacing (relative `2⁻⁸` bounds it).
+    fn within_bound(
+        a: &[u16],
+        b: &[u16],
+        c: &[u16],
+        (batch, m, k, n): (usize, usize, usize, usize),
+        how: &str,
+    ) {
+        for p in 0..batch {
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut exact, mut abs) = (0f64, 0f64);
+                    for l in 0..k {
+                        let t = f(a[p * m * k + i * k + l]) * f(b[p * k * n + l * n + j]);
+                        exact += t;
+                        abs += t.abs();
+                    }
+                    let got = f(c[p * m * n + i * n + j]);
+                    let sum = 2.0 * (k as f64 + 2.0) * 2f64.powi(-24) * abs;
+                    let bound = sum + (exact.abs() + sum) * 2f64.powi(-8);
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{batch}×{m}×{k}×{n} ({how}) at ({p},{i},{j}): {got} vs {exact}, bound {bound}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Every element of the paired product, for shapes that cover edge
     /// rows, ragged column panels, odd `k` and several K-blocks, batched
     /// and split over threads (by rows, by column panels for one row panel,
     /// or by batch items: the same bits as one thread), is within the
-    /// bound the widened path
-    /// promises: `2(k+2)·2⁻²⁴·Σ|a·b|` of the exact sum before the final
-    /// rounding, then half a BF16 spacing (relative `2⁻⁸` bounds it).
+    /// bound the widened path promises ([`within_bound`]); on AMX tiles
+    /// too, where the host has them, for the shapes that fit them (edge
+    /// row groups of 1–31 rows, several row blocks and K-blocks).
     #[test]
     fn paired_products_within_the_bound() {
         if !available() {
@@ -743,55 +819,61 @@ mod tests {
             (1, 10, 384, 1152),
             (1, 7, 2051, 300),
             (96, 32, 33, 32),
+            (1, 16, 32, 16),
+            (1, 17, 64, 40),
+            (1, 33, 96, 33),
+            (1, 50, 1056, 70),
+            (1, 300, 2048, 64),
         ] {
             seed += 1;
             let a = operand(batch * m * k, seed);
             let b = operand(batch * k * n, seed + 100);
-            let mut outs = Vec::new();
-            for threads in [1, 2] {
-                let mut c = vec![0x7FC1u16; batch * m * n];
-                // Two threads as in a session, where products of 2^20
-                // multiply-adds split.
-                let ctx = ExecCtx::new(threads, threads > 1);
-                // SAFETY: operands and output of exactly these sizes.
-                let ran = unsafe {
-                    try_matmul(
-                        a.as_ptr(),
-                        b.as_ptr(),
-                        c.as_mut_ptr(),
-                        batch,
-                        (m, k, n),
-                        &ctx,
-                        None,
-                    )
-                }
-                .unwrap();
-                assert!(ran, "the operands pass the scan");
-                outs.push(c.clone());
-                for p in 0..batch {
-                    for i in 0..m {
-                        for j in 0..n {
-                            let (mut exact, mut abs) = (0f64, 0f64);
-                            for l in 0..k {
-                                let t = f(a[p * m * k + i * k + l]) * f(b[p * k * n + l * n + j]);
-                                exact += t;
-                                abs += t.abs();
-                            }
-                            let got = f(c[p * m * n + i * n + j]);
-                            // The sum's bound, then half a BF16 spacing.
-                            let sum = 2.0 * (k as f64 + 2.0) * 2f64.powi(-24) * abs;
-                            let bound = sum + (exact.abs() + sum) * 2f64.powi(-8);
-                            assert!(
-                                (got - exact).abs() <= bound,
-                                "{batch}×{m}×{k}×{n} ({threads} threads) at ({p},{i},{j}): \
-                                 {got} vs {exact}, bound {bound}"
-                            );
-                        }
+            #[cfg(target_arch = "x86_64")]
+            let amx = super::super::bf16_amx::available();
+            #[cfg(not(target_arch = "x86_64"))]
+            let amx = false;
+            for tiles in [false, true].into_iter().filter(|&t| !t || amx) {
+                let mut outs = Vec::new();
+                for threads in [1, 2] {
+                    let mut c = vec![0x7FC1u16; batch * m * n];
+                    // Two threads as in a session, where products of 2^20
+                    // multiply-adds split.
+                    let ctx = ExecCtx::new(threads, threads > 1);
+                    #[cfg(target_arch = "x86_64")]
+                    let before = super::super::bf16_amx::tiled();
+                    // SAFETY: operands and output of exactly these sizes;
+                    // `tiles` only where AMX is available.
+                    let ran = unsafe {
+                        try_matmul_on(
+                            a.as_ptr(),
+                            b.as_ptr(),
+                            c.as_mut_ptr(),
+                            batch,
+                            (m, k, n),
+                            &ctx,
+                            None,
+                            tiles,
+                        )
                     }
+                    .unwrap();
+                    assert!(ran, "the operands pass the scan");
+                    #[cfg(target_arch = "x86_64")]
+                    if tiles && batch == 1 && super::super::bf16_amx::fits(m, k, n) {
+                        assert!(
+                            super::super::bf16_amx::tiled() > before,
+                            "{m}×{k}×{n} on tiles"
+                        );
+                    }
+                    let how = format!("{threads} threads, tiles {tiles}");
+                    within_bound(&a, &b, &c, (batch, m, k, n), &how);
+                    outs.push(c);
                 }
+                // Threads split rows, column panels or units, never a sum.
+                assert_eq!(
+                    outs[0], outs[1],
+                    "{batch}×{m}×{k}×{n}: 1 vs 2 threads ({tiles})"
+                );
             }
-            // Threads split rows or column panels, never a sum.
-            assert_eq!(outs[0], outs[1], "{batch}×{m}×{k}×{n}: 1 vs 2 threads");
         }
     }
 

@@ -1,0 +1,297 @@
+//! BF16 products on AMX-BF16 tiles: `tdpbf16ps` adds a 16 × 32 by 32 × 16
+//! product (thirty-two steps of k) to a 16 × 16 f32 tile per instruction,
+//! sixteen times the multiply-adds of a `vdpbf16ps` per issue slot.
+//!
+//! # Layout
+//! - **B** is `vdpbf16ps`'s packing ([`super::bf16`]): per K-block, panels
+//!   of 32 columns whose slot row `s` holds the pairs `(b[2s][j],
+//!   b[2s+1][j])` of its 32 columns, 128 bytes. Sixteen such rows, read
+//!   with a 128-byte stride from byte 0 (columns 0–15) or 64 (16–31), are
+//!   exactly the "VNNI layout" of `tdpbf16ps`'s B tile; a weight's kept
+//!   packing serves both paths.
+//! - **A** is read where it lies: 16 rows of 32 consecutive BF16 at stride
+//!   `2k` bytes is the A tile. A last group of fewer than 32 rows is copied
+//!   into zeroed scratch first, so that no tile reads past the matrix.
+//! - **C**: four f32 tiles (32 rows × 32 columns) accumulate over the
+//!   whole of k, are stored to L1 scratch and rounded into the BF16 output.
+//!
+//! Products with `k` a multiple of 32 run here (every K-block then holds
+//! whole tiles); others keep `vdpbf16ps`.
+//!
+//! # Numerics
+//! As [`super::bf16`]'s: a product of two BF16 values is exact in f32 and
+//! each accumulation is one rounded f32 addition (round to nearest even)
+//! in some order, so the widened path's bound holds; the instruction's
+//! DAZ/FTZ cannot act on operands that pass [`super::bf16::Scan`] (the
+//! caller's check), and the result is rounded once to BF16.
+//!
+//! # Tile state
+//! Each task loads [`CONFIG`] once ([`Tiles::load`]), runs only tile and
+//! vector code while it holds it (no rayon call: a waiting thread could
+//! run another task's tiles), and releases it when done.
+
+use std::arch::asm;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+use tc_quant::tiles::{self, Config, Tiles};
+
+use super::bf16::round_bf16;
+use super::PackedB;
+use crate::ctx::Settings;
+use crate::kernels::gemm_common::SendPtr;
+use crate::options::Error;
+
+/// Rows and columns of one C tile.
+const T: usize = 16;
+/// k-steps of one A tile row (64 bytes of BF16).
+const TK: usize = 32;
+/// Rows of a task's row block: its A (up to 256 × k BF16) stays in L2
+/// while the task runs every column panel against it.
+const MB: usize = 256;
+
+/// Every tile 16 rows of 64 bytes: `tmm0`–`tmm3` C (16 × 16 f32),
+/// `tmm4`, `tmm5` A (16 × 32 BF16), `tmm6`, `tmm7` B (16 pair rows × 16
+/// columns).
+static CONFIG: Config = Config::new(&[(16, 64); 8]);
+
+/// Products computed on AMX tiles.
+static TILED: AtomicU64 = AtomicU64::new(0);
+
+/// How many BF16 products this process computed on AMX tiles.
+pub fn tiled() -> u64 {
+    TILED.load(Ordering::Relaxed)
+}
+
+/// Whether BF16 products may run on AMX tiles: AMX-BF16 in the CPU, the
+/// tile state granted by the OS, and `TC_MM_AMX` not `0`
+/// ([`set_enabled`]).
+pub fn available() -> bool {
+    static HOST: OnceLock<bool> = OnceLock::new();
+    let host = *HOST.get_or_init(|| {
+        cfg!(target_arch = "x86_64")
+            && crate::jit::host().has_avx512()
+            && tiles::cpu_has(tiles::Extension::Bf16)
+            && tiles::granted()
+    });
+    host && Settings::get().mm_amx.on()
+}
+
+/// Turn the AMX path on or off, process-wide (measurements and the
+/// equivalence tests).
+pub fn set_enabled(on: bool) {
+    Settings::get().mm_amx.set(on)
+}
+
+/// Whether an `m × k × n` product runs here: `k` whole tiles, and at
+/// least one row tile's worth of rows (fewer rows leave most of each
+/// tile idle, where `vdpbf16ps` wastes nothing).
+pub(super) fn fits(m: usize, k: usize, _n: usize) -> bool {
+    k > 0 && k.is_multiple_of(TK) && m >= T
+}
+
+/// Four C tiles, 64-byte aligned for `tilestored`.
+#[repr(C, align(64))]
+struct CTiles([f32; 4 * T * T]);
+
+/// The product `a: [m, k]` (BF16, row-major) by the packed `b` into BF16
+/// `out: [m, n]`, the f32 sums rounded once; on the pool with `par`.
+///
+/// # Safety
+/// [`available`] returned true; `a` must be valid for reads of `m·k`
+/// elements and `out` for writes of `m·n` (2-byte aligned, not
+/// overlapping `a`); `b` packs a `k × n` operand in [`super::bf16`]'s
+/// layout; [`fits`]`(m, k, n)`.
+// SAFETY: (contract) met by `bf16::try_matmul`, its only caller.
+pub(super) unsafe fn matmul(
+    a: *const u16,
+    b: &PackedB,
+    out: *mut u16,
+    (m, k, n): (usize, usize, usize),
+    par: bool,
+) -> Result<(), Error> {
+    assert!(b.pairs.is_some() && b.k == k && b.n == n && b.nr == 2 * T);
+    assert!(fits(m, k, n) && b.kc.is_multiple_of(TK));
+    // The last group of rows that does not fill two row tiles, copied
+    // into zeroed scratch (32 rows of k).
+    let whole = m / (2 * T) * (2 * T);
+    let mut tail = Vec::new();
+    if whole < m {
+        tail = tc_runtime::alloc::filled(2 * T * k, 0u16)?;
+        // SAFETY: rows `whole..m` of A: readable (the contract).
+        let rows = unsafe { std::slice::from_raw_parts(a.add(whole * k), (m - whole) * k) };
+        tail[..rows.len()].copy_from_slice(rows);
+    }
+    let npanels = n.div_ceil(2 * T);
+    let blocks = m.div_ceil(MB);
+    let units = blocks * npanels;
+    let (ap, op) = (SendPtr(a.cast_mut()), SendPtr(out));
+    let tail = &tail;
+    let run = |range: std::ops::Range<usize>| {
+        let (ap, op) = (ap, op);
+        // SAFETY: `available()` (the contract) includes the OS's grant;
+        // the loop below runs tiles and vector code only.
+        let tiles = unsafe { Tiles::load(&CONFIG) };
+        let mut c = CTiles([0.0; 4 * T * T]);
+        for u in range {
+            // Row block outer: its A stays in L2 across the panels.
+            let (rb, q) = (u / npanels, u % npanels);
+            for r0 in (rb * MB..m.min((rb + 1) * MB)).step_by(2 * T) {
+                let rows = (m - r0).min(2 * T);
+                let src = if r0 < whole {
+                    ap.0.wrapping_add(r0 * k)
+                } else {
+                    tail.as_ptr()
+                };
+                // SAFETY: `src` is 32 readable rows of `k` (rows of A
+                // before `whole`, else the tail scratch); `b` the packing
+                // of a `k × n` operand (asserted); `q < npanels`.
+                unsafe { group(&tiles, src, k, b, q, rows > T, &mut c) };
+                // SAFETY: rows `r0..r0 + rows ≤ m` and panel `q`'s columns
+                // of the output, written by this unit alone.
+                unsafe { write(&c, op.0, (r0, rows), (q * 2 * T, n)) };
+            }
+        }
+    };
+    if par && units > 1 {
+        let per = units.div_ceil(4 * rayon::current_num_threads().max(1));
+        let chunks = units.div_ceil(per);
+        (0..chunks)
+            .into_par_iter()
+            .for_each(|i| run(i * per..units.min((i + 1) * per)));
+    } else {
+        run(0..units);
+    }
+    TILED.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The 32 × 32 sums of rows `a` (32 rows of `k` BF16, or 16 without
+/// `two`) against panel `q` of `b`, over all of k, into `c`: tile `2i + h`
+/// holds row tile `i`, column half `h`.
+///
+/// # Safety
+/// The tiles hold [`CONFIG`] (checked); `a` must be valid for reads of
+/// `32·k` (16·k without `two`) elements; `b` a BF16 packing of `k` rows
+/// whose K-blocks hold whole tiles; `q` one of its panels.
+#[inline]
+// SAFETY: (contract) met by `matmul`, its only caller.
+unsafe fn group(
+    tiles: &Tiles,
+    a: *const u16,
+    k: usize,
+    b: &PackedB,
+    q: usize,
+    two: bool,
+    c: &mut CTiles,
+) {
+    assert!(tiles.are(&CONFIG));
+    let lda = 2 * k;
+    // SAFETY: the configuration names tmm0–tmm3.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            options(nostack, nomem)
+        )
+    };
+    for pc in (0..k).step_by(b.kc) {
+        let kcb = b.kc.min(k - pc);
+        let slots = kcb / 2;
+        let panel = b
+            .block(pc, kcb, q * 2 * T, 2 * T)
+            .expect("a K-block's panel");
+        assert!(panel.len() >= slots * 2 * T && kcb.is_multiple_of(TK));
+        for s in (0..slots).step_by(TK / 2) {
+            // Slot rows `s..s + 16` of the panel (128 bytes each, inside
+            // it: `s + 16 ≤ slots`), A's columns `pc + 2s..+32` (inside
+            // its rows: `pc + kcb ≤ k`).
+            let bp = panel[s * 2 * T..].as_ptr();
+            let a0 = a.wrapping_add(pc + 2 * s);
+            let a1 = a0.wrapping_add(T * k);
+            if two {
+                // SAFETY: the loads read 16 rows of 64 bytes at the
+                // addresses above (the contract's rows of A; the panel's
+                // rows); the tile registers are named, never allocated.
+                unsafe {
+                    asm!(
+                        "tileloadd tmm4, [{a0} + {lda}*1]",
+                        "tileloadd tmm5, [{a1} + {lda}*1]",
+                        "tileloadd tmm6, [{b} + {ldb}*1]",
+                        "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        a0 = in(reg) a0,
+                        a1 = in(reg) a1,
+                        lda = in(reg) lda,
+                        b = in(reg) bp,
+                        ldb = in(reg) 128usize,
+                        options(nostack, readonly),
+                    )
+                };
+            } else {
+                // SAFETY: as above, one row tile.
+                unsafe {
+                    asm!(
+                        "tileloadd tmm4, [{a0} + {lda}*1]",
+                        "tileloadd tmm6, [{b} + {ldb}*1]",
+                        "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        a0 = in(reg) a0,
+                        lda = in(reg) lda,
+                        b = in(reg) bp,
+                        ldb = in(reg) 128usize,
+                        options(nostack, readonly),
+                    )
+                };
+            }
+        }
+    }
+    let out = c.0.as_mut_ptr();
+    // SAFETY: each store writes 16 rows of 64 bytes into its quarter of
+    // `c` (1 KiB, 64-byte aligned).
+    unsafe {
+        asm!(
+            "tilestored [{c} + {ld}*1], tmm0",
+            "tilestored [{c} + {ld}*1 + 1024], tmm1",
+            "tilestored [{c} + {ld}*1 + 2048], tmm2",
+            "tilestored [{c} + {ld}*1 + 3072], tmm3",
+            c = in(reg) out,
+            ld = in(reg) 64usize,
+            options(nostack),
+        )
+    };
+}
+
+/// Rows `r0..r0 + rows` (at most 32) and columns `j0..j0 + 32` (those
+/// below `n`) of the output from `c`'s tiles, rounded to BF16.
+///
+/// # Safety
+/// `out` must be valid for writes of those elements of an `n`-column
+/// row-major matrix, referenced by nothing else.
+// SAFETY: (contract) met by `matmul`, its only caller.
+unsafe fn write(c: &CTiles, out: *mut u16, (r0, rows): (usize, usize), (j0, n): (usize, usize)) {
+    for h in 0..2 {
+        let col = j0 + h * T;
+        if col >= n {
+            break;
+        }
+        let cols = (n - col).min(T);
+        for r in 0..rows {
+            let tile = &c.0[(2 * (r / T) + h) * T * T..][..T * T];
+            let src = &tile[(r % T) * T..][..cols];
+            // SAFETY: row `r0 + r`, columns `col..col + cols ≤ n`: inside
+            // the output (the contract).
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.add((r0 + r) * n + col), cols) };
+            for (d, &x) in dst.iter_mut().zip(src) {
+                *d = round_bf16(x);
+            }
+        }
+    }
+}
