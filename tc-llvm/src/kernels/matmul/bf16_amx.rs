@@ -9,9 +9,9 @@
 //!   with a 128-byte stride from byte 0 (columns 0–15) or 64 (16–31), are
 //!   exactly the "VNNI layout" of `tdpbf16ps`'s B tile; a weight's kept
 //!   packing serves both paths.
-//! - **A** is read where it lies: 16 rows of 32 consecutive BF16 at stride
-//!   `2k` bytes is the A tile. A last group of fewer than 32 rows is copied
-//!   into zeroed scratch first, so that no tile reads past the matrix.
+//! - **A** is packed once per call, each tile's 16 rows of 32 k-steps
+//!   contiguous ([`pack_a`]), rows past `m` zero (so no tile reads past
+//!   the matrix).
 //! - **C**: four f32 tiles (32 rows × 32 columns) accumulate over the
 //!   whole of k, are stored to L1 scratch and rounded into the BF16 output.
 //!
@@ -31,6 +31,7 @@
 //! run another task's tiles), and releases it when done.
 
 use std::arch::asm;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -64,14 +65,14 @@ pub fn tiled() -> u64 {
     TILED.load(Ordering::Relaxed)
 }
 
-/// Whether BF16 products may run on AMX tiles: AMX-BF16 in the CPU, the
-/// tile state granted by the OS, and `TC_MM_AMX` not `0`
+/// Whether BF16 products may run on AMX tiles: AMX-BF16 and AVX-512 F
+/// and BW in the CPU, the tile state granted by the OS, and `TC_MM_AMX` not `0`
 /// ([`set_enabled`]).
 pub fn available() -> bool {
     static HOST: OnceLock<bool> = OnceLock::new();
     let host = *HOST.get_or_init(|| {
-        cfg!(target_arch = "x86_64")
-            && crate::jit::host().has_avx512()
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
             && tiles::cpu_has(tiles::Extension::Bf16)
             && tiles::granted()
     });
@@ -113,23 +114,22 @@ pub(super) unsafe fn matmul(
 ) -> Result<(), Error> {
     assert!(b.pairs.is_some() && b.k == k && b.n == n && b.nr == 2 * T);
     assert!(fits(m, k, n) && b.kc.is_multiple_of(TK));
-    // The last group of rows that does not fill two row tiles, copied
-    // into zeroed scratch (32 rows of k).
-    let whole = m / (2 * T) * (2 * T);
-    let mut tail = Vec::new();
-    if whole < m {
-        tail = tc_runtime::alloc::filled(2 * T * k, 0u16)?;
-        // SAFETY: rows `whole..m` of A: readable (the contract).
-        let rows = unsafe { std::slice::from_raw_parts(a.add(whole * k), (m - whole) * k) };
-        tail[..rows.len()].copy_from_slice(rows);
+    let groups = m.div_ceil(2 * T);
+    let mut packed = APACK.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let len = groups * 2 * T * k;
+    if packed.len() < len {
+        packed = tc_runtime::alloc::filled(len, 0u16)?;
     }
+    // SAFETY: A's `m·k` elements (the contract).
+    let a = unsafe { std::slice::from_raw_parts(a, m * k) };
+    pack_a(a, (m, k), &mut packed[..len], par);
     let npanels = n.div_ceil(2 * T);
     let blocks = m.div_ceil(MB);
     let units = blocks * npanels;
-    let (ap, op) = (SendPtr(a.cast_mut()), SendPtr(out));
-    let tail = &tail;
+    let op = SendPtr(out);
+    let ap = &packed[..len];
     let run = |range: std::ops::Range<usize>| {
-        let (ap, op) = (ap, op);
+        let op = op;
         // SAFETY: `available()` (the contract) includes the OS's grant;
         // the loop below runs tiles and vector code only.
         let tiles = unsafe { Tiles::load(&CONFIG) };
@@ -139,17 +139,22 @@ pub(super) unsafe fn matmul(
             let (rb, q) = (u / npanels, u % npanels);
             for r0 in (rb * MB..m.min((rb + 1) * MB)).step_by(2 * T) {
                 let rows = (m - r0).min(2 * T);
-                let src = if r0 < whole {
-                    ap.0.wrapping_add(r0 * k)
-                } else {
-                    tail.as_ptr()
+                let g = r0 / (2 * T);
+                // SAFETY: group `g`'s packing (`2·T·k` elements); `b` the
+                // packing of a `k × n` operand (asserted); `q < npanels`.
+                unsafe {
+                    group(
+                        &tiles,
+                        &ap[g * 2 * T * k..][..2 * T * k],
+                        b,
+                        q,
+                        rows > T,
+                        &mut c,
+                    )
                 };
-                // SAFETY: `src` is 32 readable rows of `k` (rows of A
-                // before `whole`, else the tail scratch); `b` the packing
-                // of a `k × n` operand (asserted); `q < npanels`.
-                unsafe { group(&tiles, src, k, b, q, rows > T, &mut c) };
                 // SAFETY: rows `r0..r0 + rows ≤ m` and panel `q`'s columns
-                // of the output, written by this unit alone.
+                // of the output, written by this unit alone; the CPU has
+                // AVX-512 F and BW (`available`).
                 unsafe { write(&c, op.0, (r0, rows), (q * 2 * T, n)) };
             }
         }
@@ -163,31 +168,54 @@ pub(super) unsafe fn matmul(
     } else {
         run(0..units);
     }
+    APACK.with(|p| *p.borrow_mut() = packed);
     TILED.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
-/// The 32 × 32 sums of rows `a` (32 rows of `k` BF16, or 16 without
-/// `two`) against panel `q` of `b`, over all of k, into `c`: tile `2i + h`
-/// holds row tile `i`, column half `h`.
+thread_local! {
+    /// A calling thread's packing of A.
+    static APACK: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A (`m × k`) packed tile by tile: group `g` of 32 rows, k-step `t` of
+/// 32 columns, is the two A tiles (rows 0–15, then 16–31) of that step,
+/// 1 KiB each, at element `(g·(k/32) + t)·1024`; rows past `m` zero. A
+/// tile is then one contiguous 1 KiB read (at a 64-byte stride), where
+/// reading A in place took 16 rows `2k` bytes apart.
+fn pack_a(a: &[u16], (m, k): (usize, usize), dst: &mut [u16], par: bool) {
+    let per_group = 2 * T * k;
+    let one = |(g, d): (usize, &mut [u16])| {
+        for r in 0..2 * T {
+            let row = 2 * T * g + r;
+            for t in 0..k / TK {
+                let at = &mut d[t * 2 * T * TK + r * TK..][..TK];
+                if row < m {
+                    at.copy_from_slice(&a[row * k + t * TK..][..TK]);
+                } else {
+                    at.fill(0);
+                }
+            }
+        }
+    };
+    if par {
+        dst.par_chunks_mut(per_group).enumerate().for_each(one);
+    } else {
+        dst.chunks_mut(per_group).enumerate().for_each(one);
+    }
+}
+
+/// The 32 × 32 sums of a group of rows (`a`: its packing, [`pack_a`];
+/// only the first 16 rows without `two`) against panel `q` of `b`, over
+/// all of k, into `c`: tile `2i + h` holds row tile `i`, column half `h`.
 ///
 /// # Safety
-/// The tiles hold [`CONFIG`] (checked); `a` must be valid for reads of
-/// `32·k` (16·k without `two`) elements; `b` a BF16 packing of `k` rows
-/// whose K-blocks hold whole tiles; `q` one of its panels.
+/// `b` must be a BF16 packing whose K-blocks hold whole tiles, `q` one of
+/// its panels.
 #[inline]
 // SAFETY: (contract) met by `matmul`, its only caller.
-unsafe fn group(
-    tiles: &Tiles,
-    a: *const u16,
-    k: usize,
-    b: &PackedB,
-    q: usize,
-    two: bool,
-    c: &mut CTiles,
-) {
-    assert!(tiles.are(&CONFIG));
-    let lda = 2 * k;
+unsafe fn group(tiles: &Tiles, a: &[u16], b: &PackedB, q: usize, two: bool, c: &mut CTiles) {
+    assert!(tiles.are(&CONFIG) && a.len() == 2 * T * b.k);
     // SAFETY: the configuration names tmm0–tmm3.
     unsafe {
         asm!(
@@ -198,8 +226,8 @@ unsafe fn group(
             options(nostack, nomem)
         )
     };
-    for pc in (0..k).step_by(b.kc) {
-        let kcb = b.kc.min(k - pc);
+    for pc in (0..b.k).step_by(b.kc) {
+        let kcb = b.kc.min(b.k - pc);
         let slots = kcb / 2;
         let panel = b
             .block(pc, kcb, q * 2 * T, 2 * T)
@@ -207,15 +235,16 @@ unsafe fn group(
         assert!(panel.len() >= slots * 2 * T && kcb.is_multiple_of(TK));
         for s in (0..slots).step_by(TK / 2) {
             // Slot rows `s..s + 16` of the panel (128 bytes each, inside
-            // it: `s + 16 ≤ slots`), A's columns `pc + 2s..+32` (inside
-            // its rows: `pc + kcb ≤ k`).
+            // it: `s + 16 ≤ slots`); k-step `(pc + 2s) / 32` of the
+            // group's packing, its two tiles of 1 KiB (inside: `pc + 2s +
+            // 32 ≤ k`).
             let bp = panel[s * 2 * T..].as_ptr();
-            let a0 = a.wrapping_add(pc + 2 * s);
-            let a1 = a0.wrapping_add(T * k);
+            let a0 = a[(pc + 2 * s) / TK * 2 * T * TK..][..2 * T * TK].as_ptr();
+            let a1 = a0.wrapping_add(T * TK);
             if two {
-                // SAFETY: the loads read 16 rows of 64 bytes at the
-                // addresses above (the contract's rows of A; the panel's
-                // rows); the tile registers are named, never allocated.
+                // SAFETY: each load reads 16 rows of 64 bytes inside the
+                // slices just indexed; the tile registers are named, never
+                // allocated.
                 unsafe {
                     asm!(
                         "tileloadd tmm4, [{a0} + {lda}*1]",
@@ -228,7 +257,7 @@ unsafe fn group(
                         "tdpbf16ps tmm3, tmm5, tmm7",
                         a0 = in(reg) a0,
                         a1 = in(reg) a1,
-                        lda = in(reg) lda,
+                        lda = in(reg) 64usize,
                         b = in(reg) bp,
                         ldb = in(reg) 128usize,
                         options(nostack, readonly),
@@ -244,7 +273,7 @@ unsafe fn group(
                         "tdpbf16ps tmm0, tmm4, tmm6",
                         "tdpbf16ps tmm1, tmm4, tmm7",
                         a0 = in(reg) a0,
-                        lda = in(reg) lda,
+                        lda = in(reg) 64usize,
                         b = in(reg) bp,
                         ldb = in(reg) 128usize,
                         options(nostack, readonly),
@@ -274,7 +303,9 @@ unsafe fn group(
 ///
 /// # Safety
 /// `out` must be valid for writes of those elements of an `n`-column
-/// row-major matrix, referenced by nothing else.
+/// row-major matrix, referenced by nothing else; the CPU has AVX-512 F
+/// and BW (the rounding is vectorized for them).
+#[target_feature(enable = "avx512f,avx512bw")]
 // SAFETY: (contract) met by `matmul`, its only caller.
 unsafe fn write(c: &CTiles, out: *mut u16, (r0, rows): (usize, usize), (j0, n): (usize, usize)) {
     for h in 0..2 {

@@ -1,0 +1,91 @@
+//! Micro-benchmark of BF16 products against a kept weight packing, as a
+//! BF16 linear layer runs them: the AMX tiles where the CPU has them, and
+//! `vdpbf16ps` (`TC_MM_AMX=0`) or the widened path (`TC_MM_BF16=0`)
+//! otherwise. Prints one table row per shape: median and range of the
+//! rounds, in ms and GMAC/s.
+//!
+//! `cargo run --release -p tc-llvm --example mm_bf16 [THREADS]`
+use std::sync::{Arc, Mutex};
+use tc_core::Dtype;
+use tc_llvm::ctx::ExecCtx;
+use tc_llvm::kernels::matmul::{matmul_strided, Lookup, PackCache, PackedB, ViewKey};
+
+/// Keeps every packing from the first call on.
+struct Keep(Mutex<Option<Arc<PackedB>>>);
+
+impl PackCache for Keep {
+    fn get(&self, _: &ViewKey) -> Lookup {
+        match &*self.0.lock().unwrap() {
+            Some(p) => Lookup::Hit(p.clone()),
+            None => Lookup::Pack,
+        }
+    }
+    fn put(&self, _: ViewKey, packed: Arc<PackedB>) {
+        *self.0.lock().unwrap() = Some(packed);
+    }
+}
+
+fn main() {
+    let threads: usize = std::env::args()
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .unwrap();
+    let ctx = ExecCtx::new(threads, threads > 1);
+    let bits = |i: usize, m: usize| half::bf16::from_f32(((i % m) as f32 - 3.0) * 0.125).to_bits();
+    println!("| m × k × n | ms (median [range]) | GMAC/s |");
+    println!("|---|---|---|");
+    for (m, k, n) in [
+        (512, 384, 1152),
+        (512, 384, 1536),
+        (512, 1536, 384),
+        (1024, 384, 1536),
+        (1024, 1536, 384),
+        (16, 576, 1536),
+        (64, 384, 384),
+    ] {
+        let a: Vec<u16> = (0..m * k).map(|i| bits(i, 7)).collect();
+        let b: Vec<u16> = (0..k * n).map(|i| bits(i, 5)).collect();
+        let mut c = vec![0u16; m * n];
+        let keep = Keep(Mutex::new(None));
+        let macs = (m * k * n) as f64;
+        let reps = ((2e9 / macs) as usize).clamp(5, 500);
+        let mut rounds = Vec::new();
+        for r in 0..6 {
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                // SAFETY: contiguous `[m, k]`, `[k, n]` and `[m, n]` BF16
+                // buffers of exactly those sizes, strides to match.
+                unsafe {
+                    matmul_strided(
+                        Dtype::BF16,
+                        a.as_ptr().cast(),
+                        &[k as isize, 1],
+                        b.as_ptr().cast(),
+                        &[n as isize, 1],
+                        c.as_mut_ptr().cast(),
+                        &[m, k],
+                        &[k, n],
+                        &ctx,
+                        Some(&keep),
+                    )
+                }
+                .unwrap();
+            }
+            if r > 0 {
+                rounds.push(t.elapsed().as_secs_f64() * 1e3 / reps as f64);
+            }
+        }
+        rounds.sort_by(f64::total_cmp);
+        let med = rounds[rounds.len() / 2];
+        println!(
+            "| {m} × {k} × {n} | {med:.3} [{:.3}–{:.3}] | {:.0} |",
+            rounds[0],
+            rounds[rounds.len() - 1],
+            macs / med / 1e6
+        );
+    }
+}
