@@ -65,8 +65,9 @@ pub mod bert {
 
     /// `x · w + b` with a BF16 weight `[in, out]`: the activations rounded
     /// to BF16 (Section 2 §5), one BF16 product (Section 2 §3: F32
-    /// accumulation, one rounding at the end; `vdpbf16ps` where the CPU
-    /// has AVX512-BF16), widened back to F32 for the bias. The weight is
+    /// accumulation, one rounding at the end; AMX-BF16 tiles or
+    /// `vdpbf16ps` where the CPU has them), widened back to F32 for the
+    /// bias. The weight is
     /// broadcast, not copied: the sentences' rows are one GEMM.
     #[tensor_fn]
     pub fn blinear(
