@@ -5,6 +5,7 @@
 //! rounds, in ms and GMAC/s.
 //!
 //! `cargo run --release -p tc-llvm --example mm_bf16 [THREADS]`
+//! (`MM_SHAPES="m,k,n;…"` for other shapes)
 use std::sync::{Arc, Mutex};
 use tc_core::Dtype;
 use tc_llvm::ctx::ExecCtx;
@@ -38,15 +39,27 @@ fn main() {
     let bits = |i: usize, m: usize| half::bf16::from_f32(((i % m) as f32 - 3.0) * 0.125).to_bits();
     println!("| m × k × n | ms (median [range]) | GMAC/s |");
     println!("|---|---|---|");
-    for (m, k, n) in [
-        (512, 384, 1152),
-        (512, 384, 1536),
-        (512, 1536, 384),
-        (1024, 384, 1536),
-        (1024, 1536, 384),
-        (16, 576, 1536),
-        (64, 384, 384),
-    ] {
+    // `MM_SHAPES="m,k,n;m,k,n"` replaces the default shapes (MiniLM's
+    // products at 32 × 16 and 8 × 128 tokens, a 16-row decode step's).
+    let shapes: Vec<(usize, usize, usize)> = match std::env::var("MM_SHAPES") {
+        Ok(v) => v
+            .split(';')
+            .map(|t| {
+                let d: Vec<usize> = t.split(',').map(|x| x.trim().parse().unwrap()).collect();
+                (d[0], d[1], d[2])
+            })
+            .collect(),
+        Err(_) => vec![
+            (512, 384, 1152),
+            (512, 384, 1536),
+            (512, 1536, 384),
+            (1024, 384, 1536),
+            (1024, 1536, 384),
+            (16, 576, 1536),
+            (64, 384, 384),
+        ],
+    };
+    for (m, k, n) in shapes {
         let a: Vec<u16> = (0..m * k).map(|i| bits(i, 7)).collect();
         let b: Vec<u16> = (0..k * n).map(|i| bits(i, 5)).collect();
         let mut c = vec![0u16; m * n];

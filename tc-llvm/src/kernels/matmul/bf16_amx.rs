@@ -48,9 +48,16 @@ use crate::options::Error;
 const T: usize = 16;
 /// k-steps of one A tile row (64 bytes of BF16).
 const TK: usize = 32;
-/// Rows of a task's row block: its A (up to 256 × k BF16) stays in L2
-/// while the task runs every column panel against it.
-const MB: usize = 256;
+/// Bytes of A in a task's row block, which stays in L2 while the task
+/// runs every column panel against it (half of a 1–2 MiB L2, the rest
+/// for the panels of B streaming through).
+const A_BLOCK_BYTES: usize = 512 << 10;
+
+/// Rows of a row block for this `k`: whole groups of 32, A_BLOCK_BYTES
+/// of A at most (one group at least).
+fn block_rows(k: usize) -> usize {
+    (A_BLOCK_BYTES / (2 * k) / (2 * T)).max(1) * 2 * T
+}
 
 /// Every tile 16 rows of 64 bytes: `tmm0`–`tmm3` C (16 × 16 f32),
 /// `tmm4`, `tmm5` A (16 × 32 BF16), `tmm6`, `tmm7` B (16 pair rows × 16
@@ -124,7 +131,8 @@ pub(super) unsafe fn matmul(
     let a = unsafe { std::slice::from_raw_parts(a, m * k) };
     pack_a(a, (m, k), &mut packed[..len], par);
     let npanels = n.div_ceil(2 * T);
-    let blocks = m.div_ceil(MB);
+    let mb = block_rows(k);
+    let blocks = m.div_ceil(mb);
     let units = blocks * npanels;
     let op = SendPtr(out);
     let ap = &packed[..len];
@@ -137,7 +145,7 @@ pub(super) unsafe fn matmul(
         for u in range {
             // Row block outer: its A stays in L2 across the panels.
             let (rb, q) = (u / npanels, u % npanels);
-            for r0 in (rb * MB..m.min((rb + 1) * MB)).step_by(2 * T) {
+            for r0 in (rb * mb..m.min((rb + 1) * mb)).step_by(2 * T) {
                 let rows = (m - r0).min(2 * T);
                 let g = r0 / (2 * T);
                 // SAFETY: group `g`'s packing (`2·T·k` elements); `b` the
@@ -248,11 +256,11 @@ unsafe fn group(tiles: &Tiles, a: &[u16], b: &PackedB, q: usize, two: bool, c: &
                 unsafe {
                     asm!(
                         "tileloadd tmm4, [{a0} + {lda}*1]",
-                        "tileloadd tmm5, [{a1} + {lda}*1]",
                         "tileloadd tmm6, [{b} + {ldb}*1]",
-                        "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
                         "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
                         "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tileloadd tmm5, [{a1} + {lda}*1]",
                         "tdpbf16ps tmm2, tmm5, tmm6",
                         "tdpbf16ps tmm3, tmm5, tmm7",
                         a0 = in(reg) a0,
