@@ -12,7 +12,8 @@
 //! runs. With AVX-512F/BW/VL (x86-64, found at run time) both products are
 //! register tiles of up to 4 query rows × 4 vectors of 16 columns,
 //! each lane one element's chain in the definition's order; the softmax's
-//! elementwise steps are vectorized, its sum stays sequential. Elsewhere
+//! elementwise steps are vectorized, and each row's sum stays sequential
+//! (sixteen rows' sums in the lanes of one vector). Elsewhere
 //! [`run_scalar`]'s plain loops compute the same operations in the same
 //! order. The tests hold both to [`reference()`].
 
@@ -471,9 +472,12 @@ mod x86 {
     use std::arch::x86_64::*;
 
     /// Query rows of a register tile: each vector of k (or v) loaded is
-    /// used by this many rows, and a row block's scores in scratch are this
-    /// many rows of `t`.
+    /// used by this many rows.
     const ROWS: usize = 4;
+
+    /// Query rows of a block, whose scores are in scratch together (rows
+    /// of `t`): sixteen, one per lane of the softmax's sums.
+    const BLOCK: usize = 16;
 
     /// Vectors of 16 columns per register tile: with [`ROWS`] rows, 16
     /// accumulators plus the 4 vectors loaded per step.
@@ -560,7 +564,7 @@ mod x86 {
         let kcopy = usize::from(copied(&p.k)) * p.d * p.t;
         let vcopy = usize::from(copied(&p.v)) * p.t * p.e;
         SCRATCH.with_borrow_mut(|buf| {
-            grow(buf, kcopy + vcopy + ROWS * p.t);
+            grow(buf, kcopy + vcopy + BLOCK * p.t);
             let (kb, rest) = buf.split_at_mut(kcopy);
             let (vb, sb) = rest.split_at_mut(vcopy);
             for l in range {
@@ -596,45 +600,60 @@ mod x86 {
         let (t, e) = (p.t, p.e);
         let [q, k, v, mask] = [p.q, p.k, p.v, p.mask].map(|o| o.at(p.lead, l));
         let (q, mask) = (q.mat(), mask.mat());
+        // Many query rows re-read k and v once per row block: after the
+        // first, from cache.
+        let many = p.m >= NEAR_ROWS;
+        let (k_near, v_near) = (many || k.cs != 1, many || v.cs != 1);
         // SAFETY: k's and v's elements at `l` (the contract); scratch sizes.
         let (k, v) = unsafe { (contiguous(k, p.d, t, kb), contiguous(v, t, e, vb)) };
         let mut i = 0;
         while i < p.m {
-            let r = ROWS.min(p.m - i);
-            let scores = Product {
-                a: q.row(i),
-                b: k,
-                inner: p.d,
-                rows: r,
-                cols: t,
-                c: sb.as_mut_ptr(),
-                c_rs: t,
-            };
-            // SAFETY: q's rows `i..i + r ⊆ 0..m`, k whole, `sb` holds r·t.
-            unsafe { product::<FMA>(&scores) };
+            // A block of up to BLOCK rows: its scores in tiles of ROWS,
+            // then its softmax (the sums of sixteen rows at once), then
+            // its products with v in tiles of ROWS.
+            let r = BLOCK.min(p.m - i);
+            for i0 in (0..r).step_by(ROWS) {
+                let scores = Product {
+                    a: q.row(i + i0),
+                    b: k,
+                    near: k_near,
+                    inner: p.d,
+                    rows: ROWS.min(r - i0),
+                    cols: t,
+                    c: sb[i0 * t..].as_mut_ptr(),
+                    c_rs: t,
+                };
+                // SAFETY: q's rows `i + i0..` (at most `r`, inside `0..m`),
+                // k whole, `sb` holds BLOCK·t from row `i0`.
+                unsafe { product::<FMA>(&scores) };
+            }
             for (rr, row) in sb[..r * t].chunks_exact_mut(t).enumerate() {
                 // SAFETY: mask row `i + rr < m` at `l` (the contract).
                 unsafe { exps(mask.row(i + rr), p.scale, p.numerics.fast_exp, row) };
             }
             normalize(&mut sb[..r * t], r, t);
-            let pv = Product {
-                a: Mat {
-                    ptr: sb.as_ptr(),
-                    rs: t,
-                    cs: 1,
-                },
-                b: v,
-                inner: t,
-                rows: r,
-                cols: e,
-                c: out.wrapping_add((l * p.m + i) * e),
-                c_rs: e,
-            };
-            // SAFETY: `sb`'s r rows of t; v whole; the output's rows `i..i
-            // + r` at `l` (the contract).
-            unsafe {
-                product::<FMA>(&pv);
-                canonical_nans(pv.c, r, e);
+            for i0 in (0..r).step_by(ROWS) {
+                let rows = ROWS.min(r - i0);
+                let pv = Product {
+                    a: Mat {
+                        ptr: sb[i0 * t..].as_ptr(),
+                        rs: t,
+                        cs: 1,
+                    },
+                    b: v,
+                    near: v_near,
+                    inner: t,
+                    rows,
+                    cols: e,
+                    c: out.wrapping_add((l * p.m + i + i0) * e),
+                    c_rs: e,
+                };
+                // SAFETY: `sb`'s rows `i0..i0 + rows` of t; v whole; the
+                // output's rows `i + i0..` at `l` (the contract).
+                unsafe {
+                    product::<FMA>(&pv);
+                    canonical_nans(pv.c, rows, e);
+                }
             }
             i += r;
         }
@@ -743,6 +762,11 @@ mod x86 {
     struct Product {
         a: Mat,
         b: Src,
+        /// b is in cache: copied into this thread's scratch, or read by
+        /// every row block of many query rows (an encoder's prefill). The
+        /// tiles then need none of [`Ahead`]'s requests, whose address
+        /// arithmetic took registers and issue slots from the products.
+        near: bool,
         inner: usize,
         rows: usize,
         cols: usize,
@@ -766,9 +790,136 @@ mod x86 {
         // SAFETY: this fn's contract, b's element type named.
         unsafe {
             match pr.b.elem {
+                Elem::F32 if pr.near => near_product::<FMA>(pr),
                 Elem::F32 => product_of::<FMA, F32>(pr),
                 Elem::F16 => product_of::<FMA, F16>(pr),
                 Elem::Bf16 => product_of::<FMA, BF16>(pr),
+            }
+        }
+    }
+
+    /// Query rows from which k and v count as in cache ([`Product::near`]).
+    const NEAR_ROWS: usize = 16;
+
+    /// [`product`] of an f32 b in cache: the same tiles and the same
+    /// chains as [`product_of`], each in a small function of its own
+    /// with plain pointer steps and no look-ahead.
+    ///
+    /// # Safety
+    /// As [`product`]'s, `pr.b.elem` f32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    // SAFETY: (contract) met by `product`.
+    unsafe fn near_product<const FMA: bool>(pr: &Product) {
+        let b = pr.b.ptr.cast::<f32>();
+        for n in (0..pr.cols).step_by(16 * VECS) {
+            let t = NearTile {
+                a: pr.a.ptr,
+                a_rs: pr.a.rs,
+                a_cs: pr.a.cs,
+                b: b.wrapping_add(n),
+                b_rs: pr.b.rs,
+                inner: pr.inner,
+                left: pr.cols - n,
+                c: pr.c.wrapping_add(n),
+                c_rs: pr.c_rs,
+            };
+            // SAFETY: columns `n..cols` of b and c, rows `0..rows` (the
+            // contract); the tile takes as many vectors as have a column.
+            unsafe {
+                match (pr.rows, t.left.div_ceil(16).min(VECS)) {
+                    (4, 4) => near_tile::<4, 4, FMA>(&t),
+                    (4, 2) => near_tile::<4, 2, FMA>(&t),
+                    (r, nv) => near_any::<FMA>(&t, r, nv),
+                }
+            }
+        }
+    }
+
+    /// One tile's operands: a's `R` rows from `a` (element `(r, k)` at
+    /// `a + r·a_rs + k·a_cs`), b's columns from `b` (row `k` at `b +
+    /// k·b_rs`, `left` columns left), c's from `c`.
+    struct NearTile {
+        a: *const f32,
+        a_rs: usize,
+        a_cs: usize,
+        b: *const f32,
+        b_rs: usize,
+        inner: usize,
+        left: usize,
+        c: *mut f32,
+        c_rs: usize,
+    }
+
+    /// [`near_tile`] at any row and vector count (edge tiles).
+    ///
+    /// # Safety
+    /// As [`near_tile`]'s, `1 ≤ r ≤ ROWS`, `1 ≤ nv ≤ VECS`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    // SAFETY: (contract) met by `near_product`.
+    unsafe fn near_any<const FMA: bool>(t: &NearTile, r: usize, nv: usize) {
+        // SAFETY: the contract, with `R == r`, `NV == nv`.
+        unsafe {
+            match (r, nv) {
+                (1, 1) => near_tile::<1, 1, FMA>(t),
+                (1, 2) => near_tile::<1, 2, FMA>(t),
+                (1, 3) => near_tile::<1, 3, FMA>(t),
+                (1, _) => near_tile::<1, 4, FMA>(t),
+                (2, 1) => near_tile::<2, 1, FMA>(t),
+                (2, 2) => near_tile::<2, 2, FMA>(t),
+                (2, 3) => near_tile::<2, 3, FMA>(t),
+                (2, _) => near_tile::<2, 4, FMA>(t),
+                (3, 1) => near_tile::<3, 1, FMA>(t),
+                (3, 2) => near_tile::<3, 2, FMA>(t),
+                (3, 3) => near_tile::<3, 3, FMA>(t),
+                (3, _) => near_tile::<3, 4, FMA>(t),
+                (_, 1) => near_tile::<4, 1, FMA>(t),
+                (_, 2) => near_tile::<4, 2, FMA>(t),
+                (_, 3) => near_tile::<4, 3, FMA>(t),
+                _ => near_tile::<4, 4, FMA>(t),
+            }
+        }
+    }
+
+    /// `R` rows × `NV` vectors of columns, [`tile`]'s chains (each
+    /// element's terms in increasing k from 0, one lane each).
+    ///
+    /// # Safety
+    /// AVX-512F/BW/VL; a's `R × inner`, b's `inner` rows of `min(left,
+    /// 16·NV)` columns readable, c's `R` rows of them writable; at least
+    /// one column in the last vector.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline(never)]
+    // SAFETY: (contract) met by `near_product` and `near_any`.
+    unsafe fn near_tile<const R: usize, const NV: usize, const FMA: bool>(t: &NearTile) {
+        let mut mk = [0u16; NV];
+        for (v, m) in mk.iter_mut().enumerate() {
+            *m = lanes(t.left.saturating_sub(16 * v));
+        }
+        let mut acc = [[_mm512_setzero_ps(); NV]; R];
+        let (mut ap, mut bp) = (t.a, t.b);
+        for _ in 0..t.inner {
+            // SAFETY: row k of b under the masks, a's `(r, k)` for `r <
+            // R` (the contract; `ap`, `bp` step one k at a time).
+            unsafe {
+                let mut bv = [_mm512_setzero_ps(); NV];
+                for (v, (x, &m)) in bv.iter_mut().zip(&mk).enumerate() {
+                    *x = _mm512_maskz_loadu_ps(m, bp.add(16 * v));
+                }
+                for (r, accr) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*ap.add(r * t.a_rs));
+                    for (a, &y) in accr.iter_mut().zip(&bv) {
+                        *a = madd_v::<FMA>(x, y, *a);
+                    }
+                }
+            }
+            ap = ap.wrapping_add(t.a_cs);
+            bp = bp.wrapping_add(t.b_rs);
+        }
+        for (r, accr) in acc.iter().enumerate() {
+            for (v, (&s, &m)) in accr.iter().zip(&mk).enumerate() {
+                // SAFETY: c's row `r < R`, columns under the mask (the
+                // contract).
+                unsafe { _mm512_mask_storeu_ps(t.c.add(r * t.c_rs + 16 * v), m, s) };
             }
         }
     }
@@ -986,18 +1137,27 @@ mod x86 {
         }
     }
 
-    /// Steps 5–6 on the `r ≤ ROWS` rows of `t` in `rows`: the rows' sums
-    /// (each in order) interleaved so their latencies overlap, then each
-    /// row divided by its sum.
+    /// Steps 5–6 on the `r ≤ BLOCK` rows of `t` in `rows`: the rows'
+    /// sums (each in order: sixteen rows in the lanes of one vector, fewer
+    /// interleaved so their latencies overlap), then each row divided by
+    /// its sum.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     fn normalize(rows: &mut [f32], r: usize, t: usize) {
-        let sums = match r {
-            1 => sums::<1>(rows, t),
-            2 => sums::<2>(rows, t),
-            3 => sums::<3>(rows, t),
-            _ => sums::<ROWS>(rows, t),
-        };
-        for (row, &sum) in rows.chunks_exact_mut(t).zip(&sums) {
+        let mut sums = [0f32; BLOCK];
+        if r == BLOCK {
+            sums = lane_sums(rows, t);
+        } else {
+            for (i0, s) in (0..r).step_by(ROWS).zip(sums.chunks_mut(ROWS)) {
+                let block = &rows[i0 * t..];
+                match (r - i0).min(ROWS) {
+                    1 => row_sums::<1>(block, t, s),
+                    2 => row_sums::<2>(block, t, s),
+                    3 => row_sums::<3>(block, t, s),
+                    _ => row_sums::<ROWS>(block, t, s),
+                }
+            }
+        }
+        for (row, &sum) in rows.chunks_exact_mut(t).zip(&sums).take(r) {
             let (ptr, s) = (row.as_mut_ptr(), _mm512_set1_ps(sum));
             for o in (0..t).step_by(16) {
                 let m = lanes(t - o);
@@ -1010,16 +1170,45 @@ mod x86 {
         }
     }
 
-    /// The first `R` rows' sums (`R·t ≤ rows.len()`), each from 0 in
-    /// increasing j.
-    fn sums<const R: usize>(rows: &[f32], t: usize) -> [f32; ROWS] {
-        let mut s = [0.0f32; ROWS];
+    /// The sums of [`BLOCK`] rows of `t`, row `r` in lane `r`: each 16 ×
+    /// 16 block of columns transposed in registers, so that lane `r` adds
+    /// row `r`'s elements one at a time in increasing j from 0, the
+    /// sequential sum of step 5 (a row at a time, each addition waited for
+    /// the one before it).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn lane_sums(rows: &[f32], t: usize) -> [f32; BLOCK] {
+        let rows = &rows[..BLOCK * t];
+        let mut acc = _mm512_setzero_ps();
+        for j0 in (0..t).step_by(16) {
+            let (w, m) = ((t - j0).min(16), lanes(t - j0));
+            let mut x = [_mm512_setzero_ps(); 16];
+            for (r, x) in x.iter_mut().enumerate() {
+                // SAFETY: row `r < BLOCK`, columns `j0..j0 + w ≤ t` under
+                // the mask, inside `rows` (sliced above).
+                *x = unsafe { _mm512_maskz_loadu_ps(m, rows.as_ptr().add(r * t + j0)) };
+            }
+            // SAFETY: AVX-512F (this fn's features).
+            let cols = unsafe { crate::kernels::sweep::transpose16_regs(x) };
+            for c in cols.iter().take(w) {
+                acc = _mm512_add_ps(acc, *c);
+            }
+        }
+        let mut out = [0f32; BLOCK];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
+        out
+    }
+
+    /// The first `R` rows' sums (`R·t ≤ rows.len()`) into `out[..R]`, each
+    /// from 0 in increasing j, the rows interleaved.
+    fn row_sums<const R: usize>(rows: &[f32], t: usize, out: &mut [f32]) {
+        let mut s = [0.0f32; R];
         for j in 0..t {
-            for (r, sr) in s.iter_mut().enumerate().take(R) {
+            for (r, sr) in s.iter_mut().enumerate() {
                 *sr += rows[r * t + j];
             }
         }
-        s
+        out[..R].copy_from_slice(&s);
     }
 }
 
@@ -1094,7 +1283,9 @@ mod tests {
 
     fn case() -> impl Strategy<Value = Case> {
         let lead = prop::collection::vec(0usize..4, 0..=2);
-        let mdte = (1usize..10, 0usize..41, 1usize..71, 1usize..41);
+        // Up to 20 query rows: from `NEAR_ROWS` on, every operand is
+        // taken as in cache (`near_product`).
+        let mdte = (1usize..21, 0usize..41, 1usize..71, 1usize..41);
         let numerics =
             (any::<bool>(), any::<bool>()).prop_map(|(fma, fast_exp)| Numerics { fma, fast_exp });
         let scale = prop_oneof![Just(1.0f32), Just(0.125f32), -2.0f32..2.0];
