@@ -171,6 +171,25 @@ impl Scan {
         Scan::of_any(xs)
     }
 
+    /// [`Scan::of`], in pieces on the pool with `par` (the same answer:
+    /// a scan's `or` and `min` fold in any order).
+    pub(crate) fn of_par(xs: &[u16], par: bool) -> Scan {
+        const PIECE: usize = 1 << 15;
+        if !par || xs.len() <= 2 * PIECE {
+            return Scan::of(xs);
+        }
+        xs.par_chunks(PIECE).map(Scan::of).reduce(
+            || Scan {
+                subnormal: false,
+                min_exp: u8::MAX,
+            },
+            |a, b| Scan {
+                subnormal: a.subnormal || b.subnormal,
+                min_exp: a.min_exp.min(b.min_exp),
+            },
+        )
+    }
+
     /// [`Scan::of`] compiled for AVX-512: the same loop, sixty-four
     /// elements a step (a call scans every activation of a product).
     ///
@@ -537,9 +556,9 @@ unsafe fn try_matmul_on(
     };
     let b_scan = match pre.as_ref().and_then(|p| p.pairs) {
         Some(s) => s,
-        None => Scan::of(sb),
+        None => Scan::of_par(sb, par),
     };
-    if !Scan::of(sa).exact_with(b_scan) {
+    if !Scan::of_par(sa, par).exact_with(b_scan) {
         FALLBACKS.fetch_add(1, Ordering::Relaxed);
         return Ok(false);
     }
@@ -759,6 +778,27 @@ mod tests {
         assert!(!p(-126).exact_with(p(23)));
         // Infinities and NaNs are not small.
         assert!(Scan::of(&[0x7F80, 0x7FC1]).exact_with(p(0)));
+    }
+
+    /// The scan in pieces on the pool finds what the whole scan finds,
+    /// wherever the subnormal or the smallest exponent lies.
+    #[test]
+    fn scan_in_pieces_is_the_scan() {
+        let len = 5 * (1 << 15) + 123;
+        let mut xs = operand(len, 7);
+        for at in [0, 1 << 15, len / 2, len - 1] {
+            for special in [1u16, bits(2f32.powi(-100))] {
+                let keep = xs[at];
+                xs[at] = special;
+                assert_eq!(
+                    Scan::of_par(&xs, true),
+                    Scan::of(&xs),
+                    "{special:#x} at {at}"
+                );
+                xs[at] = keep;
+            }
+        }
+        assert_eq!(Scan::of_par(&xs, true), Scan::of(&xs));
     }
 
     /// A deterministic BF16 operand: signed values over `[2⁻¹², 8)`, a

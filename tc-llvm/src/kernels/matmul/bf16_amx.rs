@@ -59,6 +59,10 @@ fn block_rows(k: usize) -> usize {
     (A_BLOCK_BYTES / (2 * k) / (2 * T)).max(1) * 2 * T
 }
 
+/// Multiply-adds below which a product stays on the calling thread
+/// (about 40 µs of tiles).
+const PAR_MIN_MACS: usize = 1 << 24;
+
 /// Every tile 16 rows of 64 bytes: `tmm0`–`tmm3` C (16 × 16 f32),
 /// `tmm4`, `tmm5` A (16 × 32 BF16), `tmm6`, `tmm7` B (16 pair rows × 16
 /// columns).
@@ -121,6 +125,9 @@ pub(super) unsafe fn matmul(
 ) -> Result<(), Error> {
     assert!(b.pairs.is_some() && b.k == k && b.n == n && b.nr == 2 * T);
     assert!(fits(m, k, n) && b.kc.is_multiple_of(TK));
+    // A task on the pool costs microseconds; at these rates a product
+    // under `PAR_MIN_MACS` is done sooner on the calling thread.
+    let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS;
     let groups = m.div_ceil(2 * T);
     let mut packed = APACK.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let len = groups * 2 * T * k;
