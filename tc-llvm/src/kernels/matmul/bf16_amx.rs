@@ -130,7 +130,9 @@ pub(super) unsafe fn matmul(
     let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS;
     let groups = m.div_ceil(2 * T);
     let mut packed = APACK.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    let len = groups * 2 * T * k;
+    let len = (groups * 2 * T)
+        .checked_mul(k)
+        .ok_or_else(|| Error::Unsupported(format!("packing a {m} × {k} operand")))?;
     if packed.len() < len {
         packed = tc_runtime::alloc::filled(len, 0u16)?;
     }
