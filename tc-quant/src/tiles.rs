@@ -147,6 +147,7 @@ impl Tiles {
     /// while the `Tiles` lives: in particular no call into a rayon pool,
     /// whose waiting thread can run another task's kernel.
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: (contract) met by each kernel that loads its tiles.
     pub unsafe fn load(cfg: &'static Config) -> Tiles {
         // SAFETY: the configuration is 64 readable, aligned bytes whose
         // shapes `Config::new` checked against palette 1; the contract
