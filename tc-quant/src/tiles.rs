@@ -28,7 +28,8 @@ pub enum Extension {
 /// EDX bit 24 is AMX-TILE, 25 AMX-INT8, 22 AMX-BF16). Says nothing of
 /// the operating system's permission ([`granted`]).
 pub fn cpu_has(ext: Extension) -> bool {
-    #[cfg(target_arch = "x86_64")]
+    // Miri runs neither CPUID nor tile instructions.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::{__cpuid, __cpuid_count};
         // SAFETY: CPUID exists on every x86-64 CPU; leaf 0 reads no memory
@@ -48,7 +49,7 @@ pub fn cpu_has(ext: Extension) -> bool {
         };
         edx & (1 << 24) != 0 && edx & (1 << bit) != 0
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     {
         let _ = ext;
         false
