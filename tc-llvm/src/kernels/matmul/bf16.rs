@@ -861,7 +861,8 @@ mod tests {
     /// or by batch items: the same bits as one thread), is within the
     /// bound the widened path promises ([`within_bound`]); on AMX tiles
     /// too, where the host has them, for the shapes that fit them (edge
-    /// row groups of 1–31 rows, several row blocks and K-blocks).
+    /// row groups of 1–31 rows, products of 2 to 15 rows, several row
+    /// blocks and K-blocks).
     #[test]
     fn paired_products_within_the_bound() {
         if !available() {
@@ -881,6 +882,7 @@ mod tests {
             (1, 10, 384, 1152),
             (1, 7, 2051, 300),
             (96, 32, 33, 32),
+            (1, 2, 64, 50),
             (1, 16, 32, 16),
             (1, 17, 64, 40),
             (1, 33, 96, 33),

@@ -96,11 +96,18 @@ pub fn set_enabled(on: bool) {
     Settings::get().mm_amx.set(on)
 }
 
+/// Rows from which a product runs on tiles: a row tile of fewer than 16
+/// rows computes zeros for the rest, but on the Intel AMX host even two
+/// rows ran faster than on `vdpbf16ps` (`mm_bf16`, one thread, k =
+/// 384 and 1536: 43–70 against 45–47 GMAC/s at 2 rows, 184–313 against
+/// 51–52 at 10); one row (a matrix-vector product) was not (21–34
+/// against 26–27).
+const MIN_ROWS: usize = 2;
+
 /// Whether an `m × k × n` product runs here: `k` whole tiles, and at
-/// least one row tile's worth of rows (fewer rows leave most of each
-/// tile idle, where `vdpbf16ps` wastes nothing).
+/// least [`MIN_ROWS`] rows.
 pub(super) fn fits(m: usize, k: usize, _n: usize) -> bool {
-    k > 0 && k.is_multiple_of(TK) && m >= T
+    k > 0 && k.is_multiple_of(TK) && m >= MIN_ROWS
 }
 
 /// Four C tiles, 64-byte aligned for `tilestored`.
