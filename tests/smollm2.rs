@@ -364,6 +364,67 @@ fn a_damaged_gguf_file_is_a_typed_error() {
     ));
 }
 
+/// `GgufFile::stacked`, as the model stacks its projections: the rows of
+/// the named tensors one after another, a view of the mapping where they
+/// lie back to back in the file (SmolLM2's query and value projections:
+/// the stack starts at the query tensor's own bytes), a copy otherwise
+/// (q, k, v: the file has k before the output projection), the same
+/// bytes from a file read into memory; typed errors for a missing name,
+/// rows of another width, and nothing to stack.
+#[test]
+fn stacked_projections_are_the_files_rows() {
+    use tc::runtime::gguf::GgufFile;
+    let path = model_path();
+    // SAFETY: the model file is not written while mapped (scripts/
+    // fetch-smollm2.sh publishes it once, atomically).
+    let mapped = unsafe { GgufFile::map(&path) }.expect("map");
+    let read = GgufFile::read(&path).expect("read");
+    let w = mapped.tensors().expect("tensors");
+    let name = |n: &str| format!("blk.3.{n}.weight");
+    let rows = |names: &[&str]| -> Vec<u8> {
+        names
+            .iter()
+            .flat_map(|n| w[&name(n)].bytes().to_vec())
+            .collect()
+    };
+    for (names, back_to_back) in [
+        (&["attn_q", "attn_v"][..], true),
+        (&["ffn_gate", "ffn_up"][..], true),
+        (&["attn_q", "attn_k", "attn_v"][..], false),
+    ] {
+        let full: Vec<String> = names.iter().map(|n| name(n)).collect();
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        let want = rows(names);
+        let n: usize = names.iter().map(|n| w[&name(n)].shape()[0]).sum();
+        for (file, what) in [(&mapped, "mapped"), (&read, "read")] {
+            let t = file.stacked(&full).expect("stack");
+            assert_eq!(
+                t.shape(),
+                &[n, w[&name(names[0])].shape()[1]][..],
+                "{names:?}, {what}"
+            );
+            assert_eq!(t.dtype(), w[&name(names[0])].dtype());
+            assert!(
+                t.bytes() == &want[..],
+                "{names:?}, {what}: not the rows in order"
+            );
+            let view = t.bytes().as_ptr() == w[&name(names[0])].bytes().as_ptr();
+            assert_eq!(
+                view,
+                back_to_back && what == "mapped",
+                "{names:?}, {what}: view or copy"
+            );
+        }
+    }
+    let err = |names: &[&str]| match mapped.stacked(names) {
+        Err(tc::Error::Gguf(m)) => m,
+        other => panic!("{names:?}: {other:?}"),
+    };
+    assert!(err(&["blk.3.attn_q.weight", "blk.3.no_such.weight"]).contains("missing"));
+    assert!(err(&["blk.3.attn_q.weight", "blk.3.ffn_down.weight"]).contains("rows of"));
+    assert!(err(&[]).contains("no tensors"));
+}
+
 /// The environment variable that makes `generation_in_a_child_process`
 /// run: the numerics to generate with.
 const RSS_CHILD: &str = "TC_SMOLLM2_RSS_CHILD";

@@ -1990,10 +1990,11 @@ fn llama_swiglu(dm: &LlamaDims, name: &str, glu: bool) -> Function {
     finish(fb, &["B", "S", "F"], r)
 }
 
-/// One decoder layer as model.rs's forward pass runs it, in one function
-/// calling the model's tensor fns: `attn_input`, `queries`, `keys` and
-/// `values` (f32 weights `[in, out]`, broadcast over the batch, where the
-/// model reads Q4_1 blocks), the new keys and values appended to a cache
+/// One decoder layer in the shape of model.rs's forward pass, in one
+/// function calling tensor fns like the model's: `attn_input`, `queries`,
+/// `keys` and `values` (f32 weights `[in, out]`, broadcast over the batch,
+/// each projection its own product, where the model reads Q4_1 blocks and
+/// stacks the query and value projections into one), the new keys and values appended to a cache
 /// of P past positions with E spare ones (the model writes them in place),
 /// `attention` over the first P + S, and `mix` (its output projection,
 /// residuals, norm and SwiGLU feed-forward).

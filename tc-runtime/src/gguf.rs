@@ -130,6 +130,73 @@ impl GgufFile {
         Ok(out)
     }
 
+    /// The rows of the named tensors stacked along their first axis, in
+    /// the order given: `[N₀ + N₁ + …, K]` from tensors `[Nᵢ, K]` of one
+    /// type and one row width (a layer's projections that share an input,
+    /// so that one product computes them all). A block-quantized row is
+    /// whole blocks, so the stack is their bytes one after another: a
+    /// view of a mapped file where those bytes lie back to back in it, one
+    /// copy otherwise. Typed errors: a missing name, mixed types or row
+    /// widths, a tensor of rank other than 2, fewer than one name.
+    pub fn stacked(&self, names: &[&str]) -> Result<Tensor> {
+        let g = self.parse()?;
+        let err = |msg: String| gguf_err(&self.context, msg);
+        let mut parts = Vec::with_capacity(names.len());
+        for name in names {
+            let info = g
+                .tensor(name)
+                .ok_or_else(|| err(format!("tensor `{name}` is missing")))?;
+            let shape = info.shape_row_major();
+            if shape.len() != 2 {
+                return Err(err(format!(
+                    "tensor `{name}` has rank {}, not 2",
+                    shape.len()
+                )));
+            }
+            parts.push((info, shape, g.tensor_data(info)));
+        }
+        let Some((first, first_shape, _)) = parts.first() else {
+            return Err(err("stacking no tensors".into()));
+        };
+        let (kind, k) = (first.kind, first_shape[1]);
+        let mut rows = 0usize;
+        for (info, shape, _) in &parts {
+            if info.kind != kind || shape[1] != k {
+                return Err(err(format!(
+                    "stacking `{}` ({}, rows of {}) with `{}` ({}, rows of {k})",
+                    info.name, info.kind, shape[1], first.name, kind
+                )));
+            }
+            rows = rows
+                .checked_add(shape[0])
+                .ok_or_else(|| err("the stacked rows overflow".into()))?;
+        }
+        let dt = dtype_of(kind)
+            .ok_or_else(|| err(format!("GGML type {kind}, which tc does not read")))?;
+        let shape = [rows, k];
+        #[cfg(unix)]
+        if let Source::Mapped(map) = &self.source {
+            let base = self.bytes().as_ptr() as usize;
+            let back_to_back = parts
+                .windows(2)
+                .all(|w| w[0].2.as_ptr_range().end == w[1].2.as_ptr());
+            let (start, len) = (
+                parts[0].2.as_ptr() as usize,
+                parts.iter().map(|p| p.2.len()).sum(),
+            );
+            let view = back_to_back
+                .then(|| start.checked_sub(base))
+                .flatten()
+                .and_then(|o| crate::mapped::Region::new(map, o, len))
+                .and_then(|r| Tensor::from_mapped(dt, &shape, r));
+            if let Some(t) = view {
+                return Ok(t);
+            }
+        }
+        let bytes: Vec<u8> = parts.iter().flat_map(|p| p.2.iter().copied()).collect();
+        Tensor::from_raw(dt, &shape, bytes).map_err(|e| err(format!("stacking {names:?}: {e}")))
+    }
+
     fn tensor(&self, g: &Gguf<'_>, info: &TensorInfo) -> Result<Tensor> {
         let dt = dtype_of(info.kind).ok_or_else(|| {
             gguf_err(

@@ -39,6 +39,10 @@ pub mod llama {
     pub const KVD: usize = 192;
     /// Feed-forward width.
     pub const F: usize = 1536;
+    /// Rows of the stacked query and value projections (`D + KVD`).
+    pub const QV: usize = 768;
+    /// Rows of the stacked gate and up projections (`2 · F`).
+    pub const F2: usize = 3072;
 
     /// The token embedding (also the output head: tied) and the final norm.
     #[tensor_params]
@@ -69,6 +73,26 @@ pub mod llama {
         #[tensor_name = "ffn_up.weight"]
         pub up: Tensor![q4_1; F, D],
         #[tensor_name = "ffn_down.weight"]
+        pub down: Tensor![q4_1; D, F],
+    }
+
+    /// One decoder layer's weights as the tensor fns read them: `Layer`'s,
+    /// with projections that share an input stacked into one weight, so
+    /// that one product computes them (the activations quantized once, one
+    /// pass over the rows): the queries' and values' (`wqv`, `[QV, D]`),
+    /// the gate's and up's (`gate_up`, `[F2, D]`). Each output column is
+    /// computed as its own projection computes it, so the results are
+    /// those of the separate products, bit for bit. Stacked at load
+    /// ([`super::Model::load`]: views of the file where the rows lie back
+    /// to back in it), not read by name.
+    #[tensor_params]
+    pub struct Block {
+        pub attn_norm: Tensor![f32; D],
+        pub wqv: Tensor![q4_1; QV, D],
+        pub wk: Tensor![q4_1; KVD, D],
+        pub wo: Tensor![q4_1; D, D],
+        pub ffn_norm: Tensor![f32; D],
+        pub gate_up: Tensor![q4_1; F2, D],
         pub down: Tensor![q4_1; D, F],
     }
 
@@ -110,19 +134,26 @@ pub mod llama {
 
     /// The attention input: the layer's normed residual stream.
     #[tensor_fn]
-    pub fn attn_input(x: Tensor![f32; B, S, D], l: Layer) -> Tensor![f32; B, S, D] {
+    pub fn attn_input(x: Tensor![f32; B, S, D], l: Block) -> Tensor![f32; B, S, D] {
         rms_norm(x, l.attn_norm)
     }
 
-    /// The rotated queries.
+    /// The query and value projections in one product (`l.wqv`'s rows:
+    /// the queries' `D`, then the values' `KVD`), for [`queries`] and
+    /// [`values`] to take apart.
+    #[tensor_fn]
+    pub fn queries_values(xn: Tensor![f32; B, S, D], l: Block) -> Tensor![f32; B, S, QV] {
+        qmatmul(xn, l.wqv)
+    }
+
+    /// The rotated queries: the first `D` columns of [`queries_values`].
     #[tensor_fn]
     pub fn queries(
-        xn: Tensor![f32; B, S, D],
+        qv: Tensor![f32; B, S, QV],
         cos: Tensor![f32; S, HALF],
         sin: Tensor![f32; S, HALF],
-        l: Layer,
     ) -> Tensor![f32; B, S, D] {
-        let q = reshape(qmatmul(xn, l.wq), [B, S, H, HD]);
+        let q = reshape(slice(qv, 2, 0, D), [B, S, H, HD]);
         reshape(rotate_pairs(q, cos, sin), [B, S, D])
     }
 
@@ -139,16 +170,17 @@ pub mod llama {
         xn: Tensor![f32; B, S, D],
         cos: Tensor![f32; S, HALF],
         sin: Tensor![f32; S, HALF],
-        l: Layer,
+        l: Block,
     ) -> Tensor![f32; B, KV, HD, S] {
         let k = reshape(qmatmul(xn, l.wk), [B, S, KV, HD]);
         transpose(rotate_pairs(k, cos, sin), [0, 2, 3, 1])
     }
 
-    /// The values, head-major.
+    /// The values, head-major: the last `KVD` columns of
+    /// [`queries_values`].
     #[tensor_fn]
-    pub fn values(xn: Tensor![f32; B, S, D], l: Layer) -> Tensor![f32; B, KV, S, HD] {
-        transpose(reshape(qmatmul(xn, l.wv), [B, S, KV, HD]), [0, 2, 1, 3])
+    pub fn values(qv: Tensor![f32; B, S, QV]) -> Tensor![f32; B, KV, S, HD] {
+        transpose(reshape(slice(qv, 2, D, QV), [B, S, KV, HD]), [0, 2, 1, 3])
     }
 
     /// Causal grouped-query attention of the S new positions over the
@@ -214,17 +246,20 @@ pub mod llama {
     /// feed-forward (`down(silu(gate(x)) · up(x))`) and its residual. Kept
     /// apart from attention so that a batched decode step runs it once over
     /// every sequence's row (the weight matmuls see all rows) while each
-    /// sequence attends to its own cache.
+    /// sequence attends to its own cache. The gate and up projections are
+    /// one product (`l.gate_up`: the gate's `F` rows, then up's), read
+    /// apart in place.
     #[tensor_fn]
     pub fn mix(
         x: Tensor![f32; B, S, D],
         ctx: Tensor![f32; B, S, D],
-        l: Layer,
+        l: Block,
     ) -> Tensor![f32; B, S, D] {
         let h = x + qmatmul(ctx, l.wo);
         let hn = rms_norm(h, l.ffn_norm);
-        let g = qmatmul(hn, l.gate);
-        h + qmatmul(g * sigmoid(g) * qmatmul(hn, l.up), l.down)
+        let gu = qmatmul(hn, l.gate_up);
+        let g = slice(gu, 2, 0, F);
+        h + qmatmul(g * sigmoid(g) * slice(gu, 2, F, F2), l.down)
     }
 
     /// Token embeddings: rows of the Q8_0 table, gathered as blocks, then
@@ -295,7 +330,7 @@ pub struct Model {
     /// Embedding / output head and final norm.
     pub globals: llama::Globals,
     /// The decoder layers.
-    pub layers: Vec<llama::Layer>,
+    pub layers: Vec<llama::Block>,
     /// RoPE base frequency.
     pub rope_theta: f64,
     /// Positions the model was trained for.
@@ -344,6 +379,31 @@ impl Rows {
     }
 }
 
+/// Layer `l`'s weights as the tensor fns read them ([`llama::Block`]):
+/// the file's tensors checked as [`llama::Layer`] declares them, then the
+/// projections that share an input stacked (views of the file where they
+/// lie back to back, as llama.cpp's converter writes the query and value
+/// projections, and the gate and up ones).
+fn block(
+    file: &tc::runtime::gguf::GgufFile,
+    w: &std::collections::BTreeMap<String, Tensor>,
+    l: usize,
+) -> Result<llama::Block, Box<dyn std::error::Error>> {
+    let at = format!("blk.{l}");
+    let layer = llama::Layer::load(w, &at)?;
+    let name = |n: &str| format!("{at}.{n}.weight");
+    let stack = |a: &str, b: &str| file.stacked(&[&name(a), &name(b)]);
+    Ok(llama::Block {
+        attn_norm: layer.attn_norm,
+        wqv: stack("attn_q", "attn_v")?,
+        wk: layer.wk,
+        wo: layer.wo,
+        ffn_norm: layer.ffn_norm,
+        gate_up: stack("ffn_gate", "ffn_up")?,
+        down: layer.down,
+    })
+}
+
 /// Hyper-parameters the tensor fns fix as constants, checked against the
 /// file's metadata so another Llama's GGUF is refused, not misread.
 fn check_hparams(
@@ -388,7 +448,7 @@ impl Model {
         let mut globals = llama::Globals::load(&w, "")?;
         let mut layers = (0..)
             .take_while(|l| w.contains_key(&format!("blk.{l}.attn_norm.weight")))
-            .map(|l| llama::Layer::load(&w, &format!("blk.{l}")))
+            .map(|l| block(&file, &w, l))
             .collect::<Result<Vec<_>, _>>()?;
         let p = file.parse()?;
         let at = |name: &str| -> Result<(u64, usize), Box<dyn std::error::Error>> {
@@ -439,7 +499,7 @@ impl Model {
         let layers = self
             .layers
             .iter()
-            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
+            .flat_map(|l| [&l.wqv, &l.wk, &l.wo, &l.gate_up, &l.down]);
         globals
             .into_iter()
             .chain(layers)
@@ -680,9 +740,10 @@ impl Model {
         let sin = Tensor::from_vec(&[r, HALF], sin)?;
         for (li, l) in self.layers.iter().enumerate() {
             let xn = llama::attn_input(x.clone(), l)?;
-            let q = llama::queries(xn.clone(), cos.clone(), sin.clone(), l)?;
-            let k = llama::keys(xn.clone(), cos.clone(), sin.clone(), l)?;
-            let v = llama::values(xn, l)?;
+            let qv = llama::queries_values(xn.clone(), l)?;
+            let q = llama::queries(qv.clone(), cos.clone(), sin.clone())?;
+            let k = llama::keys(xn, cos.clone(), sin.clone(), l)?;
+            let v = llama::values(qv)?;
             let (k, v) = (self.as_cached(k)?, self.as_cached(v)?);
             let rows = LayerRows { n: r, q, k, v };
             let ctx = attend_all(&mut parts, li, &rows)?;
