@@ -161,6 +161,20 @@ pub(crate) struct Scan {
 }
 
 impl Scan {
+    /// The scan of no elements.
+    pub(crate) const NONE: Scan = Scan {
+        subnormal: false,
+        min_exp: u8::MAX,
+    };
+
+    /// The scan of two parts together (in either order).
+    pub(crate) fn and(self, o: Scan) -> Scan {
+        Scan {
+            subnormal: self.subnormal || o.subnormal,
+            min_exp: self.min_exp.min(o.min_exp),
+        }
+    }
+
     /// Scan BF16 bit patterns.
     pub(crate) fn of(xs: &[u16]) -> Scan {
         #[cfg(target_arch = "x86_64")]
@@ -178,16 +192,9 @@ impl Scan {
         if !par || xs.len() <= 2 * PIECE {
             return Scan::of(xs);
         }
-        xs.par_chunks(PIECE).map(Scan::of).reduce(
-            || Scan {
-                subnormal: false,
-                min_exp: u8::MAX,
-            },
-            |a, b| Scan {
-                subnormal: a.subnormal || b.subnormal,
-                min_exp: a.min_exp.min(b.min_exp),
-            },
-        )
+        xs.par_chunks(PIECE)
+            .map(Scan::of)
+            .reduce(|| Scan::NONE, Scan::and)
     }
 
     /// [`Scan::of`] compiled for AVX-512: the same loop, sixty-four
@@ -968,11 +975,15 @@ mod tests {
 
     /// A subnormal operand, or products that could underflow, go to the
     /// widened path, counted; an empty contraction too (not counted).
+    /// Held by the tests that count [`fallbacks`], a process-wide counter.
+    static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn operands_outside_the_rule_are_declined() {
         if !available() {
             return;
         }
+        let _one = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
         let ctx = ExecCtx::new(1, false);
         let try_ = |a: &[u16], b: &[u16], k: usize| {
             let mut c = [0u16; 4];
@@ -998,5 +1009,54 @@ mod tests {
         assert_eq!(fallbacks(), before + 2);
         assert!(!try_(&[], &[], 0));
         assert_eq!(fallbacks(), before + 2);
+    }
+
+    /// The same rule where the tiles' path could take the product (k a
+    /// multiple of 32, two rows or more): a subnormal in A's last row, or
+    /// products below 2⁻¹⁰², are declined whichever path would run,
+    /// counted, and leave the output as it was.
+    #[test]
+    fn operands_outside_the_rule_are_declined_on_both_paths() {
+        if !available() {
+            return;
+        }
+        let _one = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+        let ctx = ExecCtx::new(1, false);
+        let (m, k, n) = (3, 64, 2);
+        let one = bits(1.0);
+        let mut a_sub = vec![one; m * k];
+        a_sub[m * k - 1] = 1;
+        let cases = [
+            (vec![one; m * k], vec![one; k * n], true),
+            (a_sub, vec![one; k * n], false),
+            (vec![bits(1e-20); m * k], vec![bits(1e-20); k * n], false),
+        ];
+        for tiles in [false, true] {
+            if tiles && !super::super::bf16_amx::available() {
+                continue;
+            }
+            for (a, b, ok) in &cases {
+                let before = fallbacks();
+                let mut c = vec![0x7777u16; m * n];
+                // SAFETY: an m × k by k × n product, output m × n.
+                let done = unsafe {
+                    try_matmul_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        1,
+                        (m, k, n),
+                        &ctx,
+                        None,
+                        tiles,
+                    )
+                }
+                .unwrap();
+                assert_eq!(done, *ok, "tiles {tiles}");
+                assert_eq!(fallbacks(), before + u64::from(!ok), "tiles {tiles}");
+                let want = if *ok { bits(64.0) } else { 0x7777 };
+                assert!(c.iter().all(|&x| x == want), "tiles {tiles}: {c:x?}");
+            }
+        }
     }
 }
