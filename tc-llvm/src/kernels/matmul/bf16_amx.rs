@@ -59,6 +59,19 @@ fn block_rows(k: usize) -> usize {
     (A_BLOCK_BYTES / (2 * k) / (2 * T)).max(1) * 2 * T
 }
 
+/// Rows of a row block for a product split over `threads`:
+/// [`block_rows`], and at most an even share of the rows per thread
+/// (whole groups of 32), so that the threads take rows apart rather than
+/// column panels of one block, as the elementwise ops after a product
+/// split their work. MiniLM bf16 at two threads on the Intel AMX host
+/// (`peer_bench`, 30 repetitions, the two alternating four times): 32 ×
+/// 16 18.0–18.7 → 16.5–17.6 ms, 8 × 128 47.8–50.0 → 46.1–48.5; only
+/// products with k = 384 changed (longer k already had smaller blocks).
+fn shared_rows(m: usize, k: usize, threads: usize) -> usize {
+    let share = m.div_ceil(threads.max(1)).div_ceil(2 * T) * 2 * T;
+    block_rows(k).min(share)
+}
+
 /// Multiply-adds below which a product stays on the calling thread
 /// (about 40 µs of tiles).
 const PAR_MIN_MACS: usize = 1 << 24;
@@ -147,7 +160,11 @@ pub(super) unsafe fn matmul(
     let a = unsafe { std::slice::from_raw_parts(a, m * k) };
     pack_a(a, (m, k), &mut packed[..len], par);
     let npanels = n.div_ceil(2 * T);
-    let mb = block_rows(k);
+    let mb = if par {
+        shared_rows(m, k, rayon::current_num_threads())
+    } else {
+        block_rows(k)
+    };
     let blocks = m.div_ceil(mb);
     let units = blocks * npanels;
     let op = SendPtr(out);
