@@ -8,7 +8,11 @@
 //! operand of `tdpbsud` (K/4 rows of N × 4 bytes), and the activation
 //! block of 16 rows (`qx`, 32 i8 per row per block, row stride `k`) is the
 //! A operand as it lies in memory. One `tdpbsud` gives the 16 × 16 integer
-//! block dots `C[r][j] = Σ x_r·w_j`, exact like `vpdpbusd`'s; after it,
+//! block dots `C[r][j] = Σ x_r·w_j`, exact like `vpdpbusd`'s. `Q8_0`'s
+//! weights are packed offset by 128 (unsigned, for `vpdpbusd`); the tiles
+//! take them signed instead (the tile's bytes with their top bit flipped,
+//! [`to_signed`]) through `tdpbssd`, so the sum needs no `−128 · bsum`
+//! correction per row and block. After the product,
 //! every lane takes the scalar reference's f32 steps (`kernels::fast_dot`)
 //! in the same order as `vnni::step`, so the results are bit-identical to
 //! the scalar path and to the VNNI tiles.
@@ -22,7 +26,7 @@
 //! `crate::tiles`', shared with tc-llvm's AMX-BF16 products.
 
 use super::act::Acts;
-use super::vnni::{PACK, Q41};
+use super::vnni::{PACK, Q41, Q8};
 use super::Format;
 use crate::tiles::{self, Tiles};
 use std::arch::asm;
@@ -68,8 +72,9 @@ pub(crate) struct Scales {
     pub(crate) groups: usize,
     d: Vec<f32>,
     s: Vec<f32>,
-    /// The integer dot's start: `−128 · bsum` (Q8_0), `−8 · bsum`
-    /// (Q4_0), 0 (Q4_1), as `vnni::step` has it.
+    /// The integer dot's start: `−8 · bsum` (Q4_0), as `vnni::step` has
+    /// it; 0 for Q4_1, and for Q8_0, whose tiles take signed weights
+    /// ([`to_signed`]) where `vnni::step` adds `−128 · bsum`.
     start: Vec<i32>,
 }
 
@@ -90,7 +95,6 @@ impl Scales {
                     sc.d.push(a.d[i]);
                     sc.s.push(a.s[i]);
                     sc.start.push(match f {
-                        Format::Q8_0 => -128 * a.bsum[i],
                         Format::Q4_0 => -8 * a.bsum[i],
                         _ => 0,
                     });
@@ -106,12 +110,12 @@ impl Scales {
 /// weights (`$w`) loaded, the product accumulated. No store: the tile is
 /// stored a block later ([`rows16`]'s pipeline), when its product is done.
 macro_rules! block_dots {
-    ($c:literal, $a:literal, $b:literal, $x:expr, $k:expr, $w:expr) => {
+    ($dp:literal, $c:literal, $a:literal, $b:literal, $x:expr, $k:expr, $w:expr) => {
         asm!(
             concat!("tilezero tmm", $c),
             concat!("tileloadd tmm", $a, ", [{x} + {kx}*1]"),
             concat!("tileloadd tmm", $b, ", [{w} + {kw}*1]"),
-            concat!("tdpbsud tmm", $c, ", tmm", $a, ", tmm", $b),
+            concat!($dp, " tmm", $c, ", tmm", $a, ", tmm", $b),
             x = in(reg) $x,
             kx = in(reg) $k,
             w = in(reg) $w,
@@ -131,6 +135,20 @@ macro_rules! store_c {
             options(nostack),
         )
     };
+}
+
+/// A packed weight tile's quants (`buf`: `PACK` vectors per block, the
+/// first 8 the quants) between `vnni`'s unsigned `Q8_0` bytes (`w +
+/// 128`) and the signed ones `tdpbssd` takes (`w`): flipping each byte's
+/// top bit maps either to the other.
+#[target_feature(enable = "avx512f")]
+pub(crate) fn to_signed(buf: &mut [__m512i]) {
+    let top = _mm512_set1_epi8(i8::MIN);
+    for slot in buf.chunks_exact_mut(PACK) {
+        for q in &mut slot[..8] {
+            *q = _mm512_xor_si512(*q, top);
+        }
+    }
 }
 
 /// Activation rows `16g..16g + 16` against the packed weight tile `buf`
@@ -175,15 +193,23 @@ pub(crate) unsafe fn rows16<const F: u8>(
     // bytes, inside block `b`'s pack of 640 bytes. The tile registers are
     // named, never allocated: the compiler itself uses none.
     // SAFETY: as just above.
+    // `Q8_0`'s weights signed ([`to_signed`]): `tdpbssd`; the other
+    // formats' unsigned nibbles: `tdpbsud`.
     let dots = |b: usize| unsafe {
         let (x, w) = (xs.as_ptr().add(32 * b), buf[b * PACK..].as_ptr());
-        match (b % 3, b % 2) {
-            (0, 0) => block_dots!("0", "1", "2", x, k, w),
-            (0, _) => block_dots!("0", "4", "5", x, k, w),
-            (1, 0) => block_dots!("3", "1", "2", x, k, w),
-            (1, _) => block_dots!("3", "4", "5", x, k, w),
-            (_, 0) => block_dots!("6", "1", "2", x, k, w),
-            _ => block_dots!("6", "4", "5", x, k, w),
+        match (F == Q8, b % 3, b % 2) {
+            (true, 0, 0) => block_dots!("tdpbssd", "0", "1", "2", x, k, w),
+            (true, 0, _) => block_dots!("tdpbssd", "0", "4", "5", x, k, w),
+            (true, 1, 0) => block_dots!("tdpbssd", "3", "1", "2", x, k, w),
+            (true, 1, _) => block_dots!("tdpbssd", "3", "4", "5", x, k, w),
+            (true, _, 0) => block_dots!("tdpbssd", "6", "1", "2", x, k, w),
+            (true, _, _) => block_dots!("tdpbssd", "6", "4", "5", x, k, w),
+            (false, 0, 0) => block_dots!("tdpbsud", "0", "1", "2", x, k, w),
+            (false, 0, _) => block_dots!("tdpbsud", "0", "4", "5", x, k, w),
+            (false, 1, 0) => block_dots!("tdpbsud", "3", "1", "2", x, k, w),
+            (false, 1, _) => block_dots!("tdpbsud", "3", "4", "5", x, k, w),
+            (false, _, 0) => block_dots!("tdpbsud", "6", "1", "2", x, k, w),
+            (false, _, _) => block_dots!("tdpbsud", "6", "4", "5", x, k, w),
         }
     };
     // SAFETY: C writes the 1024 bytes of one `CTile`.
@@ -226,8 +252,9 @@ pub(crate) unsafe fn rows16<const F: u8>(
             ($r:literal) => {{
                 // SAFETY: row `r` of the aligned C scratch, 64 bytes.
                 let dot = unsafe { _mm512_load_si512(cb.0.as_ptr().add(16 * $r).cast()) };
-                // Q4_1's start is 0: adding it would change nothing.
-                let isum = if F == Q41 {
+                // Q4_1's start is 0, and Q8_0's sum is signed already
+                // (`tdpbssd`): adding it would change nothing.
+                let isum = if F == Q41 || F == Q8 {
                     dot
                 } else {
                     _mm512_add_epi32(dot, _mm512_set1_epi32(stb[$r]))

@@ -192,7 +192,11 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
             slot[9] = _mm512_castps_si512(p.m);
         }
         let mut m = 0;
-        if let Some((sc, tiles)) = t.amx {
+        if let Some((sc, tiles)) = t.amx.filter(|(sc, _)| sc.groups > 0) {
+            if F == Q8 {
+                // The tiles take Q8_0's weights signed.
+                amx::to_signed(buf);
+            }
             // Whole groups, and a last one padded with zero rows
             // (`Acts::with_amx`) whose padding is not stored.
             for g in 0..sc.groups {
@@ -203,6 +207,10 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
                     put(m + r, y);
                 }
                 m = (m + amx::ROWS).min(rows);
+            }
+            if F == Q8 && m < rows {
+                // Unsigned again for the rows `vpdpbusd` computes.
+                amx::to_signed(buf);
             }
         }
         // The first pass over the transposed tile requests the next
