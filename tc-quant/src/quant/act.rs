@@ -138,7 +138,7 @@ impl Acts {
             self.bsum.resize(padded * nb, 0);
             self.s.resize(padded * nb, 0.0);
         }
-        self.amx = Some(super::amx::Scales::new(f, &self, padded, k));
+        self.amx = Some(super::amx::Scales::new(&self, padded, k));
         self
     }
 }

@@ -3,22 +3,21 @@
 //!
 //! The operands are the ones `vnni.rs` already builds. A tile of 16
 //! weight rows is packed once per call: for each block, 8 vectors whose
-//! lane `j` holds 4 consecutive quants of row `j` (u8; `Q8_0` offset by
-//! 128). Those 8 × 64 bytes are exactly AMX's "VNNI layout" for the B
-//! operand of `tdpbsud` (K/4 rows of N × 4 bytes), and the activation
-//! block of 16 rows (`qx`, 32 i8 per row per block, row stride `k`) is the
-//! A operand as it lies in memory. One `tdpbsud` gives the 16 × 16 integer
-//! block dots `C[r][j] = Σ x_r·w_j`, exact like `vpdpbusd`'s. `Q8_0`'s
-//! weights are packed offset by 128 (unsigned, for `vpdpbusd`); the tiles
-//! take them signed instead (the tile's bytes with their top bit flipped,
-//! [`to_signed`]) through `tdpbssd`, so the sum needs no `−128 · bsum`
-//! correction per row and block. After the product,
-//! every lane takes the scalar reference's f32 steps (`kernels::fast_dot`)
-//! in the same order as `vnni::step`, so the results are bit-identical to
-//! the scalar path and to the VNNI tiles.
+//! lane `j` holds 4 consecutive quants of row `j` (u8 for `vpdpbusd`:
+//! `Q8_0`'s offset by 128, `Q4_0`'s by 8). Those 8 × 64 bytes are exactly
+//! AMX's "VNNI layout" for the B operand of `tdpbssd` (K/4 rows of N × 4
+//! bytes) once the offset is taken off again ([`shift_quants`]: the tiles
+//! take the quants signed), and the activation block of 16 rows (`qx`, 32
+//! i8 per row per block, row stride `k`) is the A operand as it lies in
+//! memory. One `tdpbssd` gives the 16 × 16 integer block dots `C[r][j] = Σ
+//! x_r·w_j`, exact, the sums `vpdpbusd`'s path reaches after adding its
+//! `−128 · bsum` or `−8 · bsum` start, which the tiles' path does not
+//! need. After the product every lane takes the scalar reference's f32
+//! steps (`kernels::fast_dot`) in the same order as `vnni::step`, so the
+//! results are bit-identical to the scalar path and to the VNNI tiles.
 //!
 //! A block's scales differ per block and per row, so the integer sums
-//! cannot stay in the tile across blocks: each block is one `tdpbsud`
+//! cannot stay in the tile across blocks: each block is one `tdpbssd`
 //! with K = 32, its C tile stored to a 1 KiB buffer in L1 and scaled by
 //! AVX-512, as ggml does for these formats.
 //!
@@ -26,8 +25,7 @@
 //! `crate::tiles`', shared with tc-llvm's AMX-BF16 products.
 
 use super::act::Acts;
-use super::vnni::{PACK, Q41, Q8};
-use super::Format;
+use super::vnni::{PACK, Q40, Q41, Q8};
 use crate::tiles::{self, Tiles};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -72,21 +70,16 @@ pub(crate) struct Scales {
     pub(crate) groups: usize,
     d: Vec<f32>,
     s: Vec<f32>,
-    /// The integer dot's start: `−8 · bsum` (Q4_0), as `vnni::step` has
-    /// it; 0 for Q4_1, and for Q8_0, whose tiles take signed weights
-    /// ([`to_signed`]) where `vnni::step` adds `−128 · bsum`.
-    start: Vec<i32>,
 }
 
 impl Scales {
     /// The whole groups of 16 among `a`'s rows (`k / 32` blocks each).
-    pub(crate) fn new(f: Format, a: &Acts, rows: usize, k: usize) -> Scales {
+    pub(crate) fn new(a: &Acts, rows: usize, k: usize) -> Scales {
         let (nb, n) = (k / 32, rows / ROWS * ROWS * (k / 32));
         let mut sc = Scales {
             groups: rows / ROWS,
             d: Vec::with_capacity(n),
             s: Vec::with_capacity(n),
-            start: Vec::with_capacity(n),
         };
         for g in 0..rows / ROWS {
             for b in 0..nb {
@@ -94,10 +87,6 @@ impl Scales {
                     let i = (ROWS * g + r) * nb + b;
                     sc.d.push(a.d[i]);
                     sc.s.push(a.s[i]);
-                    sc.start.push(match f {
-                        Format::Q4_0 => -8 * a.bsum[i],
-                        _ => 0,
-                    });
                 }
             }
         }
@@ -110,12 +99,12 @@ impl Scales {
 /// weights (`$w`) loaded, the product accumulated. No store: the tile is
 /// stored a block later ([`rows16`]'s pipeline), when its product is done.
 macro_rules! block_dots {
-    ($dp:literal, $c:literal, $a:literal, $b:literal, $x:expr, $k:expr, $w:expr) => {
+    ($c:literal, $a:literal, $b:literal, $x:expr, $k:expr, $w:expr) => {
         asm!(
             concat!("tilezero tmm", $c),
             concat!("tileloadd tmm", $a, ", [{x} + {kx}*1]"),
             concat!("tileloadd tmm", $b, ", [{w} + {kw}*1]"),
-            concat!($dp, " tmm", $c, ", tmm", $a, ", tmm", $b),
+            concat!("tdpbssd tmm", $c, ", tmm", $a, ", tmm", $b),
             x = in(reg) $x,
             kx = in(reg) $k,
             w = in(reg) $w,
@@ -137,16 +126,27 @@ macro_rules! store_c {
     };
 }
 
+/// What `vnni`'s packing adds to format `F`'s quants to make them
+/// unsigned for `vpdpbusd` (`Q8_0`: 128, `Q4_0`: 8; `Q4_1`'s are
+/// unsigned as they are), as a wrapping byte: [`shift_quants`] by its
+/// negation gives the tiles the signed quants, and by it again the
+/// packing back.
+pub(crate) const fn unsigned_offset<const F: u8>() -> i8 {
+    match F {
+        Q8 => i8::MIN,
+        Q40 => 8,
+        _ => 0,
+    }
+}
+
 /// A packed weight tile's quants (`buf`: `PACK` vectors per block, the
-/// first 8 the quants) between `vnni`'s unsigned `Q8_0` bytes (`w +
-/// 128`) and the signed ones `tdpbssd` takes (`w`): flipping each byte's
-/// top bit maps either to the other.
-#[target_feature(enable = "avx512f")]
-pub(crate) fn to_signed(buf: &mut [__m512i]) {
-    let top = _mm512_set1_epi8(i8::MIN);
+/// first 8 the quants, one byte each) plus `by`, wrapping.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) fn shift_quants(buf: &mut [__m512i], by: i8) {
+    let by = _mm512_set1_epi8(by);
     for slot in buf.chunks_exact_mut(PACK) {
         for q in &mut slot[..8] {
-            *q = _mm512_xor_si512(*q, top);
+            *q = _mm512_add_epi8(*q, by);
         }
     }
 }
@@ -173,7 +173,7 @@ pub(crate) unsafe fn rows16<const F: u8>(
     let xs = &a.qx[ROWS * g * k..ROWS * (g + 1) * k];
     let buf = &buf[..nb * PACK];
     let at = g * nb * ROWS..(g + 1) * nb * ROWS;
-    let (d, s, start) = (&sc.d[at.clone()], &sc.s[at.clone()], &sc.start[at]);
+    let (d, s) = (&sc.d[at.clone()], &sc.s[at]);
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let mut c = [
         CTile([0; ROWS * 16]),
@@ -193,23 +193,15 @@ pub(crate) unsafe fn rows16<const F: u8>(
     // bytes, inside block `b`'s pack of 640 bytes. The tile registers are
     // named, never allocated: the compiler itself uses none.
     // SAFETY: as just above.
-    // `Q8_0`'s weights signed ([`to_signed`]): `tdpbssd`; the other
-    // formats' unsigned nibbles: `tdpbsud`.
     let dots = |b: usize| unsafe {
         let (x, w) = (xs.as_ptr().add(32 * b), buf[b * PACK..].as_ptr());
-        match (F == Q8, b % 3, b % 2) {
-            (true, 0, 0) => block_dots!("tdpbssd", "0", "1", "2", x, k, w),
-            (true, 0, _) => block_dots!("tdpbssd", "0", "4", "5", x, k, w),
-            (true, 1, 0) => block_dots!("tdpbssd", "3", "1", "2", x, k, w),
-            (true, 1, _) => block_dots!("tdpbssd", "3", "4", "5", x, k, w),
-            (true, _, 0) => block_dots!("tdpbssd", "6", "1", "2", x, k, w),
-            (true, _, _) => block_dots!("tdpbssd", "6", "4", "5", x, k, w),
-            (false, 0, 0) => block_dots!("tdpbsud", "0", "1", "2", x, k, w),
-            (false, 0, _) => block_dots!("tdpbsud", "0", "4", "5", x, k, w),
-            (false, 1, 0) => block_dots!("tdpbsud", "3", "1", "2", x, k, w),
-            (false, 1, _) => block_dots!("tdpbsud", "3", "4", "5", x, k, w),
-            (false, _, 0) => block_dots!("tdpbsud", "6", "1", "2", x, k, w),
-            (false, _, _) => block_dots!("tdpbsud", "6", "4", "5", x, k, w),
+        match (b % 3, b % 2) {
+            (0, 0) => block_dots!("0", "1", "2", x, k, w),
+            (0, _) => block_dots!("0", "4", "5", x, k, w),
+            (1, 0) => block_dots!("3", "1", "2", x, k, w),
+            (1, _) => block_dots!("3", "4", "5", x, k, w),
+            (_, 0) => block_dots!("6", "1", "2", x, k, w),
+            _ => block_dots!("6", "4", "5", x, k, w),
         }
     };
     // SAFETY: C writes the 1024 bytes of one `CTile`.
@@ -240,10 +232,9 @@ pub(crate) unsafe fn rows16<const F: u8>(
         let slot = &buf[b * PACK..(b + 1) * PACK];
         let (dw, mw) = (_mm512_castsi512_ps(slot[8]), _mm512_castsi512_ps(slot[9]));
         let blk = b * ROWS..(b + 1) * ROWS;
-        let (db, sb, stb): (&[f32; ROWS], &[f32; ROWS], &[i32; ROWS]) = (
+        let (db, sb): (&[f32; ROWS], &[f32; ROWS]) = (
             d[blk.clone()].try_into().unwrap(),
-            s[blk.clone()].try_into().unwrap(),
-            start[blk].try_into().unwrap(),
+            s[blk].try_into().unwrap(),
         );
         let cb = &c[b % 3];
         // Unrolled by hand, with constant indices, so that the 16
@@ -251,14 +242,9 @@ pub(crate) unsafe fn rows16<const F: u8>(
         macro_rules! row {
             ($r:literal) => {{
                 // SAFETY: row `r` of the aligned C scratch, 64 bytes.
-                let dot = unsafe { _mm512_load_si512(cb.0.as_ptr().add(16 * $r).cast()) };
-                // Q4_1's start is 0, and Q8_0's sum is signed already
-                // (`tdpbssd`): adding it would change nothing.
-                let isum = if F == Q41 || F == Q8 {
-                    dot
-                } else {
-                    _mm512_add_epi32(dot, _mm512_set1_epi32(stb[$r]))
-                };
+                // The signed weights' sum: `vnni::step`'s after its
+                // start is added.
+                let isum = unsafe { _mm512_load_si512(cb.0.as_ptr().add(16 * $r).cast()) };
                 // `vnni::step`'s operations, in its order.
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(db[$r]));
                 let mut term = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(isum));

@@ -49,7 +49,7 @@
 //! runs tiles of 16 weight rows whose blocks are transposed in registers,
 //! so each `vpdpbusd` computes a part of 16 block dots at once (see
 //! `vnni.rs`); with AMX-INT8 ([`Path::Amx`]), 16 activation rows at a
-//! time go through one `tdpbsud` per block on the same packed weights
+//! time go through one `tdpbssd` per block on the same packed weights
 //! (see `amx.rs`). The output columns are split across rayon's global pool.
 
 mod act;

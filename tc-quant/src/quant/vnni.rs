@@ -193,9 +193,10 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         }
         let mut m = 0;
         if let Some((sc, tiles)) = t.amx.filter(|(sc, _)| sc.groups > 0) {
-            if F == Q8 {
-                // The tiles take Q8_0's weights signed.
-                amx::to_signed(buf);
+            // The tiles take the quants signed.
+            let offset = amx::unsigned_offset::<F>();
+            if offset != 0 {
+                amx::shift_quants(buf, offset.wrapping_neg());
             }
             // Whole groups, and a last one padded with zero rows
             // (`Acts::with_amx`) whose padding is not stored.
@@ -208,9 +209,9 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
                 }
                 m = (m + amx::ROWS).min(rows);
             }
-            if F == Q8 && m < rows {
+            if offset != 0 && m < rows {
                 // Unsigned again for the rows `vpdpbusd` computes.
-                amx::to_signed(buf);
+                amx::shift_quants(buf, offset);
             }
         }
         // The first pass over the transposed tile requests the next
