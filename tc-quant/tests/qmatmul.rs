@@ -231,6 +231,34 @@ fn amx_is_offered_where_the_cpu_has_it() {
     }
 }
 
+/// A packed product large enough to split its rows over a pool of two
+/// (the last share ragged, and a row left to the VNNI tiles in it) gives
+/// the bits of the same product on one thread, which splits nothing,
+/// for every 32-element format.
+#[test]
+fn packed_rows_split_over_threads_are_the_same_bits() {
+    let pool = |n| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap()
+    };
+    let (one, two) = (pool(1), pool(2));
+    for f in Format::ALL.into_iter().filter(|f| f.block_elems() == 32) {
+        let c = case(f, 289, 3, 40, 4000);
+        let Some(p) = PackedWeights::new(c.f, &c.w, c.n_out, c.k).unwrap() else {
+            return;
+        };
+        let on = |pool: &rayon::ThreadPool| {
+            let mut y = vec![f32::NAN; c.rows * c.n_out];
+            pool.install(|| qmatmul_packed(&p, &c.x, c.rows, &mut y))
+                .unwrap();
+            y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        };
+        assert_eq!(on(&two), on(&one), "{f:?}");
+    }
+}
+
 #[test]
 fn many_columns_cross_chunk_boundaries() {
     for f in [Format::Q4_1, Format::Q8_0] {
