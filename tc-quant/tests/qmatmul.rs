@@ -259,6 +259,15 @@ fn packed_rows_split_over_threads_are_the_same_bits() {
     }
 }
 
+/// A weight with no columns to contract over has nothing to pack: no
+/// packing (it panicked on a tile of no bytes), for every format.
+#[test]
+fn an_empty_contraction_packs_nothing() {
+    for f in Format::ALL {
+        assert!(PackedWeights::new(f, &[], 4, 0).unwrap().is_none(), "{f:?}");
+    }
+}
+
 #[test]
 fn many_columns_cross_chunk_boundaries() {
     for f in [Format::Q4_1, Format::Q8_0] {

@@ -75,6 +75,11 @@ impl PackedWeights {
             return Ok(None);
         }
         let row_bytes = check_shapes(f, &[], 0, k, w, n_out, &[])?;
+        if k == 0 {
+            // No blocks to pack (a tile of no bytes); the raw kernels
+            // give such a product its zeros.
+            return Ok(None);
+        }
         let nb = k / f.block_elems();
         let over = QuantError::Overflow {
             what: "packed weight",
