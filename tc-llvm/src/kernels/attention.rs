@@ -531,15 +531,12 @@ mod x86 {
         }
         let s0 = _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r);
         let s = _mm512_add_ps(s0, _mm512_set1_ps(1.0));
-        let ni = _mm512_cvttps_epi32(n);
-        let n1 = _mm512_srai_epi32::<1>(ni);
-        let bias = _mm512_set1_epi32(127);
-        let f1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias)));
-        let n2 = _mm512_add_epi32(_mm512_sub_epi32(ni, n1), bias);
-        let f2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(n2));
-        let y = _mm512_mul_ps(_mm512_mul_ps(s, f1), f2);
-        let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
-        let y = _mm512_mask_mov_ps(y, under, _mm512_setzero_ps());
+        // `s·2ⁿ` rounded once: the scalar path's two exact-then-rounding
+        // factors in one `vscalefps` (n is an integer in [-150, 128], s in
+        // [0.7, 1.5]), nine vector operations fewer per 16 lanes.
+        let y = _mm512_scalef_ps(s, n);
+        // Below `lo` (-104) x was clamped to it, whose `s·2⁻¹⁵⁰` (s < 1)
+        // rounds to 0: the scalar path's zero without a test.
         let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, hi);
         let y = _mm512_mask_mov_ps(y, over, _mm512_set1_ps(f32::INFINITY));
         _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
@@ -606,6 +603,14 @@ mod x86 {
         let (k_near, v_near) = (many || k.cs != 1, many || v.cs != 1);
         // SAFETY: k's and v's elements at `l` (the contract); scratch sizes.
         let (k, v) = unsafe { (contiguous(k, p.d, t, kb), contiguous(v, t, e, vb)) };
+        // A head of at most two vectors (MiniLM's 32) gives the products
+        // with v only 8 accumulators in a tile of ROWS rows, each chain's
+        // next FMA waiting on its last: twice the rows where v is in cache.
+        let pv_rows = if v_near && v.elem == Elem::F32 && e <= 32 {
+            NEAR_PV_ROWS
+        } else {
+            ROWS
+        };
         let mut i = 0;
         while i < p.m {
             // A block of up to BLOCK rows: its scores in tiles of ROWS,
@@ -632,8 +637,8 @@ mod x86 {
                 unsafe { exps(mask.row(i + rr), p.scale, p.numerics.fast_exp, row) };
             }
             normalize(&mut sb[..r * t], r, t);
-            for i0 in (0..r).step_by(ROWS) {
-                let rows = ROWS.min(r - i0);
+            for i0 in (0..r).step_by(pv_rows) {
+                let rows = pv_rows.min(r - i0);
                 let pv = Product {
                     a: Mat {
                         ptr: sb[i0 * t..].as_ptr(),
@@ -782,8 +787,9 @@ mod x86 {
     /// A [`Product`], [`VECS`] vectors of columns at a time.
     ///
     /// # Safety
-    /// AVX-512F/BW/VL; `1 ≤ rows ≤ ROWS`; a's `rows × inner` and b's `inner
-    /// × cols` elements readable, `b.cs == 1`; c's `rows × cols` writable.
+    /// AVX-512F/BW/VL; `1 ≤ rows ≤ ROWS` (≤ [`NEAR_PV_ROWS`] for an f32
+    /// b in cache); a's `rows × inner` and b's `inner × cols` elements
+    /// readable, `b.cs == 1`; c's `rows × cols` writable.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     // SAFETY: (contract) met by `lead_index`.
     unsafe fn product<const FMA: bool>(pr: &Product) {
@@ -800,6 +806,10 @@ mod x86 {
 
     /// Query rows from which k and v count as in cache ([`Product::near`]).
     const NEAR_ROWS: usize = 16;
+
+    /// Rows of a tile of the product with v in cache, f32, at most two
+    /// vectors wide: 16 accumulators, as [`ROWS`] × [`VECS`].
+    const NEAR_PV_ROWS: usize = 2 * ROWS;
 
     /// [`product`] of an f32 b in cache: the same tiles and the same
     /// chains as [`product_of`], each in a small function of its own
@@ -829,6 +839,17 @@ mod x86 {
                 match (pr.rows, t.left.div_ceil(16).min(VECS)) {
                     (4, 4) => near_tile::<4, 4, FMA>(&t),
                     (4, 2) => near_tile::<4, 2, FMA>(&t),
+                    (8, 2) => near_tile::<8, 2, FMA>(&t),
+                    (8, 1) => near_tile::<8, 1, FMA>(&t),
+                    (r, nv) if r > ROWS => {
+                        near_any::<FMA>(&t, ROWS, nv);
+                        let rest = NearTile {
+                            a: t.a.wrapping_add(ROWS * t.a_rs),
+                            c: t.c.wrapping_add(ROWS * t.c_rs),
+                            ..t
+                        };
+                        near_any::<FMA>(&rest, r - ROWS, nv);
+                    }
                     (r, nv) => near_any::<FMA>(&t, r, nv),
                 }
             }
@@ -1094,30 +1115,32 @@ mod x86 {
     // SAFETY: (contract) met by `lead_index`.
     unsafe fn exps(mask: Mat, scale: f32, fast: bool, row: &mut [f32]) {
         let n = row.len();
-        if mask.cs == 1 {
-            let (sc, ptr) = (_mm512_set1_ps(scale), row.as_mut_ptr());
-            for o in (0..n).step_by(16) {
-                let m = lanes(n - o);
-                // SAFETY: elements `o..` of the row and the mask row, under
-                // the mask (the contract).
-                unsafe {
-                    let s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, ptr.add(o)), sc);
-                    let x = _mm512_add_ps(s, _mm512_maskz_loadu_ps(m, mask.ptr.add(o)));
-                    _mm512_mask_storeu_ps(ptr.add(o), m, x);
-                }
-            }
-        } else {
+        if mask.cs != 1 {
             for (j, x) in row.iter_mut().enumerate() {
                 // SAFETY: `j < t` of the mask row (the contract).
                 *x = *x * scale + unsafe { mask.get(0, j) };
             }
         }
-        let ptr = row.as_mut_ptr();
+        // The row's maximum, taken as each x_j is made (a contiguous mask)
+        // or read: the same lane-wise maxima in the same order either way.
+        let (sc, ptr) = (_mm512_set1_ps(scale), row.as_mut_ptr());
         let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
         for o in (0..n).step_by(16) {
             let m = lanes(n - o);
-            // SAFETY: the row's elements `o..` under the mask.
-            mx = _mm512_mask_max_ps(mx, m, mx, unsafe { _mm512_maskz_loadu_ps(m, ptr.add(o)) });
+            // SAFETY: elements `o..` of the row and (contiguous) the mask
+            // row, under the mask (the contract).
+            let x = unsafe {
+                let x = _mm512_maskz_loadu_ps(m, ptr.add(o));
+                if mask.cs == 1 {
+                    let s = _mm512_mul_ps(x, sc);
+                    let x = _mm512_add_ps(s, _mm512_maskz_loadu_ps(m, mask.ptr.add(o)));
+                    _mm512_mask_storeu_ps(ptr.add(o), m, x);
+                    x
+                } else {
+                    x
+                }
+            };
+            mx = _mm512_mask_max_ps(mx, m, mx, x);
         }
         let mx = _mm512_reduce_max_ps(mx);
         if !fast {
@@ -1283,9 +1306,11 @@ mod tests {
 
     fn case() -> impl Strategy<Value = Case> {
         let lead = prop::collection::vec(0usize..4, 0..=2);
-        // Up to 20 query rows: from `NEAR_ROWS` on, every operand is
-        // taken as in cache (`near_product`).
-        let mdte = (1usize..21, 0usize..41, 1usize..71, 1usize..41);
+        // Up to 29 query rows: from `NEAR_ROWS` on, every operand is
+        // taken as in cache (`near_product`), and a second block of 16
+        // rows has every remainder of the products with v in tiles of
+        // `NEAR_PV_ROWS`.
+        let mdte = (1usize..30, 0usize..41, 1usize..71, 1usize..41);
         let numerics =
             (any::<bool>(), any::<bool>()).prop_map(|(fma, fast_exp)| Numerics { fma, fast_exp });
         let scale = prop_oneof![Just(1.0f32), Just(0.125f32), -2.0f32..2.0];
@@ -1483,7 +1508,10 @@ mod tests {
         xs
     }
 
-    /// The vector fast exp gives the scalar one's bits on every input.
+    /// The vector fast exp gives the scalar one's bits on every input,
+    /// and on every float whose result is subnormal (x in [-104, -87]) or
+    /// scaled by 2¹²⁸ (x in [88, 88.73]), where its one `vscalefps` and
+    /// the scalar path's two factors could part.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn fast_exp_vector_equals_scalar() {
@@ -1491,7 +1519,10 @@ mod tests {
         if !x86::available() {
             return;
         }
-        for chunk in exp_inputs().chunks(16) {
+        let mut xs = exp_inputs();
+        xs.extend((0xc2ae_0000u32..=0xc2d0_0000).map(f32::from_bits));
+        xs.extend((0x42b0_0000u32..=0x42b1_7218).map(f32::from_bits));
+        for chunk in xs.chunks(16) {
             let mut lanes = [0.0f32; 16];
             lanes[..chunk.len()].copy_from_slice(chunk);
             let mut got = [0.0f32; 16];
