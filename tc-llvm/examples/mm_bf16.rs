@@ -61,15 +61,21 @@ fn main() {
     };
     for (m, k, n) in shapes {
         let a: Vec<u16> = (0..m * k).map(|i| bits(i, 7)).collect();
-        let b: Vec<u16> = (0..k * n).map(|i| bits(i, 5)).collect();
+        // `MM_COLD=W`: W weights taken in turn, as a model's layers
+        // take theirs, so each call's B comes from beyond L2.
+        let w = std::env::var("MM_COLD").map_or(1, |v| v.parse().unwrap());
+        let bs: Vec<Vec<u16>> = (0..w)
+            .map(|s| (0..k * n).map(|i| bits(i + s, 5)).collect())
+            .collect();
         let mut c = vec![0u16; m * n];
-        let keep = Keep(Mutex::new(None));
+        let keeps: Vec<Keep> = (0..w).map(|_| Keep(Mutex::new(None))).collect();
         let macs = (m * k * n) as f64;
         let reps = ((2e9 / macs) as usize).clamp(5, 500);
         let mut rounds = Vec::new();
         for r in 0..6 {
             let t = std::time::Instant::now();
-            for _ in 0..reps {
+            for i in 0..reps {
+                let (b, keep) = (&bs[i % w], &keeps[i % w]);
                 // SAFETY: contiguous `[m, k]`, `[k, n]` and `[m, n]` BF16
                 // buffers of exactly those sizes, strides to match.
                 unsafe {
@@ -83,7 +89,7 @@ fn main() {
                         &[m, k],
                         &[k, n],
                         &ctx,
-                        Some(&keep),
+                        Some(keep),
                     )
                 }
                 .unwrap();

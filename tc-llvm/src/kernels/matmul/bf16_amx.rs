@@ -72,6 +72,11 @@ fn shared_rows(m: usize, k: usize, threads: usize) -> usize {
     block_rows(k).min(share)
 }
 
+/// Bytes of a group's A (32 rows of k) that stay in L1 while every panel
+/// of a row block runs against them: MiniLM's k = 384 (24 KiB), not
+/// 1536, whose A and panels then both came from L2.
+const GROUP_L1_BYTES: usize = 32 << 10;
+
 /// Multiply-adds below which a product stays on the calling thread
 /// (about 40 µs of tiles).
 const PAR_MIN_MACS: usize = 1 << 24;
@@ -175,28 +180,42 @@ pub(super) unsafe fn matmul(
         // the loop below runs tiles and vector code only.
         let tiles = unsafe { Tiles::load(&CONFIG) };
         let mut c = CTiles([0.0; 4 * T * T]);
-        for u in range {
-            // Row block outer: its A stays in L2 across the panels.
-            let (rb, q) = (u / npanels, u % npanels);
-            for r0 in (rb * mb..m.min((rb + 1) * mb)).step_by(2 * T) {
-                let rows = (m - r0).min(2 * T);
-                let g = r0 / (2 * T);
-                // SAFETY: group `g`'s packing (`2·T·k` elements); `b` the
-                // packing of a `k × n` operand (asserted); `q < npanels`.
-                unsafe {
-                    group(
-                        &tiles,
-                        &ap[g * 2 * T * k..][..2 * T * k],
-                        b,
-                        q,
-                        rows > T,
-                        &mut c,
-                    )
-                };
-                // SAFETY: rows `r0..r0 + rows ≤ m` and panel `q`'s columns
-                // of the output, written by this unit alone; the CPU has
-                // AVX-512 F and BW (`available`).
-                unsafe { write(&c, op.0, (r0, rows), (q * 2 * T, n)) };
+        let mut u = range.start;
+        while u < range.end {
+            // The units of one row block: its A stays in L2 across the
+            // panels. A group's A that fits L1 beside a panel streaming
+            // through runs every panel of the block before the next group.
+            let rb = u / npanels;
+            let qs = u % npanels..npanels.min(u % npanels + range.end - u);
+            u += qs.len();
+            let step = if 2 * T * k * 2 <= GROUP_L1_BYTES {
+                qs.len()
+            } else {
+                1
+            };
+            for q0 in qs.clone().step_by(step) {
+                for r0 in (rb * mb..m.min((rb + 1) * mb)).step_by(2 * T) {
+                    for q in q0..qs.end.min(q0 + step) {
+                        let rows = (m - r0).min(2 * T);
+                        let g = r0 / (2 * T);
+                        // SAFETY: group `g`'s packing (`2·T·k` elements); `b` the
+                        // packing of a `k × n` operand (asserted); `q < npanels`.
+                        unsafe {
+                            group(
+                                &tiles,
+                                &ap[g * 2 * T * k..][..2 * T * k],
+                                b,
+                                q,
+                                rows > T,
+                                &mut c,
+                            )
+                        };
+                        // SAFETY: rows `r0..r0 + rows ≤ m` and panel `q`'s columns
+                        // of the output, written by this unit alone; the CPU has
+                        // AVX-512 F and BW (`available`).
+                        unsafe { write(&c, op.0, (r0, rows), (q * 2 * T, n)) };
+                    }
+                }
             }
         }
     };
@@ -340,29 +359,106 @@ unsafe fn group(tiles: &Tiles, a: &[u16], b: &PackedB, q: usize, two: bool, c: &
 }
 
 /// Rows `r0..r0 + rows` (at most 32) and columns `j0..j0 + 32` (those
-/// below `n`) of the output from `c`'s tiles, rounded to BF16.
+/// below `n`) of the output from `c`'s tiles, rounded to BF16 as
+/// [`round_bf16`] rounds, bit for bit: each row's 32 columns (both column
+/// tiles) in one store, so a line of the output is written whole, not in
+/// two halves that each had to fetch it (the rounding and the element
+/// loop took a quarter of a k = 384 product's time).
 ///
 /// # Safety
 /// `out` must be valid for writes of those elements of an `n`-column
 /// row-major matrix, referenced by nothing else; the CPU has AVX-512 F
-/// and BW (the rounding is vectorized for them).
+/// and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 // SAFETY: (contract) met by `matmul`, its only caller.
 unsafe fn write(c: &CTiles, out: *mut u16, (r0, rows): (usize, usize), (j0, n): (usize, usize)) {
-    for h in 0..2 {
-        let col = j0 + h * T;
-        if col >= n {
-            break;
+    use std::arch::x86_64::*;
+    let cols = (n - j0).min(2 * T);
+    let keep: __mmask32 = if cols == 32 { !0 } else { (1u32 << cols) - 1 };
+    let nan = _mm512_set1_epi32(i32::from(round_bf16(f32::NAN)) << 16);
+    let (one, half) = (_mm512_set1_epi32(1), _mm512_set1_epi32(0x7FFF));
+    // Each f32 rounded in its upper half: `u + 0x7FFF + lsb` (a NaN, whose
+    // sum may wrap, replaced), as `round_bf16`.
+    let round = |x: __m512| {
+        let u = _mm512_castps_si512(x);
+        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(u), one);
+        let r = _mm512_add_epi32(_mm512_add_epi32(u, half), lsb);
+        _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), nan)
+    };
+    // The upper halves of 16 lanes of `lo`, then of `hi`.
+    let odd = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19,
+        17, 15, 13, 11, 9, 7, 5, 3, 1,
+    );
+    for r in 0..rows {
+        let t = 2 * (r / T) * T * T + (r % T) * T;
+        // SAFETY: row `r % T` of tiles `2·(r / T)` and the next, 16
+        // floats each inside `c`.
+        let (lo, hi) = unsafe {
+            (
+                _mm512_loadu_ps(c.0.as_ptr().add(t)),
+                _mm512_loadu_ps(c.0.as_ptr().add(t + T * T)),
+            )
+        };
+        let v = _mm512_permutex2var_epi16(round(lo), odd, round(hi));
+        // SAFETY: row `r0 + r`, columns `j0..j0 + cols ≤ n` under the
+        // mask: inside the output (the contract).
+        unsafe { _mm512_mask_storeu_epi16(out.add((r0 + r) * n + j0).cast(), keep, v) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`write`] stores [`round_bf16`]'s bits for every element of the
+    /// rows and columns it is given and nothing else: on ties, NaNs of
+    /// any payload, infinities, subnormals and a stride through all bit
+    /// patterns, for a whole panel, a ragged last one, and short row
+    /// groups.
+    #[test]
+    fn write_rounds_as_round_bf16() {
+        if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")) {
+            return;
         }
-        let cols = (n - col).min(T);
-        for r in 0..rows {
-            let tile = &c.0[(2 * (r / T) + h) * T * T..][..T * T];
-            let src = &tile[(r % T) * T..][..cols];
-            // SAFETY: row `r0 + r`, columns `col..col + cols ≤ n`: inside
-            // the output (the contract).
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.add((r0 + r) * n + col), cols) };
-            for (d, &x) in dst.iter_mut().zip(src) {
-                *d = round_bf16(x);
+        let mut pats: Vec<u32> = (0..=u32::MAX).step_by(65_521).collect();
+        pats.extend([
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+            0xFFFF_FFFF,
+            0x7F80_0001,
+            0x0000_0001,
+            0x8000_0000,
+            0x3F80_8000,
+            0x3F81_8000,
+            0x7F7F_8000,
+            0x7F7F_FFFF,
+        ]);
+        // Two column panels: 32 columns, then 13.
+        let (n, all_rows, fill) = (45, 40, 0xABCDu16);
+        for chunk in pats.chunks(4 * T * T) {
+            let mut c = CTiles([0.0; 4 * T * T]);
+            for (x, &u) in c.0.iter_mut().zip(chunk.iter().cycle()) {
+                *x = f32::from_bits(u);
+            }
+            for (r0, rows, j0) in [(3, 32, 0), (3, 17, 32), (0, 5, 0), (8, 1, 32)] {
+                let mut out = vec![fill; all_rows * n];
+                // SAFETY: rows `r0..r0 + rows ≤ 40` and columns `j0..j0 +
+                // 32` below `n` of a 40 × 45 matrix; AVX-512 F and BW
+                // (checked).
+                unsafe { write(&c, out.as_mut_ptr(), (r0, rows), (j0, n)) };
+                for (i, &got) in out.iter().enumerate() {
+                    let (row, col) = (i / n, i % n);
+                    let inside = (r0..r0 + rows).contains(&row) && (j0..j0 + 2 * T).contains(&col);
+                    let want = if inside {
+                        let (r, j) = (row - r0, col - j0);
+                        round_bf16(c.0[(2 * (r / T) + j / T) * T * T + (r % T) * T + j % T])
+                    } else {
+                        fill
+                    };
+                    assert_eq!(got, want, "row {row}, column {col} of ({r0}, {rows}, {j0})");
+                }
             }
         }
     }
