@@ -40,7 +40,12 @@ fn time(mut f: impl FnMut()) -> f64 {
     f();
     let mut samples = Vec::new();
     let start = Instant::now();
+    let flush = std::env::var_os("QBENCH_FLUSH").is_some();
+    let mut junk = vec![0u8; if flush { 64 << 20 } else { 0 }];
     while start.elapsed() < Duration::from_millis(300) || samples.len() < 5 {
+        for (i, b) in junk.iter_mut().enumerate().step_by(64) {
+            *b = b.wrapping_add(i as u8);
+        }
         let t = Instant::now();
         f();
         samples.push(t.elapsed().as_secs_f64());
@@ -60,7 +65,16 @@ fn main() {
         "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10} {:>9} {:>9}",
         "path", "fmt", "num", "rows", "n_out", "k", "us/call", "GB/s", "GFLOP/s"
     );
-    let shapes: [(usize, usize); 3] = [(576, 1536), (1536, 576), (576, 49152)];
+    // `QBENCH_SHAPES="k,n;…"` and `QBENCH_ROWS="1,16"` replace the
+    // shapes and row counts (MiniLM int8: `384,1152;384,384;384,1536;1536,384`
+    // at 1024 rows).
+    let parse =
+        |v: &str| -> Vec<usize> { v.split(',').map(|x| x.trim().parse().unwrap()).collect() };
+    let shapes: Vec<(usize, usize)> = match std::env::var("QBENCH_SHAPES") {
+        Ok(v) => v.split(';').map(|t| (parse(t)[0], parse(t)[1])).collect(),
+        Err(_) => vec![(576, 1536), (1536, 576), (576, 49152)],
+    };
+    let row_counts = std::env::var("QBENCH_ROWS").map_or(vec![1, 16, 128], |v| parse(&v));
     // Every path with both numerics, then weights packed once
     // (`PackedWeights`, fast numerics only) as the "Packed" path.
     let mut runs: Vec<(String, Option<Path>, Numerics)> = Vec::new();
@@ -72,7 +86,7 @@ fn main() {
     runs.push(("Packed".into(), None, Numerics::Fast));
     for (name, path, num) in runs {
         for f in [Format::Q4_1, Format::Q8_0, Format::Q4_K, Format::Q6_K] {
-            for rows in [1, 16, 128] {
+            for &rows in &row_counts {
                 let tags = [
                     name.clone(),
                     f.name().to_owned(),
@@ -82,7 +96,7 @@ fn main() {
                 if !words.iter().all(|w| tags.contains(w)) {
                     continue;
                 }
-                for (k, n_out) in shapes {
+                for &(k, n_out) in &shapes {
                     if !k.is_multiple_of(f.block_elems()) {
                         continue;
                     }
@@ -90,15 +104,51 @@ fn main() {
                     let x: Vec<f32> = (0..rows * k)
                         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                         .collect();
-                    let mut y = vec![0f32; rows * n_out];
+                    let y = vec![0f32; rows * n_out];
                     let s = match path {
-                        Some(path) => time(|| {
-                            qmatmul_with(path, f, num, &x, rows, k, &w, n_out, &mut y).unwrap()
-                        }),
-                        None => match PackedWeights::new(f, &w, n_out, k).unwrap() {
-                            Some(p) => time(|| qmatmul_packed(&p, &x, rows, &mut y).unwrap()),
-                            None => continue,
-                        },
+                        Some(path) => {
+                            let ny =
+                                std::env::var("QBENCH_COLDY").map_or(1, |v| v.parse().unwrap());
+                            let mut ys = vec![y.clone(); ny];
+                            let mut i = 0;
+                            time(|| {
+                                i += 1;
+                                let y = &mut ys[i % ny];
+                                qmatmul_with(path, f, num, &x, rows, k, &w, n_out, y).unwrap()
+                            })
+                        }
+                        // `QBENCH_COLD=W`: W weights in turn, as a
+                        // model's layers take theirs (beyond L2).
+                        None => {
+                            let cold =
+                                std::env::var("QBENCH_COLD").map_or(1, |v| v.parse().unwrap());
+                            let ps: Vec<PackedWeights> = (0..cold)
+                                .filter_map(|_| PackedWeights::new(f, &w, n_out, k).unwrap())
+                                .collect();
+                            if ps.is_empty() {
+                                continue;
+                            }
+                            let mut i = 0;
+                            let ny =
+                                std::env::var("QBENCH_COLDY").map_or(1, |v| v.parse().unwrap());
+                            let mut ys = vec![y.clone(); ny];
+                            let xs = vec![
+                                x.clone();
+                                std::env::var("QBENCH_COLDX")
+                                    .map_or(1, |v| v.parse().unwrap())
+                            ];
+                            time(|| {
+                                i += 1;
+                                let (nx, ny) = (xs.len(), ys.len());
+                                qmatmul_packed(
+                                    &ps[i % ps.len()],
+                                    &xs[i % nx],
+                                    rows,
+                                    &mut ys[i % ny],
+                                )
+                                .unwrap()
+                            })
+                        }
                     };
                     println!(
                         "{:<7} {:<5} {:<6} {:>4} {:>6} {:>6} {:>10.1} {:>9.2} {:>9.2}",
