@@ -62,12 +62,14 @@ fn main() {
     for (m, k, n) in shapes {
         let a: Vec<u16> = (0..m * k).map(|i| bits(i, 7)).collect();
         // `MM_COLD=W`: W weights taken in turn, as a model's layers
-        // take theirs, so each call's B comes from beyond L2.
+        // take theirs, so each call's B (and output) comes from beyond L2.
         let w = std::env::var("MM_COLD").map_or(1, |v| v.parse().unwrap());
         let bs: Vec<Vec<u16>> = (0..w)
             .map(|s| (0..k * n).map(|i| bits(i + s, 5)).collect())
             .collect();
-        let mut c = vec![0u16; m * n];
+        // Outputs in turn too, as a model's pool hands out buffers that
+        // have left the caches.
+        let mut cs = vec![vec![0u16; m * n]; w];
         let keeps: Vec<Keep> = (0..w).map(|_| Keep(Mutex::new(None))).collect();
         let macs = (m * k * n) as f64;
         let reps = ((2e9 / macs) as usize).clamp(5, 500);
@@ -85,7 +87,7 @@ fn main() {
                         &[k as isize, 1],
                         b.as_ptr().cast(),
                         &[n as isize, 1],
-                        c.as_mut_ptr().cast(),
+                        cs[i % w].as_mut_ptr().cast(),
                         &[m, k],
                         &[k, n],
                         &ctx,
