@@ -1,11 +1,11 @@
-//! The last binding of each `'static` function, per thread (issue #15).
+//! The recent bindings of each `'static` function, per thread (issue #15).
 //!
 //! Binding (Section 2 §17: σ from the arguments, then the contract's
 //! checks) is a function of the signature and of the arguments' kinds,
 //! dtypes, shapes, scalar values and dim sizes alone. A `'static` function
 //! (what `#[tensor_fn]` builds once) is identified by its address, since
 //! it is never freed and never changes, so a call whose arguments match
-//! the previous call's in all of those gets that call's [`Bound`] again.
+//! a recent call's in all of those gets that call's [`Bound`] again.
 //! A model calls each of its functions with the same shapes over and over;
 //! binding cost 260–340 ns a call (σ is a map from names to sizes, built
 //! anew), about 1.5% of a GPT-2 decoding step.
@@ -60,12 +60,22 @@ impl Seen {
 /// has a bounded number of `'static` functions; this only bounds memory).
 const MAX_FUNCTIONS: usize = 1024;
 
+/// Bindings remembered per function and thread, most recent first. A
+/// server's decode step calls one attention function per sequence and
+/// layer, each sequence with its own cache length: with only the last
+/// binding kept, 16 sequences in turn never met their own again, and
+/// binding (with the planning a new σ brings, `exec::PlanMemo`) was a
+/// tenth of the step's time outside the kernels.
+const RECENT: usize = 32;
+
+/// One function's recent bindings: the arguments as binding saw them.
+type Recent = std::collections::VecDeque<(Vec<Seen>, Arc<Bound>)>;
+
 thread_local! {
-    static LAST: RefCell<HashMap<usize, (Vec<Seen>, Arc<Bound>)>> =
-        RefCell::new(HashMap::new());
+    static LAST: RefCell<HashMap<usize, Recent>> = RefCell::new(HashMap::new());
 }
 
-/// [`contract::bind_args`] for a `'static` function, reusing the previous
+/// [`contract::bind_args`] for a `'static` function, reusing an earlier
 /// call's binding when the arguments match it (see the module doc).
 pub(crate) fn bind_static(
     func: &'static Function,
@@ -73,10 +83,16 @@ pub(crate) fn bind_static(
 ) -> Result<Arc<Bound>, tc_runtime::Error> {
     let addr = func as *const Function as usize;
     let hit = LAST.with(|m| {
-        let m = m.borrow();
-        let (seen, bound) = m.get(&addr)?;
-        let same = seen.len() == args.len() && seen.iter().zip(args).all(|(s, a)| s.matches(a));
-        same.then(|| bound.clone())
+        let mut m = m.borrow_mut();
+        let recent = m.get_mut(&addr)?;
+        let same = |seen: &Vec<Seen>| {
+            seen.len() == args.len() && seen.iter().zip(args).all(|(s, a)| s.matches(a))
+        };
+        let i = recent.iter().position(|(seen, _)| same(seen))?;
+        let entry = recent.remove(i)?;
+        let bound = entry.1.clone();
+        recent.push_front(entry);
+        Some(bound)
     });
     if let Some(b) = hit {
         return Ok(b);
@@ -84,10 +100,12 @@ pub(crate) fn bind_static(
     let bound = Arc::new(contract::bind_args(&func.sig, args)?);
     LAST.with(|m| {
         let mut m = m.borrow_mut();
-        if m.len() >= MAX_FUNCTIONS {
+        if m.len() >= MAX_FUNCTIONS && !m.contains_key(&addr) {
             m.clear();
         }
-        m.insert(addr, (args.iter().map(Seen::of).collect(), bound.clone()));
+        let recent = m.entry(addr).or_default();
+        recent.push_front((args.iter().map(Seen::of).collect(), bound.clone()));
+        recent.truncate(RECENT);
     });
     Ok(bound)
 }

@@ -106,12 +106,16 @@ impl Planned<'_> {
 /// four σs per layer, 48 times a step, planning was about half of the time
 /// a step spent outside kernels (issue #15). A plan is a function of the
 /// function (fixed for a compilation: its callees are in its cache key)
-/// and σ, so a remembered one is the plan.
+/// and σ, so a remembered one is the plan. A server's decode step calls
+/// the attention of each of its sequences in turn in every layer, each
+/// with its own cache length: it needs as many σs as sequences (with 8,
+/// 16 sequences never met their own again, and planning and binding were
+/// a tenth of the step outside the kernels).
 #[derive(Default)]
 struct PlanMemo(std::sync::Mutex<std::collections::VecDeque<(Sigma, Arc<GenericPlan>)>>);
 
 impl PlanMemo {
-    const LEN: usize = 8;
+    const LEN: usize = 64;
 
     fn lock(
         &self,

@@ -342,7 +342,7 @@ fn call_static_hits_and_nested_calls() {
     assert!(err.to_string().contains("cached"), "{err}");
 }
 
-/// `call_static` reuses the previous call's binding when the arguments
+/// `call_static` reuses a recent call's binding when the arguments
 /// bind the same (`bind_memo`): every change of a shape, a dim argument or
 /// a scalar's bits must bind again. `-0.0` after `0.0` (equal as floats)
 /// must give `-0.0`s; a contract failure must fail every time.
@@ -417,6 +417,14 @@ fn call_static_binds_again_whenever_an_argument_changes() {
             "N = 3 breaks `requires`"
         );
         assert_eq!(call(&[1.0, 2.0], 2.0, 1).unwrap(), bits(&[6.0]));
+    }
+    // Many bindings in turn, more than the memo keeps, then back: each
+    // call its own σ's result (a server's sequences, each its own length).
+    for round in 0..3 {
+        for k in (1..=40).rev().step_by(round + 1) {
+            let want: Vec<f32> = (0..k).map(|i| (3.0 + i as f32) * 2.0).collect();
+            assert_eq!(call(&[1.0, 2.0], 2.0, k).unwrap(), bits(&want), "k = {k}");
+        }
     }
     assert_eq!(call(&[1.0, 2.0], 2.0, 1).unwrap(), bits(&[6.0]));
     // Only the dim argument changes, then only the scalar.

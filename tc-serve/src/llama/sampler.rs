@@ -78,7 +78,10 @@ fn argmax(logits: &[f32]) -> u32 {
         .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     // `==` also matches −0 for +0, as the first pass's `>` took them as
     // equal; −∞ is matched when every logit that is not NaN is −∞.
-    logits.iter().position(|&x| x == top).map_or(0, |i| i as u32)
+    logits
+        .iter()
+        .position(|&x| x == top)
+        .map_or(0, |i| i as u32)
 }
 
 /// [`argmax`] one logit at a time: the definition the tests hold it to.
@@ -212,7 +215,16 @@ mod tests {
     /// (tails included) mixing NaNs, infinities, signed zeros and ties.
     #[test]
     fn argmax_is_the_scalar_definition() {
-        let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, -1.0, 3.5];
+        let special = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            3.5,
+        ];
         let mut g = SplitMix64(20261207);
         for n in 0..200 {
             for _ in 0..20 {
