@@ -513,7 +513,9 @@ mod x86 {
         }
     }
 
-    /// [`exp_fast`] on 16 lanes, operation for operation.
+    /// [`exp_fast`] on 16 lanes: its operations up to `s`, then `s·2ⁿ`
+    /// rounded once as its two factors round it, and its edge cases; the
+    /// same bits on every input (`fast_exp_vector_equals_scalar`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     pub(super) fn exp_fast_v(x: __m512) -> __m512 {
