@@ -75,6 +75,15 @@ fn main() {
         Err(_) => vec![(576, 1536), (1536, 576), (576, 49152)],
     };
     let row_counts = std::env::var("QBENCH_ROWS").map_or(vec![1, 16, 128], |v| parse(&v));
+    // How many weights (`QBENCH_COLD`, packed path), inputs
+    // (`QBENCH_COLDX`) and outputs (`QBENCH_COLDY`) the calls take in
+    // turn, so that each call's comes from beyond L2, as a model's do.
+    let copies = |var: &str| std::env::var(var).map_or(1, |v| v.parse::<usize>().unwrap().max(1));
+    let (cold_w, cold_x, cold_y) = (
+        copies("QBENCH_COLD"),
+        copies("QBENCH_COLDX"),
+        copies("QBENCH_COLDY"),
+    );
     // Every path with both numerics, then weights packed once
     // (`PackedWeights`, fast numerics only) as the "Packed" path.
     let mut runs: Vec<(String, Option<Path>, Numerics)> = Vec::new();
@@ -104,49 +113,30 @@ fn main() {
                     let x: Vec<f32> = (0..rows * k)
                         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                         .collect();
-                    let y = vec![0f32; rows * n_out];
+                    let xs = vec![x; cold_x];
+                    let mut ys = vec![vec![0f32; rows * n_out]; cold_y];
+                    let mut i = 0;
+                    let mut turn = || {
+                        i += 1;
+                        (i, &xs[i % cold_x])
+                    };
                     let s = match path {
-                        Some(path) => {
-                            let ny =
-                                std::env::var("QBENCH_COLDY").map_or(1, |v| v.parse().unwrap());
-                            let mut ys = vec![y.clone(); ny];
-                            let mut i = 0;
-                            time(|| {
-                                i += 1;
-                                let y = &mut ys[i % ny];
-                                qmatmul_with(path, f, num, &x, rows, k, &w, n_out, y).unwrap()
-                            })
-                        }
-                        // `QBENCH_COLD=W`: W weights in turn, as a
-                        // model's layers take theirs (beyond L2).
+                        Some(path) => time(|| {
+                            let (i, x) = turn();
+                            let y = &mut ys[i % cold_y];
+                            qmatmul_with(path, f, num, x, rows, k, &w, n_out, y).unwrap()
+                        }),
                         None => {
-                            let cold =
-                                std::env::var("QBENCH_COLD").map_or(1, |v| v.parse().unwrap());
-                            let ps: Vec<PackedWeights> = (0..cold)
+                            let ps: Vec<PackedWeights> = (0..cold_w)
                                 .filter_map(|_| PackedWeights::new(f, &w, n_out, k).unwrap())
                                 .collect();
                             if ps.is_empty() {
                                 continue;
                             }
-                            let mut i = 0;
-                            let ny =
-                                std::env::var("QBENCH_COLDY").map_or(1, |v| v.parse().unwrap());
-                            let mut ys = vec![y.clone(); ny];
-                            let xs = vec![
-                                x.clone();
-                                std::env::var("QBENCH_COLDX")
-                                    .map_or(1, |v| v.parse().unwrap())
-                            ];
                             time(|| {
-                                i += 1;
-                                let (nx, ny) = (xs.len(), ys.len());
-                                qmatmul_packed(
-                                    &ps[i % ps.len()],
-                                    &xs[i % nx],
-                                    rows,
-                                    &mut ys[i % ny],
-                                )
-                                .unwrap()
+                                let (i, x) = turn();
+                                let y = &mut ys[i % cold_y];
+                                qmatmul_packed(&ps[i % ps.len()], x, rows, y).unwrap()
                             })
                         }
                     };

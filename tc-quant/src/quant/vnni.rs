@@ -147,7 +147,6 @@ const AHEAD_GROUPS: usize = 2;
 /// A hint only: no value changes, and a prefetch never faults.
 #[inline]
 fn ask_for_rows(out: &Out<'_>, m: usize, c0: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
     for row in out.rows.iter().skip(m).take(amx::ROWS) {
         let first = row.as_ptr().wrapping_add(c0);
         for p in [first, first.wrapping_add(n.max(1) - 1)] {
