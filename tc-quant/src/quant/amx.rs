@@ -260,11 +260,10 @@ pub(crate) unsafe fn rows16<const F: u8>(
                 let isum = unsafe { _mm512_load_si512(cb.0.as_ptr().add(16 * $r).cast()) };
                 // `vnni::step`'s operations, in its order.
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(db[$r]));
-                let mut term = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(isum));
+                acc[$r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[$r]);
                 if F == Q41 {
-                    term = _mm512_add_ps(term, _mm512_mul_ps(mw, _mm512_set1_ps(sb[$r])));
+                    acc[$r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sb[$r]), acc[$r]);
                 }
-                acc[$r] = _mm512_add_ps(acc[$r], term);
             }};
         }
         row!(0);

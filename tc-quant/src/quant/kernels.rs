@@ -223,22 +223,31 @@ pub(crate) fn fast_dot(f: Format, a: &Acts, k: usize, m: usize, w: &[u8]) -> f32
     let mut acc = 0f32;
     for (b, blk) in w.chunks_exact(bb).enumerate() {
         let x = &qx[b * a.block..(b + 1) * a.block];
-        acc += match f {
-            Format::Q8_0 => term32(f16_at(blk, 0), d[b], idot_q8(&blk[2..], x)),
-            Format::Q4_0 => term32(f16_at(blk, 0), d[b], idot_q4(&blk[2..], x) - 8 * bsum[b]),
-            Format::Q4_1 => {
-                term32(f16_at(blk, 0), d[b], idot_q4(&blk[4..], x)) + f16_at(blk, 2) * s[b]
-            }
-            Format::Q4_K => term_q4_k(blk, d[b], &bsum[8 * b..8 * b + 8], x),
-            Format::Q6_K => term_q6_k(blk, d[b], x),
+        acc = match f {
+            Format::Q8_0 => scaled(f16_at(blk, 0), d[b], idot_q8(&blk[2..], x), acc),
+            Format::Q4_0 => scaled(
+                f16_at(blk, 0),
+                d[b],
+                idot_q4(&blk[2..], x) - 8 * bsum[b],
+                acc,
+            ),
+            Format::Q4_1 => f16_at(blk, 2).mul_add(
+                s[b],
+                scaled(f16_at(blk, 0), d[b], idot_q4(&blk[4..], x), acc),
+            ),
+            Format::Q4_K => acc + term_q4_k(blk, d[b], &bsum[8 * b..8 * b + 8], x),
+            Format::Q6_K => acc + term_q6_k(blk, d[b], x),
         };
     }
     acc
 }
 
-/// `(d_w · d_x) · isum`, the shared scaling of one block term.
-pub(crate) fn term32(dw: f32, dx: f32, isum: i32) -> f32 {
-    dw * dx * isum as f32
+/// `acc + (d_w · d_x) · isum` with one rounding for the product and the
+/// sum (a fused multiply-add), the shared step of the 32-element formats:
+/// every path takes it in this order (`Q4_1` then adds `m_w · s` fused
+/// too), so all agree bit for bit.
+pub(crate) fn scaled(dw: f32, dx: f32, isum: i32, acc: f32) -> f32 {
+    (dw * dx).mul_add(isum as f32, acc)
 }
 
 fn idot_q8(w: &[u8], x: &[i8]) -> i32 {

@@ -24,7 +24,10 @@
 //!   to 8 bits, `d = max|x| / 127`, `q = round_ties_even(x / d)` clamped
 //!   to `±127` (which only bites when `d` is subnormal); the block
 //!   dot is an exact integer dot, scaled in f32; blocks are summed in
-//!   increasing order. With `d_b` the activation scale of the block holding
+//!   increasing order (for the 32-element formats each block's term is
+//!   added with a fused multiply-add, `acc ← fma(d_w·d_x, isum, acc)`,
+//!   then for `Q4_1` `acc ← fma(m_w, s_x, acc)`: each a single
+//!   rounding). With `d_b` the activation scale of the block holding
 //!   `k`, the per-element bound against the f64 dot of the dequantized
 //!   weights is
 //!   `|ŷ − Σ x_k w_k| ≤ Σ_k |w_k| · ((1/2 + 2⁻¹⁵) · d_b + γ_{n+6} · (|x_k| + d_b))`

@@ -8,8 +8,8 @@
 //! their broadcast yields row `i`'s block dot in lane `i` after 8 steps:
 //! no horizontal reduction, and every f32 operation after it works on 16
 //! outputs at once. Each lane then performs exactly the scalar reference's
-//! operations (`kernels::fast_dot`): `(d_w · d_x) · isum`, plus
-//! `m_w · s` for Q4_1, added to the running sum in block order, so the
+//! operations (`kernels::fast_dot`): the running sum, in block order,
+//! `fma(d_w · d_x, isum, acc)`, then for Q4_1 `fma(m_w, s, acc)`, so the
 //! results are bit-identical to it.
 //!
 //! Signed Q8_0 weights are offset to `w + 128` (u8 for `vpdpbusd`) and
@@ -452,8 +452,9 @@ unsafe fn transpose16x4(blk: *const u8, off: &[usize; TILE], at: usize) -> [__m5
     ]
 }
 
-/// `acc + term_b` for activation row `m` and block `b`, per lane: the
-/// scalar reference's `(d_w · d_x) · isum [+ m_w · s]` and its addition.
+/// Block `b` of activation row `m` added into `acc`, per lane: the scalar
+/// reference's `fma(d_w · d_x, isum, acc)` (`kernels::scaled`), then for
+/// `Q4_1` `fma(m_w, s, acc)`.
 /// Row `m` and block `b` must exist in `a` (`k` per row, 32-element
 /// blocks); indexing checks it.
 #[inline]
@@ -479,11 +480,11 @@ fn step<const F: u8>(p: &Pack, a: &Acts, k: usize, m: usize, b: usize, acc: __m5
     }
     let isum = _mm512_add_epi32(s0, s1);
     let scale = _mm512_mul_ps(p.d, _mm512_set1_ps(a.d[i]));
-    let mut term = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(isum));
+    let acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc);
     if F == Q41 {
-        term = _mm512_add_ps(term, _mm512_mul_ps(p.m, _mm512_set1_ps(a.s[i])));
+        return _mm512_fmadd_ps(p.m, _mm512_set1_ps(a.s[i]), acc);
     }
-    _mm512_add_ps(acc, term)
+    acc
 }
 
 /// `s + vpdpbusd(w, broadcast(xs[at..at + 4]))`, the activation bytes

@@ -226,12 +226,12 @@ macro_rules! tile_body {
             if $F == Q40 {
                 isum = _mm_sub_epi32(isum, _mm_set1_epi32(8 * t.bsum[b]));
             }
+            // `kernels::scaled`, then Q4_1's fused `m_w · s`.
             let scale = _mm_mul_ps(f16x4(blks, 0), _mm_set1_ps(t.d[b]));
-            let mut term = _mm_mul_ps(scale, _mm_cvtepi32_ps(isum));
+            acc = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(isum), acc);
             if $F == Q41 {
-                term = _mm_add_ps(term, _mm_mul_ps(f16x4(blks, 2), _mm_set1_ps(t.s[b])));
+                acc = _mm_fmadd_ps(f16x4(blks, 2), _mm_set1_ps(t.s[b]), acc);
             }
-            acc = _mm_add_ps(acc, term);
         }
         let mut out = [0f32; 4];
         // SAFETY: `out` holds 4 f32.
