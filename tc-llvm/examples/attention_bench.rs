@@ -5,7 +5,9 @@
 //! cache bytes read per second.
 //!
 //! `cargo run --release -p tc-llvm --example attention_bench -- [SEQS] [T] [f32|f16] [THREADS]`
-//! (defaults 16 190 f32 1).
+//! (defaults 16 190 f32 1). `ATTN_FLUSH_MB=512` writes that much memory
+//! before each pass, so the caches are read from beyond the CPU's caches
+//! as a server's are after its weights have streamed through.
 use std::time::Instant;
 use tc_llvm::kernels::attention::{run, Elem, Numerics, Operand, Problem};
 
@@ -73,7 +75,15 @@ fn main() {
     };
     let bytes = (seqs * layers * 2 * kv * hd * t * eb) as f64;
     let mut best = f64::MAX;
-    for _ in 0..20 {
+    // `ATTN_FLUSH_MB=N`: N MiB written between passes, so that the caches
+    // come from beyond the caches a server's weights have just streamed
+    // through.
+    let flush_mb: usize = std::env::var("ATTN_FLUSH_MB").map_or(0, |v| v.parse().unwrap_or(0));
+    let mut junk = vec![0u8; flush_mb << 20];
+    for pass in 0..20 {
+        for (i, b) in junk.iter_mut().enumerate().step_by(64) {
+            *b = (i + pass) as u8;
+        }
         let t0 = Instant::now();
         std::thread::scope(|s| {
             for th in 0..threads {

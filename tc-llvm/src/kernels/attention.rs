@@ -550,7 +550,7 @@ mod x86 {
     /// [`super::run`]'s contract; AVX-512F/BW/VL available.
     // SAFETY: (contract) met by `super::run` under `available`.
     pub(super) unsafe fn run(p: &Problem<'_>, out: *mut f32, range: Range<usize>) {
-        check(p, &range);
+        let total = check(p, &range);
         if p.m == 0 || p.e == 0 || range.is_empty() {
             return;
         }
@@ -571,17 +571,18 @@ mod x86 {
                 // AVX-512F/BW/VL (the contract).
                 unsafe {
                     if p.numerics.fma {
-                        lead_index::<true>(p, l, out, kb, vb, sb);
+                        lead_index::<true>(p, (l, total), out, kb, vb, sb);
                     } else {
-                        lead_index::<false>(p, l, out, kb, vb, sb);
+                        lead_index::<false>(p, (l, total), out, kb, vb, sb);
                     }
                 }
             }
         });
     }
 
-    /// Every query row of leading index `l`, [`ROWS`] at a time: scores
-    /// into `sb`, softmax there, then the product with v into `out`.
+    /// Every query row of leading index `l` (of `total`, L), [`ROWS`] at a
+    /// time: scores into `sb`, softmax there, then the product with v into
+    /// `out`.
     ///
     /// # Safety
     /// `run`'s contract with `l < L`; `kb` holds d·t floats where k's
@@ -590,7 +591,7 @@ mod x86 {
     // SAFETY: (contract) met by `run`, its only caller.
     unsafe fn lead_index<const FMA: bool>(
         p: &Problem<'_>,
-        l: usize,
+        (l, total): (usize, usize),
         out: *mut f32,
         kb: &mut [f32],
         vb: &mut [f32],
@@ -598,6 +599,20 @@ mod x86 {
     ) {
         let (t, e) = (p.t, p.e);
         let [q, k, v, mask] = [p.q, p.k, p.v, p.mask].map(|o| o.at(p.lead, l));
+        // The next leading index's keys and values, requested (into L2)
+        // while this one's products run: a decode step reads each
+        // sequence's cache once, from beyond L2, and a head's own requests
+        // (a few rows ahead) come too late to hide that. `attention_bench
+        // 16 100 f16` with `ATTN_FLUSH_MB=512`, one thread: 8.8–9.5 →
+        // 7.3–7.9 ms; `step_bench` at 16 rows, 150 steps: 17.8–17.9 →
+        // 17.0–17.4 ms. (Into L1 instead, the requests waited for fill
+        // buffers: 17.4–17.6 ms.)
+        let (k_then, v_then) = if l + 1 < total {
+            let (kn, vn) = (p.k.at(p.lead, l + 1), p.v.at(p.lead, l + 1));
+            (Then::of(kn, p.d, t), Then::of(vn, t, e))
+        } else {
+            (None, None)
+        };
         let (q, mask) = (q.mat(), mask.mat());
         // Many query rows re-read k and v once per row block: after the
         // first, from cache.
@@ -623,6 +638,7 @@ mod x86 {
                 let scores = Product {
                     a: q.row(i + i0),
                     b: k,
+                    then: if i + i0 == 0 { k_then } else { None },
                     near: k_near,
                     inner: p.d,
                     rows: ROWS.min(r - i0),
@@ -648,6 +664,7 @@ mod x86 {
                         cs: 1,
                     },
                     b: v,
+                    then: if i + i0 == 0 { v_then } else { None },
                     near: v_near,
                     inner: t,
                     rows,
@@ -769,6 +786,10 @@ mod x86 {
     struct Product {
         a: Mat,
         b: Src,
+        /// The next leading index's matrix in b's place (its rows and the
+        /// bytes of each), requested row by row while this product's
+        /// first block of columns computes: see [`Ahead`].
+        then: Option<Then>,
         /// b is in cache: copied into this thread's scratch, or read by
         /// every row block of many query rows (an encoder's prefill). The
         /// tiles then need none of [`Ahead`]'s requests, whose address
@@ -779,6 +800,33 @@ mod x86 {
         cols: usize,
         c: *mut f32,
         c_rs: usize,
+    }
+
+    /// A matrix to request ahead: the next leading index's keys or values.
+    #[derive(Clone, Copy)]
+    struct Then {
+        ptr: *const u8,
+        /// Bytes from one row to the next.
+        row_bytes: usize,
+        /// Bytes of one row that the product will read.
+        len: usize,
+        rows: usize,
+    }
+
+    impl Then {
+        /// `m` (the next leading index's operand, `rows × cols` read)
+        /// when its rows are contiguous, as a cache's are.
+        fn of(m: Src, rows: usize, cols: usize) -> Option<Then> {
+            let eb = m.elem.bytes();
+            // Only addresses for hints come of these (never dereferenced):
+            // wrapping is harmless, and `len` is a row the product reads.
+            (m.cs == 1).then(|| Then {
+                ptr: m.ptr,
+                row_bytes: m.rs.wrapping_mul(eb),
+                len: cols.saturating_mul(eb),
+                rows,
+            })
+        }
     }
 
     /// [`Elem`] as a const parameter of the tiles.
@@ -1074,6 +1122,11 @@ mod x86 {
     struct Ahead {
         /// Column offset of the next block of b's row, and its vectors.
         next: Option<(usize, usize)>,
+        /// The next leading index's matrix ([`Product::then`]), on the
+        /// first block of columns only: its row `kk` is requested into L2
+        /// at this product's step `kk` (the two have as many rows as this
+        /// product has steps), a whole head of compute ahead of its use.
+        then: Option<Then>,
     }
 
     /// How far ahead [`Ahead`] requests b's rows when there is no next
@@ -1085,6 +1138,7 @@ mod x86 {
             let at = n + 16 * nv;
             Ahead {
                 next: (at < pr.cols).then(|| (at, (pr.cols - at).div_ceil(16).min(nv))),
+                then: pr.then.filter(|_| n == 0),
             }
         }
 
@@ -1097,6 +1151,16 @@ mod x86 {
                 // never faults, whatever the address.
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
             };
+            if let Some(th) = self.then.filter(|th| kk < th.rows) {
+                let row = th.ptr.wrapping_add(kk.wrapping_mul(th.row_bytes));
+                // Every line of the row, its last one too when the row
+                // does not start on a line.
+                for off in (0..th.len).step_by(64).chain([th.len.saturating_sub(1)]) {
+                    // SAFETY: a prefetch reads nothing architecturally and
+                    // never faults, whatever the address.
+                    unsafe { _mm_prefetch::<_MM_HINT_T1>(row.wrapping_add(off).cast()) };
+                }
+            }
             // A line holds 64 / eb elements: one request per line.
             let step = 64 / eb;
             match self.next {
