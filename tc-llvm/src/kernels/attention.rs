@@ -604,8 +604,8 @@ mod x86 {
         // sequence's cache once, from beyond L2, and a head's own requests
         // (a few rows ahead) come too late to hide that. `attention_bench
         // 16 100 f16` with `ATTN_FLUSH_MB=512`, one thread: 8.8–9.5 →
-        // 7.3–7.9 ms; `step_bench` at 16 rows, 150 steps: 17.8–17.9 →
-        // 17.0–17.4 ms. (Into L1 instead, the requests waited for fill
+        // 7.3–7.9 ms; `step_bench` at 16 rows, 150 steps: 17.8–18.3 →
+        // 17.1–17.4 ms. (Into L1 instead, the requests waited for fill
         // buffers: 17.4–17.6 ms.)
         let (k_then, v_then) = if l + 1 < total {
             let (kn, vn) = (p.k.at(p.lead, l + 1), p.v.at(p.lead, l + 1));
