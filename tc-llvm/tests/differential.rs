@@ -951,7 +951,7 @@ fn a_reshape_merging_trailing_axes_is_a_nested_copy() {
 /// coordinates of each pair) with `[S, H]` tables broadcast over the
 /// heads; `composed`: the same rotation written with the core layout ops
 /// instead (the form the op replaces, docs/syntax.md §12e).
-fn rope_fn(dt: Dtype, layout: RopeLayout, composed: bool) -> Function {
+pub fn rope_fn(dt: Dtype, layout: RopeLayout, composed: bool) -> Function {
     let (s, n, h) = (Dim::var("S"), Dim::var("N"), Dim::var("H"));
     let full = vec![s.clone(), n.clone(), h.clone() + h.clone()];
     let half = vec![s.clone(), n.clone(), h.clone()];
