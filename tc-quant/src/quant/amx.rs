@@ -153,10 +153,9 @@ pub(crate) fn shift_quants(buf: &mut [__m512i], by: i8) {
 
 /// Activation rows `16g..16g + 16` against the packed weight tile `buf`
 /// (`k / 32` packs of `PACK` vectors, as `vnni::tile` builds them): per
-/// row, the 16 weight rows' outputs. With `ahead` (an address and a
-/// length per block), block `b`'s share of those bytes is requested while
-/// block `b` is computed: the next weight tile's bytes, which this tile's
-/// arithmetic then hides (see `vnni::tile`).
+/// row, the 16 weight rows' outputs. With `ahead`, block `b`'s share of
+/// the next weight tile is requested while block `b` is computed, so this
+/// tile's arithmetic hides its fetch (see `vnni::tile`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 // SAFETY: (contract) the `vnni` features present; `tiles` shows a
@@ -168,7 +167,7 @@ pub(crate) unsafe fn rows16<const F: u8>(
     sc: &Scales,
     k: usize,
     g: usize,
-    ahead: Option<(*const u8, usize)>,
+    ahead: Option<super::vnni::NextTile>,
 ) -> [__m512; ROWS] {
     assert!(tiles.are(&CONFIG), "the tiles rows16 names");
     let nb = k / 32;
@@ -227,14 +226,8 @@ pub(crate) unsafe fn rows16<const F: u8>(
         store(0, &mut c);
     }
     for b in 0..nb {
-        if let Some((next, per)) = ahead {
-            let at = next.wrapping_add(b * per);
-            for l in (0..per).step_by(64) {
-                // A hint only: a prefetch reads nothing architecturally
-                // and never faults; the address is formed with
-                // `wrapping_add` and never dereferenced.
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(l).cast());
-            }
+        if let Some(next) = ahead {
+            next.ask(b);
         }
         if b + 2 < nb {
             dots(b + 2);

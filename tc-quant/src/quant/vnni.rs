@@ -179,21 +179,12 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, y) };
     };
     if rows == 1 {
-        // The next tile's rows follow this one's in memory: while block `b`
-        // is computed, its share of the next tile (`16 · bb` bytes) is
-        // requested, so the weights stream from DRAM instead of stalling.
-        // A prefetch never faults; the address is computed with
-        // `wrapping_add` and never dereferenced.
-        // (A packed tile is followed by the next one too, `tile_bytes`
-        // later, its block `b` at the same offset.)
-        let here = t.src.bytes();
-        let next = here.as_ptr().wrapping_add(here.len());
-        let per = here.len() / t.nb.max(1);
+        // While block `b` is computed, its share of the next tile
+        // (`16 · bb` bytes) is requested.
+        let next = t.src.next_tile(t.nb);
         let mut acc = _mm512_setzero_ps();
         for b in 0..t.nb {
-            for l in (0..per).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * per + l).cast());
-            }
+            next.ask(b);
             // SAFETY: the contract of `block`: `b < nb`, and `off`/`idx`
             // under `mask` address rows `< n` of a raw source.
             let p = unsafe { block::<F>(t.src, b, bb, idx, mask, &off) };
@@ -234,9 +225,7 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
             // against 155 with the weights in cache, 165 with these
             // requests). Requested all at once, before the arithmetic,
             // the requests stalled on the line fill buffers instead.
-            let here = t.src.bytes();
-            let per = here.len() / t.nb.max(1);
-            let mut ahead = Some((here.as_ptr().wrapping_add(here.len()), per));
+            let mut ahead = Some(t.src.next_tile(t.nb));
             // Whole groups, and a last one padded with zero rows
             // (`Acts::with_amx`) whose padding is not stored.
             for g in 0..sc.groups {
@@ -259,7 +248,7 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         // that pass's arithmetic, the next tile's copy into `buf` finds
         // them in cache instead of stalling on memory (a hint only: no
         // value changes).
-        let mut next = (m == 0).then(|| t.src.bytes());
+        let mut next = (m == 0).then(|| t.src.next_tile(t.nb));
         while m + 4 <= rows {
             let y = rows_packed::<F, 4>(buf, t.acts, t.k, m, next.take());
             for (r, y) in y.into_iter().enumerate() {
@@ -288,6 +277,43 @@ impl Src<'_> {
     fn bytes(&self) -> &[u8] {
         match *self {
             Src::Raw(b) | Src::Packed(b) => b,
+        }
+    }
+
+    /// The next tile's bytes, which follow this tile's in memory (raw rows
+    /// follow each other; a packed tile is followed by the next one,
+    /// `tile_bytes` later), in `nb` shares, one per block.
+    fn next_tile(&self, nb: usize) -> NextTile {
+        let here = self.bytes();
+        NextTile {
+            at: here.as_ptr().wrapping_add(here.len()),
+            per: here.len() / nb.max(1),
+        }
+    }
+}
+
+/// The next weight tile, requested block by block while this one's block
+/// of the same index computes ([`Src::next_tile`]): the weights then stream
+/// from memory instead of stalling each tile's first use. A hint only: a
+/// prefetch reads nothing architecturally and never faults, and the
+/// addresses are formed with `wrapping_add`, never dereferenced.
+#[derive(Clone, Copy)]
+pub(crate) struct NextTile {
+    at: *const u8,
+    /// Bytes of each block's share.
+    per: usize,
+}
+
+impl NextTile {
+    /// Requests block `b`'s share.
+    #[inline(always)]
+    pub(crate) fn ask(self, b: usize) {
+        let at = self.at.wrapping_add(b.wrapping_mul(self.per));
+        for l in (0..self.per).step_by(64) {
+            // SAFETY: SSE is part of x86-64 (this module is x86-64 only),
+            // and a prefetch reads nothing architecturally and never
+            // faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(l).cast()) };
         }
     }
 }
@@ -517,9 +543,9 @@ pub(crate) fn dot4(mut s: __m512i, w: __m512i, xs: &[i8], at: usize) -> __m512i 
 }
 
 /// Activation rows `m..m + R` against a transposed tile in `buf` (`k / 32`
-/// packs of `PACK` vectors); the rows must exist in `a`. With `here` (the
-/// tile's source bytes), block `b`'s share of the bytes that follow them,
-/// the next tile's, is prefetched while block `b` is computed.
+/// packs of `PACK` vectors); the rows must exist in `a`. With `next`,
+/// block `b`'s share of the next tile is requested while block `b` is
+/// computed.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn rows_packed<const F: u8, const R: usize>(
@@ -527,22 +553,12 @@ fn rows_packed<const F: u8, const R: usize>(
     a: &Acts,
     k: usize,
     m: usize,
-    here: Option<&[u8]>,
+    next: Option<NextTile>,
 ) -> [__m512; R] {
     let mut acc = [_mm512_setzero_ps(); R];
-    // The next tile's start and each block's share of it. A prefetch never
-    // faults; the addresses are formed with `wrapping_add` and never
-    // dereferenced.
-    let next = here.map(|h| {
-        let per = h.len() / (buf.len() / PACK).max(1);
-        (h.as_ptr().wrapping_add(h.len()), per)
-    });
     for (b, slot) in buf.chunks_exact(PACK).enumerate() {
-        if let Some((next, per)) = next {
-            let at = next.wrapping_add(b * per);
-            for l in (0..per).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(l).cast());
-            }
+        if let Some(next) = next {
+            next.ask(b);
         }
         let p = Pack {
             q: [
