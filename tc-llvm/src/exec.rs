@@ -407,7 +407,8 @@ fn parallel_regions(
         Step::Kernel { out, .. } | Step::Matmul { out, .. } if numel(out) == 0 => false,
         Step::Kernel { id, out, .. } => kernels.get(*id).is_some_and(|(_, shape)| {
             let (outer, work) = extent(func, vals, *out, shape);
-            outer >= 2 && outer.saturating_mul(work.max(1)) >= PAR_MIN_WORK
+            let work = work.max(1).saturating_mul(plan::split_weight(st, *out));
+            outer >= 2 && outer.saturating_mul(work) >= PAR_MIN_WORK
         }),
         Step::Group { members, .. } => members.last().is_some_and(|m| numel(m) >= PAR_MIN_WORK),
         Step::Matmul { out, a, .. } => {
@@ -1118,6 +1119,7 @@ impl CompiledFn {
         let o = &vals[out];
         let (f, shape) = (self.kernel(id), &self.kernels[id].1);
         let (outer, work) = extent(func, vals, out, shape);
+        let work = work.saturating_mul(plan::split_weight(&self.st, out));
         let mut list: Vec<*mut u8> = Vec::with_capacity(inputs.len() + 2);
         list.push(ptrs[out]);
         for v in inputs {

@@ -192,6 +192,11 @@ pub enum Step {
 pub struct Structure {
     /// Per value: has a buffer.
     pub mat: ValueMap<bool>,
+    /// Per materialized value: the cost of computing one of its elements
+    /// from its kernel's buffers ([`own_cost`] units summed over its fused
+    /// expression; 1 for a value no kernel computes). What a kernel's
+    /// split across threads weighs its elements by ([`split_weight`]).
+    pub cost: ValueMap<u32>,
     /// The steps, in order.
     pub steps: Vec<Step>,
     /// Scalar slots `(param, dtype)` read by kernels.
@@ -564,6 +569,7 @@ pub fn structure(
     let mut params_only = ValueMap::filled(func, false);
     let mut mat = ValueMap::filled(func, true);
     let mut cost = ValueMap::filled(func, 1u32);
+    let mut kernel_cost = ValueMap::filled(func, 1u32);
     for inst in &func.body {
         let v = inst.result;
         if !inlinable(&inst.op) || reads_quantized(&inst.op, dtype_of) {
@@ -618,12 +624,35 @@ pub fn structure(
             || (consumers[v] > 1 && c > RECOMPUTE_MAX);
         mat[v] = keep;
         if keep {
+            kernel_cost[v] = c;
             cost[v] = 1;
         }
     }
     let steps = steps_of(func, &mat, dtype_of);
     let slots = slots_of(func, dtype_of);
-    Structure { mat, steps, slots }
+    Structure {
+        mat,
+        cost: kernel_cost,
+        steps,
+        slots,
+    }
+}
+
+/// [`own_cost`] units of an element of a kernel that adds two buffers
+/// (the add, its two loads): the elements the split thresholds
+/// (`exec::PAR_MIN_WORK`) count.
+const PLAIN_COST: u32 = 3;
+
+/// How many plain elements (see [`PLAIN_COST`]) one element of a kernel
+/// computing `v` weighs, for its split across threads: at least 1, so a
+/// plain kernel splits where it did, and a kernel whose elements take a
+/// transcendental (SwiGLU's `g · sigmoid(g) · u`, GELU) splits from a
+/// few thousand elements, since each element costs several plain ones
+/// (a 16-row SwiGLU of SmolLM2: 24,576 elements, 21 µs on one thread).
+pub fn split_weight(st: &Structure, v: Value) -> usize {
+    st.cost
+        .get(v)
+        .map_or(1, |&c| c.div_ceil(PLAIN_COST).max(1) as usize)
 }
 
 /// The steps for a materialization: one per materialized value, in body

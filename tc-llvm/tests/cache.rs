@@ -520,3 +520,31 @@ fn a_panic_in_a_session_propagates_and_ends_it() {
     });
     assert_eq!(sum, 4_999_950_000);
 }
+
+/// A kernel's elements weigh what its fused expression costs when the
+/// split thresholds count them: a plain add counts each element once, a
+/// SwiGLU-like `x · sigmoid(x) · y` (a transcendental per element) several
+/// times, so that it splits across the pool from fewer elements. Results
+/// never depend on the split (threads split only output rows).
+#[test]
+fn transcendental_kernels_weigh_more_when_split() {
+    let planned = |with_sigmoid: bool| {
+        let mut b = builder("weighted");
+        let x = b.param("x", tt(Dtype::F32, &["R", "C"]));
+        let y = b.param("y", tt(Dtype::F32, &["R", "C"]));
+        b.returns(tt(Dtype::F32, &["R", "C"]));
+        let r = if with_sigmoid {
+            let s = b.op(Op::Unary(UnaryOp::Sigmoid, x));
+            let g = b.op(Op::Binary(BinaryOp::Mul, x, s));
+            b.op(Op::Binary(BinaryOp::Mul, g, y))
+        } else {
+            b.op(Op::Binary(BinaryOp::Add, x, y))
+        };
+        let f = b.finish(r);
+        let st = tc_llvm::plan::structure(&f, &|v| tc_llvm::plan::operand_dtype(&f, v), None);
+        tc_llvm::plan::split_weight(&st, r)
+    };
+    assert_eq!(planned(false), 1, "a plain add is the unit");
+    let w = planned(true);
+    assert!(w >= 4, "a sigmoid per element weighs {w}");
+}
