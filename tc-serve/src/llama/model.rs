@@ -741,10 +741,8 @@ impl Model {
         for (li, l) in self.layers.iter().enumerate() {
             let xn = llama::attn_input(x.clone(), l)?;
             let qv = llama::queries_values(xn.clone(), l)?;
-            let q = llama::queries(qv.clone(), cos.clone(), sin.clone())?;
-            let k = llama::keys(xn, cos.clone(), sin.clone(), l)?;
-            let v = llama::values(qv)?;
-            let (k, v) = (self.as_cached(k)?, self.as_cached(v)?);
+            let (k, qv) = self.keys_beside(xn, qv, &cos, &sin, l)?;
+            let (q, v) = qv;
             let rows = LayerRows { n: r, q, k, v };
             let ctx = attend_all(&mut parts, li, &rows)?;
             x = llama::mix(x, ctx, l)?;
@@ -797,6 +795,36 @@ const KEY_POS: usize = 3;
 const VALUE_POS: usize = 2;
 
 impl Model {
+    /// A layer's cached keys (its key projection, rotated), and beside
+    /// them on the pool's other worker its rotated queries and cached
+    /// values from `qv`. The keys' product splits across the pool; the
+    /// queries' rotation and the values' rounding are a few µs each, which
+    /// the other worker computes meanwhile instead of the product waiting
+    /// for them (or them for it). Results never depend on where they ran.
+    #[allow(clippy::type_complexity)]
+    fn keys_beside(
+        &self,
+        xn: Tensor,
+        qv: Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        l: &llama::Block,
+    ) -> Result<(Tensor, (Tensor, Tensor)), tc::Error> {
+        let cx = tc::CallContext::here();
+        let (k, qv) = rayon::join(
+            || self.as_cached(llama::keys(xn, cos.clone(), sin.clone(), l)?),
+            || {
+                cx.enter(|| {
+                    tc::llvm::team::serial(|| {
+                        let q = llama::queries(qv.clone(), cos.clone(), sin.clone())?;
+                        Ok::<_, tc::Error>((q, self.as_cached(llama::values(qv)?)?))
+                    })
+                })
+            },
+        );
+        Ok((k?, qv?))
+    }
+
     /// A step's keys or values (f32) in the cache's element type: rounded
     /// to f16 for an f16 cache (`llama::to_f16`), once for all of the
     /// step's rows, whose sequences then copy their own positions.
@@ -870,14 +898,35 @@ fn attend_all(parts: &mut [Part<'_>], li: usize, rows: &LayerRows) -> Result<Ten
     }
     // The caller's backend and numerics go with each sequence's calls.
     let cx = tc::CallContext::here();
-    let ctx: Vec<Tensor> = parts
-        .par_iter_mut()
-        .map(|p| cx.enter(|| tc::llvm::team::serial(|| p.attend(li, rows))))
-        .collect::<Result<_, _>>()?;
-    let mut all = Vec::with_capacity(rows.n * llama::D);
-    for c in &ctx {
-        all.extend_from_slice(c.as_slice::<f32>()?);
+    let mut all = vec![0f32; rows.n * llama::D];
+    // Each sequence's rows of the stacked contexts, which its task fills:
+    // no list of contexts collected and copied afterwards.
+    let mut outs = Vec::with_capacity(parts.len());
+    let mut rest = all.as_mut_slice();
+    for p in parts.iter() {
+        let n = p.rows * llama::D;
+        if n > rest.len() {
+            return Err(tc::Error::malformed(
+                "sequences with more rows than the step",
+            ));
+        }
+        let (mine, after) = rest.split_at_mut(n);
+        outs.push(mine);
+        rest = after;
     }
+    parts.par_iter_mut().zip(outs).try_for_each(|(p, out)| {
+        cx.enter(|| {
+            tc::llvm::team::serial(|| {
+                let c = p.attend(li, rows)?;
+                let c = c.as_slice::<f32>()?;
+                if c.len() != out.len() {
+                    return Err(tc::Error::malformed("a context of another size"));
+                }
+                out.copy_from_slice(c);
+                Ok(())
+            })
+        })
+    })?;
     Tensor::from_vec(&[1, rows.n, llama::D], all)
 }
 
