@@ -393,6 +393,39 @@ mod tests {
         set_limit(DEFAULT_LIMIT);
         best_fit_and_growing_lengths();
         huge_buffers_are_advised_kept_and_released();
+        host_data_reuses_held_buffers();
+    }
+
+    // Part of the one test above: a tensor built from host data takes a
+    // held buffer instead of a fresh allocation, and writes every byte of
+    // it; one whose elements are stored into zeros (I4's nibbles) does not.
+    fn host_data_reuses_held_buffers() {
+        use crate::{Tensor, I4};
+        let words = MIN_BYTES / 8;
+        clear();
+        let stale = vec![u64::MAX; words];
+        let addr = stale.as_ptr() as usize;
+        give(stale);
+        let data: Vec<f32> = (0..2 * words).map(|i| i as f32).collect();
+        let t = Tensor::from_slice(&[2 * words], &data).unwrap();
+        assert_eq!(t.bytes().as_ptr() as usize, addr, "the held buffer");
+        assert_eq!(t.as_slice::<f32>().unwrap(), &data[..]);
+        drop(t);
+        // Two bytes short of the buffer: the last word's padding is zeroed.
+        let h: Vec<half::f16> = (0..4 * words - 1)
+            .map(|i| half::f16::from_f32((i % 7) as f32))
+            .collect();
+        let t = Tensor::from_slice(&[4 * words - 1], &h).unwrap();
+        assert_eq!(t.bytes().as_ptr() as usize, addr, "held again");
+        assert_eq!(t.as_slice::<half::f16>().unwrap(), &h[..]);
+        drop(t);
+        give(vec![u64::MAX; words]);
+        let n = 16 * words;
+        let q: Vec<I4> = (0..n).map(|i| I4::wrapping(i as i64)).collect();
+        let t = Tensor::from_slice(&[n], &q).unwrap();
+        assert_eq!(t.to_vec::<I4>().unwrap(), q, "nibbles stored into zeros");
+        drop(t);
+        clear();
     }
 
     // Part of the one test above (process-global pool).

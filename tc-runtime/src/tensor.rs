@@ -175,6 +175,29 @@ fn zeroed_words(nbytes: usize) -> Result<Vec<u64>> {
     crate::pool::zeroed(nbytes.div_ceil(8))
 }
 
+/// Words for `nbytes` bytes that the caller then writes, every one of
+/// them: a held buffer from the pool where one fits (its stale words
+/// about to be overwritten), else a fresh zeroed one. The bytes of the
+/// last word past `nbytes` are zero either way, as in every storage.
+///
+/// Why: a tensor built from host data (a batched step's stacked rows, a
+/// cast's result) took a fresh allocation every time while the pool held
+/// the buffers of the tensors just dropped; past the allocator's small
+/// sizes each fresh one came from the kernel as new pages, zeroed on
+/// first touch (a 32-row decode step of SmolLM2: 12 % of its samples in
+/// `clear_page_erms`).
+fn overwritten_words(nbytes: usize) -> Result<Vec<u64>> {
+    match crate::pool::take(nbytes.div_ceil(8)) {
+        Some(mut v) => {
+            if let Some(last) = v.last_mut() {
+                *last = 0;
+            }
+            Ok(v)
+        }
+        None => zeroed_words(nbytes),
+    }
+}
+
 /// The first `nbytes` bytes of `words`.
 ///
 /// # Panics
@@ -592,7 +615,13 @@ impl Tensor {
             });
         }
         let nbytes = dtype.storage_bytes(numel);
-        let mut words = zeroed_words(nbytes)?;
+        // A plain layout's copy writes every byte; element stores (I4's
+        // nibbles) need zeros to write into.
+        let mut words = if plain_layout::<T>() {
+            overwritten_words(nbytes)?
+        } else {
+            zeroed_words(nbytes)?
+        };
         let buf = word_bytes_mut(&mut words, nbytes);
         if plain_layout::<T>() {
             // `plain_layout` holds, so `T` is a sealed PLAIN element type (f32,
@@ -856,7 +885,13 @@ impl Tensor {
         }
         let buf = self.bytes();
         let nbytes = to.storage_bytes(self.numel);
-        let mut words = zeroed_words(nbytes)?;
+        // Every element is stored, each whole but I4's nibbles, which are
+        // stored into zeros.
+        let mut words = if to == Dtype::I4 {
+            zeroed_words(nbytes)?
+        } else {
+            overwritten_words(nbytes)?
+        };
         let out = word_bytes_mut(&mut words, nbytes);
         for i in 0..self.numel {
             store_cast(out, to, i, load(buf, self.dtype, i));
