@@ -225,68 +225,93 @@ fn anonymous_private(maps: &str, lo: usize, hi: usize) -> bool {
     false
 }
 
-/// The whole pages of `words` that hold only zero bytes, given back
-/// ([`crate::Tensor::release_zero_pages`]); the bytes given back.
-pub(crate) fn release_zero_pages(words: &mut [u64]) -> usize {
+/// The whole pages of each of `bufs` that hold only zero bytes, given
+/// back ([`crate::Tensor::release_zero_pages`],
+/// [`crate::Tensor::release_zero_pages_of`]); the bytes given back.
+/// `/proc/self/maps` is read once, for the first buffer with a whole page:
+/// the kernel formats every mapping of the process for each read, and a
+/// KV cache's tensors (60 for SmolLM2) each read it once, in the
+/// scheduler's thread between two steps. One snapshot serves them all:
+/// each buffer was allocated before it, and memory a live buffer lies in
+/// is neither unmapped nor remapped while it is held.
+pub(crate) fn release_zero_pages<'w>(bufs: impl IntoIterator<Item = &'w mut [u64]>) -> usize {
     #[cfg(target_os = "linux")]
     {
         let page = page_size();
-        let start = words.as_ptr() as usize;
-        let end = start + std::mem::size_of_val(words);
-        let (lo, hi) = (start.next_multiple_of(page), end / page * page);
-        if hi <= lo {
-            return 0;
-        }
-        // Under Miri `/proc/self/maps` describes the interpreter, not the
-        // interpreted program, whose heap is private anonymous memory.
-        #[cfg(not(miri))]
-        {
-            let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-                return 0;
-            };
-            if !anonymous_private(&maps, lo, hi) {
-                return 0;
-            }
-        }
-        let base = words.as_mut_ptr().cast::<u8>();
-        let per_page = page / 8;
+        let mut maps: Option<Option<String>> = None;
         let mut released = 0;
-        let mut run: Option<usize> = None;
-        let mut give = |from: usize, to: usize| {
-            // `[from, to)` is whole pages inside `words` (`base` is its
-            // start), which this function borrows exclusively, in private
-            // anonymous memory (checked just above), and every byte there
-            // is zero: MADV_DONTNEED replaces those pages by
-            // zero-fill-on-demand ones, so every later read sees the same
-            // zeros.
-            // SAFETY: as just said; the allocator's bookkeeping lies
-            // outside `words`.
-            if unsafe { drop_zero_pages(base.wrapping_add(from - start), to - from) } == 0 {
-                released += to - from;
+        for words in bufs {
+            let start = words.as_ptr() as usize;
+            let end = start + std::mem::size_of_val(words);
+            let (lo, hi) = (start.next_multiple_of(page), end / page * page);
+            if hi <= lo {
+                continue;
             }
-        };
-        for p in (lo..hi).step_by(page) {
-            let i = (p - start) / 8;
-            let zero = words[i..i + per_page].iter().all(|&w| w == 0);
-            match (zero, run) {
-                (true, None) => run = Some(p),
-                (false, Some(r)) => {
-                    give(r, p);
-                    run = None;
+            // Under Miri `/proc/self/maps` describes the interpreter, not
+            // the interpreted program, whose heap is private anonymous
+            // memory.
+            #[cfg(not(miri))]
+            {
+                let text =
+                    maps.get_or_insert_with(|| std::fs::read_to_string("/proc/self/maps").ok());
+                let Some(text) = text.as_deref() else {
+                    return released;
+                };
+                if !anonymous_private(text, lo, hi) {
+                    continue;
                 }
-                _ => {}
             }
-        }
-        if let Some(r) = run {
-            give(r, hi);
+            #[cfg(miri)]
+            let _ = &mut maps;
+            released += zero_pages_given_back(words, page, (lo, hi));
         }
         released
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = words;
+        let _ = bufs.into_iter().count();
         0
     }
+}
+
+/// [`release_zero_pages`] of one buffer whose whole pages `[lo, hi)` lie
+/// in private anonymous memory (checked by the caller).
+#[cfg(target_os = "linux")]
+fn zero_pages_given_back(words: &mut [u64], page: usize, (lo, hi): (usize, usize)) -> usize {
+    let start = words.as_ptr() as usize;
+    let base = words.as_mut_ptr().cast::<u8>();
+    let per_page = page / 8;
+    let mut released = 0;
+    let mut run: Option<usize> = None;
+    let mut give = |from: usize, to: usize| {
+        // `[from, to)` is whole pages inside `words` (`base` is its
+        // start), which this function borrows exclusively, in private
+        // anonymous memory (checked by the caller), and every byte there
+        // is zero: MADV_DONTNEED replaces those pages by
+        // zero-fill-on-demand ones, so every later read sees the same
+        // zeros.
+        // SAFETY: as just said; the allocator's bookkeeping lies
+        // outside `words`.
+        if unsafe { drop_zero_pages(base.wrapping_add(from - start), to - from) } == 0 {
+            released += to - from;
+        }
+    };
+    for p in (lo..hi).step_by(page) {
+        let i = (p - start) / 8;
+        let zero = words[i..i + per_page].iter().all(|&w| w == 0);
+        match (zero, run) {
+            (true, None) => run = Some(p),
+            (false, Some(r)) => {
+                give(r, p);
+                run = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(r) = run {
+        give(r, hi);
+    }
+    released
 }
 
 /// `madvise(MADV_DONTNEED)` over the `len` bytes from `p`: on private

@@ -732,10 +732,18 @@ impl Tensor {
     /// [`StorageId`] shares it), in private anonymous memory
     /// ([`crate::resident`]); anything else is left as it is. Linux only.
     pub fn release_zero_pages(&mut self) -> usize {
-        match Arc::get_mut(&mut self.words).and_then(Storage::heap_mut) {
-            Some(words) => crate::resident::release_zero_pages(words),
-            None => 0,
-        }
+        Tensor::release_zero_pages_of([self])
+    }
+
+    /// [`Tensor::release_zero_pages`] of each of `tensors`, the process's
+    /// memory map read once for all of them (a KV cache's tensors, one
+    /// pair per layer); the bytes given back.
+    pub fn release_zero_pages_of<'t>(tensors: impl IntoIterator<Item = &'t mut Tensor>) -> usize {
+        crate::resident::release_zero_pages(
+            tensors
+                .into_iter()
+                .filter_map(|t| Arc::get_mut(&mut t.words).and_then(Storage::heap_mut)),
+        )
     }
 
     /// Overwrite the block of `src`'s extent along `axis` from `start`:

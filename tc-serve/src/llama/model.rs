@@ -556,18 +556,16 @@ impl Model {
     /// keys tensor is resident from its first write on wherever a run is
     /// shorter than a page (`capacity` under 1,024 f32 positions).
     pub fn cache(&self, capacity: usize) -> Result<Vec<(Tensor, Tensor)>, tc::Error> {
-        let zeros = |room: [usize; 4]| -> Result<Tensor, tc::Error> {
-            let mut t = Tensor::try_zeros(self.kv_dtype.dtype(), &room)?;
-            t.release_zero_pages();
-            Ok(t)
-        };
+        let zeros = |room: &[usize]| Tensor::try_zeros(self.kv_dtype.dtype(), room);
         let (keys, values) = (
             [1, llama::KV, llama::HD, capacity],
             [1, llama::KV, capacity, llama::HD],
         );
-        (0..self.layers.len())
-            .map(|_| Ok((zeros(keys)?, zeros(values)?)))
-            .collect()
+        let mut cache = (0..self.layers.len())
+            .map(|_| Ok((zeros(&keys)?, zeros(&values)?)))
+            .collect::<Result<Vec<_>, tc::Error>>()?;
+        Tensor::release_zero_pages_of(cache.iter_mut().flat_map(|(k, v)| [k, v]));
+        Ok(cache)
     }
 
     /// Compile, or link from the kernel cache, every kernel that generating
