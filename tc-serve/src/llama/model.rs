@@ -787,6 +787,11 @@ impl Model {
     }
 }
 
+/// Rows of a step from which [`Model::keys_beside`] hands the queries'
+/// rotation to the other worker (16 rows: 12 µs of it a layer; one row:
+/// about 1 µs, less than the hand-off).
+const BESIDE_ROWS: usize = 8;
+
 /// The axis of a cached keys tensor (`[1, KV, HD, C]`) and of a cached
 /// values tensor (`[1, KV, C, HD]`) along which the positions lie.
 const KEY_POS: usize = 3;
@@ -798,7 +803,9 @@ impl Model {
     /// values from `qv`. The keys' product splits across the pool; the
     /// queries' rotation and the values' rounding are a few µs each, which
     /// the other worker computes meanwhile instead of the product waiting
-    /// for them (or them for it). Results never depend on where they ran.
+    /// for them (or them for it). Below [`BESIDE_ROWS`] rows they are too
+    /// small to pay for the hand-off: one after the other on this thread.
+    /// Results never depend on where they ran.
     #[allow(clippy::type_complexity)]
     fn keys_beside(
         &self,
@@ -808,18 +815,16 @@ impl Model {
         sin: &Tensor,
         l: &llama::Block,
     ) -> Result<(Tensor, (Tensor, Tensor)), tc::Error> {
+        let keys = || self.as_cached(llama::keys(xn, cos.clone(), sin.clone(), l)?);
+        let queries_values = || {
+            let q = llama::queries(qv.clone(), cos.clone(), sin.clone())?;
+            Ok::<_, tc::Error>((q, self.as_cached(llama::values(qv.clone())?)?))
+        };
+        if cos.shape().first().is_none_or(|&rows| rows < BESIDE_ROWS) {
+            return Ok((keys()?, queries_values()?));
+        }
         let cx = tc::CallContext::here();
-        let (k, qv) = rayon::join(
-            || self.as_cached(llama::keys(xn, cos.clone(), sin.clone(), l)?),
-            || {
-                cx.enter(|| {
-                    tc::llvm::team::serial(|| {
-                        let q = llama::queries(qv.clone(), cos.clone(), sin.clone())?;
-                        Ok::<_, tc::Error>((q, self.as_cached(llama::values(qv)?)?))
-                    })
-                })
-            },
-        );
+        let (k, qv) = rayon::join(keys, || cx.enter(|| tc::llvm::team::serial(queries_values)));
         Ok((k?, qv?))
     }
 
