@@ -193,7 +193,7 @@ pub struct Structure {
     /// Per value: has a buffer.
     pub mat: ValueMap<bool>,
     /// Per materialized value: the cost of computing one of its elements
-    /// from its kernel's buffers ([`own_cost`] units summed over its fused
+    /// from its kernel's buffers (`own_cost` units summed over its fused
     /// expression; 1 for a value no kernel computes). What a kernel's
     /// split across threads weighs its elements by ([`split_weight`]).
     pub cost: ValueMap<u32>,
@@ -643,7 +643,7 @@ pub fn structure(
 /// (`exec::PAR_MIN_WORK`) count.
 const PLAIN_COST: u32 = 3;
 
-/// How many plain elements (see [`PLAIN_COST`]) one element of a kernel
+/// How many plain elements (`PLAIN_COST`) one element of a kernel
 /// computing `v` weighs, for its split across threads: at least 1, so a
 /// plain kernel splits where it did, and a kernel whose elements take a
 /// transcendental (SwiGLU's `g · sigmoid(g) · u`, GELU) splits from a
