@@ -638,21 +638,25 @@ pub fn structure(
     }
 }
 
-/// [`own_cost`] units of an element of a kernel that adds two buffers
-/// (the add, its two loads): the elements the split thresholds
-/// (`exec::PAR_MIN_WORK`) count.
-const PLAIN_COST: u32 = 3;
+/// `own_cost` units that count as one element for the split thresholds
+/// (`exec::PAR_MIN_WORK`). An add of two buffers costs 3, SwiGLU's
+/// `g · sigmoid(g) · u` 15 and GELU after a bias 13: a transcendental's
+/// element runs about four times as long as a plain one's. But a split
+/// just past the threshold pays only where the pool's workers are
+/// already spinning: SmolLM2's 16-row SwiGLU (24,576 elements) went from
+/// 20 to 13 µs per call inside a decode step's session, while MiniLM's
+/// GELU at one sentence of ten tokens (15,360 elements, 12 µs on one
+/// thread) took 15–26 µs split in a call's own session. So a unit is
+/// twice a plain element's cost: the first splits, the second does not.
+const UNIT_COST: u32 = 6;
 
-/// How many plain elements (`PLAIN_COST`) one element of a kernel
-/// computing `v` weighs, for its split across threads: at least 1, so a
-/// plain kernel splits where it did, and a kernel whose elements take a
-/// transcendental (SwiGLU's `g · sigmoid(g) · u`, GELU) splits from a
-/// few thousand elements, since each element costs several plain ones
-/// (a 16-row SwiGLU of SmolLM2: 24,576 elements, 21 µs on one thread).
+/// How many elements one element of a kernel computing `v` counts as for
+/// its split across threads: its fused expression's cost in
+/// `UNIT_COST`s, at least 1 (a plain kernel splits where it did).
 pub fn split_weight(st: &Structure, v: Value) -> usize {
     st.cost
         .get(v)
-        .map_or(1, |&c| c.div_ceil(PLAIN_COST).max(1) as usize)
+        .map_or(1, |&c| c.div_ceil(UNIT_COST).max(1) as usize)
 }
 
 /// The steps for a materialization: one per materialized value, in body

@@ -523,8 +523,8 @@ fn a_panic_in_a_session_propagates_and_ends_it() {
 
 /// A kernel's elements weigh what its fused expression costs when the
 /// split thresholds count them: a plain add counts each element once, a
-/// SwiGLU-like `x · sigmoid(x) · y` (a transcendental per element) several
-/// times, so that it splits across the pool from fewer elements. Results
+/// SwiGLU-like `x · sigmoid(x) · y` (a transcendental per element) more
+/// than once, so that it splits across the pool from fewer elements. Results
 /// never depend on the split (threads split only output rows).
 #[test]
 fn transcendental_kernels_weigh_more_when_split() {
@@ -544,7 +544,7 @@ fn transcendental_kernels_weigh_more_when_split() {
         let st = tc_llvm::plan::structure(&f, &|v| tc_llvm::plan::operand_dtype(&f, v), None);
         tc_llvm::plan::split_weight(&st, r)
     };
-    assert_eq!(planned(false), 1, "a plain add is the unit");
+    assert_eq!(planned(false), 1, "a plain add counts once");
     let w = planned(true);
-    assert!(w >= 4, "a sigmoid per element weighs {w}");
+    assert!(w >= 2, "a sigmoid per element weighs {w}");
 }
