@@ -262,7 +262,10 @@ pub(crate) fn release_zero_pages<'w>(bufs: impl IntoIterator<Item = &'w mut [u64
                     continue;
                 }
             }
-            released += zero_pages_given_back(words, page, (lo, hi));
+            // SAFETY: `[lo, hi)` is the whole pages inside `words` (from
+            // its bounds above), in private anonymous memory (checked
+            // just above; under Miri the interpreted heap always is).
+            released += unsafe { zero_pages_given_back(words, page, (lo, hi)) };
         }
         released
     }
@@ -273,10 +276,16 @@ pub(crate) fn release_zero_pages<'w>(bufs: impl IntoIterator<Item = &'w mut [u64
     }
 }
 
-/// [`release_zero_pages`] of one buffer whose whole pages `[lo, hi)` lie
-/// in private anonymous memory (checked by the caller).
+/// [`release_zero_pages`] of one buffer: its whole pages `[lo, hi)` that
+/// hold only zeros, given back; the bytes given back.
+///
+/// # Safety
+/// `lo` and `hi` are multiples of `page` (the system's page size) with
+/// `[lo, hi)` inside `words`, and that range lies in private anonymous
+/// memory, where a page given back reads as zeros again.
 #[cfg(target_os = "linux")]
-fn zero_pages_given_back(words: &mut [u64], page: usize, (lo, hi): (usize, usize)) -> usize {
+// SAFETY: (contract) met by `release_zero_pages`, its only caller.
+unsafe fn zero_pages_given_back(words: &mut [u64], page: usize, (lo, hi): (usize, usize)) -> usize {
     let start = words.as_ptr() as usize;
     let base = words.as_mut_ptr().cast::<u8>();
     let per_page = page / 8;
@@ -285,7 +294,7 @@ fn zero_pages_given_back(words: &mut [u64], page: usize, (lo, hi): (usize, usize
     let mut give = |from: usize, to: usize| {
         // `[from, to)` is whole pages inside `words` (`base` is its
         // start), which this function borrows exclusively, in private
-        // anonymous memory (checked by the caller), and every byte there
+        // anonymous memory (this function's contract), and every byte there
         // is zero: MADV_DONTNEED replaces those pages by
         // zero-fill-on-demand ones, so every later read sees the same
         // zeros.
