@@ -411,7 +411,8 @@ mod tests {
         assert_eq!(t.bytes().as_ptr() as usize, addr, "the held buffer");
         assert_eq!(t.as_slice::<f32>().unwrap(), &data[..]);
         drop(t);
-        // Two bytes short of the buffer: the last word's padding is zeroed.
+        // Two bytes short of the buffer: the held buffer again, every
+        // element read back.
         let h: Vec<half::f16> = (0..4 * words - 1)
             .map(|i| half::f16::from_f32((i % 7) as f32))
             .collect();
