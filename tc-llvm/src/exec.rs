@@ -725,13 +725,7 @@ fn check_call_result(name: &str, want: &ValInfo, got: &Tensor) -> Result<(), tc_
 /// ([`tc_runtime::pool::zeroed`]).
 /// `OutOfMemory` when a fresh buffer cannot be allocated.
 fn out_buffer(bytes: usize) -> tc_runtime::Result<Vec<u64>> {
-    if let Some(mut v) = tc_runtime::pool::take(bytes.div_ceil(8)) {
-        if let Some(last) = v.last_mut() {
-            *last = 0;
-        }
-        return Ok(v);
-    }
-    tc_runtime::pool::zeroed(bytes.div_ceil(8))
+    tc_runtime::pool::overwritable(bytes.div_ceil(8))
 }
 
 /// A [`Step::Gather`]: the ids checked, then the output's buffer and the

@@ -111,6 +111,24 @@ pub fn zeroed(words: usize) -> crate::Result<Vec<u64>> {
     Ok(v)
 }
 
+/// A buffer of `words` words for a caller that writes every byte it
+/// stores (a kernel's output, a tensor built from host data): a held one
+/// where one fits ([`take`]: stale contents, about to be overwritten),
+/// else a fresh zeroed one ([`zeroed`]). Its last word is zero either
+/// way, so the padding past the caller's last byte is zero, as in every
+/// storage. `OutOfMemory` when a fresh buffer cannot be allocated.
+pub fn overwritable(words: usize) -> crate::Result<Vec<u64>> {
+    match take(words) {
+        Some(mut v) => {
+            if let Some(last) = v.last_mut() {
+                *last = 0;
+            }
+            Ok(v)
+        }
+        None => zeroed(words),
+    }
+}
+
 /// Pool counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {

@@ -176,9 +176,7 @@ fn zeroed_words(nbytes: usize) -> Result<Vec<u64>> {
 }
 
 /// Words for `nbytes` bytes that the caller then writes, every one of
-/// them: a held buffer from the pool where one fits (its stale words
-/// about to be overwritten), else a fresh zeroed one. The bytes of the
-/// last word past `nbytes` are zero either way, as in every storage.
+/// them ([`crate::pool::overwritable`]).
 ///
 /// Why: a tensor built from host data (a batched step's stacked rows, a
 /// cast's result) took a fresh allocation every time while the pool held
@@ -187,15 +185,7 @@ fn zeroed_words(nbytes: usize) -> Result<Vec<u64>> {
 /// first touch (a 32-row decode step of SmolLM2: 12 % of its samples in
 /// `clear_page_erms`).
 fn overwritten_words(nbytes: usize) -> Result<Vec<u64>> {
-    match crate::pool::take(nbytes.div_ceil(8)) {
-        Some(mut v) => {
-            if let Some(last) = v.last_mut() {
-                *last = 0;
-            }
-            Ok(v)
-        }
-        None => zeroed_words(nbytes),
-    }
+    crate::pool::overwritable(nbytes.div_ceil(8))
 }
 
 /// The first `nbytes` bytes of `words`.
