@@ -188,6 +188,18 @@ pub fn cast(to: Dtype, x: Operand) -> Result<Shaped> {
     Ok((to, x.shape.to_vec()))
 }
 
+/// §7b `matmul_i32`: §7's shapes over two I8 operands; the result I32.
+pub fn matmul_i32(a: Operand, b: Operand) -> Result<Shaped> {
+    if a.dtype != Dtype::I8 || b.dtype != Dtype::I8 {
+        return Err(malformed(
+            "matmul_i32",
+            format!("operand dtypes {} and {}", a.dtype, b.dtype),
+        ));
+    }
+    let (_, shape) = matmul(a, b)?;
+    Ok((Dtype::I32, shape))
+}
+
 /// §18 `qmatmul`: `x` F32 `[p…, M, K]`, `w` quantized `[N, K]` with whole
 /// blocks along `K`; the result F32 `[p…, M, N]`.
 pub fn qmatmul(x: Operand, w: Operand) -> Result<Shaped> {
@@ -834,6 +846,7 @@ pub fn infer<'a>(
         Op::ScalarBinary { op, x, .. } => scalar_binary(*op, operand(*x)?),
         Op::Select(c, a, b) => select(operand(*c)?, operand(*a)?, operand(*b)?),
         Op::Matmul(a, b) => matmul(operand(*a)?, operand(*b)?),
+        Op::MatmulI32(a, b) => matmul_i32(operand(*a)?, operand(*b)?),
         Op::QMatmul(x, w) => qmatmul(operand(*x)?, operand(*w)?),
         Op::Reduce {
             op,

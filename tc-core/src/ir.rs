@@ -642,6 +642,11 @@ pub enum Op {
     Select(Value, Value, Value),
     /// §7 batched matmul.
     Matmul(Value, Value),
+    /// §7b widening integer matmul (docs/syntax.md): `matmul (cast[i32] a)
+    /// (cast[i32] b)` of two I8 operands, an I32 result; what a dynamically
+    /// quantized product (int8 weights and activations, f32 scales applied
+    /// after) computes on AMX-INT8 or VNNI without the widened copies.
+    MatmulI32(Value, Value),
     /// §18 `qmatmul x w = matmul x (transpose (dequantize w))`: `x` is F32
     /// `[p…, M, K]`, `w` a block-quantized `[N, K]` (a GGUF weight as
     /// stored), the result F32 `[p…, M, N]`.
@@ -833,6 +838,7 @@ impl Op {
             }
             Op::Binary(_, a, b)
             | Op::Matmul(a, b)
+            | Op::MatmulI32(a, b)
             | Op::QMatmul(a, b)
             | Op::Conv { x: a, w: b, .. } => vec![*a, *b],
             Op::Pool { x, .. } => vec![*x],
@@ -890,6 +896,7 @@ impl Op {
             | Op::Pool { x, .. } => (vec![x], vec![], vec![]),
             Op::Binary(_, a, b)
             | Op::Matmul(a, b)
+            | Op::MatmulI32(a, b)
             | Op::QMatmul(a, b)
             | Op::Conv { x: a, w: b, .. } => (vec![a, b], vec![], vec![]),
             Op::Gather { table, ids, .. } => (vec![table, ids], vec![], vec![]),
@@ -979,6 +986,7 @@ impl fmt::Display for Op {
             }
             Op::Select(c, a, b) => write!(f, "select {c}, {a}, {b}"),
             Op::Matmul(a, b) => write!(f, "matmul {a}, {b}"),
+            Op::MatmulI32(a, b) => write!(f, "matmul_i32 {a}, {b}"),
             Op::QMatmul(a, b) => write!(f, "qmatmul {a}, {b}"),
             Op::Reduce {
                 op,

@@ -1542,7 +1542,16 @@ impl CompiledFn {
         // element count, which is what `ptrs` holds); `buf` is a fresh
         // buffer of the output's storage, disjoint from both.
         unsafe {
-            if self.opts.deterministic {
+            if vals[a].dtype != o.dtype {
+                // §7b `matmul_i32` (I8 operands, I32 sums): exact integer
+                // arithmetic, the same bits in every order and mode.
+                let cache = weight
+                    .as_ref()
+                    .map(|w| w as &dyn crate::kernels::matmul::PackCache);
+                crate::kernels::matmul::matmul_i32_strided(
+                    pa, st_a, pb, st_b, c, sa, sb, &ctx, cache,
+                )
+            } else if self.opts.deterministic {
                 // The interpreter's order (`matmul/in_order.rs`).
                 crate::kernels::matmul::matmul_strided_in_order(
                     o.dtype, pa, st_a, pb, st_b, c, sa, sb, &ctx,

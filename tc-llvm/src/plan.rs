@@ -442,6 +442,7 @@ pub fn inlinable(op: &Op) -> bool {
     !matches!(
         op,
         Op::Matmul(..)
+            | Op::MatmulI32(..)
             | Op::QMatmul(..)
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
@@ -524,7 +525,7 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
                 }
             }
             let reader = match inst.op {
-                Op::Matmul(..) => Some(&mut mm_use),
+                Op::Matmul(..) | Op::MatmulI32(..) => Some(&mut mm_use),
                 Op::Sdpa { .. } => Some(&mut sdpa_use),
                 _ => None,
             };
@@ -670,7 +671,9 @@ fn steps_of(func: &Function, mat: &ValueMap<bool>, dtype_of: &dyn Fn(Value) -> D
             continue;
         }
         match &inst.op {
-            Op::Matmul(a, b) => steps.push(Step::Matmul { out, a: *a, b: *b }),
+            Op::Matmul(a, b) | Op::MatmulI32(a, b) => {
+                steps.push(Step::Matmul { out, a: *a, b: *b })
+            }
             Op::Sdpa { .. } => steps.push(Step::Sdpa { out }),
             Op::Gather { axis, table, ids } => steps.push(Step::Gather {
                 out,
@@ -761,7 +764,7 @@ fn broadcast_fanout(func: &Function, vals: &ValueMap<ValInfo>) -> ValueMap<usize
 /// broadcasts, reshapes and slices.
 fn force_view_roots(func: &Function, forced: &mut ValueMap<bool>) {
     for inst in &func.body {
-        if !matches!(inst.op, Op::Matmul(..) | Op::Sdpa { .. }) {
+        if !matches!(inst.op, Op::Matmul(..) | Op::MatmulI32(..) | Op::Sdpa { .. }) {
             continue;
         }
         let roots = inst.op.operands();
@@ -805,7 +808,9 @@ pub fn verify(func: &Function, st: &Structure) -> Result<(), String> {
             Step::Group { members, .. } => members.iter().all(|m| {
                 op_of(m).is_some_and(|op| inlinable(op) || matches!(op, Op::Reduce { .. }))
             }),
-            Step::Matmul { out, .. } => matches!(op_of(out), Some(Op::Matmul(..))),
+            Step::Matmul { out, .. } => {
+                matches!(op_of(out), Some(Op::Matmul(..) | Op::MatmulI32(..)))
+            }
             Step::Sdpa { out } => matches!(op_of(out), Some(Op::Sdpa { .. })),
             Step::Gather { out, .. } => matches!(op_of(out), Some(Op::Gather { .. })),
             Step::Host { out } => op_of(out).is_some_and(|op| {
@@ -1077,7 +1082,8 @@ fn static_dim_at(func: &Function, consts: &Sigma, v: Value, a: usize, depth: usi
 /// Can value `v` be read by matmul as a strided view of a buffer for every
 /// σ (given the materialization decided so far for earlier values)? At
 /// F32: chains of transposes, broadcasts and slices, ending at a buffer
-/// or at a reshape of one; at a narrow float, a broadcast of a buffer. A slice moves the view's start and scales one
+/// or at a reshape of one; at a narrow float or I8, a broadcast of a
+/// buffer. A slice moves the view's start and scales one
 /// stride whatever σ is (a decoder's `slice(cache, 2, 0, T)` of keys is
 /// read in place, not copied every step). The shape-generic admission;
 /// [`view`] computes the view itself at run time, and admits more for one
@@ -1090,11 +1096,11 @@ pub fn matmul_view_ok(
     dtype_of: &dyn Fn(Value) -> Dtype,
 ) -> bool {
     // Only f32 matmul packs through strides (`matmul::matmul_strided`).
-    // A narrow float's weight broadcast over the batch (a buffer under
+    // A narrow float's or an I8 weight broadcast over the batch (a buffer under
     // leading axes) is read in place too: `matmul_strided` folds the batch
     // into one product against its one copy.
     if top && dtype_of(v) != Dtype::F32 {
-        return dtype_of(v).is_float()
+        return (dtype_of(v).is_float() || dtype_of(v) == Dtype::I8)
             && matches!(func.inst(v).map(|i| &i.op),
                 Some(Op::Broadcast(_, x)) if func.inst(*x).is_none() || mat[*x]);
     }
@@ -1306,6 +1312,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::ScalarBinary { op, x, .. } => op.result_dtype(operand_dtype(func, *x)),
         Op::Select(_, a, _) | Op::Matmul(a, _) => operand_dtype(func, *a),
         Op::QMatmul(..) | Op::Sdpa { .. } => Dtype::F32,
+        Op::MatmulI32(..) => Dtype::I32,
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),
         Op::Gather { table, .. } => operand_dtype(func, *table),

@@ -524,3 +524,84 @@ fn kernels_are_vectorized() {
         );
     }
 }
+
+/// docs/syntax.md §7b: `matmul_i32 x w` with `x: [B, S, K]` and one
+/// weight `w: [K, N]` broadcast over the batch (a linear layer's form,
+/// one folded product), or `w: [B, K, N]` (contiguous, batched).
+fn matmul_i32_fn(broadcast: bool) -> Function {
+    use tc_core::Dim;
+    let mut b = builder("mm_i32");
+    let x = b.param("x", tt(Dtype::I8, &["B", "S", "K"]));
+    let w = if broadcast {
+        let w = b.param("w", tt(Dtype::I8, &["K", "N"]));
+        b.op(Op::Broadcast(
+            vec![Dim::var("B"), Dim::var("K"), Dim::var("N")],
+            w,
+        ))
+    } else {
+        b.param("w", tt(Dtype::I8, &["B", "K", "N"]))
+    };
+    b.returns(tt(Dtype::I32, &["B", "S", "N"]));
+    let r = b.op(Op::MatmulI32(x, w));
+    b.finish(r)
+}
+
+/// `matmul_i32` bit for bit with the interpreter (the I32 matmul of the
+/// widened operands), with operands over all of I8 (-128 included, so
+/// products reach 2¹⁴ and long sums pass 2²⁴), on the AMX-INT8 tiles
+/// where the host has them and on the integer GEMM's kernels with the
+/// tiles switched off: row counts below, at and past a tile's 16 and a
+/// group's 32, ragged column panels, k of one tile, several, and past a
+/// K-block of the tiles' packing (1024), and k that no tile fits (the
+/// vector kernels then). Each weight is called twice: the second call
+/// takes the packing its first kept.
+#[test]
+fn matmul_i32_matches_interpreter() {
+    use tc_llvm::kernels::matmul::{i8_amx_available, i8_tiled, set_bf16_amx};
+    let mut rng = Rng(0x5eed_1832);
+    let shapes = [
+        (1usize, 2usize, 64usize, 16usize),
+        (2, 9, 128, 45),
+        (1, 33, 384, 100),
+        (3, 16, 1088, 32),
+        (1, 70, 1536, 33),
+        (2, 5, 70, 19),
+        (1, 1, 64, 7),
+    ];
+    for tiles in [true, false] {
+        set_bf16_amx(tiles);
+        for broadcast in [true, false] {
+            let f = matmul_i32_fn(broadcast);
+            for &(b, s, k, n) in &shapes {
+                let w_shape = if broadcast { vec![k, n] } else { vec![b, k, n] };
+                let args: Vec<Arg> = vec![
+                    full_range(&mut rng, Dtype::I8, &[b, s, k]).into(),
+                    full_range(&mut rng, Dtype::I8, &w_shape).into(),
+                ];
+                let want = interp(&f, &args).unwrap();
+                for threads in [1, 0] {
+                    let j = util::jit_with(JitOptions {
+                        threads,
+                        ..JitOptions::default()
+                    });
+                    let before = i8_tiled();
+                    for call in 0..2 {
+                        let got = j.call(&f, &args, &|_| None).expect("jit run");
+                        exact(
+                            &format!(
+                                "{b}x{s}x{k}x{n} broadcast={broadcast} tiles={tiles} threads={threads} call {call}"
+                            ),
+                            &got,
+                            &want,
+                        );
+                    }
+                    let fits = broadcast || b == 1;
+                    if tiles && i8_amx_available() && fits && k % 64 == 0 && b * s >= 2 {
+                        assert!(i8_tiled() > before, "{b}x{s}x{k}x{n}: not on the tiles");
+                    }
+                }
+            }
+        }
+    }
+    set_bf16_amx(true);
+}

@@ -1027,14 +1027,17 @@ codes::KIND_MISMATCH,
                     _ => Operand::Poison,
                 }
             }
-            "matmul" => {
-                if !self.arity(name, args, 2, whole, "matmul(a, b)") {
+            "matmul" | "matmul_i32" => {
+                if !self.arity(name, args, 2, whole, &format!("{n}(a, b)")) {
                     return Operand::Poison;
                 }
                 let a = self.tensor(args[0]);
                 let b = self.tensor(args[1]);
                 match (a, b) {
-                    (Some((a, sa)), Some((b, sb))) => self.push(Op::Matmul(a, b), whole, vec![sa, sb], vec![]),
+                    (Some((a, sa)), Some((b, sb))) => {
+                        let op = if n == "matmul" { Op::Matmul(a, b) } else { Op::MatmulI32(a, b) };
+                        self.push(op, whole, vec![sa, sb], vec![])
+                    }
                     _ => Operand::Poison,
                 }
             }

@@ -189,6 +189,7 @@ const VOCAB: &[&str] = &[
     "let",
     "=",
     "matmul",
+    "matmul_i32",
     "relu",
     "exp",
     "sum",

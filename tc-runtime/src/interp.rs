@@ -742,6 +742,7 @@ impl<'a, 'f> Machine<'a, 'f> {
                 denote::select(self.tensor(*c)?, self.tensor(*a)?, self.tensor(*b)?)?
             }
             Op::Matmul(a, b) => denote::matmul(self.tensor(*a)?, self.tensor(*b)?)?,
+            Op::MatmulI32(a, b) => denote::matmul_i32(self.tensor(*a)?, self.tensor(*b)?)?,
             Op::QMatmul(x, w) => {
                 crate::quant::qmatmul_reference(self.tensor(*x)?, self.tensor(*w)?)?
             }
@@ -1306,6 +1307,14 @@ pub mod denote {
                 ys[k]
             })
         })
+    }
+
+    /// §7b widening integer matmul: by its definition, §7 over the
+    /// operands cast to I32 (every I8 value is one, and I32 products and
+    /// sums wrap at 32 bits, Section 2 §3), after §7b's typing.
+    pub fn matmul_i32(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        rule::matmul_i32(opd(a), opd(b))?;
+        matmul(&cast(Dtype::I32, a)?, &cast(Dtype::I32, b)?)
     }
 
     /// §5.4 batched matmul: `p ++ [M, K] × p ++ [K, N] → p ++ [M, N]`,

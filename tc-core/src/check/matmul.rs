@@ -10,9 +10,31 @@ use crate::subtype::{dims_equal, DimEq};
 use crate::types::{shape_string, TensorType, Type};
 
 use super::diags::{class_diag, unknown_diag};
-use super::{Checker, R_MATMUL, R_QMATMUL, R_QUANT};
+use super::{Checker, R_MATMUL, R_MATMUL_I32, R_QMATMUL, R_QUANT};
 
 impl Checker<'_> {
+    /// §7b `matmul_i32 a b`: §7's rule over two I8 operands, the result
+    /// I32 (`matmul (cast[i32] a) (cast[i32] b)`).
+    pub(super) fn matmul_i32(&mut self, inst: &Inst, operands: &[Type]) -> Option<Type> {
+        for i in 0..2 {
+            let t = self.tensor_arg(&operands[i], inst, i, R_MATMUL_I32)?;
+            if t.dtype != Dtype::I8 {
+                self.err(
+                    class_diag(R_MATMUL_I32, inst.arg_span(i), "matmul_i32", "i8", t.dtype)
+                        .help("quantize the operand to i8 first (`cast::<i8>(round(x / scale))`), or use `matmul`"),
+                );
+                return None;
+            }
+        }
+        match self.matmul(inst, operands)? {
+            Type::Tensor(t) => Some(Type::Tensor(TensorType {
+                dtype: Dtype::I32,
+                ..t
+            })),
+            other => Some(other),
+        }
+    }
+
     pub(super) fn matmul(&mut self, inst: &Inst, operands: &[Type]) -> Option<Type> {
         let a = self.tensor_arg(&operands[0], inst, 0, R_MATMUL)?;
         let b = self.tensor_arg(&operands[1], inst, 1, R_MATMUL)?;

@@ -51,6 +51,7 @@ const R_BINARY: &str = "binary (Section 2 §6)";
 const R_SELECT: &str = "select (Section 2 §6)";
 const R_MATMUL: &str = "matmul (Section 2 §7)";
 const R_QMATMUL: &str = "qmatmul (Section 2 §18)";
+const R_MATMUL_I32: &str = "matmul_i32 (docs/syntax.md §7b)";
 const R_QUANT: &str = "block-quantized tensor formation (Section 2 §18)";
 const R_CAST: &str = "cast (Section 2 §5)";
 const R_REDUCE: &str = "reduce (Section 2 §8)";

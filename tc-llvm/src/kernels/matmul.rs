@@ -35,11 +35,14 @@ pub use bf16::{
     set_enabled as set_bf16_kernel,
 };
 #[cfg(target_arch = "x86_64")]
-mod bf16_amx;
+mod amx;
 #[cfg(target_arch = "x86_64")]
-pub use bf16_amx::{
-    available as bf16_amx_available, set_enabled as set_bf16_amx, tiled as bf16_tiled,
+pub use amx::{
+    available as bf16_amx_available, available_i8 as i8_amx_available,
+    set_enabled as set_bf16_amx, tiled as bf16_tiled, tiled_i8 as i8_tiled,
 };
+mod i8;
+pub use i8::matmul_i32_strided;
 mod in_order;
 pub use in_order::matmul_strided_in_order;
 pub(crate) use in_order::sgemm_in_order;
@@ -881,6 +884,9 @@ pub struct PackedB {
     /// A BF16 operand's packing for `vdpbf16ps` (two steps of k per slot,
     /// `bf16.rs`) with its values' [`bf16::Scan`]; `None` for f32 panels.
     pairs: Option<bf16::Scan>,
+    /// An I8 operand's packing in quads (four steps of k per slot,
+    /// `i8.rs`).
+    quads: bool,
 }
 
 impl PackedB {
@@ -959,12 +965,13 @@ impl PackedB {
             data,
             off: start,
             pairs: None,
+            quads: false,
         })
     }
 
     /// Whether this is an f32 packing (not a BF16 one: `bf16.rs`).
     fn is_f32(&self) -> bool {
-        self.pairs.is_none()
+        self.pairs.is_none() && !self.quads
     }
 
     /// Bytes held.
@@ -1003,7 +1010,11 @@ impl PackedB {
         if kc != kcb {
             return None;
         }
-        let per = if self.is_f32() { 1 } else { 2 };
+        let per = match (self.pairs, self.quads) {
+            (_, true) => 4,
+            (Some(_), _) => 2,
+            _ => 1,
+        };
         let slots = kcb.div_ceil(per);
         let start = (pc / per) * npanels * self.nr + (jc / self.nr) * slots * self.nr;
         let len = nc.div_ceil(self.nr) * slots * self.nr;
@@ -1689,7 +1700,7 @@ pub unsafe fn matmul_strided(
         // one `(p·M) × K` product against `w`'s one copy, which the
         // narrow-float paths then widen or pack once instead of per item.
         let row_major = |st: &[isize], cols: usize| st[r - 1] == 1 && st[r - 2] == cols as isize;
-        if dt.is_float() && row_major(st_a, sa[r - 1]) && row_major(st_b, n) {
+        if row_major(st_a, sa[r - 1]) && row_major(st_b, n) {
             if folds(sa, sb, st_a, st_b) {
                 let (k, rows) = (sa[r - 1], batch * m);
                 // A is one contiguous `(batch·m) × k` matrix (its rows

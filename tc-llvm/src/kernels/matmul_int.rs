@@ -726,6 +726,54 @@ pub unsafe fn matmul_int_using(
     sb: &[usize],
     ctx: &ExecCtx,
 ) -> Result<(), Error> {
+    // SAFETY: the same contract.
+    unsafe { matmul_int_into(kind, (dt, dt), a, b, out, sa, sb, ctx) }
+}
+
+/// §7b `matmul_i32` on contiguous raw storage: I8 operands `a: p ++ [M,
+/// K]`, `b: p ++ [K, N]`, the I32 sums into `out: p ++ [M, N]` with no
+/// narrowing (the kernels accumulate in i32 lanes: exact mod 2³²,
+/// Section 2 §3's wrapping of I32, whatever the order).
+///
+/// # Safety
+/// As [`matmul_int`], `out` holding the I32 storage of `p ++ [M, N]`.
+// SAFETY: (contract) in the crate met by `matmul::i8`'s callers.
+pub unsafe fn matmul_int_wide(
+    a: *const u8,
+    b: *const u8,
+    out: *mut u8,
+    sa: &[usize],
+    sb: &[usize],
+    ctx: &ExecCtx,
+) -> Result<(), Error> {
+    let kind = kernel_for(Dtype::I8);
+    // SAFETY: the same contract.
+    unsafe { matmul_int_into(kind, (Dtype::I8, Dtype::I32), a, b, out, sa, sb, ctx) }
+}
+
+/// [`matmul_int_using`] with operands of `dt` and a result of `out_dt`
+/// (`dt` itself, or I32 for I8 operands).
+///
+/// # Safety
+/// As [`matmul_int`], `out` holding the storage of `p ++ [M, N]` at
+/// `out_dt`.
+#[allow(clippy::too_many_arguments)]
+// SAFETY: (contract) met by `matmul_int_using` and `matmul_int_wide`.
+unsafe fn matmul_int_into(
+    kind: IntKernel,
+    (dt, out_dt): (Dtype, Dtype),
+    a: *const u8,
+    b: *const u8,
+    out: *mut u8,
+    sa: &[usize],
+    sb: &[usize],
+    ctx: &ExecCtx,
+) -> Result<(), Error> {
+    if out_dt != dt && !(dt == Dtype::I8 && out_dt == Dtype::I32) {
+        return Err(Error::Unsupported(format!(
+            "integer matmul of {dt} operands into {out_dt}"
+        )));
+    }
     let fits = match kind {
         IntKernel::I64 => dt == Dtype::I64,
         IntKernel::I32 => dt.is_int() && dt != Dtype::I64,
@@ -744,8 +792,9 @@ pub unsafe fn matmul_int_using(
     }
     let shape = (m, k, n);
     if k == 0 {
-        // SAFETY: `total` elements of `dt`: the output's storage (contract).
-        unsafe { write_zeros(dt, out, total)? };
+        // SAFETY: `total` elements of `out_dt`: the output's storage
+        // (contract).
+        unsafe { write_zeros(out_dt, out, total)? };
         return Ok(());
     }
     let ks = int_kernels(kind, m, n)?;
@@ -753,7 +802,7 @@ pub unsafe fn matmul_int_using(
     // The kernel's C is `T`-typed: straight into `out` when it is the
     // accumulator type and aligned for it, else through an aligned copy.
     // In every arm the operands are as the contract says.
-    match dt {
+    match out_dt {
         // SAFETY: `out` is checked aligned and holds `total` i64s (contract).
         Dtype::I64 if (out as usize).is_multiple_of(std::mem::align_of::<i64>()) => unsafe {
             batched(ks, false, dt, a, b, out as *mut i64, batch, shape, ctx)
@@ -776,10 +825,10 @@ pub unsafe fn matmul_int_using(
         _ => {
             let mut tmp = tc_runtime::alloc::filled(total, 0i32)?;
             // SAFETY: `tmp` has exactly `total` elements; `narrow` writes
-            // `total` elements of `dt`, `out`'s storage (contract).
+            // `total` elements of `out_dt`, `out`'s storage (contract).
             unsafe {
                 batched(ks, pair, dt, a, b, tmp.as_mut_ptr(), batch, shape, ctx);
-                narrow(dt, &tmp, out);
+                narrow(out_dt, &tmp, out);
             }
         }
     }

@@ -410,6 +410,7 @@ unsafe fn pack_kept(b: Mat, (k, n): (usize, usize), par: bool) -> Result<PackedB
         data,
         off,
         pairs: Some(scan),
+        quads: false,
     })
 }
 
@@ -515,7 +516,7 @@ pub(super) unsafe fn try_matmul(
     b_cache: Option<&dyn PackCache>,
 ) -> Result<bool, Error> {
     #[cfg(target_arch = "x86_64")]
-    let tiles = super::bf16_amx::available();
+    let tiles = super::amx::available();
     #[cfg(not(target_arch = "x86_64"))]
     let tiles = false;
     // SAFETY: the same contract.
@@ -523,7 +524,7 @@ pub(super) unsafe fn try_matmul(
 }
 
 /// [`try_matmul`], with products that fit AMX tiles run on them where
-/// `tiles` (which [`super::bf16_amx::available`] must then have said),
+/// `tiles` (which [`super::amx::available`] must then have said),
 /// else on `vdpbf16ps`: the tests run both paths on a host that has both.
 ///
 /// # Safety
@@ -570,7 +571,7 @@ unsafe fn try_matmul_on(
         return Ok(false);
     }
     #[cfg(target_arch = "x86_64")]
-    if tiles && batch == 1 && super::bf16_amx::fits(m, k, n) {
+    if tiles && batch == 1 && super::amx::fits::<super::amx::Bf16>(m, k, n) {
         let own;
         let pb = match pre.as_deref() {
             Some(p) => p,
@@ -584,7 +585,7 @@ unsafe fn try_matmul_on(
         // fits (just checked); A's
         // `m·k` elements and the output's `m·n` (the contract); `pb`
         // packs this B in this module's layout.
-        unsafe { super::bf16_amx::matmul(a, pb, out, (m, k, n), par)? };
+        unsafe { super::amx::matmul::<super::amx::Bf16>(a.cast(), pb, out, (m, k, n), par)? };
         return Ok(true);
     }
     let fam = Bf16Gemm {
@@ -900,7 +901,7 @@ mod tests {
             let a = operand(batch * m * k, seed);
             let b = operand(batch * k * n, seed + 100);
             #[cfg(target_arch = "x86_64")]
-            let amx = super::super::bf16_amx::available();
+            let amx = super::super::amx::available();
             #[cfg(not(target_arch = "x86_64"))]
             let amx = false;
             for tiles in [false, true].into_iter().filter(|&t| !t || amx) {
@@ -911,7 +912,7 @@ mod tests {
                     // multiply-adds split.
                     let ctx = ExecCtx::new(threads, threads > 1);
                     #[cfg(target_arch = "x86_64")]
-                    let before = super::super::bf16_amx::tiled();
+                    let before = super::super::amx::tiled();
                     // SAFETY: operands and output of exactly these sizes;
                     // `tiles` only where AMX is available.
                     let ran = unsafe {
@@ -929,9 +930,9 @@ mod tests {
                     .unwrap();
                     assert!(ran, "the operands pass the scan");
                     #[cfg(target_arch = "x86_64")]
-                    if tiles && batch == 1 && super::super::bf16_amx::fits(m, k, n) {
+                    if tiles && batch == 1 && super::super::amx::fits::<super::amx::Bf16>(m, k, n) {
                         assert!(
-                            super::super::bf16_amx::tiled() > before,
+                            super::super::amx::tiled() > before,
                             "{m}×{k}×{n} on tiles"
                         );
                     }
@@ -1032,7 +1033,7 @@ mod tests {
             (vec![bits(1e-20); m * k], vec![bits(1e-20); k * n], false),
         ];
         for tiles in [false, true] {
-            if tiles && !super::super::bf16_amx::available() {
+            if tiles && !super::super::amx::available() {
                 continue;
             }
             for (a, b, ok) in &cases {
