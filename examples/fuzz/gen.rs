@@ -983,9 +983,15 @@ impl<'a> Body<'a> {
                 self.push(Op::Transpose(perm, w.v), w.dt, shape)
             }
         };
-        let y = self.cast_to(y, x.dt);
         let mut shape = x.shape[..n - 1].to_vec();
         shape.push(y.shape[n - 1].clone());
+        if self.rng.one_in(4) {
+            // docs/syntax.md §7b: I8 operands (extremes included: casts
+            // saturate), exact I32 sums.
+            let (x, y) = (self.cast_to(x, Dtype::I8), self.cast_to(y, Dtype::I8));
+            return Some(self.push(Op::MatmulI32(x.v, y.v), Dtype::I32, shape));
+        }
+        let y = self.cast_to(y, x.dt);
         Some(self.push(Op::Matmul(x.v, y.v), x.dt, shape))
     }
 
@@ -1643,7 +1649,7 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Select(..) => Family::Select,
             // The generator draws no quantized operand; a hand-made one
             // counts as a matmul.
-            Op::Matmul(..) | Op::QMatmul(..) => Family::Matmul,
+            Op::Matmul(..) | Op::MatmulI32(..) | Op::QMatmul(..) => Family::Matmul,
             Op::Reduce { .. } => Family::Reduce,
             Op::ArgReduce { .. } => Family::ArgReduce,
             Op::Transpose(..) => Family::Transpose,

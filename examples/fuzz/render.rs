@@ -422,6 +422,7 @@ fn expr(f: &Function, op: &Op, v: Value) -> R<String> {
             scalar(f, scale)?
         ),
         Op::Matmul(a, b) => format!("matmul({}, {})", n(a), n(b)),
+        Op::MatmulI32(a, b) => format!("matmul_i32({}, {})", n(a), n(b)),
         Op::QMatmul(a, b) => format!("qmatmul({}, {})", n(a), n(b)),
         Op::Reduce {
             op,

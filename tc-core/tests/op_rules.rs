@@ -606,6 +606,43 @@ fn matmul_accepted() {
     );
 }
 
+/// docs/syntax.md §7b: `matmul_i32` takes §7's shapes over I8 operands
+/// and gives I32; another dtype is E-class at the operand, and §7's
+/// contraction obligation keeps its counterexample.
+#[test]
+fn matmul_i32_typing() {
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::I8, "B, M, K"));
+    let w = b.param("w", t(Dtype::I8, "B, K, N"));
+    let y = b.op(Op::MatmulI32(x, w));
+    assert_eq!(
+        accept(b, y, t(Dtype::I32, "B, M, N")),
+        "Tensor[i32; B, M, N]"
+    );
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::I8, "M, K"));
+    let w = b.param("w", f32s("K, N"));
+    let y = b.op(Op::MatmulI32(x, w));
+    expect(
+        &reject(&b, y),
+        codes::DTYPE_CLASS,
+        arg(&b, y, 1),
+        "`matmul_i32` expects a i8 tensor, found dtype f32",
+        None,
+    );
+    let mut b = fb();
+    let x = b.param("x", t(Dtype::I8, "M, K"));
+    let w = b.param("w", t(Dtype::I8, "K2, N"));
+    let y = b.op(Op::MatmulI32(x, w));
+    expect(
+        &reject(&b, y),
+        codes::CONTRACTION,
+        arg(&b, y, 1),
+        "contraction dimension mismatch",
+        Some("K = 1, K2 = 2"),
+    );
+}
+
 #[test]
 fn matmul_contraction_mismatch() {
     let mut b = fb();

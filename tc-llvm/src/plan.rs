@@ -764,7 +764,10 @@ fn broadcast_fanout(func: &Function, vals: &ValueMap<ValInfo>) -> ValueMap<usize
 /// broadcasts, reshapes and slices.
 fn force_view_roots(func: &Function, forced: &mut ValueMap<bool>) {
     for inst in &func.body {
-        if !matches!(inst.op, Op::Matmul(..) | Op::MatmulI32(..) | Op::Sdpa { .. }) {
+        if !matches!(
+            inst.op,
+            Op::Matmul(..) | Op::MatmulI32(..) | Op::Sdpa { .. }
+        ) {
             continue;
         }
         let roots = inst.op.operands();

@@ -218,6 +218,8 @@ fn casts_exhaustive_16bit_patterns() {
             Dtype::F8E4M3,
             Dtype::F8E5M2,
             Dtype::I32,
+            Dtype::I16,
+            Dtype::I8,
             Dtype::I4,
         ] {
             let mut b = builder("c");

@@ -210,14 +210,26 @@ impl<'a> Gen<'a> {
                 return self.b.fcmp("une", x, &z);
             }
             // Truncate toward zero, saturate, NaN → 0 (Rust `as`).
-            let r = self.b.call(tt, &format!("llvm.fptosi.sat.{tt}.f32"), &[x]);
-            if to == Dtype::I4 {
-                let lo = self.b.icmp("slt", &r, &V::int(Ty::I8, -8));
-                let r1 = self.b.select(&lo, &V::int(Ty::I8, -8), &r);
-                let hi = self.b.icmp("sgt", &r1, &V::int(Ty::I8, 7));
-                return self.b.select(&hi, &V::int(Ty::I8, 7), &r1);
+            if tt.int_bits().is_none_or(|b| b >= 32) {
+                return self.b.call(tt, &format!("llvm.fptosi.sat.{tt}.f32"), &[x]);
             }
-            return r;
+            // A narrow int: NaN made 0, clamped to the dtype's range in
+            // f32 (both bounds exact there), converted (in range, so
+            // plain `fptosi`) and truncated: the value saturating at the
+            // narrow width gives, which LLVM's `fptosi.sat` at i8 or i32
+            // left to scalar code in a vectorized loop (a cast to I8 of 512
+            // × 1536 elements took 1.2 ms against 0.1).
+            let (lo, hi) = to.int_range().expect("an int dtype");
+            let (lo, hi) = (self.const_f32(lo as f32), self.const_f32(hi as f32));
+            let nan = self.b.fcmp("uno", x, x);
+            let zero = self.const_f32(0.0);
+            let v = self.b.select(&nan, &zero, x);
+            let below = self.b.fcmp("olt", &v, &lo);
+            let v = self.b.select(&below, &lo, &v);
+            let above = self.b.fcmp("ogt", &v, &hi);
+            let v = self.b.select(&above, &hi, &v);
+            let r = self.b.fptosi(&v, Ty::I32);
+            return self.b.trunc(&r, tt);
         }
         if from.is_bool() {
             if to.is_float() {

@@ -38,8 +38,8 @@ pub use bf16::{
 mod amx;
 #[cfg(target_arch = "x86_64")]
 pub use amx::{
-    available as bf16_amx_available, available_i8 as i8_amx_available,
-    set_enabled as set_bf16_amx, tiled as bf16_tiled, tiled_i8 as i8_tiled,
+    available as bf16_amx_available, available_i8 as i8_amx_available, set_enabled as set_bf16_amx,
+    tiled as bf16_tiled, tiled_i8 as i8_tiled,
 };
 mod i8;
 pub use i8::matmul_i32_strided;

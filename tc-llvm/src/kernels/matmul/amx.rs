@@ -460,7 +460,12 @@ impl TileOp for Bf16 {
     /// product's time).
     #[target_feature(enable = "avx512f,avx512bw")]
     // SAFETY: (contract) the trait's, met by `matmul`.
-    unsafe fn write(c: &CTiles, out: *mut u16, (r0, rows): (usize, usize), (j0, n): (usize, usize)) {
+    unsafe fn write(
+        c: &CTiles,
+        out: *mut u16,
+        (r0, rows): (usize, usize),
+        (j0, n): (usize, usize),
+    ) {
         use std::arch::x86_64::*;
         let cols = (n - j0).min(2 * T);
         let keep: __mmask32 = if cols == 32 { !0 } else { (1u32 << cols) - 1 };
@@ -519,7 +524,12 @@ impl TileOp for I8 {
     /// The i32 sums as they are.
     #[target_feature(enable = "avx512f,avx512bw")]
     // SAFETY: (contract) the trait's, met by `matmul`.
-    unsafe fn write(c: &CTiles, out: *mut i32, (r0, rows): (usize, usize), (j0, n): (usize, usize)) {
+    unsafe fn write(
+        c: &CTiles,
+        out: *mut i32,
+        (r0, rows): (usize, usize),
+        (j0, n): (usize, usize),
+    ) {
         use std::arch::x86_64::*;
         let cols = (n - j0).min(2 * T);
         let lo_keep: __mmask16 = if cols >= T { !0 } else { (1u16 << cols) - 1 };

@@ -931,10 +931,7 @@ mod tests {
                     assert!(ran, "the operands pass the scan");
                     #[cfg(target_arch = "x86_64")]
                     if tiles && batch == 1 && super::super::amx::fits::<super::amx::Bf16>(m, k, n) {
-                        assert!(
-                            super::super::amx::tiled() > before,
-                            "{m}×{k}×{n} on tiles"
-                        );
+                        assert!(super::super::amx::tiled() > before, "{m}×{k}×{n} on tiles");
                     }
                     let how = format!("{threads} threads, tiles {tiles}");
                     within_bound(&a, &b, &c, (batch, m, k, n), &how);
