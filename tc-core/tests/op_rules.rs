@@ -627,7 +627,7 @@ fn matmul_i32_typing() {
         &reject(&b, y),
         codes::DTYPE_CLASS,
         arg(&b, y, 1),
-        "`matmul_i32` expects a i8 tensor, found dtype f32",
+        "`matmul_i32` expects an i8 tensor, found dtype f32",
         None,
     );
     let mut b = fb();

@@ -20,8 +20,13 @@ impl Checker<'_> {
             let t = self.tensor_arg(&operands[i], inst, i, R_MATMUL_I32)?;
             if t.dtype != Dtype::I8 {
                 self.err(
-                    class_diag(R_MATMUL_I32, inst.arg_span(i), "matmul_i32", "i8", t.dtype)
-                        .help("quantize the operand to i8 first (`cast::<i8>(round(x / scale))`), or use `matmul`"),
+                    Diagnostic::new(
+                        codes::DTYPE_CLASS,
+                        R_MATMUL_I32,
+                        inst.arg_span(i),
+                        format!("`matmul_i32` expects an i8 tensor, found dtype {}", t.dtype),
+                    )
+                    .help("quantize the operand to i8 first (`cast::<i8>(round(x / scale))`), or use `matmul`"),
                 );
                 return None;
             }
