@@ -930,7 +930,10 @@ mod tests {
                     .unwrap();
                     assert!(ran, "the operands pass the scan");
                     #[cfg(target_arch = "x86_64")]
-                    if tiles && batch == 1 && super::super::amx::fits::<super::amx::Bf16>(m, k, n) {
+                    if tiles
+                        && batch == 1
+                        && super::super::amx::fits::<super::super::amx::Bf16>(m, k, n)
+                    {
                         assert!(super::super::amx::tiled() > before, "{m}×{k}×{n} on tiles");
                     }
                     let how = format!("{threads} threads, tiles {tiles}");
