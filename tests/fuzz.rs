@@ -559,3 +559,40 @@ fn a_record_survives_the_worker_protocol() {
     assert_eq!(format!("{got:?}"), format!("{sent:?}"));
     assert_eq!(got.counts, counts);
 }
+
+/// `--matmul-i32` (docs/syntax.md §7b): its programs are generated (a
+/// product of I8 operands with I32 sums in some of them) and run clean in
+/// every JIT mode against the interpreter, bit for bit (exact integers).
+#[test]
+fn matmul_i32_programs_run_clean() {
+    use tc_core::ir::Op;
+    let cfg = GenConfig {
+        matmul_i32: true,
+        real_pct: 0,
+        ..GenConfig::default()
+    };
+    let has = |p: &gen::Program| {
+        std::iter::once(&p.main)
+            .chain(&p.callees)
+            .any(|f| f.body.iter().any(|i| matches!(i.op, Op::MatmulI32(..))))
+    };
+    let seeds: Vec<u64> = (0..400)
+        .filter(|&s| has(&gen::gen_program(s, &cfg)))
+        .collect();
+    assert!(
+        seeds.len() >= 10,
+        "{} programs with matmul_i32",
+        seeds.len()
+    );
+    let mut ran = 0;
+    for &seed in seeds.iter().take(12) {
+        let gen::Prepared::Ready(case) = gen::prepare(seed, &cfg, BUDGET) else {
+            continue;
+        };
+        let res = gen::run_case(&case, &gen::shared_cache(), &cfg);
+        let keys: Vec<&str> = res.failures.iter().map(|f| f.key.as_str()).collect();
+        assert!(res.failures.is_empty(), "seed {seed}: {keys:?}");
+        ran += 1;
+    }
+    assert!(ran >= 6, "{ran} matmul_i32 programs ran");
+}

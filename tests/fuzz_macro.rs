@@ -18,6 +18,7 @@ fn cfg() -> gen::GenConfig {
     let mut c = gen::GenConfig::default();
     c.real_pct = 0;
     c.dim_params = true;
+    c.matmul_i32 = true;
     c
 }
 

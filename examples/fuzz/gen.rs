@@ -264,6 +264,10 @@ pub struct GenConfig {
     /// default, as it changes the programs of pinned seeds
     /// (`tests/fuzz.rs`'s `KNOWN`); the macro fuzzer turns it on.
     pub dim_params: bool,
+    /// `matmul_i32` (`--matmul-i32`, docs/syntax.md §7b): one product in
+    /// four has I8 operands and I32 sums. Off by default for the same
+    /// reason as `dim_params`.
+    pub matmul_i32: bool,
 }
 
 impl Default for GenConfig {
@@ -276,6 +280,7 @@ impl Default for GenConfig {
             all_modes_one_in: 8,
             real_pct: 20,
             dim_params: false,
+            matmul_i32: false,
         }
     }
 }
@@ -985,7 +990,7 @@ impl<'a> Body<'a> {
         };
         let mut shape = x.shape[..n - 1].to_vec();
         shape.push(y.shape[n - 1].clone());
-        if self.rng.one_in(4) {
+        if self.cfg.matmul_i32 && self.rng.one_in(4) {
             // docs/syntax.md §7b: I8 operands (extremes included: casts
             // saturate), exact I32 sums.
             let (x, y) = (self.cast_to(x, Dtype::I8), self.cast_to(y, Dtype::I8));

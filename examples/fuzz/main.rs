@@ -22,7 +22,9 @@
 //! runs all six), `--all-modes N` (that 8; 0: never), `--real PCT` (or
 //! `TC_FUZZ_REAL`: percent of the non-llama programs in the real-sizes
 //! class, default 20; 0: none), `--dim-params` (callees and `f` take
-//! `Dim![…]` parameters, callers pass dims: `GenConfig::dim_params`), `--isolate` (cases run in child processes: a crash is recorded with its
+//! `Dim![…]` parameters, callers pass dims: `GenConfig::dim_params`),
+//! `--matmul-i32` (one product in four a `matmul_i32`:
+//! `GenConfig::matmul_i32`), `--isolate` (cases run in child processes: a crash is recorded with its
 //! seed and the run goes on), `--jobs N` (with `--isolate`: N workers), `--trace` (print each seed before running it).
 mod gen;
 
@@ -94,6 +96,10 @@ fn parse() -> Result<Opts, String> {
             }
             "--dim-params" => {
                 o.cfg.dim_params = true;
+                o.passthrough.push(a.clone());
+            }
+            "--matmul-i32" => {
+                o.cfg.matmul_i32 = true;
                 o.passthrough.push(a.clone());
             }
             "--real" => {

@@ -27,6 +27,7 @@ pub fn config() -> GenConfig {
     let mut c = GenConfig::default();
     c.real_pct = 0;
     c.dim_params = true;
+    c.matmul_i32 = true;
     c
 }
 
