@@ -120,6 +120,7 @@ fn worker() {
             }
         };
         if let Some(f) = job.upgrade() {
+            renew_exit_handler();
             // A failure (or a panic) leaves the quick code in place: the
             // same bits; `busy` is cleared either way.
             let up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.tier_up()));
@@ -131,6 +132,29 @@ fn worker() {
         CHANGED.notify_all();
     }
 }
+
+/// Times [`renew_exit_handler`] registered [`at_exit`] again.
+static RENEWED: AtomicU64 = AtomicU64::new(0);
+
+/// Register [`at_exit`] again, for the first [`RENEW_MAX`] tier-ups. Exit
+/// runs its handlers in the reverse order of their registration, C++
+/// destructors of static objects included: an object LLVM first built
+/// during a compile after [`start`] registered `at_exit` was destroyed
+/// before `at_exit` ran, while the tier-up in flight could still use it
+/// (a test binary's exit: "LLVM ERROR: Cannot select" once in a few
+/// runs). Registered again before each of the first tier-ups, `at_exit`
+/// runs before the objects of every earlier compile; LLVM builds its lazy
+/// objects in its first compiles, so a bounded number of registrations
+/// covers them (each takes a slot of the C library's list for good).
+fn renew_exit_handler() {
+    if RENEWED.fetch_add(1, Ordering::Relaxed) < RENEW_MAX {
+        // SAFETY: as in `start`.
+        unsafe { libc::atexit(at_exit) };
+    }
+}
+
+/// How many tier-ups register [`at_exit`] again.
+const RENEW_MAX: u64 = 64;
 
 extern "C" fn at_exit() {
     let mut q = queue();

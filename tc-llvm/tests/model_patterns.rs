@@ -158,15 +158,23 @@ fn assert_det_bits_else_close(what: &str, f: &Function, args: &[Arg], rtol: f32,
     }
 }
 
-/// Narrow-float products whose broadcast operand does not fold into one
-/// product: A broadcast over the batch against per-item B, and B
-/// broadcast along its rows from `[1, N]`. Both are read in place as
-/// views and copied in order before the product (`gather_contiguous`):
-/// the interpreter's bits in the deterministic mode, within the bound
-/// otherwise, in every narrow float dtype.
+/// Narrow-float and I8 products (`matmul`, and `matmul_i32`: docs/syntax.md
+/// §7b) whose broadcast operand does not fold into one product: A
+/// broadcast over the batch against per-item B, and B broadcast along its
+/// rows from `[1, N]`. Both are read in place as views and copied in
+/// order before the product (`gather_contiguous`): the interpreter's bits
+/// in the deterministic mode (and in every mode for the integers), within
+/// the bound otherwise, in every narrow float dtype.
 #[test]
-fn narrow_float_broadcast_views_that_do_not_fold() {
-    for dt in [Dtype::BF16, Dtype::F16, Dtype::F8E4M3] {
+fn narrow_broadcast_views_that_do_not_fold() {
+    for (dt, wide) in [
+        (Dtype::BF16, false),
+        (Dtype::F16, false),
+        (Dtype::F8E4M3, false),
+        (Dtype::I8, false),
+        (Dtype::I8, true),
+    ] {
+        let out_dt = if wide { Dtype::I32 } else { dt };
         for a_broadcast in [true, false] {
             let mut b = builder("views");
             let (x, y) = if a_broadcast {
@@ -178,8 +186,12 @@ fn narrow_float_broadcast_views_that_do_not_fold() {
                 let y = b.param("y", tt(dt, &["1", "N"]));
                 (x, b.op(Op::Broadcast(dims(&["B", "K", "N"]), y)))
             };
-            b.returns(tt(dt, &["B", "M", "N"]));
-            let r = b.op(Op::Matmul(x, y));
+            b.returns(tt(out_dt, &["B", "M", "N"]));
+            let r = b.op(if wide {
+                Op::MatmulI32(x, y)
+            } else {
+                Op::Matmul(x, y)
+            });
             let f = b.finish(r);
             let mut rng = Rng(17);
             for (bn, m, k, n) in [(2, 3, 5, 7), (3, 17, 40, 33)] {
@@ -192,10 +204,19 @@ fn narrow_float_broadcast_views_that_do_not_fold() {
                     random(&mut rng, dt, &xs, false).into(),
                     random(&mut rng, dt, &ys, false).into(),
                 ];
-                let what = format!("{dt} {bn}x{m}x{k}x{n} (A broadcast {a_broadcast})");
+                let what =
+                    format!("{dt} {bn}x{m}x{k}x{n} (A broadcast {a_broadcast}, wide {wide})");
                 // One rounding into the narrow dtype on each side: up to a
                 // spacing of the widest, F8E4M3's 2⁻³.
-                assert_det_bits_else_close(&what, &f, &args, 0.25, mm_tol(k));
+                if dt.is_int() {
+                    // Exact integers: the interpreter's bits in every mode.
+                    let want = interp(&f, &args).unwrap();
+                    for opts in [DET, JitOptions::default()] {
+                        assert_bits(&what, &jit(&f, &args, opts), &want, false);
+                    }
+                } else {
+                    assert_det_bits_else_close(&what, &f, &args, 0.25, mm_tol(k));
+                }
             }
         }
     }

@@ -1736,12 +1736,14 @@ pub unsafe fn matmul_strided(
             // of `matmul`, given by this function's.
             return unsafe { matmul(dt, a, b, out, sa, sb, ctx) };
         }
-        if !dt.is_float() {
+        if !dt.bits().is_multiple_of(8) {
             return Err(Error::Unsupported(format!("strided matmul at {dt}")));
         }
-        // Any other view of a narrow float: its elements copied in order.
+        // Any other view of a narrow float or an int (the planner reads
+        // I8 broadcasts in place, `plan::matmul_view_ok`): its elements
+        // copied in order.
         // SAFETY: every element the strides address is readable (the
-        // contract); a float dtype's element is whole bytes.
+        // contract); the dtype's element is whole bytes (just checked).
         let (a2, b2) = unsafe {
             (
                 gather_contiguous(a, sa, st_a, dt.bits() as usize / 8)?,

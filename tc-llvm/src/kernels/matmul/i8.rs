@@ -9,7 +9,7 @@
 #[cfg(target_arch = "x86_64")]
 use rayon::prelude::*;
 
-use super::{contiguous_strides, folds, strided_dims, ExecCtx, PackCache};
+use super::{contiguous_strides, folds, gather_contiguous, strided_dims, ExecCtx, PackCache};
 #[cfg(target_arch = "x86_64")]
 use super::{Lookup, PackedB, ViewKey};
 use crate::options::Error;
@@ -19,8 +19,9 @@ use crate::options::Error;
 /// layer's form (`x: [p…, M, K]` row-major against one `[K, N]` weight
 /// broadcast over the batch) is one `(p·M) × K` product, on tiles where
 /// they fit, its B packing kept in `b_cache`; contiguous operands run
-/// batched; any other view is an error (the planner reads only these in
-/// place, `plan::matmul_view_ok`).
+/// batched; any other view (an I8 broadcast that does not fold, which the
+/// planner reads in place: `plan::matmul_view_ok`) is copied in order
+/// first.
 ///
 /// # Safety
 /// Every element the views address must be readable; `out` must be valid
@@ -66,9 +67,28 @@ pub unsafe fn matmul_i32_strided(
         // SAFETY: contiguous operands of shapes `sa`, `sb` (the contract).
         return unsafe { crate::kernels::matmul_int::matmul_int_wide(a, b, out, sa, sb, ctx) };
     }
-    Err(Error::Unsupported(format!(
-        "matmul_i32 of views with strides {st_a:?} and {st_b:?}"
-    )))
+    // Any other view (a broadcast that does not fold, a transpose): its
+    // elements copied in order.
+    // SAFETY: every element the strides address is readable (the
+    // contract), one byte each.
+    let (a2, b2) = unsafe {
+        (
+            gather_contiguous(a, sa, st_a, 1)?,
+            gather_contiguous(b, sb, st_b, 1)?,
+        )
+    };
+    // SAFETY: the copies are contiguous operands of shapes `sa`, `sb`, the
+    // output as this function's contract.
+    unsafe {
+        crate::kernels::matmul_int::matmul_int_wide(
+            a2.as_ptr().cast(),
+            b2.as_ptr().cast(),
+            out,
+            sa,
+            sb,
+            ctx,
+        )
+    }
 }
 
 /// Columns of a packed panel (two C tiles).
