@@ -112,6 +112,7 @@ pub(super) trait TileOp {
     /// # Safety
     /// [`CONFIG`] loaded; `a0` (and `a1` with `two`) readable for 16 rows
     /// of 64 bytes, `b` for 16 rows of 128.
+    // SAFETY: (contract) met by `group`, its only caller.
     unsafe fn step(two: bool, a0: *const u8, a1: *const u8, b: *const f32);
     /// Rows `r0..r0 + rows` (at most 32) and columns `j0..j0 + 32` (those
     /// below `n`) of the output from `c`'s tiles: each row's 32 columns
@@ -121,6 +122,7 @@ pub(super) trait TileOp {
     /// `out` must be valid for writes of those elements of an
     /// `n`-column row-major matrix, referenced by nothing else; the CPU
     /// has AVX-512 F and BW.
+    // SAFETY: (contract) met by `matmul`, its only caller.
     unsafe fn write(c: &CTiles, out: *mut Self::Out, rows: (usize, usize), cols: (usize, usize));
 }
 
