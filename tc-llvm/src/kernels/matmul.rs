@@ -1695,21 +1695,11 @@ pub unsafe fn matmul_strided(
         return Ok(());
     }
     if dt != Dtype::F32 {
-        let r = sa.len();
-        // A linear layer's form, `x: [p…, M, K] · broadcast(w: [K, N])`:
-        // one `(p·M) × K` product against `w`'s one copy, which the
-        // narrow-float paths then widen or pack once instead of per item.
-        let row_major = |st: &[isize], cols: usize| st[r - 1] == 1 && st[r - 2] == cols as isize;
-        if row_major(st_a, sa[r - 1]) && row_major(st_b, n) {
-            if folds(sa, sb, st_a, st_b) {
-                let (k, rows) = (sa[r - 1], batch * m);
-                // A is one contiguous `(batch·m) × k` matrix (its rows
-                // contiguous, its batch dims stepping by whole row blocks:
-                // `folds`), B's first item a contiguous `k × n` one, the
-                // output `batch·m·n` contiguous elements.
-                // SAFETY: so the operands hold `rows·k` and `k·n` BF16
-                // elements and the output `rows·n` (counts checked by
-                // `strided_dims`).
+        match narrow_layout(sa, sb, st_a, st_b) {
+            Narrow::Folded { rows, k } => {
+                // SAFETY: the operands hold `rows·k` and `k·n` BF16
+                // elements and the output `rows·n` (`Narrow::Folded`;
+                // counts checked by `strided_dims`).
                 if dt == Dtype::BF16
                     && unsafe {
                         bf16::try_matmul(
@@ -1729,27 +1719,17 @@ pub unsafe fn matmul_strided(
                 // function's (as just said).
                 return unsafe { matmul(dt, a, b, out, &[rows, k], &[k, n], ctx) };
             }
-        }
-        let (ca, cb) = (contiguous_strides(sa), contiguous_strides(sb));
-        if st_a == ca.as_slice() && st_b == cb.as_slice() {
             // SAFETY: contiguous operands of shapes `sa`, `sb`: the contract
             // of `matmul`, given by this function's.
-            return unsafe { matmul(dt, a, b, out, sa, sb, ctx) };
+            Narrow::Contiguous => return unsafe { matmul(dt, a, b, out, sa, sb, ctx) },
+            Narrow::Other => {}
         }
         if !dt.bits().is_multiple_of(8) {
             return Err(Error::Unsupported(format!("strided matmul at {dt}")));
         }
-        // Any other view of a narrow float or an int (the planner reads
-        // I8 broadcasts in place, `plan::matmul_view_ok`): its elements
-        // copied in order.
         // SAFETY: every element the strides address is readable (the
         // contract); the dtype's element is whole bytes (just checked).
-        let (a2, b2) = unsafe {
-            (
-                gather_contiguous(a, sa, st_a, dt.bits() as usize / 8)?,
-                gather_contiguous(b, sb, st_b, dt.bits() as usize / 8)?,
-            )
-        };
+        let (a2, b2) = unsafe { gathered((a, sa, st_a), (b, sb, st_b), dt.bits() as usize / 8)? };
         // SAFETY: the copies are contiguous operands of shapes `sa`, `sb`
         // (8-byte aligned words), the output as this function's contract.
         return unsafe { matmul(dt, a2.as_ptr().cast(), b2.as_ptr().cast(), out, sa, sb, ctx) };
@@ -1768,6 +1748,58 @@ pub unsafe fn matmul_strided(
     Ok(())
 }
 
+/// How a product other than F32's reads its operand views.
+pub(super) enum Narrow {
+    /// A linear layer's form, `x: [p…, M, K] · broadcast(w: [K, N])`: A
+    /// one contiguous `rows × k` matrix (its rows contiguous, its batch
+    /// dims stepping by whole row blocks: `folds`), B's first item a
+    /// contiguous `k × n` one, the output `rows·n` contiguous elements;
+    /// one product against `w`'s one copy, which the narrow paths widen
+    /// or pack once instead of per item.
+    Folded { rows: usize, k: usize },
+    /// Both operands contiguous in their own shapes.
+    Contiguous,
+    /// Any other view (a broadcast that does not fold, a transpose): its
+    /// elements copied in order first ([`gathered`]).
+    Other,
+}
+
+/// [`Narrow`] for operands of shapes `sa`, `sb` and strides `st_a`,
+/// `st_b` (a matmul's, as `strided_dims` checked them).
+pub(super) fn narrow_layout(sa: &[usize], sb: &[usize], st_a: &[isize], st_b: &[isize]) -> Narrow {
+    let r = sa.len();
+    let (k, n) = (sa[r - 1], sb[r - 1]);
+    let row_major = |st: &[isize], cols: usize| st[r - 1] == 1 && st[r - 2] == cols as isize;
+    if row_major(st_a, k) && row_major(st_b, n) && folds(sa, sb, st_a, st_b) {
+        let rows = sa[..r - 1].iter().product();
+        return Narrow::Folded { rows, k };
+    }
+    if st_a == contiguous_strides(sa).as_slice() && st_b == contiguous_strides(sb).as_slice() {
+        return Narrow::Contiguous;
+    }
+    Narrow::Other
+}
+
+/// Both operands (pointer, shape, strides) copied in order into
+/// contiguous words ([`gather_contiguous`], `size` bytes per element).
+///
+/// # Safety
+/// As [`gather_contiguous`], for each operand.
+// SAFETY: (contract) met by `matmul_strided` and `i8::matmul_i32_strided`.
+pub(super) unsafe fn gathered(
+    (a, sa, st_a): (*const u8, &[usize], &[isize]),
+    (b, sb, st_b): (*const u8, &[usize], &[isize]),
+    size: usize,
+) -> Result<(Vec<u64>, Vec<u64>), Error> {
+    // SAFETY: the contract.
+    unsafe {
+        Ok((
+            gather_contiguous(a, sa, st_a, size)?,
+            gather_contiguous(b, sb, st_b, size)?,
+        ))
+    }
+}
+
 /// The operand of `shape` at `ptr` read through element strides `st`,
 /// copied in row-major order into 8-byte aligned words (`size` bytes per
 /// element).
@@ -1776,7 +1808,7 @@ pub unsafe fn matmul_strided(
 /// Every element `Σ idx[d]·st[d]` of the shape must be readable at `ptr`
 /// (`size` bytes each); the element count must fit (`matmul_dims`
 /// checked it).
-// SAFETY: (contract) met by `matmul_strided`, its only caller.
+// SAFETY: (contract) met by `gathered`, its only caller.
 unsafe fn gather_contiguous(
     ptr: *const u8,
     shape: &[usize],
@@ -2157,20 +2189,32 @@ unsafe fn packed_b(
     (k, n): (usize, usize),
     ctx: &ExecCtx,
 ) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
-    let key = ViewKey::of(b, k, n);
-    match cache.get(&key) {
-        Lookup::Hit(p) if p.is_f32() => Ok(Some(p)),
-        Lookup::Hit(_) => Ok(None),
-        Lookup::Skip => Ok(None),
+    // Packed on the pool where the call may split.
+    let par = ctx.threads != 1 && rayon::current_num_threads() > 1;
+    // SAFETY: the contract.
+    kept_packing(cache, ViewKey::of(b, k, n), PackedB::is_f32, || unsafe {
+        PackedB::pack(b, k, n, par)
+    })
+}
+
+/// The packing `cache` keeps for `key`, if `fits` takes it (a packing of
+/// this path's layout), or `pack`'s, kept, when the cache asks for one;
+/// `None` to pack per call. One rule for every path's kept weights.
+fn kept_packing(
+    cache: &dyn PackCache,
+    key: ViewKey,
+    fits: fn(&PackedB) -> bool,
+    pack: impl FnOnce() -> Result<PackedB, Error>,
+) -> Result<Option<std::sync::Arc<PackedB>>, Error> {
+    Ok(match cache.get(&key) {
+        Lookup::Hit(p) => fits(&p).then_some(p),
+        Lookup::Skip => None,
         Lookup::Pack => {
-            // Packed on the pool where the call may split.
-            let par = ctx.threads != 1 && rayon::current_num_threads() > 1;
-            // SAFETY: the contract.
-            let p = std::sync::Arc::new(unsafe { PackedB::pack(b, k, n, par)? });
+            let p = std::sync::Arc::new(pack()?);
             cache.put(key, p.clone());
-            Ok(Some(p))
+            Some(p)
         }
-    }
+    })
 }
 
 /// Widen `len` elements of a narrow float dtype's storage at `ptr` to f32

@@ -41,7 +41,7 @@ use crate::kernels::gemm_common::{
 use crate::llvm_ir::{Decl, Ty};
 use crate::options::Error;
 
-use super::{Lookup, PackCache, PackedB, ViewKey};
+use super::{PackCache, PackedB, ViewKey};
 
 /// Rows of the register tile (the f32 kernel's: 28 accumulators, two B
 /// vectors and a broadcast of A in 32 registers).
@@ -433,16 +433,13 @@ unsafe fn kept(
         k,
         n,
     };
-    Ok(match cache.get(&key) {
-        Lookup::Hit(p) => p.pairs.is_some().then_some(p),
-        Lookup::Skip => None,
-        Lookup::Pack => {
-            // SAFETY: the contract.
-            let p = std::sync::Arc::new(unsafe { pack_kept(b, (k, n), par)? });
-            cache.put(key, p.clone());
-            Some(p)
-        }
-    })
+    // SAFETY: the contract.
+    super::kept_packing(
+        cache,
+        key,
+        |p| p.pairs.is_some(),
+        || unsafe { pack_kept(b, (k, n), par) },
+    )
 }
 
 /// Pack k `pc..pc + kc` × columns `col0..col0 + nr` (zero past `n`) of

@@ -9,9 +9,9 @@
 #[cfg(target_arch = "x86_64")]
 use rayon::prelude::*;
 
-use super::{contiguous_strides, folds, gather_contiguous, strided_dims, ExecCtx, PackCache};
+use super::{gathered, narrow_layout, strided_dims, ExecCtx, Narrow, PackCache};
 #[cfg(target_arch = "x86_64")]
-use super::{Lookup, PackedB, ViewKey};
+use super::{PackedB, ViewKey};
 use crate::options::Error;
 
 /// The product of the I8 views `a` and `b` (shapes `sa`, `sb`, element
@@ -45,49 +45,29 @@ pub unsafe fn matmul_i32_strided(
     if batch * m * n == 0 {
         return Ok(());
     }
-    let r = sa.len();
-    let k = sa[r - 1];
-    let row_major = |st: &[isize], cols: usize| st[r - 1] == 1 && st[r - 2] == cols as isize;
-    if row_major(st_a, k) && row_major(st_b, n) && folds(sa, sb, st_a, st_b) {
-        let rows = batch * m;
-        #[cfg(target_arch = "x86_64")]
-        if super::amx::available_i8() && super::amx::fits::<super::amx::I8>(rows, k, n) {
-            // SAFETY: A is one contiguous `rows × k` matrix, B's first item
-            // a contiguous `k × n` one (`folds`, `row_major`), the output
-            // `rows·n` I32s (the contract).
-            unsafe { tiled(a, b, out.cast(), (rows, k, n), ctx, b_cache)? };
-            return Ok(());
+    let wide = crate::kernels::matmul_int::matmul_int_wide;
+    match narrow_layout(sa, sb, st_a, st_b) {
+        Narrow::Folded { rows, k } => {
+            #[cfg(target_arch = "x86_64")]
+            if super::amx::available_i8() && super::amx::fits::<super::amx::I8>(rows, k, n) {
+                // SAFETY: A is one contiguous `rows × k` matrix, B's first
+                // item a contiguous `k × n` one, the output `rows·n` I32s
+                // (`Narrow::Folded`, the contract).
+                return unsafe { tiled(a, b, out.cast(), (rows, k, n), ctx, b_cache) };
+            }
+            // SAFETY: as just above, the contract of `matmul_int_wide`.
+            unsafe { wide(a, b, out, &[rows, k], &[k, n], ctx) }
         }
-        // SAFETY: as just above, the contract of `matmul_int_wide`.
-        return unsafe {
-            crate::kernels::matmul_int::matmul_int_wide(a, b, out, &[rows, k], &[k, n], ctx)
-        };
-    }
-    if st_a == contiguous_strides(sa).as_slice() && st_b == contiguous_strides(sb).as_slice() {
         // SAFETY: contiguous operands of shapes `sa`, `sb` (the contract).
-        return unsafe { crate::kernels::matmul_int::matmul_int_wide(a, b, out, sa, sb, ctx) };
-    }
-    // Any other view (a broadcast that does not fold, a transpose): its
-    // elements copied in order.
-    // SAFETY: every element the strides address is readable (the
-    // contract), one byte each.
-    let (a2, b2) = unsafe {
-        (
-            gather_contiguous(a, sa, st_a, 1)?,
-            gather_contiguous(b, sb, st_b, 1)?,
-        )
-    };
-    // SAFETY: the copies are contiguous operands of shapes `sa`, `sb`, the
-    // output as this function's contract.
-    unsafe {
-        crate::kernels::matmul_int::matmul_int_wide(
-            a2.as_ptr().cast(),
-            b2.as_ptr().cast(),
-            out,
-            sa,
-            sb,
-            ctx,
-        )
+        Narrow::Contiguous => unsafe { wide(a, b, out, sa, sb, ctx) },
+        Narrow::Other => {
+            // SAFETY: every element the strides address is readable (the
+            // contract), one byte each.
+            let (a2, b2) = unsafe { gathered((a, sa, st_a), (b, sb, st_b), 1)? };
+            // SAFETY: the copies are contiguous operands of shapes `sa`,
+            // `sb`, the output as this function's contract.
+            unsafe { wide(a2.as_ptr().cast(), b2.as_ptr().cast(), out, sa, sb, ctx) }
+        }
     }
 }
 
@@ -123,16 +103,12 @@ unsafe fn tiled(
         k,
         n,
     };
-    // SAFETY: B's `k·n` bytes (the contract).
+    // SAFETY: B's `k·n` bytes (the contract). A `Copy` closure: used
+    // here or given to the cache.
     let pack = || unsafe { pack_quads(b, (k, n), par) };
-    let kept = match b_cache.map(|c| (c, c.get(&key))) {
-        Some((_, Lookup::Hit(p))) if p.quads => Some(p),
-        Some((c, Lookup::Pack)) => {
-            let p = std::sync::Arc::new(pack()?);
-            c.put(key, p.clone());
-            Some(p)
-        }
-        _ => None,
+    let kept = match b_cache {
+        Some(cache) => super::kept_packing(cache, key, |p| p.quads, pack)?,
+        None => None,
     };
     let own;
     let pb = match kept.as_deref() {
