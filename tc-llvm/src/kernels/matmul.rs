@@ -2192,9 +2192,8 @@ unsafe fn packed_b(
     // Packed on the pool where the call may split.
     let par = ctx.threads != 1 && rayon::current_num_threads() > 1;
     // SAFETY: the contract.
-    kept_packing(cache, ViewKey::of(b, k, n), PackedB::is_f32, || unsafe {
-        PackedB::pack(b, k, n, par)
-    })
+    let pack = || unsafe { PackedB::pack(b, k, n, par) };
+    kept_packing(cache, ViewKey::of(b, k, n), PackedB::is_f32, pack)
 }
 
 /// The packing `cache` keeps for `key`, if `fits` takes it (a packing of

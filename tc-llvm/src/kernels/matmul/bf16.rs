@@ -434,12 +434,8 @@ unsafe fn kept(
         n,
     };
     // SAFETY: the contract.
-    super::kept_packing(
-        cache,
-        key,
-        |p| p.pairs.is_some(),
-        || unsafe { pack_kept(b, (k, n), par) },
-    )
+    let pack = || unsafe { pack_kept(b, (k, n), par) };
+    super::kept_packing(cache, key, |p| p.pairs.is_some(), pack)
 }
 
 /// Pack k `pc..pc + kc` × columns `col0..col0 + nr` (zero past `n`) of
