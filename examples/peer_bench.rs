@@ -5,16 +5,18 @@
 //! - `minilm`: all-MiniLM-L6-v2 on the workloads of
 //!   `benches/peers/ort_bench.py`, same token ids; the values are the first
 //!   of the first embedding;
-//! - `minilm-int8`: the same with int8 products (`Precision::Int8`: Q8_0
-//!   weights quantized at load, activations quantized per 32-block),
-//!   reported as system `tc-int8`;
+//! - `minilm-int8`: the same with int8 products (`Precision::Int8`: i8
+//!   weights with a scale per output column, activations quantized per
+//!   row, outlier channels in F32), reported as system `tc-int8`;
+//! - `minilm-q8_0`: the same with `Q8_0` products (`Precision::Q8_0`:
+//!   weights and activations in 32-element blocks), system `tc-q8_0`;
 //! - `minilm-bf16`: the same with BF16 products (`Precision::Bf16`),
 //!   reported as system `tc-bf16`;
 //! - `gpt2-block`: block 0 of `models/gpt2-seed0` (`examples/gpt2_block`)
 //!   on the inputs of `benches/peers/gpt2_block.py`; the values are the
 //!   first four of the first and of the last token.
 //!
-//! `cargo run --release --example peer_bench -- REPS [minilm|minilm-int8|minilm-bf16|gpt2-block]`
+//! `cargo run --release --example peer_bench -- REPS [minilm|minilm-int8|minilm-q8_0|minilm-bf16|gpt2-block]`
 //! (default: `TC_PEER_MODEL`, else `minilm`; threads: the rayon pool,
 //! `RAYON_NUM_THREADS`).
 
@@ -80,6 +82,7 @@ fn minilm(reps: usize, precision: Precision) -> Result<(), BoxError> {
     let system = match precision {
         Precision::F32 => "tc",
         Precision::Int8 => "tc-int8",
+        Precision::Q8_0 => "tc-q8_0",
         Precision::Bf16 => "tc-bf16",
     };
     let m = MiniLm::load_with(&model_dir()?, precision)?;
@@ -131,10 +134,11 @@ fn main() -> Result<(), BoxError> {
     match model.as_deref().unwrap_or("minilm") {
         "minilm" => minilm(reps, Precision::F32),
         "minilm-int8" => minilm(reps, Precision::Int8),
+        "minilm-q8_0" => minilm(reps, Precision::Q8_0),
         "minilm-bf16" => minilm(reps, Precision::Bf16),
         "gpt2-block" => gpt2(reps),
         other => Err(format!(
-            "unknown model `{other}` (minilm, minilm-int8, minilm-bf16, gpt2-block)"
+            "unknown model `{other}` (minilm, minilm-int8, minilm-q8_0, minilm-bf16, gpt2-block)"
         )
         .into()),
     }

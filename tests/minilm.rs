@@ -181,9 +181,24 @@ fn corpus_within_cosine_0_999_of_f32(p: Precision) {
     );
 }
 
+/// The int8 products on AMX-INT8 tiles where the CPU has them (counted),
+/// else on the integer GEMM: the bound holds either way.
 #[test]
 fn int8_embeddings_stay_within_cosine_0_999_of_f32() {
+    #[cfg(target_arch = "x86_64")]
+    let before = tc::llvm::kernels::matmul::i8_tiled();
     corpus_within_cosine_0_999_of_f32(Precision::Int8);
+    #[cfg(target_arch = "x86_64")]
+    if tc::llvm::kernels::matmul::i8_amx_available() {
+        // 15 batches × 6 layers × 4 products, at least (other tests add).
+        let ran = tc::llvm::kernels::matmul::i8_tiled() - before;
+        assert!(ran >= 15 * 6 * 4, "{ran} products on AMX-INT8 tiles");
+    }
+}
+
+#[test]
+fn q8_0_embeddings_stay_within_cosine_0_999_of_f32() {
+    corpus_within_cosine_0_999_of_f32(Precision::Q8_0);
 }
 
 /// The BF16 products run on AMX tiles or `vdpbf16ps` where the CPU has
@@ -200,25 +215,33 @@ fn bf16_embeddings_stay_within_cosine_0_999_of_f32() {
     }
 }
 
-/// The int8 and BF16 models' similarities are sentence-transformers'
-/// within 1e-2, and the reference's paraphrase orderings hold.
+/// The int8, `Q8_0` and BF16 models' similarities are
+/// sentence-transformers' within 1e-2, and the reference's paraphrase
+/// orderings hold.
 #[test]
 fn int8_and_bf16_similarities_match_sentence_transformers() {
     let r = reference();
     let refs: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
-    for p in [Precision::Int8, Precision::Bf16] {
+    for p in [Precision::Int8, Precision::Q8_0, Precision::Bf16] {
         let emb = load_at(p).embed(&refs).unwrap();
         similarities_match(&emb, &r, 1e-2);
     }
 }
 
-/// The BF16 model on the JIT against the interpreter, which computes
-/// each BF16 product in order from the same rounded operands (Section 2
-/// §3): the products differ only in their order, within the bound the
-/// JIT states, so the embeddings agree closely.
+/// The BF16 and int8 models on the JIT against the interpreter, which
+/// computes each BF16 product in order from the same rounded operands
+/// (Section 2 §3) and each int8 product's exact integer sums (§7b) from
+/// the same quantized rows: the F32 products differ only in their order,
+/// within the bound the JIT states, so the embeddings agree closely.
 #[test]
-fn bf16_jit_and_interpreter_agree() {
-    let m = load_at(Precision::Bf16);
+fn bf16_and_int8_jit_and_interpreter_agree() {
+    for p in [Precision::Bf16, Precision::Int8] {
+        jit_and_interpreter_agree(p);
+    }
+}
+
+fn jit_and_interpreter_agree(p: Precision) {
+    let m = load_at(p);
     let batch = m
         .tokenize(&["A man is eating a piece of bread.", "Hello there."])
         .unwrap();
@@ -232,19 +255,19 @@ fn bf16_jit_and_interpreter_agree() {
             &jit[s * 384..(s + 1) * 384],
             &reference[s * 384..(s + 1) * 384],
         ));
-        assert!(c > 0.9999, "sentence {s}: cosine {c}");
+        assert!(c > 0.9999, "{p:?}, sentence {s}: cosine {c}");
     }
 }
 
-/// The interpreter computes the int8 layers' reference (Section 2 §18:
+/// The interpreter computes the `Q8_0` layers' reference (Section 2 §18:
 /// `qmatmul` is the product with the dequantized weight, in F32); the
 /// JIT's fast numerics quantize the activations too, within the bound
 /// `tc_quant::quant` states per element: end to end the embedding stays
 /// within cosine 0.999 of the reference, and differs from it (the fast
 /// numerics really ran, through `tc::session`'s hop onto the pool).
 #[test]
-fn int8_jit_stays_close_to_the_interpreters_reference() {
-    let m = load_at(Precision::Int8);
+fn q8_0_jit_stays_close_to_the_interpreters_reference() {
+    let m = load_at(Precision::Q8_0);
     let batch = m.tokenize(&["A man is eating a piece of bread."]).unwrap();
     let jit: Vec<f32> = m.embed_batch(&batch).unwrap().to_vec().unwrap();
     let reference: Vec<f32> = tc::with_backend(tc::Backend::Interpreter, || m.embed_batch(&batch))

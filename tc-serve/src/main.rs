@@ -46,10 +46,14 @@ enum Numerics {
 enum EmbeddingPrecision {
     /// The file's f32 weights.
     F32,
-    /// Products with int8 weights (Q8_0, quantized at load) and 8-bit
-    /// activations: faster, embeddings within cosine 0.999 of f32
-    /// (docs/models.md).
+    /// Int8 products (weights quantized at load with a scale per output
+    /// column, activations per row, 16 outlier channels per product in
+    /// f32): embeddings within cosine 0.999 of f32 (docs/models.md).
     Int8,
+    /// Products in ggml's Q8_0 blocks (weights and activations with a
+    /// scale per 32 values): embeddings within cosine 0.999 of f32.
+    #[value(name = "q8_0")]
+    Q80,
     /// Products with BF16 weights and activations, F32 accumulation
     /// (AVX512-BF16 where the CPU has it): embeddings within cosine 0.999
     /// of f32 (docs/models.md).
@@ -346,6 +350,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let precision = match args.embedding_precision {
                 EmbeddingPrecision::F32 => Precision::F32,
                 EmbeddingPrecision::Int8 => Precision::Int8,
+                EmbeddingPrecision::Q80 => Precision::Q8_0,
                 EmbeddingPrecision::Bf16 => Precision::Bf16,
             };
             let model = MiniLm::load_with(dir, precision).map_err(|e| e.to_string())?;
