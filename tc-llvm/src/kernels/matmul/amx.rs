@@ -99,6 +99,10 @@ static CONFIG: Config = Config::new(&[(16, 64); 8]);
 pub(super) trait TileOp {
     /// Bytes of one element of A and B.
     const SIZE: usize;
+    /// Whether this op's packing of B pads k to whole tile rows with zero
+    /// rows ([`packed_k`]), so that any k runs on tiles; otherwise k must
+    /// fill whole tile rows itself ([`fits`]).
+    const PADS_K: bool;
     /// The output's element.
     type Out: Copy;
     /// Whether `b` is a packing of this op's slots.
@@ -185,10 +189,18 @@ pub fn set_enabled(on: bool) {
 /// against 26–27).
 const MIN_ROWS: usize = 2;
 
-/// Whether an `m × k × n` product of `O` runs here: `k` whole tiles, and
-/// at least [`MIN_ROWS`] rows.
+/// Whether an `m × k × n` product of `O` runs here: `k` whole tile rows
+/// (or an op whose packing pads k, [`TileOp::PADS_K`]), and at least
+/// [`MIN_ROWS`] rows.
 pub(super) fn fits<O: TileOp>(m: usize, k: usize, _n: usize) -> bool {
-    k > 0 && (k * O::SIZE).is_multiple_of(ROW_BYTES) && m >= MIN_ROWS
+    k > 0 && (O::PADS_K || (k * O::SIZE).is_multiple_of(ROW_BYTES)) && m >= MIN_ROWS
+}
+
+/// The k an `O` packing of a k-step operand holds: k rounded up to whole
+/// tile rows (64 bytes of each row), the steps past k zero, so that they
+/// add nothing to any sum. `None` if that overflows.
+pub(super) fn packed_k<O: TileOp>(k: usize) -> Option<usize> {
+    k.checked_next_multiple_of(ROW_BYTES / O::SIZE)
 }
 
 /// Four C tiles, 64-byte aligned for `tilestored` (f32 or i32 bits).
@@ -212,13 +224,14 @@ pub(super) unsafe fn matmul<O: TileOp>(
     (m, k, n): (usize, usize, usize),
     par: bool,
 ) -> Result<(), Error> {
-    assert!(O::packs(b) && b.k == k && b.n == n && b.nr == 2 * T);
     let tk = ROW_BYTES / O::SIZE;
+    assert!(O::packs(b) && Some(b.k) == packed_k::<O>(k) && b.n == n && b.nr == 2 * T);
     assert!(fits::<O>(m, k, n) && b.kc.is_multiple_of(tk));
     // A task on the pool costs microseconds; at these rates a product
     // under `PAR_MIN_MACS` is done sooner on the calling thread.
     let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS;
-    let row_bytes = k * O::SIZE;
+    // A's rows as they lie, and as packed: B's k, whole tile rows.
+    let (src_row, row_bytes) = (k * O::SIZE, b.k * O::SIZE);
     let groups = m.div_ceil(2 * T);
     let mut packed = APACK.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let len = (groups * 2 * T)
@@ -228,8 +241,8 @@ pub(super) unsafe fn matmul<O: TileOp>(
         packed = tc_runtime::alloc::filled(len, 0u8)?;
     }
     // SAFETY: A's `m·k` elements (the contract).
-    let a = unsafe { std::slice::from_raw_parts(a, m * row_bytes) };
-    pack_a(a, (m, row_bytes), &mut packed[..len], par);
+    let a = unsafe { std::slice::from_raw_parts(a, m * src_row) };
+    pack_a(a, (m, src_row, row_bytes), &mut packed[..len], par);
     let npanels = n.div_ceil(2 * T);
     let mb = if par {
         shared_rows(m, row_bytes, rayon::current_num_threads())
@@ -305,24 +318,31 @@ thread_local! {
     static APACK: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A (`m` rows of `row_bytes`) packed tile by tile: group `g` of 32
-/// rows, k-tile `t` (64 bytes of each row), is the two A tiles (rows
-/// 0–15, then 16–31) of that tile, 1 KiB each, at byte `(g·(row_bytes /
-/// 64) + t)·2048`; rows past `m` zero. A tile is then one contiguous 1 KiB
-/// read (at a 64-byte stride), where reading A in place took 16 rows
-/// `row_bytes` apart.
-fn pack_a(a: &[u8], (m, row_bytes): (usize, usize), dst: &mut [u8], par: bool) {
+/// A (`m` rows of `src_row` bytes) packed tile by tile, each row padded
+/// with zeros to `row_bytes` (whole tile rows, `src_row ≤ row_bytes`):
+/// group `g` of 32 rows, k-tile `t` (64 bytes of each row), is the two A
+/// tiles (rows 0–15, then 16–31) of that tile, 1 KiB each, at byte
+/// `(g·(row_bytes / 64) + t)·2048`; rows past `m` zero. A tile is then one
+/// contiguous 1 KiB read (at a 64-byte stride), where reading A in place
+/// took 16 rows `row_bytes` apart.
+fn pack_a(a: &[u8], (m, src_row, row_bytes): (usize, usize, usize), dst: &mut [u8], par: bool) {
     let per_group = 2 * T * row_bytes;
     let one = |(g, d): (usize, &mut [u8])| {
         for r in 0..2 * T {
             let row = 2 * T * g + r;
             for t in 0..row_bytes / ROW_BYTES {
                 let at = &mut d[t * 2 * T * ROW_BYTES + r * ROW_BYTES..][..ROW_BYTES];
-                if row < m {
-                    at.copy_from_slice(&a[row * row_bytes + t * ROW_BYTES..][..ROW_BYTES]);
+                // This row's bytes of tile `t` (fewer in a ragged last
+                // tile, none past the row), the rest zero.
+                let have = if row < m {
+                    src_row.saturating_sub(t * ROW_BYTES).min(ROW_BYTES)
                 } else {
-                    at.fill(0);
+                    0
+                };
+                if have > 0 {
+                    at[..have].copy_from_slice(&a[row * src_row + t * ROW_BYTES..][..have]);
                 }
+                at[have..].fill(0);
             }
         }
     };
@@ -440,6 +460,9 @@ macro_rules! tile_step {
 
 impl TileOp for Bf16 {
     const SIZE: usize = 2;
+    // The pairs packing is shared with the `vdpbf16ps` kernel, which
+    // reads exactly k steps.
+    const PADS_K: bool = false;
     type Out = u16;
 
     fn packs(b: &PackedB) -> bool {
@@ -506,6 +529,7 @@ impl TileOp for Bf16 {
 
 impl TileOp for I8 {
     const SIZE: usize = 1;
+    const PADS_K: bool = true;
     type Out = i32;
 
     fn packs(b: &PackedB) -> bool {

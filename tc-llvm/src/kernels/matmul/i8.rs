@@ -122,11 +122,13 @@ unsafe fn tiled(
     unsafe { super::amx::matmul::<super::amx::I8>(a, pb, out, (m, k, n), par) }
 }
 
-/// B (`k × n` row-major bytes) in quads: per K-block of [`KC`] k-steps,
-/// panels of [`NR`] columns, slot row `s` holding for each column `j`
-/// the bytes `b[pc + 4s + i][j]`, `i < 4` (zero past `k` and `n`), one
-/// 4-byte word: [`PackedB::block`]'s addressing with four k-steps per
-/// slot.
+/// B (`k × n` row-major bytes) in quads, as a `kp × n` operand whose rows
+/// past `k` are zero (`kp`: k in whole tile rows, [`super::amx::packed_k`],
+/// so that a k that is not a multiple of 64 runs on tiles too, its padding
+/// adding nothing): per K-block of [`KC`] k-steps, panels of [`NR`]
+/// columns, slot row `s` holding for each column `j` the bytes `b[pc + 4s
+/// + i][j]`, `i < 4` (zero past `k` and `n`), one 4-byte word:
+/// [`PackedB::block`]'s addressing with four k-steps per slot.
 ///
 /// # Safety
 /// `b` must be readable for `k·n` bytes.
@@ -135,18 +137,19 @@ unsafe fn tiled(
 unsafe fn pack_quads(b: *const u8, (k, n): (usize, usize), par: bool) -> Result<PackedB, Error> {
     let npanels = n.div_ceil(NR);
     let too_big = || Error::Unsupported(format!("packing a {k} × {n} operand"));
+    let kp = super::amx::packed_k::<super::amx::I8>(k).ok_or_else(too_big)?;
     let total = npanels
         .checked_mul(NR)
-        .and_then(|w| w.checked_mul(k.div_ceil(4)))
+        .and_then(|w| w.checked_mul(kp / 4))
         .ok_or_else(too_big)?;
     let mut data = tc_runtime::alloc::zeroed::<f32>(total.checked_add(15).ok_or_else(too_big)?)?;
     let off = super::line_off(&data);
     // SAFETY: `k·n` readable bytes (the contract).
     let src = unsafe { std::slice::from_raw_parts(b, k * n) };
     let slab = &mut data[off..off + total];
-    for pc in (0..k).step_by(KC) {
-        let kcb = KC.min(k - pc);
-        let slots = kcb.div_ceil(4);
+    for pc in (0..kp).step_by(KC) {
+        let kcb = KC.min(kp - pc);
+        let slots = kcb / 4;
         let block = &mut slab[(pc / 4) * npanels * NR..(pc / 4 + slots) * npanels * NR];
         let panel = |(q, d): (usize, &mut [f32])| {
             let (col0, cols) = (q * NR, NR.min(n - q * NR));
@@ -154,9 +157,9 @@ unsafe fn pack_quads(b: *const u8, (k, n): (usize, usize), par: bool) -> Result<
                 for j in 0..cols {
                     let mut quad = [0u8; 4];
                     for (i, byte) in quad.iter_mut().enumerate() {
-                        let l = 4 * s + i;
-                        if l < kcb {
-                            *byte = src[(pc + l) * n + col0 + j];
+                        let l = pc + 4 * s + i;
+                        if l < k {
+                            *byte = src[l * n + col0 + j];
                         }
                     }
                     d[s * NR + j] = f32::from_bits(u32::from_le_bytes(quad));
@@ -170,7 +173,7 @@ unsafe fn pack_quads(b: *const u8, (k, n): (usize, usize), par: bool) -> Result<
         }
     }
     Ok(PackedB {
-        k,
+        k: kp,
         n,
         kc: KC,
         nr: NR,
