@@ -38,8 +38,9 @@
 # per row, named. The standard exports need torch; without it the
 # hand-built graph runs alone.
 #
-# Also examples/peer_bench.rs (tc, tc's int8 model, `minilm-int8`: Q8_0
-# weights quantized at load and activations quantized per 32-block, and
+# Also examples/peer_bench.rs (tc, tc's int8 model, `minilm-int8`: i8
+# weights with a scale per output column quantized at load, activations
+# quantized per row, 16 outlier channels per product in F32, and
 # its BF16 model, `minilm-bf16`: weights and activations rounded to BF16,
 # F32 accumulation; each its own table against ONNX Runtime's fp32 and
 # int8) and the candle crate benches/peers/candle

@@ -114,11 +114,10 @@ pub mod bert {
     /// channel order puts last) through an F32 product with their F32
     /// weight rows `w_out`, the others through an int8 one ([`iproduct`]).
     /// `keep` is 1 on the int8 channels and 0 on the outliers, whose rows
-    /// of `w` are 0: the int8 product runs over all `I` channels, a whole
-    /// number of the tiles' 64-byte rows, with the outliers out of every
-    /// row's scale. A few channels of 5–20× the others' magnitude would
-    /// otherwise set the scales and leave the other channels a few levels
-    /// of 8 bits.
+    /// of `w` are 0: the int8 product reads `x` whole (no copy of its
+    /// int8 channels), with the outliers out of every row's scale. A few
+    /// channels of 5–20× the others' magnitude would otherwise set the
+    /// scales and leave the other channels a few levels of 8 bits.
     #[tensor_fn(requires(N <= I))]
     pub fn olinear(
         x: Tensor![f32; B, S, I],
@@ -1037,4 +1036,63 @@ pub fn model_dir() -> Result<std::path::PathBuf, BoxError> {
         }
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod int8_tests {
+    use super::*;
+
+    /// The channels of greatest score come last, in channel order, the
+    /// others first in channel order; equal scores keep the lower channel
+    /// among the first.
+    #[test]
+    fn outliers_last_orders_by_reach() {
+        let n = 40;
+        let mut score = vec![1f32; n];
+        let top: Vec<usize> = (0..bert::OUTLIERS).map(|i| (i * 7 + 3) % n).collect();
+        for (r, &c) in top.iter().enumerate() {
+            score[c] = 10.0 + r as f32;
+        }
+        let order = outliers_last(n, Some(score));
+        let mut want_last = top.clone();
+        want_last.sort_unstable();
+        assert_eq!(&order[n - bert::OUTLIERS..], &want_last[..]);
+        let first: Vec<usize> = (0..n).filter(|c| !top.contains(c)).collect();
+        assert_eq!(&order[..n - bert::OUTLIERS], &first[..]);
+        assert_eq!(outliers_last(n, None), (0..n).collect::<Vec<_>>());
+    }
+
+    /// Each int8 weight is its F32 weight within half a step of its
+    /// column's scale, read in the given orders; the F32 rows' int8 rows
+    /// are 0 and their F32 rows exact.
+    #[test]
+    fn int8_product_quantizes_within_half_a_step() {
+        let (n_in, n_out, f32_rows) = (24usize, 5usize, 4usize);
+        let w: Vec<f32> = (0..n_in * n_out)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+            .collect();
+        let inputs: Vec<usize> = (0..n_in).map(|i| (i * 5) % n_in).collect();
+        let outputs: Vec<usize> = vec![3, 0, 4, 1, 2];
+        let (q, scale, f) = int8_product(&w, &inputs, &outputs, f32_rows).unwrap();
+        let (q, scale, f) = (
+            q.as_slice::<i8>().unwrap(),
+            scale.as_slice::<f32>().unwrap(),
+            f.as_slice::<f32>().unwrap(),
+        );
+        for i in 0..n_in {
+            for o in 0..n_out {
+                let orig = w[outputs[o] * n_in + inputs[i]];
+                let qv = q[i * n_out + o];
+                if i < n_in - f32_rows {
+                    let err = (f32::from(qv) * scale[o] - orig).abs();
+                    assert!(err <= scale[o] / 2.0 * (1.0 + 1e-6), "({i}, {o}): {err}");
+                } else {
+                    assert_eq!(qv, 0);
+                    assert_eq!(f[(i - (n_in - f32_rows)) * n_out + o], orig);
+                }
+            }
+        }
+        assert!(int8_product(&w, &inputs, &outputs, n_in + 1).is_err());
+        assert!(int8_product(&w[1..], &inputs, &outputs, 0).is_err());
+    }
 }
