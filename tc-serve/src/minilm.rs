@@ -327,14 +327,8 @@ pub mod bert {
         l: Layer,
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let ctx = self_attention(
-            linear(x, l.wq, l.bq),
-            linear(x, l.wk, l.bk),
-            linear(x, l.wv, l.bv),
-            mask,
-        );
-        let h = layer_norm(linear(ctx, l.wo, l.bo) + x, l.ln1_g, l.ln1_b, eps);
-        let f = linear(gelu(linear(h, l.w1, l.b1)), l.w2, l.b2);
+        let h = attention_half(x, mask, l, eps);
+        let f = linear(ffn_activation(h, l), l.w2, l.b2);
         layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
     }
 
