@@ -2,7 +2,7 @@
 //! streams in flight drains them and exits 0; a client's `x-request-id`
 //! cannot forge fields in the text log format; `--warmup` compiles the
 //! generation kernels before the server reports ready; `--embedding-precision
-//! int8` and `bf16` serve embeddings within cosine 0.999 of the f32
+//! int8`, `q8_0` and `bf16` serve embeddings within cosine 0.999 of the f32
 //! model's.
 
 use crate::common;
@@ -174,6 +174,12 @@ fn int8_embeddings_are_served_within_their_bound() {
 #[test]
 fn bf16_embeddings_are_served_within_their_bound() {
     served_within_cosine_0_999("bf16", "Bf16");
+}
+
+/// The same for the `Q8_0` blocks' int8 model.
+#[test]
+fn q8_0_embeddings_are_served_within_their_bound() {
+    served_within_cosine_0_999("q8_0", "Q8_0");
 }
 
 /// `--embedding-precision flag`: embeddings within cosine 0.999 of the
