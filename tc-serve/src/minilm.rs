@@ -20,6 +20,8 @@
 
 use std::path::Path;
 
+use rayon::prelude::*;
+
 use tc::{tensor_module, Tensor};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -748,9 +750,10 @@ impl Int8Model {
                 .map(|v| relative(v))
                 .reduce(max_each),
         );
+        // The layers' weights quantized on the pool, one layer a task.
         let layers = m
             .layers
-            .iter()
+            .par_iter()
             .zip(&reach.g)
             .map(|(l, g)| int8_layer(l, &hidden, &outliers_last(bert::FFN, Some(relative(g)))))
             .collect::<Result<_, _>>()?;
@@ -877,26 +880,25 @@ fn int8_product(
     if w.len() != n_in * n_out {
         return Err(format!("a weight of {} values for {n_out} × {n_in}", w.len()).into());
     }
-    let at = |o: usize, i: usize| w[outputs[o] * n_in + inputs[i]];
-    let scale: Vec<f32> = (0..n_out)
-        .map(|o| {
-            let m = (0..j).map(|i| at(o, i).abs()).fold(0f32, f32::max) / 127.0;
-            if m > 0.0 {
-                m
-            } else {
-                1.0
-            }
-        })
-        .collect();
-    let mut q = vec![0i8; n_in * n_out];
-    for (i, row) in q.chunks_mut(n_out).take(j).enumerate() {
-        for (o, v) in row.iter_mut().enumerate() {
-            *v = (at(o, i) / scale[o]).round_ties_even().clamp(-127.0, 127.0) as i8;
+    // Output by output: its weight row read once, in input order, then
+    // scattered into the `[in, out]` layouts.
+    let (mut q, mut f) = (vec![0i8; n_in * n_out], vec![0f32; f32_rows * n_out]);
+    let mut scale = Vec::with_capacity(n_out);
+    let mut row = vec![0f32; n_in];
+    for (o, &src) in outputs.iter().enumerate() {
+        let w_row = &w[src * n_in..(src + 1) * n_in];
+        for (r, &i) in row.iter_mut().zip(inputs) {
+            *r = w_row[i];
         }
-    }
-    let mut f = Vec::with_capacity(f32_rows * n_out);
-    for i in j..n_in {
-        f.extend((0..n_out).map(|o| at(o, i)));
+        let m = row[..j].iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let s = if m > 0.0 { m } else { 1.0 };
+        scale.push(s);
+        for (i, &v) in row[..j].iter().enumerate() {
+            q[i * n_out + o] = (v / s).round_ties_even().clamp(-127.0, 127.0) as i8;
+        }
+        for (i, &v) in row[j..].iter().enumerate() {
+            f[i * n_out + o] = v;
+        }
     }
     Ok((
         Tensor::from_vec(&[n_in, n_out], q)?,
