@@ -330,8 +330,7 @@ pub mod bert {
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
         let h = attention_half(x, mask, l, eps);
-        let f = linear(ffn_activation(h, l), l.w2, l.b2);
-        layer_norm(f + h, l.ln2_g, l.ln2_b, eps)
+        ffn_half(h, ffn_activation(h, l), l, eps)
     }
 
     /// One BertLayer with int8 products ([`QWeights`]); the biases, norms
@@ -377,7 +376,7 @@ pub mod bert {
 
     /// A BertLayer's attention half in F32: the feed-forward layer's input
     /// `h`. With [`ffn_activation`], what the int8 model's calibration
-    /// measures.
+    /// measures; with it and [`ffn_half`], [`encoder_layer`].
     #[tensor_fn]
     pub fn attention_half(
         x: Tensor![f32; B, S, HIDDEN],
@@ -399,6 +398,18 @@ pub mod bert {
     #[tensor_fn]
     pub fn ffn_activation(h: Tensor![f32; B, S, HIDDEN], l: Layer) -> Tensor![f32; B, S, FFN] {
         gelu(linear(h, l.w1, l.b1))
+    }
+
+    /// A BertLayer's feed-forward half in F32 over its input `h` and its
+    /// activation `g` ([`ffn_activation`]): the layer's output.
+    #[tensor_fn]
+    pub fn ffn_half(
+        h: Tensor![f32; B, S, HIDDEN],
+        g: Tensor![f32; B, S, FFN],
+        l: Layer,
+        eps: f32,
+    ) -> Tensor![f32; B, S, HIDDEN] {
+        layer_norm(linear(g, l.w2, l.b2) + h, l.ln2_g, l.ln2_b, eps)
     }
 
     /// One BertLayer with BF16 products ([`BWeights`]); the biases, norms
@@ -800,12 +811,13 @@ fn calibrate(m: &MiniLm) -> Result<Reach, BoxError> {
     };
     let mut x = bert::embeddings(&m.embeddings, ids, positions, types, m.eps)?;
     for l in &m.layers {
+        // The layer as `encoder_layer` computes it, in its three parts.
         let h = bert::attention_half(x.clone(), mask.clone(), l, m.eps)?;
         let g = bert::ffn_activation(h.clone(), l)?;
         reach.x.push(channel_reach(&x, &batch.mask)?);
         reach.h.push(channel_reach(&h, &batch.mask)?);
         reach.g.push(channel_reach(&g, &batch.mask)?);
-        x = bert::encoder_layer(x, mask.clone(), l, m.eps)?;
+        x = bert::ffn_half(h, g, l, m.eps)?;
     }
     Ok(reach)
 }
