@@ -200,6 +200,39 @@ pub fn matmul_i32(a: Operand, b: Operand) -> Result<Shaped> {
     Ok((Dtype::I32, shape))
 }
 
+/// §7c `dq_matmul`: `x` F32 `[p…, M, K + J]`, `w` I8 `[K, N]`, `scale`
+/// F32 `[N]`, `outliers` F32 `[J, N]`; the result F32 `[p…, M, N]`.
+pub fn dq_matmul([x, w, scale, outliers]: [Operand; 4]) -> Result<Shaped> {
+    let dtypes = [x.dtype, w.dtype, scale.dtype, outliers.dtype];
+    if dtypes != [Dtype::F32, Dtype::I8, Dtype::F32, Dtype::F32] {
+        return Err(malformed(
+            "dq_matmul",
+            format!("operand dtypes {dtypes:?}: expected F32, I8, F32, F32"),
+        ));
+    }
+    let (sx, sw, ss, so) = (x.shape, w.shape, scale.shape, outliers.shape);
+    let shapes = || format!("operand shapes {sx:?}, {sw:?}, {ss:?} and {so:?}");
+    if sx.len() < 2 || sw.len() != 2 || ss.len() != 1 || so.len() != 2 {
+        return Err(op_err(
+            "dq_matmul",
+            format!("{}: ranks ≥ 2, 2, 1 and 2", shapes()),
+        ));
+    }
+    let (k, n, j) = (sw[0], sw[1], so[0]);
+    if ss[0] != n || so[1] != n || k.checked_add(j) != Some(sx[sx.len() - 1]) {
+        return Err(op_err(
+            "dq_matmul",
+            format!(
+                "{}: x's last dim is K + J, the scale's and the outliers' columns N",
+                shapes()
+            ),
+        ));
+    }
+    let mut out = sx[..sx.len() - 1].to_vec();
+    out.push(n);
+    Ok((Dtype::F32, out))
+}
+
 /// §18 `qmatmul`: `x` F32 `[p…, M, K]`, `w` quantized `[N, K]` with whole
 /// blocks along `K`; the result F32 `[p…, M, N]`.
 pub fn qmatmul(x: Operand, w: Operand) -> Result<Shaped> {
@@ -847,6 +880,17 @@ pub fn infer<'a>(
         Op::Select(c, a, b) => select(operand(*c)?, operand(*a)?, operand(*b)?),
         Op::Matmul(a, b) => matmul(operand(*a)?, operand(*b)?),
         Op::MatmulI32(a, b) => matmul_i32(operand(*a)?, operand(*b)?),
+        Op::DqMatmul {
+            x,
+            w,
+            scale,
+            outliers,
+        } => dq_matmul([
+            operand(*x)?,
+            operand(*w)?,
+            operand(*scale)?,
+            operand(*outliers)?,
+        ]),
         Op::QMatmul(x, w) => qmatmul(operand(*x)?, operand(*w)?),
         Op::Reduce {
             op,

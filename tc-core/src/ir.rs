@@ -647,6 +647,22 @@ pub enum Op {
     /// quantized product (int8 weights and activations, f32 scales applied
     /// after) computes on AMX-INT8 or VNNI without the widened copies.
     MatmulI32(Value, Value),
+    /// §7c dynamically quantized int8 product (docs/syntax.md): `x` F32
+    /// `[p…, M, K + J]`, `w` I8 `[K, N]` with an F32 scale per column,
+    /// `outliers` F32 `[J, N]`; each row's first `K` channels quantized to
+    /// i8 by its own scale and multiplied in i32 against `w`, scaled back,
+    /// plus the last `J` channels' F32 product with `outliers` (LLM.int8()'s
+    /// split). The result F32 `[p…, M, N]`.
+    DqMatmul {
+        /// The activations.
+        x: Value,
+        /// The int8 weight, `[K, N]`.
+        w: Value,
+        /// The weight's scale per output column, `[N]`.
+        scale: Value,
+        /// The F32 weight rows of the last `J` input channels, `[J, N]`.
+        outliers: Value,
+    },
     /// §18 `qmatmul x w = matmul x (transpose (dequantize w))`: `x` is F32
     /// `[p…, M, K]`, `w` a block-quantized `[N, K]` (a GGUF weight as
     /// stored), the result F32 `[p…, M, N]`.
@@ -846,6 +862,12 @@ impl Op {
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Rope { x, cos, sin, .. } => vec![*x, *cos, *sin],
             Op::Sdpa { q, k, v, mask, .. } => vec![*q, *k, *v, *mask],
+            Op::DqMatmul {
+                x,
+                w,
+                scale,
+                outliers,
+            } => vec![*x, *w, *scale, *outliers],
             Op::Concat(_, xs) | Op::Call(_, xs) => xs.clone(),
             Op::Fill(..) | Op::Iota(..) | Op::Dim(_) => vec![],
         }
@@ -909,6 +931,12 @@ impl Op {
                 mask,
                 scale,
             } => (vec![q, k, v, mask], vec![], vec![scale]),
+            Op::DqMatmul {
+                x,
+                w,
+                scale,
+                outliers,
+            } => (vec![x, w, scale, outliers], vec![], vec![]),
             Op::Concat(_, xs) | Op::Call(_, xs) => (xs.iter_mut().collect(), vec![], vec![]),
             Op::ScalarBinary { x, s, .. } => (vec![x], vec![], vec![s]),
             Op::Reshape(ds, x) | Op::Broadcast(ds, x) => (vec![x], ds.iter_mut().collect(), vec![]),
@@ -988,6 +1016,7 @@ impl fmt::Display for Op {
             Op::Matmul(a, b) => write!(f, "matmul {a}, {b}"),
             Op::MatmulI32(a, b) => write!(f, "matmul_i32 {a}, {b}"),
             Op::QMatmul(a, b) => write!(f, "qmatmul {a}, {b}"),
+            Op::DqMatmul { .. } => write!(f, "dq_matmul {}", joined(&self.operands())),
             Op::Reduce {
                 op,
                 axes,

@@ -5,11 +5,15 @@
 //! rounds, in ms and GMAC/s.
 //!
 //! `cargo run --release -p tc-llvm --example mm_bf16 [THREADS]`
-//! (`MM_SHAPES="m,k,n;…"` for other shapes)
+//! (`MM_SHAPES="m,k,n;…"` for other shapes; `MM_DTYPE=i8`: `matmul_i32`
+//! products of I8 operands, on AMX-INT8 tiles or the integer GEMM;
+//! `MM_DTYPE=f32`: F32 ones)
 use std::sync::{Arc, Mutex};
 use tc_core::Dtype;
 use tc_llvm::ctx::ExecCtx;
-use tc_llvm::kernels::matmul::{matmul_strided, Lookup, PackCache, PackedB, ViewKey};
+use tc_llvm::kernels::matmul::{
+    matmul_i32_strided, matmul_strided, Lookup, PackCache, PackedB, ViewKey,
+};
 
 /// Keeps every packing from the first call on.
 struct Keep(Mutex<Option<Arc<PackedB>>>);
@@ -60,16 +64,24 @@ fn main() {
         ],
     };
     for (m, k, n) in shapes {
-        let a: Vec<u16> = (0..m * k).map(|i| bits(i, 7)).collect();
+        // Two BF16 elements per F32 one, so that every dtype has room.
+        let a: Vec<u16> = (0..2 * m * k).map(|i| bits(i, 7)).collect();
         // `MM_COLD=W`: W weights taken in turn, as a model's layers
         // take theirs, so each call's B (and output) comes from beyond L2.
         let w = std::env::var("MM_COLD").map_or(1, |v| v.parse().unwrap());
         let bs: Vec<Vec<u16>> = (0..w)
-            .map(|s| (0..k * n).map(|i| bits(i + s, 5)).collect())
+            .map(|s| (0..2 * k * n).map(|i| bits(i + s, 5)).collect())
             .collect();
         // Outputs in turn too, as a model's pool hands out buffers that
         // have left the caches.
-        let mut cs = vec![vec![0u16; m * n]; w];
+        let mut cs = vec![vec![0u32; m * n]; w];
+        let dtype = std::env::var("MM_DTYPE").unwrap_or_default();
+        let i8 = dtype == "i8";
+        let dt = if dtype == "f32" {
+            Dtype::F32
+        } else {
+            Dtype::BF16
+        };
         let keeps: Vec<Keep> = (0..w).map(|_| Keep(Mutex::new(None))).collect();
         let macs = (m * k * n) as f64;
         let reps = ((2e9 / macs) as usize).clamp(5, 500);
@@ -78,21 +90,36 @@ fn main() {
             let t = std::time::Instant::now();
             for i in 0..reps {
                 let (b, keep) = (&bs[i % w], &keeps[i % w]);
-                // SAFETY: contiguous `[m, k]`, `[k, n]` and `[m, n]` BF16
-                // buffers of exactly those sizes, strides to match.
+                // SAFETY: contiguous `[m, k]`, `[k, n]` and `[m, n]`
+                // buffers of at least those sizes (two bytes an operand
+                // element, four an output one), strides to match.
                 unsafe {
-                    matmul_strided(
-                        Dtype::BF16,
-                        a.as_ptr().cast(),
-                        &[k as isize, 1],
-                        b.as_ptr().cast(),
-                        &[n as isize, 1],
-                        cs[i % w].as_mut_ptr().cast(),
-                        &[m, k],
-                        &[k, n],
-                        &ctx,
-                        Some(keep),
-                    )
+                    if i8 {
+                        matmul_i32_strided(
+                            a.as_ptr().cast(),
+                            &[k as isize, 1],
+                            b.as_ptr().cast(),
+                            &[n as isize, 1],
+                            cs[i % w].as_mut_ptr().cast(),
+                            &[m, k],
+                            &[k, n],
+                            &ctx,
+                            Some(keep),
+                        )
+                    } else {
+                        matmul_strided(
+                            Dtype::BF16,
+                            a.as_ptr().cast(),
+                            &[k as isize, 1],
+                            b.as_ptr().cast(),
+                            &[n as isize, 1],
+                            cs[i % w].as_mut_ptr().cast(),
+                            &[m, k],
+                            &[k, n],
+                            &ctx,
+                            Some(keep),
+                        )
+                    }
                 }
                 .unwrap();
             }

@@ -1271,6 +1271,12 @@ impl CompiledFn {
                 x,
             } => tc_runtime::interp::denote::pool(*kind, kernel, window, &tensor(*x)?)?,
             Op::QMatmul(x, w) => self.run_qmatmul(*x, *w, args, st)?,
+            Op::DqMatmul {
+                x,
+                w,
+                scale,
+                outliers,
+            } => self.run_dq_matmul([*x, *w, *scale, *outliers], args, st)?,
             // §18 `dequantize` (plan::reads_quantized: only a quantized cast
             // is a host step).
             Op::Cast(dt, x) => tensor(*x)?.cast(*dt)?,
@@ -1372,6 +1378,69 @@ impl CompiledFn {
             None => tc_quant::quant::qmatmul(format, numerics, xs, rows, k, wb, n, y),
         }
         .map_err(|e| tc_runtime::Error::malformed(format!("qmatmul: {e}")))?;
+        Tensor::from_word_storage(Dtype::F32, &out_shape, words)
+    }
+
+    /// `dq_matmul x w scale outliers` (docs/syntax.md §7c) on its fused
+    /// kernel (`kernels::matmul::dq_matmul`), reading every operand where
+    /// it lies; a weight that is a tensor parameter keeps its tile packing
+    /// across calls, as a matmul's does.
+    fn run_dq_matmul(
+        &self,
+        operands: [Value; 4],
+        args: &[Arg],
+        st: &RunState,
+    ) -> Result<Tensor, tc_runtime::Error> {
+        let [xi, wi, si, oi] = operands.map(|v| &st.vals[v]);
+        let (_, out_shape) =
+            tc_core::concrete::dq_matmul([xi, wi, si, oi].map(|i| tc_core::concrete::Operand {
+                dtype: i.dtype,
+                shape: &i.shape,
+            }))?;
+        // SAFETY: every operand is materialized (plan::uses forces a host
+        // op's operands): the storage of its planned shape, alive for
+        // this step.
+        let [xb, wb, sb, ob] =
+            operands.map(|v| unsafe { bytes_of(st.ptrs[v], st.vals[v].bytes()) });
+        fn floats(b: &[u8]) -> Result<&[f32], tc_runtime::Error> {
+            // SAFETY: every bit pattern is an f32; `align_to` puts only
+            // whole, aligned f32s in the middle part.
+            match unsafe { b.align_to::<f32>() } {
+                ([], fs, []) => Ok(fs),
+                _ => Err(tc_runtime::Error::malformed(
+                    "dq_matmul: a misaligned operand",
+                )),
+            }
+        }
+        let (k, n, j) = (wi.shape[0], wi.shape[1], oi.shape[0]);
+        let rows = tc_core::size::numel(&xi.shape[..xi.shape.len() - 1])?;
+        let o = crate::kernels::matmul::DqOperands {
+            x: floats(xb)?,
+            w: wb,
+            scale: floats(sb)?,
+            outliers: floats(ob)?,
+            rows,
+            k,
+            j,
+            n,
+        };
+        let numel = tc_core::size::numel(&out_shape)?;
+        let mut words = out_buffer(tc_core::size::bytes(Dtype::F32, numel)?)?;
+        // SAFETY: every bit pattern is an f32, and u64's alignment is a
+        // multiple of f32's, so the middle part is every word, as f32s.
+        let (_, all, _) = unsafe { words.align_to_mut::<f32>() };
+        let weight = match (&wi.kind, crate::kernels::prepack::enabled()) {
+            (VKind::TensorParam(i), true) => match args.get(*i) {
+                Some(Arg::Tensor(t)) => Some(crate::kernels::prepack::Owner(t)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let cache = weight
+            .as_ref()
+            .map(|w| w as &dyn crate::kernels::matmul::PackCache);
+        crate::kernels::matmul::dq_matmul(&o, &mut all[..numel], &st.ctx, cache)
+            .map_err(|e| tc_runtime::Error::op("dq_matmul", e.to_string()))?;
         Tensor::from_word_storage(Dtype::F32, &out_shape, words)
     }
 

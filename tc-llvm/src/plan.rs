@@ -443,6 +443,7 @@ pub fn inlinable(op: &Op) -> bool {
         op,
         Op::Matmul(..)
             | Op::MatmulI32(..)
+            | Op::DqMatmul { .. }
             | Op::QMatmul(..)
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
@@ -516,7 +517,11 @@ fn uses(func: &Function, dtype_of: &dyn Fn(Value) -> Dtype) -> Uses {
             // buffers by host code.
             if matches!(
                 inst.op,
-                Op::Call(..) | Op::Gather { .. } | Op::TopK { .. } | Op::Conv { .. }
+                Op::Call(..)
+                    | Op::Gather { .. }
+                    | Op::TopK { .. }
+                    | Op::Conv { .. }
+                    | Op::DqMatmul { .. }
             ) || host_pool(&inst.op)
                 || reads_quantized(&inst.op, dtype_of)
             {
@@ -681,7 +686,7 @@ fn steps_of(func: &Function, mat: &ValueMap<bool>, dtype_of: &dyn Fn(Value) -> D
                 table: *table,
                 ids: *ids,
             }),
-            Op::Conv { .. } => steps.push(Step::Host { out }),
+            Op::Conv { .. } | Op::DqMatmul { .. } => steps.push(Step::Host { out }),
             op if reads_quantized(op, dtype_of) => steps.push(Step::Host { out }),
             op if host_pool(op) => steps.push(Step::Host { out }),
             Op::Call(name, args) => steps.push(Step::Call {
@@ -817,7 +822,10 @@ pub fn verify(func: &Function, st: &Structure) -> Result<(), String> {
             Step::Sdpa { out } => matches!(op_of(out), Some(Op::Sdpa { .. })),
             Step::Gather { out, .. } => matches!(op_of(out), Some(Op::Gather { .. })),
             Step::Host { out } => op_of(out).is_some_and(|op| {
-                matches!(op, Op::Conv { .. } | Op::QMatmul(..) | Op::Cast(..)) || host_pool(op)
+                matches!(
+                    op,
+                    Op::Conv { .. } | Op::QMatmul(..) | Op::DqMatmul { .. } | Op::Cast(..)
+                ) || host_pool(op)
             }),
             Step::Call { out, .. } => matches!(op_of(out), Some(Op::Call(..))),
         };
@@ -1314,7 +1322,7 @@ pub fn operand_dtype(func: &Function, v: Value) -> Dtype {
         Op::Binary(o, a, _) => o.result_dtype(operand_dtype(func, *a)),
         Op::ScalarBinary { op, x, .. } => op.result_dtype(operand_dtype(func, *x)),
         Op::Select(_, a, _) | Op::Matmul(a, _) => operand_dtype(func, *a),
-        Op::QMatmul(..) | Op::Sdpa { .. } => Dtype::F32,
+        Op::QMatmul(..) | Op::DqMatmul { .. } | Op::Sdpa { .. } => Dtype::F32,
         Op::MatmulI32(..) => Dtype::I32,
         Op::ArgReduce { .. } => Dtype::I64,
         Op::Concat(_, xs) => operand_dtype(func, xs[0]),

@@ -609,3 +609,126 @@ fn matmul_i32_matches_interpreter() {
     }
     set_bf16_amx(true);
 }
+
+/// docs/syntax.md §7c: `dq_matmul x w scale outliers` with `x: [B, S, C]`
+/// (`C = K + J` at run time), `w: [K, N]`, `scale: [N]`, `outliers: [J, N]`.
+fn dq_matmul_fn() -> Function {
+    let mut b = builder("dq_mm");
+    let x = b.param("x", tt(Dtype::F32, &["B", "S", "C"]));
+    let w = b.param("w", tt(Dtype::I8, &["K", "N"]));
+    let scale = b.param("scale", tt(Dtype::F32, &["N"]));
+    let outliers = b.param("outliers", tt(Dtype::F32, &["J", "N"]));
+    b.returns(tt(Dtype::F32, &["B", "S", "N"]));
+    let r = b.op(Op::DqMatmul {
+        x,
+        w,
+        scale,
+        outliers,
+    });
+    b.finish(r)
+}
+
+/// Activations as an encoder's: most channels within ±4, the `j` last
+/// ones 5–20× that, and rows that test the scale's edges: all zeros, one
+/// with a NaN, one with an infinity, one of subnormals and −0, one whose
+/// quotients fall on ties (the scale 1: `max |x| = 127`).
+fn dq_activations(rng: &mut Rng, rows: usize, k: usize, j: usize) -> Vec<f32> {
+    let c = k + j;
+    let mut x: Vec<f32> = (0..rows * c)
+        .map(|i| {
+            let v = (rng.unit() - 0.5) * 8.0;
+            if i % c >= k {
+                v * (5.0 + 15.0 * rng.unit())
+            } else {
+                v
+            }
+        })
+        .collect();
+    let specials: [&dyn Fn(usize) -> f32; 5] = [
+        &|_| 0.0,
+        &|l| if l == 3 { f32::NAN } else { 1.0 },
+        &|l| if l == 1 { f32::NEG_INFINITY } else { -2.0 },
+        &|l| {
+            if l % 2 == 0 {
+                -0.0
+            } else {
+                f32::from_bits(l as u32 + 1)
+            }
+        },
+        &|l| if l == 0 { 127.0 } else { (l % 9) as f32 - 4.5 },
+    ];
+    for (s, f) in specials.iter().enumerate() {
+        let r = (s * 7 + 3) % rows;
+        for l in 0..k {
+            x[r * c + l] = f(l);
+        }
+    }
+    x
+}
+
+/// `dq_matmul` bit for bit with the interpreter's literal definition, on
+/// the AMX-INT8 tiles (quantized into the tile packing, finished in the
+/// tiles' writer) where the host has them and on the integer GEMM with
+/// the tiles off: row counts below, at and past a tile's 16 and a
+/// group's 32, ragged column panels, k of no whole tile row (5, 70, 368)
+/// and past a K-block (1100), one outlier channel to 16, one
+/// thread and the pool; each weight called twice (the second call takes
+/// the packing the first kept). Rows with a NaN, an infinity,
+/// subnormals, zeros and ties included.
+#[test]
+fn dq_matmul_matches_interpreter() {
+    use tc_llvm::kernels::matmul::{i8_amx_available, i8_tiled, set_bf16_amx};
+    let mut rng = Rng(0x5eed_d0a8);
+    let shapes = [
+        (1usize, 8usize, 64usize, 1usize, 16usize),
+        (2, 9, 128, 16, 45),
+        (1, 33, 368, 16, 100),
+        (4, 16, 384, 16, 64),
+        (1, 70, 1100, 3, 33),
+        (2, 5, 70, 1, 19),
+        (1, 17, 5, 2, 40),
+        (1, 1, 64, 16, 7),
+    ];
+    let f = dq_matmul_fn();
+    for tiles in [true, false] {
+        set_bf16_amx(tiles);
+        for &(b, s, k, j, n) in &shapes {
+            let x = dq_activations(&mut rng, b * s, k, j);
+            let scale: Vec<f32> = (0..n)
+                .map(|i| match i % 11 {
+                    0 => 0.0,
+                    1 => -0.01,
+                    _ => rng.unit() * 0.05,
+                })
+                .collect();
+            let outliers: Vec<f32> = (0..j * n).map(|_| rng.unit() - 0.5).collect();
+            let args: Vec<Arg> = vec![
+                Tensor::from_vec(&[b, s, k + j], x).unwrap().into(),
+                full_range(&mut rng, Dtype::I8, &[k, n]).into(),
+                Tensor::from_vec(&[n], scale).unwrap().into(),
+                Tensor::from_vec(&[j, n], outliers).unwrap().into(),
+            ];
+            let want = interp(&f, &args).unwrap();
+            for threads in [1, 0] {
+                let jit = util::jit_with(JitOptions {
+                    threads,
+                    ..JitOptions::default()
+                });
+                let before = i8_tiled();
+                for call in 0..2 {
+                    let got = jit.call(&f, &args, &|_| None).expect("jit run");
+                    exact(
+                        &format!("{b}x{s}x{k}+{j}x{n} tiles={tiles} threads={threads} call {call}"),
+                        &got,
+                        &want,
+                    );
+                }
+                assert_eq!(jit.stats().fallbacks, 0, "{:?}", jit.last_fallback());
+                if tiles && i8_amx_available() && b * s >= 2 {
+                    assert!(i8_tiled() > before, "{b}x{s}x{k}+{j}x{n}: not on the tiles");
+                }
+            }
+        }
+    }
+    set_bf16_amx(true);
+}

@@ -1042,6 +1042,24 @@ codes::KIND_MISMATCH,
                 }
             }
             "qmatmul" | "dequantize" => self.quant_call(n, name, args, whole),
+            "dq_matmul" => {
+                let form = "dq_matmul(x, w, w_scale, w_outliers)";
+                if !self.arity(name, args, 4, whole, form) {
+                    return Operand::Poison;
+                }
+                let opds = [0, 1, 2, 3].map(|i| self.tensor(args[i]));
+                let [Some((x, xs)), Some((w, ws)), Some((scale, ss)), Some((outliers, os))] = opds
+                else {
+                    return Operand::Poison;
+                };
+                let op = Op::DqMatmul {
+                    x,
+                    w,
+                    scale,
+                    outliers,
+                };
+                self.push(op, whole, vec![xs, ws, ss, os], vec![])
+            }
             "argmax" | "argmin" | "argmax_keepdims" | "argmin_keepdims" => {
                 if !self.arity(name, args, 2, whole, &format!("{n}(x, axis)")) {
                     return Operand::Poison;

@@ -190,6 +190,7 @@ const VOCAB: &[&str] = &[
     "=",
     "matmul",
     "matmul_i32",
+    "dq_matmul",
     "relu",
     "exp",
     "sum",

@@ -743,6 +743,17 @@ impl<'a, 'f> Machine<'a, 'f> {
             }
             Op::Matmul(a, b) => denote::matmul(self.tensor(*a)?, self.tensor(*b)?)?,
             Op::MatmulI32(a, b) => denote::matmul_i32(self.tensor(*a)?, self.tensor(*b)?)?,
+            Op::DqMatmul {
+                x,
+                w,
+                scale,
+                outliers,
+            } => denote::dq_matmul(
+                self.tensor(*x)?,
+                self.tensor(*w)?,
+                self.tensor(*scale)?,
+                self.tensor(*outliers)?,
+            )?,
             Op::QMatmul(x, w) => {
                 crate::quant::qmatmul_reference(self.tensor(*x)?, self.tensor(*w)?)?
             }
@@ -1315,6 +1326,43 @@ pub mod denote {
     pub fn matmul_i32(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         rule::matmul_i32(opd(a), opd(b))?;
         matmul(&cast(Dtype::I32, a)?, &cast(Dtype::I32, b)?)
+    }
+
+    /// §7c dynamically quantized int8 product, literally: per row `r` of
+    /// `x` (its last axis the `K` int8 channels, then the `J` outlier
+    /// ones), the scale `a = maximum(m / 127, 1e-30)` of `m`, the
+    /// `maximum` of `+0` and every `|x[r, l]|`, `l < K`; each channel
+    /// `q[l] = cast_i8(round(x[r, l] / a))` (ties to even, saturating, NaN
+    /// to 0, §5.2); then per column `c` the wrapping I32 sum `Σ_l q[l] ·
+    /// w[l, c]`, converted to F32, `· a · scale[c]`, plus `o`, the F32 dot
+    /// of the outlier channels with `outliers[·, c]` as fused
+    /// multiply-adds in order from `+0`. A NaN result is
+    /// [`cast::CANONICAL_NAN`].
+    pub fn dq_matmul(x: &Tensor, w: &Tensor, scale: &Tensor, outliers: &Tensor) -> Result<Tensor> {
+        let (_, out_shape) = rule::dq_matmul([opd(x), opd(w), opd(scale), opd(outliers)])?;
+        let (k, n, j) = (w.shape()[0], w.shape()[1], outliers.shape()[0]);
+        let (xs, ws) = (x.as_slice::<f32>()?, w.as_slice::<i8>()?);
+        let (ss, vs) = (scale.as_slice::<f32>()?, outliers.as_slice::<f32>()?);
+        let rows = tc_core::size::numel(&out_shape[..out_shape.len() - 1])?;
+        let mut y = Vec::with_capacity(tc_core::size::numel(&out_shape)?);
+        for r in 0..rows {
+            let row = &xs[r * (k + j)..][..k + j];
+            let m = row[..k].iter().fold(0f32, |m, v| cast::maximum(m, v.abs()));
+            let a = cast::maximum(m / 127.0, 1e-30);
+            let q: Vec<i32> = row[..k]
+                .iter()
+                .map(|&v| i32::from((v / a).round_ties_even() as i8))
+                .collect();
+            for c in 0..n {
+                let acc = (0..k).fold(0i32, |s, l| {
+                    s.wrapping_add(q[l].wrapping_mul(i32::from(ws[l * n + c])))
+                });
+                let o = (0..j).fold(0f32, |o, t| row[k + t].mul_add(vs[t * n + c], o));
+                let v = acc as f32 * a * ss[c] + o;
+                y.push(if v.is_nan() { cast::CANONICAL_NAN } else { v });
+            }
+        }
+        Tensor::from_vec(&out_shape, y)
     }
 
     /// §5.4 batched matmul: `p ++ [M, K] × p ++ [K, N] → p ++ [M, N]`,

@@ -42,6 +42,10 @@ pub mod bert {
     /// Input channels of an int8 product kept in F32 ([`olinear`]): the
     /// outlier channels of its activations, found by calibration.
     pub const OUTLIERS: usize = 16;
+    /// The int8 hidden channels: `HIDDEN - OUTLIERS`.
+    pub const INT8_HIDDEN: usize = 368;
+    /// The int8 feed-forward channels: `FFN - OUTLIERS`.
+    pub const INT8_FFN: usize = 1520;
 
     /// `x · wᵀ + b` with a PyTorch-layout weight `[out, in]`.
     #[tensor_fn]
@@ -111,27 +115,25 @@ pub mod bert {
         iproduct(x, w, w_scale) + broadcast(b, [B, S, O])
     }
 
-    /// `x · w + b` split as LLM.int8() splits it: the last `N` input
-    /// channels (the activations' outlier channels, which the model's
-    /// channel order puts last) through an F32 product with their F32
-    /// weight rows `w_out`, the others through an int8 one ([`iproduct`]).
-    /// `keep` is 1 on the int8 channels and 0 on the outliers, whose rows
-    /// of `w` are 0: the int8 product reads `x` whole (no copy of its
-    /// int8 channels), with the outliers out of every row's scale. A few
-    /// channels of 5–20× the others' magnitude would otherwise set the
-    /// scales and leave the other channels a few levels of 8 bits.
-    #[tensor_fn(requires(N <= I))]
+    /// `x · w + b` split as LLM.int8() splits it (docs/syntax.md §7c's
+    /// `dq_matmul`): the last `J` input channels (the activations'
+    /// outlier channels, which the model's channel order puts last)
+    /// through an F32 product with their F32 weight rows `w_out`, the
+    /// first `K` through an int8 one (each row quantized by its own scale,
+    /// `w` with a scale per column). A few channels of 5–20× the others'
+    /// magnitude would otherwise set the rows' scales and leave the other
+    /// channels a few levels of 8 bits. One op: on AMX-INT8 tiles the
+    /// quantization fills the tiles' packing and the scaling and the
+    /// outliers' product happen as the tiles are stored.
+    #[tensor_fn(requires(I == K + J))]
     pub fn olinear(
         x: Tensor![f32; B, S, I],
-        keep: Tensor![f32; I],
-        w: Tensor![i8; I, O],
+        w: Tensor![i8; K, O],
         w_scale: Tensor![f32; O],
-        w_out: Tensor![f32; N, O],
+        w_out: Tensor![f32; J, O],
         b: Tensor![f32; O],
     ) -> Tensor![f32; B, S, O] {
-        let outliers = matmul(slice(x, 2, I - N, I), broadcast(w_out, [B, N, O]));
-        let main = iproduct(x * broadcast(keep, [B, S, I]), w, w_scale);
-        main + outliers + broadcast(b, [B, S, O])
+        dq_matmul(x, w, w_scale, w_out) + broadcast(b, [B, S, O])
     }
 
     /// LayerNorm over the hidden axis.
@@ -227,12 +229,11 @@ pub mod bert {
     /// parameter indexed by a hidden or feed-forward channel is permuted to
     /// match, so the layer computes the F32 layer's function in those
     /// orders. Weights are `[in, out]` i8 with a scale per output column;
-    /// the rows of the outlier input channels stay F32 (`*_out`).
+    /// the rows of the outlier input channels stay F32 (`*_out`), the
+    /// int8 weights hold the others'.
     #[tensor_params]
     pub struct IWeights {
-        pub keep_hidden: Tensor![f32; HIDDEN],
-        pub keep_ffn: Tensor![f32; FFN],
-        pub wqkv: Tensor![i8; HIDDEN, QKV],
+        pub wqkv: Tensor![i8; INT8_HIDDEN, QKV],
         pub wqkv_scale: Tensor![f32; QKV],
         pub wqkv_out: Tensor![f32; OUTLIERS, QKV],
         pub bqkv: Tensor![f32; QKV],
@@ -241,11 +242,11 @@ pub mod bert {
         pub bo: Tensor![f32; HIDDEN],
         pub ln1_g: Tensor![f32; HIDDEN],
         pub ln1_b: Tensor![f32; HIDDEN],
-        pub w1: Tensor![i8; HIDDEN, FFN],
+        pub w1: Tensor![i8; INT8_HIDDEN, FFN],
         pub w1_scale: Tensor![f32; FFN],
         pub w1_out: Tensor![f32; OUTLIERS, FFN],
         pub b1: Tensor![f32; FFN],
-        pub w2: Tensor![i8; FFN, HIDDEN],
+        pub w2: Tensor![i8; INT8_FFN, HIDDEN],
         pub w2_scale: Tensor![f32; HIDDEN],
         pub w2_out: Tensor![f32; OUTLIERS, HIDDEN],
         pub b2: Tensor![f32; HIDDEN],
@@ -361,7 +362,7 @@ pub mod bert {
         w: IWeights,
         eps: f32,
     ) -> Tensor![f32; B, S, HIDDEN] {
-        let qkv = olinear(x, w.keep_hidden, w.wqkv, w.wqkv_scale, w.wqkv_out, w.bqkv);
+        let qkv = olinear(x, w.wqkv, w.wqkv_scale, w.wqkv_out, w.bqkv);
         let ctx = stacked_attention(qkv, mask);
         let h = layer_norm(
             ilinear(ctx, w.wo, w.wo_scale, w.bo) + x,
@@ -369,8 +370,8 @@ pub mod bert {
             w.ln1_b,
             eps,
         );
-        let g = gelu(olinear(h, w.keep_hidden, w.w1, w.w1_scale, w.w1_out, w.b1));
-        let f = olinear(g, w.keep_ffn, w.w2, w.w2_scale, w.w2_out, w.b2);
+        let g = gelu(olinear(h, w.w1, w.w1_scale, w.w1_out, w.b1));
+        let f = olinear(g, w.w2, w.w2_scale, w.w2_out, w.b2);
         layer_norm(f + h, w.ln2_g, w.ln2_b, eps)
     }
 
@@ -877,8 +878,8 @@ fn outliers_last(n: usize, score: Option<Vec<f32>>) -> Vec<usize> {
 /// weight `w` (`[out, in]` rows, PyTorch's layout) with its inputs read in
 /// `inputs` order and its outputs in `outputs` order, as i8 `[in, out]`
 /// with a scale per output column (`max |w| / 127` over the int8 rows, each
-/// weight rounded to nearest, ties to even), whose last `f32_rows` rows are
-/// 0, and those rows in F32 (`[f32_rows, out]`).
+/// weight rounded to nearest, ties to even) for all but the last
+/// `f32_rows` inputs, and those rows in F32 (`[f32_rows, out]`).
 fn int8_product(
     w: &[f32],
     inputs: &[usize],
@@ -894,7 +895,7 @@ fn int8_product(
     }
     // Output by output: its weight row read once, in input order, then
     // scattered into the `[in, out]` layouts.
-    let (mut q, mut f) = (vec![0i8; n_in * n_out], vec![0f32; f32_rows * n_out]);
+    let (mut q, mut f) = (vec![0i8; j * n_out], vec![0f32; f32_rows * n_out]);
     let mut scale = Vec::with_capacity(n_out);
     let mut row = vec![0f32; n_in];
     for (o, &src) in outputs.iter().enumerate() {
@@ -913,20 +914,10 @@ fn int8_product(
         }
     }
     Ok((
-        Tensor::from_vec(&[n_in, n_out], q)?,
+        Tensor::from_vec(&[j, n_out], q)?,
         Tensor::from_vec(&[n_out], scale)?,
         Tensor::from_vec(&[f32_rows, n_out], f)?,
     ))
-}
-
-/// 1 on the first `n − OUTLIERS` channels, 0 on the outliers
-/// ([`bert::olinear`]'s `keep`).
-fn keep(n: usize) -> Result<Tensor, BoxError> {
-    let j = n.saturating_sub(bert::OUTLIERS);
-    Ok(Tensor::from_vec(
-        &[n],
-        (0..n).map(|i| if i < j { 1f32 } else { 0.0 }).collect(),
-    )?)
 }
 
 /// `v` read in `order`.
@@ -956,8 +947,6 @@ fn int8_layer(
     let (w1, w1_scale, w1_out) = int8_product(&f(&l.w1)?, hidden, ffn, bert::OUTLIERS)?;
     let (w2, w2_scale, w2_out) = int8_product(&f(&l.w2)?, ffn, hidden, bert::OUTLIERS)?;
     Ok(bert::IWeights {
-        keep_hidden: keep(bert::HIDDEN)?,
-        keep_ffn: keep(bert::FFN)?,
         wqkv,
         wqkv_scale,
         wqkv_out,
@@ -1071,8 +1060,8 @@ mod int8_tests {
     }
 
     /// Each int8 weight is its F32 weight within half a step of its
-    /// column's scale, read in the given orders; the F32 rows' int8 rows
-    /// are 0 and their F32 rows exact.
+    /// column's scale, read in the given orders; the int8 weight holds the
+    /// other rows, the F32 rows are exact.
     #[test]
     fn int8_product_quantizes_within_half_a_step() {
         let (n_in, n_out, f32_rows) = (24usize, 5usize, 4usize);
@@ -1082,6 +1071,7 @@ mod int8_tests {
         let inputs: Vec<usize> = (0..n_in).map(|i| (i * 5) % n_in).collect();
         let outputs: Vec<usize> = vec![3, 0, 4, 1, 2];
         let (q, scale, f) = int8_product(&w, &inputs, &outputs, f32_rows).unwrap();
+        assert_eq!(q.shape(), &[n_in - f32_rows, n_out]);
         let (q, scale, f) = (
             q.as_slice::<i8>().unwrap(),
             scale.as_slice::<f32>().unwrap(),
@@ -1090,12 +1080,11 @@ mod int8_tests {
         for i in 0..n_in {
             for o in 0..n_out {
                 let orig = w[outputs[o] * n_in + inputs[i]];
-                let qv = q[i * n_out + o];
                 if i < n_in - f32_rows {
+                    let qv = q[i * n_out + o];
                     let err = (f32::from(qv) * scale[o] - orig).abs();
                     assert!(err <= scale[o] / 2.0 * (1.0 + 1e-6), "({i}, {o}): {err}");
                 } else {
-                    assert_eq!(qv, 0);
                     assert_eq!(f[(i - (n_in - f32_rows)) * n_out + o], orig);
                 }
             }

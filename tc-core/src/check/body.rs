@@ -183,6 +183,7 @@ impl Checker<'_> {
             Op::Select(..) => self.select(inst, &operands),
             Op::Matmul(..) => self.matmul(inst, &operands),
             Op::MatmulI32(..) => self.matmul_i32(inst, &operands),
+            Op::DqMatmul { .. } => self.dq_matmul(inst, &operands),
             Op::QMatmul(..) => self.qmatmul(inst, &operands),
             Op::Reduce {
                 op, axes, keepdims, ..

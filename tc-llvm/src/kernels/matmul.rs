@@ -41,6 +41,8 @@ pub use amx::{
     available as bf16_amx_available, available_i8 as i8_amx_available, set_enabled as set_bf16_amx,
     tiled as bf16_tiled, tiled_i8 as i8_tiled,
 };
+mod dq;
+pub use dq::{dq_matmul, DqOperands};
 mod i8;
 pub use i8::matmul_i32_strided;
 mod in_order;

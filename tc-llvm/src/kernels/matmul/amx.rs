@@ -54,9 +54,9 @@ use crate::kernels::gemm_common::SendPtr;
 use crate::options::Error;
 
 /// Rows and columns of one C tile.
-const T: usize = 16;
+pub(super) const T: usize = 16;
 /// Bytes of one A tile row (and of one B slot row of 16 columns).
-const ROW_BYTES: usize = 64;
+pub(super) const ROW_BYTES: usize = 64;
 /// Bytes of A in a task's row block, which stays in L2 while the task
 /// runs every column panel against it (half of a 1–2 MiB L2, the rest
 /// for the panels of B streaming through).
@@ -205,7 +205,7 @@ pub(super) fn packed_k<O: TileOp>(k: usize) -> Option<usize> {
 
 /// Four C tiles, 64-byte aligned for `tilestored` (f32 or i32 bits).
 #[repr(C, align(64))]
-pub(super) struct CTiles([f32; 4 * T * T]);
+pub(super) struct CTiles(pub(super) [f32; 4 * T * T]);
 
 /// The product `a: [m, k]` (row-major, `O`'s elements as bytes) by the
 /// packed `b` into `out: [m, n]`; on the pool with `par`.
@@ -224,14 +224,69 @@ pub(super) unsafe fn matmul<O: TileOp>(
     (m, k, n): (usize, usize, usize),
     par: bool,
 ) -> Result<(), Error> {
+    let src_row = k * O::SIZE;
+    // SAFETY: A's `m·k` elements (the contract).
+    let a = unsafe { std::slice::from_raw_parts(a, m * src_row) };
+    let pack = |packed: &mut [u8], row_bytes: usize, par: bool| {
+        pack_a(a, (m, src_row, row_bytes), packed, par)
+    };
+    // SAFETY: the contract: `out` writable for the `m × n` output, `b`
+    // this product's packing, the tiles available, `fits`.
+    unsafe { drive::<O, _>(b, (m, k, n), par, pack, &Plain::<O>(SendPtr(out))) }
+}
+
+/// How a C tile block reaches the output.
+pub(super) trait TileWrite<O: TileOp>: Sync {
+    /// Rows `r0..r0 + rows` (at most 32) and columns `j0..j0 + 32` (those
+    /// below `n`) of the output from `c`'s tiles.
+    ///
+    /// # Safety
+    /// Those rows and columns lie inside the `m × n` output this writer
+    /// was made for, and no other call writes them meanwhile; the CPU has
+    /// AVX-512 F and BW.
+    // SAFETY: (contract) met by `drive`, its only caller.
+    unsafe fn write(&self, c: &CTiles, rows: (usize, usize), cols: (usize, usize));
+}
+
+/// The op's own output, [`TileOp::write`].
+struct Plain<O: TileOp>(SendPtr<O::Out>);
+
+// SAFETY: the pointer is only written through by `write`, whose callers
+// give each call rows and columns of its own (`TileWrite`'s contract).
+unsafe impl<O: TileOp> Sync for Plain<O> {}
+
+impl<O: TileOp> TileWrite<O> for Plain<O> {
+    // SAFETY: (contract) the trait's.
+    unsafe fn write(&self, c: &CTiles, rows: (usize, usize), (j0, n): (usize, usize)) {
+        // SAFETY: the trait's contract is `O::write`'s for this output.
+        unsafe { O::write(c, self.0 .0, rows, (j0, n)) }
+    }
+}
+
+/// The tile loop of an `m × k × n` product against the packed `b`: A
+/// packed by `pack` (given the packing, each row's packed bytes — `b.k`
+/// elements — and whether to use the pool), which must lay out every
+/// row as [`pack_a`] does; each unit's C block to `out`.
+///
+/// # Safety
+/// `O`'s tiles available; `b` packs a `k × n` operand in `O`'s slots;
+/// [`fits`]`(m, k, n)`; `out` writes an `m × n` output.
+// SAFETY: (contract) met by `matmul` and `dq::tiled`, its callers.
+pub(super) unsafe fn drive<O: TileOp, W: TileWrite<O>>(
+    b: &PackedB,
+    (m, k, n): (usize, usize, usize),
+    par: bool,
+    pack: impl FnOnce(&mut [u8], usize, bool),
+    out: &W,
+) -> Result<(), Error> {
     let tk = ROW_BYTES / O::SIZE;
     assert!(O::packs(b) && Some(b.k) == packed_k::<O>(k) && b.n == n && b.nr == 2 * T);
     assert!(fits::<O>(m, k, n) && b.kc.is_multiple_of(tk));
     // A task on the pool costs microseconds; at these rates a product
     // under `PAR_MIN_MACS` is done sooner on the calling thread.
     let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MACS;
-    // A's rows as they lie, and as packed: B's k, whole tile rows.
-    let (src_row, row_bytes) = (k * O::SIZE, b.k * O::SIZE);
+    // A's rows as packed: B's k, whole tile rows.
+    let row_bytes = b.k * O::SIZE;
     let groups = m.div_ceil(2 * T);
     let mut packed = APACK.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let len = (groups * 2 * T)
@@ -240,9 +295,7 @@ pub(super) unsafe fn matmul<O: TileOp>(
     if packed.len() < len {
         packed = tc_runtime::alloc::filled(len, 0u8)?;
     }
-    // SAFETY: A's `m·k` elements (the contract).
-    let a = unsafe { std::slice::from_raw_parts(a, m * src_row) };
-    pack_a(a, (m, src_row, row_bytes), &mut packed[..len], par);
+    pack(&mut packed[..len], row_bytes, par);
     let npanels = n.div_ceil(2 * T);
     let mb = if par {
         shared_rows(m, row_bytes, rayon::current_num_threads())
@@ -251,10 +304,8 @@ pub(super) unsafe fn matmul<O: TileOp>(
     };
     let blocks = m.div_ceil(mb);
     let units = blocks * npanels;
-    let op = SendPtr(out);
     let ap = &packed[..len];
     let run = |range: std::ops::Range<usize>| {
-        let op = op;
         // SAFETY: `O` available (the contract) includes the OS's grant;
         // the loop below runs tiles and vector code only.
         let tiles = unsafe { Tiles::load(&CONFIG) };
@@ -293,7 +344,7 @@ pub(super) unsafe fn matmul<O: TileOp>(
                         // SAFETY: rows `r0..r0 + rows ≤ m` and panel `q`'s columns
                         // of the output, written by this unit alone; the CPU has
                         // AVX-512 F and BW (`available`).
-                        unsafe { O::write(&c, op.0, (r0, rows), (q * 2 * T, n)) };
+                        unsafe { out.write(&c, (r0, rows), (q * 2 * T, n)) };
                     }
                 }
             }

@@ -96,6 +96,26 @@ unsafe fn tiled(
     b_cache: Option<&dyn PackCache>,
 ) -> Result<(), Error> {
     let par = ctx.threads != 1 && super::splits(ctx, m, n, k);
+    // SAFETY: B's `k·n` bytes (the contract).
+    let pb = unsafe { quads(b, (k, n), par, b_cache)? };
+    // SAFETY: the contract; `pb` packs this B in quads.
+    unsafe { super::amx::matmul::<super::amx::I8>(a, &pb, out, (m, k, n), par) }
+}
+
+/// B (`k × n` row-major bytes) packed in quads ([`pack_quads`]): the
+/// packing `b_cache` keeps for it, or one made now (kept when the cache
+/// asks for it).
+///
+/// # Safety
+/// `b` must be readable for `k·n` bytes.
+#[cfg(target_arch = "x86_64")]
+// SAFETY: (contract) met by `tiled` and `dq::tiled`, its callers.
+pub(super) unsafe fn quads(
+    b: *const u8,
+    (k, n): (usize, usize),
+    par: bool,
+    b_cache: Option<&dyn PackCache>,
+) -> Result<std::sync::Arc<PackedB>, Error> {
     let key = ViewKey {
         ptr: b.addr(),
         rs: n,
@@ -110,16 +130,10 @@ unsafe fn tiled(
         Some(cache) => super::kept_packing(cache, key, |p| p.quads, pack)?,
         None => None,
     };
-    let own;
-    let pb = match kept.as_deref() {
-        Some(p) => p,
-        None => {
-            own = pack()?;
-            &own
-        }
-    };
-    // SAFETY: the contract; `pb` packs this B in quads.
-    unsafe { super::amx::matmul::<super::amx::I8>(a, pb, out, (m, k, n), par) }
+    match kept {
+        Some(p) => Ok(p),
+        None => Ok(std::sync::Arc::new(pack()?)),
+    }
 }
 
 /// B (`k × n` row-major bytes) in quads, as a `kp × n` operand whose rows

@@ -1,0 +1,396 @@
+//! docs/syntax.md §7c `dq_matmul`: each row of F32 activations quantized
+//! to i8 by its own scale, its exact i32 sums against an I8 weight scaled
+//! back, plus the F32 product of its outlier channels (LLM.int8()'s split).
+//!
+//! On AMX-INT8 tiles ([`super::amx`]) the quantization writes A's tile
+//! packing directly and the tiles' writer scales the sums, adds the
+//! outliers' product and stores F32: the i8 activations and the i32 sums
+//! never reach memory, and the outliers' product is never an output of
+//! its own. Elsewhere the rows are quantized into a buffer, the integer
+//! GEMM sums them (`vpdpbusd`/`vpdpwssd` where the CPU has them), and the
+//! rows are finished in a second pass.
+//!
+//! Every path computes the interpreter's `denote::dq_matmul` bit for bit:
+//! the scale and the quantization are the same F32 operations, the sums
+//! exact, the scaling the same two products in the same order, and the
+//! outliers' dot the same fused multiply-adds in the same order.
+
+use rayon::prelude::*;
+use tc_runtime::cast::{maximum, CANONICAL_NAN};
+
+use super::{ExecCtx, PackCache};
+use crate::options::Error;
+
+/// One product's operands, as their storage: `x` `rows × (k + j)` F32
+/// (row-major), `w` `k × n` I8 bytes, `scale` `n` F32, `outliers` `j × n`
+/// F32.
+#[derive(Clone, Copy, Debug)]
+pub struct DqOperands<'a> {
+    /// The activations.
+    pub x: &'a [f32],
+    /// The int8 weight, as bytes.
+    pub w: &'a [u8],
+    /// The weight's scale per column.
+    pub scale: &'a [f32],
+    /// The outlier channels' F32 weight rows.
+    pub outliers: &'a [f32],
+    /// Rows of `x` (every leading dim).
+    pub rows: usize,
+    /// Int8 channels.
+    pub k: usize,
+    /// Outlier channels.
+    pub j: usize,
+    /// Output columns.
+    pub n: usize,
+}
+
+impl DqOperands<'_> {
+    /// Whether every slice holds its operand (and `y` the output).
+    fn fits(&self, y: &[f32]) -> bool {
+        let Some(c) = self.k.checked_add(self.j) else {
+            return false;
+        };
+        let holds = |len: usize, a: usize, b: usize| a.checked_mul(b).is_some_and(|e| len >= e);
+        holds(self.x.len(), self.rows, c)
+            && holds(self.w.len(), self.k, self.n)
+            && self.scale.len() >= self.n
+            && holds(self.outliers.len(), self.j, self.n)
+            && holds(y.len(), self.rows, self.n)
+    }
+}
+
+/// `y = dq_matmul(x, w, scale, outliers)` (`rows × n`, row-major), on AMX
+/// tiles where the CPU has them (the weight's quad packing kept in
+/// `b_cache`), on the integer GEMM otherwise.
+pub fn dq_matmul(
+    o: &DqOperands,
+    y: &mut [f32],
+    ctx: &ExecCtx,
+    b_cache: Option<&dyn PackCache>,
+) -> Result<(), Error> {
+    if !o.fits(y) {
+        return Err(Error::Unsupported(format!(
+            "dq_matmul: operands shorter than {} × ({} + {}) by {}",
+            o.rows, o.k, o.j, o.n
+        )));
+    }
+    if o.rows == 0 || o.n == 0 {
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if o.k > 0 && super::amx::available_i8() && super::amx::fits::<super::amx::I8>(o.rows, o.k, o.n)
+    {
+        return tiled(o, y, ctx, b_cache);
+    }
+    generic(o, y, ctx)
+}
+
+/// Row `x`'s scale (`maximum(max |x| / 127, 1e-30)`, the max from `+0`)
+/// and its channels quantized into `q`.
+fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
+    let a = row_scale(x.iter().fold(0f32, |m, v| maximum(m, v.abs())));
+    for (q, &v) in q.iter_mut().zip(x) {
+        // `as`: saturating, NaN to 0 (§5.2's float-to-int cast).
+        *q = (v / a).round_ties_even() as i8;
+    }
+    a
+}
+
+/// The scale of a row whose channels reach `m`.
+fn row_scale(m: f32) -> f32 {
+    maximum(m / 127.0, 1e-30)
+}
+
+/// The quantized rows, the integer GEMM's sums, then each row finished.
+fn generic(o: &DqOperands, y: &mut [f32], ctx: &ExecCtx) -> Result<(), Error> {
+    let (rows, k, j, n) = (o.rows, o.k, o.j, o.n);
+    let c = k + j;
+    let mut q = vec![0i8; rows * k];
+    let mut scales = vec![0f32; rows];
+    for (r, (qr, a)) in q.chunks_mut(k.max(1)).zip(scales.iter_mut()).enumerate() {
+        *a = quantize_row(&o.x[r * c..][..k], &mut qr[..k]);
+    }
+    let mut acc = vec![0i32; rows * n];
+    if k > 0 {
+        // SAFETY: `q` holds the `rows × k` I8 operand, `w` the `k × n` one
+        // (`fits`), `acc` the `rows × n` I32 output, disjoint from both.
+        unsafe {
+            crate::kernels::matmul_int::matmul_int_wide(
+                q.as_ptr().cast(),
+                o.w.as_ptr(),
+                acc.as_mut_ptr().cast(),
+                &[rows, k],
+                &[k, n],
+                ctx,
+            )?
+        };
+    }
+    let finish = |(r, yr): (usize, &mut [f32])| {
+        let xo = &o.x[r * c + k..][..j];
+        finish_row(&acc[r * n..][..n], scales[r], (o.scale, xo, o.outliers), yr);
+    };
+    let y = &mut y[..rows * n];
+    if ctx.threads != 1 {
+        y.par_chunks_mut(n).enumerate().for_each(finish);
+    } else {
+        y.chunks_mut(n).enumerate().for_each(finish);
+    }
+    Ok(())
+}
+
+/// One output row from its sums: `acc · a · scale + o`, `o` the outlier
+/// channels `xo` against their weight rows (`outliers`, `xo.len()` rows
+/// of `y.len()` columns) as fused multiply-adds in order from `+0`.
+fn finish_row(acc: &[i32], a: f32, (scale, xo, outliers): (&[f32], &[f32], &[f32]), y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has FMA (just checked).
+        return unsafe { finish_row_fma(acc, a, (scale, xo, outliers), y) };
+    }
+    finish_row_with(acc, a, (scale, xo, outliers), y)
+}
+
+/// [`finish_row`] compiled with FMA, so that `mul_add` is one instruction.
+///
+/// # Safety
+/// The CPU has FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+// SAFETY: (contract) met by `finish_row`, its only caller.
+unsafe fn finish_row_fma(acc: &[i32], a: f32, parts: (&[f32], &[f32], &[f32]), y: &mut [f32]) {
+    finish_row_with(acc, a, parts, y)
+}
+
+#[inline(always)]
+fn finish_row_with(
+    acc: &[i32],
+    a: f32,
+    (scale, xo, outliers): (&[f32], &[f32], &[f32]),
+    y: &mut [f32],
+) {
+    let n = y.len();
+    y.fill(0.0);
+    for (t, &x) in xo.iter().enumerate() {
+        for (o, &v) in y.iter_mut().zip(&outliers[t * n..][..n]) {
+            *o = x.mul_add(v, *o);
+        }
+    }
+    for ((o, &s), &sum) in y.iter_mut().zip(scale).zip(acc) {
+        let v = sum as f32 * a * s + *o;
+        *o = if v.is_nan() { CANONICAL_NAN } else { v };
+    }
+}
+
+/// The product on AMX-INT8 tiles: the rows' scales, then A quantized
+/// straight into its tile packing, the tiles' sums finished by
+/// [`DqWrite`].
+#[cfg(target_arch = "x86_64")]
+fn tiled(
+    o: &DqOperands,
+    y: &mut [f32],
+    ctx: &ExecCtx,
+    b_cache: Option<&dyn PackCache>,
+) -> Result<(), Error> {
+    use super::amx::{drive, I8};
+    let (rows, k, n) = (o.rows, o.k, o.n);
+    let c = k + o.j;
+    let par = ctx.threads != 1 && super::splits(ctx, rows, n, k);
+    // SAFETY: `w` holds `k·n` bytes (`fits`).
+    let pb = unsafe { super::i8::quads(o.w.as_ptr(), (k, n), par, b_cache)? };
+    let scale_of = |r: usize| {
+        // SAFETY: the CPU has AVX-512 F (AMX-INT8 hosts do: `available_i8`).
+        unsafe { row_max_avx512(&o.x[r * c..][..k]) }.map_or(f32::NAN, row_scale)
+    };
+    let scales: Vec<f32> = if par {
+        (0..rows).into_par_iter().map(scale_of).collect()
+    } else {
+        (0..rows).map(scale_of).collect()
+    };
+    let pack = |packed: &mut [u8], row_bytes: usize, par: bool| {
+        let per_group = 2 * super::amx::T * row_bytes;
+        let one = |(g, d): (usize, &mut [u8])| {
+            for rr in 0..2 * super::amx::T {
+                let r = g * 2 * super::amx::T + rr;
+                let row = (r < rows).then(|| (&o.x[r * c..][..k], scales[r]));
+                // SAFETY: the CPU has AVX-512 F; `d` is this group's
+                // packing, `row_bytes` per row.
+                unsafe { pack_row_avx512(row, rr, row_bytes, d) };
+            }
+        };
+        if par {
+            packed.par_chunks_mut(per_group).enumerate().for_each(one);
+        } else {
+            packed.chunks_mut(per_group).enumerate().for_each(one);
+        }
+    };
+    let out = DqWrite {
+        y: y.as_mut_ptr(),
+        scales: &scales,
+        o: *o,
+    };
+    // SAFETY: AMX-INT8 available and `fits` (checked by `dq_matmul`), `pb`
+    // packs `w` in quads; `out` writes the `rows × n` output `y` holds.
+    unsafe { drive::<I8, _>(&pb, (rows, k, n), par, pack, &out) }
+}
+
+/// The largest `|x|` of a row, `None` if it holds a NaN (whose scale, and
+/// so every output of the row, is NaN).
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+// SAFETY: (contract) met by `tiled`, its only caller.
+unsafe fn row_max_avx512(x: &[f32]) -> Option<f32> {
+    use std::arch::x86_64::*;
+    let abs = _mm512_set1_epi32(0x7FFF_FFFF);
+    let (mut m, mut nan) = (_mm512_setzero_ps(), 0u16);
+    for chunk in x.chunks(16) {
+        let keep: __mmask16 = if chunk.len() == 16 {
+            !0
+        } else {
+            (1 << chunk.len()) - 1
+        };
+        // SAFETY: the mask covers the chunk's elements only.
+        let v = unsafe { _mm512_maskz_loadu_ps(keep, chunk.as_ptr()) };
+        let v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), abs));
+        nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+        m = _mm512_max_ps(m, v);
+    }
+    (nan == 0).then(|| _mm512_reduce_max_ps(m))
+}
+
+/// Row `rr` of a group's tile packing (`d`, [`super::amx`]'s `pack_a`
+/// layout: k-tile `t` of the group's 32 rows at byte `t·2048`, a row's 64
+/// bytes at `rr·64` in it) from `row`, its channels quantized by its
+/// scale, zeros past them; all zeros without a row.
+///
+/// # Safety
+/// The CPU has AVX-512 F; `d` holds a group's packing of `row_bytes` per
+/// row (a multiple of 64, at least the row's length).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+// SAFETY: (contract) met by `tiled`, its only caller.
+unsafe fn pack_row_avx512(row: Option<(&[f32], f32)>, rr: usize, row_bytes: usize, d: &mut [u8]) {
+    use std::arch::x86_64::*;
+    const ROW: usize = super::amx::ROW_BYTES;
+    let zero = _mm512_setzero_ps();
+    for t in 0..row_bytes / ROW {
+        let at = &mut d[t * 2 * super::amx::T * ROW + rr * ROW..][..ROW];
+        let Some((x, a)) = row else {
+            at.fill(0);
+            continue;
+        };
+        let av = _mm512_set1_ps(a);
+        for (h, dst) in at.chunks_mut(16).enumerate() {
+            let l0 = t * ROW + h * 16;
+            let have = x.len().saturating_sub(l0).min(16);
+            let keep: __mmask16 = if have == 16 { !0 } else { (1 << have) - 1 };
+            // SAFETY: the mask covers elements `l0..l0 + have` of `x` only.
+            let v = unsafe { _mm512_maskz_loadu_ps(keep, x.as_ptr().wrapping_add(l0)) };
+            // `round_ties_even(v / a)`, NaN to 0, saturated to i8: the
+            // cast of `quantize_row` (a zero lane past the row stays 0).
+            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_div_ps(v, av),
+            );
+            let r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(r, r), zero);
+            let q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r));
+            // SAFETY: `dst` is 16 bytes of `at`.
+            unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), q) };
+        }
+    }
+}
+
+/// The tiles' writer: each C block's sums scaled by its rows' and
+/// columns' scales, plus the outliers' product, stored as F32.
+#[cfg(target_arch = "x86_64")]
+struct DqWrite<'a> {
+    y: *mut f32,
+    scales: &'a [f32],
+    o: DqOperands<'a>,
+}
+
+// SAFETY: `y` is only written through by `write`, whose callers give each
+// call rows and columns of its own (`TileWrite`'s contract); the rest is
+// shared reads.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Sync for DqWrite<'_> {}
+
+#[cfg(target_arch = "x86_64")]
+impl super::amx::TileWrite<super::amx::I8> for DqWrite<'_> {
+    #[target_feature(enable = "avx512f,avx512bw")]
+    // SAFETY: (contract) the trait's, met by `amx::drive`.
+    unsafe fn write(
+        &self,
+        c: &super::amx::CTiles,
+        (r0, rows): (usize, usize),
+        (j0, n): (usize, usize),
+    ) {
+        use std::arch::x86_64::*;
+        const T: usize = super::amx::T;
+        let (k, j) = (self.o.k, self.o.j);
+        let cols = (n - j0).min(2 * T);
+        let lo_keep: __mmask16 = if cols >= T { !0 } else { (1u16 << cols) - 1 };
+        let hi_keep: __mmask16 = match cols {
+            32 => !0,
+            c if c > T => (1u16 << (c - T)) - 1,
+            _ => 0,
+        };
+        let at = |p: &[f32], i: usize| p.as_ptr().wrapping_add(i);
+        // SAFETY: the masks cover columns `j0..j0 + cols ≤ n` of the
+        // scale and of each outlier row (`fits`).
+        let (s_lo, s_hi) = unsafe {
+            (
+                _mm512_maskz_loadu_ps(lo_keep, at(self.o.scale, j0)),
+                _mm512_maskz_loadu_ps(hi_keep, at(self.o.scale, j0 + T)),
+            )
+        };
+        let nan = _mm512_set1_ps(CANONICAL_NAN);
+        for r in 0..rows {
+            let row = r0 + r;
+            let t = 2 * (r / T) * T * T + (r % T) * T;
+            // SAFETY: row `r % T` of tiles `2·(r / T)` and the next, 16
+            // lanes each inside `c`.
+            let (acc_lo, acc_hi) = unsafe {
+                (
+                    _mm512_loadu_si512(c.0.as_ptr().add(t).cast()),
+                    _mm512_loadu_si512(c.0.as_ptr().add(t + T * T).cast()),
+                )
+            };
+            let a = _mm512_set1_ps(self.scales[row]);
+            let v_lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc_lo), a), s_lo);
+            let v_hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc_hi), a), s_hi);
+            let (mut o_lo, mut o_hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            for (tt, &xv) in self.o.x[row * (k + j) + k..][..j].iter().enumerate() {
+                let xb = _mm512_set1_ps(xv);
+                let w = tt * n + j0;
+                // SAFETY: columns `j0..j0 + cols` of outlier row `tt`
+                // under the masks (`fits`).
+                let (w_lo, w_hi) = unsafe {
+                    (
+                        _mm512_maskz_loadu_ps(lo_keep, at(self.o.outliers, w)),
+                        _mm512_maskz_loadu_ps(hi_keep, at(self.o.outliers, w + T)),
+                    )
+                };
+                o_lo = _mm512_fmadd_ps(xb, w_lo, o_lo);
+                o_hi = _mm512_fmadd_ps(xb, w_hi, o_hi);
+            }
+            let canon =
+                |v: __m512| _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), nan);
+            let (y_lo, y_hi) = (
+                canon(_mm512_add_ps(v_lo, o_lo)),
+                canon(_mm512_add_ps(v_hi, o_hi)),
+            );
+            // SAFETY: row `row < m`, columns `j0..j0 + cols ≤ n` under
+            // the masks: inside the output, this unit's alone (the
+            // contract).
+            let out = self.y.wrapping_add(row * n + j0);
+            unsafe {
+                _mm512_mask_storeu_ps(out, lo_keep, y_lo);
+                if hi_keep != 0 {
+                    _mm512_mask_storeu_ps(out.wrapping_add(T), hi_keep, y_hi);
+                }
+            }
+        }
+    }
+}
