@@ -264,9 +264,10 @@ pub struct GenConfig {
     /// default, as it changes the programs of pinned seeds
     /// (`tests/fuzz.rs`'s `KNOWN`); the macro fuzzer turns it on.
     pub dim_params: bool,
-    /// `matmul_i32` (`--matmul-i32`, docs/syntax.md §7b): one product in
-    /// four has I8 operands and I32 sums. Off by default for the same
-    /// reason as `dim_params`.
+    /// The int8 products (`--matmul-i32`): one product in six a
+    /// `dq_matmul` (docs/syntax.md §7c), one in four of the others a
+    /// `matmul_i32` (§7b: I8 operands, I32 sums). Off by default for the
+    /// same reason as `dim_params`.
     pub matmul_i32: bool,
 }
 
@@ -990,6 +991,29 @@ impl<'a> Body<'a> {
         };
         let mut shape = x.shape[..n - 1].to_vec();
         shape.push(y.shape[n - 1].clone());
+        if self.cfg.matmul_i32 && self.rng.one_in(6) {
+            // docs/syntax.md §7c: `x`'s channels then `J` outlier ones
+            // (a concat, so that `C = K + J` holds by construction), an
+            // I8 weight `[K, N]` with its scale and F32 outlier rows.
+            let x = self.cast_to(x, Dtype::F32);
+            let (j, cols) = (Dim::c(1 + self.rng.below(3) as i64), shape[n - 1].clone());
+            let mut xo_shape = x.shape.clone();
+            xo_shape[n - 1] = j.clone();
+            let xo = self.like(&xo_shape, Dtype::F32);
+            let mut cat_shape = x.shape.clone();
+            cat_shape[n - 1] = k.clone() + j.clone();
+            let xc = self.push(Op::Concat(n - 1, vec![x.v, xo.v]), Dtype::F32, cat_shape);
+            let w = self.like(&[k, cols.clone()], Dtype::I8);
+            let scale = self.like(std::slice::from_ref(&cols), Dtype::F32);
+            let outliers = self.like(&[j, cols], Dtype::F32);
+            let op = Op::DqMatmul {
+                x: xc.v,
+                w: w.v,
+                scale: scale.v,
+                outliers: outliers.v,
+            };
+            return Some(self.push(op, Dtype::F32, shape));
+        }
         if self.cfg.matmul_i32 && self.rng.one_in(4) {
             // docs/syntax.md §7b: I8 operands (extremes included: casts
             // saturate), exact I32 sums.
@@ -1654,7 +1678,9 @@ pub fn families_in(f: &Function) -> BTreeSet<Family> {
             Op::Select(..) => Family::Select,
             // The generator draws no quantized operand; a hand-made one
             // counts as a matmul.
-            Op::Matmul(..) | Op::MatmulI32(..) | Op::QMatmul(..) => Family::Matmul,
+            Op::Matmul(..) | Op::MatmulI32(..) | Op::DqMatmul { .. } | Op::QMatmul(..) => {
+                Family::Matmul
+            }
             Op::Reduce { .. } => Family::Reduce,
             Op::ArgReduce { .. } => Family::ArgReduce,
             Op::Transpose(..) => Family::Transpose,

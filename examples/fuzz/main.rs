@@ -23,8 +23,8 @@
 //! `TC_FUZZ_REAL`: percent of the non-llama programs in the real-sizes
 //! class, default 20; 0: none), `--dim-params` (callees and `f` take
 //! `Dim![…]` parameters, callers pass dims: `GenConfig::dim_params`),
-//! `--matmul-i32` (one product in four a `matmul_i32`:
-//! `GenConfig::matmul_i32`), `--isolate` (cases run in child processes: a crash is recorded with its
+//! `--matmul-i32` (one product in six a `dq_matmul`, one in four of the
+//! others a `matmul_i32`: `GenConfig::matmul_i32`), `--isolate` (cases run in child processes: a crash is recorded with its
 //! seed and the run goes on), `--jobs N` (with `--isolate`: N workers), `--trace` (print each seed before running it).
 mod gen;
 

@@ -423,6 +423,18 @@ fn expr(f: &Function, op: &Op, v: Value) -> R<String> {
         ),
         Op::Matmul(a, b) => format!("matmul({}, {})", n(a), n(b)),
         Op::MatmulI32(a, b) => format!("matmul_i32({}, {})", n(a), n(b)),
+        Op::DqMatmul {
+            x,
+            w,
+            scale,
+            outliers,
+        } => format!(
+            "dq_matmul({}, {}, {}, {})",
+            n(x),
+            n(w),
+            n(scale),
+            n(outliers)
+        ),
         Op::QMatmul(a, b) => format!("qmatmul({}, {})", n(a), n(b)),
         Op::Reduce {
             op,

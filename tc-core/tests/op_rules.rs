@@ -643,6 +643,62 @@ fn matmul_i32_typing() {
     );
 }
 
+/// docs/syntax.md §7c: `dq_matmul x w scale outliers` gives F32 over
+/// `x`'s leading dims; each operand's dtype and rank is checked at it, the
+/// scale's and the outliers' columns against the weight's, and `x`'s
+/// channels against `K + J`, each with its counterexample.
+#[test]
+fn dq_matmul_typing() {
+    let dq = |x: &str, w: (Dtype, &str), s: &str, o: &str| {
+        let mut b = fb();
+        let x = b.param("x", f32s(x));
+        let w = b.param("w", t(w.0, w.1));
+        let scale = b.param("s", f32s(s));
+        let outliers = b.param("o", f32s(o));
+        let y = b.op(Op::DqMatmul {
+            x,
+            w,
+            scale,
+            outliers,
+        });
+        (b, y)
+    };
+    let (b, y) = dq("B, M, 40", (Dtype::I8, "24, N"), "N", "16, N");
+    assert_eq!(accept(b, y, f32s("B, M, N")), "Tensor[f32; B, M, N]");
+    let (b, y) = dq("M, 40", (Dtype::F32, "24, N"), "N", "16, N");
+    expect(
+        &reject(&b, y),
+        codes::DTYPE_CLASS,
+        arg(&b, y, 1),
+        "the int8 weight: expected dtype i8, found dtype f32",
+        None,
+    );
+    let (b, y) = dq("M, 40", (Dtype::I8, "24, N, 1"), "N", "16, N");
+    expect(
+        &reject(&b, y),
+        codes::RANK_MISMATCH,
+        arg(&b, y, 1),
+        "the int8 weight: expected rank 2, found rank 3",
+        None,
+    );
+    let (b, y) = dq("M, 40", (Dtype::I8, "24, N"), "P", "16, N");
+    expect(
+        &reject(&b, y),
+        codes::SHAPE_MISMATCH,
+        arg(&b, y, 2),
+        "the scale's length must be the weight's columns (dim 1): expected `N`, found `P`",
+        Some("N = 1, P = 2"),
+    );
+    let (b, y) = dq("M, I", (Dtype::I8, "K, N"), "N", "J, N");
+    expect(
+        &reject(&b, y),
+        codes::CONTRACTION,
+        arg(&b, y, 0),
+        "the activations' channels (their last dim) must be the int8 weight's rows then the outlier weight's: expected `J + K`, found `I`",
+        Some("I = 1, K = 1, J = 1"),
+    );
+}
+
 #[test]
 fn matmul_contraction_mismatch() {
     let mut b = fb();

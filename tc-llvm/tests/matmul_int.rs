@@ -672,8 +672,8 @@ fn dq_activations(rng: &mut Rng, rows: usize, k: usize, j: usize) -> Vec<f32> {
 /// the tiles off: row counts below, at and past a tile's 16 and a
 /// group's 32, ragged column panels, k of no whole tile row (5, 70, 368)
 /// and past a K-block (1100), one outlier channel to 16, one
-/// thread and the pool; each weight called twice (the second call takes
-/// the packing the first kept). Rows with a NaN, an infinity,
+/// thread and the pool, in every JIT mode and shape-generic; each weight
+/// called twice (the second call takes the packing the first kept). Rows with a NaN, an infinity,
 /// subnormals, zeros and ties included.
 #[test]
 fn dq_matmul_matches_interpreter() {
@@ -709,6 +709,8 @@ fn dq_matmul_matches_interpreter() {
                 Tensor::from_vec(&[j, n], outliers).unwrap().into(),
             ];
             let want = interp(&f, &args).unwrap();
+            let what = format!("dq_matmul {b}x{s}x{k}+{j}x{n} tiles={tiles}");
+            assert_every_mode(&what, &f, &args, &generic_jit());
             for threads in [1, 0] {
                 let jit = util::jit_with(JitOptions {
                     threads,

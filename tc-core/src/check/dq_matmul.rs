@@ -10,7 +10,7 @@ use crate::ir::Inst;
 use crate::subtype::{dims_equal, DimEq};
 use crate::types::{shape_string, TensorType, Type};
 
-use super::diags::{class_diag, unknown_diag};
+use super::diags::unknown_diag;
 use super::{Checker, R_DQ_MATMUL};
 
 /// The operands as the errors name them, in argument order, with their
@@ -38,14 +38,20 @@ impl Checker<'_> {
             .enumerate()
         {
             if t.dtype != dtype {
-                let class = dtype.to_string();
-                self.err(class_diag(
-                    R_DQ_MATMUL,
-                    inst.arg_span(i),
-                    "dq_matmul",
-                    &class,
-                    t.dtype,
-                ));
+                let help = if i == 1 {
+                    "quantize the weight at load: i8 values with an f32 scale per column (`w ≈ q · scale`)"
+                } else {
+                    "insert an explicit `cast::<f32>(..)` (Section 3 §9: no implicit promotion)"
+                };
+                self.err(
+                    Diagnostic::new(
+                        codes::DTYPE_CLASS,
+                        R_DQ_MATMUL,
+                        inst.arg_span(i),
+                        format!("{name}: expected dtype {dtype}, found dtype {}", t.dtype),
+                    )
+                    .help(help),
+                );
                 return None;
             }
             let ok = if rank == 0 {
