@@ -326,31 +326,85 @@ impl super::amx::TileWrite<super::amx::I8> for DqWrite<'_> {
         (r0, rows): (usize, usize),
         (j0, n): (usize, usize),
     ) {
-        use std::arch::x86_64::*;
+        use std::arch::x86_64::__mmask16;
         const T: usize = super::amx::T;
-        let (k, j) = (self.o.k, self.o.j);
         let cols = (n - j0).min(2 * T);
-        let lo_keep: __mmask16 = if cols >= T { !0 } else { (1u16 << cols) - 1 };
-        let hi_keep: __mmask16 = match cols {
+        let lo: __mmask16 = if cols >= T { !0 } else { (1u16 << cols) - 1 };
+        let hi: __mmask16 = match cols {
             32 => !0,
             c if c > T => (1u16 << (c - T)) - 1,
             _ => 0,
         };
+        // Four rows at a time: each outlier weight row's load serves four
+        // rows' multiply-adds.
+        let mut r = 0;
+        while r + 4 <= rows {
+            // SAFETY: rows `r..r + 4` of the block (the trait's contract).
+            unsafe { self.rows::<4>(c, (r0, r), j0, (lo, hi)) };
+            r += 4;
+        }
+        while r < rows {
+            // SAFETY: row `r` of the block (the trait's contract).
+            unsafe { self.rows::<1>(c, (r0, r), j0, (lo, hi)) };
+            r += 1;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl DqWrite<'_> {
+    /// Rows `r..r + R` of the block at row `r0` (columns `j0..`, under the
+    /// masks `lo` and `hi` of its two column tiles): `acc · a · scale + o`,
+    /// `o` the outliers' fused multiply-adds in order from `+0`, a NaN
+    /// made canonical.
+    ///
+    /// # Safety
+    /// [`super::amx::TileWrite::write`]'s, for these rows; `r + R ≤ 32`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    // SAFETY: (contract) met by `write`, its only caller.
+    unsafe fn rows<const R: usize>(
+        &self,
+        c: &super::amx::CTiles,
+        (r0, r): (usize, usize),
+        j0: usize,
+        (lo, hi): (std::arch::x86_64::__mmask16, std::arch::x86_64::__mmask16),
+    ) {
+        use std::arch::x86_64::*;
+        const T: usize = super::amx::T;
+        let (k, j, n) = (self.o.k, self.o.j, self.o.n);
         let at = |p: &[f32], i: usize| p.as_ptr().wrapping_add(i);
         // SAFETY: the masks cover columns `j0..j0 + cols ≤ n` of the
-        // scale and of each outlier row (`fits`).
-        let (s_lo, s_hi) = unsafe {
-            (
-                _mm512_maskz_loadu_ps(lo_keep, at(self.o.scale, j0)),
-                _mm512_maskz_loadu_ps(hi_keep, at(self.o.scale, j0 + T)),
-            )
-        };
+        // scale and of each outlier row (`fits`); the CPU has AVX-512 F
+        // (the contract).
+        let load = |m: __mmask16, p: *const f32| unsafe { _mm512_maskz_loadu_ps(m, p) };
+        let (s_lo, s_hi) = (
+            load(lo, at(self.o.scale, j0)),
+            load(hi, at(self.o.scale, j0 + T)),
+        );
+        let zero = _mm512_setzero_ps();
+        let (mut o_lo, mut o_hi) = ([zero; R], [zero; R]);
+        let xo: [&[f32]; R] = std::array::from_fn(|i| &self.o.x[(r0 + r + i) * (k + j) + k..][..j]);
+        for t in 0..j {
+            let w = t * n + j0;
+            let (w_lo, w_hi) = (
+                load(lo, at(self.o.outliers, w)),
+                load(hi, at(self.o.outliers, w + T)),
+            );
+            for i in 0..R {
+                let xb = _mm512_set1_ps(xo[i][t]);
+                o_lo[i] = _mm512_fmadd_ps(xb, w_lo, o_lo[i]);
+                o_hi[i] = _mm512_fmadd_ps(xb, w_hi, o_hi[i]);
+            }
+        }
         let nan = _mm512_set1_ps(CANONICAL_NAN);
-        for r in 0..rows {
-            let row = r0 + r;
-            let t = 2 * (r / T) * T * T + (r % T) * T;
-            // SAFETY: row `r % T` of tiles `2·(r / T)` and the next, 16
-            // lanes each inside `c`.
+        let canon =
+            |v: __m512| _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), nan);
+        for i in 0..R {
+            let (rr, row) = (r + i, r0 + r + i);
+            let t = 2 * (rr / T) * T * T + (rr % T) * T;
+            // SAFETY: row `rr % T` of tiles `2·(rr / T)` and the next, 16
+            // lanes each inside `c` (`rr < 32`).
             let (acc_lo, acc_hi) = unsafe {
                 (
                     _mm512_loadu_si512(c.0.as_ptr().add(t).cast()),
@@ -360,35 +414,16 @@ impl super::amx::TileWrite<super::amx::I8> for DqWrite<'_> {
             let a = _mm512_set1_ps(self.scales[row]);
             let v_lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc_lo), a), s_lo);
             let v_hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc_hi), a), s_hi);
-            let (mut o_lo, mut o_hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-            for (tt, &xv) in self.o.x[row * (k + j) + k..][..j].iter().enumerate() {
-                let xb = _mm512_set1_ps(xv);
-                let w = tt * n + j0;
-                // SAFETY: columns `j0..j0 + cols` of outlier row `tt`
-                // under the masks (`fits`).
-                let (w_lo, w_hi) = unsafe {
-                    (
-                        _mm512_maskz_loadu_ps(lo_keep, at(self.o.outliers, w)),
-                        _mm512_maskz_loadu_ps(hi_keep, at(self.o.outliers, w + T)),
-                    )
-                };
-                o_lo = _mm512_fmadd_ps(xb, w_lo, o_lo);
-                o_hi = _mm512_fmadd_ps(xb, w_hi, o_hi);
-            }
-            let canon =
-                |v: __m512| _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), nan);
-            let (y_lo, y_hi) = (
-                canon(_mm512_add_ps(v_lo, o_lo)),
-                canon(_mm512_add_ps(v_hi, o_hi)),
-            );
+            let y_lo = canon(_mm512_add_ps(v_lo, o_lo[i]));
+            let y_hi = canon(_mm512_add_ps(v_hi, o_hi[i]));
             // SAFETY: row `row < m`, columns `j0..j0 + cols ≤ n` under
             // the masks: inside the output, this unit's alone (the
             // contract).
             let out = self.y.wrapping_add(row * n + j0);
             unsafe {
-                _mm512_mask_storeu_ps(out, lo_keep, y_lo);
-                if hi_keep != 0 {
-                    _mm512_mask_storeu_ps(out.wrapping_add(T), hi_keep, y_hi);
+                _mm512_mask_storeu_ps(out, lo, y_lo);
+                if hi != 0 {
+                    _mm512_mask_storeu_ps(out.wrapping_add(T), hi, y_hi);
                 }
             }
         }
