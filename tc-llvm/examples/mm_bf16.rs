@@ -7,7 +7,9 @@
 //! `cargo run --release -p tc-llvm --example mm_bf16 [THREADS]`
 //! (`MM_SHAPES="m,k,n;…"` for other shapes; `MM_DTYPE=i8`: `matmul_i32`
 //! products of I8 operands, on AMX-INT8 tiles or the integer GEMM;
-//! `MM_DTYPE=f32`: F32 ones)
+//! `MM_DTYPE=f32`: F32 ones; `MM_DTYPE=dq`: `dq_matmul`, F32 activations
+//! of k + 16 channels quantized per row against an I8 weight, 16 outlier
+//! channels in F32)
 use std::sync::{Arc, Mutex};
 use tc_core::Dtype;
 use tc_llvm::ctx::ExecCtx;
@@ -77,6 +79,10 @@ fn main() {
         let mut cs = vec![vec![0u32; m * n]; w];
         let dtype = std::env::var("MM_DTYPE").unwrap_or_default();
         let i8 = dtype == "i8";
+        let dq = dtype == "dq";
+        let x: Vec<f32> = (0..m * (k + 16)).map(|i| (i % 13) as f32 - 6.0).collect();
+        let (scale, outliers) = (vec![0.01f32; n], vec![0.5f32; 16 * n]);
+        let mut y = vec![0f32; m * n];
         let dt = if dtype == "f32" {
             Dtype::F32
         } else {
@@ -93,6 +99,21 @@ fn main() {
                 // SAFETY: contiguous `[m, k]`, `[k, n]` and `[m, n]`
                 // buffers of at least those sizes (two bytes an operand
                 // element, four an output one), strides to match.
+                if dq {
+                    let o = tc_llvm::kernels::matmul::DqOperands {
+                        x: &x,
+                        // SAFETY: any byte is an I8 value; `b` holds `k·n`.
+                        w: unsafe { std::slice::from_raw_parts(b.as_ptr().cast(), k * n) },
+                        scale: &scale,
+                        outliers: &outliers,
+                        rows: m,
+                        k,
+                        j: 16,
+                        n,
+                    };
+                    tc_llvm::kernels::matmul::dq_matmul(&o, &mut y, &ctx, Some(keep)).unwrap();
+                    continue;
+                }
                 unsafe {
                     if i8 {
                         matmul_i32_strided(

@@ -228,11 +228,12 @@ pub(super) unsafe fn matmul<O: TileOp>(
     // SAFETY: A's `m·k` elements (the contract).
     let a = unsafe { std::slice::from_raw_parts(a, m * src_row) };
     let pack = |packed: &mut [u8], row_bytes: usize, par: bool| {
-        pack_a(a, (m, src_row, row_bytes), packed, par)
+        pack_a(a, (m, src_row, row_bytes), packed, par);
+        Plain::<O>(SendPtr(out))
     };
     // SAFETY: the contract: `out` writable for the `m × n` output, `b`
     // this product's packing, the tiles available, `fits`.
-    unsafe { drive::<O, _>(b, (m, k, n), par, pack, &Plain::<O>(SendPtr(out))) }
+    unsafe { drive::<O, _>(b, (m, k, n), par, pack) }
 }
 
 /// How a C tile block reaches the output.
@@ -266,18 +267,19 @@ impl<O: TileOp> TileWrite<O> for Plain<O> {
 /// The tile loop of an `m × k × n` product against the packed `b`: A
 /// packed by `pack` (given the packing, each row's packed bytes — `b.k`
 /// elements — and whether to use the pool), which must lay out every
-/// row as [`pack_a`] does; each unit's C block to `out`.
+/// row as [`pack_a`] does and returns the writer of the output (which
+/// may carry what the packing found: the rows' scales); each unit's C
+/// block to that writer.
 ///
 /// # Safety
 /// `O`'s tiles available; `b` packs a `k × n` operand in `O`'s slots;
-/// [`fits`]`(m, k, n)`; `out` writes an `m × n` output.
+/// [`fits`]`(m, k, n)`; the writer writes an `m × n` output.
 // SAFETY: (contract) met by `matmul` and `dq::tiled`, its callers.
 pub(super) unsafe fn drive<O: TileOp, W: TileWrite<O>>(
     b: &PackedB,
     (m, k, n): (usize, usize, usize),
     par: bool,
-    pack: impl FnOnce(&mut [u8], usize, bool),
-    out: &W,
+    pack: impl FnOnce(&mut [u8], usize, bool) -> W,
 ) -> Result<(), Error> {
     let tk = ROW_BYTES / O::SIZE;
     assert!(O::packs(b) && Some(b.k) == packed_k::<O>(k) && b.n == n && b.nr == 2 * T);
@@ -295,7 +297,7 @@ pub(super) unsafe fn drive<O: TileOp, W: TileWrite<O>>(
     if packed.len() < len {
         packed = tc_runtime::alloc::filled(len, 0u8)?;
     }
-    pack(&mut packed[..len], row_bytes, par);
+    let out = &pack(&mut packed[..len], row_bytes, par);
     let npanels = n.div_ceil(2 * T);
     let mb = if par {
         shared_rows(m, row_bytes, rayon::current_num_threads())

@@ -181,8 +181,8 @@ fn finish_row_with(
     }
 }
 
-/// The product on AMX-INT8 tiles: the rows' scales, then A quantized
-/// straight into its tile packing, the tiles' sums finished by
+/// The product on AMX-INT8 tiles: each row's scale, then its channels
+/// quantized straight into A's tile packing; the tiles' sums finished by
 /// [`DqWrite`].
 #[cfg(target_arch = "x86_64")]
 fn tiled(
@@ -197,40 +197,40 @@ fn tiled(
     let par = ctx.threads != 1 && super::splits(ctx, rows, n, k);
     // SAFETY: `w` holds `k·n` bytes (`fits`).
     let pb = unsafe { super::i8::quads(o.w.as_ptr(), (k, n), par, b_cache)? };
-    let scale_of = |r: usize| {
-        // SAFETY: the CPU has AVX-512 F (AMX-INT8 hosts do: `available_i8`).
-        unsafe { row_max_avx512(&o.x[r * c..][..k]) }.map_or(f32::NAN, row_scale)
-    };
-    let scales: Vec<f32> = if par {
-        (0..rows).into_par_iter().map(scale_of).collect()
-    } else {
-        (0..rows).map(scale_of).collect()
-    };
+    // Each row's scale, then its channels into the packing, while the
+    // row is in L1; the scales go on to the writer.
     let pack = |packed: &mut [u8], row_bytes: usize, par: bool| {
-        let per_group = 2 * super::amx::T * row_bytes;
-        let one = |(g, d): (usize, &mut [u8])| {
-            for rr in 0..2 * super::amx::T {
-                let r = g * 2 * super::amx::T + rr;
-                let row = (r < rows).then(|| (&o.x[r * c..][..k], scales[r]));
-                // SAFETY: the CPU has AVX-512 F; `d` is this group's
-                // packing, `row_bytes` per row.
-                unsafe { pack_row_avx512(row, rr, row_bytes, d) };
+        const G: usize = 2 * super::amx::T;
+        let mut scales = vec![0f32; packed.len() / row_bytes];
+        let one = |(g, (d, sc)): (usize, (&mut [u8], &mut [f32]))| {
+            for (rr, a) in sc.iter_mut().enumerate() {
+                let r = g * G + rr;
+                let row = (r < rows).then(|| &o.x[r * c..][..k]);
+                // SAFETY: the CPU has AVX-512 F (AMX-INT8 hosts do:
+                // `available_i8`); `d` is this group's packing,
+                // `row_bytes` per row.
+                *a = unsafe { pack_row_avx512(row, rr, row_bytes, d) };
             }
         };
         if par {
-            packed.par_chunks_mut(per_group).enumerate().for_each(one);
+            let groups = packed
+                .par_chunks_mut(G * row_bytes)
+                .zip(scales.par_chunks_mut(G));
+            groups.enumerate().for_each(one);
         } else {
-            packed.chunks_mut(per_group).enumerate().for_each(one);
+            let groups = packed.chunks_mut(G * row_bytes).zip(scales.chunks_mut(G));
+            groups.enumerate().for_each(one);
+        }
+        DqWrite {
+            y: y.as_mut_ptr(),
+            scales,
+            o: *o,
         }
     };
-    let out = DqWrite {
-        y: y.as_mut_ptr(),
-        scales: &scales,
-        o: *o,
-    };
     // SAFETY: AMX-INT8 available and `fits` (checked by `dq_matmul`), `pb`
-    // packs `w` in quads; `out` writes the `rows × n` output `y` holds.
-    unsafe { drive::<I8, _>(&pb, (rows, k, n), par, pack, &out) }
+    // packs `w` in quads; the writer writes the `rows × n` output `y`
+    // holds.
+    unsafe { drive::<I8, _>(&pb, (rows, k, n), par, pack) }
 }
 
 /// The largest `|x|` of a row, `None` if it holds a NaN (whose scale, and
@@ -240,7 +240,7 @@ fn tiled(
 /// The CPU has AVX-512 F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-// SAFETY: (contract) met by `tiled`, its only caller.
+// SAFETY: (contract) met by `pack_row_avx512`, its only caller.
 unsafe fn row_max_avx512(x: &[f32]) -> Option<f32> {
     use std::arch::x86_64::*;
     let abs = _mm512_set1_epi32(0x7FFF_FFFF);
@@ -263,7 +263,9 @@ unsafe fn row_max_avx512(x: &[f32]) -> Option<f32> {
 /// Row `rr` of a group's tile packing (`d`, [`super::amx`]'s `pack_a`
 /// layout: k-tile `t` of the group's 32 rows at byte `t·2048`, a row's 64
 /// bytes at `rr·64` in it) from `row`, its channels quantized by its
-/// scale, zeros past them; all zeros without a row.
+/// scale ([`quantize_row`]'s), zeros past them; all zeros without a row.
+/// The row's scale (NaN for a row with a NaN, whose every output is
+/// then NaN; 0 without a row).
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `d` holds a group's packing of `row_bytes` per
@@ -271,17 +273,20 @@ unsafe fn row_max_avx512(x: &[f32]) -> Option<f32> {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 // SAFETY: (contract) met by `tiled`, its only caller.
-unsafe fn pack_row_avx512(row: Option<(&[f32], f32)>, rr: usize, row_bytes: usize, d: &mut [u8]) {
+unsafe fn pack_row_avx512(row: Option<&[f32]>, rr: usize, row_bytes: usize, d: &mut [u8]) -> f32 {
     use std::arch::x86_64::*;
     const ROW: usize = super::amx::ROW_BYTES;
-    let zero = _mm512_setzero_ps();
+    let Some(x) = row else {
+        for t in 0..row_bytes / ROW {
+            d[t * 2 * super::amx::T * ROW + rr * ROW..][..ROW].fill(0);
+        }
+        return 0.0;
+    };
+    // SAFETY: the CPU has AVX-512 F (the contract).
+    let a = unsafe { row_max_avx512(x) }.map_or(f32::NAN, row_scale);
+    let (zero, av) = (_mm512_setzero_ps(), _mm512_set1_ps(a));
     for t in 0..row_bytes / ROW {
         let at = &mut d[t * 2 * super::amx::T * ROW + rr * ROW..][..ROW];
-        let Some((x, a)) = row else {
-            at.fill(0);
-            continue;
-        };
-        let av = _mm512_set1_ps(a);
         for (h, dst) in at.chunks_mut(16).enumerate() {
             let l0 = t * ROW + h * 16;
             let have = x.len().saturating_sub(l0).min(16);
@@ -299,6 +304,7 @@ unsafe fn pack_row_avx512(row: Option<(&[f32], f32)>, rr: usize, row_bytes: usiz
             unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), q) };
         }
     }
+    a
 }
 
 /// The tiles' writer: each C block's sums scaled by its rows' and
@@ -306,7 +312,7 @@ unsafe fn pack_row_avx512(row: Option<(&[f32], f32)>, rr: usize, row_bytes: usiz
 #[cfg(target_arch = "x86_64")]
 struct DqWrite<'a> {
     y: *mut f32,
-    scales: &'a [f32],
+    scales: Vec<f32>,
     o: DqOperands<'a>,
 }
 
