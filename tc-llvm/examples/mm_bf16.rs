@@ -129,7 +129,7 @@ fn main() {
                         )
                     } else {
                         matmul_strided(
-                            Dtype::BF16,
+                            dt,
                             a.as_ptr().cast(),
                             &[k as isize, 1],
                             b.as_ptr().cast(),

@@ -379,23 +379,25 @@ impl DqWrite<'_> {
         use std::arch::x86_64::*;
         const T: usize = super::amx::T;
         let (k, j, n) = (self.o.k, self.o.j, self.o.n);
-        let at = |p: &[f32], i: usize| p.as_ptr().wrapping_add(i);
-        // SAFETY: the masks cover columns `j0..j0 + cols ≤ n` of the
-        // scale and of each outlier row (`fits`); the CPU has AVX-512 F
-        // (the contract).
-        let load = |m: __mmask16, p: *const f32| unsafe { _mm512_maskz_loadu_ps(m, p) };
-        let (s_lo, s_hi) = (
-            load(lo, at(self.o.scale, j0)),
-            load(hi, at(self.o.scale, j0 + T)),
-        );
+        // Elements `i..` of `p` under a mask. Macros, not closures: a
+        // closure's intrinsics became calls in this loop.
+        macro_rules! load {
+            ($m:expr, $p:expr, $i:expr) => {
+                // SAFETY: the masks cover columns `j0..j0 + cols ≤ n` of
+                // the scale and of each outlier row (`fits`); the CPU has
+                // AVX-512 F (the contract).
+                unsafe { _mm512_maskz_loadu_ps($m, $p.as_ptr().wrapping_add($i)) }
+            };
+        }
+        let (s_lo, s_hi) = (load!(lo, self.o.scale, j0), load!(hi, self.o.scale, j0 + T));
         let zero = _mm512_setzero_ps();
         let (mut o_lo, mut o_hi) = ([zero; R], [zero; R]);
         let xo: [&[f32]; R] = std::array::from_fn(|i| &self.o.x[(r0 + r + i) * (k + j) + k..][..j]);
         for t in 0..j {
             let w = t * n + j0;
             let (w_lo, w_hi) = (
-                load(lo, at(self.o.outliers, w)),
-                load(hi, at(self.o.outliers, w + T)),
+                load!(lo, self.o.outliers, w),
+                load!(hi, self.o.outliers, w + T),
             );
             for i in 0..R {
                 let xb = _mm512_set1_ps(xo[i][t]);
@@ -404,8 +406,12 @@ impl DqWrite<'_> {
             }
         }
         let nan = _mm512_set1_ps(CANONICAL_NAN);
-        let canon =
-            |v: __m512| _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), nan);
+        macro_rules! canon {
+            ($v:expr) => {{
+                let v = $v;
+                _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), nan)
+            }};
+        }
         for i in 0..R {
             let (rr, row) = (r + i, r0 + r + i);
             let t = 2 * (rr / T) * T * T + (rr % T) * T;
@@ -420,8 +426,8 @@ impl DqWrite<'_> {
             let a = _mm512_set1_ps(self.scales[row]);
             let v_lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc_lo), a), s_lo);
             let v_hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc_hi), a), s_hi);
-            let y_lo = canon(_mm512_add_ps(v_lo, o_lo[i]));
-            let y_hi = canon(_mm512_add_ps(v_hi, o_hi[i]));
+            let y_lo = canon!(_mm512_add_ps(v_lo, o_lo[i]));
+            let y_hi = canon!(_mm512_add_ps(v_hi, o_hi[i]));
             // SAFETY: row `row < m`, columns `j0..j0 + cols ≤ n` under
             // the masks: inside the output, this unit's alone (the
             // contract).
