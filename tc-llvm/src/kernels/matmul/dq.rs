@@ -96,6 +96,16 @@ fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
     a
 }
 
+/// [`quantize_row`], on AVX-512 where the CPU has it (the same bits).
+fn quantize_row_fast(x: &[f32], q: &mut [i8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512 F (just checked).
+        return unsafe { quantize_row_avx512(x, q) };
+    }
+    quantize_row(x, q)
+}
+
 /// The scale of a row whose channels reach `m`.
 fn row_scale(m: f32) -> f32 {
     maximum(m / 127.0, 1e-30)
@@ -106,9 +116,19 @@ fn generic(o: &DqOperands, y: &mut [f32], ctx: &ExecCtx) -> Result<(), Error> {
     let (rows, k, j, n) = (o.rows, o.k, o.j, o.n);
     let c = k + j;
     let mut q = vec![0i8; rows * k];
-    let mut scales = vec![0f32; rows];
-    for (r, (qr, a)) in q.chunks_mut(k.max(1)).zip(scales.iter_mut()).enumerate() {
-        *a = quantize_row(&o.x[r * c..][..k], &mut qr[..k]);
+    // A row with no int8 channel has the scale of `m = +0`.
+    let mut scales = vec![row_scale(0.0); rows];
+    if k > 0 {
+        let quantize = |(r, (qr, a)): (usize, (&mut [i8], &mut f32))| {
+            *a = quantize_row_fast(&o.x[r * c..][..k], qr);
+        };
+        let rows_q = q.chunks_mut(k).zip(scales.iter_mut());
+        if ctx.threads != 1 {
+            let rows_q = q.par_chunks_mut(k).zip(scales.par_iter_mut());
+            rows_q.enumerate().for_each(quantize);
+        } else {
+            rows_q.enumerate().for_each(quantize);
+        }
     }
     let mut acc = vec![0i32; rows * n];
     if k > 0 {
@@ -240,7 +260,7 @@ fn tiled(
 /// The CPU has AVX-512 F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-// SAFETY: (contract) met by `pack_row_avx512`, its only caller.
+// SAFETY: (contract) met by `pack_row_avx512` and `quantize_row_avx512`.
 unsafe fn row_max_avx512(x: &[f32]) -> Option<f32> {
     use std::arch::x86_64::*;
     let abs = _mm512_set1_epi32(0x7FFF_FFFF);
@@ -284,27 +304,70 @@ unsafe fn pack_row_avx512(row: Option<&[f32]>, rr: usize, row_bytes: usize, d: &
     };
     // SAFETY: the CPU has AVX-512 F (the contract).
     let a = unsafe { row_max_avx512(x) }.map_or(f32::NAN, row_scale);
-    let (zero, av) = (_mm512_setzero_ps(), _mm512_set1_ps(a));
+    let av = _mm512_set1_ps(a);
     for t in 0..row_bytes / ROW {
         let at = &mut d[t * 2 * super::amx::T * ROW + rr * ROW..][..ROW];
         for (h, dst) in at.chunks_mut(16).enumerate() {
-            let l0 = t * ROW + h * 16;
-            let have = x.len().saturating_sub(l0).min(16);
-            let keep: __mmask16 = if have == 16 { !0 } else { (1 << have) - 1 };
-            // SAFETY: the mask covers elements `l0..l0 + have` of `x` only.
-            let v = unsafe { _mm512_maskz_loadu_ps(keep, x.as_ptr().wrapping_add(l0)) };
-            // `round_ties_even(v / a)`, NaN to 0, saturated to i8: the
-            // cast of `quantize_row` (a zero lane past the row stays 0).
-            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm512_div_ps(v, av),
-            );
-            let r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(r, r), zero);
-            let q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r));
+            // SAFETY: the CPU has AVX-512 F (the contract).
+            let q = unsafe { quantize16(x, t * ROW + h * 16, av) };
             // SAFETY: `dst` is 16 bytes of `at`.
             unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), q) };
         }
     }
     a
+}
+
+/// [`quantize_row`] on AVX-512: the same scale and bits.
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+// SAFETY: (contract) met by `quantize_row_fast`, its only caller.
+unsafe fn quantize_row_avx512(x: &[f32], q: &mut [i8]) -> f32 {
+    use std::arch::x86_64::*;
+    // SAFETY: the CPU has AVX-512 F (the contract).
+    let a = unsafe { row_max_avx512(x) }.map_or(f32::NAN, row_scale);
+    let av = _mm512_set1_ps(a);
+    for (h, dst) in q.chunks_mut(16).enumerate() {
+        let mut b = [0i8; 16];
+        // SAFETY: the CPU has AVX-512 F; `b` holds 16 bytes.
+        unsafe { _mm_storeu_si128(b.as_mut_ptr().cast(), quantize16(x, h * 16, av)) };
+        dst.copy_from_slice(&b[..dst.len()]);
+    }
+    a
+}
+
+/// Elements `l0..l0 + 16` of `x` (those inside it; 0 past its end)
+/// quantized by the scale `av` as [`quantize_row`] does:
+/// `round_ties_even(x / a)`, NaN to 0, saturated to i8.
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+// SAFETY: (contract) met by `pack_row_avx512` and `quantize_row_avx512`.
+unsafe fn quantize16(
+    x: &[f32],
+    l0: usize,
+    av: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+    let have = x.len().saturating_sub(l0).min(16);
+    let keep: __mmask16 = if have == 16 { !0 } else { (1 << have) - 1 };
+    // SAFETY: the mask covers elements `l0..l0 + have` of `x` only.
+    let v = unsafe { _mm512_maskz_loadu_ps(keep, x.as_ptr().wrapping_add(l0)) };
+    let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_div_ps(v, av),
+    );
+    // A NaN quotient (a NaN scale, or `x / a` of infinities) casts to 0.
+    let r = _mm512_mask_mov_ps(
+        r,
+        _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(r, r),
+        _mm512_setzero_ps(),
+    );
+    _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r))
 }
 
 /// The tiles' writer: each C block's sums scaled by its rows' and
@@ -436,6 +499,56 @@ impl DqWrite<'_> {
                 _mm512_mask_storeu_ps(out, lo, y_lo);
                 if hi != 0 {
                     _mm512_mask_storeu_ps(out.wrapping_add(T), hi, y_hi);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX-512 quantization gives the portable one's scale and bytes
+    /// (the portable one runs where the CPU has no AVX-512, so the
+    /// interpreter comparisons of `tests/matmul_int.rs` reach it only
+    /// through this): rows of every length to 40 with ties, NaN,
+    /// infinities, subnormals, zeros and values past i8 after rounding.
+    #[test]
+    fn avx512_quantization_is_the_portable_one() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let specials = [
+                0.0,
+                -0.0,
+                0.5,
+                -1.5,
+                127.0,
+                -127.0,
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::from_bits(1),
+                f32::MIN_POSITIVE,
+                1e-31,
+                3.4e38,
+            ];
+            for len in 1..=40usize {
+                for s in 0..specials.len() {
+                    let x: Vec<f32> = (0..len)
+                        .map(|i| match (i * 7 + s) % 5 {
+                            0 => specials[(i + s) % specials.len()],
+                            _ => (i as f32 - 20.0) * 0.37 + s as f32,
+                        })
+                        .collect();
+                    let (mut q1, mut q2) = (vec![0i8; len], vec![0i8; len]);
+                    let a1 = quantize_row(&x, &mut q1);
+                    // SAFETY: the CPU has AVX-512 F (checked).
+                    let a2 = unsafe { quantize_row_avx512(&x, &mut q2) };
+                    assert!(a1.to_bits() == a2.to_bits() || (a1.is_nan() && a2.is_nan()));
+                    if !a1.is_nan() {
+                        assert_eq!(q1, q2, "{x:?}");
+                    }
                 }
             }
         }
