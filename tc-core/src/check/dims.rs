@@ -13,6 +13,38 @@ use super::diags::dim_error_diag;
 use super::{Checker, R_DIM, R_DIVISOR, R_DIVVAR, R_FORM};
 
 impl Checker<'_> {
+    /// `found` must equal `want` under Γ: otherwise `code` at `span` under
+    /// `rule`, saying `what` with both dims and the counterexample (or the
+    /// solver's `unknown`). The shape obligations of the op rules that
+    /// match dims one by one (sdpa, dq_matmul) go through here.
+    pub(super) fn dims_agree(
+        &mut self,
+        (want, found): (&Dim, &Dim),
+        span: SpanId,
+        (code, rule): (&'static str, &'static str),
+        what: &str,
+    ) -> Option<()> {
+        match crate::subtype::dims_equal(&self.ctx, want, found) {
+            Ok(()) => Some(()),
+            Err(crate::subtype::DimEq::Differs(cex)) => {
+                self.err(
+                    Diagnostic::new(
+                        code,
+                        rule,
+                        span,
+                        format!("{what}: expected `{want}`, found `{found}`"),
+                    )
+                    .with_cex(Some(cex)),
+                );
+                None
+            }
+            Err(crate::subtype::DimEq::Unknown(goal)) => {
+                self.err(super::diags::unknown_diag(rule, span, &goal));
+                None
+            }
+        }
+    }
+
     /// Names bound, divisors at least 1, Presburger unless an axiom.
     pub(super) fn pred_formed(&mut self, p: &Pred, span: SpanId, is_axiom: bool) {
         for d in p.dims() {

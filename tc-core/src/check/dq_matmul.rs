@@ -3,14 +3,12 @@
 //! outlier weight's `J` F32 ones, an I8 `[K, N]` weight, its F32 scale per
 //! column and the F32 `[J, N]` outlier rows.
 
-use crate::diag::{codes, Diagnostic, SpanId};
-use crate::dim::Dim;
+use crate::diag::{codes, Diagnostic};
 use crate::dtype::Dtype;
 use crate::ir::Inst;
-use crate::subtype::{dims_equal, DimEq};
 use crate::types::{shape_string, TensorType, Type};
 
-use super::diags::unknown_diag;
+use super::diags::dim_error_diag;
 use super::{Checker, R_DQ_MATMUL};
 
 /// The operands as the errors name them, in argument order, with their
@@ -95,27 +93,22 @@ impl Checker<'_> {
             ),
         ];
         for (i, want, found, what) in checks {
-            self.dq_dim(want, found, inst.arg_span(i), codes::SHAPE_MISMATCH, what)?;
+            let rule = (codes::SHAPE_MISMATCH, R_DQ_MATMUL);
+            self.dims_agree((want, found), inst.arg_span(i), rule, what)?;
         }
         let r = x.rank();
         let channels = match k.checked_add(j) {
             Ok(c) => c,
             Err(e) => {
-                self.err(Diagnostic::new(
-                    e.code(),
-                    e.rule(),
-                    inst.span,
-                    e.to_string(),
-                ));
+                self.err(dim_error_diag(&e, inst.span));
                 return None;
             }
         };
         if self
-            .dq_dim(
-                &channels,
-                &x.shape[r - 1],
+            .dims_agree(
+                (&channels, &x.shape[r - 1]),
                 inst.arg_span(0),
-                codes::CONTRACTION,
+                (codes::CONTRACTION, R_DQ_MATMUL),
                 "the activations' channels (their last dim) must be the int8 weight's rows then the outlier weight's",
             )
             .is_none()
@@ -140,35 +133,5 @@ impl Checker<'_> {
             shape,
             refs,
         }))
-    }
-
-    /// `found` must equal `want` (`code`, with a counterexample).
-    fn dq_dim(
-        &mut self,
-        want: &Dim,
-        found: &Dim,
-        span: SpanId,
-        code: &'static str,
-        what: &str,
-    ) -> Option<()> {
-        match dims_equal(&self.ctx, want, found) {
-            Ok(()) => Some(()),
-            Err(DimEq::Differs(cex)) => {
-                self.err(
-                    Diagnostic::new(
-                        code,
-                        R_DQ_MATMUL,
-                        span,
-                        format!("{what}: expected `{want}`, found `{found}`"),
-                    )
-                    .with_cex(Some(cex)),
-                );
-                None
-            }
-            Err(DimEq::Unknown(goal)) => {
-                self.err(unknown_diag(R_DQ_MATMUL, span, &goal));
-                None
-            }
-        }
     }
 }

@@ -4,14 +4,12 @@
 //! columns, the mask's rows equal to the queries', and a non-empty key
 //! axis (the softmax takes a `max` over it, Section 2 §8).
 
-use crate::diag::{codes, Diagnostic, SpanId};
-use crate::dim::Dim;
+use crate::diag::{codes, Diagnostic};
 use crate::dtype::Dtype;
 use crate::ir::Inst;
-use crate::subtype::{dims_equal, DimEq};
 use crate::types::{shape_string, TensorType, Type};
 
-use super::diags::{class_diag, unknown_diag};
+use super::diags::class_diag;
 use super::{Checker, R_SDPA};
 
 /// The operands as the errors name them, in argument order.
@@ -55,7 +53,13 @@ impl Checker<'_> {
         for (i, x) in [(1, &k), (2, &v), (3, &mask)] {
             for a in 0..n - 2 {
                 let what = format!("leading dimension {a} of {}", NAMES[i]);
-                self.sdpa_dim(&q.shape[a], &x.shape[a], inst.arg_span(i), &what)?;
+                let dims = (&q.shape[a], &x.shape[a]);
+                self.dims_agree(
+                    dims,
+                    inst.arg_span(i),
+                    (codes::SHAPE_MISMATCH, R_SDPA),
+                    &what,
+                )?;
             }
         }
         let (rows, cols) = (n - 2, n - 1);
@@ -87,7 +91,12 @@ impl Checker<'_> {
         ];
         for (i, want, found, what) in matrix {
             if self
-                .sdpa_dim(want, found, inst.arg_span(i), &what)
+                .dims_agree(
+                    (want, found),
+                    inst.arg_span(i),
+                    (codes::SHAPE_MISMATCH, R_SDPA),
+                    &what,
+                )
                 .is_none()
             {
                 if i == 1 {
@@ -161,29 +170,6 @@ impl Checker<'_> {
             .filter(|d| d.code == codes::SHAPE_MISMATCH)
         {
             last.help = Some(help);
-        }
-    }
-
-    /// `found` must equal `want` (E0204 with a counterexample).
-    fn sdpa_dim(&mut self, want: &Dim, found: &Dim, span: SpanId, what: &str) -> Option<()> {
-        match dims_equal(&self.ctx, want, found) {
-            Ok(()) => Some(()),
-            Err(DimEq::Differs(cex)) => {
-                self.err(
-                    Diagnostic::new(
-                        codes::SHAPE_MISMATCH,
-                        R_SDPA,
-                        span,
-                        format!("{what}: expected `{want}`, found `{found}`"),
-                    )
-                    .with_cex(Some(cex)),
-                );
-                None
-            }
-            Err(DimEq::Unknown(goal)) => {
-                self.err(unknown_diag(R_SDPA, span, &goal));
-                None
-            }
         }
     }
 }

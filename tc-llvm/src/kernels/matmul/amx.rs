@@ -203,6 +203,19 @@ pub(super) fn packed_k<O: TileOp>(k: usize) -> Option<usize> {
     k.checked_next_multiple_of(ROW_BYTES / O::SIZE)
 }
 
+/// The lane masks of a panel's two column tiles when `left` columns of
+/// the output remain from its first (all 32, or a ragged last panel's).
+pub(super) fn panel_masks(left: usize) -> (u16, u16) {
+    let cols = left.min(2 * T);
+    let lo = if cols >= T { !0 } else { (1u16 << cols) - 1 };
+    let hi = match cols {
+        c if c == 2 * T => !0,
+        c if c > T => (1u16 << (c - T)) - 1,
+        _ => 0,
+    };
+    (lo, hi)
+}
+
 /// Four C tiles, 64-byte aligned for `tilestored` (f32 or i32 bits).
 #[repr(C, align(64))]
 pub(super) struct CTiles(pub(super) [f32; 4 * T * T]);
@@ -610,15 +623,7 @@ impl TileOp for I8 {
         (j0, n): (usize, usize),
     ) {
         use std::arch::x86_64::*;
-        let cols = (n - j0).min(2 * T);
-        let lo_keep: __mmask16 = if cols >= T { !0 } else { (1u16 << cols) - 1 };
-        let hi_keep: __mmask16 = if cols == 2 * T {
-            !0
-        } else if cols > T {
-            (1u16 << (cols - T)) - 1
-        } else {
-            0
-        };
+        let (lo_keep, hi_keep) = panel_masks(n - j0);
         for r in 0..rows {
             let t = 2 * (r / T) * T * T + (r % T) * T;
             // SAFETY: row `r % T` of tiles `2·(r / T)` and the next, 16

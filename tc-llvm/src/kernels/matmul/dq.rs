@@ -395,15 +395,7 @@ impl super::amx::TileWrite<super::amx::I8> for DqWrite<'_> {
         (r0, rows): (usize, usize),
         (j0, n): (usize, usize),
     ) {
-        use std::arch::x86_64::__mmask16;
-        const T: usize = super::amx::T;
-        let cols = (n - j0).min(2 * T);
-        let lo: __mmask16 = if cols >= T { !0 } else { (1u16 << cols) - 1 };
-        let hi: __mmask16 = match cols {
-            32 => !0,
-            c if c > T => (1u16 << (c - T)) - 1,
-            _ => 0,
-        };
+        let (lo, hi) = super::amx::panel_masks(n - j0);
         // Four rows at a time: each outlier weight row's load serves four
         // rows' multiply-adds.
         let mut r = 0;
