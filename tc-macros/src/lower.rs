@@ -966,6 +966,25 @@ codes::UNSUPPORTED,
         )
     }
 
+    /// `dq_matmul(x, w, w_scale, w_outliers)` (docs/syntax.md §7c).
+    fn dq_matmul_call(&mut self, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        let form = "dq_matmul(x, w, w_scale, w_outliers)";
+        if !self.arity(name, args, 4, whole, form) {
+            return Operand::Poison;
+        }
+        let opds = [0, 1, 2, 3].map(|i| self.tensor(args[i]));
+        let [Some((x, xs)), Some((w, ws)), Some((scale, ss)), Some((outliers, os))] = opds else {
+            return Operand::Poison;
+        };
+        let op = Op::DqMatmul {
+            x,
+            w,
+            scale,
+            outliers,
+        };
+        self.push(op, whole, vec![xs, ws, ss, os], vec![])
+    }
+
     /// The other built-ins (scalar forms, `cast`, `select`, `matmul`,
     /// arg-reductions, `full`, `iota`), or an unknown name.
     fn builtin_call(
@@ -1042,24 +1061,7 @@ codes::KIND_MISMATCH,
                 }
             }
             "qmatmul" | "dequantize" => self.quant_call(n, name, args, whole),
-            "dq_matmul" => {
-                let form = "dq_matmul(x, w, w_scale, w_outliers)";
-                if !self.arity(name, args, 4, whole, form) {
-                    return Operand::Poison;
-                }
-                let opds = [0, 1, 2, 3].map(|i| self.tensor(args[i]));
-                let [Some((x, xs)), Some((w, ws)), Some((scale, ss)), Some((outliers, os))] = opds
-                else {
-                    return Operand::Poison;
-                };
-                let op = Op::DqMatmul {
-                    x,
-                    w,
-                    scale,
-                    outliers,
-                };
-                self.push(op, whole, vec![xs, ws, ss, os], vec![])
-            }
+            "dq_matmul" => self.dq_matmul_call(name, args, whole),
             "argmax" | "argmin" | "argmax_keepdims" | "argmin_keepdims" => {
                 if !self.arity(name, args, 2, whole, &format!("{n}(x, axis)")) {
                     return Operand::Poison;

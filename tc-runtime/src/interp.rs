@@ -722,6 +722,21 @@ impl<'a, 'f> Machine<'a, 'f> {
         denote::sdpa(q?, k?, v?, mask?, scale)
     }
 
+    /// ⟦dq_matmul x w scale outliers⟧ (docs/syntax.md §7c).
+    fn dq_matmul(&self, op: &Op) -> Result<Tensor> {
+        let Op::DqMatmul {
+            x,
+            w,
+            scale,
+            outliers,
+        } = op
+        else {
+            return Err(Error::malformed(format!("dq_matmul: `{op}` is another op")));
+        };
+        let [x, w, scale, outliers] = [x, w, scale, outliers].map(|v| self.tensor(*v));
+        denote::dq_matmul(x?, w?, scale?, outliers?)
+    }
+
     /// ⟦op⟧ of the instruction's operands (every op but a call).
     fn apply(&self, op: &Op) -> Result<Tensor> {
         let t = match op {
@@ -743,17 +758,7 @@ impl<'a, 'f> Machine<'a, 'f> {
             }
             Op::Matmul(a, b) => denote::matmul(self.tensor(*a)?, self.tensor(*b)?)?,
             Op::MatmulI32(a, b) => denote::matmul_i32(self.tensor(*a)?, self.tensor(*b)?)?,
-            Op::DqMatmul {
-                x,
-                w,
-                scale,
-                outliers,
-            } => denote::dq_matmul(
-                self.tensor(*x)?,
-                self.tensor(*w)?,
-                self.tensor(*scale)?,
-                self.tensor(*outliers)?,
-            )?,
+            Op::DqMatmul { .. } => self.dq_matmul(op)?,
             Op::QMatmul(x, w) => {
                 crate::quant::qmatmul_reference(self.tensor(*x)?, self.tensor(*w)?)?
             }
