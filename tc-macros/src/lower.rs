@@ -703,8 +703,12 @@ codes::UNSUPPORTED,
     }
 
     /// `qmatmul(x, w)` and `dequantize(w)` (Section 2 §18; `dequantize` is
-    /// the cast of a quantized tensor to F32).
+    /// the cast of a quantized tensor to F32), and the int8 product
+    /// `dq_matmul` (docs/syntax.md §7c).
     fn quant_call(&mut self, n: &str, name: &Ident, args: &[&Expr], whole: &Expr) -> Operand {
+        if n == "dq_matmul" {
+            return self.dq_matmul_call(name, args, whole);
+        }
         if n == "dequantize" {
             if !self.arity(name, args, 1, whole, "dequantize(w)") {
                 return Operand::Poison;
@@ -1060,8 +1064,7 @@ codes::KIND_MISMATCH,
                     _ => Operand::Poison,
                 }
             }
-            "qmatmul" | "dequantize" => self.quant_call(n, name, args, whole),
-            "dq_matmul" => self.dq_matmul_call(name, args, whole),
+            "qmatmul" | "dequantize" | "dq_matmul" => self.quant_call(n, name, args, whole),
             "argmax" | "argmin" | "argmax_keepdims" | "argmin_keepdims" => {
                 if !self.arity(name, args, 2, whole, &format!("{n}(x, axis)")) {
                     return Operand::Poison;
