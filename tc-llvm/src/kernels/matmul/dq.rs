@@ -96,11 +96,35 @@ fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
     a
 }
 
+/// What the generic path's row passes may use, detected once per call
+/// rather than once per row.
+#[derive(Clone, Copy)]
+struct Cpu {
+    avx512: bool,
+    fma: bool,
+}
+
+impl Cpu {
+    fn detect() -> Cpu {
+        #[cfg(target_arch = "x86_64")]
+        return Cpu {
+            avx512: std::arch::is_x86_feature_detected!("avx512f"),
+            fma: std::arch::is_x86_feature_detected!("fma"),
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        Cpu {
+            avx512: false,
+            fma: false,
+        }
+    }
+}
+
 /// [`quantize_row`], on AVX-512 where the CPU has it (the same bits).
-fn quantize_row_fast(x: &[f32], q: &mut [i8]) -> f32 {
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn quantize_row_fast(cpu: Cpu, x: &[f32], q: &mut [i8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512 F (just checked).
+    if cpu.avx512 {
+        // SAFETY: the CPU has AVX-512 F (`Cpu::detect`).
         return unsafe { quantize_row_avx512(x, q) };
     }
     quantize_row(x, q)
@@ -114,24 +138,22 @@ fn row_scale(m: f32) -> f32 {
 /// The quantized rows, the integer GEMM's sums, then each row finished.
 fn generic(o: &DqOperands, y: &mut [f32], ctx: &ExecCtx) -> Result<(), Error> {
     let (rows, k, j, n) = (o.rows, o.k, o.j, o.n);
-    let c = k + j;
+    let (c, cpu) = (k + j, Cpu::detect());
     let mut q = vec![0i8; rows * k];
-    // A row with no int8 channel has the scale of `m = +0`.
+    // A row with no int8 channel has the scale of `m = +0` and sums 0.
     let mut scales = vec![row_scale(0.0); rows];
+    let mut acc = vec![0i32; rows * n];
     if k > 0 {
         let quantize = |(r, (qr, a)): (usize, (&mut [i8], &mut f32))| {
-            *a = quantize_row_fast(&o.x[r * c..][..k], qr);
+            *a = quantize_row_fast(cpu, &o.x[r * c..][..k], qr);
         };
-        let rows_q = q.chunks_mut(k).zip(scales.iter_mut());
         if ctx.threads != 1 {
             let rows_q = q.par_chunks_mut(k).zip(scales.par_iter_mut());
             rows_q.enumerate().for_each(quantize);
         } else {
+            let rows_q = q.chunks_mut(k).zip(scales.iter_mut());
             rows_q.enumerate().for_each(quantize);
         }
-    }
-    let mut acc = vec![0i32; rows * n];
-    if k > 0 {
         // SAFETY: `q` holds the `rows × k` I8 operand, `w` the `k × n` one
         // (`fits`), `acc` the `rows × n` I32 output, disjoint from both.
         unsafe {
@@ -147,7 +169,13 @@ fn generic(o: &DqOperands, y: &mut [f32], ctx: &ExecCtx) -> Result<(), Error> {
     }
     let finish = |(r, yr): (usize, &mut [f32])| {
         let xo = &o.x[r * c + k..][..j];
-        finish_row(&acc[r * n..][..n], scales[r], (o.scale, xo, o.outliers), yr);
+        finish_row(
+            cpu,
+            &acc[r * n..][..n],
+            scales[r],
+            (o.scale, xo, o.outliers),
+            yr,
+        );
     };
     let y = &mut y[..rows * n];
     if ctx.threads != 1 {
@@ -161,10 +189,17 @@ fn generic(o: &DqOperands, y: &mut [f32], ctx: &ExecCtx) -> Result<(), Error> {
 /// One output row from its sums: `acc · a · scale + o`, `o` the outlier
 /// channels `xo` against their weight rows (`outliers`, `xo.len()` rows
 /// of `y.len()` columns) as fused multiply-adds in order from `+0`.
-fn finish_row(acc: &[i32], a: f32, (scale, xo, outliers): (&[f32], &[f32], &[f32]), y: &mut [f32]) {
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn finish_row(
+    cpu: Cpu,
+    acc: &[i32],
+    a: f32,
+    (scale, xo, outliers): (&[f32], &[f32], &[f32]),
+    y: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has FMA (just checked).
+    if cpu.fma {
+        // SAFETY: the CPU has FMA (`Cpu::detect`).
         return unsafe { finish_row_fma(acc, a, (scale, xo, outliers), y) };
     }
     finish_row_with(acc, a, (scale, xo, outliers), y)
