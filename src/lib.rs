@@ -149,16 +149,19 @@ pub fn session<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     tc_llvm::session(move || cx.enter(f))
 }
 
-/// What a thread chose for the calls it makes: its [`with_backend`] and
-/// its [`with_quant_numerics`]. Both are per thread, so code that hands
-/// tensor-fn calls to other threads (a rayon `par_iter` over a batch's
-/// sequences) takes them along: `let cx = CallContext::here();` on this
-/// thread, `cx.enter(|| …)` on the other, as [`session`] does. Otherwise
-/// those calls run on the process-wide backend and numerics.
+/// What a thread chose for the calls it makes: its [`with_backend`], its
+/// [`with_quant_numerics`], and whether they run dry
+/// ([`llvm::dry_run`]: compiled ahead, not computed). All three are
+/// per thread, so code that hands tensor-fn calls to other threads (a
+/// rayon `par_iter` over a batch's sequences) takes them along: `let cx =
+/// CallContext::here();` on this thread, `cx.enter(|| …)` on the other,
+/// as [`session`] does. Otherwise those calls run on the process-wide
+/// backend and numerics, and a warm-up's calls on other threads compute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallContext {
     backend: Option<Backend>,
     numerics: Option<tc_runtime::quant::Numerics>,
+    dry: bool,
 }
 
 impl CallContext {
@@ -167,13 +170,14 @@ impl CallContext {
         CallContext {
             backend: THREAD_BACKEND.with(Cell::get),
             numerics: tc_llvm::quant_numerics(),
+            dry: tc_llvm::in_dry_run(),
         }
     }
 
     /// Run `f` on this thread with these choices (restored after).
     pub fn enter<R>(self, f: impl FnOnce() -> R) -> R {
         with_thread_backend(self.backend, || {
-            tc_llvm::enter_quant_numerics(self.numerics, f)
+            tc_llvm::enter_quant_numerics(self.numerics, || tc_llvm::enter_dry_run(self.dry, f))
         })
     }
 }

@@ -347,3 +347,32 @@ fn quant_numerics_are_the_callers_and_cross_a_session() {
     assert_eq!(outside, (process, None));
     assert_eq!(carried, (Backend::Interpreter, Some(Fast)));
 }
+
+/// A warm-up (`tc::llvm::dry_run`) goes with the calls a model hands to
+/// other threads through a `tc::CallContext`, as the backend and numerics
+/// do: there they are compiled, not computed (zeros); without it they
+/// compute (and, outside a warm-up, compile at the quick tier, to be
+/// compiled again once setup is over).
+#[test]
+fn a_dry_run_goes_with_a_call_context() {
+    let _one = NUMERICS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = Rng(0xd12e_4e);
+    let (x, w) = (
+        random_x(&mut rng, &[1, 4, 96]),
+        random_weight(&mut rng, Dtype::Q8_0, 48, 96),
+    );
+    let run = || call(Dtype::Q8_0, &x, &w).unwrap().to_vec::<f32>().unwrap();
+    let computed = run();
+    assert!(computed.iter().any(|v| *v != 0.0));
+    let (outside, carried) = tc::llvm::dry_run(|| {
+        let cx = tc::CallContext::here();
+        std::thread::scope(|s| {
+            let outside = s.spawn(|| (tc::llvm::in_dry_run(), run()));
+            let carried = s.spawn(move || cx.enter(|| (tc::llvm::in_dry_run(), run())));
+            (outside.join().unwrap(), carried.join().unwrap())
+        })
+    });
+    assert_eq!(outside, (false, computed.clone()));
+    assert_eq!(carried, (true, vec![0.0; computed.len()]));
+    assert!(!tc::llvm::in_dry_run());
+}

@@ -431,9 +431,16 @@ const RSS_CHILD: &str = "TC_SMOLLM2_RSS_CHILD";
 
 /// The peak resident set (`VmHWM`) of a generation as the example runs it
 /// stays within 1.2 × the GGUF file's size plus the KV cache it allocates,
-/// with either numerics, at 1 and 2 threads. Each generation runs in a
+/// with either numerics, at 1 and 2 threads, from an empty kernel cache
+/// and again from the one that run filled. Each generation runs in a
 /// process of its own (this test binary again, running only
-/// `generation_in_a_child_process`), which reports its own peak.
+/// `generation_in_a_child_process`), which reports its own peak, and
+/// fails if anything compiled after `get_ready` (which gives back
+/// `libLLVM`'s pages on the promise that nothing will compile again: a
+/// tier-up afterwards maps 30 MiB of them back, and was a peak of 153 MiB
+/// from an empty cache, when the queries' and values' calls that the
+/// model hands to the pool's other worker were computed instead of
+/// compiled ahead).
 ///
 /// What this build adds to the example's figure is the test harness and a
 /// larger executable (every test of this file, `opt-level = 1`), whose
@@ -451,46 +458,54 @@ fn peak_rss_of_a_generation_is_within_its_budget() {
     }
     model_path();
     let exe = std::env::current_exe().expect("this test binary");
-    for numerics in ["exact", "fast"] {
-        for threads in ["1", "2"] {
-            let out = std::process::Command::new(&exe)
-                .args(["--exact", "generation_in_a_child_process"])
-                .args(["--ignored", "--nocapture", "--test-threads=1"])
-                .env(RSS_CHILD, numerics)
-                .env("RAYON_NUM_THREADS", threads)
-                // The example calls `share_one_heap` first thing in `main`;
-                // here the harness's threads have allocated before the
-                // test runs, so the same setting is made before they start.
-                .env("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
-                .output()
-                .expect("run the child process");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let what = format!(
-                "{numerics} numerics, {threads} threads:\n{stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(out.status.success(), "the child failed, {what}");
-            // After the harness's "test … ... " on the same line.
-            let line = stdout
-                .lines()
-                .find_map(|l| Some(&l[l.find("peak-rss ")?..]))
-                .unwrap_or_else(|| panic!("no report, {what}"));
-            let num = |key: &str| -> f64 {
-                line.split_whitespace()
-                    .skip_while(|w| *w != key)
-                    .nth(1)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or_else(|| panic!("no {key} in the report, {what}"))
-            };
-            let (peak, budget) = (num("peak"), num("budget"));
-            assert!(
-                peak <= budget,
-                "peak RSS {:.1} MiB over its budget of {:.1} MiB, {what}",
-                peak / 1048576.0,
-                budget / 1048576.0
-            );
+    let kernels = std::env::temp_dir().join(format!("tc-rss-kernels-{}", std::process::id()));
+    for (numerics, threads, cache) in ["exact", "fast"]
+        .into_iter()
+        .flat_map(|n| ["1", "2"].map(|t| (n, t)))
+        .flat_map(|(n, t)| ["empty", "filled"].map(|c| (n, t, c)))
+    {
+        if cache == "empty" {
+            let _ = std::fs::remove_dir_all(&kernels);
         }
+        let out = std::process::Command::new(&exe)
+            .args(["--exact", "generation_in_a_child_process"])
+            .args(["--ignored", "--nocapture", "--test-threads=1"])
+            .env(RSS_CHILD, numerics)
+            .env("RAYON_NUM_THREADS", threads)
+            .env("TC_KERNEL_CACHE", &kernels)
+            // The example calls `share_one_heap` first thing in `main`;
+            // here the harness's threads have allocated before the
+            // test runs, so the same setting is made before they start.
+            .env("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
+            .output()
+            .expect("run the child process");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let what = format!(
+            "{numerics} numerics, {threads} threads, {cache} kernel cache:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child failed, {what}");
+        // After the harness's "test … ... " on the same line.
+        let line = stdout
+            .lines()
+            .find_map(|l| Some(&l[l.find("peak-rss ")?..]))
+            .unwrap_or_else(|| panic!("no report, {what}"));
+        let num = |key: &str| -> f64 {
+            line.split_whitespace()
+                .skip_while(|w| *w != key)
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in the report, {what}"))
+        };
+        let (peak, budget) = (num("peak"), num("budget"));
+        assert!(
+            peak <= budget,
+            "peak RSS {:.1} MiB over its budget of {:.1} MiB, {what}",
+            peak / 1048576.0,
+            budget / 1048576.0
+        );
     }
+    let _ = std::fs::remove_dir_all(&kernels);
 }
 
 /// A `/proc/self/status` field in bytes (`None` where /proc lacks it).
@@ -531,6 +546,16 @@ fn generation_in_a_child_process() {
     // or loads a library, meanwhile: the child runs this test alone, and
     // the pool's workers are idle between tc's calls.
     unsafe { m.get_ready(&mut cache, ids.len()) }.expect("ready");
+    let compiled = || {
+        let s = tc::llvm::Jit::global().stats();
+        (
+            s.compiles,
+            s.generic_compiles,
+            s.quick_compiles,
+            tc::llvm::tier_ups(),
+        )
+    };
+    let ready = compiled();
     let mut logits = m.forward(&mut cache, &ids, 0).expect("prefill");
     let mut stream = tokenizer::StreamDecoder::new();
     let mut out = String::new();
@@ -546,6 +571,11 @@ fn generation_in_a_child_process() {
             logits = m.step(&mut seq).expect("step");
         }
     }
+    assert_eq!(
+        compiled(),
+        ready,
+        "(compiles, generic, quick, tier-ups) after get_ready, then after generating"
+    );
     let (Some(peak), Some(file_pages), Some(anon)) = (
         status_bytes("VmHWM:"),
         status_bytes("RssFile:"),

@@ -787,9 +787,24 @@ fn dry() -> bool {
 /// without paying for the arithmetic. The values `f` sees are zeros, not
 /// results. A call whose compilation fails falls back to the interpreter
 /// and computes, as it would outside. Calls on other threads are not
-/// affected.
+/// affected, unless the work handed to them takes the setting along
+/// ([`in_dry_run`] here, [`enter_dry_run`] there, as `tc::CallContext`
+/// does): otherwise a model that hands some calls to the pool's workers
+/// would compute them, compile them at the quick tier, and compile again
+/// (tier up) later, when setup was meant to be over.
 pub fn dry_run<R>(f: impl FnOnce() -> R) -> R {
     crate::options::with_local(&DRY, true, f)
+}
+
+/// Whether this thread's calls run dry ([`dry_run`]).
+pub fn in_dry_run() -> bool {
+    dry()
+}
+
+/// Run `f` with this thread's calls dry or not, as another thread's
+/// [`in_dry_run`] gave it; restored after.
+pub fn enter_dry_run<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    crate::options::with_local(&DRY, on, f)
 }
 
 // `run_with` lives here, not in exec.rs, because its nested calls go

@@ -129,7 +129,7 @@ pub mod team;
 pub mod threads;
 pub mod tier;
 
-pub use cache::{dry_run, CacheConfig, Jit, Stats};
+pub use cache::{dry_run, enter_dry_run, in_dry_run, CacheConfig, Jit, Stats};
 pub use exec::{compile, compile_with, CompiledFn};
 pub use jit::release_target_machines;
 pub use offpool::threads_started as compile_threads_started;

@@ -399,7 +399,7 @@ fn render_batcher(o: &mut String, m: &Metrics) {
 
 fn render_kernel_cache(o: &mut String) {
     let s = tc::kernel_cache_stats();
-    let counters: [(&str, &str, f64); 8] = [
+    let counters: [(&str, &str, f64); 10] = [
         (
             "hits",
             "Kernel-cache calls that found a specialised entry.",
@@ -419,6 +419,16 @@ fn render_kernel_cache(o: &mut String) {
             "generic_compiles",
             "Shape-generic kernel compilations.",
             s.generic_compiles as f64,
+        ),
+        (
+            "quick_compiles",
+            "Kernel compilations at the quick tier (of either kind).",
+            s.quick_compiles as f64,
+        ),
+        (
+            "tier_ups",
+            "Quick-tier kernels compiled again at the optimized tier.",
+            tc::llvm::tier_ups() as f64,
         ),
         (
             "generic_runs",

@@ -119,16 +119,33 @@ fn a_request_id_cannot_forge_log_fields() {
     assert_eq!(line.matches(" route=").count(), 2, "{line}");
 }
 
-/// Kernels compiled so far (either kind), from the server's metrics.
+/// Kernels compiled so far (either kind, and quick-tier kernels compiled
+/// again at the optimized tier), from the server's metrics.
 fn compiled(addr: std::net::SocketAddr) -> f64 {
     let m = get_at(addr, "/metrics").body;
     common::metric(&m, "tc_kernel_cache_compiles_total")
         + common::metric(&m, "tc_kernel_cache_generic_compiles_total")
+        + common::metric(&m, "tc_kernel_cache_tier_ups_total")
 }
 
+/// From an empty kernel cache (a folder of its own), so that the warm-up
+/// compiles everything itself: a request must then compile nothing, not
+/// even the optimized tier of something the warm-up ran at the quick
+/// tier (calls handed to the pool's workers without the warm-up's
+/// `tc::CallContext` did, and tiered up under the first requests).
 #[test]
 fn warm_up_compiles_the_generation_kernels_before_it_reports_ready() {
-    let p = Process::spawn(&["--model", &gguf(), "--threads", "2", "--warmup"]);
+    let kernels = std::env::temp_dir().join(format!("tc-serve-warm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&kernels);
+    let p = Process::spawn(&[
+        "--model",
+        &gguf(),
+        "--threads",
+        "2",
+        "--warmup",
+        "--kernel-cache-dir",
+        &kernels.display().to_string(),
+    ]);
     let addr = p.addr;
     let t = Instant::now();
     while get_at(addr, "/health").status != 200 {
@@ -154,12 +171,22 @@ fn warm_up_compiles_the_generation_kernels_before_it_reports_ready() {
                       "max_tokens": 6, "temperature": 0});
     let r = post_at(addr, "/v1/chat/completions", &body.to_string());
     assert_eq!(r.status, 200, "{}", r.body);
+    // A warm-up compiles at the optimized tier only (a dry run's calls,
+    // on whichever thread they run): a quick-tier kernel would be
+    // compiled again under traffic.
+    let quick = common::metric(
+        &get_at(addr, "/metrics").body,
+        "tc_kernel_cache_quick_compiles_total",
+    );
+    assert_eq!(quick, 0.0, "quick-tier compiles:\n{}", p.logs());
     assert_eq!(
         compiled(addr),
         before,
         "the first request compiled kernels:\n{}",
         p.logs()
     );
+    drop(p);
+    let _ = std::fs::remove_dir_all(&kernels);
 }
 
 /// The int8 embedding model behind the flag: the same response shape,

@@ -823,8 +823,13 @@ impl Model {
         if cos.shape().first().is_none_or(|&rows| rows < BESIDE_ROWS) {
             return Ok((keys()?, queries_values()?));
         }
+        // Both sides carry the caller's context: called outside the pool
+        // (a warm-up's dry run), `join` runs both on its workers.
         let cx = tc::CallContext::here();
-        let (k, qv) = rayon::join(keys, || cx.enter(|| tc::llvm::team::serial(queries_values)));
+        let (k, qv) = rayon::join(
+            || cx.enter(keys),
+            || cx.enter(|| tc::llvm::team::serial(queries_values)),
+        );
         Ok((k?, qv?))
     }
 
