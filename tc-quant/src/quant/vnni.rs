@@ -42,8 +42,10 @@ pub(crate) const Q41: u8 = 2;
 pub(crate) const PACK: usize = 10;
 
 thread_local! {
-    /// Transposed tiles for the multi-row kernel, reused across calls.
-    static PACKED: RefCell<Vec<__m512i>> = const { RefCell::new(Vec::new()) };
+    /// Transposed tiles for the multi-row kernel, and the AMX path's C
+    /// tiles' scratch, reused across calls.
+    static PACKED: RefCell<(Vec<__m512i>, amx::CScratch)> =
+        const { RefCell::new((Vec::new(), amx::CScratch::new())) };
 }
 
 /// Whether [`columns`] handles this job: VNNI present, a 32-block format,
@@ -193,7 +195,7 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
         put(out, 0, acc);
         return;
     }
-    PACKED.with_borrow_mut(|buf| {
+    PACKED.with_borrow_mut(|(buf, scratch)| {
         // `nb · PACK` vectors: at most `k / 32 · 10 · 64` bytes, every one
         // written below (zeroed again per tile, they took 8 % of a 16-row
         // product in `memset`).
@@ -232,7 +234,9 @@ unsafe fn tile<const F: u8>(t: &Tile<'_>, rows: usize, out: &mut Out<'_>, c0: us
                 ask_for_rows(out, (g + AHEAD_GROUPS) * amx::ROWS, c0, t.n);
                 // SAFETY: this function's features; `tiles` is loaded;
                 // the activations hold `sc.groups` whole groups.
-                let y = unsafe { amx::rows16::<F>(tiles, buf, t.acts, sc, t.k, g, ahead.take()) };
+                let y = unsafe {
+                    amx::rows16::<F>(tiles, buf, t.acts, sc, t.k, g, ahead.take(), scratch)
+                };
                 for (r, y) in y.into_iter().enumerate().take(rows - m) {
                     put(out, m + r, y);
                 }

@@ -579,9 +579,9 @@ impl Model {
             return Ok(());
         }
         let room = cache.first().map_or(0, |(_, v)| v.shape()[2]);
-        // On this thread, outside a session: `dry_run` covers the calls
-        // made on the thread that runs it, and a session would move them
-        // onto a pool worker.
+        // `dry_run` covers the calls made on this thread, and those the
+        // pass hands to the pool's workers through a `tc::CallContext`
+        // (`keys_beside`, `attend_all`): every call compiles, none computes.
         tc::llvm::dry_run(|| {
             self.forward_pass(cache, &vec![0; prompt], 0)?;
             if room > prompt {
