@@ -364,6 +364,31 @@ fn a_damaged_gguf_file_is_a_typed_error() {
     ));
 }
 
+/// The tensor table a `GgufFile` keeps from its one parse (what
+/// `tensors`, `stacked` and `tensor_info` read instead of parsing the file
+/// again) is the parse's: every tensor's info, its bytes, and the data
+/// section's offset, from a mapped file and one read into memory.
+#[test]
+fn the_kept_tensor_table_is_the_files() {
+    use tc::runtime::gguf::GgufFile;
+    let path = model_path();
+    // SAFETY: as in `stacked_projections_are_the_files_rows`.
+    let mapped = unsafe { GgufFile::map(&path) }.expect("map");
+    let read = GgufFile::read(&path).expect("read");
+    for file in [&mapped, &read] {
+        let g = file.parse().expect("parse");
+        assert_eq!(file.data_offset(), g.data_offset());
+        let w = file.tensors().expect("tensors");
+        assert_eq!(w.len(), g.tensors().len());
+        for info in g.tensors() {
+            assert_eq!(file.tensor_info(&info.name), Some(info));
+            let bytes = g.tensor_data(info);
+            assert!(w[&info.name].bytes() == bytes, "{}", info.name);
+        }
+        assert_eq!(file.tensor_info("no_such.weight"), None);
+    }
+}
+
 /// `GgufFile::stacked`, as the model stacks its projections: the rows of
 /// the named tensors one after another, a view of the mapping where they
 /// lie back to back in the file (SmolLM2's query and value projections:

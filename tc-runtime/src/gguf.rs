@@ -30,6 +30,21 @@ enum Source {
 pub struct GgufFile {
     source: Source,
     context: String,
+    /// The tensor table of the one parse made at construction: tensors are
+    /// found here, not by parsing again. A parse reads every metadata
+    /// value (SmolLM2's 49,152 tokens and 48,900 merges, each checked as
+    /// UTF-8), and a model that stacked its projections layer by layer
+    /// parsed the file 60 times: 0.34 s of its 0.36 s load.
+    table: Table,
+}
+
+/// The tensor table of a parsed file, owned.
+#[derive(Default)]
+struct Table {
+    tensors: Vec<TensorInfo>,
+    by_name: BTreeMap<String, usize>,
+    /// Where the data section starts in the file's bytes.
+    data_offset: usize,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -98,9 +113,51 @@ impl GgufFile {
     }
 
     fn checked(source: Source, context: String) -> Result<GgufFile> {
-        let f = GgufFile { source, context };
-        f.parse()?;
+        let mut f = GgufFile {
+            source,
+            context,
+            table: Table::default(),
+        };
+        f.table = {
+            let g = f.parse()?;
+            let tensors = g.tensors().to_vec();
+            let by_name = tensors
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.name.clone(), i))
+                .collect();
+            Table {
+                tensors,
+                by_name,
+                data_offset: g.data_offset(),
+            }
+        };
         Ok(f)
+    }
+
+    /// The named tensor's description (from the table parsed once).
+    pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
+        self.table
+            .by_name
+            .get(name)
+            .map(|&i| &self.table.tensors[i])
+    }
+
+    /// Where the data section starts: a tensor's bytes lie at this plus
+    /// its [`TensorInfo::offset`].
+    pub fn data_offset(&self) -> usize {
+        self.table.data_offset
+    }
+
+    /// Exactly the tensor's bytes, as [`Gguf::tensor_data`] gives them: the
+    /// parse checked every info of this file against the bytes; another
+    /// info that does not fit yields `&[]`.
+    fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        let start = usize::try_from(info.offset)
+            .ok()
+            .and_then(|o| o.checked_add(self.table.data_offset));
+        let range = start.and_then(|s| Some(s..s.checked_add(info.nbytes)?));
+        range.and_then(|r| self.bytes().get(r)).unwrap_or(&[])
     }
 
     fn bytes(&self) -> &[u8] {
@@ -121,10 +178,9 @@ impl GgufFile {
     /// copies otherwise. A tensor of a GGML type tc does not read, or whose
     /// shape breaks its blocks, is a typed error naming it.
     pub fn tensors(&self) -> Result<BTreeMap<String, Tensor>> {
-        let g = self.parse()?;
         let mut out = BTreeMap::new();
-        for info in g.tensors() {
-            let t = self.tensor(&g, info)?;
+        for info in &self.table.tensors {
+            let t = self.tensor(info)?;
             out.insert(info.name.clone(), t);
         }
         Ok(out)
@@ -139,12 +195,11 @@ impl GgufFile {
     /// copy otherwise. Typed errors: a missing name, mixed types or row
     /// widths, a tensor of rank other than 2, fewer than one name.
     pub fn stacked(&self, names: &[&str]) -> Result<Tensor> {
-        let g = self.parse()?;
         let err = |msg: String| gguf_err(&self.context, msg);
         let mut parts = Vec::with_capacity(names.len());
         for name in names {
-            let info = g
-                .tensor(name)
+            let info = self
+                .tensor_info(name)
                 .ok_or_else(|| err(format!("tensor `{name}` is missing")))?;
             let shape = info.shape_row_major();
             if shape.len() != 2 {
@@ -153,7 +208,7 @@ impl GgufFile {
                     shape.len()
                 )));
             }
-            parts.push((info, shape, g.tensor_data(info)));
+            parts.push((info, shape, self.tensor_data(info)));
         }
         let Some((first, first_shape, _)) = parts.first() else {
             return Err(err("stacking no tensors".into()));
@@ -197,7 +252,7 @@ impl GgufFile {
         Tensor::from_raw(dt, &shape, bytes).map_err(|e| err(format!("stacking {names:?}: {e}")))
     }
 
-    fn tensor(&self, g: &Gguf<'_>, info: &TensorInfo) -> Result<Tensor> {
+    fn tensor(&self, info: &TensorInfo) -> Result<Tensor> {
         let dt = dtype_of(info.kind).ok_or_else(|| {
             gguf_err(
                 &self.context,
@@ -208,7 +263,7 @@ impl GgufFile {
             )
         })?;
         let shape = info.shape_row_major();
-        let data = g.tensor_data(info);
+        let data = self.tensor_data(info);
         #[cfg(unix)]
         if let Source::Mapped(map) = &self.source {
             let offset = (data.as_ptr() as usize).checked_sub(self.bytes().as_ptr() as usize);

@@ -450,12 +450,11 @@ impl Model {
             .take_while(|l| w.contains_key(&format!("blk.{l}.attn_norm.weight")))
             .map(|l| block(&file, &w, l))
             .collect::<Result<Vec<_>, _>>()?;
-        let p = file.parse()?;
         let at = |name: &str| -> Result<(u64, usize), Box<dyn std::error::Error>> {
-            let info = p
-                .tensor(name)
+            let info = file
+                .tensor_info(name)
                 .ok_or_else(|| format!("tensor `{name}` is missing"))?;
-            Ok((p.data_offset() as u64 + info.offset, info.nbytes))
+            Ok((file.data_offset() as u64 + info.offset, info.nbytes))
         };
         let (embd_at, embd_bytes) = at("token_embd.weight")?;
         let rows = Rows {
@@ -475,7 +474,6 @@ impl Model {
             l.attn_norm = read(&format!("blk.{i}.attn_norm.weight"), &l.attn_norm)?;
             l.ffn_norm = read(&format!("blk.{i}.ffn_norm.weight"), &l.ffn_norm)?;
         }
-        drop(p);
         Ok((
             Model {
                 globals,
