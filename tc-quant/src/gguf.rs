@@ -391,6 +391,18 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// Where its bytes lie in the file, given where the data section
+    /// starts (`None` where that overflows): the one rule
+    /// [`Gguf::tensor_data`] and the files that keep a parse's table use.
+    pub fn range(&self, data_offset: usize) -> Option<std::ops::Range<usize>> {
+        let start = usize::try_from(self.offset)
+            .ok()?
+            .checked_add(data_offset)?;
+        Some(start..start.checked_add(self.nbytes)?)
+    }
+}
+
+impl TensorInfo {
     /// Row-major logical shape: the dims reversed (GGUF `[ne0 = K, ne1 = N]`
     /// is `[N, K]`). Every dim fits `usize` because `nbytes` did.
     pub fn shape_row_major(&self) -> Vec<usize> {
@@ -848,11 +860,9 @@ impl<'a> Gguf<'a> {
     /// at parse; an info from elsewhere that does not fit yields `&[]`.
     pub fn tensor_data(&self, t: &TensorInfo) -> &'a [u8] {
         let bytes: &'a [u8] = self.bytes;
-        let start = usize::try_from(t.offset)
-            .ok()
-            .and_then(|o| o.checked_add(self.data_offset));
-        let range = start.and_then(|s| Some(s..s.checked_add(t.nbytes)?));
-        range.and_then(|r| bytes.get(r)).unwrap_or(&[])
+        t.range(self.data_offset)
+            .and_then(|r| bytes.get(r))
+            .unwrap_or(&[])
     }
 
     /// The bytes of the named tensor.
