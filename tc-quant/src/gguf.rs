@@ -391,18 +391,6 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
-    /// Where its bytes lie in the file, given where the data section
-    /// starts (`None` where that overflows): the one rule
-    /// [`Gguf::tensor_data`] and the files that keep a parse's table use.
-    pub fn range(&self, data_offset: usize) -> Option<std::ops::Range<usize>> {
-        let start = usize::try_from(self.offset)
-            .ok()?
-            .checked_add(data_offset)?;
-        Some(start..start.checked_add(self.nbytes)?)
-    }
-}
-
-impl TensorInfo {
     /// Row-major logical shape: the dims reversed (GGUF `[ne0 = K, ne1 = N]`
     /// is `[N, K]`). Every dim fits `usize` because `nbytes` did.
     pub fn shape_row_major(&self) -> Vec<usize> {
@@ -422,9 +410,46 @@ pub struct Gguf<'a> {
     version: u32,
     alignment: u64,
     metadata: BTreeMap<String, MetaValue<'a>>,
+    table: TensorTable,
+}
+
+/// A parsed file's tensor table: every tensor's description, by name, and
+/// where the data section starts. It owns what it holds (no borrow of the
+/// bytes), so whoever keeps the bytes can keep it too instead of parsing
+/// again: a parse reads every metadata value, a vocabulary included.
+#[derive(Clone, Debug, Default)]
+pub struct TensorTable {
     tensors: Vec<TensorInfo>,
     by_name: BTreeMap<String, usize>,
     data_offset: usize,
+}
+
+impl TensorTable {
+    /// All tensor infos, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// One tensor info by name.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// Absolute offset of the data section (aligned to the alignment).
+    pub fn data_offset(&self) -> usize {
+        self.data_offset
+    }
+
+    /// Exactly the tensor's bytes in `bytes`, the bytes this table was
+    /// parsed from (its infos were bounds-checked against them); an info
+    /// or bytes from elsewhere that do not fit yield `&[]`.
+    pub fn data<'b>(&self, bytes: &'b [u8], t: &TensorInfo) -> &'b [u8] {
+        let start = usize::try_from(t.offset)
+            .ok()
+            .and_then(|o| o.checked_add(self.data_offset));
+        let range = start.and_then(|s| Some(s..s.checked_add(t.nbytes)?));
+        range.and_then(|r| bytes.get(r)).unwrap_or(&[])
+    }
 }
 
 /// A bounds-checked cursor over the input.
@@ -723,9 +748,11 @@ impl<'a> Gguf<'a> {
             version,
             alignment,
             metadata,
-            tensors,
-            by_name,
-            data_offset,
+            table: TensorTable {
+                tensors,
+                by_name,
+                data_offset,
+            },
         })
     }
 
@@ -846,23 +873,25 @@ impl<'a> Gguf<'a> {
         ints.collect()
     }
 
+    /// The tensor table.
+    pub fn table(&self) -> &TensorTable {
+        &self.table
+    }
+
     /// All tensor infos, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        self.table.tensors()
     }
 
     /// One tensor info by name.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name.get(name).map(|&i| &self.tensors[i])
+        self.table.tensor(name)
     }
 
     /// Exactly the tensor's bytes. Infos from this file were bounds-checked
     /// at parse; an info from elsewhere that does not fit yields `&[]`.
     pub fn tensor_data(&self, t: &TensorInfo) -> &'a [u8] {
-        let bytes: &'a [u8] = self.bytes;
-        t.range(self.data_offset)
-            .and_then(|r| bytes.get(r))
-            .unwrap_or(&[])
+        self.table.data(self.bytes, t)
     }
 
     /// The bytes of the named tensor.
@@ -872,7 +901,7 @@ impl<'a> Gguf<'a> {
 
     /// Absolute offset of the data section (aligned to the alignment).
     pub fn data_offset(&self) -> usize {
-        self.data_offset
+        self.table.data_offset()
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tc_core::Dtype;
-use tc_quant::gguf::{GgmlType, Gguf, TensorInfo};
+use tc_quant::gguf::{GgmlType, Gguf, TensorInfo, TensorTable};
 
 pub use tc_quant::gguf::MetaValue;
 
@@ -36,16 +36,7 @@ pub struct GgufFile {
     /// UTF-8), and a model that stacked its projections layer by layer
     /// parsed the file 60 times (SmolLM2's load: 0.48–0.51 s, now
     /// 0.10–0.11).
-    table: Table,
-}
-
-/// The tensor table of a parsed file, owned.
-#[derive(Default)]
-struct Table {
-    tensors: Vec<TensorInfo>,
-    by_name: BTreeMap<String, usize>,
-    /// Where the data section starts in the file's bytes.
-    data_offset: usize,
+    table: TensorTable,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -117,46 +108,21 @@ impl GgufFile {
         let mut f = GgufFile {
             source,
             context,
-            table: Table::default(),
+            table: TensorTable::default(),
         };
-        f.table = {
-            let g = f.parse()?;
-            let tensors = g.tensors().to_vec();
-            let by_name = tensors
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.name.clone(), i))
-                .collect();
-            Table {
-                tensors,
-                by_name,
-                data_offset: g.data_offset(),
-            }
-        };
+        f.table = f.parse()?.table().clone();
         Ok(f)
     }
 
     /// The named tensor's description (from the table parsed once).
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
-        self.table
-            .by_name
-            .get(name)
-            .map(|&i| &self.table.tensors[i])
+        self.table.tensor(name)
     }
 
     /// Where the data section starts: a tensor's bytes lie at this plus
     /// its [`TensorInfo::offset`].
     pub fn data_offset(&self) -> usize {
-        self.table.data_offset
-    }
-
-    /// Exactly the tensor's bytes, as [`Gguf::tensor_data`] gives them: the
-    /// parse checked every info of this file against the bytes; another
-    /// info that does not fit yields `&[]`.
-    fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
-        info.range(self.table.data_offset)
-            .and_then(|r| self.bytes().get(r))
-            .unwrap_or(&[])
+        self.table.data_offset()
     }
 
     fn bytes(&self) -> &[u8] {
@@ -178,7 +144,7 @@ impl GgufFile {
     /// shape breaks its blocks, is a typed error naming it.
     pub fn tensors(&self) -> Result<BTreeMap<String, Tensor>> {
         let mut out = BTreeMap::new();
-        for info in &self.table.tensors {
+        for info in self.table.tensors() {
             let t = self.tensor(info)?;
             out.insert(info.name.clone(), t);
         }
@@ -207,7 +173,7 @@ impl GgufFile {
                     shape.len()
                 )));
             }
-            parts.push((info, shape, self.tensor_data(info)));
+            parts.push((info, shape, self.table.data(self.bytes(), info)));
         }
         let Some((first, first_shape, _)) = parts.first() else {
             return Err(err("stacking no tensors".into()));
@@ -262,7 +228,7 @@ impl GgufFile {
             )
         })?;
         let shape = info.shape_row_major();
-        let data = self.tensor_data(info);
+        let data = self.table.data(self.bytes(), info);
         #[cfg(unix)]
         if let Source::Mapped(map) = &self.source {
             let offset = (data.as_ptr() as usize).checked_sub(self.bytes().as_ptr() as usize);
